@@ -1,0 +1,47 @@
+"""The `rigkit` command: the utilities that are not pyinfra deploys.
+
+Each subcommand lives in its own module exposing ``add_arguments(parser)`` and
+``run(args) -> int``; modules are imported lazily so one broken corner cannot
+break the others.
+"""
+
+import argparse
+import importlib
+import sys
+
+SUBCOMMANDS = {
+    "lab": ("rigkit.lab.cli", "bring the local lab up, show it, tear it down"),
+    "demo": ("rigkit.demo", "lab up, deploy to every lab rig, run the checks, summarise"),
+    "check-compose": ("rigkit.compose_guard", "list variables a compose entrypoint reads but does not declare"),
+    "resolve": ("rigkit.registry", "resolve IMAGE:TAG to IMAGE@sha256:... via the registry API"),
+    "card": ("rigkit.card", "re-render results cards from a run's JSON"),
+}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="rigkit", description=__doc__.splitlines()[0])
+    subparsers = parser.add_subparsers(dest="command", required=True)
+    for name, (module_name, help_text) in SUBCOMMANDS.items():
+        sub = subparsers.add_parser(name, help=help_text)
+        sub.set_defaults(_module=module_name)
+        try:
+            module = importlib.import_module(module_name)
+        except ModuleNotFoundError as exc:
+            if exc.name != module_name:
+                raise
+            sub.set_defaults(_missing=True)
+            continue
+        module.add_arguments(sub)
+    return parser
+
+
+def main(argv=None) -> int:
+    args = build_parser().parse_args(argv)
+    if getattr(args, "_missing", False):
+        print(f"rigkit {args.command}: not built yet", file=sys.stderr)
+        return 2
+    return importlib.import_module(args._module).run(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

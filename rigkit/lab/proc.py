@@ -1,0 +1,104 @@
+"""Processes for the lab: commands that fail with the step's name, daemons started and stopped by PID."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+from typing import Callable, Sequence
+
+from rigkit.errors import RigkitError
+
+# A long step reports what it is doing with one line of text at a time.
+Progress = Callable[[str], None]
+
+
+def print_progress(message: str) -> None:
+    print(f"[lab] {message}", flush=True)
+
+
+class LabStepError(RigkitError):
+    """A lab step failed: the field is the step, the value the command or path it tripped on."""
+
+
+def run(cmd: Sequence[str], step: str, fix: str, *, input_text: str | None = None,
+        timeout: float | None = None, check: bool = True) -> subprocess.CompletedProcess:
+    """Run a command, capture its output, and on failure raise an error naming the step and the fix."""
+    try:
+        result = subprocess.run(list(cmd), input=input_text, capture_output=True, text=True, timeout=timeout)
+    except FileNotFoundError as exc:
+        raise LabStepError(step, cmd[0], f"command not found ({exc})", fix) from exc
+    except subprocess.TimeoutExpired as exc:
+        raise LabStepError(step, " ".join(cmd), f"timed out after {timeout} s", fix) from exc
+    if check and result.returncode != 0:
+        tail = (result.stderr or result.stdout).strip().splitlines()[-5:]
+        raise LabStepError(step, " ".join(cmd), f"exit {result.returncode}: {' | '.join(tail)}", fix)
+    return result
+
+
+def start_daemon(cmd: Sequence[str], log_file: Path, pid_file: Path) -> int:
+    """Start a daemon as a plain background process in its own session; record its PID."""
+    log_file.parent.mkdir(parents=True, exist_ok=True)
+    with open(log_file, "ab") as log:
+        process = subprocess.Popen(list(cmd), stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                                   start_new_session=True)
+    pid_file.write_text(f"{process.pid}\n")
+    return process.pid
+
+
+def pid_runs(pid: int | None, executable_name: str) -> bool:
+    """True if PID is alive and is still the program we started (PIDs get recycled)."""
+    if not pid:
+        return False
+    try:
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    except OSError:
+        return False
+    stat = Path(f"/proc/{pid}/stat").read_text()
+    if stat.rsplit(")", 1)[1].split()[0] == "Z":
+        return False
+    return bool(cmdline) and os.path.basename(cmdline[0].decode()) == executable_name
+
+
+def read_pid(pid_file: Path) -> int | None:
+    try:
+        return int(pid_file.read_text().strip())
+    except (OSError, ValueError):
+        return None
+
+
+def stop_pid(pid: int, executable_name: str, grace_seconds: float = 30.0) -> bool:
+    """SIGTERM, wait, then SIGKILL. Returns True if the process was ours and is gone now."""
+    if not pid_runs(pid, executable_name):
+        return False
+    os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + grace_seconds
+    while time.monotonic() < deadline:
+        if not pid_runs(pid, executable_name):
+            _reap(pid)
+            return True
+        time.sleep(0.2)
+    os.kill(pid, signal.SIGKILL)
+    while pid_runs(pid, executable_name):
+        time.sleep(0.1)
+    _reap(pid)
+    return True
+
+
+def _reap(pid: int) -> None:
+    # If this very process started the daemon (tests do), collect the zombie.
+    try:
+        os.waitpid(pid, os.WNOHANG)
+    except ChildProcessError:
+        pass
+
+
+def wait_until(predicate: Callable[[], bool], timeout: float, interval: float = 0.2) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(interval)
+    return predicate()

@@ -1,0 +1,88 @@
+"""Facts the serving role reads from a rig: its running stack, images, memory and disk."""
+
+from __future__ import annotations
+
+import json
+import shlex
+
+from pyinfra.api import FactBase
+
+STACK_LABEL = "org.rigkit.stack"
+
+
+class StackContainers(FactBase):
+    """``docker inspect`` of every container (running or not) that carries rigkit's stack label."""
+
+    def requires_command(self, *args, **kwargs) -> str:
+        return "docker"
+
+    def command(self, stack: str) -> str:
+        selector = shlex.quote(f"label={STACK_LABEL}={stack}")
+        return f"ids=$(docker ps -aq --filter {selector}); [ -z \"$ids\" ] && echo '[]' || docker inspect $ids"
+
+    def process(self, output):
+        return [
+            {
+                "id": c["Id"][:12],
+                "name": c["Name"].lstrip("/"),
+                "image": c["Config"]["Image"],
+                "labels": c["Config"].get("Labels") or {},
+                "running": bool(c["State"].get("Running")),
+                "status": c["State"].get("Status"),
+            }
+            for c in json.loads("".join(output))
+        ]
+
+
+class DockerImagePresent(FactBase):
+    """True when the image reference (repository@sha256:...) is in the rig's local store."""
+
+    def requires_command(self, *args, **kwargs) -> str:
+        return "docker"
+
+    def command(self, image: str) -> str:
+        return f"docker image inspect --format present {shlex.quote(image)} 2>/dev/null || echo absent"
+
+    def process(self, output):
+        return "".join(output).strip() == "present"
+
+
+class MemInfo(FactBase):
+    """/proc/meminfo in bytes, e.g. {"MemTotal": ..., "MemAvailable": ...}."""
+
+    def command(self) -> str:
+        return "cat /proc/meminfo"
+
+    def process(self, output):
+        values = {}
+        for line in output:
+            key, _, rest = line.partition(":")
+            parts = rest.split()
+            if parts and parts[0].isdigit():
+                values[key] = int(parts[0]) * (1024 if parts[1:] == ["kB"] else 1)
+        return values
+
+
+class DiskFree(FactBase):
+    """Free bytes on the filesystem holding ``path`` (its nearest existing parent), or None."""
+
+    def command(self, path: str) -> str:
+        quoted = shlex.quote(path)
+        return (f"p={quoted}; while [ ! -e \"$p\" ] && [ \"$p\" != / ]; do p=$(dirname \"$p\"); done; "
+                "df -B1 --output=avail \"$p\" | tail -n 1")
+
+    def process(self, output):
+        text = "".join(output).strip()
+        return int(text) if text.isdigit() else None
+
+
+class ComposeCommand(FactBase):
+    """``docker compose`` (v2 plugin) or ``docker-compose`` (v1), whichever the rig has, else None."""
+
+    def command(self) -> str:
+        return ("if docker compose version >/dev/null 2>&1; then echo 'docker compose'; "
+                "elif command -v docker-compose >/dev/null 2>&1; then echo docker-compose; fi")
+
+    def process(self, output):
+        text = "".join(output).strip()
+        return text or None

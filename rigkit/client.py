@@ -1,0 +1,314 @@
+"""OpenAI-compatible streaming client for measurements: salted prompts, client-side TTFT, decode tok/s.
+
+Every measured prompt starts with a random session id (the salt), so no earlier run and no
+other rig's run can have cached it; the body after the salt is generated from a recorded
+seed, so a run can be replayed elsewhere with the same sizes and content.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import time
+import uuid
+from dataclasses import asdict, dataclass
+from typing import Iterator, Optional
+
+import requests
+
+from rigkit import metrics
+from rigkit.errors import RigkitError
+
+# Rough size of one token in characters, to draft a prompt before /tokenize refines it.
+CHARS_PER_TOKEN_GUESS = 4.0
+# The first long prefill must never be cut: its timeout is this many times the time the
+# measured prefill rate predicts (prefill slows down with length: attention is superlinear) ...
+PREFILL_TIMEOUT_FACTOR = 5.0
+# ... and never less than this.
+MIN_PREFILL_TIMEOUT_S = 60.0
+# Without a measured rate yet (the calibration request itself), wait this long.
+UNMEASURED_PREFILL_TIMEOUT_S = 900.0
+CONNECT_TIMEOUT_S = 10.0
+# Client TTFT vs the delta of vllm:time_to_first_token_seconds: the client also pays HTTP,
+# tokenization and the first SSE chunk, so it may differ by this much.
+TTFT_TOLERANCE_ABS_S = 0.15
+TTFT_TOLERANCE_REL = 0.25
+READY_POLL_S = 3.0
+READY_TIMEOUT_S = 600.0
+
+_NARRATIVE_WORDS = (
+    "the old lighthouse keeper walked along harbour wall while gulls circled above grey water "
+    "she remembered winter storm that broke northern pier and ships waited outside reef for "
+    "three days until wind turned river carried timber from hills village baker opened shutters "
+    "before dawn children ran past market square with letters for captain who never returned "
+    "evening lamps burned across valley and travellers spoke quietly about roads bridges rain"
+).split()
+_CODE_NAMES = ("buffer", "index", "total", "window", "offset", "record", "queue", "cache", "limit", "node",
+               "parser", "result", "config", "stream", "batch", "retry", "token", "value", "count", "entry")
+
+
+@dataclass(frozen=True)
+class PromptSpec:
+    """What is needed to rebuild a prompt elsewhere: its kind, target size and body seed."""
+
+    kind: str  # "narrative" or "code"
+    target_tokens: int
+    seed: int
+
+
+@dataclass(frozen=True)
+class Prompt:
+    spec: PromptSpec
+    session_id: str
+    text: str
+    # exact count from the server's tokenizer when /tokenize answered, else the estimate
+    tokens: int
+    tokens_exact: bool
+
+
+def _body_units(kind: str, rng: random.Random) -> Iterator[str]:
+    if kind == "code":
+        while True:
+            a, b, c = rng.sample(_CODE_NAMES, 3)
+            n = rng.randint(2, 97)
+            yield (f"def update_{a}_{b}({a}, {b}):\n    {c} = {a} * {n} + {b}\n"
+                   f"    if {c} > {n * 3}:\n        return {c} - {b}\n    return {c}\n\n")
+    while True:
+        words = [rng.choice(_NARRATIVE_WORDS) for _ in range(rng.randint(8, 16))]
+        yield " ".join(words).capitalize() + ". "
+
+
+def _header(kind: str, session_id: str) -> str:
+    task = "Continue this code" if kind == "code" else "Continue this story"
+    return f"Session {session_id}. {task}.\n\n"
+
+
+def draft_text(spec: PromptSpec, session_id: str, chars: int) -> str:
+    rng = random.Random(spec.seed)
+    parts = [_header(spec.kind, session_id)]
+    size = len(parts[0])
+    for unit in _body_units(spec.kind, rng):
+        if size >= chars:
+            break
+        parts.append(unit)
+        size += len(unit)
+    return "".join(parts)
+
+
+def new_session_id() -> str:
+    return uuid.uuid4().hex
+
+
+@dataclass
+class StreamResult:
+    ttft_s: Optional[float]
+    total_s: float
+    prompt_tokens: Optional[int]
+    completion_tokens: Optional[int]
+    cached_tokens: Optional[int]
+    chunks: int
+    text: str
+    # decode speed from chunk timing: (tokens - 1) / (last token time - first token time)
+    decode_tps: Optional[float]
+    aborted: bool = False
+    # "prefill" (no first token yet) or "decode"
+    abort_phase: Optional[str] = None
+    error: Optional[str] = None
+    timeout_s: Optional[float] = None
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+def prefill_timeout(prompt_tokens: int, prefill_tokens_per_s: Optional[float]) -> float:
+    """Client timeout for a prefill of `prompt_tokens`, from a measured prefill rate."""
+    if not prefill_tokens_per_s:
+        return UNMEASURED_PREFILL_TIMEOUT_S
+    return max(MIN_PREFILL_TIMEOUT_S, PREFILL_TIMEOUT_FACTOR * prompt_tokens / prefill_tokens_per_s)
+
+
+@dataclass(frozen=True)
+class TTFTCheck:
+    client_s: float
+    server_s: Optional[float]
+    server_requests: float
+    within: bool
+
+    @property
+    def difference_s(self) -> Optional[float]:
+        return None if self.server_s is None else self.client_s - self.server_s
+
+
+def crosscheck_ttft(client_ttft_s: float, window: metrics.Delta) -> TTFTCheck:
+    """Compare a client-side TTFT with vLLM's own histogram delta over the same single request."""
+    server = window.server_ttft_mean
+    within = (server is not None and window.ttft_count == 1
+              and abs(client_ttft_s - server) <= TTFT_TOLERANCE_ABS_S + TTFT_TOLERANCE_REL * server)
+    return TTFTCheck(client_ttft_s, server, window.ttft_count, within)
+
+
+class ServingError(RigkitError):
+    """The serving API did not answer as an OpenAI-compatible vLLM should."""
+
+
+class ServingClient:
+    """Talks to one vLLM OpenAI-compatible server at `base_url` (direct or through a tunnel)."""
+
+    def __init__(self, base_url: str, model: Optional[str] = None, session: Optional[requests.Session] = None):
+        self.base_url = base_url.rstrip("/")
+        self.session = session or requests.Session()
+        self._model = model
+        self._max_model_len: Optional[int] = None
+
+    # --- discovery -------------------------------------------------------------------------
+    def models(self) -> list[dict]:
+        response = self.session.get(f"{self.base_url}/v1/models", timeout=CONNECT_TIMEOUT_S)
+        response.raise_for_status()
+        return response.json()["data"]
+
+    @property
+    def model(self) -> str:
+        if self._model is None:
+            self._load_model_card()
+        return self._model  # type: ignore[return-value]
+
+    @property
+    def max_model_len(self) -> Optional[int]:
+        if self._max_model_len is None:
+            self._load_model_card()
+        return self._max_model_len
+
+    def _load_model_card(self) -> None:
+        cards = self.models()
+        if not cards:
+            raise ServingError("/v1/models", self.base_url, "the server lists no model",
+                               "check the served model name knob and the container log")
+        card = next((c for c in cards if c["id"] == self._model), cards[0])
+        self._model = card["id"]
+        self._max_model_len = card.get("max_model_len")
+
+    def wait_ready(self, timeout_s: float = READY_TIMEOUT_S, poll_s: float = READY_POLL_S) -> float:
+        """Poll /v1/models until it answers; returns the seconds waited."""
+        start = time.monotonic()
+        last_error = ""
+        while time.monotonic() - start < timeout_s:
+            try:
+                if self.models():
+                    return time.monotonic() - start
+            except (requests.RequestException, ValueError, KeyError) as exc:
+                last_error = str(exc)
+            time.sleep(poll_s)
+        raise ServingError("/v1/models", self.base_url, f"not ready after {timeout_s:.0f} s ({last_error})",
+                           "read the container log tail; raise the ready timeout for large models")
+
+    def metrics_text(self) -> str:
+        response = self.session.get(f"{self.base_url}/metrics", timeout=CONNECT_TIMEOUT_S)
+        response.raise_for_status()
+        return response.text
+
+    def metrics(self) -> metrics.Snapshot:
+        return metrics.parse(self.metrics_text())
+
+    def count_tokens(self, text: str) -> Optional[int]:
+        """Exact prompt size from the server's tokenizer (vLLM /tokenize), None if unavailable."""
+        try:
+            response = self.session.post(f"{self.base_url}/tokenize", json={"model": self.model, "prompt": text},
+                                         timeout=CONNECT_TIMEOUT_S)
+            if response.status_code != 200:
+                return None
+            return int(response.json()["count"])
+        except (requests.RequestException, ValueError, KeyError):
+            return None
+
+    # --- prompts ---------------------------------------------------------------------------
+    def build_prompt(self, spec: PromptSpec, session_id: Optional[str] = None) -> Prompt:
+        """A salted prompt of about `spec.target_tokens` tokens (refined with /tokenize when available)."""
+        session_id = session_id or new_session_id()
+        chars = int(spec.target_tokens * CHARS_PER_TOKEN_GUESS)
+        text = draft_text(spec, session_id, chars)
+        counted = self.count_tokens(text)
+        if counted is None:
+            return Prompt(spec, session_id, text, int(len(text) / CHARS_PER_TOKEN_GUESS), False)
+        for _ in range(3):  # rescale the character budget from the measured chars/token
+            if abs(counted - spec.target_tokens) <= max(16, spec.target_tokens // 100):
+                break
+            chars = max(64, int(len(text) * spec.target_tokens / counted))
+            text = draft_text(spec, session_id, chars)
+            counted = self.count_tokens(text) or counted
+        return Prompt(spec, session_id, text, counted, True)
+
+    # --- requests --------------------------------------------------------------------------
+    def stream_completion(self, prompt: str, max_tokens: int, timeout_s: Optional[float] = None,
+                          ignore_eos: bool = True) -> StreamResult:
+        """One streaming /v1/completions request; TTFT and decode speed measured here, client side.
+
+        ignore_eos keeps the decode length fixed so decode speeds compare (a vLLM extension).
+        A timeout or disconnect is reported as an aborted prefill or decode, never raised.
+        """
+        timeout_s = timeout_s or UNMEASURED_PREFILL_TIMEOUT_S
+        body = {"model": self.model, "prompt": prompt, "max_tokens": max_tokens, "stream": True,
+                "temperature": 0.0, "ignore_eos": ignore_eos,
+                "stream_options": {"include_usage": True, "continuous_usage_stats": False}}
+        start = time.monotonic()
+        first: Optional[float] = None
+        last: Optional[float] = None
+        chunks = 0
+        pieces: list[str] = []
+        usage: dict = {}
+        error: Optional[str] = None
+        try:
+            with self.session.post(f"{self.base_url}/v1/completions", json=body, stream=True,
+                                   timeout=(CONNECT_TIMEOUT_S, timeout_s)) as response:
+                if response.status_code != 200:
+                    raise ServingError("/v1/completions", response.status_code, response.text[:300],
+                                       "check the prompt fits --max-model-len and the engine is alive")
+                for line in response.iter_lines():
+                    if not line.startswith(b"data:"):
+                        continue
+                    payload = line[5:].strip()
+                    if payload == b"[DONE]":
+                        break
+                    event = json.loads(payload)
+                    if event.get("usage"):
+                        usage = event["usage"]
+                    for choice in event.get("choices", []):
+                        if choice.get("text"):
+                            now = time.monotonic()
+                            first = first if first is not None else now
+                            last = now
+                            chunks += 1
+                            pieces.append(choice["text"])
+        except (requests.Timeout, requests.ConnectionError, requests.exceptions.ChunkedEncodingError) as exc:
+            error = f"{type(exc).__name__}: {exc}"
+        total = time.monotonic() - start
+        completion_tokens = usage.get("completion_tokens")
+        decode_tps = None
+        if completion_tokens and completion_tokens > 1 and first is not None and last is not None and last > first:
+            decode_tps = (completion_tokens - 1) / (last - first)
+        details = usage.get("prompt_tokens_details") or {}
+        return StreamResult(
+            ttft_s=None if first is None else first - start, total_s=total,
+            prompt_tokens=usage.get("prompt_tokens"), completion_tokens=completion_tokens,
+            cached_tokens=details.get("cached_tokens"), chunks=chunks, text="".join(pieces),
+            decode_tps=decode_tps, aborted=error is not None,
+            abort_phase=None if error is None else ("prefill" if first is None else "decode"),
+            error=error, timeout_s=timeout_s)
+
+
+@dataclass
+class Measured:
+    """One request with the /metrics window around it."""
+
+    result: StreamResult
+    window: metrics.Delta
+    ttft_check: Optional[TTFTCheck]
+
+
+def measure(client: ServingClient, prompt: str, max_tokens: int, timeout_s: Optional[float] = None) -> Measured:
+    """Scrape /metrics, send one streaming request, scrape again: the window proves what served it."""
+    before = client.metrics()
+    result = client.stream_completion(prompt, max_tokens=max_tokens, timeout_s=timeout_s)
+    after = client.metrics()
+    window = metrics.delta(before, after)
+    check = crosscheck_ttft(result.ttft_s, window) if result.ttft_s is not None else None
+    return Measured(result, window, check)

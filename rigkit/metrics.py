@@ -1,0 +1,221 @@
+"""vLLM (and LMCache MP) /metrics: parse once, keep the counters that prove a cache tier.
+
+The text is parsed with prometheus_client's reference parser. That parser strips `_total`
+from counter *family* names but keeps the full *sample* names, so everything here is keyed
+by sample name (`vllm:prefix_cache_hits_total`), never by family name. Counters are summed
+over engines (data-parallel engines each report their own series).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field, fields
+from typing import Mapping, Optional
+
+from prometheus_client.parser import text_string_to_metric_families
+
+from rigkit.errors import RigkitError
+
+PREFIX_QUERIES = "vllm:prefix_cache_queries_total"
+PREFIX_HITS = "vllm:prefix_cache_hits_total"
+EXTERNAL_QUERIES = "vllm:external_prefix_cache_queries_total"
+EXTERNAL_HITS = "vllm:external_prefix_cache_hits_total"
+PROMPT_TOKENS_BY_SOURCE = "vllm:prompt_tokens_by_source_total"
+PROMPT_TOKENS_CACHED_BY_SOURCE = "vllm:prompt_tokens_cached_by_source_total"
+GENERATION_TOKENS = "vllm:generation_tokens_total"
+TTFT = "vllm:time_to_first_token_seconds"
+KV_CACHE_USAGE = "vllm:kv_cache_usage_perc"
+CACHE_CONFIG_INFO = "vllm:cache_config_info"
+LMCACHE_PREFIX = "lmcache_mp_"
+
+# Labels that only say which engine or model reported a series: summed over.
+ENGINE_LABELS = ("engine", "model_name")
+
+
+class MetricsError(RigkitError):
+    """/metrics cannot prove anything: unparsable, or the vLLM prefix-cache counters are missing."""
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """The counters and gauges of one /metrics scrape that matter for cache validation."""
+
+    prefix_cache_queries: float = 0.0
+    prefix_cache_hits: float = 0.0
+    external_prefix_cache_queries: float = 0.0
+    external_prefix_cache_hits: float = 0.0
+    # source label -> tokens (local_compute, local_cache_hit, external_kv_transfer)
+    prompt_tokens_by_source: Mapping[str, float] = field(default_factory=dict)
+    # source label -> tokens (device, host, p2p, disk, external_unspecified)
+    prompt_tokens_cached_by_source: Mapping[str, float] = field(default_factory=dict)
+    generation_tokens: float = 0.0
+    ttft_sum: float = 0.0
+    ttft_count: float = 0.0
+    # upper bound "le" -> cumulative count
+    ttft_buckets: Mapping[float, float] = field(default_factory=dict)
+    # gauge: the largest over engines (a sum of fractions would mean nothing)
+    kv_cache_usage_perc: float = 0.0
+    # labels of vllm:cache_config_info (first engine); strings as vLLM reports them
+    cache_config: Mapping[str, str] = field(default_factory=dict)
+    # every lmcache_mp_* sample, keyed by sample name (+ non-engine labels), summed
+    lmcache: Mapping[str, float] = field(default_factory=dict)
+    # True when the scrape carried the vLLM prefix-cache counters at all
+    has_prefix_counters: bool = False
+
+    @property
+    def num_gpu_blocks(self) -> Optional[int]:
+        return _int_or_none(self.cache_config.get("num_gpu_blocks")) or _int_or_none(
+            self.cache_config.get("num_gpu_blocks_override"))
+
+    @property
+    def block_size(self) -> Optional[int]:
+        return _int_or_none(self.cache_config.get("block_size"))
+
+    @property
+    def gpu_pool_tokens(self) -> Optional[int]:
+        """Tokens the GPU KV pool holds: what filler requests must push through to evict a prefix."""
+        if self.num_gpu_blocks is None or self.block_size is None:
+            return None
+        return self.num_gpu_blocks * self.block_size
+
+
+def _int_or_none(value: Optional[str]) -> Optional[int]:
+    if value in (None, "", "None"):
+        return None
+    try:
+        return int(float(value))
+    except ValueError:
+        return None
+
+
+def _label_key(name: str, labels: Mapping[str, str]) -> str:
+    rest = {k: v for k, v in labels.items() if k not in ENGINE_LABELS}
+    if not rest:
+        return name
+    return name + "{" + ",".join(f'{k}="{v}"' for k, v in sorted(rest.items())) + "}"
+
+
+def parse(text: str) -> Snapshot:
+    """Parse a /metrics text (vLLM's, LMCache MP's, or both concatenated) into a Snapshot."""
+    try:
+        families = list(text_string_to_metric_families(text))
+    except ValueError as exc:
+        raise MetricsError("/metrics", text[:80], f"not Prometheus text format ({exc})",
+                           "point the client at the serving API's /metrics (vLLM) or LMCache's HTTP port") from None
+    sums: dict[str, float] = {}
+    by_source: dict[str, float] = {}
+    cached_by_source: dict[str, float] = {}
+    buckets: dict[float, float] = {}
+    lmcache: dict[str, float] = {}
+    usage = 0.0
+    cache_config: dict[str, str] = {}
+    for family in families:
+        for sample in family.samples:
+            name, labels, value = sample.name, sample.labels, sample.value
+            if math.isnan(value):
+                continue
+            if name == PROMPT_TOKENS_BY_SOURCE:
+                source = labels.get("source", "")
+                by_source[source] = by_source.get(source, 0.0) + value
+            elif name == PROMPT_TOKENS_CACHED_BY_SOURCE:
+                source = labels.get("source", "")
+                cached_by_source[source] = cached_by_source.get(source, 0.0) + value
+            elif name == TTFT + "_bucket":
+                bound = float(labels["le"])
+                buckets[bound] = buckets.get(bound, 0.0) + value
+            elif name == KV_CACHE_USAGE:
+                usage = max(usage, value)
+            elif name == CACHE_CONFIG_INFO:
+                if not cache_config:
+                    cache_config = {k: v for k, v in labels.items() if k not in ENGINE_LABELS}
+            elif name.startswith(LMCACHE_PREFIX):
+                key = _label_key(name, labels)
+                lmcache[key] = lmcache.get(key, 0.0) + value
+            else:
+                sums[name] = sums.get(name, 0.0) + value
+    return Snapshot(
+        prefix_cache_queries=sums.get(PREFIX_QUERIES, 0.0),
+        prefix_cache_hits=sums.get(PREFIX_HITS, 0.0),
+        external_prefix_cache_queries=sums.get(EXTERNAL_QUERIES, 0.0),
+        external_prefix_cache_hits=sums.get(EXTERNAL_HITS, 0.0),
+        prompt_tokens_by_source=by_source,
+        prompt_tokens_cached_by_source=cached_by_source,
+        generation_tokens=sums.get(GENERATION_TOKENS, 0.0),
+        ttft_sum=sums.get(TTFT + "_sum", 0.0),
+        ttft_count=sums.get(TTFT + "_count", 0.0),
+        ttft_buckets=dict(sorted(buckets.items())),
+        kv_cache_usage_perc=usage,
+        cache_config=cache_config,
+        lmcache=lmcache,
+        has_prefix_counters=PREFIX_QUERIES in sums and PREFIX_HITS in sums,
+    )
+
+
+def require_prefix_counters(snapshot: Snapshot) -> Snapshot:
+    """Refuse a scrape that cannot prove a tier (what the smoke check asserts after every deploy)."""
+    if not snapshot.has_prefix_counters:
+        raise MetricsError(PREFIX_HITS, None, "the vLLM prefix-cache counters are missing from /metrics",
+                           "serve with --enable-prefix-caching on a vLLM that exports vllm:prefix_cache_* (v1 engine)")
+    return snapshot
+
+
+_COUNTER_FIELDS = ("prefix_cache_queries", "prefix_cache_hits", "external_prefix_cache_queries",
+                   "external_prefix_cache_hits", "generation_tokens", "ttft_sum", "ttft_count")
+
+
+@dataclass(frozen=True)
+class Delta(Snapshot):
+    """after - before for counters; gauges and info as of `after`.
+
+    `reset` is True when a counter went backwards (the server restarted between the two
+    scrapes); the delta then counts from zero, as Prometheus' rate() does.
+    """
+
+    reset: bool = False
+
+    @property
+    def server_ttft_mean(self) -> Optional[float]:
+        return self.ttft_sum / self.ttft_count if self.ttft_count > 0 else None
+
+    def tokens_from(self, source: str) -> float:
+        return self.prompt_tokens_by_source.get(source, 0.0)
+
+
+def _sub_map(after: Mapping, before: Mapping, reset: bool) -> dict:
+    if reset:
+        return dict(after)
+    return {k: v - before.get(k, 0.0) for k, v in after.items()}
+
+
+def delta(before: Snapshot, after: Snapshot) -> Delta:
+    """What happened between two scrapes of the same server."""
+    went_back = any(getattr(after, name) < getattr(before, name) for name in _COUNTER_FIELDS)
+    went_back = went_back or any(v < before.prompt_tokens_by_source.get(k, 0.0)
+                                 for k, v in after.prompt_tokens_by_source.items())
+    counters = {name: getattr(after, name) if went_back else getattr(after, name) - getattr(before, name)
+                for name in _COUNTER_FIELDS}
+    base = {f.name: getattr(after, f.name) for f in fields(Snapshot)}
+    base.update(counters)
+    base.update(
+        prompt_tokens_by_source=_sub_map(after.prompt_tokens_by_source, before.prompt_tokens_by_source, went_back),
+        prompt_tokens_cached_by_source=_sub_map(after.prompt_tokens_cached_by_source,
+                                                before.prompt_tokens_cached_by_source, went_back),
+        ttft_buckets=_sub_map(after.ttft_buckets, before.ttft_buckets, went_back),
+        # lmcache_mp_* mixes counters and gauges; a difference of gauges still reads as growth
+        lmcache=_sub_map(after.lmcache, before.lmcache, went_back),
+    )
+    return Delta(reset=went_back, **base)
+
+
+def as_dict(snapshot: Snapshot) -> dict:
+    """JSON-ready form (bucket bounds as strings, +Inf included)."""
+    out = {f.name: getattr(snapshot, f.name) for f in fields(snapshot)}
+    out["ttft_buckets"] = {repr(k) if not math.isinf(k) else "+Inf": v for k, v in snapshot.ttft_buckets.items()}
+    out["prompt_tokens_by_source"] = dict(snapshot.prompt_tokens_by_source)
+    out["prompt_tokens_cached_by_source"] = dict(snapshot.prompt_tokens_cached_by_source)
+    out["cache_config"] = dict(snapshot.cache_config)
+    out["lmcache"] = dict(snapshot.lmcache)
+    return out
+
+
+__all__ = ["Snapshot", "Delta", "MetricsError", "parse", "delta", "require_prefix_counters", "as_dict"]

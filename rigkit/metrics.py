@@ -95,13 +95,18 @@ def _label_key(name: str, labels: Mapping[str, str]) -> str:
     return name + "{" + ",".join(f'{k}="{v}"' for k, v in sorted(rest.items())) + "}"
 
 
-def parse(text: str) -> Snapshot:
-    """Parse a /metrics text (vLLM's, LMCache MP's, or both concatenated) into a Snapshot."""
+def parse_families(text: str) -> dict:
+    """Family name -> prometheus_client Metric. Counter families are named without `_total`."""
     try:
-        families = list(text_string_to_metric_families(text))
+        return {family.name: family for family in text_string_to_metric_families(text)}
     except ValueError as exc:
         raise MetricsError("/metrics", text[:80], f"not Prometheus text format ({exc})",
-                           "point the client at the serving API's /metrics (vLLM) or LMCache's HTTP port") from None
+                           "point the client at the serving API's /metrics") from None
+
+
+def parse(text: str) -> Snapshot:
+    """Parse a /metrics text (vLLM's, LMCache MP's, or both concatenated) into a Snapshot."""
+    families = parse_families(text).values()
     sums: dict[str, float] = {}
     by_source: dict[str, float] = {}
     cached_by_source: dict[str, float] = {}
@@ -218,4 +223,4 @@ def as_dict(snapshot: Snapshot) -> dict:
     return out
 
 
-__all__ = ["Snapshot", "Delta", "MetricsError", "parse", "delta", "require_prefix_counters", "as_dict"]
+__all__ = ["Snapshot", "Delta", "MetricsError", "parse", "parse_families", "delta", "require_prefix_counters", "as_dict"]

@@ -1,0 +1,180 @@
+"""Reach a rig's serving API as on a real fleet: an SSH local port forward, or direct on a LAN bind.
+
+The serving API binds the rig's loopback by default, so the controller needs a tunnel; it
+uses the same connection data pyinfra uses for that host (ssh_hostname, ssh_port, ssh_user,
+ssh_key, ssh_known_hosts_file, ssh_strict_host_key_checking, ...). When a knob binds the API
+to a LAN address, the controller connects directly.
+
+    with serving_url(host.data, bind="127.0.0.1", port=8000) as url:
+        ServingClient(url).models()
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import os
+import select
+import socket
+import socketserver
+import threading
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, Iterator, Mapping, Optional
+
+import paramiko
+
+from rigkit.errors import RigkitError
+
+DEFAULT_SSH_PORT = 22
+SSH_CONNECT_TIMEOUT_S = 15.0
+# pyinfra's default for ssh_strict_host_key_checking
+DEFAULT_STRICT_HOST_KEY_CHECKING = "accept-new"
+PUMP_BUFFER_BYTES = 65536
+
+
+class TunnelError(RigkitError):
+    """The controller cannot reach a rig's serving API."""
+
+
+def is_loopback_bind(bind: str) -> bool:
+    if bind == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(bind).is_loopback
+    except ValueError:
+        return False
+
+
+def direct_address(bind: str, host_data: Mapping[str, Any], inventory_name: Optional[str] = None) -> str:
+    """Where to connect when the API is bound to a non-loopback address."""
+    if bind in ("0.0.0.0", "::"):
+        return str(host_data.get("ssh_hostname") or inventory_name or bind)
+    return bind
+
+
+def _accept_new_policy(known_hosts_file: Optional[str]) -> paramiko.MissingHostKeyPolicy:
+    class AcceptNew(paramiko.MissingHostKeyPolicy):
+        """Trust a host key seen for the first time and remember it; a changed key still fails."""
+
+        def missing_host_key(self, client, hostname, key):
+            client.get_host_keys().add(hostname, key.get_name(), key)
+            if known_hosts_file:
+                Path(known_hosts_file).parent.mkdir(parents=True, exist_ok=True)
+                client.save_host_keys(known_hosts_file)
+
+    return AcceptNew()
+
+
+def connect_ssh(host_data: Mapping[str, Any], inventory_name: Optional[str] = None) -> paramiko.SSHClient:
+    """An SSH client connected with pyinfra's connection data for one host."""
+    hostname = host_data.get("ssh_hostname") or inventory_name
+    if not hostname:
+        raise TunnelError("ssh_hostname", None, "no address to reach the rig",
+                          "set ssh_hostname in the inventory for this host")
+    client = paramiko.SSHClient()
+    known_hosts = host_data.get("ssh_known_hosts_file")
+    known_hosts = os.path.expanduser(known_hosts) if known_hosts else None
+    if known_hosts and os.path.exists(known_hosts):
+        client.load_host_keys(known_hosts)
+    else:
+        client.load_system_host_keys()
+    strict = str(host_data.get("ssh_strict_host_key_checking", DEFAULT_STRICT_HOST_KEY_CHECKING)).lower()
+    if strict in ("no", "off", "false"):
+        client.set_missing_host_key_policy(paramiko.AutoAddPolicy())
+    elif strict in ("yes", "on", "true"):
+        client.set_missing_host_key_policy(paramiko.RejectPolicy())
+    else:
+        client.set_missing_host_key_policy(_accept_new_policy(known_hosts))
+    key = host_data.get("ssh_key")
+    port = int(host_data.get("ssh_port") or DEFAULT_SSH_PORT)
+    try:
+        client.connect(
+            hostname, port=port, username=host_data.get("ssh_user"),
+            key_filename=os.path.expanduser(key) if key else None,
+            passphrase=host_data.get("ssh_key_password"), password=host_data.get("ssh_password"),
+            allow_agent=bool(host_data.get("ssh_allow_agent", True)),
+            look_for_keys=bool(host_data.get("ssh_look_for_keys", True)),
+            timeout=SSH_CONNECT_TIMEOUT_S)
+    except (paramiko.SSHException, OSError) as exc:
+        client.close()
+        raise TunnelError("ssh_hostname", f"{hostname}:{port}", f"SSH connection failed ({exc})",
+                          "check ssh_hostname/ssh_port/ssh_user/ssh_key and the rig's known host key") from None
+    return client
+
+
+class _ForwardServer(socketserver.ThreadingTCPServer):
+    daemon_threads = True
+    allow_reuse_address = True
+
+
+def _make_handler(transport: paramiko.Transport, remote_host: str, remote_port: int):
+    class Handler(socketserver.BaseRequestHandler):
+        def handle(self) -> None:
+            try:
+                channel = transport.open_channel("direct-tcpip", (remote_host, remote_port),
+                                                 self.request.getpeername())
+            except paramiko.SSHException:
+                return  # the rig refused: the client sees a closed connection, as without a tunnel
+            try:
+                while True:
+                    readable, _, _ = select.select([self.request, channel], [], [])
+                    if self.request in readable:
+                        data = self.request.recv(PUMP_BUFFER_BYTES)
+                        if not data:
+                            break
+                        channel.sendall(data)
+                    if channel in readable:
+                        data = channel.recv(PUMP_BUFFER_BYTES)
+                        if not data:
+                            break
+                        self.request.sendall(data)
+            except OSError:
+                pass
+            finally:
+                channel.close()
+
+    return Handler
+
+
+@contextmanager
+def local_forward(ssh: paramiko.SSHClient, remote_host: str, remote_port: int) -> Iterator[int]:
+    """Forward a free port on the controller's loopback to remote_host:remote_port as seen by the rig."""
+    transport = ssh.get_transport()
+    if transport is None or not transport.is_active():
+        raise TunnelError("ssh", None, "the SSH transport is closed", "reconnect before opening a tunnel")
+    server = _ForwardServer(("127.0.0.1", 0), _make_handler(transport, remote_host, remote_port))
+    thread = threading.Thread(target=server.serve_forever, name="rigkit-tunnel", daemon=True)
+    thread.start()
+    try:
+        yield server.server_address[1]
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+@contextmanager
+def serving_url(host_data: Mapping[str, Any], bind: str, port: int,
+                inventory_name: Optional[str] = None) -> Iterator[str]:
+    """Base URL of the rig's serving API, through a tunnel when it binds the rig's loopback."""
+    if not is_loopback_bind(bind):
+        yield f"http://{_url_host(direct_address(bind, host_data, inventory_name))}:{port}"
+        return
+    ssh = connect_ssh(host_data, inventory_name)
+    try:
+        with local_forward(ssh, "127.0.0.1" if bind == "localhost" else bind, port) as local_port:
+            yield f"http://127.0.0.1:{local_port}"
+    finally:
+        ssh.close()
+
+
+def _url_host(address: str) -> str:
+    return f"[{address}]" if ":" in address and not address.startswith("[") else address
+
+
+def port_is_open(host: str, port: int, timeout_s: float = 2.0) -> bool:
+    """Whether a TCP connection to host:port succeeds from the controller (the netns test's negative check)."""
+    try:
+        with socket.create_connection((host, port), timeout=timeout_s):
+            return True
+    except OSError:
+        return False

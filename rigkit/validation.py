@@ -1,0 +1,285 @@
+"""One rig's cache validation, as plain Python: a client, a restart callable, and settings.
+
+Procedure (each step labelled by metric deltas, see rigkit.tiers):
+  1. calibrate: one shorter salted prompt measures the prefill rate (sets the long-prefill timeout);
+  2. cold: each salted session prompt once (GPU hits and external hits flat);
+  3. warm-gpu: the same prompt immediately again (GPU prefix hits grew);
+  4. warm-connector: filler requests push the GPU pool's capacity (vllm:cache_config_info
+     num_gpu_blocks × block_size) through it, evicting the prefix; then the prompt again
+     (GPU hits flat, external hits grew);
+  5. warm-persistent: `restart()` (compose down/up), wait ready, the prompt again (external hits grew).
+A tier whose connector is configured but takes no external hit is "retrieved-but-unused": a FAIL.
+Decode A/B (run_decode_ab) takes an `activate(arm)` callable that switches the rig to a profile.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from dataclasses import dataclass, field
+from typing import Callable, Mapping, Optional, Sequence
+
+from rigkit import abstats
+from rigkit.card import (Capacity, CapacityTier, DecodeAB, DecodeKind, PromptRecord, RigCard, StatModel,
+                         TierProof, TierResult)
+from rigkit.client import Measured, Prompt, PromptSpec, ServingClient, measure, prefill_timeout
+from rigkit.errors import ConfigError
+from rigkit.metrics import Snapshot, require_prefix_counters
+from rigkit.tiers import Tier, TierLabel, label
+from rigkit.variables import Variable
+
+# Pushing exactly the pool's size through it may leave a block or two of the prefix: overshoot.
+FILLER_OVERSHOOT = 1.25
+# Tokens kept free below max-model-len for the reply and the chat/BOS tokens.
+CONTEXT_SLACK_TOKENS = 64
+# Calibration prompt: this fraction of the session size (at least CALIBRATION_MIN_TOKENS).
+CALIBRATION_FRACTION = 0.25
+CALIBRATION_MIN_TOKENS = 256
+KB = 1000  # the card's KB/token is in decimal kilobytes, as in the user's card
+
+
+def _at_least(minimum: int) -> Callable[[int], None]:
+    def check(value: int) -> None:
+        if value < minimum:
+            raise ValueError(f"must be >= {minimum}")
+
+    return check
+
+
+VARIABLES = [
+    Variable("validate_prompt_tokens", 3500, "size of each salted session prompt in tokens "
+             "(the user's card: ~37000; the lab CPU build: ~3500)", int,
+             check=_at_least(CALIBRATION_MIN_TOKENS)),
+    Variable("validate_sessions", 3, "salted sessions per tier (the n of each TTFT figure)", int,
+             check=_at_least(1)),
+    Variable("validate_prompt_kind", "narrative", "prompt body of the tier sessions: narrative or code", str),
+    Variable("validate_output_tokens", 16, "tokens generated per tier request (TTFT is what is measured)", int),
+    Variable("validate_decode_tokens", 128, "tokens generated per decode A/B request (ignore_eos)", int),
+    Variable("validate_decode_prompt_tokens", 256, "size of the decode A/B prompts", int),
+    Variable("validate_seed", None, "base seed of the prompt bodies (recorded; random when unset)", int),
+    Variable("validate_restart", True, "measure the persistent tier (does a full compose down/up)", bool),
+]
+
+
+@dataclass
+class Settings:
+    """Validation settings; defaults live in VARIABLES only: build with Settings.from_data({...})."""
+
+    prompt_tokens: int
+    sessions: int
+    prompt_kind: str
+    output_tokens: int
+    decode_tokens: int
+    decode_prompt_tokens: int
+    seed: Optional[int]
+    restart: bool
+
+    @classmethod
+    def from_data(cls, data: Mapping) -> "Settings":
+        """From host/--data values named like VARIABLES (`validate_` prefix)."""
+        from rigkit.variables import resolve
+
+        values = resolve(VARIABLES, data)
+        return cls(**{v.name.removeprefix("validate_"): values[v.name] for v in VARIABLES})
+
+
+@dataclass
+class TierRun:
+    """Raw measurements of one tier (one entry per session)."""
+
+    expected: Tier
+    measured: list[Measured] = field(default_factory=list)
+    labels: list[TierLabel] = field(default_factory=list)
+    prompts: list[Prompt] = field(default_factory=list)
+
+    def result(self) -> TierResult:
+        return TierResult(
+            expected=self.expected.value,
+            labels=[lab.tier.value for lab in self.labels],
+            passed=bool(self.labels) and all(lab.passed for lab in self.labels)
+            and not any(m.result.aborted for m in self.measured),
+            ttft_s=StatModel.of([m.result.ttft_s for m in self.measured if not m.result.aborted]),
+            server_ttft_s=StatModel.of([m.window.server_ttft_mean for m in self.measured if not m.result.aborted]),
+            ttft_within_tolerance=[m.ttft_check.within for m in self.measured if m.ttft_check],
+            prompt_tokens=[m.result.prompt_tokens or p.tokens for m, p in zip(self.measured, self.prompts)],
+            aborted=[m.result.abort_phase or "?" for m in self.measured if m.result.aborted],
+            proofs=[TierProof(label=lab.tier.value, gpu_hits=lab.gpu_hits, gpu_queries=lab.gpu_queries,
+                              external_hits=lab.external_hits, external_queries=lab.external_queries,
+                              external_kv_transfer_tokens=lab.external_kv_transfer_tokens,
+                              counters_reset=m.window.reset, text=lab.proof)
+                    for m, lab in zip(self.measured, self.labels)])
+
+
+@dataclass
+class TierValidation:
+    tiers: list[TierRun]
+    prompts: list[Prompt]
+    prefill_tokens_per_s: Optional[float]
+    pool: Snapshot
+    max_model_len: Optional[int]
+    failures: list[str]
+    capacity: Optional[Capacity] = None
+    fillers_sent: int = 0
+
+    def tier(self, expected: Tier) -> Optional[TierRun]:
+        return next((t for t in self.tiers if t.expected == expected), None)
+
+
+def _measure_tier(client: ServingClient, run: TierRun, prompt: Prompt, settings: Settings, timeout_s: float,
+                  connector_configured: bool, after_restart: bool = False) -> None:
+    measured = measure(client, prompt.text, settings.output_tokens, timeout_s)
+    run.measured.append(measured)
+    run.prompts.append(prompt)
+    run.labels.append(label(measured.window, run.expected, connector_configured, after_restart))
+
+
+def filler_plan(pool_tokens: int, max_model_len: int, prompt_tokens: int, output_tokens: int) -> tuple[int, int]:
+    """(filler size in tokens, number of fillers) that push FILLER_OVERSHOOT × the pool through it."""
+    size = max(CALIBRATION_MIN_TOKENS, min(prompt_tokens, max_model_len - output_tokens - CONTEXT_SLACK_TOKENS))
+    return size, math.ceil(pool_tokens * FILLER_OVERSHOOT / size)
+
+
+def evict_gpu_pool(client: ServingClient, pool: Snapshot, settings: Settings, timeout_s: float) -> int:
+    """Send salted filler prompts sized from the pool; returns how many were sent."""
+    max_len = client.max_model_len or settings.prompt_tokens + settings.output_tokens + CONTEXT_SLACK_TOKENS
+    if pool.gpu_pool_tokens is None:
+        raise ConfigError("vllm:cache_config_info", pool.cache_config, "num_gpu_blocks/block_size missing",
+                          "serve with a vLLM that exports vllm:cache_config_info (v1 engine)")
+    size, count = filler_plan(pool.gpu_pool_tokens, max_len, settings.prompt_tokens, settings.output_tokens)
+    rng = random.Random()
+    for _ in range(count):
+        filler = client.build_prompt(PromptSpec("narrative", size, rng.randrange(2**31)))
+        result = client.stream_completion(filler.text, max_tokens=1, timeout_s=timeout_s)
+        if result.aborted:
+            raise ConfigError("filler", size, f"a filler request was aborted ({result.error})",
+                              "check the engine is alive; lower validate_prompt_tokens")
+    return count
+
+
+def validate_tiers(client: ServingClient, restart: Optional[Callable[[], None]], settings: Settings,
+                   connector_configured: bool = True,
+                   store_bytes: Optional[Callable[[], int]] = None,
+                   capacity_tiers: Optional[Mapping[str, int]] = None,
+                   session_sizes: Sequence[int] = (50_000, 262_144)) -> TierValidation:
+    """Run the tier procedure against a ready server. `restart` does a full down/up (None: skip tier 4)."""
+    client.wait_ready()
+    pool = require_prefix_counters(client.metrics())
+    max_len = client.max_model_len
+    if max_len and settings.prompt_tokens + settings.output_tokens + CONTEXT_SLACK_TOKENS > max_len:
+        raise ConfigError("validate_prompt_tokens", settings.prompt_tokens,
+                          f"does not fit max-model-len {max_len} with the reply",
+                          f"set validate_prompt_tokens <= {max_len - settings.output_tokens - CONTEXT_SLACK_TOKENS}")
+    seed = settings.seed if settings.seed is not None else random.randrange(2**31)
+    settings.seed = seed
+    failures: list[str] = []
+
+    calibration_tokens = max(CALIBRATION_MIN_TOKENS, int(settings.prompt_tokens * CALIBRATION_FRACTION))
+    calibration = client.build_prompt(PromptSpec(settings.prompt_kind, calibration_tokens, seed - 1))
+    calibrated = client.stream_completion(calibration.text, max_tokens=1)
+    rate = None
+    if calibrated.ttft_s and calibrated.prompt_tokens:
+        rate = calibrated.prompt_tokens / calibrated.ttft_s
+    else:
+        failures.append(f"prefill calibration failed ({calibrated.error or 'no first token'})")
+
+    prompts = [client.build_prompt(PromptSpec(settings.prompt_kind, settings.prompt_tokens, seed + i))
+               for i in range(settings.sessions)]
+    timeout_s = prefill_timeout(max(p.tokens for p in prompts), rate)
+    cold, warm_gpu = TierRun(Tier.COLD), TierRun(Tier.WARM_GPU)
+    runs = [cold, warm_gpu]
+    store_before = store_bytes() if store_bytes else None
+    for prompt in prompts:
+        _measure_tier(client, cold, prompt, settings, timeout_s, connector_configured)
+        if cold.measured[-1].result.aborted:
+            r = cold.measured[-1].result
+            failures.append(f"cold prefill of session {prompt.session_id[:8]} aborted in {r.abort_phase} after "
+                            f"{r.total_s:.0f} s (timeout {timeout_s:.0f} s): only the completed prefix is cached")
+            continue
+        _measure_tier(client, warm_gpu, prompt, settings, timeout_s, connector_configured)
+    stored = [p for p, m in zip(cold.prompts, cold.measured) if not m.result.aborted]
+
+    capacity = None
+    if store_bytes is not None and store_before is not None:
+        grown = store_bytes() - store_before
+        tokens = sum(m.result.prompt_tokens or 0 for m in cold.measured if not m.result.aborted)
+        capacity = capacity_from(grown, tokens, "connector store growth over the cold sessions",
+                                 capacity_tiers or {}, [settings.prompt_tokens, *session_sizes])
+
+    validation = TierValidation(runs, prompts, rate, pool, max_len, failures, capacity)
+    if not connector_configured or not stored:
+        return validation
+
+    validation.fillers_sent = evict_gpu_pool(client, pool, settings, timeout_s)
+    connector = TierRun(Tier.WARM_CONNECTOR)
+    runs.append(connector)
+    for prompt in stored:
+        _measure_tier(client, connector, prompt, settings, timeout_s, connector_configured)
+
+    if restart is not None and settings.restart:
+        restart()
+        client.wait_ready()
+        persistent = TierRun(Tier.WARM_PERSISTENT)
+        runs.append(persistent)
+        for prompt in stored:
+            _measure_tier(client, persistent, prompt, settings, timeout_s, connector_configured, after_restart=True)
+    return validation
+
+
+def capacity_from(bytes_grown: int, tokens_stored: int, source: str, tier_sizes: Mapping[str, int],
+                  session_sizes: Sequence[int]) -> Capacity:
+    """KB/token from measured growth, and how many sessions of each size every tier holds."""
+    if bytes_grown <= 0 or tokens_stored <= 0:
+        return Capacity(bytes_grown=bytes_grown, tokens_stored=tokens_stored, source=source + " (no growth seen)")
+    per_token = bytes_grown / tokens_stored
+    tiers = [CapacityTier(name=name, size_bytes=size,
+                          sessions={str(s): size / (per_token * s) for s in session_sizes})
+             for name, size in tier_sizes.items()]
+    return Capacity(kb_per_token=per_token / KB, bytes_grown=bytes_grown, tokens_stored=tokens_stored,
+                    source=source, tiers=tiers)
+
+
+def run_decode_ab(activate: Callable[[str], ServingClient], arms: Mapping[str, str], settings: Settings,
+                  warmup: int = abstats.WARMUP_RUNS, measured: int = abstats.MEASURED_RUNS,
+                  kinds: Sequence[str] = abstats.PROMPT_KINDS) -> DecodeAB:
+    """Decode tok/s with the connector on and off, interleaved A/B/A/B.
+
+    activate(arm) switches the rig to arms[arm] (a profile name) and returns a ready client;
+    it is called once per visit, so a rig that serves both arms at once can return at no cost.
+    """
+    samples: dict[str, dict[str, list[float]]] = {arm: {k: [] for k in kinds} for arm in (abstats.ARM_ON,
+                                                                                         abstats.ARM_OFF)}
+    rng = random.Random(settings.seed)
+    visit, client = -1, None
+    for step in abstats.ab_schedule((abstats.ARM_ON, abstats.ARM_OFF), kinds, warmup, measured):
+        if step.visit != visit:
+            visit, client = step.visit, activate(step.arm)
+        prompt = client.build_prompt(PromptSpec(step.kind, settings.decode_prompt_tokens, rng.randrange(2**31)))
+        result = client.stream_completion(prompt.text, max_tokens=settings.decode_tokens)
+        if step.measured:
+            if result.aborted or result.decode_tps is None:
+                raise ConfigError("decode A/B", step.arm, f"a measured {step.kind} run failed ({result.error})",
+                                  "check the engine is alive after the profile switch")
+            samples[step.arm][step.kind].append(result.decode_tps)
+    verdict = abstats.compare(samples)
+    return DecodeAB(arms=dict(arms), warmup=warmup, measured=measured, output_tokens=settings.decode_tokens,
+                    kinds=[DecodeKind(kind=c.kind, on=StatModel.of(c.on.samples), off=StatModel.of(c.off.samples),
+                                      delta_pct=c.delta_pct, within_bands=c.within_bands) for c in verdict.kinds],
+                    verdict=verdict.verdict, reason=verdict.reason)
+
+
+def to_card(rig: str, run_id: str, validation: TierValidation, settings: Settings,
+            connector_configured: bool = True, decode_ab: Optional[DecodeAB] = None,
+            repro: Optional[Mapping] = None) -> RigCard:
+    """The rig's results card (rigkit.card renders it)."""
+    card = RigCard(rig=rig, run_id=run_id, connector_configured=connector_configured,
+                   prefill_tokens_per_s=validation.prefill_tokens_per_s,
+                   tiers=[t.result() for t in validation.tiers], decode_ab=decode_ab,
+                   capacity=validation.capacity, failures=list(validation.failures))
+    card.repro = card.repro.model_copy(update=dict(repro or {}))
+    card.repro.prompts = [PromptRecord(kind=p.spec.kind, target_tokens=p.spec.target_tokens, seed=p.spec.seed,
+                                       tokens=p.tokens) for p in validation.prompts]
+    card.repro.output_tokens = settings.output_tokens
+    card.repro.max_model_len = validation.max_model_len
+    card.repro.num_gpu_blocks = validation.pool.num_gpu_blocks
+    card.repro.block_size = validation.pool.block_size
+    return card

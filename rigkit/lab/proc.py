@@ -102,3 +102,32 @@ def wait_until(predicate: Callable[[], bool], timeout: float, interval: float = 
             return True
         time.sleep(interval)
     return predicate()
+
+
+PROGRESS_INTERVAL_S = 10.0
+
+
+def run_with_progress(cmd: Sequence[str], step: str, fix: str, progress: Progress, label: str,
+                      interval: float = PROGRESS_INTERVAL_S) -> None:
+    """Run a long command; every INTERVAL seconds report its latest output line; on failure name the step."""
+    started = time.monotonic()
+    last_report = started
+    tail: list[str] = []
+    try:
+        process = subprocess.Popen(list(cmd), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                   errors="replace")
+    except FileNotFoundError as exc:
+        raise LabStepError(step, cmd[0], f"command not found ({exc})", fix) from exc
+    assert process.stdout is not None
+    for line in process.stdout:
+        line = line.rstrip()
+        if not line:
+            continue
+        tail = (tail + [line])[-8:]
+        now = time.monotonic()
+        if now - last_report >= interval:
+            progress(f"{label}: {now - started:.0f} s: {line[:120]}")
+            last_report = now
+    if process.wait() != 0:
+        raise LabStepError(step, " ".join(cmd)[:200], f"exit {process.returncode}: {' | '.join(tail[-5:])}", fix)
+    progress(f"{label}: done in {time.monotonic() - started:.0f} s")

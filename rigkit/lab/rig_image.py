@@ -1,0 +1,211 @@
+"""The rig image: Debian bookworm from debootstrap, systemd as PID 1, sshd, python3, its own Docker engine.
+
+Built once and tagged by a hash of its inputs (suite, packages, recipe), so a second `lab up` finds
+it in the engine's image cache (the engine's data root outlives `lab down`) and takes seconds.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+
+from rigkit.errors import PreflightError
+from rigkit.lab.proc import LabStepError, Progress, run, run_with_progress
+from rigkit.paths import CACHE_DIR, LAB_DIR
+
+SUITE = "bookworm"
+RECIPE_VERSION = "3"
+IMAGE_REPOSITORY = "rigkit-lab/rig"
+BASE_REPOSITORY = "rigkit-lab/rig-base"
+# Labels on everything the lab builds: `lab down --purge-cache` removes images by them.
+IMAGE_LABEL = "rigkit.lab.image"
+CONTAINER_LABEL = "rigkit.lab"
+
+RIG_PACKAGES = (
+    "openssh-server", "python3", "systemd", "systemd-sysv", "dbus", "docker.io", "docker-compose",
+    "e2fsprogs", "xfsprogs", "util-linux", "iproute2", "sudo", "ca-certificates", "procps", "curl",
+)
+# Units that make no sense (or fight the host) in a container sharing the host's network and /dev.
+MASKED_UNITS = (
+    "getty@.service", "serial-getty@.service", "console-getty.service", "getty.target",
+    "systemd-udevd.service", "systemd-udevd-control.socket", "systemd-udevd-kernel.socket",
+    "systemd-logind.service", "systemd-timesyncd.service", "systemd-networkd.service",
+    "systemd-networkd.socket", "systemd-networkd-wait-online.service", "systemd-resolved.service",
+)
+# A rig shares the host network: its engine must never create a bridge or touch iptables.
+RIG_DAEMON_JSON = {"bridge": "none", "iptables": False, "ip-forward": False, "ip-masq": False}
+# The rig's spare "NVMe" is a host loop device; this unit gives it a stable path at every boot
+# (a privileged container's /dev is rebuilt on each start). The env file is bind-mounted per rig.
+NVME_ENV_IN_RIG = "/etc/rigkit-lab/nvme.env"
+NVME_LINK_UNIT = f"""[Unit]
+Description=rigkit lab: stable path for this rig's spare NVMe (a host loop device)
+DefaultDependencies=no
+ConditionPathExists={NVME_ENV_IN_RIG}
+Before=sysinit.target
+
+[Service]
+Type=oneshot
+RemainAfterExit=yes
+EnvironmentFile={NVME_ENV_IN_RIG}
+ExecStart=/bin/mkdir -p ${{NVME_DIR}}
+ExecStart=/bin/ln -sfn ${{LOOP_DEVICE}} ${{NVME_PATH}}
+
+[Install]
+WantedBy=sysinit.target
+"""
+
+INSTALL_SCRIPT = f"""set -eu
+export DEBIAN_FRONTEND=noninteractive
+# package scripts must not start daemons: with host networking sshd would bind the HOST's port 22
+printf '#!/bin/sh\\nexit 101\\n' > /usr/sbin/policy-rc.d
+chmod +x /usr/sbin/policy-rc.d
+echo '[rig image] apt-get update'
+apt-get update -q
+echo '[rig image] apt-get install'
+apt-get install -y -q --no-install-recommends {' '.join(RIG_PACKAGES)}
+rm -f /usr/sbin/policy-rc.d
+apt-get clean
+rm -rf /var/lib/apt/lists/*
+systemctl mask {' '.join(MASKED_UNITS)}
+# rigs boot lean; the docker role enables the engine (tests start it with systemctl start docker)
+systemctl disable docker.service docker.socket containerd.service
+mkdir -p /etc/docker /etc/rigkit-lab
+echo '{json.dumps(RIG_DAEMON_JSON)}' > /etc/docker/daemon.json
+cat > /etc/systemd/system/rigkit-lab-nvme.service <<'UNIT'
+{NVME_LINK_UNIT}UNIT
+systemctl enable rigkit-lab-nvme.service
+# per-rig host keys are bind-mounted (the lab writes known_hosts from them)
+rm -f /etc/ssh/ssh_host_*
+# no audit/loginuid in a container
+sed -i 's/^session\\s\\+required\\s\\+pam_loginuid.so/session optional pam_loginuid.so/' /etc/pam.d/sshd
+# each rig gets its own machine id at boot
+: > /etc/machine-id
+echo '[rig image] done'
+"""
+
+
+def recipe_hash(*parts: str) -> str:
+    return hashlib.sha256("\0".join(parts).encode()).hexdigest()[:12]
+
+
+def base_tag() -> str:
+    return f"{BASE_REPOSITORY}:{SUITE}-{recipe_hash(SUITE, 'minbase', RECIPE_VERSION)}"
+
+
+def rig_image_tag() -> str:
+    return f"{IMAGE_REPOSITORY}:{SUITE}-{recipe_hash(base_tag(), INSTALL_SCRIPT, RECIPE_VERSION)}"
+
+
+def parse_apt_mirror(sources: dict[str, str], suite: str = SUITE) -> str | None:
+    """The first `deb` URI serving SUITE, from apt source files' contents (deb822 .sources or one-line .list)."""
+    for filename in sorted(sources):
+        text = sources[filename]
+        if filename.endswith(".sources"):
+            for stanza in text.split("\n\n"):
+                fields: dict[str, str] = {}
+                for line in stanza.splitlines():
+                    if line.startswith("#") or ":" not in line or line[:1].isspace():
+                        continue
+                    key, value = line.split(":", 1)
+                    fields[key.strip().lower()] = value.strip()
+                if fields.get("enabled", "yes").lower() == "no":
+                    continue
+                if "deb" in fields.get("types", "").split() and suite in fields.get("suites", "").split():
+                    uris = fields.get("uris", "").split()
+                    if uris:
+                        return uris[0]
+        elif filename.endswith(".list"):
+            for line in text.splitlines():
+                words = line.split("#", 1)[0].split()
+                if words[:1] != ["deb"]:
+                    continue
+                words = words[1:]
+                if words and words[0].startswith("["):  # options like [arch=amd64 signed-by=...]
+                    while words and not words[0].endswith("]"):
+                        words = words[1:]
+                    words = words[1:]
+                if len(words) >= 2 and words[1] == suite:
+                    return words[0]
+    return None
+
+
+def host_apt_mirror() -> str:
+    sources: dict[str, str] = {}
+    candidates = [Path("/etc/apt/sources.list"), *sorted(Path("/etc/apt/sources.list.d").glob("*"))]
+    for path in candidates:
+        if path.is_file():
+            sources[path.name] = path.read_text(errors="replace")
+    mirror = parse_apt_mirror(sources)
+    if not mirror:
+        raise PreflightError("apt sources", "/etc/apt/sources.list.d", f"no enabled `deb` source for {SUITE}",
+                             f"add a Debian {SUITE} mirror to /etc/apt/sources.list.d/ (debootstrap uses it)")
+    return mirror
+
+
+def image_exists(tag: str) -> bool:
+    return subprocess.run(["docker", "image", "inspect", tag], capture_output=True).returncode == 0
+
+
+def _build_base(tag: str, progress: Progress) -> None:
+    if not shutil.which("debootstrap"):
+        raise PreflightError("debootstrap", None, "not installed", "apt-get install debootstrap (or bin/setup)")
+    mirror = host_apt_mirror()
+    build_dir = CACHE_DIR / "build"
+    build_dir.mkdir(parents=True, exist_ok=True)
+    rootfs = Path(tempfile.mkdtemp(prefix="rig-rootfs-", dir=build_dir))
+    try:
+        progress(f"rig base: debootstrap --variant=minbase {SUITE} (about a minute)")
+        run_with_progress(["debootstrap", "--variant=minbase", SUITE, str(rootfs), mirror], "rig base: debootstrap",
+                          "check the mirror in /etc/apt/sources.list.d/ is reachable; rerun `rigkit lab up`",
+                          progress, "debootstrap")
+        progress(f"rig base: docker import as {tag}")
+        tar = subprocess.Popen(["tar", "-C", str(rootfs), "-c", "."], stdout=subprocess.PIPE)
+        imported = subprocess.run(["docker", "import", "--change", f"LABEL {IMAGE_LABEL}=base", "-", tag],
+                                  stdin=tar.stdout, capture_output=True, text=True)
+        tar.stdout.close()
+        if tar.wait() != 0 or imported.returncode != 0:
+            raise LabStepError("rig base: docker import", tag, imported.stderr.strip() or "tar failed",
+                               "check free space under the engine's data root")
+    finally:
+        shutil.rmtree(rootfs, ignore_errors=True)
+
+
+def _build_rig_image(base: str, tag: str, progress: Progress) -> None:
+    builder = f"rigkit-lab-build-{tag.rsplit(':', 1)[1]}"
+    subprocess.run(["docker", "rm", "-f", builder], capture_output=True)
+    try:
+        progress(f"rig image: installing {len(RIG_PACKAGES)} packages in {builder} (about a minute)")
+        run_with_progress(["docker", "run", "--name", builder, "--network", "host",
+                           "--label", f"{CONTAINER_LABEL}={LAB_DIR}", base, "bash", "-c", INSTALL_SCRIPT],
+                          "rig image: package install", "check the apt mirror is reachable; rerun `rigkit lab up`",
+                          progress, "rig image")
+        run(["docker", "commit",
+             "--change", 'CMD ["/sbin/init"]',
+             "--change", f"LABEL {IMAGE_LABEL}=rig", builder, tag],
+            "rig image: docker commit", "check free space under the engine's data root")
+    finally:
+        subprocess.run(["docker", "rm", "-f", builder], capture_output=True)
+
+
+def ensure_rig_image(progress: Progress) -> str:
+    """The rig image tag, built if the engine does not have it yet."""
+    tag = rig_image_tag()
+    if image_exists(tag):
+        progress(f"rig image: cached ({tag})")
+        return tag
+    if os.geteuid() != 0:
+        raise PreflightError("user", os.geteuid(), "building the rig image needs root (debootstrap)",
+                             "run as root (sudo rigkit lab up)")
+    base = base_tag()
+    if image_exists(base):
+        progress(f"rig base: cached ({base})")
+    else:
+        _build_base(base, progress)
+    _build_rig_image(base, tag, progress)
+    progress(f"rig image: built {tag}")
+    return tag

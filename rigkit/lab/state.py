@@ -1,0 +1,77 @@
+"""The lab state file: what `lab up` made, read by the inventory, the tests and `lab down`."""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from rigkit.errors import ConfigError
+from rigkit.paths import LAB_STATE_FILE
+
+
+@dataclass
+class RigState:
+    name: str
+    container: str
+    ssh_host: str
+    ssh_port: int
+    serving_port: int
+    nvme_path: str
+    loop_device: str
+    loop_image: str
+    docker_dir: str
+
+
+@dataclass
+class LabState:
+    registry: str
+    ssh_key: str
+    known_hosts: str
+    rigs: list[RigState] = field(default_factory=list)
+    rig_image: str = ""
+    serving_image: dict | None = None
+    engine: dict = field(default_factory=dict)
+    registry_pid: int | None = None
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), indent=2, sort_keys=True) + "\n"
+
+    @classmethod
+    def from_dict(cls, data: dict) -> "LabState":
+        rigs = [RigState(**rig) for rig in data.get("rigs", [])]
+        known = {name for name in cls.__dataclass_fields__ if name != "rigs"}
+        return cls(rigs=rigs, **{key: value for key, value in data.items() if key in known})
+
+    def rig(self, name: str) -> RigState:
+        for rig in self.rigs:
+            if rig.name == name:
+                return rig
+        raise KeyError(name)
+
+
+def write_state(state: LabState, path: Path = LAB_STATE_FILE) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(state.to_json())
+    os.replace(tmp, path)
+
+
+def read_state(path: Path = LAB_STATE_FILE) -> LabState:
+    """The current lab; a clear error if there is none."""
+    try:
+        data = json.loads(path.read_text())
+    except FileNotFoundError:
+        raise ConfigError("lab state", str(path), "no lab is up", "run `rigkit lab up` first") from None
+    except ValueError as exc:
+        raise ConfigError("lab state", str(path), f"unreadable ({exc})",
+                          "run `rigkit lab down` then `rigkit lab up`") from None
+    return LabState.from_dict(data)
+
+
+def read_state_or_none(path: Path = LAB_STATE_FILE) -> LabState | None:
+    try:
+        return read_state(path)
+    except ConfigError:
+        return None

@@ -1,0 +1,122 @@
+"""Results cards: JSON schema round trip, Markdown shape, PNGs, fleet card, `rigkit card` re-render."""
+
+import json
+
+import pytest
+
+from rigkit import cli
+from rigkit.card import (Capacity, CapacityTier, DecodeAB, DecodeKind, PromptRecord, Reproducibility, RigCard,
+                         StatModel, TierProof, TierResult, load_cards, render_fleet_markdown, render_rig_markdown,
+                         render_run, write_card)
+from rigkit.errors import ConfigError
+
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+
+def _tier(expected, ttfts, label=None, gpu=0.0, ext=0.0):
+    label = label or expected
+    proof = TierProof(label=label, gpu_hits=gpu, gpu_queries=3500, external_hits=ext, external_queries=3500 if ext else 0,
+                      external_kv_transfer_tokens=ext, text=f"GPU prefix hits +{gpu:.0f}/3500 queried, "
+                                                            f"external hits +{ext:.0f}")
+    return TierResult(expected=expected, labels=[label] * len(ttfts), passed=label == expected,
+                      ttft_s=StatModel.of(ttfts), server_ttft_s=StatModel.of([t * 0.95 for t in ttfts]),
+                      ttft_within_tolerance=[True] * len(ttfts), prompt_tokens=[3500] * len(ttfts),
+                      proofs=[proof] * len(ttfts))
+
+
+def make_card(rig="rig1", cold=(1.0, 1.1, 0.9), warm=(0.1, 0.1, 0.1), connector_label="warm-connector",
+              seed=7, kb_per_token=28.7):
+    decode = DecodeAB(arms={"on": "lab-example", "off": "lab-plain"}, warmup=3, measured=5, output_tokens=128,
+                      kinds=[DecodeKind(kind="narrative", on=StatModel.of([50, 51, 52, 50, 51]),
+                                        off=StatModel.of([51, 50, 52, 51, 50]), delta_pct=0.0, within_bands=True),
+                             DecodeKind(kind="code", on=StatModel.of([48, 49, 50, 48, 49]),
+                                        off=StatModel.of([49, 50, 49, 48, 50]), delta_pct=-0.4, within_bands=True)],
+                      verdict="no penalty", reason="every delta lies within the CV bands")
+    return RigCard(
+        rig=rig, run_id="20260101T000000Z", prefill_tokens_per_s=3400.0,
+        repro=Reproducibility(image_digest="127.0.0.1:5000/rigkit/vllm-cpu-tiny@sha256:" + "a" * 64,
+                              profile="lab-example", knobs={"VLLM_CPU_KVCACHE_SPACE": "1"},
+                              prompts=[PromptRecord(kind="narrative", target_tokens=3500, seed=seed, tokens=3498)],
+                              gpu_models=[], host_ram_bytes=24 * 2**30, l2_device="/dev/loop3", l2_filesystem="ext4"),
+        tiers=[_tier("cold", cold), _tier("warm-gpu", warm, gpu=3456),
+               _tier("warm-connector", [0.09, 0.1, 0.11], label=connector_label,
+                     ext=3456 if connector_label == "warm-connector" else 0),
+               _tier("warm-persistent", [0.2, 0.25, 0.2], ext=3456)],
+        decode_ab=decode,
+        capacity=Capacity(kb_per_token=kb_per_token, bytes_grown=301_000_000, tokens_stored=10_500,
+                          source="connector store growth",
+                          tiers=[CapacityTier(name="L2 disk 1 TB", size_bytes=10**12,
+                                              sessions={"3500": 9900.0, "50000": 697.0})]))
+
+
+def test_json_round_trip_keeps_every_field(tmp_path):
+    card = make_card()
+    path = write_card(tmp_path, card)
+    assert path.name == "rig1.card.json"
+    data = json.loads(path.read_text())
+    assert data["schema_version"] == 1
+    assert load_cards(tmp_path) == [card]
+
+
+def test_rig_markdown_has_the_three_tables_with_n_cv_and_proof():
+    md = render_rig_markdown(make_card())
+    assert "## ① Serving" in md and "## ② Cache behaviour" in md and "## ③ Capacity" in md
+    assert "| Cold (re-prefill) | 1.00 s (n=3, CV 10.0%) | 1× |" in md
+    assert "| ~10.0× |" in md  # warm-gpu vs cold: 1.0 s / 0.1 s
+    assert "GPU prefix hits +3456/3500 queried" in md
+    assert "50.8 (n=5, CV 1.6%)" in md  # decode narrative ON
+    assert "28.7 KB/token" in md and "| L2 disk 1 TB | 1.0 TB | 9900.0 | 697.0 |" in md
+    assert "sha256:" + "a" * 64 in md and "seed 7" in md and "/dev/loop3 / ext4" in md
+    assert "**Verdict: PASS**" in md
+
+
+def test_retrieved_but_unused_tier_fails_the_card_even_with_fast_ttft():
+    card = make_card(connector_label="retrieved-but-unused")
+    assert not card.passed
+    md = render_rig_markdown(card)
+    assert "**Verdict: FAIL**" in md
+    assert "tier warm-connector: labelled retrieved-but-unused" in md
+
+
+def test_render_run_writes_markdown_and_real_pngs(tmp_path):
+    write_card(tmp_path, make_card("rig1"))
+    write_card(tmp_path, make_card("rig2", cold=(2.0, 2.2, 1.8)))
+    written = render_run(tmp_path)
+    names = {p.name for p in written}
+    assert {"rig1.md", "rig1-ttft.png", "rig1-decode.png", "rig2.md", "fleet.md", "fleet-ttft.png"} <= names
+    for name in ("rig1-ttft.png", "rig1-decode.png", "fleet-ttft.png"):
+        assert (tmp_path / name).read_bytes()[:8] == PNG_MAGIC
+
+
+def test_fleet_card_puts_rigs_side_by_side_with_spread():
+    md = render_fleet_markdown([make_card("rig1"), make_card("rig2", cold=(2.0, 2.2, 1.8))])
+    assert "| | rig1 | rig2 | spread (min–max, CV) |" in md
+    assert "| TTFT cold (s) | 1.000 | 2.000 | 1–2 (CV 47.1%) |" in md
+    assert "2/2 rigs pass." in md
+    assert "Not like for like" not in md
+
+
+def test_fleet_card_warns_when_rigs_ran_different_prompts():
+    md = render_fleet_markdown([make_card("rig1", seed=1), make_card("rig2", seed=2)])
+    assert "Not like for like" in md
+
+
+def test_cli_rerenders_from_json_only(tmp_path, capsys):
+    write_card(tmp_path, make_card())
+    assert cli.main(["card", str(tmp_path)]) == 0
+    assert (tmp_path / "rig1.md").exists()
+    assert str(tmp_path / "fleet.md") in capsys.readouterr().out
+
+
+def test_cli_refuses_a_directory_without_cards(tmp_path, capsys):
+    assert cli.main(["card", str(tmp_path)]) == 2
+    assert "no *.card.json files" in capsys.readouterr().out
+
+
+def test_unknown_schema_version_is_refused(tmp_path):
+    path = write_card(tmp_path, make_card())
+    data = json.loads(path.read_text())
+    data["schema_version"] = 99
+    path.write_text(json.dumps(data))
+    with pytest.raises(ConfigError, match="schema v1"):
+        load_cards(tmp_path)

@@ -1,0 +1,212 @@
+"""Client logic that needs no server: salted prompts, prefill timeouts, the TTFT cross-check, tunnel routing.
+
+Requests against a real vLLM are in tests/lab/test_validation_lab.py.
+"""
+
+import pytest
+
+from rigkit import client, tunnel
+from rigkit.client import PromptSpec, crosscheck_ttft, draft_text, prefill_timeout
+from rigkit.metrics import Delta
+
+
+def test_prompt_starts_with_the_salt_and_body_follows_the_seed():
+    spec = PromptSpec("narrative", 500, seed=42)
+    a = draft_text(spec, "aaaa", 2000)
+    b = draft_text(spec, "bbbb", 2000)
+    assert a.startswith("Session aaaa.") and b.startswith("Session bbbb.")
+    # same seed: same body after the salt (replayable); the salt alone makes the prefixes differ
+    assert a.split("\n\n", 1)[1] == b.split("\n\n", 1)[1]
+    other = draft_text(PromptSpec("narrative", 500, seed=43), "aaaa", 2000)
+    assert other != a
+
+
+def test_code_prompts_look_like_code_and_reach_the_size():
+    text = draft_text(PromptSpec("code", 500, seed=1), "s", 3000)
+    assert "def update_" in text and "return" in text
+    assert len(text) >= 3000
+
+
+def test_session_ids_are_unique():
+    assert len({client.new_session_id() for _ in range(100)}) == 100
+
+
+def test_prefill_timeout_scales_with_the_measured_rate_and_has_a_floor():
+    # 37K tokens at a measured 850 tokens/s: ~43 s predicted, never cut before 5x that
+    assert prefill_timeout(36_807, 850.0) == pytest.approx(client.PREFILL_TIMEOUT_FACTOR * 36_807 / 850.0)
+    assert prefill_timeout(100, 10_000.0) == client.MIN_PREFILL_TIMEOUT_S
+    # a 255K prefill on a rig that prefills 850 tokens/s must get far more than a 300 s client default
+    assert prefill_timeout(255_000, 850.0) > 300 * 4
+    assert prefill_timeout(1000, None) == client.UNMEASURED_PREFILL_TIMEOUT_S
+
+
+def _window(ttft_sum, ttft_count):
+    return Delta(ttft_sum=ttft_sum, ttft_count=ttft_count)
+
+
+def test_ttft_crosscheck_within_and_outside_tolerance():
+    assert crosscheck_ttft(1.05, _window(1.0, 1)).within
+    assert crosscheck_ttft(0.09, _window(0.05, 1)).within  # small absolute slack for HTTP overhead
+    far = crosscheck_ttft(2.0, _window(1.0, 1))
+    assert not far.within and far.difference_s == pytest.approx(1.0)
+
+
+def test_ttft_crosscheck_refuses_a_window_with_other_requests():
+    check = crosscheck_ttft(1.0, _window(2.0, 2))
+    assert not check.within and check.server_requests == 2
+    assert not crosscheck_ttft(1.0, _window(0.0, 0)).within
+
+
+@pytest.mark.parametrize("bind,loopback", [("127.0.0.1", True), ("127.0.0.53", True), ("localhost", True),
+                                           ("::1", True), ("10.0.0.5", False), ("0.0.0.0", False)])
+def test_loopback_binds_need_a_tunnel(bind, loopback):
+    assert tunnel.is_loopback_bind(bind) is loopback
+
+
+def test_direct_address_for_lan_and_wildcard_binds():
+    data = {"ssh_hostname": "10.0.0.7"}
+    assert tunnel.direct_address("10.0.0.5", data) == "10.0.0.5"
+    assert tunnel.direct_address("0.0.0.0", data) == "10.0.0.7"
+    assert tunnel.direct_address("0.0.0.0", {}, "rig3.lan") == "rig3.lan"
+
+
+# --- the tunnel against a real SSH server -------------------------------------------------------
+# No sshd on this machine's host side: paramiko's own server implementation plays the rig's sshd
+# (real SSH protocol, real direct-tcpip channels); the forwarded service is a real HTTP server.
+import http.server  # noqa: E402
+import socket  # noqa: E402
+import threading  # noqa: E402
+
+import paramiko  # noqa: E402
+import requests  # noqa: E402
+
+
+class _RigSSHServer(paramiko.ServerInterface):
+    def __init__(self, authorized: paramiko.PKey):
+        self.authorized = authorized
+        self.destinations: dict[int, tuple] = {}
+
+    def get_allowed_auths(self, username):
+        return "publickey"
+
+    def check_auth_publickey(self, username, key):
+        ok = username == "root" and key.get_base64() == self.authorized.get_base64()
+        return paramiko.AUTH_SUCCESSFUL if ok else paramiko.AUTH_FAILED
+
+    def check_channel_request(self, kind, chanid):
+        return paramiko.OPEN_FAILED_ADMINISTRATIVELY_PROHIBITED
+
+    def check_channel_direct_tcpip_request(self, chanid, origin, destination):
+        self.destinations[chanid] = destination
+        return paramiko.OPEN_SUCCEEDED
+
+
+def _pump(channel, destination):
+    with socket.create_connection(destination) as upstream:
+        upstream.settimeout(5)
+        channel.settimeout(5)
+        while True:
+            data = channel.recv(65536)
+            if not data:
+                break
+            upstream.sendall(data)
+            if b"\r\n\r\n" in data:
+                break
+        while True:
+            data = upstream.recv(65536)
+            if not data:
+                break
+            channel.sendall(data)
+    channel.close()
+
+
+@pytest.fixture
+def ssh_rig(tmp_path):
+    host_key = paramiko.RSAKey.generate(2048)
+    user_key = paramiko.RSAKey.generate(2048)
+    key_file = tmp_path / "id_rsa"
+    user_key.write_private_key_file(str(key_file))
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(4)
+    stop = threading.Event()
+
+    def serve():
+        while not stop.is_set():
+            try:
+                sock, _ = listener.accept()
+            except OSError:
+                return
+            transport = paramiko.Transport(sock)
+            transport.add_server_key(host_key)
+            server = _RigSSHServer(user_key)
+            try:
+                transport.start_server(server=server)
+            except paramiko.SSHException:
+                continue
+
+            def channels(transport=transport, server=server):
+                while transport.is_active():
+                    channel = transport.accept(1)
+                    if channel is not None:
+                        threading.Thread(target=_pump, args=(channel, server.destinations[channel.get_id()]),
+                                         daemon=True).start()
+
+            threading.Thread(target=channels, daemon=True).start()
+
+    threading.Thread(target=serve, daemon=True).start()
+    data = {"ssh_hostname": "127.0.0.1", "ssh_port": listener.getsockname()[1], "ssh_user": "root",
+            "ssh_key": str(key_file), "ssh_known_hosts_file": str(tmp_path / "known_hosts"),
+            "ssh_allow_agent": False, "ssh_look_for_keys": False}
+    yield data, host_key
+    stop.set()
+    listener.close()
+
+
+@pytest.fixture
+def api_on_loopback():
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):
+            body = b'{"data": [{"id": "tiny"}]}'
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(body)))
+            self.send_header("Connection", "close")
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield server.server_address[1]
+    server.shutdown()
+
+
+def test_tunnel_forwards_to_the_rigs_loopback_port(ssh_rig, api_on_loopback):
+    data, host_key = ssh_rig
+    with tunnel.serving_url(data, "127.0.0.1", api_on_loopback) as url:
+        assert url.startswith("http://127.0.0.1:") and not url.endswith(f":{api_on_loopback}")
+        assert requests.get(f"{url}/v1/models", timeout=10).json()["data"][0]["id"] == "tiny"
+    # accept-new (pyinfra's default) remembered the rig's host key
+    remembered = paramiko.HostKeys(data["ssh_known_hosts_file"]).lookup(f"[127.0.0.1]:{data['ssh_port']}")
+    assert remembered[host_key.get_name()].get_base64() == host_key.get_base64()
+
+
+def test_tunnel_refuses_a_changed_host_key(ssh_rig, api_on_loopback, tmp_path):
+    data, _ = ssh_rig
+    impostor = paramiko.RSAKey.generate(2048)
+    known = tmp_path / "known_hosts_other"
+    hosts = paramiko.HostKeys()
+    hosts.add(f"[127.0.0.1]:{data['ssh_port']}", impostor.get_name(), impostor)
+    hosts.save(str(known))
+    with pytest.raises(tunnel.TunnelError, match="ssh_hostname"):
+        with tunnel.serving_url({**data, "ssh_known_hosts_file": str(known)}, "127.0.0.1", api_on_loopback):
+            pass
+
+
+def test_lan_bind_connects_directly_without_ssh(api_on_loopback):
+    # no ssh data at all: a direct bind must not try to open SSH
+    with tunnel.serving_url({}, "0.0.0.0", api_on_loopback, inventory_name="127.0.0.1") as url:
+        assert url == f"http://127.0.0.1:{api_on_loopback}"
+        assert requests.get(f"{url}/v1/models", timeout=10).status_code == 200

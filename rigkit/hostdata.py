@@ -1,0 +1,166 @@
+"""From a host's data (inventory + group_data + --data) to validated serving Settings.
+
+``settings_for_host(data)`` runs before any host is touched and raises ConfigError naming the
+field on any bad input: an unknown key (with the closest valid name), a tag image, an incubating
+profile without opt-in, a bad knob value, a memory limit below what L1 and the model need.
+
+The convention for host data keys (one flat namespace):
+- serving knobs: rigkit.knobs.KNOBS;
+- role variables: each roles/<name>.py declares ``VARIABLES: list[Variable]`` at module level;
+- connection and lab keys: names starting with ``ssh_`` (pyinfra's SSH connector) or ``_``
+  (pyinfra's global arguments such as ``_sudo``), and LAB_KEYS below.
+Anything else is refused, so a typo never silently falls back to a default.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib
+import json
+import pkgutil
+from dataclasses import dataclass
+from typing import Any, Iterable, Optional
+
+from rigkit.errors import ConfigError
+from rigkit.knobs import KNOBS, KNOBS_BY_NAME, SECRET_KNOBS
+from rigkit.profiles import Profile, get_profile, load_profiles
+from rigkit.registry import require_digest
+from rigkit.sizing import capacity_line, default_shm_size_gb, required_mem_limit_gb
+from rigkit.variables import Variable, refuse_unknown, resolve
+
+CONNECTION_PREFIXES = ("ssh_", "_")
+# Keys the lab inventory writes for its own bookkeeping (rigkit/lab): not settings of the stack.
+LAB_KEYS = frozenset({"lab_rig", "lab_container", "l2_device", "nvme_path", "loop_device"})
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Everything the serving role needs, validated: the profile, the image, every knob's value."""
+
+    profile: Profile
+    image: str
+    knobs: dict[str, Any]
+
+    @property
+    def l1_gb(self) -> int:
+        """L1 RAM the stack pins (0 when the profile has no CPU-RAM tier)."""
+        return self.knobs["l1_size_gb"] if self.profile.uses_l1 else 0
+
+    @property
+    def l2_active(self) -> bool:
+        mode = self.profile.l2_mode
+        return mode == "always" or (mode == "optional" and bool(self.knobs["l2_enabled"]))
+
+    @property
+    def gpu_ids(self) -> list[int]:
+        """Host GPU indices handed to the container; empty = every GPU (or none for CPU profiles)."""
+        mask = self.knobs["gpu_mask"]
+        return [int(part) for part in mask.split(",")] if mask else []
+
+    @property
+    def kv_bytes_per_token(self) -> Optional[int]:
+        return self.knobs["kv_bytes_per_token"] or self.profile.resources.kv_bytes_per_token
+
+    @property
+    def knobs_hash(self) -> str:
+        """Changes whenever anything rendered would change: profile, image or any knob."""
+        payload = json.dumps({"profile": self.profile.name, "image": self.image, "knobs": self.knobs},
+                             sort_keys=True, default=str)
+        return hashlib.sha256(payload.encode()).hexdigest()[:16]
+
+    def capacity(self) -> str:
+        """The deploy summary's capacity line for this rig."""
+        if not self.kv_bytes_per_token:
+            return "capacity unknown: set kv_bytes_per_token"
+        l2_gb = self.knobs["l2_budget_gb"] if self.l2_active else None
+        return capacity_line(self.l1_gb or None, l2_gb, self.kv_bytes_per_token)
+
+
+def role_variables() -> list[Variable]:
+    """VARIABLES declared by the roles (roles.PIPELINE order when declared, else every roles/*.py)."""
+    import roles
+
+    names: Iterable[str] = getattr(roles, "PIPELINE", None) or [
+        info.name for info in pkgutil.iter_modules(roles.__path__)]
+    found: list[Variable] = []
+    for name in names:
+        name = getattr(name, "__name__", name)
+        module_name = name if name.startswith("roles.") else f"roles.{name}"
+        try:
+            module = importlib.import_module(module_name)
+        except ModuleNotFoundError as exc:
+            if exc.name == module_name:  # listed in the pipeline but not written yet
+                continue
+            raise
+        found.extend(getattr(module, "VARIABLES", []))
+    return found
+
+
+def known_keys(extra_variables: Iterable[Variable] = ()) -> set[str]:
+    return {knob.name for knob in KNOBS} | {v.name for v in extra_variables} | set(LAB_KEYS)
+
+
+def refuse_unknown_keys(data: dict, variables: Iterable[Variable]) -> None:
+    names = [key for key in data if not key.startswith(CONNECTION_PREFIXES)]
+    refuse_unknown(names, known_keys(variables), "host data")
+
+
+def _derive(profile: Profile, knobs: dict[str, Any]) -> dict[str, Any]:
+    """Fill knobs whose default depends on others; refuse combinations no host fact can fix."""
+    derived = dict(knobs)
+    if derived["model"] is None:
+        raise ConfigError("model", None, f"profile {profile.name} has no default model",
+                          "set model (a model id or an in-container path) in host or group data")
+    if derived["served_model_name"] is None:
+        derived["served_model_name"] = derived["model"]
+    gpus = [part for part in derived["gpu_mask"].split(",") if part]
+    if derived["tensor_parallel_size"] is None:
+        derived["tensor_parallel_size"] = len(gpus) or max(profile.resources.gpus, 1)
+    if gpus and len(gpus) < profile.resources.gpus:
+        raise ConfigError("gpu_mask", derived["gpu_mask"],
+                          f"selects {len(gpus)} GPU(s) but profile {profile.name} needs {profile.resources.gpus}",
+                          f"select at least {profile.resources.gpus} GPUs, or clear gpu_mask to use every GPU")
+    l1_gb = derived["l1_size_gb"] if profile.uses_l1 else 0
+    needed = required_mem_limit_gb(l1_gb, derived["model_size_gb"], derived["mem_headroom_gb"])
+    if derived["mem_limit_gb"] is None:
+        derived["mem_limit_gb"] = needed
+    elif derived["mem_limit_gb"] < needed:
+        raise ConfigError("mem_limit_gb", derived["mem_limit_gb"],
+                          f"below L1 {l1_gb} + model page cache {derived['model_size_gb']} + headroom "
+                          f"{derived['mem_headroom_gb']} = {needed} GB (pinned L1 and mmap'd weights both count "
+                          "against the container; too small crash-loops with 'WorkerProc initialization failed')",
+                          f"set mem_limit_gb to at least {needed}, or lower l1_size_gb")
+    if derived["shm_size_gb"] is None:
+        derived["shm_size_gb"] = default_shm_size_gb(l1_gb)
+    return derived
+
+
+def settings_for_host(data: dict, profiles: Optional[dict[str, Profile]] = None,
+                      variables: Optional[Iterable[Variable]] = None) -> Settings:
+    """Validated Settings for one host's data; ConfigError (naming the field) on any bad input."""
+    variables = role_variables() if variables is None else list(variables)
+    refuse_unknown_keys(data, variables)
+    profiles = load_profiles() if profiles is None else profiles
+    profile_name = KNOBS_BY_NAME["serving_profile"].coerce(data.get("serving_profile"))
+    if profile_name is None:
+        raise ConfigError("serving_profile", None, "no profile selected",
+                          f"set serving_profile to one of {', '.join(sorted(profiles))}")
+    profile = get_profile(profiles, profile_name)
+    try:
+        knobs = resolve(KNOBS, {**profile.defaults, **{k: v for k, v in data.items() if k in KNOBS_BY_NAME}})
+    except ConfigError as exc:
+        if exc.field in SECRET_KNOBS:  # never echo a token into a log
+            raise ConfigError(exc.field, "<redacted>", exc.problem, exc.fix) from None
+        raise
+    if profile.status == "incubating" and not knobs["allow_incubating"]:
+        raise ConfigError("serving_profile", profile.name, "is incubating: deploying it needs an explicit opt-in",
+                          "set allow_incubating: true for this host or group, or pick a production profile")
+    if knobs["serving_image"] is not None:
+        image = require_digest(knobs["serving_image"], "serving_image")
+    elif profile.image is not None:
+        image = require_digest(profile.image, f"profiles.{profile.name}.image")
+    else:
+        raise ConfigError("serving_image", None, f"profile {profile.name} pins no image",
+                          f"set serving_image to {profile.image_repo}@sha256:<64 hex> "
+                          f"(`rigkit resolve {profile.image_repo}:TAG` prints it)")
+    return Settings(profile=profile, image=image, knobs=_derive(profile, knobs))

@@ -1,0 +1,192 @@
+"""The serving knob registry: every tunable of a serving stack, declared once.
+
+Host or group data sets knobs by name (``l1_size_gb: 60``). A profile (profiles.yaml) lists the knobs
+its container reads and may change a knob's default; host data overrides both. Knobs with an ``env``
+name reach the container through ``.env`` and a ``NAME=${NAME:-}`` line in the compose
+``environment:`` block (rigkit/render.py derives both from this list); the others shape the compose
+file itself (limits, mounts, restart policy) or steer rigkit (gates, timeouts).
+
+Never name an env var VLLM_PORT or VLLM_HOST_IP: vLLM reads those itself.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+import re
+from typing import Any, Optional
+
+from rigkit.variables import Variable
+
+# Host paths and env values travel through .env and compose; both readers (compose v1's python-dotenv,
+# compose v2's Go parser) must read back exactly what was declared.
+FORBIDDEN_CHARACTERS = {"\n": "a newline", "\r": "a carriage return", "\x00": "a NUL byte"}
+
+RESTART_POLICIES = ("no", "always", "unless-stopped", "on-failure")
+
+
+def env_value_problem(text: str) -> Optional[str]:
+    """Why ``text`` cannot be written to .env so that compose v1 and v2 read it back unchanged, or None."""
+    for char, name in FORBIDDEN_CHARACTERS.items():
+        if char in text:
+            return f"contains {name}"
+    if "${" in text:
+        # compose v1 (python-dotenv) expands ${...} even inside single quotes.
+        return "contains '${', which compose would expand"
+    needs_double_quotes = "'" in text or "\\" in text
+    if needs_double_quotes and "$" in text:
+        # Inside double quotes compose v2 expands $NAME and $$: no quoting keeps both ' (or \) and $.
+        return "contains both a quote or backslash and '$', which no .env quoting keeps for both compose versions"
+    if needs_double_quotes and (text.startswith('"') or text.endswith('"')):
+        return "starts or ends with '\"' and also contains a quote or backslash"
+    return None
+
+
+def _text(extra=None):
+    """A check for strings that reach .env or compose: refuses what compose cannot carry."""
+
+    def check(value: str) -> None:
+        problem = env_value_problem(value)
+        if problem:
+            raise ValueError(problem)
+        if extra is not None:
+            extra(value)
+
+    return check
+
+
+def _between(low: float, high: Optional[float] = None):
+    def check(value: float) -> None:
+        if value < low or (high is not None and value > high):
+            bound = f"between {low} and {high}" if high is not None else f"at least {low}"
+            raise ValueError(f"must be {bound}")
+
+    return check
+
+
+def _restart_policy(value: str) -> None:
+    if value not in RESTART_POLICIES:
+        raise ValueError(f"must be one of {', '.join(RESTART_POLICIES)}")
+
+
+def _json_object(value: str) -> None:
+    try:
+        parsed = json.loads(value)
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno} (char {exc.pos})")
+    if not isinstance(parsed, dict):
+        raise ValueError(f"must be a JSON object ({{...}}), got {type(parsed).__name__}")
+
+
+def _ip_address(value: str) -> None:
+    try:
+        ipaddress.ip_address(value)
+    except ValueError:
+        raise ValueError("must be an IP address such as 127.0.0.1 (or 0.0.0.0 to listen on every interface)")
+
+
+def _absolute_path(value: str) -> None:
+    if not value.startswith("/"):
+        raise ValueError("must be an absolute host path")
+    if ":" in value:
+        raise ValueError("must not contain ':' (compose volume syntax)")
+
+
+def _gpu_mask(value: str) -> None:
+    if value and not re.fullmatch(r"\d+(,\d+)*", value):
+        raise ValueError("must be GPU indices separated by commas, e.g. 0,1 (empty = every GPU)")
+
+
+def _profile_name(value: str) -> None:
+    if not re.fullmatch(r"[a-z0-9][a-z0-9-]*", value):
+        raise ValueError("must be a profile name from profiles.yaml")
+
+
+def _image(value: str) -> None:
+    if any(char.isspace() for char in value):
+        raise ValueError("must not contain whitespace")
+
+
+KNOBS: list[Variable] = [
+    # Which stack, which image.
+    Variable("serving_profile", None, "profile from profiles.yaml to deploy (lmcache-mp, native-offload, "
+             "prefix-only, cpu-lab, ...)", str, _text(_profile_name)),
+    Variable("serving_image", None, "image by digest (repo@sha256:...); overrides the profile's image",
+             str, _text(_image)),
+    Variable("allow_incubating", False, "opt in to deploying a profile whose status is incubating", bool),
+    Variable("force", False, "turn forceable preflight refusals (GPU memory, L2 budget) into warnings; "
+             "never overrides the RAM gate", bool),
+    # The model and the API.
+    Variable("model", None, "model id or in-container path vLLM loads", str, _text(), env="RIGKIT_MODEL"),
+    Variable("served_model_name", None, "name the API serves the model under (/v1/models)", str, _text(),
+             env="RIGKIT_SERVED_MODEL_NAME"),
+    Variable("serving_port", 8000, "TCP port of the OpenAI API", int, _between(1024, 65535),
+             env="RIGKIT_SERVING_PORT"),
+    Variable("bind_address", "127.0.0.1", "address the API listens on (host networking)", str,
+             _text(_ip_address), env="RIGKIT_BIND_ADDRESS"),
+    Variable("max_model_len", None, "--max-model-len (context limit; empty = the model's)", int,
+             _between(256), env="RIGKIT_MAX_MODEL_LEN"),
+    Variable("max_num_batched_tokens", None, "--max-num-batched-tokens (empty = vLLM's default)", int,
+             _between(256), env="RIGKIT_MAX_NUM_BATCHED_TOKENS"),
+    Variable("num_gpu_blocks_override", None, "--num-gpu-blocks-override: shrink the KV pool "
+             "(tests evict with it)", int, _between(1), env="RIGKIT_NUM_GPU_BLOCKS_OVERRIDE"),
+    Variable("tensor_parallel_size", None, "--tensor-parallel-size (empty = number of selected GPUs)", int,
+             _between(1, 64), env="RIGKIT_TENSOR_PARALLEL_SIZE"),
+    Variable("gpu_mask", "", "host GPU indices given to the container, e.g. 0,1 (empty = every GPU)", str,
+             _text(_gpu_mask)),
+    Variable("hf_token", None, "Hugging Face token for gated models (secret: .env only, mode 0600)", str,
+             _text(), env="HF_TOKEN"),
+    Variable("cpu_kvcache_space_gb", None, "VLLM_CPU_KVCACHE_SPACE in GiB (CPU builds of vLLM)", int,
+             _between(1), env="VLLM_CPU_KVCACHE_SPACE"),
+    # The KV cache tiers.
+    Variable("l1_size_gb", 30, "L1 CPU-RAM KV cache size in GB", int, _between(1, 4096), env="LMCACHE_L1_GB"),
+    Variable("l2_enabled", False, "persist the KV cache on disk (L2) under l2_path", bool, env="LMCACHE_L2"),
+    Variable("l2_adapter_json", None, "LMCache L2 adapter as a JSON object (empty = fs adapter on l2_path)",
+             str, _text(_json_object), env="LMCACHE_L2_ADAPTER"),
+    Variable("l2_path", "/var/lib/rigkit/kv", "host directory of the L2 disk tier, mounted into the container",
+             str, _text(_absolute_path)),
+    Variable("l2_budget_gb", 100.0, "disk the L2 tier may fill, in GB (preflight refuses less free space)",
+             float, _between(0.01)),
+    Variable("chunk_size", 256, "LMCache chunk size in tokens", int, _between(16, 65536), env="LMCACHE_CHUNK_SIZE"),
+    Variable("kv_bytes_per_token", None, "KV cache cost per token in bytes, for capacity sizing "
+             "(empty = the profile's)", int, _between(1)),
+    # Container limits.
+    Variable("model_size_gb", 30, "page cache of the model weights that counts against mem_limit, in GB", int,
+             _between(0)),
+    Variable("mem_headroom_gb", 20, "memory above L1 + model the container needs (runtime, activations), GB",
+             int, _between(0)),
+    Variable("mem_limit_gb", None, "container memory limit = swap limit, in GB (empty = L1 + model + headroom)",
+             int, _between(1)),
+    Variable("shm_size_gb", None, "container /dev/shm in GB (empty = L1 + shm margin)", int, _between(1)),
+    Variable("restart_policy", "unless-stopped", "compose restart policy: no | always | unless-stopped | "
+             "on-failure", str, _restart_policy),
+    # Gates and lifecycle.
+    Variable("ram_reserve_gb", 28, "RAM left to the host: refuse when MemAvailable < L1 + this (even forced)",
+             int, _between(0)),
+    Variable("gpu_free_fraction_min", 0.8, "each selected GPU must have at least this fraction of memory free",
+             float, _between(0.0, 1.0)),
+    Variable("ready_timeout_s", 600, "seconds to wait for /v1/models after up -d", int, _between(1)),
+    Variable("keep_images", 2, "serving images kept on the rig (older ones are pruned)", int, _between(1)),
+]
+
+KNOBS_BY_NAME: dict[str, Variable] = {knob.name: knob for knob in KNOBS}
+
+# Never printed, never in compose: only in .env (mode 0600).
+SECRET_KNOBS = frozenset({"hf_token"})
+
+
+def env_name(knob_name: str) -> str:
+    """The container env var of a knob (KeyError for an unknown or env-less knob)."""
+    env = KNOBS_BY_NAME[knob_name].env
+    if env is None:
+        raise KeyError(f"{knob_name} has no env var")
+    return env
+
+
+def env_text(value: Any) -> str:
+    """A knob value as the container sees it: booleans as 1/0, unset as empty."""
+    if value is None:
+        return ""
+    if isinstance(value, bool):
+        return "1" if value else "0"
+    return str(value)

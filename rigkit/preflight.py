@@ -1,0 +1,177 @@
+"""Preflight: host facts + Settings -> findings (ok / warn / refuse), each naming the number and the fix.
+
+Pure: the serving role reads the facts (roles/serving_facts.py, nvidia_smi.GPU_MEMORY_QUERY) and
+passes them in. ``preflight(settings, facts)`` returns every finding with ``force`` already applied:
+forceable refusals (GPU memory, L2 budget, MemTotal) become warnings; the RAM gate, a GPU profile on
+a GPU-less rig, a missing engine/compose and an unobtainable image never do.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Any, Literal, Optional
+
+from rigkit.errors import PreflightError
+from rigkit.hostdata import Settings
+from rigkit.nvidia_smi import GpuMemory, parse_gpu_memory
+from rigkit.sizing import GB
+
+L2_FREE_WARN_GB = 50  # below this the L2 tier holds only a few long sessions
+
+Level = Literal["ok", "warn", "refuse"]
+
+
+@dataclass(frozen=True)
+class HostFacts:
+    meminfo: dict[str, int]  # /proc/meminfo in bytes (serving_facts.MemInfo)
+    l2_free_bytes: Optional[int] = None  # free bytes where l2_path lives (serving_facts.DiskFree)
+    gpu_memory_csv: Optional[str] = None  # nvidia_smi.GPU_MEMORY_QUERY output; None: no nvidia-smi
+    has_engine: bool = True  # `docker` answers
+    compose_command: Optional[str] = None  # serving_facts.ComposeCommand
+    image_present: bool = False  # the pinned image is already on the rig
+    registry_reachable: Optional[bool] = None  # None: not probed
+
+
+@dataclass(frozen=True)
+class Finding:
+    level: Level
+    check: str
+    field: str
+    value: Any
+    message: str
+    fix: str = ""
+    forceable: bool = False
+
+    def __str__(self) -> str:
+        fix = f" Fix: {self.fix}" if self.fix and self.level != "ok" else ""
+        return f"[{self.level}] {self.check}: {self.message}.{fix}"
+
+
+def _gb(value_bytes: float) -> float:
+    return round(value_bytes / GB, 1)
+
+
+def check_ram(settings: Settings, meminfo: dict[str, int]) -> list[Finding]:
+    knobs = settings.knobs
+    available = _gb(meminfo.get("MemAvailable", 0))
+    needed = settings.l1_gb + knobs["ram_reserve_gb"]
+    findings = []
+    if available < needed:
+        findings.append(Finding(
+            "refuse", "ram", "l1_size_gb", settings.l1_gb,
+            f"MemAvailable {available:g} GB < L1 {settings.l1_gb} + reserve {knobs['ram_reserve_gb']} = {needed} GB "
+            "(an oversized cache once OOM'd the host; force does not override this)",
+            f"set l1_size_gb to at most {max(int(available - knobs['ram_reserve_gb']), 0)} or free memory"))
+    else:
+        findings.append(Finding("ok", "ram", "l1_size_gb", settings.l1_gb,
+                                f"MemAvailable {available:g} GB >= L1 + reserve {needed} GB"))
+    total = _gb(meminfo.get("MemTotal", 0))
+    minimum = settings.profile.resources.min_ram_gb
+    if total < minimum:
+        findings.append(Finding("refuse", "ram", "serving_profile", settings.profile.name,
+                                f"MemTotal {total:g} GB < {minimum} GB that profile {settings.profile.name} needs",
+                                "pick a smaller profile or a bigger rig", forceable=True))
+    return findings
+
+
+def check_shm(settings: Settings) -> list[Finding]:
+    shm, l1 = settings.knobs["shm_size_gb"], settings.l1_gb
+    if shm < l1:
+        return [Finding("warn", "shm", "shm_size_gb", shm, f"shm {shm} GB < L1 {l1} GB",
+                        f"set shm_size_gb to at least {l1} (or leave it empty)")]
+    return [Finding("ok", "shm", "shm_size_gb", shm, f"shm {shm} GB >= L1 {l1} GB")]
+
+
+def check_l2(settings: Settings, free_bytes: Optional[int]) -> list[Finding]:
+    if not settings.l2_active:
+        return [Finding("ok", "l2", "l2_enabled", False, "no L2 disk tier: skipped")]
+    path, budget = settings.knobs["l2_path"], settings.knobs["l2_budget_gb"]
+    if free_bytes is None:
+        return [Finding("warn", "l2", "l2_path", path, f"free space under {path} unknown",
+                        "check that the L2 disk is mounted (the L2 disk role)")]
+    free = _gb(free_bytes)
+    if free < budget:
+        return [Finding("refuse", "l2", "l2_budget_gb", budget, f"{path} has {free:g} GB free < L2 budget {budget:g} GB",
+                        f"free space on {path} or set l2_budget_gb to at most {free:g}", forceable=True)]
+    if free < L2_FREE_WARN_GB:
+        return [Finding("warn", "l2", "l2_path", path, f"{path} has only {free:g} GB free (< {L2_FREE_WARN_GB} GB)",
+                        "use a larger disk for the L2 tier")]
+    return [Finding("ok", "l2", "l2_path", path, f"{path} has {free:g} GB free >= budget {budget:g} GB")]
+
+
+def check_gpus(settings: Settings, gpu_memory_csv: Optional[str]) -> list[Finding]:
+    profile = settings.profile
+    if not profile.needs_gpus:
+        return [Finding("ok", "gpu", "serving_profile", profile.name, "profile needs no GPUs: skipped")]
+    gpus: list[GpuMemory] = parse_gpu_memory(gpu_memory_csv) if gpu_memory_csv else []
+    if not gpus:
+        return [Finding("refuse", "gpu", "serving_profile", profile.name,
+                        f"profile {profile.name} needs {profile.resources.gpus} GPU(s) but the rig reports none",
+                        "install the NVIDIA driver (the driver role) or pick a CPU profile such as cpu-lab")]
+    by_index = {gpu.index: gpu for gpu in gpus}
+    selected = settings.gpu_ids or sorted(by_index)
+    absent = [index for index in selected if index not in by_index]
+    if absent:
+        return [Finding("refuse", "gpu", "gpu_mask", settings.knobs["gpu_mask"],
+                        f"GPU(s) {absent} not on this rig (it has {sorted(by_index)})",
+                        "fix gpu_mask for this host")]
+    if len(selected) < profile.resources.gpus:
+        return [Finding("refuse", "gpu", "serving_profile", profile.name,
+                        f"{len(selected)} GPU(s) selected, profile needs {profile.resources.gpus}",
+                        "select more GPUs or pick another profile")]
+    minimum = settings.knobs["gpu_free_fraction_min"]
+    findings = []
+    for index in selected:
+        gpu = by_index[index]
+        if gpu.free_fraction < minimum:
+            findings.append(Finding(
+                "refuse", "gpu", "gpu_free_fraction_min", minimum,
+                f"GPU {index} has {gpu.free_fraction:.1%} free ({gpu.free_mib} of {gpu.total_mib} MiB) "
+                f"< {minimum:.0%}", f"stop what holds GPU {index} (nvidia-smi shows it) or exclude it via gpu_mask",
+                forceable=True))
+        else:
+            findings.append(Finding("ok", "gpu", "gpu_mask", index,
+                                    f"GPU {index} {gpu.free_fraction:.1%} free"))
+    return findings
+
+
+def check_engine(facts: HostFacts) -> list[Finding]:
+    if not facts.has_engine:
+        return [Finding("refuse", "engine", "docker", None, "no Docker engine answers on the rig",
+                        "run the docker role first")]
+    if facts.compose_command is None:
+        return [Finding("refuse", "engine", "compose", None, "neither `docker compose` nor `docker-compose`",
+                        "install the compose plugin (the docker role does)")]
+    return [Finding("ok", "engine", "compose", facts.compose_command, f"docker and {facts.compose_command} present")]
+
+
+def check_image(settings: Settings, facts: HostFacts) -> list[Finding]:
+    if facts.image_present:
+        return [Finding("ok", "image", "serving_image", settings.image, "image already on the rig")]
+    if facts.registry_reachable is False:
+        return [Finding("refuse", "image", "serving_image", settings.image,
+                        "image not on the rig and its registry is unreachable",
+                        "bring the registry back or deploy a digest the rig keeps (rollback)")]
+    return [Finding("ok", "image", "serving_image", settings.image, "image will be pulled by digest")]
+
+
+def preflight(settings: Settings, facts: HostFacts) -> list[Finding]:
+    findings = (check_ram(settings, facts.meminfo) + check_shm(settings) + check_l2(settings, facts.l2_free_bytes)
+                + check_gpus(settings, facts.gpu_memory_csv) + check_engine(facts) + check_image(settings, facts))
+    if settings.knobs["force"]:
+        findings = [replace(f, level="warn", message=f"{f.message} (forced)") if f.level == "refuse" and f.forceable
+                    else f for f in findings]
+    return findings
+
+
+def refusals(findings: list[Finding]) -> list[Finding]:
+    return [finding for finding in findings if finding.level == "refuse"]
+
+
+def raise_if_refused(findings: list[Finding]) -> None:
+    """PreflightError for the first refusal (the message counts the others)."""
+    refused = refusals(findings)
+    if refused:
+        first = refused[0]
+        more = f" (+{len(refused) - 1} more refusal(s))" if len(refused) > 1 else ""
+        raise PreflightError(first.field, first.value, f"{first.check}: {first.message}{more}", first.fix)

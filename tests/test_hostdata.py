@@ -1,0 +1,125 @@
+"""settings_for_host: host data -> Settings, every bad input refused naming its field."""
+
+import pytest
+
+from rigkit.errors import ConfigError
+from rigkit.hostdata import role_variables, settings_for_host
+from rigkit.variables import Variable
+
+LAB_IMAGE = "127.0.0.1:5000/rigkit/vllm-cpu-tiny@sha256:" + "1" * 64
+LMCACHE_IMAGE = "lmcache/vllm-openai@sha256:" + "2" * 64
+CPU_LAB = {"serving_profile": "cpu-lab", "serving_image": LAB_IMAGE, "serving_port": 8101,
+           "ssh_hostname": "127.0.0.1", "ssh_port": 2201, "_sudo": False}
+LMCACHE = {"serving_profile": "lmcache-mp", "allow_incubating": True, "serving_image": LMCACHE_IMAGE,
+           "model": "Qwen/Qwen3-8B", "gpu_mask": "0,1"}
+NO_ROLES: list = []
+
+
+def settings(data):
+    return settings_for_host(data, variables=NO_ROLES)
+
+
+def refused(data, variables=NO_ROLES) -> ConfigError:
+    with pytest.raises(ConfigError) as caught:
+        settings_for_host(data, variables=variables)
+    return caught.value
+
+
+def test_cpu_lab_settings():
+    s = settings(CPU_LAB)
+    assert s.profile.name == "cpu-lab" and s.image == LAB_IMAGE
+    assert s.knobs["serving_port"] == 8101 and s.knobs["bind_address"] == "127.0.0.1"
+    assert s.knobs["model"] == "/models/tiny" and s.knobs["served_model_name"] == "tiny"
+    assert s.l1_gb == 0 and s.l2_active and s.gpu_ids == []
+    assert s.knobs["mem_limit_gb"] == 6  # 0 L1 + 1 model + 5 headroom: what the lab measured working
+
+
+def test_host_data_overrides_profile_defaults_and_derivations():
+    s = settings({**LMCACHE, "l1_size_gb": 60, "l2_enabled": "1"})
+    assert s.knobs["restart_policy"] == "no"  # the incubating profile's own default
+    assert s.knobs["served_model_name"] == "Qwen/Qwen3-8B" and s.knobs["tensor_parallel_size"] == 2
+    assert s.knobs["mem_limit_gb"] == 110 and s.knobs["shm_size_gb"] >= 60
+    assert s.l1_gb == 60 and s.l2_active and s.gpu_ids == [0, 1]
+    assert settings({**LMCACHE, "restart_policy": "always"}).knobs["restart_policy"] == "always"
+
+
+def test_knobs_hash_follows_every_value():
+    base = settings(CPU_LAB).knobs_hash
+    assert settings(CPU_LAB).knobs_hash == base
+    assert settings({**CPU_LAB, "cpu_kvcache_space_gb": 2}).knobs_hash != base
+    assert settings({**CPU_LAB, "serving_image": LAB_IMAGE.replace("1" * 64, "3" * 64)}).knobs_hash != base
+
+
+def test_unknown_knob_refused_with_closest_name():
+    error = refused({**CPU_LAB, "l1_size_gib": 60})
+    assert error.field == "l1_size_gib" and "l1_size_gb" in error.fix
+
+
+def test_role_variables_and_lab_keys_are_known():
+    docker_version = Variable("docker_version", None, "pin", str)
+    assert settings_for_host({**CPU_LAB, "docker_version": "20.10", "lab_rig": "rig1"}, variables=[docker_version])
+    assert refused({**CPU_LAB, "docker_verison": "20.10"}, [docker_version]).fix.find("docker_version") >= 0
+
+
+def test_role_variables_load_from_the_roles_package():
+    assert all(isinstance(v, Variable) for v in role_variables())
+
+
+def test_tag_image_refused_with_digest_form_and_resolve_hint():
+    error = refused({**CPU_LAB, "serving_image": "127.0.0.1:5000/rigkit/vllm-cpu-tiny:release-1"})
+    assert error.field == "serving_image"
+    assert "127.0.0.1:5000/rigkit/vllm-cpu-tiny@sha256:<64 hex>" in error.fix and "rigkit resolve" in error.fix
+
+
+def test_profile_without_image_needs_serving_image():
+    data = {k: v for k, v in CPU_LAB.items() if k != "serving_image"}
+    error = refused(data)
+    assert error.field == "serving_image" and "rigkit resolve 127.0.0.1:5000/rigkit/vllm-cpu-tiny:TAG" in error.fix
+
+
+def test_incubating_profile_needs_opt_in():
+    error = refused({**LMCACHE, "allow_incubating": False})
+    assert error.field == "serving_profile" and "allow_incubating" in error.fix
+
+
+def test_profile_must_be_chosen_and_exist():
+    assert refused({"serving_image": LAB_IMAGE}).field == "serving_profile"
+    error = refused({**CPU_LAB, "serving_profile": "cpu-labs"})
+    assert error.field == "serving_profile" and "cpu-lab" in error.fix
+
+
+def test_malformed_l2_adapter_json_refused():
+    error = refused({**LMCACHE, "l2_adapter_json": '{"type": "fs", "base_path": }'})
+    assert error.field == "l2_adapter_json" and "column" in error.problem
+
+
+@pytest.mark.parametrize("field", ["served_model_name", "model", "l2_path", "hf_token"])
+def test_newline_in_a_value_refused(field):
+    error = refused({**CPU_LAB, field: "/x\ny"})
+    assert error.field == field
+
+
+def test_secret_never_echoed():
+    error = refused({**CPU_LAB, "hf_token": "hf_secret\nvalue"})
+    assert "hf_secret" not in str(error)
+
+
+def test_mem_limit_below_l1_plus_model_refused():
+    error = refused({**LMCACHE, "l1_size_gb": 60, "mem_limit_gb": 70})
+    assert error.field == "mem_limit_gb" and "110" in error.fix
+
+
+def test_gpu_mask_smaller_than_the_profile_needs():
+    from rigkit.profiles import load_profiles
+    profiles = load_profiles()
+    bigger = profiles["native-offload"].model_copy(
+        update={"resources": profiles["native-offload"].resources.model_copy(update={"gpus": 2})})
+    with pytest.raises(ConfigError) as caught:
+        settings_for_host({"serving_profile": "native-offload", "serving_image": "vllm/vllm-openai@sha256:" + "4" * 64,
+                           "model": "m", "gpu_mask": "0"}, profiles={"native-offload": bigger}, variables=NO_ROLES)
+    assert caught.value.field == "gpu_mask"
+
+
+def test_model_required_when_the_profile_has_none():
+    data = {k: v for k, v in LMCACHE.items() if k != "model"}
+    assert refused(data).field == "model"

@@ -1,0 +1,110 @@
+"""docker: a pinned, held Docker engine with compose, and rigkit's daemon options.
+
+Ensures
+- the engine from ``docker_source``: "docker-ce" (Docker's apt repository, its key under
+  /etc/apt/keyrings and ``signed-by``; docker-ce, cli, containerd, buildx, compose plugin) or
+  "distro" (the distribution's docker.io and compose package: ``docker-compose`` on Debian 12,
+  ``docker-compose-v2`` on Ubuntu); version pins honoured, packages held;
+- /etc/docker/daemon.json holds ``docker_daemon_options`` merged into whatever else is there
+  (keys rigkit does not declare are never removed); the engine restarts only when the file changed;
+- the engine is enabled and running; ``docker_users`` are in the docker group.
+Verifies that the engine answers and runs a container (see ``docker_verify_image``).
+"""
+
+from __future__ import annotations
+
+from io import StringIO
+
+from pyinfra import host
+from pyinfra.api.deploy import deploy
+from pyinfra.facts.deb import DebArch
+from pyinfra.facts.server import Users
+from pyinfra.operations import files, server, systemd
+
+from rigkit.errors import PreflightError
+from rigkit.variables import Variable
+from roles._common import APT_KEYRINGS_DIR, TargetOS, host_settings, pinned, target_os
+from roles.operations import apt_source_line, docker_engine_verified, json_file_merged, packages_held
+
+SOURCES = ("docker-ce", "distro")
+
+
+def _source(value: str) -> None:
+    if value not in SOURCES:
+        raise ValueError(f"must be one of {', '.join(SOURCES)}")
+
+
+def _string_list(value: list) -> None:
+    if not all(isinstance(item, str) and item for item in value):
+        raise ValueError("must be a list of user names")
+
+
+VARIABLES: list[Variable] = [
+    Variable("docker_source", "docker-ce",
+             "docker-ce (Docker's apt repository, compose v2 plugin) or distro (docker.io + compose)", str, _source),
+    Variable("docker_version", None,
+             "exact apt version of the engine (docker-ce and its cli, or docker.io); None = newest available"),
+    Variable("docker_compose_version", None, "exact apt version of the compose package; None = newest available"),
+    Variable("docker_daemon_options", {},
+             "keys merged into /etc/docker/daemon.json (log-opts, data-root, default-runtime...)", dict),
+    Variable("docker_users", [], "users added to the docker group", list, _string_list),
+    Variable("docker_apt_url", "https://download.docker.com/linux", "docker-ce: base URL of Docker's apt repository"),
+    Variable("docker_verify_image", None,
+             "image the check runs `true` in (host network); None = an image already on the host, "
+             "and with none the run check is skipped, saying so"),
+]
+
+DAEMON_JSON = "/etc/docker/daemon.json"
+DOCKER_SERVICE = "docker.service"
+DOCKER_KEYRING = f"{APT_KEYRINGS_DIR}/docker.asc"
+DOCKER_SOURCE_LIST = "/etc/apt/sources.list.d/docker.list"
+
+
+def engine_packages(os: TargetOS, settings: dict) -> list[str]:
+    """apt package specs for the chosen source, with the declared pins."""
+    engine_version, compose_version = settings["docker_version"], settings["docker_compose_version"]
+    if settings["docker_source"] == "docker-ce":
+        return [*pinned(["docker-ce", "docker-ce-cli"], engine_version), "containerd.io",
+                "docker-buildx-plugin", *pinned(["docker-compose-plugin"], compose_version)]
+    compose = "docker-compose" if os.id == "debian" else "docker-compose-v2"
+    return [*pinned(["docker.io"], engine_version), *pinned([compose], compose_version)]
+
+
+def check_users(users: list[str]) -> None:
+    """Refuse, before any change, a docker_users entry that is not a user on the host."""
+    existing = host.get_fact(Users)
+    for user in users:
+        if user not in existing:
+            raise PreflightError("docker_users", user, "no such user on the host",
+                                 "create the user first, or remove it from docker_users")
+
+
+@deploy("docker")
+def docker() -> None:
+    settings = host_settings(VARIABLES, host)
+    os = target_os(host, "docker")
+    check_users(settings["docker_users"])
+
+    if settings["docker_source"] == "docker-ce":
+        files.directory(name="apt keyrings directory", path=APT_KEYRINGS_DIR, mode="755")
+        repo = f"{settings['docker_apt_url']}/{os.id}"
+        files.download(name="Docker's apt signing key", src=f"{repo}/gpg", dest=DOCKER_KEYRING, mode="644")
+        source = apt_source_line(repo, os.codename, "stable", DOCKER_KEYRING, host.get_fact(DebArch))
+        files.put(name="Docker's apt repository", src=StringIO(source), dest=DOCKER_SOURCE_LIST, mode="644")
+
+    packages_held(name="Install and hold the Docker engine", packages=engine_packages(os, settings))
+
+    files.directory(name="/etc/docker", path="/etc/docker", mode="755")
+    daemon = json_file_merged(name="Merge rigkit's options into daemon.json",
+                              path=DAEMON_JSON, options=settings["docker_daemon_options"])
+    systemd.service(name="Docker engine enabled and running", service=DOCKER_SERVICE,
+                    running=True, enabled=True)
+    systemd.service(name="Restart the engine for the new daemon.json", service=DOCKER_SERVICE,
+                    restarted=True, _if=daemon.did_change)
+
+    for user in settings["docker_users"]:
+        server.user(name=f"{user} in the docker group", user=user, groups=["docker"], append=True,
+                    ensure_home=False)
+
+    docker_engine_verified(name="Verify the engine answers and runs a container",
+                           image=settings["docker_verify_image"], image_field="docker_verify_image")

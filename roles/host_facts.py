@@ -1,0 +1,220 @@
+"""Facts the provisioning roles read from a host (pyinfra's own cover the rest).
+
+Commands that may fail on a healthy host (a tool reporting an error, a device that is not
+there) end with ``echo "exit=$?"`` or a guard, so a failure becomes data the role can name
+in its error instead of a fact error that hides it.
+"""
+
+from __future__ import annotations
+
+import csv
+import re
+import shlex
+from typing import Optional
+
+from pyinfra.api import FactBase
+
+EXISTS_MARKER = "__rigkit_file_exists__"
+
+
+def _split_exit(output: list[str]) -> tuple[list[str], int]:
+    """Separate the trailing ``exit=N`` line our commands print from the tool's own output."""
+    lines = list(output)
+    if lines and lines[-1].startswith("exit="):
+        return lines[:-1], int(lines[-1][len("exit="):] or 1)
+    return lines, 1
+
+
+class FileText(FactBase):
+    """The text of a file, "" for an empty one, None when it does not exist."""
+
+    reads_file = True  # the operation tests derive this fact from the case's file contents
+
+    def command(self, path: str) -> str:
+        quoted = shlex.quote(path)
+        return f"if [ -f {quoted} ]; then echo {EXISTS_MARKER}; cat {quoted}; fi"
+
+    def process(self, output: list[str]) -> Optional[str]:
+        if not output or output[0] != EXISTS_MARKER:
+            return None
+        return "\n".join(output[1:])
+
+
+class AptHeldPackages(FactBase):
+    """Names of the packages `apt-mark hold` protects from upgrades."""
+
+    default = set
+
+    def requires_command(self, *args, **kwargs) -> str:
+        return "apt-mark"
+
+    def command(self) -> str:
+        return "apt-mark showhold"
+
+    def process(self, output: list[str]) -> set[str]:
+        return {line.strip() for line in output if line.strip()}
+
+
+class LoadedKernelModules(FactBase):
+    """Names of the kernel modules loaded right now (/proc/modules)."""
+
+    default = set
+
+    def command(self) -> str:
+        return "cat /proc/modules 2>/dev/null || true"
+
+    def process(self, output: list[str]) -> set[str]:
+        return {line.split()[0] for line in output if line.strip()}
+
+
+class NvidiaModuleVersion(FactBase):
+    """Version of the loaded nvidia kernel module (e.g. "580.95.05"), None when not loaded."""
+
+    def command(self) -> str:
+        return "cat /proc/driver/nvidia/version 2>/dev/null || true"
+
+    def process(self, output: list[str]) -> Optional[str]:
+        return parse_module_version(output)
+
+
+def parse_module_version(lines: list[str]) -> Optional[str]:
+    """The driver version in /proc/driver/nvidia/version's "NVRM version:" line."""
+    for line in lines:
+        if line.startswith("NVRM version:"):
+            match = re.search(r"\s(\d+\.\d+(?:\.\d+)?)\s", line + " ")
+            if match:
+                return match.group(1)
+    return None
+
+
+class NvidiaSmiGpus(FactBase):
+    """GPUs as nvidia-smi reports them: {"gpus": [{"uuid", "driver_version"}], "error": str|None}.
+
+    None when nvidia-smi is not installed. A driver/library mismatch (installed but not yet
+    loaded) comes back as ``error`` with nvidia-smi's own message.
+    """
+
+    def requires_command(self, *args, **kwargs) -> str:
+        return "nvidia-smi"
+
+    def command(self) -> str:
+        return 'nvidia-smi --query-gpu=uuid,driver_version --format=csv 2>&1; echo "exit=$?"'
+
+    def process(self, output: list[str]) -> dict:
+        lines, status = _split_exit(output)
+        if status != 0:
+            return {"gpus": [], "error": " ".join(line.strip() for line in lines) or f"exit {status}"}
+        return {"gpus": parse_query_gpus(lines), "error": None}
+
+
+def parse_query_gpus(lines: list[str]) -> list[dict]:
+    """Rows of ``nvidia-smi --query-gpu=...,uuid,...,driver_version,... --format=csv`` (with header).
+
+    Columns are found by header name, so any query that includes uuid and driver_version works.
+    """
+    rows = list(csv.reader(line for line in lines if line.strip()))
+    if not rows:
+        return []
+    header = [name.strip().split(" ")[0] for name in rows[0]]
+    if "uuid" not in header or "driver_version" not in header:
+        return []
+    uuid_at, version_at = header.index("uuid"), header.index("driver_version")
+    return [{"uuid": row[uuid_at].strip(), "driver_version": row[version_at].strip()}
+            for row in rows[1:] if len(row) > max(uuid_at, version_at)]
+
+
+class DockerEngine(FactBase):
+    """{"server_version": str|None, "error": str|None} from `docker info`; None without a docker CLI."""
+
+    def requires_command(self, *args, **kwargs) -> str:
+        return "docker"
+
+    def command(self) -> str:
+        return "docker info --format '{{.ServerVersion}}' 2>&1; echo \"exit=$?\""
+
+    def process(self, output: list[str]) -> dict:
+        lines, status = _split_exit(output)
+        text = " ".join(line.strip() for line in lines).strip()
+        if status != 0 or not text:
+            return {"server_version": None, "error": text or f"exit {status}"}
+        return {"server_version": text, "error": None}
+
+
+class DockerLocalImages(FactBase):
+    """Tagged images already in the engine's store ("repo:tag"), newest first."""
+
+    default = list
+
+    def requires_command(self, *args, **kwargs) -> str:
+        return "docker"
+
+    def command(self) -> str:
+        return "docker image ls --format '{{.Repository}}:{{.Tag}}' 2>/dev/null || true"
+
+    def process(self, output: list[str]) -> list[str]:
+        return [line.strip() for line in output if line.strip() and "<none>" not in line]
+
+
+class DockerRunCheck(FactBase):
+    """Runs a throwaway container (``--rm``, host network) and reports {"ok", "output"}.
+
+    A check, not a change: the container is removed and nothing on the host is altered.
+    """
+
+    def requires_command(self, *args, **kwargs) -> str:
+        return "docker"
+
+    def command(self, image: str, run_args: str = "", container_command: str = "true") -> str:
+        return (f"docker run --rm --network host {run_args} {shlex.quote(image)} {container_command} 2>&1; "
+                'echo "exit=$?"')
+
+    def process(self, output: list[str]) -> dict:
+        lines, status = _split_exit(output)
+        return {"ok": status == 0, "output": "\n".join(lines)}
+
+
+class BlockDeviceProbe(FactBase):
+    """What is on a block device, read from the device itself (``blkid -p``, no udev cache).
+
+    {"path": resolved /dev path, "TYPE", "LABEL", "UUID", "PTTYPE" (when present)},
+    or None when the path is not a block device.
+    """
+
+    def command(self, device: str) -> str:
+        quoted = shlex.quote(device)
+        return (f"if [ -b {quoted} ]; then echo path=$(readlink -f {quoted}); "
+                f"blkid -p -o export {quoted} 2>/dev/null; true; fi")
+
+    def process(self, output: list[str]) -> Optional[dict]:
+        probe = {}
+        for line in output:
+            key, sep, value = line.partition("=")
+            if sep:
+                probe[key.strip()] = value.strip()
+        return probe if "path" in probe else None
+
+
+class BlockDeviceList(FactBase):
+    """`lsblk` one line per disk and partition ("PATH SIZE TYPE"), for error messages."""
+
+    default = list
+
+    def command(self) -> str:
+        return "lsblk -n -o PATH,SIZE,TYPE,FSTYPE 2>/dev/null || true"
+
+    def process(self, output: list[str]) -> list[str]:
+        return [" ".join(line.split()) for line in output if line.strip()]
+
+
+class MountedFilesystem(FactBase):
+    """What is mounted at a path: {"source", "fstype", "options": [..]}, or None."""
+
+    def command(self, mount_point: str) -> str:
+        return (f"findmnt -n -o SOURCE,FSTYPE,OPTIONS --mountpoint {shlex.quote(mount_point)} "
+                "2>/dev/null || true")
+
+    def process(self, output: list[str]) -> Optional[dict]:
+        fields = " ".join(output).split()
+        if len(fields) < 3:
+            return None
+        return {"source": fields[0], "fstype": fields[1], "options": fields[2].split(",")}

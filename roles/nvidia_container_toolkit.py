@@ -1,0 +1,70 @@
+"""nvidia_container_toolkit: containers get the GPUs (NVIDIA Container Toolkit, pinned).
+
+Ensures
+- NVIDIA's libnvidia-container apt repository (key under /etc/apt/keyrings, ``signed-by``) and
+  the toolkit packages, pinned when ``nvidia_ctk_version`` is set, and held;
+- the Docker engine knows the nvidia runtime (``nvidia-ctk runtime configure --runtime=docker``,
+  run only when /etc/docker/daemon.json lacks it), optionally as the default runtime; the engine
+  restarts only when that changed.
+Verifies that a container started with ``--gpus all`` sees the same GPUs (UUIDs) as the host.
+Hosts with ``gpus: 0`` (the lab) skip the role and say so. Runs after the docker role.
+"""
+
+from __future__ import annotations
+
+from io import StringIO
+
+from pyinfra import host
+from pyinfra.api.deploy import deploy
+from pyinfra.facts.deb import DebArch
+from pyinfra.operations import files, systemd
+
+from rigkit.variables import Variable
+from roles._common import APT_KEYRINGS_DIR, GPUS, host_settings, pinned, target_os
+from roles.docker import DAEMON_JSON, DOCKER_SERVICE
+from roles.operations import gpu_container_verified, nvidia_runtime_configured, packages_held
+
+VARIABLES: list[Variable] = [
+    Variable("nvidia_ctk_version", None,
+             "exact apt version of the toolkit packages (e.g. 1.17.8-1); None = newest available"),
+    Variable("nvidia_ctk_default_runtime", False, "make nvidia Docker's default runtime", bool),
+    Variable("nvidia_ctk_apt_url", "https://nvidia.github.io/libnvidia-container",
+             "base URL of NVIDIA's libnvidia-container apt repository"),
+    Variable("nvidia_ctk_verify_image", None,
+             "image the GPU check runs nvidia-smi in (the runtime injects it); None = an image already "
+             "on the host, and with none the check is skipped, saying so"),
+]
+
+# NVIDIA's install guide pins these four together to one version.
+TOOLKIT_PACKAGES = ["nvidia-container-toolkit", "nvidia-container-toolkit-base",
+                    "libnvidia-container-tools", "libnvidia-container1"]
+TOOLKIT_KEYRING = f"{APT_KEYRINGS_DIR}/nvidia-container-toolkit.asc"
+TOOLKIT_SOURCE_LIST = "/etc/apt/sources.list.d/nvidia-container-toolkit.list"
+
+
+@deploy("nvidia_container_toolkit")
+def nvidia_container_toolkit() -> None:
+    settings = host_settings([GPUS, *VARIABLES], host)
+    if settings["gpus"] == 0:
+        host.noop("nvidia_container_toolkit: skipped, this host declares gpus: 0")
+        return
+    target_os(host, "nvidia_container_toolkit")
+
+    url = settings["nvidia_ctk_apt_url"]
+    files.directory(name="apt keyrings directory", path=APT_KEYRINGS_DIR, mode="755")
+    files.download(name="NVIDIA container toolkit signing key", src=f"{url}/gpgkey", dest=TOOLKIT_KEYRING,
+                   mode="644")
+    arch = host.get_fact(DebArch)
+    source = f"deb [signed-by={TOOLKIT_KEYRING}] {url}/stable/deb/{arch} /\n"
+    files.put(name="NVIDIA container toolkit apt repository", src=StringIO(source), dest=TOOLKIT_SOURCE_LIST,
+              mode="644")
+    packages_held(name="Install and hold the NVIDIA container toolkit",
+                  packages=pinned(TOOLKIT_PACKAGES, settings["nvidia_ctk_version"]))
+
+    runtime = nvidia_runtime_configured(name="Register the nvidia runtime with Docker",
+                                        daemon_json=DAEMON_JSON,
+                                        set_default=settings["nvidia_ctk_default_runtime"])
+    systemd.service(name="Restart the engine for the nvidia runtime", service=DOCKER_SERVICE,
+                    restarted=True, _if=runtime.did_change)
+    gpu_container_verified(name="Verify a GPU container sees the host's GPUs",
+                           image=settings["nvidia_ctk_verify_image"], image_field="nvidia_ctk_verify_image")

@@ -1,0 +1,119 @@
+"""nvidia_driver: a pinned NVIDIA driver, nouveau out of the way, verified with nvidia-smi.
+
+Ensures
+- the driver branch (and optionally the exact apt version) is installed and held:
+  Ubuntu 22.04/24.04 from the distribution's archive (``nvidia-driver-580``, ``-server`` and
+  headless variants); Debian 12 from NVIDIA's CUDA repository, because bookworm's own
+  non-free archive ships a single older branch and cannot honour a branch pin;
+- nouveau is blacklisted (initramfs rebuilt only when that file changed) and unloaded;
+- the running kernel uses the installed driver: the module is loaded, or, when the install
+  changed and another module is running, the host reboots (``nvidia_driver_allow_reboot``
+  false stops with "reboot required" instead) and pyinfra waits for it to come back.
+Verifies that nvidia-smi reports the pinned version on every GPU, else fails naming both.
+Hosts with ``gpus: 0`` (the lab) skip the role and say so.
+"""
+
+from __future__ import annotations
+
+from io import StringIO
+
+from pyinfra import host
+from pyinfra.api.deploy import deploy
+from pyinfra.operations import files, server
+
+from rigkit.variables import Variable
+from roles._common import GPUS, TargetOS, host_settings, pinned, target_os
+from roles.operations import (
+    any_changed, deb_from_url, kernel_module_unloaded, nvidia_driver_verified, nvidia_module_current,
+    packages_held,
+)
+
+
+def _branch(value: str) -> None:
+    if not value.isdigit():
+        raise ValueError(f"a driver branch is a number like 580, not {value!r}")
+
+
+VARIABLES: list[Variable] = [
+    Variable("nvidia_driver_branch", "580", "driver branch to install and hold (e.g. 580)", str, _branch),
+    Variable("nvidia_driver_version", None,
+             "exact apt version to pin (as `apt-cache policy` lists it); None = newest of the branch"),
+    Variable("nvidia_driver_server", False, "Ubuntu: the -server (datacenter) packages", bool),
+    Variable("nvidia_driver_headless", False, "no X/desktop components: headless driver + nvidia-utils", bool),
+    Variable("nvidia_driver_open", False, "the open kernel modules (required by Blackwell GPUs)", bool),
+    Variable("nvidia_driver_allow_reboot", True,
+             "reboot when the new driver cannot be loaded otherwise; false stops with 'reboot required'", bool),
+    Variable("nvidia_driver_reboot_timeout", 600, "seconds to wait for a rebooted host to answer SSH", int),
+    Variable("nvidia_driver_cuda_repo_url", "https://developer.download.nvidia.com/compute/cuda/repos",
+             "Debian 12: base URL of NVIDIA's CUDA apt repository"),
+]
+
+NOUVEAU_BLACKLIST = "/etc/modprobe.d/rigkit-blacklist-nouveau.conf"
+NOUVEAU_BLACKLIST_TEXT = "# written by rigkit: the NVIDIA driver needs nouveau out of the way\n" \
+                         "blacklist nouveau\noptions nouveau modeset=0\n"
+CUDA_KEYRING_PACKAGE = "cuda-keyring"
+CUDA_KEYRING_DEB = "cuda-keyring_1.1-1_all.deb"
+
+
+def driver_packages(os: TargetOS, settings: dict) -> tuple[list[str], str]:
+    """(apt package names to install and hold, the package whose version is the driver's)."""
+    branch = settings["nvidia_driver_branch"]
+    if os.id == "ubuntu":
+        flavour = f"{branch}-server" if settings["nvidia_driver_server"] else branch
+        open_suffix = "-open" if settings["nvidia_driver_open"] else ""
+        if settings["nvidia_driver_headless"]:
+            names = [f"nvidia-headless-{flavour}{open_suffix}", f"nvidia-utils-{flavour}"]
+            return names, f"nvidia-utils-{flavour}"
+        return [f"nvidia-driver-{flavour}{open_suffix}"], f"nvidia-driver-{flavour}{open_suffix}"
+    # Debian 12, CUDA repository: the pinning package keeps apt on the branch, the kernel
+    # module package carries the driver version.
+    kernel = "nvidia-kernel-open-dkms" if settings["nvidia_driver_open"] else "nvidia-kernel-dkms"
+    userspace = "nvidia-driver-cuda" if settings["nvidia_driver_headless"] else "cuda-drivers"
+    return [f"nvidia-driver-pinning-{branch}", userspace, kernel], kernel
+
+
+def package_specs(os: TargetOS, settings: dict) -> list[str]:
+    names, _ = driver_packages(os, settings)
+    version = settings["nvidia_driver_version"]
+    # The branch-pinning package has its own version scheme: never pin it to the driver's.
+    return [name if name.startswith("nvidia-driver-pinning-") else pinned([name], version)[0]
+            for name in names]
+
+
+@deploy("nvidia_driver")
+def nvidia_driver() -> None:
+    settings = host_settings([GPUS, *VARIABLES], host)
+    if settings["gpus"] == 0:
+        host.noop("nvidia_driver: skipped, this host declares gpus: 0")
+        return
+    os = target_os(host, "nvidia_driver")
+    if os.id == "debian":
+        if settings["nvidia_driver_server"]:
+            host.noop("nvidia_driver: nvidia_driver_server applies to Ubuntu only; Debian uses the CUDA repo")
+        repo = f"{settings['nvidia_driver_cuda_repo_url']}/debian{os.version}/x86_64"
+        deb_from_url(name="NVIDIA CUDA repository keyring", package=CUDA_KEYRING_PACKAGE,
+                     url=f"{repo}/{CUDA_KEYRING_DEB}")
+
+    blacklist = files.put(name="Blacklist nouveau", src=StringIO(NOUVEAU_BLACKLIST_TEXT),
+                          dest=NOUVEAU_BLACKLIST, mode="644")
+    server.shell(name="Rebuild the initramfs without nouveau", commands=["update-initramfs -u"],
+                 _if=blacklist.did_change)
+    kernel_module_unloaded(name="Unload nouveau", module="nouveau")
+
+    _, version_package = driver_packages(os, settings)
+    install = packages_held(name="Install and hold the NVIDIA driver", packages=package_specs(os, settings))
+    nvidia_module_current(
+        name="Load the installed NVIDIA driver (reboot if another is running)",
+        version_package=version_package,
+        pinned_version=settings["nvidia_driver_version"],
+        branch=settings["nvidia_driver_branch"],
+        allow_reboot=settings["nvidia_driver_allow_reboot"],
+        reboot_timeout=settings["nvidia_driver_reboot_timeout"],
+        _if=any_changed(install, blacklist),
+    )
+    nvidia_driver_verified(
+        name="Verify nvidia-smi reports the pinned driver",
+        version_package=version_package,
+        pinned_version=settings["nvidia_driver_version"],
+        branch=settings["nvidia_driver_branch"],
+    )

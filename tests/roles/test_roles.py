@@ -1,0 +1,222 @@
+"""Operation tests for the provisioning roles: facts in, commands out.
+
+One JSON file per case, one folder per role (``tests/roles/<role>/``, which runs the role's
+deploy) or per operation (``tests/roles/operations.<name>/``, which runs
+``roles.operations.<name>`` with the case's ``kwargs``). Adding a case is adding a file.
+
+A case holds:
+- ``data``: host data (inventory/group_data values); ``os``: "ubuntu-22.04" | "ubuntu-24.04" |
+  "debian-12" (sets the distribution fact);
+- ``facts``: fact values by name (``deb.DebPackages``, ``host_facts.NvidiaModuleVersion``), or by
+  ``name:argument`` for a fact read with an argument (``host_facts.BlockDeviceProbe:/dev/loop7``);
+  ``files``: file contents by path, from which the file facts (File, Sha1File, FileText) derive;
+  ``dirs``: directories that exist besides the standard ones and those holding a listed file;
+  a fact a case does not give takes the fact's own default (what pyinfra returns for "absent");
+- ``stage``: "prepare" (default; what ``--dry`` shows: ``_if`` conditions resolve from whether the
+  operations they name would change) or "execute" (the host is assumed to look like the facts at
+  execution time: checks that only run while executing are exercised);
+- expected: ``commands`` (strings; an upload is {"upload": path, "content": text}; a Python step
+  such as the reboot's wait-and-reconnect is "<python: name>"), ``notes`` (substrings of noop
+  lines), and/or ``error`` (substring of the refusal).
+
+The hosts are fakes by necessity: there is no GPU driver, CUDA repository or NVMe here. The lab
+tests (tests/lab/test_roles_lab.py) run the docker and l2_disk roles against real rigs.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib
+import json
+from datetime import datetime
+from inspect import getcallargs
+from pathlib import Path
+from typing import Any
+
+import pytest
+from pyinfra.api import Config, Inventory, State
+from pyinfra.api.command import FileUploadCommand, FunctionCommand, StringCommand
+from pyinfra.api.deploy import add_deploy
+from pyinfra.api.exceptions import OperationError
+from pyinfra.api.operation import OperationMeta, add_op
+from pyinfra.api.state import StateStage
+from pyinfra.connectors.util import CommandOutput
+from pyinfra.context import ctx_host, ctx_state
+
+from rigkit.errors import RigkitError
+from roles.operations import any_changed
+
+CASES_DIR = Path(__file__).parent
+CASE_FILES = sorted(CASES_DIR.glob("*/*.json"))
+
+OS_RELEASES = {
+    "ubuntu-22.04": {"ID": "ubuntu", "VERSION_ID": "22.04", "VERSION_CODENAME": "jammy"},
+    "ubuntu-24.04": {"ID": "ubuntu", "VERSION_ID": "24.04", "VERSION_CODENAME": "noble"},
+    "debian-12": {"ID": "debian", "VERSION_ID": "12", "VERSION_CODENAME": "bookworm"},
+}
+
+
+def short_fact_name(cls) -> str:
+    return cls.name.replace("roles.host_facts.", "host_facts.")
+
+
+class FakeFacts:
+    """Answers host.get_fact from a case: explicit facts, facts derived from files, else defaults."""
+
+    def __init__(self, case: dict):
+        self.facts: dict[str, Any] = dict(case.get("facts", {}))
+        self.files: dict[str, str] = case.get("files", {})
+        self.dirs: set[str] = STANDARD_DIRS | set(case.get("dirs", []))
+        if "os" in case:
+            self.facts.setdefault("server.LinuxDistribution", {
+                "name": None, "major": None, "minor": None, "release_meta": OS_RELEASES[case["os"]]})
+        self.asked: list[str] = []
+
+    def __call__(self, cls, *args, **kwargs):
+        fact = cls()
+        call_kwargs = getcallargs(fact.command, *args, **kwargs) if (args or kwargs) else {}
+        call_kwargs.pop("self", None)
+        name = short_fact_name(cls)
+        keys = [f"{name}:{value}" for value in call_kwargs.values() if isinstance(value, str)] + [name]
+        self.asked.append(keys[0])
+        for key in keys:
+            if key in self.facts:
+                return self.facts[key]
+        path = call_kwargs.get("path")
+        derived = self._from_files(cls, fact, name, path)
+        if derived is not _NOT_DERIVED:
+            return derived
+        return fact.default()
+
+    def _from_files(self, cls, fact, name: str, path):
+        if path is None or name not in ("files.File", "files.Sha1File", "files.Directory") \
+                and not getattr(cls, "reads_file", False):
+            return _NOT_DERIVED
+        text = self.files.get(path)
+        if getattr(cls, "reads_file", False):
+            return None if text is None else text
+        if name == "files.Directory":
+            if text is not None:
+                return False
+            return self._directory(path)
+        if text is None:
+            return None
+        if name == "files.Sha1File":
+            return hashlib.sha1(text.encode()).hexdigest()
+        return {"user": "root", "group": "root", "mode": 644, "size": len(text),
+                "mtime": datetime(2026, 1, 1)}
+
+
+    def _directory(self, path: str):
+        inside = path.rstrip("/") + "/"
+        if path in self.dirs or any(other.startswith(inside) for other in self.files):
+            return {"user": "root", "group": "root", "mode": 755}
+        return None
+
+
+_NOT_DERIVED = object()
+
+# Directories every supported distribution has; a case adds others with "dirs".
+STANDARD_DIRS = {"/etc", "/etc/apt", "/etc/apt/sources.list.d", "/etc/modprobe.d", "/tmp"}
+
+
+def render(command) -> Any:
+    if isinstance(command, StringCommand):
+        return command.get_raw_value()
+    if isinstance(command, FileUploadCommand):
+        src = command.src
+        src.seek(0)
+        return {"upload": command.dest, "content": src.read()}
+    if isinstance(command, FunctionCommand):
+        return f"<python: {command.function.__name__}>"
+    return repr(command)
+
+
+def resolve_if(condition, would_change: dict[str, bool]) -> bool:
+    """Whether an ``_if`` holds, from whether the operations it names would change (prepare)."""
+    if condition is None:
+        return True
+    if isinstance(condition, list):
+        return all(resolve_if(c, would_change) for c in condition)
+    if isinstance(condition, any_changed):
+        return any(would_change[op._hash] for op in condition.ops)
+    owner = getattr(condition, "__self__", None)
+    if isinstance(owner, OperationMeta) and condition.__name__ == "did_change":
+        return would_change[owner._hash]
+    if isinstance(owner, OperationMeta) and condition.__name__ == "did_not_change":
+        return not would_change[owner._hash]
+    raise AssertionError(f"test driver cannot resolve _if={condition!r}")
+
+
+def run_case(case_dir: str, case: dict) -> dict:
+    """Run the role (or operation) of ``case_dir`` against the case; return commands, notes, error."""
+    inventory = Inventory((["rig"], {}), override_data=None)
+    state = State(inventory, Config())
+    host = inventory.get_host("rig")
+    host.data.__dict__["override_datas"].update(case.get("data", {}))
+    facts = FakeFacts(case)
+    host.get_fact = facts  # type: ignore[method-assign]
+    host.connected = True
+    notes: list[str] = []
+    host.noop = notes.append  # type: ignore[method-assign]
+
+    result: dict[str, Any] = {"commands": [], "notes": notes, "error": None, "asked": facts.asked}
+    try:
+        if case_dir.startswith("operations."):
+            operations = importlib.import_module("roles.operations")
+            add_op(state, getattr(operations, case_dir.split(".", 1)[1]), host=host, **case.get("kwargs", {}))
+        else:
+            module = importlib.import_module(f"roles.{case_dir}")
+            add_deploy(state, getattr(module, case_dir), host=host)
+    except (RigkitError, OperationError) as exc:
+        result["error"] = str(exc)
+        return result
+
+    executing = case.get("stage", "prepare") == "execute"
+    if executing:
+        state.current_stage = StateStage.Execute
+        state.is_executing = True
+    would_change: dict[str, bool] = {}
+    with ctx_state.use(state), ctx_host.use(host):
+        for op_hash in state.get_op_order():
+            op_data = state.get_op_data_for_host(host, op_hash)
+            condition = op_data.global_arguments.get("_if")
+            if not executing and not resolve_if(condition, would_change):
+                would_change[op_hash] = False
+                continue
+            try:
+                commands = list(op_data.command_generator())
+            except (RigkitError, OperationError) as exc:
+                result["error"] = str(exc)
+                return result
+            would_change[op_hash] = bool(commands)
+            if executing:
+                op_data.operation_meta.set_complete(True, commands, CommandOutput([]))
+            result["commands"].extend(render(command) for command in commands)
+    return result
+
+
+@pytest.mark.parametrize("case_path", CASE_FILES, ids=lambda p: f"{p.parent.name}/{p.stem}")
+def test_case(case_path: Path) -> None:
+    case = json.loads(case_path.read_text())
+    result = run_case(case_path.parent.name, case)
+    if "error" in case:
+        assert result["error"] is not None, f"expected an error, got commands {result['commands']}"
+        for part in _as_list(case["error"]):
+            assert part in result["error"], f"{part!r} not in {result['error']!r}"
+    else:
+        assert result["error"] is None, result["error"]
+    if "commands" in case:
+        assert result["commands"] == case["commands"], f"facts asked: {result['asked']}"
+    for note in case.get("notes", []):
+        assert any(note in line for line in result["notes"]), f"{note!r} not in notes {result['notes']}"
+
+
+def _as_list(value) -> list:
+    return value if isinstance(value, list) else [value]
+
+
+def test_every_role_folder_has_cases() -> None:
+    roles = {"nvidia_driver", "docker", "nvidia_container_toolkit", "l2_disk"}
+    folders = {path.parent.name for path in CASE_FILES}
+    assert roles <= folders, f"no cases for {sorted(roles - folders)}"

@@ -1,0 +1,34 @@
+"""pyinfra inventory of the local lab: one host per rig, read from the lab state file.
+
+    rigkit lab up && .venv/bin/pyinfra -y inventory/lab.py deploy.py
+
+Group `lab`. Per host: SSH connection data (lab key, the lab's known_hosts, strict checking, no agent),
+`serving_port` (rigs share the host network, so each serves on its own port), `l2_device` (the rig's
+spare "NVMe", an unformatted loop device) and `lab_rig=True`.
+"""
+
+from rigkit.lab.state import read_state as _read_state
+
+
+def _lab_hosts() -> list:
+    state = _read_state()  # no lab: ConfigError "... run `rigkit lab up` first"
+    return [
+        (rig.name, {
+            "ssh_hostname": rig.ssh_host,
+            "ssh_port": rig.ssh_port,
+            "ssh_user": "root",
+            "ssh_key": state.ssh_key,
+            "ssh_known_hosts_file": state.known_hosts,
+            "ssh_strict_host_key_checking": "yes",
+            "ssh_allow_agent": False,
+            "ssh_look_for_keys": False,
+            "serving_port": rig.serving_port,
+            "l2_device": rig.nvme_path,
+            "lab_rig": True,
+            "lab_registry": state.registry,
+        })
+        for rig in state.rigs
+    ]
+
+
+lab = _lab_hosts()

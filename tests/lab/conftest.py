@@ -1,0 +1,163 @@
+"""The lab for every lab test: brought up once per session, torn down at the end.
+
+Fixtures:
+  lab           LabState (rigkit.lab.state): rigs, registry, ssh key, known_hosts, serving_image, engine.
+                The full `rigkit lab up`; rigs from env RIGKIT_TEST_RIGS (default 3). Torn down at session
+                end unless RIGKIT_KEEP_LAB=1.
+  serving_image lab.serving_image, the record of rigkit.lab.serving_image.ensure_serving_image (releases
+                "1" and "2" by digest); fails the test with the build error if the image could not be made.
+  run_pyinfra   run_pyinfra(args=(), inventory=LAB_INVENTORY, deploy=None) -> CompletedProcess (.venv's pyinfra -y)
+  rig_exec      rig_exec(rig, cmd, check=True) -> CompletedProcess (docker exec into the rig; str runs in bash)
+  ssh_run       ssh_run(rig, cmd) -> (exit_status, stdout, stderr) over real SSH with the lab key
+  rig_engine    rig_engine(rig): the rig's own Docker engine is started (systemctl start docker) and answers
+  lab_rig_count the number of rigs the session asked for
+
+A test marked `lab_down_last` runs after every other test of the session (it tears the lab down).
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Sequence
+
+import paramiko
+import pytest
+
+from rigkit.lab.proc import print_progress
+from rigkit.lab.state import LabState, RigState, write_state
+from rigkit.paths import REPO_ROOT
+
+LAB_INVENTORY = REPO_ROOT / "inventory" / "lab.py"
+DEPLOYS_DIR = Path(__file__).resolve().parent / "deploys"
+DEFAULT_TEST_RIGS = 3
+RIG_ENGINE_TIMEOUT_S = 60.0
+
+
+def requested_rig_count() -> int:
+    return int(os.environ.get("RIGKIT_TEST_RIGS", DEFAULT_TEST_RIGS))
+
+
+def keep_lab() -> bool:
+    return os.environ.get("RIGKIT_KEEP_LAB") == "1"
+
+
+def pyinfra_executable() -> str:
+    candidate = Path(sys.executable).with_name("pyinfra")
+    return str(candidate if candidate.exists() else REPO_ROOT / ".venv" / "bin" / "pyinfra")
+
+
+def run_pyinfra(args: Sequence[str] = (), inventory: Path | str = LAB_INVENTORY,
+                deploy: Path | str | None = None, timeout: float = 900) -> subprocess.CompletedProcess:
+    cmd = [pyinfra_executable(), "-y", *args, str(inventory)]
+    if deploy is not None:
+        cmd.append(str(deploy))
+    return subprocess.run(cmd, cwd=REPO_ROOT, capture_output=True, text=True, timeout=timeout)
+
+
+def rig_exec(rig: RigState, cmd: str | Sequence[str], check: bool = True,
+             timeout: float = 600) -> subprocess.CompletedProcess:
+    argv = ["bash", "-c", cmd] if isinstance(cmd, str) else list(cmd)
+    result = subprocess.run(["docker", "exec", rig.container, *argv], capture_output=True, text=True, timeout=timeout)
+    if check and result.returncode != 0:
+        raise AssertionError(f"{rig.name}: {shlex.join(argv)} exited {result.returncode}:\n"
+                             f"{result.stdout[-2000:]}\n{result.stderr[-2000:]}")
+    return result
+
+
+def ssh_client(rig: RigState, state: LabState) -> paramiko.SSHClient:
+    client = paramiko.SSHClient()
+    client.load_host_keys(state.known_hosts)
+    client.set_missing_host_key_policy(paramiko.RejectPolicy())  # the lab's known_hosts must be right
+    client.connect(rig.ssh_host, port=rig.ssh_port, username="root", key_filename=state.ssh_key,
+                   allow_agent=False, look_for_keys=False, timeout=10)
+    return client
+
+
+def ssh_run(rig: RigState, state: LabState, cmd: str, timeout: float = 60) -> tuple[int, str, str]:
+    client = ssh_client(rig, state)
+    try:
+        _, stdout, stderr = client.exec_command(cmd, timeout=timeout)
+        status = stdout.channel.recv_exit_status()
+        return status, stdout.read().decode(), stderr.read().decode()
+    finally:
+        client.close()
+
+
+def start_rig_engine(rig: RigState) -> None:
+    rig_exec(rig, "systemctl start docker")
+    deadline = time.monotonic() + RIG_ENGINE_TIMEOUT_S
+    while rig_exec(rig, "docker info >/dev/null 2>&1", check=False).returncode != 0:
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{rig.name}: its docker engine did not answer within {RIG_ENGINE_TIMEOUT_S} s: "
+                                 + rig_exec(rig, "journalctl -u docker --no-pager | tail -20", check=False).stdout)
+        time.sleep(0.5)
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "lab_down_last: tears the lab down; runs after every other test")
+
+
+def pytest_collection_modifyitems(session, config, items):
+    last = [item for item in items if item.get_closest_marker("lab_down_last")]
+    items[:] = [item for item in items if item not in last] + last
+
+
+_serving_image_error: list[str] = []
+
+
+@pytest.fixture(scope="session")
+def lab() -> LabState:
+    from rigkit.lab.cli import lab_down, lab_up
+
+    if os.geteuid() != 0:
+        pytest.skip("the lab needs root (engine, loop devices, privileged rigs)")
+    state = lab_up(requested_rig_count(), progress=print_progress, serving_image=False)
+    # The serving image takes minutes when cold and may fail on its own: a failure there fails the
+    # tests that need it (fixture `serving_image`), not every lab test.
+    try:
+        from rigkit.lab.serving_image import ensure_serving_image
+
+        state.serving_image = ensure_serving_image(state.registry, print_progress)
+        write_state(state)
+    except Exception as exc:  # reported by the `serving_image` fixture
+        _serving_image_error.append(f"{type(exc).__name__}: {exc}")
+    yield state
+    if not keep_lab():
+        lab_down(progress=print_progress)
+
+
+@pytest.fixture(scope="session")
+def serving_image(lab: LabState) -> dict:
+    if not lab.serving_image:
+        pytest.fail(f"the lab has no serving image: {_serving_image_error or 'not built'}")
+    return lab.serving_image
+
+
+@pytest.fixture(scope="session")
+def lab_rig_count() -> int:
+    return requested_rig_count()
+
+
+@pytest.fixture(scope="session", name="run_pyinfra")
+def run_pyinfra_fixture(lab):
+    return run_pyinfra
+
+
+@pytest.fixture(scope="session", name="rig_exec")
+def rig_exec_fixture(lab):
+    return rig_exec
+
+
+@pytest.fixture(scope="session", name="ssh_run")
+def ssh_run_fixture(lab):
+    return lambda rig, cmd, timeout=60: ssh_run(rig, lab, cmd, timeout)
+
+
+@pytest.fixture(scope="session", name="rig_engine")
+def rig_engine_fixture(lab):
+    return start_rig_engine

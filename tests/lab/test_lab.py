@@ -1,0 +1,217 @@
+"""The lab itself: real rigs answer SSH, pyinfra converges them, the registry serves both releases by
+digest, vLLM runs inside a rig's own engine, and `lab down` leaves nothing behind."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+import requests
+
+from rigkit.lab import engine, registry_server, rigs as lab_rigs
+from rigkit.lab.pyinfra_output import parse_results
+from rigkit.paths import CACHE_DIR, LAB_DIR, LAB_STATE_FILE
+
+pytestmark = pytest.mark.lab
+
+PROBE_DEPLOY = Path(__file__).resolve().parent / "deploys" / "probe.py"
+PROBE_PATH = "/etc/rigkit-lab-probe"
+VLLM_CONTAINER = "rigkit-lab-test-vllm"
+VLLM_READY_TIMEOUT_S = 300.0
+VLLM_ENV = {
+    "VLLM_CPU_KVCACHE_SPACE": "1",
+    "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1",
+}
+COMPLETION_TOKENS = 8
+
+
+def test_lab_is_up_with_the_requested_rigs(lab, lab_rig_count):
+    assert len(lab.rigs) == lab_rig_count
+    assert len({rig.ssh_port for rig in lab.rigs}) == len(lab.rigs)
+    assert len({rig.serving_port for rig in lab.rigs}) == len(lab.rigs)
+    assert registry_server.registry_answers(lab.registry)
+    assert engine.bridge_networks() == [], "the lab engine must not have a bridge network"
+    assert json.loads(LAB_STATE_FILE.read_text())["rigs"][0]["name"] == lab.rigs[0].name
+
+
+def test_each_rig_answers_ssh_with_the_lab_key(lab, ssh_run):
+    for rig in lab.rigs:
+        status, out, err = ssh_run(rig, "hostname && systemctl is-system-running")
+        assert status == 0, f"{rig.name}: {out} {err}"
+        hostname, system_state = out.split()
+        assert hostname == rig.name
+        assert system_state == "running"
+
+
+def test_each_rig_has_its_spare_nvme_as_an_unformatted_block_device(lab, rig_exec):
+    for rig in lab.rigs:
+        assert rig_exec(rig, f"test -b {rig.nvme_path}").returncode == 0
+        size = int(rig_exec(rig, f"blockdev --getsize64 {rig.nvme_path}").stdout)
+        assert size == lab_rigs.NVME_SIZE_BYTES
+        # unformatted on a fresh lab; a test that formatted it must not leak into the next session
+        fs_type = rig_exec(rig, f"blkid -o value -s TYPE {rig.nvme_path}", check=False).stdout.strip()
+        assert fs_type in ("", "ext4", "xfs")
+
+
+def test_nvme_path_survives_a_rig_restart(lab, rig_exec, ssh_run):
+    rig = lab.rigs[-1]
+    subprocess.run(["docker", "restart", rig.container], check=True, capture_output=True)
+    deadline = time.monotonic() + 60
+    while not lab_rigs.ssh_ready(rig):
+        assert time.monotonic() < deadline, f"{rig.name} did not answer SSH after a restart"
+        time.sleep(0.5)
+    status, out, _ = ssh_run(rig, f"readlink -f {rig.nvme_path}")
+    assert status == 0 and out.strip() == rig.loop_device
+
+
+def test_pyinfra_deploys_to_every_rig_and_the_second_run_changes_nothing(lab, run_pyinfra, rig_exec):
+    for rig in lab.rigs:
+        rig_exec(rig, f"rm -f {PROBE_PATH}")
+    first = run_pyinfra(deploy=PROBE_DEPLOY)
+    assert first.returncode == 0, first.stdout + first.stderr
+    total = parse_results(first.stdout)["Grand total"]
+    assert (total.hosts, total.success, total.error, total.no_change) == (len(lab.rigs), len(lab.rigs), 0, 0)
+    for rig in lab.rigs:
+        assert rig_exec(rig, f"cat {PROBE_PATH}").stdout == "rigkit lab probe\n"
+
+    second = run_pyinfra(deploy=PROBE_DEPLOY)
+    assert second.returncode == 0, second.stdout + second.stderr
+    total = parse_results(second.stdout)["Grand total"]
+    assert (total.hosts, total.success, total.error, total.no_change) == (len(lab.rigs), 0, 0, len(lab.rigs))
+
+
+def test_a_rig_engine_has_no_bridge(lab, rig_engine, rig_exec):
+    rig = lab.rigs[0]
+    rig_engine(rig)
+    drivers = rig_exec(rig, "docker network ls --format '{{.Driver}}'").stdout.split()
+    assert "bridge" not in drivers
+    assert "host" in drivers
+
+
+def test_both_serving_releases_pull_by_digest_inside_a_rig(lab, serving_image, rig_engine, rig_exec):
+    releases = serving_image["releases"]
+    assert set(releases) == {"1", "2"}
+    assert releases["1"] != releases["2"]
+    rig = lab.rigs[0]
+    rig_engine(rig)
+    for release, reference in releases.items():
+        assert reference.startswith(f"{lab.registry}/") and "@sha256:" in reference
+        rig_exec(rig, f"docker pull {reference}")
+        digests = json.loads(rig_exec(rig, f"docker image inspect --format '{{{{json .RepoDigests}}}}' {reference}").stdout)
+        assert reference in digests
+        labels = json.loads(rig_exec(rig, f"docker image inspect --format '{{{{json .Config.Labels}}}}' {reference}").stdout)
+        assert labels.get("org.rigkit.release") == release
+
+
+def _stream_completion(port: int, model: str) -> tuple[list[str], dict]:
+    response = requests.post(
+        f"http://127.0.0.1:{port}/v1/completions",
+        json={"model": model, "prompt": f"session {uuid.uuid4()}: hello", "max_tokens": COMPLETION_TOKENS,
+              "ignore_eos": True, "stream": True, "stream_options": {"include_usage": True}},
+        stream=True, timeout=120)
+    response.raise_for_status()
+    texts, usage = [], {}
+    for line in response.iter_lines(decode_unicode=True):
+        if not line or not line.startswith("data: ") or line == "data: [DONE]":
+            continue
+        chunk = json.loads(line[len("data: "):])
+        texts += [choice.get("text", "") for choice in chunk.get("choices", [])]
+        usage = chunk.get("usage") or usage
+    return texts, usage
+
+
+@pytest.mark.vllm
+def test_serving_image_runs_vllm_inside_a_rig_engine(lab, serving_image, rig_engine, rig_exec):
+    rig = lab.rigs[0]
+    rig_engine(rig)
+    port = rig.serving_port
+    env = " ".join(f"-e {key}={value}" for key, value in VLLM_ENV.items())
+    rig_exec(rig, f"docker rm -f {VLLM_CONTAINER} >/dev/null 2>&1; "
+                  f"docker run -d --name {VLLM_CONTAINER} --network host --init {env} {serving_image['releases']['1']} "
+                  f"{serving_image['python']} -m {serving_image['serve_module']} --model {serving_image['model_dir']} "
+                  f"--served-model-name {serving_image['served_model_name']} --load-format dummy "
+                  f"--host 127.0.0.1 --port {port} --max-model-len 8192 --dtype bfloat16 "
+                  "--enable-prefix-caching --enforce-eager --enable-prompt-tokens-details")
+    try:
+        deadline = time.monotonic() + VLLM_READY_TIMEOUT_S
+        models = None
+        while models is None:
+            running = rig_exec(rig, f"docker inspect -f '{{{{.State.Running}}}}' {VLLM_CONTAINER}").stdout.strip()
+            assert running == "true", "vLLM exited:\n" + rig_exec(rig, f"docker logs --tail 40 {VLLM_CONTAINER}",
+                                                                  check=False).stderr
+            assert time.monotonic() < deadline, f"/v1/models did not answer within {VLLM_READY_TIMEOUT_S} s"
+            try:
+                models = requests.get(f"http://127.0.0.1:{port}/v1/models", timeout=5).json()
+            except (requests.RequestException, ValueError):
+                time.sleep(2)
+        assert [model["id"] for model in models["data"]] == [serving_image["served_model_name"]]
+
+        texts, usage = _stream_completion(port, serving_image["served_model_name"])
+        assert len(texts) > 1, "a streaming completion arrives in several chunks"
+        assert usage.get("completion_tokens") == COMPLETION_TOKENS
+    finally:
+        rig_exec(rig, f"docker rm -f {VLLM_CONTAINER}", check=False)
+
+
+# ---- lab down: runs after every other test of the session -------------------------------------
+
+def _lab_containers_in_data_root() -> list[str]:
+    """Lab-labelled containers recorded in the engine's data root (seen even with the engine stopped)."""
+    found = []
+    for config in (engine.ENGINE_DATA_ROOT / "containers").glob("*/config.v2.json"):
+        labels = json.loads(config.read_text()).get("Config", {}).get("Labels") or {}
+        if labels.get("rigkit.lab") == str(LAB_DIR):
+            found.append(config.parent.name)
+    return found
+
+
+def _pid_alive(pid: int | None) -> bool:
+    return bool(pid) and Path(f"/proc/{pid}").exists()
+
+
+@pytest.mark.lab_down_last
+def test_lab_down_leaves_no_container_loop_device_mount_or_file(lab, rig_exec, tmp_path):
+    import os
+
+    if os.environ.get("RIGKIT_KEEP_LAB") == "1":
+        pytest.skip("RIGKIT_KEEP_LAB=1: the lab stays up")
+    from rigkit.lab.cli import lab_down
+
+    # a rig that formatted and mounted its NVMe (as the L2 role does) must not block the teardown
+    rig = lab.rigs[0]
+    rig_exec(rig, f"mkfs.ext4 -q -F {rig.nvme_path} && mkdir -p /mnt/l2 && mount {rig.nvme_path} /mnt/l2")
+    lab_devices = {r.loop_device for r in lab.rigs}
+    engine_pid = lab.engine.get("pid") if lab.engine.get("started_by_lab") else None
+    # something the lab did not make: a loop device outside LAB_DIR must survive
+    bystander_image = tmp_path / "bystander.img"
+    with open(bystander_image, "wb") as f:
+        f.truncate(16 * 1024**2)
+    bystander = subprocess.run(["losetup", "--find", "--show", str(bystander_image)], check=True,
+                               capture_output=True, text=True).stdout.strip()
+    try:
+        lab_down()
+
+        if engine.engine_answers():
+            left = subprocess.run(["docker", "ps", "-aq", "--filter", f"label=rigkit.lab={LAB_DIR}"],
+                                  capture_output=True, text=True).stdout.split()
+            assert left == [], f"containers left: {left}"
+        assert _lab_containers_in_data_root() == []
+        losetup = subprocess.run(["losetup", "--list", "--json"], capture_output=True, text=True).stdout
+        assert lab_rigs.loop_devices_backed_under(losetup, LAB_DIR) == []
+        mountinfo = Path("/proc/self/mountinfo").read_text()
+        assert str(LAB_DIR) not in mountinfo
+        assert not any(f" {device} " in mountinfo for device in lab_devices)
+        assert not _pid_alive(lab.registry_pid), "the registry still runs"
+        assert not registry_server.registry_answers(lab.registry)
+        if engine_pid:
+            assert not _pid_alive(engine_pid), "the lab-started engine still runs"
+        assert not LAB_DIR.exists(), f"{LAB_DIR} still exists"
+        assert CACHE_DIR.exists(), "the cache must survive `lab down`"
+        assert f"{bystander_image}" in subprocess.run(["losetup", "--list", "--json"], capture_output=True,
+                                                        text=True).stdout, "lab down touched a loop device it did not make"
+    finally:
+        subprocess.run(["losetup", "--detach", bystander], capture_output=True)

@@ -1,0 +1,306 @@
+"""Pure logic of the lab (no engine, no root): ports, state, mirrors, capabilities, teardown selection,
+the runc wrapper's rewrite, and pyinfra's results table."""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from rigkit.errors import ConfigError
+from rigkit.lab import engine, registry_server, rig_image, rigs
+from rigkit.lab.pyinfra_output import OperationResult, parse_results
+from rigkit.lab.state import LabState, RigState, read_state, write_state
+
+# ---- capabilities ----
+
+# CapBnd of the development VM (CAP_SYS_RESOURCE, bit 24, missing) and of a normal host
+VM_STATUS = "Name:\tpython3\nCapInh:\t0000000000000000\nCapBnd:\t000001fffeffffff\nCapAmb:\t0000000000000000\n"
+FULL_STATUS = "CapBnd:\t000001ffffffffff\n"
+
+
+def test_cap_sys_resource_missing_on_the_vm_mask():
+    assert engine.lacks_capability(VM_STATUS, engine.CAP_SYS_RESOURCE)
+    assert not engine.lacks_capability(VM_STATUS, 23)  # CAP_SYS_NICE is there
+
+
+def test_full_bounding_set_needs_no_wrapper():
+    assert not engine.lacks_capability(FULL_STATUS, engine.CAP_SYS_RESOURCE)
+
+
+def test_status_without_capbnd_is_an_error():
+    with pytest.raises(ValueError):
+        engine.capability_bounding_set("Name:\tx\n")
+
+
+def test_dockerd_command_has_no_bridge_and_wrapper_only_when_asked():
+    plain = engine.dockerd_command(use_wrapper=False)
+    for flag in ("--bridge=none", "--iptables=false", "--ip-forward=false", "--ip-masq=false"):
+        assert flag in plain
+    assert "--default-runtime" not in plain
+    wrapped = engine.dockerd_command(use_wrapper=True)
+    assert wrapped[wrapped.index("--default-runtime") + 1] == engine.WRAPPER_RUNTIME_NAME
+
+
+# ---- runc wrapper: drops CAP_SYS_RESOURCE, then execs the real runc ----
+
+def _fake_runc(tmp_path: Path) -> Path:
+    fake = tmp_path / "runc"
+    fake.write_text("#!/bin/sh\necho \"$@\" > \"$(dirname \"$0\")/argv\"\n")
+    fake.chmod(fake.stat().st_mode | stat.S_IXUSR)
+    return fake
+
+
+def _caps(*names):
+    return {kind: list(names) for kind in ("bounding", "effective", "permitted", "inheritable")}
+
+
+def test_wrapper_drops_the_capability_from_the_bundle_on_create(tmp_path):
+    bundle = tmp_path / "bundle"
+    bundle.mkdir()
+    (bundle / "config.json").write_text(json.dumps({"process": {"capabilities": _caps("CAP_CHOWN", "CAP_SYS_RESOURCE")}}))
+    fake = _fake_runc(tmp_path)
+    args = ["--root", "/run/x", "--log", "/tmp/l", "create", "--bundle", str(bundle), "--pid-file", "/tmp/p", "cid"]
+    subprocess.run([sys.executable, str(engine.RUNC_WRAPPER_SOURCE), *args], check=True,
+                   env={**os.environ, "RIGKIT_REAL_RUNC": str(fake)})
+    caps = json.loads((bundle / "config.json").read_text())["process"]["capabilities"]
+    assert caps == _caps("CAP_CHOWN")
+    assert (tmp_path / "argv").read_text().split() == args
+
+
+def test_wrapper_drops_the_capability_from_the_exec_process(tmp_path):
+    process = tmp_path / "process.json"
+    process.write_text(json.dumps({"args": ["sh"], "capabilities": _caps("CAP_SYS_RESOURCE", "CAP_KILL")}))
+    fake = _fake_runc(tmp_path)
+    subprocess.run([sys.executable, str(engine.RUNC_WRAPPER_SOURCE), "exec", f"--process={process}", "cid"],
+                   check=True, env={**os.environ, "RIGKIT_REAL_RUNC": str(fake)})
+    assert json.loads(process.read_text())["capabilities"] == _caps("CAP_KILL")
+
+
+def test_wrapper_leaves_other_commands_alone(tmp_path):
+    fake = _fake_runc(tmp_path)
+    subprocess.run([sys.executable, str(engine.RUNC_WRAPPER_SOURCE), "--version"], check=True,
+                   env={**os.environ, "RIGKIT_REAL_RUNC": str(fake)})
+    assert (tmp_path / "argv").read_text().split() == ["--version"]
+
+
+# ---- ports ----
+
+def test_ports_start_after_the_base_and_are_stable_per_rig():
+    assert rigs.allocate_ports(3, rigs.SSH_PORT_BASE) == [2201, 2202, 2203]
+    assert rigs.allocate_ports(2, rigs.SERVING_PORT_BASE) == [8101, 8102]
+    assert rigs.allocate_ports(5, rigs.SSH_PORT_BASE)[:3] == rigs.allocate_ports(3, rigs.SSH_PORT_BASE)
+
+
+def test_reserved_ports_are_skipped():
+    assert rigs.allocate_ports(4, 2021, reserved=frozenset({2024})) == [2022, 2023, 2025, 2026]
+
+
+def test_ssh_and_serving_ports_never_collide():
+    ssh = set(rigs.allocate_ports(50, rigs.SSH_PORT_BASE))
+    serving = set(rigs.allocate_ports(50, rigs.SERVING_PORT_BASE))
+    assert not ssh & serving
+    assert 2024 not in ssh
+
+
+# ---- rig files ----
+
+def test_sshd_config_listens_on_loopback_key_only():
+    config = rigs.sshd_config(2203, "/etc/ssh/rigkit/key")
+    assert "Port 2203\n" in config
+    assert "ListenAddress 127.0.0.1\n" in config
+    assert "PasswordAuthentication no\n" in config
+    assert "PermitRootLogin prohibit-password\n" in config
+
+
+def test_known_hosts_line_uses_bracketed_host_port():
+    line = rigs.known_hosts_line(2201, "ssh-ed25519 AAAAC3Nz rig1@rigkit-lab")
+    assert line == "[127.0.0.1]:2201 ssh-ed25519 AAAAC3Nz\n"
+
+
+def test_known_hosts_line_is_read_by_paramiko(tmp_path):
+    import paramiko
+
+    key_path = tmp_path / "key"
+    public = rigs._write_keypair(key_path, "test")
+    known = tmp_path / "known_hosts"
+    known.write_text(rigs.known_hosts_line(2201, public))
+    host_keys = paramiko.HostKeys(str(known))
+    loaded = paramiko.Ed25519Key.from_private_key_file(str(key_path))
+    assert host_keys.check("[127.0.0.1]:2201", loaded)
+    assert oct(key_path.stat().st_mode & 0o777) == "0o600"
+
+
+def test_nvme_env_names_the_link_and_its_directory():
+    env = rigs.nvme_env("/dev/loop3", "/dev/disk/by-id/nvme-rigkit-lab-rig2")
+    assert env.splitlines() == ["LOOP_DEVICE=/dev/loop3", "NVME_PATH=/dev/disk/by-id/nvme-rigkit-lab-rig2",
+                                "NVME_DIR=/dev/disk/by-id"]
+
+
+# ---- teardown selection: only what the lab made ----
+
+LOSETUP_JSON = json.dumps({"loopdevices": [
+    {"name": "/dev/loop0", "back-file": "/var/lib/rigkit-lab/rigs/rig1/nvme.img"},
+    {"name": "/dev/loop1", "back-file": "/var/lib/rigkit-lab/rigs/rig2/nvme.img (deleted)"},
+    {"name": "/dev/loop2", "back-file": "/var/lib/rigkit-lab-other/x.img"},
+    {"name": "/dev/loop3", "back-file": "/home/user/disk.img"},
+    {"name": "/dev/loop4", "back-file": None},
+]})
+
+
+def test_only_loop_devices_backed_by_lab_files_are_released():
+    assert rigs.loop_devices_backed_under(LOSETUP_JSON, Path("/var/lib/rigkit-lab")) == ["/dev/loop0", "/dev/loop1"]
+
+
+def test_no_loop_devices_when_losetup_lists_none():
+    assert rigs.loop_devices_backed_under("", Path("/var/lib/rigkit-lab")) == []
+
+
+def test_mounts_of_lab_devices_or_under_the_lab_dir_deepest_first():
+    findmnt = json.dumps({"filesystems": [
+        {"source": "/dev/vda", "target": "/"},
+        {"source": "/dev/loop0", "target": "/mnt/l2"},
+        {"source": "tmpfs", "target": "/var/lib/rigkit-lab/rigs/rig1/docker"},
+        {"source": "overlay", "target": "/var/lib/rigkit-lab/rigs/rig1/docker/overlay2/abc/merged"},
+        {"source": "/dev/loop3", "target": "/home/user/mnt"},
+        {"source": "tmpfs", "target": "/var/lib/rigkit-labX"},
+    ]})
+    assert rigs.mounts_to_release(findmnt, ["/dev/loop0"], Path("/var/lib/rigkit-lab")) == [
+        "/var/lib/rigkit-lab/rigs/rig1/docker/overlay2/abc/merged",
+        "/var/lib/rigkit-lab/rigs/rig1/docker",
+        "/mnt/l2",
+    ]
+
+
+# ---- apt mirror for debootstrap ----
+
+DEB822 = """Types: deb
+# http://snapshot.example/archive/debian/20250520T000000Z
+URIs: http://mirror.example/debian
+Suites: bookworm bookworm-updates
+Components: main
+Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg
+
+Types: deb
+URIs: http://mirror.example/debian-security
+Suites: bookworm-security
+Components: main
+"""
+
+
+def test_mirror_from_deb822_sources():
+    assert rig_image.parse_apt_mirror({"debian.sources": DEB822}) == "http://mirror.example/debian"
+
+
+def test_mirror_ignores_security_only_disabled_and_foreign_files():
+    sources = {
+        "a.sources": "Types: deb\nURIs: http://sec.example/debian-security\nSuites: bookworm-security\n",
+        "b.sources": "Enabled: no\nTypes: deb\nURIs: http://off.example/debian\nSuites: bookworm\n",
+        "c.list.disabled-by-farm": "deb http://other.example/debian bookworm main\n",
+        "d.sources": "Types: deb-src\nURIs: http://src.example/debian\nSuites: bookworm\n",
+    }
+    assert rig_image.parse_apt_mirror(sources) is None
+
+
+def test_mirror_from_one_line_list_with_options():
+    sources = {"sources.list": "# comment\ndeb [arch=amd64 signed-by=/k.gpg] http://mirror.example/debian bookworm main\n"}
+    assert rig_image.parse_apt_mirror(sources) == "http://mirror.example/debian"
+
+
+def test_rig_image_tag_changes_with_its_inputs(monkeypatch):
+    tag = rig_image.rig_image_tag()
+    assert tag == rig_image.rig_image_tag()
+    monkeypatch.setattr(rig_image, "INSTALL_SCRIPT", rig_image.INSTALL_SCRIPT + "echo extra\n")
+    assert rig_image.rig_image_tag() != tag
+
+
+def test_rig_image_ships_a_no_bridge_daemon_json():
+    assert rig_image.RIG_DAEMON_JSON == {"bridge": "none", "iptables": False, "ip-forward": False, "ip-masq": False}
+    assert json.dumps(rig_image.RIG_DAEMON_JSON) in rig_image.INSTALL_SCRIPT
+    assert "exit 101" in rig_image.INSTALL_SCRIPT  # package scripts must not start sshd on the host's port 22
+
+
+# ---- registry config ----
+
+def test_registry_config_binds_loopback_and_stores_in_the_cache():
+    config = registry_server.registry_config("/var/cache/rigkit/registry")
+    assert "addr: 127.0.0.1:5000\n" in config
+    assert "rootdirectory: /var/cache/rigkit/registry\n" in config
+
+
+# ---- state file ----
+
+def _state() -> LabState:
+    rig = RigState(name="rig1", container="rigkit-lab-rig1", ssh_host="127.0.0.1", ssh_port=2201, serving_port=8101,
+                   nvme_path="/dev/disk/by-id/nvme-rigkit-lab-rig1", loop_device="/dev/loop0",
+                   loop_image="/x/rigs/rig1/nvme.img", docker_dir="/x/rigs/rig1/docker")
+    return LabState(registry="127.0.0.1:5000", ssh_key="/x/ssh/id_ed25519", known_hosts="/x/ssh/known_hosts",
+                    rigs=[rig], serving_image={"releases": {"1": "a@sha256:1", "2": "a@sha256:2"}},
+                    engine={"pid": 12, "started_by_lab": True, "runtime_wrapper": True}, registry_pid=13)
+
+
+def test_state_round_trips(tmp_path):
+    path = tmp_path / "state.json"
+    write_state(_state(), path)
+    assert read_state(path) == _state()
+    assert read_state(path).rig("rig1").ssh_port == 2201
+
+
+def test_missing_state_says_run_lab_up(tmp_path):
+    with pytest.raises(ConfigError, match="rigkit lab up"):
+        read_state(tmp_path / "absent.json")
+
+
+def test_lab_inventory_without_state_says_run_lab_up(tmp_path):
+    inventory = Path(__file__).resolve().parent.parent / "inventory" / "lab.py"
+    result = subprocess.run([sys.executable, str(inventory)], capture_output=True, text=True,
+                            env={**os.environ, "RIGKIT_LAB_DIR": str(tmp_path)})
+    assert result.returncode != 0
+    assert "run `rigkit lab up` first" in result.stderr
+
+
+def test_lab_inventory_maps_each_rig_to_pyinfra_ssh_data(tmp_path):
+    state = _state()
+    write_state(state, tmp_path / "state.json")
+    inventory = Path(__file__).resolve().parent.parent / "inventory" / "lab.py"
+    code = f"import runpy, json; print(json.dumps(runpy.run_path({str(inventory)!r})['lab']))"
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                            env={**os.environ, "RIGKIT_LAB_DIR": str(tmp_path)})
+    [(name, data)] = json.loads(result.stdout)
+    assert name == "rig1"
+    assert data["ssh_port"] == 2201 and data["ssh_user"] == "root" and data["ssh_key"] == state.ssh_key
+    assert data["ssh_known_hosts_file"] == state.known_hosts and data["ssh_strict_host_key_checking"] == "yes"
+    assert data["ssh_allow_agent"] is False and data["ssh_look_for_keys"] is False
+    assert data["serving_port"] == 8101 and data["l2_device"] == state.rigs[0].nvme_path and data["lab_rig"] is True
+
+
+# ---- pyinfra results table ----
+
+PYINFRA_OUTPUT = """--> Starting operation: rigkit lab probe file
+    [rig2] No changes
+    [rig1] Success
+
+--> Results:
+    Operation               Hosts   Success   Error   No Change   
+    rigkit lab probe file   2       1         -       1           
+    Ensure packages 2.0     2       -         2       -           
+    Grand total             2       1         2       1           
+
+--> Disconnecting from hosts...
+"""
+
+
+def test_pyinfra_results_table_is_parsed_by_operation():
+    results = parse_results(PYINFRA_OUTPUT)
+    assert results["rigkit lab probe file"] == OperationResult(hosts=2, success=1, error=0, no_change=1)
+    assert results["Ensure packages 2.0"] == OperationResult(hosts=2, success=0, error=2, no_change=0)
+    assert results["Grand total"] == OperationResult(hosts=2, success=1, error=2, no_change=1)
+
+
+def test_pyinfra_output_without_results_gives_nothing():
+    assert parse_results("--> Loading config...\n") == {}

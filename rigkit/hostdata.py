@@ -120,7 +120,7 @@ def _derive(profile: Profile, knobs: dict[str, Any]) -> dict[str, Any]:
         raise ConfigError("gpu_mask", derived["gpu_mask"],
                           f"selects {len(gpus)} GPU(s) but profile {profile.name} needs {profile.resources.gpus}",
                           f"select at least {profile.resources.gpus} GPUs, or clear gpu_mask to use every GPU")
-    l1_gb = derived["l1_size_gb"] if profile.uses_l1 else 0
+    l1_gb = derived["l1_size_gb"] if profile.l1_in_limits else 0
     needed = required_mem_limit_gb(l1_gb, derived["model_size_gb"], derived["mem_headroom_gb"])
     if derived["mem_limit_gb"] is None:
         derived["mem_limit_gb"] = needed

@@ -78,6 +78,9 @@ class Profile(_Strict):
     resources: Resources
     connector: Optional[Connector] = None
     baseline_of: Optional[str] = None
+    # Derived, not written in YAML: container limits (mem_limit, shm) are sized for L1. A baseline keeps
+    # its base's limits so an A/B pair differs only in the connector.
+    l1_in_limits: bool = False
 
     @field_validator("knobs")
     @classmethod
@@ -195,9 +198,11 @@ def parse_profiles(text: str, path: Path = PROFILES_FILE) -> dict[str, Profile]:
             raise _validation_error(path, name, exc) from None
         except ConfigError as exc:  # a knob default failed its own check
             raise _error(path, f"profiles.{name}.defaults.{exc.field}", exc.problem, exc.fix) from None
+        if "l1_in_limits" in entry:
+            raise _error(path, f"profiles.{name}.l1_in_limits", "is derived from the connector", "remove it")
         if profile.image is not None:
             require_digest(profile.image, f"{path.name}: profiles.{name}.image")
-        profiles[name] = profile
+        profiles[name] = profile.model_copy(update={"l1_in_limits": profile.uses_l1})
 
     for name, entry in entries.items():
         if "baseline_of" not in entry:

@@ -1,0 +1,133 @@
+"""Preflight: host facts + settings -> findings. nvidia-smi outputs are real (2x H200); RAM and disk
+numbers are read from that host's /proc/meminfo and df in the fixtures, or set to the edge of a gate."""
+
+from pathlib import Path
+
+import pytest
+
+from rigkit.errors import PreflightError
+from rigkit.hostdata import settings_for_host
+from rigkit.preflight import HostFacts, L2_FREE_WARN_GB, preflight, raise_if_refused, refusals
+from rigkit.sizing import GB
+
+H200 = Path(__file__).parent / "fixtures" / "nvidia-smi" / "h200-x2-ubuntu2404"
+IDLE = (H200 / "query-gpu-noheader.csv").read_text()
+BUSY = (H200 / "query-gpu-busy-noheader.csv").read_text()
+LMCACHE = {"serving_profile": "lmcache-mp", "allow_incubating": True, "model": "m", "l1_size_gb": 60,
+           "serving_image": "lmcache/vllm-openai@sha256:" + "2" * 64}
+CPU_LAB = {"serving_profile": "cpu-lab", "serving_image": "127.0.0.1:5000/rigkit/vllm-cpu-tiny@sha256:" + "1" * 64}
+
+
+def h200_meminfo() -> dict:
+    values = {}
+    for line in (H200 / "host.txt").read_text().splitlines():
+        key, _, rest = line.partition(":")
+        if key.startswith("Mem") and rest.strip().endswith("kB"):
+            values[key] = int(rest.split()[0]) * 1024
+    return values
+
+
+def meminfo_gb(available: float, total: float = 256) -> dict:
+    return {"MemAvailable": int(available * GB), "MemTotal": int(total * GB)}
+
+
+def facts(**changes) -> HostFacts:
+    base = dict(meminfo=h200_meminfo(), l2_free_bytes=900 * GB, gpu_memory_csv=IDLE, has_engine=True,
+                compose_command="docker compose", image_present=False, registry_reachable=True)
+    return HostFacts(**{**base, **changes})
+
+
+def run(data, **fact_changes):
+    return preflight(settings_for_host(data, variables=[]), facts(**fact_changes))
+
+
+def by_check(findings, check):
+    return [f for f in findings if f.check == check]
+
+
+def test_clean_h200_passes():
+    findings = run({**LMCACHE, "l2_enabled": True})
+    assert refusals(findings) == []
+    raise_if_refused(findings)
+    assert len([f for f in by_check(findings, "gpu") if f.level == "ok"]) == 2
+
+
+def test_ram_gate_refuses_even_when_forced():
+    for force in (False, True):
+        findings = run({**LMCACHE, "force": force}, meminfo=meminfo_gb(87.9))  # < 60 + 28
+        (ram,) = [f for f in refusals(findings) if f.check == "ram"]
+        assert ram.field == "l1_size_gb" and "87.9" in ram.message and "88" in ram.message
+        assert "at most 59" in ram.fix
+        with pytest.raises(PreflightError) as caught:
+            raise_if_refused(findings)
+        assert caught.value.field == "l1_size_gb"
+    assert not refusals(run(LMCACHE, meminfo=meminfo_gb(88.1)))
+
+
+def test_ram_reserve_is_a_knob():
+    assert not refusals(run({**LMCACHE, "ram_reserve_gb": 20}, meminfo=meminfo_gb(81)))
+
+
+def test_busy_gpu_refused_and_force_downgrades_it():
+    findings = run(LMCACHE, gpu_memory_csv=BUSY)
+    (gpu,) = refusals(findings)
+    assert gpu.check == "gpu" and "GPU 0" in gpu.message and "79.3%" in gpu.message
+    forced = run({**LMCACHE, "force": True}, gpu_memory_csv=BUSY)
+    assert refusals(forced) == [] and any(f.level == "warn" and "forced" in f.message for f in forced)
+    assert refusals(run({**LMCACHE, "gpu_mask": "1"}, gpu_memory_csv=BUSY)) == []
+
+
+def test_gpu_gate_threshold_is_a_knob():
+    assert refusals(run({**LMCACHE, "gpu_free_fraction_min": 0.75}, gpu_memory_csv=BUSY)) == []
+
+
+def test_gpu_profile_on_a_rig_without_gpus_refused_even_forced():
+    for csv in (None, ""):
+        findings = run({**LMCACHE, "force": True}, gpu_memory_csv=csv)
+        (gpu,) = refusals(findings)
+        assert gpu.field == "serving_profile" and "cpu-lab" in gpu.fix
+
+
+def test_missing_gpu_index_refused():
+    (gpu,) = refusals(run({**LMCACHE, "gpu_mask": "0,3"}))
+    assert gpu.field == "gpu_mask" and "[3]" in gpu.message
+
+
+def test_cpu_profile_skips_gpu_checks():
+    findings = run(CPU_LAB, gpu_memory_csv=None, meminfo=meminfo_gb(20, 24), l2_free_bytes=int(0.9 * GB))
+    assert refusals(findings) == []
+    (gpu,) = by_check(findings, "gpu")
+    assert gpu.level == "ok" and "skipped" in gpu.message
+
+
+def test_l2_free_space_warns_then_refuses():
+    data = {**LMCACHE, "l2_enabled": True, "l2_budget_gb": 40}
+    (warn,) = by_check(run(data, l2_free_bytes=(L2_FREE_WARN_GB - 1) * GB), "l2")
+    assert warn.level == "warn"
+    (refuse,) = by_check(run(data, l2_free_bytes=39 * GB), "l2")
+    assert refuse.level == "refuse" and refuse.field == "l2_budget_gb" and "at most 39" in refuse.fix
+    (skipped,) = by_check(run(LMCACHE, l2_free_bytes=1 * GB), "l2")  # L2 off: not checked
+    assert skipped.level == "ok"
+
+
+def test_shm_below_l1_warns():
+    (shm,) = by_check(run({**LMCACHE, "shm_size_gb": 32}), "shm")
+    assert shm.level == "warn" and shm.field == "shm_size_gb"
+
+
+def test_engine_and_compose_required():
+    (engine,) = refusals(run(LMCACHE, has_engine=False))
+    assert engine.field == "docker"
+    (compose,) = refusals(run({**LMCACHE, "force": True}, compose_command=None))
+    assert compose.field == "compose"
+
+
+def test_image_must_be_present_or_pullable():
+    assert refusals(run(LMCACHE, image_present=True, registry_reachable=False)) == []
+    (image,) = refusals(run(LMCACHE, image_present=False, registry_reachable=False))
+    assert image.field == "serving_image"
+
+
+def test_min_ram_of_the_profile():
+    (ram,) = refusals(run(LMCACHE, meminfo=meminfo_gb(100, 48)))
+    assert ram.field == "serving_profile" and "64" in ram.message

@@ -92,15 +92,16 @@ def docker() -> None:
         source = apt_source_line(repo, os.codename, "stable", DOCKER_KEYRING, host.get_fact(DebArch))
         files.put(name="Docker's apt repository", src=StringIO(source), dest=DOCKER_SOURCE_LIST, mode="644")
 
-    packages_held(name="Install and hold the Docker engine", packages=engine_packages(os, settings))
-
+    # daemon.json first: a fresh engine then starts with it (no default bridge, ever, in the lab).
     files.directory(name="/etc/docker", path="/etc/docker", mode="755")
     daemon = json_file_merged(name="Merge rigkit's options into daemon.json",
                               path=DAEMON_JSON, options=settings["docker_daemon_options"])
+    install = packages_held(name="Install and hold the Docker engine", packages=engine_packages(os, settings))
     systemd.service(name="Docker engine enabled and running", service=DOCKER_SERVICE,
                     running=True, enabled=True)
+    # An install or upgrade (re)starts the engine itself, already reading the new file.
     systemd.service(name="Restart the engine for the new daemon.json", service=DOCKER_SERVICE,
-                    restarted=True, _if=daemon.did_change)
+                    restarted=True, _if=[daemon.did_change, install.did_not_change])
 
     for user in settings["docker_users"]:
         server.user(name=f"{user} in the docker group", user=user, groups=["docker"], append=True,

@@ -136,7 +136,8 @@ def l2_disk() -> None:
         return format_decision(fresh_probe, settings, lsblk)
 
     filesystem_made(name=f"{settings['l2_fstype']} filesystem on {device}", device=device,
-                    fstype=settings["l2_fstype"], label=settings["l2_label"], uuid=fs_uuid, decide=decide)
+                    fstype=settings["l2_fstype"], label=settings["l2_label"], uuid=fs_uuid,
+                    mount_point=mount_point, decide=decide)
     files.directory(name="Mount point", path=mount_point)
     entry = f"UUID={fs_uuid} {mount_point} {settings['l2_fstype']} {settings['l2_mount_options']} 0 2"
     fstab_entry(name="fstab entry by UUID", mount_point=mount_point, entry=entry)

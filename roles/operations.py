@@ -152,7 +152,8 @@ def json_file_merged(path: str, options: dict):
     """
     current = read_json_file(path)
     merged = merge_options(current, options)
-    if merged == current and host.get_fact(FileText, path=path) is not None:
+    exists = host.get_fact(FileText, path=path) is not None
+    if merged == current and (exists or not options):
         return
     yield from files.put._inner(src=StringIO(render_json(merged)), dest=path, mode="644")
 
@@ -342,7 +343,7 @@ def gpu_container_verified(image: Optional[str], image_field: str):
 # ------------------------------------------------------------------------------------- disks
 
 @operation()
-def filesystem_made(device: str, fstype: str, label: str, uuid: str,
+def filesystem_made(device: str, fstype: str, label: str, uuid: str, mount_point: str,
                     decide: Callable[[Optional[dict]], str]):
     """
     Make a filesystem on ``device`` when ``decide(probe)`` says so.
@@ -350,6 +351,7 @@ def filesystem_made(device: str, fstype: str, label: str, uuid: str,
     + device: the block device
     + fstype / label / uuid: the filesystem to make (the UUID is chosen up front so the
       fstab entry can be written before the filesystem exists)
+    + mount_point: unmounted first when the device's current filesystem is mounted there
     + decide: the refusal rules, re-checked against a fresh probe right before formatting;
       returns "use", "format" or "wipe", raises when the device must not be touched
     """
@@ -357,6 +359,8 @@ def filesystem_made(device: str, fstype: str, label: str, uuid: str,
     if action == "use":
         return
     if action == "wipe":
+        if host.get_fact(MountedFilesystem, mount_point=mount_point) is not None:
+            yield f"umount {mount_point}"
         yield f"wipefs -a {device}"
     if fstype == "xfs":
         yield f"mkfs.xfs -f -L {label} -m uuid={uuid} {device}"

@@ -12,7 +12,9 @@ from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
 from typing import Optional
 
-LEDGER_PATH = "/var/lib/rigkit/ledger.json"
+from rigkit.paths import RIG_STATE_DIR
+
+LEDGER_PATH = f"{RIG_STATE_DIR}/ledger.json"
 SCHEMA_VERSION = 1
 
 SMOKE_PASS = "pass"

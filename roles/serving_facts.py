@@ -7,6 +7,8 @@ import shlex
 
 from pyinfra.api import FactBase
 
+from rigkit.nvidia_smi import GPU_MEMORY_QUERY
+
 STACK_LABEL = "org.rigkit.stack"
 
 
@@ -86,3 +88,16 @@ class ComposeCommand(FactBase):
     def process(self, output):
         text = "".join(output).strip()
         return text or None
+
+
+class GpuMemory(FactBase):
+    """nvidia-smi's per-GPU free/total memory, one CSV line per GPU (rigkit.nvidia_smi parses it)."""
+
+    def requires_command(self, *args, **kwargs) -> str:
+        return "nvidia-smi"
+
+    def command(self) -> str:
+        return GPU_MEMORY_QUERY
+
+    def process(self, output):
+        return list(output)

@@ -1,0 +1,15 @@
+"""The local lab's rigs: the cpu-lab profile, release 1 of the lab's serving image, no GPUs.
+
+The image digest comes from the lab state (lab digests change with every cold build);
+`--data serving_image=<repo@sha256:...>` deploys another release.
+"""
+
+from rigkit.lab.state import read_state as _read_state
+
+serving_profile = "cpu-lab"
+serving_image = _read_state().serving_image["releases"]["1"]
+gpus = 0
+# Debian's docker.io + docker-compose v1, as the lab rigs carry; the rig engine must never
+# create a bridge on the shared host network.
+docker_source = "distro"
+docker_daemon_options = {"bridge": "none", "iptables": False, "ip-forward": False, "ip-masq": False}

@@ -1,0 +1,257 @@
+"""serving: the profile's compose stack on the rig, pinned by digest, with a release ledger.
+
+Ensures, in order:
+- the host data is valid (rigkit.hostdata: unknown knobs, tags, bad values refused before any change);
+- preflights pass (RAM, shm, L2 disk, GPU memory, engine, compose): a refusal fails this rig only;
+- compose.yml and .env (mode 0600) rendered from the one knob registry;
+- the release: pull the digest (before stopping anything), `compose down`, `compose up -d`, wait for
+  /v1/models with progress (never `docker restart`); nothing happens when the rig already runs
+  exactly this rendering ("No Change");
+- after a release: smoke (HTTP through an SSH tunnel, env and command line inside the container),
+  the verdict in the rig's ledger, automatic rollback to the last known-good digest when smoke fails,
+  and pruning of images beyond keep_images (the last known-good one is always kept).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import shlex
+from io import StringIO
+from pathlib import Path
+from typing import Optional
+
+from pyinfra import host
+from pyinfra.api import deploy, operation
+from pyinfra.facts.files import FileContents
+from pyinfra.facts.server import Which
+from pyinfra.operations import files, python
+
+from rigkit.errors import PreflightError
+from rigkit.hostdata import Settings, settings_for_host
+from rigkit.ledger import LEDGER_PATH, SMOKE_FAIL, SMOKE_PASS, Ledger, Release
+from rigkit.paths import RIG_LIB_DIR, RIG_STACK_DIR, RIG_STATE_DIR
+from rigkit.preflight import HostFacts, preflight, refusals
+from rigkit.render import (COMPOSE_FILE_NAME, COMPOSE_PROJECT, CONTAINER_NAME, ENV_FILE_NAME, STACK_NAME,
+                           render_compose, render_env)
+from rigkit.smoke import SmokeReport, check_container, check_http
+from rigkit.tunnel import serving_url
+from rigkit.variables import Variable
+from roles.serving_facts import (STACK_LABEL, ComposeCommand, DiskFree, DockerImagePresent, GpuMemory, MemInfo,
+                                 StackContainers)
+
+logger = logging.getLogger("rigkit.serving")
+
+VARIABLES: list[Variable] = [
+    Variable("serving_smoke", True, "run the smoke checks after every release", bool),
+    Variable("serving_auto_rollback", True, "roll back to the last known-good digest when smoke fails", bool),
+    Variable("rollback_to", None, "rollback.py: the image (repo@sha256:...) to roll back to "
+             "(empty = the last known-good release in the rig's ledger)", str),
+]
+
+RELEASE_HASH_FILE = f"{RIG_STATE_DIR}/release.sha256"
+WAIT_READY_SCRIPT = f"{RIG_LIB_DIR}/wait_ready.py"
+WAIT_READY_SOURCE = Path(__file__).parent / "files" / "wait_ready.py"
+
+
+def host_data() -> dict:
+    return host.data.dict()
+
+
+def release_hash(compose_text: str, env_text: str) -> str:
+    """What is running is exactly what was rendered when this matches the rig's RELEASE_HASH_FILE."""
+    return hashlib.sha256((compose_text + "\0" + env_text).encode()).hexdigest()
+
+
+def ready_url(settings: Settings) -> str:
+    address = settings.knobs["bind_address"]
+    if address in ("0.0.0.0", "::"):
+        address = "127.0.0.1"
+    return f"http://{address}:{settings.knobs['serving_port']}/v1/models"
+
+
+def release_commands(compose: str, image: str, pull: bool, url: str, timeout_s: int, digest: str) -> list[str]:
+    """Pull first (the old stack keeps serving meanwhile), then down, up -d, wait, record the hash."""
+    in_stack = f"cd {RIG_STACK_DIR} && {compose} -p {COMPOSE_PROJECT}"
+    commands = [f"docker pull {shlex.quote(image)}"] if pull else []
+    return commands + [
+        f"{in_stack} down --remove-orphans",
+        f"{in_stack} up -d",
+        f"python3 {WAIT_READY_SCRIPT} {shlex.quote(url)} {timeout_s} {shlex.quote(f'label={STACK_LABEL}={STACK_NAME}')}",
+        f"echo {digest} > {RELEASE_HASH_FILE}",
+    ]
+
+
+@operation()
+def stack_release(compose: str, image: str, digest: str, url: str, timeout_s: int):
+    """
+    Bring the rendered stack up unless the rig already runs exactly this rendering.
+
+    + compose: ``docker compose`` or ``docker-compose`` (the rig's ComposeCommand fact)
+    + image: the pinned image (repo@sha256:...)
+    + digest: release_hash of the rendered compose.yml and .env
+    + url: the /v1/models URL polled until the API answers
+    + timeout_s: seconds to wait for it
+    """
+    containers = host.get_fact(StackContainers, stack=STACK_NAME)
+    applied = (host.get_fact(FileContents, path=RELEASE_HASH_FILE) or [""])[0].strip()
+    serving = bool(containers) and all(c["running"] and c["image"] == image for c in containers)
+    if serving and applied == digest:
+        host.noop(f"stack already serving {image}")
+        return
+    pull = not host.get_fact(DockerImagePresent, image=image)
+    yield from release_commands(compose, image, pull, url, timeout_s, digest)
+
+
+def gather_facts(settings: Settings, compose: Optional[str]) -> HostFacts:
+    has_engine = host.get_fact(Which, command="docker") is not None
+    gpu_csv = None
+    if settings.profile.needs_gpus and host.get_fact(Which, command="nvidia-smi"):
+        gpu_csv = "\n".join(host.get_fact(GpuMemory) or [])
+    return HostFacts(
+        meminfo=host.get_fact(MemInfo),
+        l2_free_bytes=host.get_fact(DiskFree, path=settings.knobs["l2_path"]) if settings.l2_active else None,
+        gpu_memory_csv=gpu_csv,
+        has_engine=has_engine,
+        compose_command=compose,
+        image_present=bool(has_engine and host.get_fact(DockerImagePresent, image=settings.image)),
+    )
+
+
+def _refuse(findings_text: str) -> None:
+    raise PreflightError("preflight", host.name, findings_text, "see each refusal's fix above")
+
+
+def smoke(settings: Settings, data: dict, compose_env: dict) -> SmokeReport:
+    """Every smoke check against the running stack (HTTP through the tunnel, container via the rig)."""
+    report = SmokeReport()
+    with serving_url(data, settings.knobs["bind_address"], settings.knobs["serving_port"], host.name) as url:
+        report.checks += check_http(url, settings.knobs["served_model_name"])
+    _, env_out = host.run_shell_command(f"docker exec {CONTAINER_NAME} env")
+    _, inspect_out = host.run_shell_command(f"docker inspect {CONTAINER_NAME}")
+    expected_command = [settings.profile.connector.kv_transfer_config["kv_connector"]] if settings.profile.connector else []
+    report.checks += check_container(env_out.stdout, inspect_out.stdout, compose_env, expected_command)
+    return report
+
+
+def read_ledger() -> Ledger:
+    status, output = host.run_shell_command(f"cat {LEDGER_PATH} 2>/dev/null || true")
+    return Ledger.from_json(output.stdout)
+
+
+def write_ledger(ledger: Ledger) -> None:
+    host.run_shell_command(f"mkdir -p {RIG_STATE_DIR}")
+    if not host.put_file(StringIO(ledger.to_json()), LEDGER_PATH):
+        raise RuntimeError(f"could not write {LEDGER_PATH}")
+
+
+def after_release(settings: Settings, data: dict, compose: str, expected_env: dict, kind: str,
+                  run_smoke: bool, auto_rollback: bool, rollback_files: Optional[dict]) -> None:
+    """Smoke, ledger, automatic rollback and pruning, right after a release came up."""
+    ledger = read_ledger()
+    ledger.record(Release(image=settings.image, profile=settings.profile.name,
+                          knobs_hash=settings.knobs_hash, kind=kind))
+    verdict = None
+    if run_smoke:
+        report = smoke(settings, data, expected_env)
+        verdict = SMOKE_PASS if report.passed else SMOKE_FAIL
+        ledger.record_smoke(verdict, report.summary())
+        logger.warning(f"[{host.name}] {report.summary()}")
+    write_ledger(ledger)
+    if verdict == SMOKE_FAIL:
+        good = ledger.last_known_good(exclude_image=settings.image)
+        if auto_rollback and good and rollback_files:
+            logger.warning(f"[{host.name}] rolling back to last known-good {good.image}")
+            _apply_files(rollback_files[good.image])
+            _run_checked(release_commands(compose, good.image, False, ready_url(settings),
+                                          settings.knobs["ready_timeout_s"], rollback_files[good.image]["digest"]))
+            ledger.record(Release(image=good.image, profile=good.profile, knobs_hash=good.knobs_hash,
+                                  kind="rollback", smoke=SMOKE_PASS,
+                                  note=f"automatic: smoke failed on {settings.image}"))
+            write_ledger(ledger)
+        raise PreflightError("smoke", settings.image, ledger.releases[-1].note or "smoke failed",
+                             "fix the release; the rig was rolled back" if auto_rollback and good
+                             else "roll back with rollback.py")
+    prune(ledger, settings.knobs["keep_images"])
+
+
+def _apply_files(rendered: dict) -> None:
+    host.put_file(StringIO(rendered["compose"]), f"{RIG_STACK_DIR}/{COMPOSE_FILE_NAME}")
+    host.put_file(StringIO(rendered["env"]), f"{RIG_STACK_DIR}/{ENV_FILE_NAME}")
+    host.run_shell_command(f"chmod 600 {RIG_STACK_DIR}/{ENV_FILE_NAME}")
+
+
+def _run_checked(commands: list[str]) -> None:
+    for command in commands:
+        status, output = host.run_shell_command(command)
+        if not status:
+            raise RuntimeError(f"`{command}` failed: {output.stdout[-2000:]} {output.stderr[-2000:]}")
+
+
+def prune(ledger: Ledger, keep: int) -> None:
+    for image in ledger.images_to_prune(keep):
+        host.run_shell_command(f"docker image rm {shlex.quote(image)} 2>/dev/null || true")
+
+
+def rendered_for(settings: Settings) -> dict:
+    compose_text, env_text = render_compose(settings), render_env(settings)
+    return {"compose": compose_text, "env": env_text, "digest": release_hash(compose_text, env_text)}
+
+
+@deploy("serving")
+def serving(image_override: Optional[str] = None, kind: str = "deploy") -> None:
+    data = host_data()
+    if image_override:
+        data = {**data, "serving_image": image_override}
+    settings = settings_for_host(data)
+    role = {v.name: data.get(v.name, v.default) for v in VARIABLES}
+    compose = host.get_fact(ComposeCommand)
+
+    findings = preflight(settings, gather_facts(settings, compose))
+    for finding in findings:
+        if finding.level == "warn":
+            logger.warning(f"[{host.name}] {finding}")
+    logger.warning(f"[{host.name}] capacity: {settings.capacity()}")
+    refused = refusals(findings)
+    if refused:
+        python.call(name="Preflight refused", function=_refuse,
+                    findings_text="; ".join(str(f) for f in refused))
+        return
+
+    rendered = rendered_for(settings)
+    files.directory(name="rigkit directories", path=RIG_STACK_DIR, mode="700")
+    files.directory(name="rigkit state directory", path=RIG_STATE_DIR)
+    files.directory(name="rigkit helper directory", path=RIG_LIB_DIR)
+    if settings.l2_active:
+        files.directory(name="L2 cache directory", path=settings.knobs["l2_path"])
+    files.put(name="Wait-ready helper", src=str(WAIT_READY_SOURCE), dest=WAIT_READY_SCRIPT, mode="755")
+    files.put(name="Render compose.yml", src=StringIO(rendered["compose"]),
+              dest=f"{RIG_STACK_DIR}/{COMPOSE_FILE_NAME}", mode="644")
+    files.put(name="Render .env (0600: may hold a token)", src=StringIO(rendered["env"]),
+              dest=f"{RIG_STACK_DIR}/{ENV_FILE_NAME}", mode="600")
+    release = stack_release(name=f"Release {settings.image}", compose=compose, image=settings.image,
+                            digest=rendered["digest"], url=ready_url(settings),
+                            timeout_s=settings.knobs["ready_timeout_s"])
+    python.call(name="Smoke, ledger, prune", function=after_release, _if=release.did_change,
+                settings=settings, data=data, compose=compose, expected_env=_expected_env(settings),
+                kind=kind, run_smoke=role["serving_smoke"], auto_rollback=role["serving_auto_rollback"],
+                rollback_files=_rollback_renderings(data))
+
+
+def _expected_env(settings: Settings) -> dict:
+    from rigkit.render import env_values
+
+    return dict(env_values(settings)) | dict(settings.profile.fixed_env)
+
+
+def _rollback_renderings(data: dict) -> dict:
+    """Renderings of every release in the ledger, keyed by image, so a rollback needs no re-validation."""
+    ledger = Ledger.from_json("\n".join(host.get_fact(FileContents, path=LEDGER_PATH) or []))
+    out = {}
+    for release in ledger.releases:
+        if release.image not in out:
+            try:
+                out[release.image] = rendered_for(settings_for_host({**data, "serving_image": release.image}))
+            except Exception as exc:  # an old release the current data cannot render is not a rollback target
+                logger.warning(f"[{host.name}] cannot render {release.image} for rollback: {exc}")
+    return out

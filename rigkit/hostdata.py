@@ -6,7 +6,8 @@ profile without opt-in, a bad knob value, a memory limit below what L1 and the m
 
 The convention for host data keys (one flat namespace):
 - serving knobs: rigkit.knobs.KNOBS;
-- role variables: each roles/<name>.py declares ``VARIABLES: list[Variable]`` at module level;
+- role variables: each roles/<name>.py declares ``VARIABLES: list[Variable]`` at module level, and
+  roles/_common.py ``COMMON_VARIABLES`` the host-wide ones (gpus);
 - connection and lab keys: names starting with ``ssh_`` (pyinfra's SSH connector) or ``_``
   (pyinfra's global arguments such as ``_sudo``), and LAB_KEYS below.
 Anything else is refused, so a typo never silently falls back to a default.
@@ -18,11 +19,12 @@ import hashlib
 import importlib
 import json
 import pkgutil
+import posixpath
 from dataclasses import dataclass
 from typing import Any, Iterable, Optional
 
 from rigkit.errors import ConfigError
-from rigkit.knobs import KNOBS, KNOBS_BY_NAME, SECRET_KNOBS
+from rigkit.knobs import KNOBS, KNOBS_BY_NAME, L2_PATH_WITHOUT_DISK_ROLE, SECRET_KNOBS
 from rigkit.profiles import Profile, get_profile, load_profiles
 from rigkit.registry import require_digest
 from rigkit.sizing import capacity_line, default_shm_size_gb, required_mem_limit_gb
@@ -30,7 +32,7 @@ from rigkit.variables import Variable, refuse_unknown, resolve
 
 CONNECTION_PREFIXES = ("ssh_", "_")
 # Keys the lab inventory writes for its own bookkeeping (rigkit/lab): not settings of the stack.
-LAB_KEYS = frozenset({"lab_rig", "lab_container", "l2_device", "nvme_path", "loop_device"})
+LAB_KEYS = frozenset({"lab_rig", "lab_registry", "lab_container", "nvme_path", "loop_device"})
 
 
 @dataclass(frozen=True)
@@ -93,6 +95,11 @@ def role_variables() -> list[Variable]:
                 continue
             raise
         found.extend(getattr(module, "VARIABLES", []))
+    try:  # host-wide settings several roles share (e.g. gpus)
+        found.extend(importlib.import_module("roles._common").COMMON_VARIABLES)
+    except ModuleNotFoundError as exc:
+        if exc.name != "roles._common":
+            raise
     return found
 
 
@@ -105,9 +112,18 @@ def refuse_unknown_keys(data: dict, variables: Iterable[Variable]) -> None:
     refuse_unknown(names, known_keys(variables), "host data")
 
 
-def _derive(profile: Profile, knobs: dict[str, Any]) -> dict[str, Any]:
+def _l2_path(role_values: dict[str, Any]) -> str:
+    """Where the l2_disk role mounts the L2 directory (its own settings), so the two never disagree."""
+    if role_values.get("l2_mount_point") and role_values.get("l2_cache_dir"):
+        return posixpath.join(role_values["l2_mount_point"], role_values["l2_cache_dir"])
+    return L2_PATH_WITHOUT_DISK_ROLE
+
+
+def _derive(profile: Profile, knobs: dict[str, Any], role_values: dict[str, Any]) -> dict[str, Any]:
     """Fill knobs whose default depends on others; refuse combinations no host fact can fix."""
     derived = dict(knobs)
+    if derived["l2_path"] is None:
+        derived["l2_path"] = _l2_path(role_values)
     if derived["model"] is None:
         raise ConfigError("model", None, f"profile {profile.name} has no default model",
                           "set model (a model id or an in-container path) in host or group data")
@@ -163,4 +179,4 @@ def settings_for_host(data: dict, profiles: Optional[dict[str, Profile]] = None,
         raise ConfigError("serving_image", None, f"profile {profile.name} pins no image",
                           f"set serving_image to {profile.image_repo}@sha256:<64 hex> "
                           f"(`rigkit resolve {profile.image_repo}:TAG` prints it)")
-    return Settings(profile=profile, image=image, knobs=_derive(profile, knobs))
+    return Settings(profile=profile, image=image, knobs=_derive(profile, knobs, resolve(variables, data)))

@@ -24,6 +24,9 @@ FORBIDDEN_CHARACTERS = {"\n": "a newline", "\r": "a carriage return", "\x00": "a
 
 RESTART_POLICIES = ("no", "always", "unless-stopped", "on-failure")
 
+# l2_path when it is not set and no l2_disk role declares where the L2 disk is mounted.
+L2_PATH_WITHOUT_DISK_ROLE = "/var/lib/rigkit/kv"
+
 
 def env_value_problem(text: str) -> Optional[str]:
     """Why ``text`` cannot be written to .env so that compose v1 and v2 read it back unchanged, or None."""
@@ -143,8 +146,8 @@ KNOBS: list[Variable] = [
     Variable("l2_enabled", False, "persist the KV cache on disk (L2) under l2_path", bool, env="LMCACHE_L2"),
     Variable("l2_adapter_json", None, "LMCache L2 adapter as a JSON object (empty = fs adapter on l2_path)",
              str, _text(_json_object), env="LMCACHE_L2_ADAPTER"),
-    Variable("l2_path", "/var/lib/rigkit/kv", "host directory of the L2 disk tier, mounted into the container",
-             str, _text(_absolute_path)),
+    Variable("l2_path", None, "host directory of the L2 disk tier, mounted into the container (empty = the "
+             "l2_disk role's l2_mount_point/l2_cache_dir)", str, _text(_absolute_path)),
     Variable("l2_budget_gb", 100.0, "disk the L2 tier may fill, in GB (preflight refuses less free space)",
              float, _between(0.01)),
     Variable("chunk_size", 256, "LMCache chunk size in tokens", int, _between(16, 65536), env="LMCACHE_CHUNK_SIZE"),

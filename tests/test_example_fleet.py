@@ -11,9 +11,6 @@ import sys
 from pathlib import Path
 
 import pytest
-from pyinfra.api import State
-from pyinfra.context import ctx_state
-from pyinfra_cli.inventory import make_inventory_from_files
 
 from rigkit.compose_guard import undeclared_variables
 from rigkit.errors import ConfigError
@@ -22,17 +19,29 @@ from rigkit.paths import REPO_ROOT
 from rigkit.render import render_compose, render_env
 
 EXAMPLE_GROUP_FILES = ("example_fleet.py", "example_dual_3090.py", "example_quad_gpu.py")
+# pyinfra_cli monkey-patches the whole process with gevent on import: load inventories in a child.
+LOAD_INVENTORY = """
+import json, sys
+from pyinfra.api import State
+from pyinfra.context import ctx_state
+from pyinfra_cli.inventory import make_inventory_from_files
+with ctx_state.use(State()):
+    inventory = make_inventory_from_files(sys.argv[1], cwd=sys.argv[2])
+print(json.dumps({host.name: host.data.dict() for host in inventory}))
+"""
 
 
-def load_hosts(inventory: Path, group_files, tmp_path: Path) -> dict[str, dict]:
+def load_hosts(inventory: Path, group_files, tmp_path: Path, env=None) -> dict[str, dict]:
     """host name -> host.data as pyinfra merges it (inventory + group_data), only the named group files."""
     group_dir = tmp_path / "group_data"
     group_dir.mkdir()
     for name in group_files:
         (group_dir / name).symlink_to(REPO_ROOT / "group_data" / name)
-    with ctx_state.use(State()):
-        inventory = make_inventory_from_files(str(inventory), cwd=str(tmp_path))
-    return {host.name: host.data.dict() for host in inventory}
+    env = {**os.environ, "PYTHONPATH": str(REPO_ROOT), **(env or {})}
+    result = subprocess.run([sys.executable, "-c", LOAD_INVENTORY, str(inventory), str(tmp_path)], env=env,
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr[-2000:]
+    return json.loads(result.stdout)
 
 
 @pytest.fixture
@@ -67,22 +76,6 @@ def test_a_typo_in_the_example_group_data_is_refused(fleet):
     assert caught.value.field == "l1_size" and "l1_size_gb" in caught.value.fix
 
 
-LAB_CHECK = """
-import json, sys
-from pyinfra.api import State
-from pyinfra.context import ctx_state
-from pyinfra_cli.inventory import make_inventory_from_files
-from rigkit.hostdata import settings_for_host
-with ctx_state.use(State()):
-    inventory = make_inventory_from_files(sys.argv[1], cwd=sys.argv[2])
-out = {}
-for host in inventory:
-    s = settings_for_host(host.data.dict())
-    out[host.name] = [s.profile.name, s.image, s.knobs["serving_port"], s.l2_active]
-print(json.dumps(out))
-"""
-
-
 @pytest.mark.skipif(not (REPO_ROOT / "inventory" / "lab.py").exists(), reason="no lab inventory yet")
 def test_lab_inventory_data_validates(tmp_path):
     image = "127.0.0.1:5000/rigkit/vllm-cpu-tiny@sha256:" + "7" * 64
@@ -96,10 +89,6 @@ def test_lab_inventory_data_validates(tmp_path):
     (lab_dir / "state.json").write_text(json.dumps(state))
     workdir = tmp_path / "work"
     workdir.mkdir()
-    (workdir / "group_data").mkdir()
-    (workdir / "group_data" / "lab.py").symlink_to(REPO_ROOT / "group_data" / "lab.py")
-    env = {**os.environ, "RIGKIT_LAB_DIR": str(lab_dir), "PYTHONPATH": str(REPO_ROOT)}
-    result = subprocess.run([sys.executable, "-c", LAB_CHECK, str(REPO_ROOT / "inventory" / "lab.py"), str(workdir)],
-                            env=env, capture_output=True, text=True, timeout=120)
-    assert result.returncode == 0, result.stderr[-2000:]
-    assert json.loads(result.stdout) == {"rig1": ["cpu-lab", image, 8101, True]}
+    hosts = load_hosts(REPO_ROOT / "inventory" / "lab.py", ["lab.py"], workdir, {"RIGKIT_LAB_DIR": str(lab_dir)})
+    s = settings_for_host(hosts["rig1"])
+    assert (s.profile.name, s.image, s.knobs["serving_port"], s.l2_active) == ("cpu-lab", image, 8101, True)

@@ -40,8 +40,9 @@ def env_value_problem(text: str) -> Optional[str]:
     if needs_double_quotes and "$" in text:
         # Inside double quotes compose v2 expands $NAME and $$: no quoting keeps both ' (or \) and $.
         return "contains both a quote or backslash and '$', which no .env quoting keeps for both compose versions"
-    if needs_double_quotes and (text.startswith('"') or text.endswith('"')):
-        return "starts or ends with '\"' and also contains a quote or backslash"
+    if needs_double_quotes and (text.endswith('"') or text.endswith("\\")):
+        # compose v2 takes an escaped quote or backslash right before the closing quote as its end
+        return "ends with '\"' or a backslash and also contains a quote or backslash"
     return None
 
 

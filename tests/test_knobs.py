@@ -81,7 +81,8 @@ def test_values_coerced_by_type():
 
 @pytest.mark.parametrize("text, ok", [
     ("plain value", True), ("with 'quote'", True), ("back\\slash", True), ("$dollar", True),
-    ('{"type":"fs"}', True), ("${VAR}", False), ("it's $5", False), ('"quoted\'', False),
+    ('{"type":"fs"}', True), ("${VAR}", False), ("it's $5", False), ('it\'s "quoted"', False),
+    ("trailing\\", False), ('"leading" quote\'s', True),
 ])
 def test_env_value_problem(text, ok):
     assert (env_value_problem(text) is None) is ok

@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Iterable
 
+from pyinfra import logger
 from pyinfra.api.host import Host
 from pyinfra.facts.server import LinuxDistribution
 
@@ -83,3 +84,8 @@ def upstream_version(apt_version: str) -> str:
 def pinned(packages: Iterable[str], version: str | None) -> list[str]:
     """apt package specs, each pinned to ``version`` (``name=version``) when one is given."""
     return [f"{name}={version}" if version else name for name in packages]
+
+
+def say(host: Host, message: str) -> None:
+    """A line in the deploy output for this host, shown without -v (skips, notices)."""
+    logger.info(f"{host.print_prefix}{message}")

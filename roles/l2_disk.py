@@ -24,7 +24,7 @@ from pyinfra.operations import files
 
 from rigkit.errors import ConfigError, PreflightError
 from rigkit.variables import Variable
-from roles._common import host_settings
+from roles._common import host_settings, say
 from roles.host_facts import BlockDeviceList, BlockDeviceProbe, MountedFilesystem
 from roles.operations import filesystem_made, fstab_entry, mounted
 
@@ -94,7 +94,7 @@ def format_decision(probe: Optional[dict], settings: dict, lsblk: list[str]) -> 
                              f"or set l2_fstype={found_type}")
     adopt = f"set l2_label={found_label!r} to use it as it is, or " if found_type == fstype and found_label else ""
     raise PreflightError("l2_device", device,
-                         f"holds a {found_type} filesystem labelled {found_label!r}, not rigkit's {label!r}",
+                         f"holds a filesystem ({found_type}) labelled {found_label!r}, not rigkit's {label!r}",
                          f"{adopt}set l2_force_format=true to wipe it (everything on it is lost)")
 
 
@@ -110,11 +110,11 @@ def l2_disk() -> None:
     settings = host_settings(VARIABLES, host)
     device = settings["l2_device"]
     if not device:
-        host.noop("l2_disk: skipped, no l2_device declared for this host")
+        say(host, "l2_disk: skipped, no l2_device declared for this host")
         return
     check_label(settings)
     if not device.startswith("/dev/disk/by-"):
-        host.noop(f"l2_disk: {device} is a kernel name that may change between boots; a /dev/disk/by-id/ "
+        say(host, f"l2_disk: {device} is a kernel name that may change between boots; a /dev/disk/by-id/ "
                   "path is stable (fstab mounts by UUID either way)")
 
     probe = host.get_fact(BlockDeviceProbe, device=device)

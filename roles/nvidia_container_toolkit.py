@@ -20,7 +20,7 @@ from pyinfra.facts.deb import DebArch
 from pyinfra.operations import files, systemd
 
 from rigkit.variables import Variable
-from roles._common import APT_KEYRINGS_DIR, GPUS, host_settings, pinned, target_os
+from roles._common import APT_KEYRINGS_DIR, GPUS, host_settings, pinned, say, target_os
 from roles.docker import DAEMON_JSON, DOCKER_SERVICE
 from roles.operations import gpu_container_verified, nvidia_runtime_configured, packages_held
 
@@ -46,7 +46,7 @@ TOOLKIT_SOURCE_LIST = "/etc/apt/sources.list.d/nvidia-container-toolkit.list"
 def nvidia_container_toolkit() -> None:
     settings = host_settings([GPUS, *VARIABLES], host)
     if settings["gpus"] == 0:
-        host.noop("nvidia_container_toolkit: skipped, this host declares gpus: 0")
+        say(host, "nvidia_container_toolkit: skipped, this host declares gpus: 0")
         return
     target_os(host, "nvidia_container_toolkit")
 

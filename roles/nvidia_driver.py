@@ -22,7 +22,7 @@ from pyinfra.api.deploy import deploy
 from pyinfra.operations import files, server
 
 from rigkit.variables import Variable
-from roles._common import GPUS, TargetOS, host_settings, pinned, target_os
+from roles._common import GPUS, host_settings, pinned, say, target_os, TargetOS
 from roles.operations import (
     any_changed, deb_from_url, kernel_module_unloaded, nvidia_driver_verified, nvidia_module_current,
     packages_held,
@@ -84,12 +84,12 @@ def package_specs(os: TargetOS, settings: dict) -> list[str]:
 def nvidia_driver() -> None:
     settings = host_settings([GPUS, *VARIABLES], host)
     if settings["gpus"] == 0:
-        host.noop("nvidia_driver: skipped, this host declares gpus: 0")
+        say(host, "nvidia_driver: skipped, this host declares gpus: 0")
         return
     os = target_os(host, "nvidia_driver")
     if os.id == "debian":
         if settings["nvidia_driver_server"]:
-            host.noop("nvidia_driver: nvidia_driver_server applies to Ubuntu only; Debian uses the CUDA repo")
+            say(host, "nvidia_driver: nvidia_driver_server applies to Ubuntu only; Debian uses the CUDA repo")
         repo = f"{settings['nvidia_driver_cuda_repo_url']}/debian{os.version}/x86_64"
         deb_from_url(name="NVIDIA CUDA repository keyring", package=CUDA_KEYRING_PACKAGE,
                      url=f"{repo}/{CUDA_KEYRING_DEB}")

@@ -19,7 +19,7 @@ from pyinfra.facts.deb import DebPackages
 from pyinfra.operations import apt, files, server
 
 from rigkit.errors import PreflightError, RigkitError
-from roles._common import upstream_version
+from roles._common import say, upstream_version
 from roles.host_facts import (
     AptHeldPackages, BlockDeviceProbe, DockerEngine, DockerLocalImages, DockerRunCheck, FileText,
     LoadedKernelModules, MountedFilesystem, NvidiaModuleVersion, NvidiaSmiGpus, parse_query_gpus,
@@ -235,7 +235,7 @@ def nvidia_module_current(version_package: str, pinned_version: Optional[str], b
             running = "nouveau" if nouveau_loaded else f"nvidia {loaded}"
             if not _executing():
                 # Stop only once the packages are in, so a later reboot picks the new driver up.
-                host.noop(f"reboot required after this install ({running} is loaded) and "
+                say(host, f"reboot required after this install ({running} is loaded) and "
                           "nvidia_driver_allow_reboot=false: the deploy will stop there")
                 return
             raise fail("nvidia_driver_allow_reboot", False,
@@ -303,7 +303,7 @@ def docker_engine_verified(image: Optional[str], image_field: str):
         raise fail("docker", "engine", problem, "see `journalctl -u docker` on the host")
     chosen = pick_verify_image(image)
     if chosen is None:
-        host.noop(f"docker {engine['server_version']} answers; no local image to run a container from, "
+        say(host, f"docker {engine['server_version']} answers; no local image to run a container from, "
                   f"run check skipped (set {image_field} to check it)")
         return
     run = host.get_fact(DockerRunCheck, image=chosen)
@@ -329,7 +329,7 @@ def gpu_container_verified(image: Optional[str], image_field: str):
         raise fail("gpus", "?", "the host's nvidia-smi lists no GPU", "run the nvidia_driver role first")
     chosen = pick_verify_image(image)
     if chosen is None:
-        host.noop(f"no local image to start a GPU container from: GPU check skipped (set {image_field})")
+        say(host, f"no local image to start a GPU container from: GPU check skipped (set {image_field})")
         return
     run = host.get_fact(DockerRunCheck, image=chosen, run_args="--gpus all",
                         container_command="nvidia-smi --query-gpu=uuid,driver_version --format=csv")

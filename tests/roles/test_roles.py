@@ -28,12 +28,14 @@ from __future__ import annotations
 import hashlib
 import importlib
 import json
+import logging
 from datetime import datetime
 from inspect import getcallargs
 from pathlib import Path
 from typing import Any
 
 import pytest
+from pyinfra import logger
 from pyinfra.api import Config, Inventory, State
 from pyinfra.api.command import FileUploadCommand, FunctionCommand, StringCommand
 from pyinfra.api.deploy import add_deploy
@@ -120,6 +122,27 @@ _NOT_DERIVED = object()
 STANDARD_DIRS = {"/etc", "/etc/apt", "/etc/apt/sources.list.d", "/etc/modprobe.d", "/tmp"}
 
 
+class NoteCatcher(logging.Handler):
+    """Collects the info lines the roles print for the user (skips, notices)."""
+
+    def __init__(self):
+        super().__init__(logging.INFO)
+        self.lines: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.lines.append(record.getMessage())
+
+    def __enter__(self):
+        logger.addHandler(self)
+        self._level = logger.level
+        logger.setLevel(logging.INFO)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        logger.removeHandler(self)
+        logger.setLevel(self._level)
+
+
 def render(command) -> Any:
     if isinstance(command, StringCommand):
         return command.get_raw_value()
@@ -157,10 +180,15 @@ def run_case(case_dir: str, case: dict) -> dict:
     facts = FakeFacts(case)
     host.get_fact = facts  # type: ignore[method-assign]
     host.connected = True
-    notes: list[str] = []
-    host.noop = notes.append  # type: ignore[method-assign]
+    notes = NoteCatcher()
 
-    result: dict[str, Any] = {"commands": [], "notes": notes, "error": None, "asked": facts.asked}
+    result: dict[str, Any] = {"commands": [], "notes": notes.lines, "error": None, "asked": facts.asked}
+    with notes:
+        _run(case_dir, case, state, host, result)
+    return result
+
+
+def _run(case_dir: str, case: dict, state: State, host, result: dict) -> None:
     try:
         if case_dir.startswith("operations."):
             operations = importlib.import_module("roles.operations")
@@ -170,7 +198,7 @@ def run_case(case_dir: str, case: dict) -> dict:
             add_deploy(state, getattr(module, case_dir), host=host)
     except (RigkitError, OperationError) as exc:
         result["error"] = str(exc)
-        return result
+        return
 
     executing = case.get("stage", "prepare") == "execute"
     if executing:
@@ -188,12 +216,11 @@ def run_case(case_dir: str, case: dict) -> dict:
                 commands = list(op_data.command_generator())
             except (RigkitError, OperationError) as exc:
                 result["error"] = str(exc)
-                return result
+                return
             would_change[op_hash] = bool(commands)
             if executing:
                 op_data.operation_meta.set_complete(True, commands, CommandOutput([]))
             result["commands"].extend(render(command) for command in commands)
-    return result
 
 
 @pytest.mark.parametrize("case_path", CASE_FILES, ids=lambda p: f"{p.parent.name}/{p.stem}")

@@ -1,9 +1,11 @@
 """compose.yml and .env rendering, checked with the real docker-compose (v1.29 here)."""
 
+import json
 import os
 import re
 import shutil
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -180,3 +182,62 @@ def test_detect_compose_command():
     assert compose_argv("docker-compose") == ["docker-compose"]
     with pytest.raises(PreflightError):
         compose_argv(None)
+
+
+SHIM = """#!/bin/bash
+python3 -c 'import json, sys; print(json.dumps(sys.argv[1:]))' "$@" >> "$ARGV_LOG.$(basename "$0")"
+"""
+
+
+def run_entrypoint(tmp_path: Path, s) -> dict[str, list[str]]:
+    """Run the real entrypoint script in bash with the env compose would give it; programs are shims
+    that record their argv (no GPU, no vLLM needed to see what the container would launch)."""
+    from rigkit.render import entrypoint_script
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    for name in ("vllm", "lmcache", "python"):
+        (bin_dir / name).write_text(SHIM)
+        (bin_dir / name).chmod(0o755)
+    script = entrypoint_script(s).replace("/opt/vllm/bin/python", str(bin_dir / "python"))
+    log = tmp_path / "argv"
+    env = {"PATH": f"{bin_dir}:/usr/bin:/bin", "ARGV_LOG": str(log), **env_values(s), **s.profile.fixed_env}
+    result = subprocess.run(["bash", "-c", script], env=env, capture_output=True, text=True, timeout=30)
+    assert result.returncode == 0, result.stderr
+    deadline = time.monotonic() + 5
+    expected = {"vllm", "lmcache"} if s.profile.name == "lmcache-mp" else {
+        "python" if s.profile.name == "cpu-lab" else "vllm"}
+    # the lmcache server is started in the background: give its shim a moment
+    while time.monotonic() < deadline and not all(Path(f"{log}.{name}").exists() for name in expected):
+        time.sleep(0.05)
+    return {name: json.loads(Path(f"{log}.{name}").read_text().splitlines()[0]) for name in expected}
+
+
+def option(argv: list[str], flag: str):
+    return argv[argv.index(flag) + 1] if flag in argv else None
+
+
+def test_cpu_lab_entrypoint_launches_what_the_knobs_say(tmp_path):
+    argv = run_entrypoint(tmp_path, settings("cpu-lab", serving_port=8101, num_gpu_blocks_override=72))["python"]
+    assert argv[:4] == ["-m", "vllm.entrypoints.openai.api_server", "--model", "/models/tiny"]
+    assert option(argv, "--served-model-name") == "tiny" and option(argv, "--port") == "8101"
+    assert option(argv, "--host") == "127.0.0.1" and option(argv, "--max-model-len") == "8192"
+    assert option(argv, "--num-gpu-blocks-override") == "72"
+    assert json.loads(option(argv, "--kv-transfer-config"))["kv_connector_extra_config"] == {
+        "shared_storage_path": "/kv-store"}
+
+
+def test_unset_optional_engine_args_are_left_out(tmp_path):
+    argv = run_entrypoint(tmp_path, settings("prefix-only"))["vllm"]
+    assert argv[:2] == ["serve", "Qwen/Qwen3-8B"]
+    assert "--num-gpu-blocks-override" not in argv and "--max-model-len" not in argv
+    assert "--kv-transfer-config" not in argv and "--enable-prefix-caching" in argv
+
+
+@pytest.mark.parametrize("l2", [False, True])
+def test_lmcache_server_gets_the_knobs(tmp_path, l2):
+    argvs = run_entrypoint(tmp_path, settings("lmcache-mp", l1_size_gb=60, chunk_size=1584, l2_enabled=l2))
+    server = argvs["lmcache"]
+    assert server[0] == "server" and option(server, "--l1-size-gb") == "60"
+    assert option(server, "--chunk-size") == "1584"
+    assert option(server, "--l2-adapter") == ('{"type":"fs","base_path":"/kv-store"}' if l2 else None)
+    assert json.loads(option(argvs["vllm"], "--kv-transfer-config"))["kv_connector"] == "LMCacheMPConnector"

@@ -1,13 +1,16 @@
 """The local lab's rigs: the cpu-lab profile, release 1 of the lab's serving image, no GPUs.
 
 The image digest comes from the lab state (lab digests change with every cold build);
-`--data serving_image=<repo@sha256:...>` deploys another release.
+`--data serving_image=<repo@sha256:...>` deploys another release. pyinfra loads every group_data
+file for every inventory, so this one must load without a lab too.
 """
 
-from rigkit.lab.state import read_state as _read_state
+from rigkit.lab.state import read_state_or_none as _read_state_or_none
+
+_state = _read_state_or_none()
 
 serving_profile = "cpu-lab"
-serving_image = _read_state().serving_image["releases"]["1"]
+serving_image = (_state.serving_image or {}).get("releases", {}).get("1") if _state else None
 gpus = 0
 # Debian's docker.io + docker-compose v1, as the lab rigs carry; the rig engine must never
 # create a bridge on the shared host network.

@@ -1,0 +1,108 @@
+"""The serving stack end to end on real lab rigs: deploy by digest, no-op re-run, env passthrough,
+upgrade to release 2, rollback to release 1 with the registry stopped (no pull)."""
+
+from __future__ import annotations
+
+import json
+import pytest
+import requests
+
+from rigkit.lab.pyinfra_output import parse_results
+from rigkit.lab.registry_server import ensure_registry, stop_registry
+from rigkit.ledger import LEDGER_PATH
+from rigkit.render import CONTAINER_NAME
+
+pytestmark = [pytest.mark.lab, pytest.mark.vllm]
+
+
+def grand_total(result):
+    results = parse_results(result.stdout)
+    assert "Grand total" in results, result.stdout[-3000:] + result.stderr[-3000:]
+    return results["Grand total"]
+
+
+def assert_ok(result):
+    assert result.returncode == 0, f"pyinfra failed:\n{result.stdout[-6000:]}\n{result.stderr[-3000:]}"
+
+
+def serving_release(rig, rig_exec) -> str:
+    labels = json.loads(rig_exec(rig, f"docker inspect --format '{{{{json .Config.Labels}}}}' {CONTAINER_NAME}").stdout)
+    return labels.get("org.rigkit.release", "")
+
+
+def models(rig) -> list[str]:
+    response = requests.get(f"http://127.0.0.1:{rig.serving_port}/v1/models", timeout=10)
+    response.raise_for_status()
+    return [m["id"] for m in response.json()["data"]]
+
+
+def ledger(rig, rig_exec) -> list[dict]:
+    return json.loads(rig_exec(rig, f"cat {LEDGER_PATH}").stdout)["releases"]
+
+
+@pytest.fixture(scope="module")
+def deployed(lab, serving_image, run_pyinfra):
+    """Release 1 of cpu-lab on every lab rig, deployed by the real pipeline (deploy.py)."""
+    result = run_pyinfra(deploy="deploy.py", timeout=1800)
+    assert_ok(result)
+    return result
+
+
+def test_release_1_serves_on_every_rig(lab, deployed, rig_exec):
+    for rig in lab.rigs:
+        assert models(rig) == ["tiny"]
+        assert serving_release(rig, rig_exec) == "1"
+        entries = ledger(rig, rig_exec)
+        assert entries[-1]["image"] == lab.serving_image["releases"]["1"]
+        assert entries[-1]["smoke"] == "pass", entries[-1]
+
+
+def test_second_run_changes_nothing(lab, deployed, run_pyinfra, rig_exec):
+    before = {rig.name: rig_exec(rig, f"docker inspect --format '{{{{.Id}}}}' {CONTAINER_NAME}").stdout for rig in lab.rigs}
+    result = run_pyinfra(deploy="deploy.py")
+    assert_ok(result)
+    total = grand_total(result)
+    assert total.success == 0 and total.error == 0, result.stdout[-4000:]
+    after = {rig.name: rig_exec(rig, f"docker inspect --format '{{{{.Id}}}}' {CONTAINER_NAME}").stdout for rig in lab.rigs}
+    assert before == after  # same containers: nothing was restarted
+
+
+def test_declared_knobs_reach_the_container(lab, deployed, rig_exec):
+    rig = lab.rigs[0]
+    env = dict(line.split("=", 1) for line in rig_exec(rig, f"docker exec {CONTAINER_NAME} env").stdout.splitlines()
+               if "=" in line)
+    assert env["RIGKIT_SERVING_PORT"] == str(rig.serving_port)
+    assert env["RIGKIT_SERVED_MODEL_NAME"] == "tiny"
+    assert env["VLLM_CPU_KVCACHE_SPACE"] == "1"
+    mode = rig_exec(rig, "stat -c %a /etc/rigkit/stack/.env").stdout.strip()
+    assert mode == "600"
+
+
+def test_upgrade_then_rollback_without_registry(lab, deployed, run_pyinfra, rig_exec):
+    release_2 = lab.serving_image["releases"]["2"]
+    rigs = lab.rigs[:2]
+    limit = ",".join(rig.name for rig in rigs)
+    result = run_pyinfra(args=["--limit", limit, "--data", f"serving_image={release_2}"], deploy="deploy.py",
+                         timeout=1800)
+    assert_ok(result)
+    for rig in rigs:
+        assert serving_release(rig, rig_exec) == "2"
+        assert models(rig) == ["tiny"]
+
+    since = rig_exec(rigs[0], "date +%s").stdout.strip()
+    stop_registry(progress=print)  # the registry is unreachable during the rollback: a pull would fail
+    try:
+        result = run_pyinfra(args=["--limit", limit], deploy="rollback.py", timeout=1800)
+    finally:
+        ensure_registry(progress=print)
+    assert_ok(result)
+    for rig in rigs:
+        pulls = rig_exec(rig, f"docker events --since {since} --until $(date +%s) --filter type=image "
+                              "--filter event=pull").stdout
+        assert pulls.strip() == "", pulls
+        assert serving_release(rig, rig_exec) == "1"
+        assert models(rig) == ["tiny"]
+        entries = ledger(rig, rig_exec)
+        assert [e["kind"] for e in entries[-2:]] == ["deploy", "rollback"]
+        assert entries[-1]["image"] == lab.serving_image["releases"]["1"]
+        assert entries[-1]["smoke"] == "pass"

@@ -7,12 +7,12 @@ in its error instead of a fact error that hides it.
 
 from __future__ import annotations
 
-import csv
-import re
 import shlex
 from typing import Optional
 
 from pyinfra.api import FactBase
+
+from rigkit.nvidia_smi import DRIVER_VERSION_FILE, parse_csv_table, parse_driver_version
 
 EXISTS_MARKER = "__rigkit_file_exists__"
 
@@ -71,20 +71,10 @@ class NvidiaModuleVersion(FactBase):
     """Version of the loaded nvidia kernel module (e.g. "580.95.05"), None when not loaded."""
 
     def command(self) -> str:
-        return "cat /proc/driver/nvidia/version 2>/dev/null || true"
+        return f"cat {DRIVER_VERSION_FILE} 2>/dev/null || true"
 
     def process(self, output: list[str]) -> Optional[str]:
-        return parse_module_version(output)
-
-
-def parse_module_version(lines: list[str]) -> Optional[str]:
-    """The driver version in /proc/driver/nvidia/version's "NVRM version:" line."""
-    for line in lines:
-        if line.startswith("NVRM version:"):
-            match = re.search(r"\s(\d+\.\d+(?:\.\d+)?)\s", line + " ")
-            if match:
-                return match.group(1)
-    return None
+        return parse_driver_version("\n".join(output))
 
 
 class NvidiaSmiGpus(FactBase):
@@ -108,19 +98,9 @@ class NvidiaSmiGpus(FactBase):
 
 
 def parse_query_gpus(lines: list[str]) -> list[dict]:
-    """Rows of ``nvidia-smi --query-gpu=...,uuid,...,driver_version,... --format=csv`` (with header).
-
-    Columns are found by header name, so any query that includes uuid and driver_version works.
-    """
-    rows = list(csv.reader(line for line in lines if line.strip()))
-    if not rows:
-        return []
-    header = [name.strip().split(" ")[0] for name in rows[0]]
-    if "uuid" not in header or "driver_version" not in header:
-        return []
-    uuid_at, version_at = header.index("uuid"), header.index("driver_version")
-    return [{"uuid": row[uuid_at].strip(), "driver_version": row[version_at].strip()}
-            for row in rows[1:] if len(row) > max(uuid_at, version_at)]
+    """uuid and driver_version of each GPU in a ``nvidia-smi --query-gpu=... --format=csv`` answer."""
+    return [{"uuid": row["uuid"], "driver_version": row["driver_version"]}
+            for row in parse_csv_table("\n".join(lines)) if "uuid" in row and "driver_version" in row]
 
 
 class DockerEngine(FactBase):

@@ -108,6 +108,13 @@ def test_ssh_and_serving_ports_never_collide():
     assert 2024 not in ssh
 
 
+def test_rig_index_from_container_name():
+    assert rigs.rig_index("rigkit-lab-rig3") == 3
+    assert rigs.rig_index("rigkit-lab-rig12") == 12
+    assert rigs.rig_index("rigkit-lab-build-x") is None
+    assert rigs.rig_index("other-rig1") is None
+
+
 # ---- rig files ----
 
 def test_sshd_config_listens_on_loopback_key_only():

@@ -51,6 +51,13 @@ def container_name(name: str) -> str:
     return f"rigkit-lab-{name}"
 
 
+def rig_index(container: str) -> int | None:
+    """rigkit-lab-rig3 -> 3; None for a name that is not a lab rig's."""
+    prefix = container_name(rig_name(0))[:-1]
+    suffix = container.removeprefix(prefix)
+    return int(suffix) if container.startswith(prefix) and suffix.isdigit() else None
+
+
 def allocate_ports(count: int, base: int, reserved: frozenset[int] = RESERVED_PORTS) -> list[int]:
     """COUNT ports from BASE+1 upward, skipping reserved ones; index i (1-based) always maps to the same port."""
     ports: list[int] = []
@@ -266,16 +273,22 @@ def _wait_ready(rig: RigState) -> None:
 
 
 def ensure_rigs(count: int, image: str, progress: Progress) -> list[RigState]:
-    """COUNT rigs running this image and answering SSH; extra lab rigs from a bigger lab are removed."""
+    """At least COUNT rigs running this image and answering SSH.
+
+    Rigs beyond COUNT from an earlier, bigger lab are kept (and listed): `up` never removes a rig
+    someone may be using; `rigkit lab down` is the way to shrink.
+    """
     if count < 1:
         raise PreflightError("--rigs", count, "a lab needs at least one rig", "pass --rigs 1 or more")
     ensure_lab_key()
+    existing = [rig_index(container) for container in _rig_containers()]
+    extra = sorted(index for index in existing if index and index > count)
+    if extra:
+        progress(f"rigs: keeping {', '.join(rig_name(i) for i in extra)} beyond --rigs {count} "
+                 "(`rigkit lab down` to shrink)")
+        count = extra[-1]
     ssh_ports = allocate_ports(count, SSH_PORT_BASE)
     serving_ports = allocate_ports(count, SERVING_PORT_BASE)
-    wanted = {container_name(rig_name(i)) for i in range(1, count + 1)}
-    for extra in sorted(set(_rig_containers()) - wanted):
-        progress(f"{extra}: not in a {count}-rig lab, removing")
-        remove_rig_container(extra)
     prepared = [_prepare_rig_files(i, ssh_ports[i - 1], serving_ports[i - 1]) for i in range(1, count + 1)]
     _release_unused_rig_dirs({rig.name for rig, _, _ in prepared}, progress)
     KNOWN_HOSTS.write_text("".join(known_hosts_line(rig.ssh_port, public) for rig, _, public in prepared))
@@ -297,11 +310,6 @@ def _rig_containers() -> list[str]:
     result = subprocess.run(["docker", "ps", "-a", "--filter", f"label={CONTAINER_LABEL}={LAB_DIR}",
                              "--filter", f"label={RIG_LABEL}", "--format", "{{.Names}}"], capture_output=True, text=True)
     return result.stdout.split()
-
-
-def remove_rig_container(container: str) -> None:
-    subprocess.run(["docker", "stop", "-t", "15", container], capture_output=True)
-    subprocess.run(["docker", "rm", "-f", container], capture_output=True)
 
 
 def _release_unused_rig_dirs(keep: set[str], progress: Progress) -> None:

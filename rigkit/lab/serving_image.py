@@ -13,7 +13,7 @@ env `RIGKIT_RELEASE` (1 or 2), so each has its own digest and release 2 costs on
 Starting vLLM from it (what the serving stack's compose templates run; measured in
 tests/lab/test_serving_image.py)::
 
-    docker run --network host --init \\
+    docker run --network host --init --shm-size 1g \\
       -e VLLM_CPU_KVCACHE_SPACE=1 \\
       -e HF_HUB_OFFLINE=1 -e TRANSFORMERS_OFFLINE=1 -e VLLM_NO_USAGE_STATS=1 -e DO_NOT_TRACK=1 \\
       <releases["1"]> \\
@@ -23,6 +23,8 @@ tests/lab/test_serving_image.py)::
         --max-model-len 8192 --dtype bfloat16 --enable-prefix-caching --enforce-eager \\
         --enable-prompt-tokens-details
 
+--shm-size matters: the engine core allocates ~160 MiB of /dev/shm at start-up and Docker's default
+64 MiB makes it fail ("Insufficient space in /dev/shm"); compose: `shm_size: 1g`.
 The four offline/no-telemetry variables are also baked into the image; compose files should still
 declare them. Use `python -m <serve_module>`, not the `vllm` CLI (it looks up metadata of a
 distribution named "vllm"; this one is "vllm-cpu"). Do not name your own variables VLLM_PORT or

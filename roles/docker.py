@@ -24,7 +24,9 @@ from pyinfra.operations import files, server, systemd
 from rigkit.errors import PreflightError
 from rigkit.variables import Variable
 from roles._common import APT_KEYRINGS_DIR, TargetOS, host_settings, pinned, target_os
-from roles.operations import apt_source_line, docker_engine_verified, json_file_merged, packages_held
+from roles.operations import (
+    apt_source_line, docker_engine_verified, json_file_merged, packages_held, packages_installed,
+)
 
 SOURCES = ("docker-ce", "distro")
 
@@ -96,12 +98,13 @@ def docker() -> None:
     files.directory(name="/etc/docker", path="/etc/docker", mode="755")
     daemon = json_file_merged(name="Merge rigkit's options into daemon.json",
                               path=DAEMON_JSON, options=settings["docker_daemon_options"])
-    install = packages_held(name="Install and hold the Docker engine", packages=engine_packages(os, settings))
-    systemd.service(name="Docker engine enabled and running", service=DOCKER_SERVICE,
-                    running=True, enabled=True)
-    # An install or upgrade (re)starts the engine itself, already reading the new file.
+    install = packages_installed(name="Install the Docker engine", packages=engine_packages(os, settings))
+    packages_held(name="Hold the Docker engine packages", packages=engine_packages(os, settings))
+    started = systemd.service(name="Docker engine enabled and running", service=DOCKER_SERVICE,
+                              running=True, enabled=True)
+    # An install, an upgrade or a start already reads the new file: restart only a running engine.
     systemd.service(name="Restart the engine for the new daemon.json", service=DOCKER_SERVICE,
-                    restarted=True, _if=[daemon.did_change, install.did_not_change])
+                    restarted=True, _if=[daemon.did_change, install.did_not_change, started.did_not_change])
 
     for user in settings["docker_users"]:
         server.user(name=f"{user} in the docker group", user=user, groups=["docker"], append=True,

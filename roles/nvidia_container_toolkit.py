@@ -22,7 +22,9 @@ from pyinfra.operations import files, systemd
 from rigkit.variables import Variable
 from roles._common import APT_KEYRINGS_DIR, GPUS, host_settings, pinned, say, target_os
 from roles.docker import DAEMON_JSON, DOCKER_SERVICE
-from roles.operations import gpu_container_verified, nvidia_runtime_configured, packages_held
+from roles.operations import (
+    gpu_container_verified, nvidia_runtime_configured, packages_held, packages_installed,
+)
 
 VARIABLES: list[Variable] = [
     Variable("nvidia_ctk_version", None,
@@ -58,8 +60,9 @@ def nvidia_container_toolkit() -> None:
     source = f"deb [signed-by={TOOLKIT_KEYRING}] {url}/stable/deb/{arch} /\n"
     files.put(name="NVIDIA container toolkit apt repository", src=StringIO(source), dest=TOOLKIT_SOURCE_LIST,
               mode="644")
-    packages_held(name="Install and hold the NVIDIA container toolkit",
-                  packages=pinned(TOOLKIT_PACKAGES, settings["nvidia_ctk_version"]))
+    toolkit = pinned(TOOLKIT_PACKAGES, settings["nvidia_ctk_version"])
+    packages_installed(name="Install the NVIDIA container toolkit", packages=toolkit)
+    packages_held(name="Hold the NVIDIA container toolkit packages", packages=toolkit)
 
     runtime = nvidia_runtime_configured(name="Register the nvidia runtime with Docker",
                                         daemon_json=DAEMON_JSON,

@@ -25,7 +25,7 @@ from rigkit.variables import Variable
 from roles._common import GPUS, host_settings, pinned, say, target_os, TargetOS
 from roles.operations import (
     any_changed, deb_from_url, kernel_module_unloaded, nvidia_driver_verified, nvidia_module_current,
-    packages_held,
+    packages_held, packages_installed,
 )
 
 
@@ -101,7 +101,8 @@ def nvidia_driver() -> None:
     kernel_module_unloaded(name="Unload nouveau", module="nouveau")
 
     _, version_package = driver_packages(os, settings)
-    install = packages_held(name="Install and hold the NVIDIA driver", packages=package_specs(os, settings))
+    install = packages_installed(name="Install the NVIDIA driver", packages=package_specs(os, settings))
+    packages_held(name="Hold the NVIDIA driver packages", packages=package_specs(os, settings))
     nvidia_module_current(
         name="Load the installed NVIDIA driver (reboot if another is running)",
         version_package=version_package,

@@ -56,15 +56,14 @@ def _spec_name(spec: str) -> str:
 
 
 @operation()
-def packages_held(packages: list[str]):
+def packages_installed(packages: list[str]):
     """
-    Install apt packages (``name`` or ``name=version``) and hold them.
+    Install apt packages (``name`` or ``name=version``); a held package may move when its pin does.
 
     + packages: package specs; a version pins the package to exactly that version
 
     ``apt-get update`` runs only when something is about to be installed, so a host that
-    already has the pinned packages runs nothing. Held packages are allowed to move when the
-    pin itself changes (``--allow-change-held-packages``), and down as well as up.
+    already has the pinned packages runs nothing. Pins may move down as well as up.
     """
     installed = host.get_fact(DebPackages)
     missing = []
@@ -80,6 +79,15 @@ def packages_held(packages: list[str]):
             allow_downgrades=True,
             extra_install_args="--allow-change-held-packages",
         )
+
+
+@operation()
+def packages_held(packages: list[str]):
+    """
+    ``apt-mark hold`` the packages, so an unattended upgrade cannot move them.
+
+    + packages: package names or specs (a ``=version`` suffix is ignored)
+    """
     held = host.get_fact(AptHeldPackages)
     to_hold = [_spec_name(spec) for spec in packages if _spec_name(spec) not in held]
     if to_hold:

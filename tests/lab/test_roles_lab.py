@@ -68,7 +68,8 @@ def run_role(directory: Path, lab: LabState, rig: RigState, role: str, data: dic
 
 def totals(result: subprocess.CompletedProcess):
     assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-4000:]
-    return parse_results(result.stdout)["Grand total"]
+    # pyinfra logs the results table to stderr when its output is not a terminal
+    return parse_results(result.stdout + result.stderr)["Grand total"]
 
 
 @pytest.fixture
@@ -80,7 +81,9 @@ def rig(lab: LabState) -> RigState:
 
 def test_docker_role_distro_source_gives_a_working_engine_that_runs_a_container(lab, rig, rig_exec, tmp_path):
     # Start from a rig that differs: engine stopped, packages not held, a daemon.json key we do not own.
-    rig_exec(rig, "systemctl stop docker.service docker.socket; apt-mark unhold docker.io docker-compose >/dev/null")
+    # (reset-failed: earlier tests may have used up systemd's start limit for the unit)
+    rig_exec(rig, "systemctl stop docker.service docker.socket; systemctl reset-failed docker.service; "
+                  "apt-mark unhold docker.io docker-compose >/dev/null")
     rig_exec(rig, """echo '{"bridge": "none", "log-level": "warn"}' > /etc/docker/daemon.json""")
 
     first = totals(run_role(tmp_path, lab, rig, "docker"))
@@ -103,7 +106,7 @@ def test_docker_role_distro_source_gives_a_working_engine_that_runs_a_container(
     since = int(rig_exec(rig, "date +%s").stdout)
     second = run_role(tmp_path, lab, rig, "docker", {"docker_verify_image": CHECK_IMAGE})
     total = totals(second)
-    assert (total.success, total.error) == (0, 0) and total.no_change == total.hosts, second.stdout[-3000:]
+    assert (total.success, total.error) == (0, 0) and total.no_change == total.hosts, second.stderr[-3000:]
     until = int(rig_exec(rig, "date +%s").stdout) + 1
     events = rig_exec(rig, f"docker events --since {since} --until {until} --filter event=start "
                            "--format '{{.From}}'").stdout.split()
@@ -145,10 +148,11 @@ def fstab_lines(rig: RigState, rig_exec) -> list[str]:
 def test_l2_disk_dry_run_shows_changes_and_makes_none(lab, rig, rig_exec, tmp_path):
     blank_l2_disk(rig, rig_exec)
     result = run_role(tmp_path, lab, rig, "l2_disk", dry=True)
-    assert result.returncode == 0, result.stdout + result.stderr
-    assert "Detected changes" in result.stdout
-    assert f"ext4 filesystem on {rig.nvme_path}" in result.stdout
-    assert "fstab entry by UUID" in result.stdout
+    output = result.stdout + result.stderr
+    assert result.returncode == 0, output
+    assert "Detected changes" in output
+    assert f"ext4 filesystem on {rig.nvme_path}" in output
+    assert "fstab entry by UUID" in output
     assert probe(rig, rig_exec) == {}, "--dry formatted the disk"
     assert fstab_lines(rig, rig_exec) == [] and mount_of(rig, rig_exec) is None
 

@@ -182,3 +182,27 @@ def test_debian_mirror_none_when_absent():
     assert si.debian_mirror(["Types: deb\nURIs: http://x/debian\nSuites: trixie\nComponents: main\n"]) is None
     assert si.debian_mirror(["Types: deb\nURIs: http://x/debian\nSuites: bookworm\nComponents: main\nEnabled: no\n"]) \
         is None
+
+
+# ------------------------------------------------------------------ long steps (real subprocesses, no Docker)
+
+def test_streamed_reports_interesting_lines_and_heartbeats(monkeypatch):
+    import re
+    monkeypatch.setattr(si, "HEARTBEAT_S", 0.5)
+    messages: list[str] = []
+    output = si._streamed(["bash", "-c", "echo noise; sleep 1.6; echo 'Step 1/2 : FROM x'"], "image build", "fix",
+                          messages.append, timeout=30, interesting=re.compile(r"^Step "))
+    assert output == "noise\nStep 1/2 : FROM x"
+    assert messages[-1] == "image build: Step 1/2 : FROM x"
+    assert any(message.startswith("image build: still running") for message in messages[:-1])
+
+
+def test_streamed_failure_names_the_step_and_the_fix():
+    import re
+    from rigkit.lab.proc import LabStepError
+    with pytest.raises(LabStepError) as caught:
+        si._streamed(["bash", "-c", "echo 'no space left'; exit 3"], "push release 1", "free disk space",
+                     lambda _: None, timeout=30, interesting=re.compile("x"))
+    assert caught.value.field == "push release 1"
+    assert "exit 3" in caught.value.problem and "no space left" in caught.value.problem
+    assert caught.value.fix == "free disk space"

@@ -17,6 +17,8 @@ from rigkit.nvidia_smi import GpuMemory, parse_gpu_memory
 from rigkit.sizing import GB
 
 L2_FREE_WARN_GB = 50  # below this the L2 tier holds only a few long sessions
+# vLLM's engine message queue lives in /dev/shm (160 MiB measured on the CPU build; it died at 64 MiB free)
+ENGINE_SHM_MIN_MB = 256
 
 Level = Literal["ok", "warn", "refuse"]
 
@@ -30,6 +32,7 @@ class HostFacts:
     compose_command: Optional[str] = None  # serving_facts.ComposeCommand
     image_present: bool = False  # the pinned image is already on the rig
     registry_reachable: Optional[bool] = None  # None: not probed
+    host_shm_bytes: Optional[int] = None  # size of the rig's /dev/shm (serving_facts.ShmSize); None: unknown
 
 
 @dataclass(frozen=True)
@@ -80,6 +83,24 @@ def check_shm(settings: Settings) -> list[Finding]:
         return [Finding("warn", "shm", "shm_size_gb", shm, f"shm {shm} GB < L1 {l1} GB",
                         f"set shm_size_gb to at least {l1} (or leave it empty)")]
     return [Finding("ok", "shm", "shm_size_gb", shm, f"shm {shm} GB >= L1 {l1} GB")]
+
+
+def check_host_shm(settings: Settings, shm_bytes: Optional[int]) -> list[Finding]:
+    """The stack runs with `ipc: host`, so its /dev/shm is the rig's own: compose's shm_size does not apply."""
+    if shm_bytes is None:
+        return [Finding("warn", "host-shm", "/dev/shm", None, "size of the rig's /dev/shm unknown",
+                        "check `df -h /dev/shm` on the rig")]
+    size_mb, l1 = shm_bytes // 2**20, settings.l1_gb
+    if size_mb < ENGINE_SHM_MIN_MB:
+        return [Finding("refuse", "host-shm", "/dev/shm", f"{size_mb} MiB",
+                        f"the rig's /dev/shm is {size_mb} MiB < {ENGINE_SHM_MIN_MB} MiB the engine needs "
+                        "(ipc: host shares it with the container)",
+                        f"remount /dev/shm larger on the rig (mount -o remount,size={max(l1, 1)}G /dev/shm)")]
+    if size_mb < l1 * 1024:
+        return [Finding("warn", "host-shm", "/dev/shm", f"{size_mb} MiB",
+                        f"the rig's /dev/shm {size_mb} MiB < L1 {l1} GB (ipc: host shares it with the container)",
+                        f"remount /dev/shm with size >= {l1}G")]
+    return [Finding("ok", "host-shm", "/dev/shm", f"{size_mb} MiB", "rig /dev/shm large enough")]
 
 
 def check_l2(settings: Settings, free_bytes: Optional[int]) -> list[Finding]:
@@ -156,7 +177,8 @@ def check_image(settings: Settings, facts: HostFacts) -> list[Finding]:
 
 
 def preflight(settings: Settings, facts: HostFacts) -> list[Finding]:
-    findings = (check_ram(settings, facts.meminfo) + check_shm(settings) + check_l2(settings, facts.l2_free_bytes)
+    findings = (check_ram(settings, facts.meminfo) + check_shm(settings) + check_host_shm(settings, facts.host_shm_bytes)
+                + check_l2(settings, facts.l2_free_bytes)
                 + check_gpus(settings, facts.gpu_memory_csv) + check_engine(facts) + check_image(settings, facts))
     if settings.knobs["force"]:
         findings = [replace(f, level="warn", message=f"{f.message} (forced)") if f.level == "refuse" and f.forceable

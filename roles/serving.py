@@ -38,7 +38,7 @@ from rigkit.smoke import SmokeReport, check_container, check_http
 from rigkit.tunnel import serving_url
 from rigkit.variables import Variable
 from roles.serving_facts import (STACK_LABEL, ComposeCommand, DiskFree, DockerImagePresent, GpuMemory, MemInfo,
-                                 StackContainers)
+                                 ShmSize, StackContainers)
 
 logger = logging.getLogger("rigkit.serving")
 
@@ -115,6 +115,7 @@ def gather_facts(settings: Settings, compose: Optional[str]) -> HostFacts:
         has_engine=has_engine,
         compose_command=compose,
         image_present=bool(has_engine and host.get_fact(DockerImagePresent, image=settings.image)),
+        host_shm_bytes=host.get_fact(ShmSize),
     )
 
 

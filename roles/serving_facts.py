@@ -78,6 +78,17 @@ class DiskFree(FactBase):
         return int(text) if text.isdigit() else None
 
 
+class ShmSize(FactBase):
+    """Size in bytes of the rig's /dev/shm (what an `ipc: host` container gets), or None."""
+
+    def command(self) -> str:
+        return "df -B1 --output=size /dev/shm 2>/dev/null | tail -n 1"
+
+    def process(self, output):
+        text = "".join(output).strip()
+        return int(text) if text.isdigit() else None
+
+
 class ComposeCommand(FactBase):
     """``docker compose`` (v2 plugin) or ``docker-compose`` (v1), whichever the rig has, else None."""
 

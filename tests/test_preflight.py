@@ -33,7 +33,8 @@ def meminfo_gb(available: float, total: float = 256) -> dict:
 
 def facts(**changes) -> HostFacts:
     base = dict(meminfo=h200_meminfo(), l2_free_bytes=900 * GB, gpu_memory_csv=IDLE, has_engine=True,
-                compose_command="docker compose", image_present=False, registry_reachable=True)
+                compose_command="docker compose", image_present=False, registry_reachable=True,
+                host_shm_bytes=128 * 2**30)
     return HostFacts(**{**base, **changes})
 
 
@@ -131,3 +132,17 @@ def test_image_must_be_present_or_pullable():
 def test_min_ram_of_the_profile():
     (ram,) = refusals(run(LMCACHE, meminfo=meminfo_gb(100, 48)))
     assert ram.field == "serving_profile" and "64" in ram.message
+
+
+
+def test_rig_shm_too_small_for_the_engine_is_refused_with_the_remount_fix():
+    # ipc: host gives the container the rig's /dev/shm: Docker's 64 MiB default killed vLLM in the lab
+    (shm,) = by_check(run(CPU_LAB, meminfo=meminfo_gb(20, 24), host_shm_bytes=64 * 2**20), "host-shm")
+    assert shm.level == "refuse" and shm.field == "/dev/shm" and "remount" in shm.fix
+    (shm,) = by_check(run(CPU_LAB, meminfo=meminfo_gb(20, 24), host_shm_bytes=2 * 2**30), "host-shm")
+    assert shm.level == "ok"
+
+
+def test_rig_shm_below_l1_warns():
+    (shm,) = by_check(run(LMCACHE, host_shm_bytes=32 * 2**30), "host-shm")
+    assert shm.level == "warn" and "L1 60 GB" in shm.message

@@ -34,6 +34,10 @@ NVME_PATH_TEMPLATE = "/dev/disk/by-id/nvme-rigkit-lab-{name}"
 RIG_LABEL = "rigkit.lab.rig"
 RIG_IMAGE_LABEL = "rigkit.lab.rig-image"
 RIG_LOOP_LABEL = "rigkit.lab.loop"
+RIG_SHM_LABEL = "rigkit.lab.shm"
+# A real rig's /dev/shm is half its RAM; the serving stack runs with `ipc: host`, so it uses the
+# rig's /dev/shm (its shm_size is ignored) and vLLM needs more than Docker's 64 MiB default.
+RIG_SHM_SIZE = "2g"
 PARALLEL_RIG_STARTS = 3
 SSH_READY_TIMEOUT_S = 90.0
 
@@ -229,8 +233,8 @@ def _run_container(rig: RigState, rig_dir: Path, image: str) -> None:
     }
     cmd = ["docker", "run", "-d", "--name", rig.container, "--hostname", rig.name,
            "--privileged", "--cgroupns=private", "--network", "host", "--stop-signal", "SIGRTMIN+3",
-           "--tmpfs", "/run", "--tmpfs", "/run/lock",
-           "--label", f"{CONTAINER_LABEL}={LAB_DIR}", "--label", f"{RIG_LABEL}={rig.name}",
+           "--tmpfs", "/run", "--tmpfs", "/run/lock", "--shm-size", RIG_SHM_SIZE,
+           "--label", f"{RIG_SHM_LABEL}={RIG_SHM_SIZE}", "--label", f"{CONTAINER_LABEL}={LAB_DIR}", "--label", f"{RIG_LABEL}={rig.name}",
            "--label", f"{RIG_IMAGE_LABEL}={image}", "--label", f"{RIG_LOOP_LABEL}={rig.loop_device}"]
     for source, target in mounts.items():
         cmd += ["-v", f"{source}:{target}"]
@@ -242,7 +246,8 @@ def _ensure_container(rig: RigState, rig_dir: Path, image: str, progress: Progre
     info = _inspect(rig.container)
     if info is not None:
         labels = info["Config"].get("Labels") or {}
-        same = labels.get(RIG_IMAGE_LABEL) == image and labels.get(RIG_LOOP_LABEL) == rig.loop_device
+        same = (labels.get(RIG_IMAGE_LABEL) == image and labels.get(RIG_LOOP_LABEL) == rig.loop_device
+                and labels.get(RIG_SHM_LABEL) == RIG_SHM_SIZE)
         if same and info["State"]["Running"]:
             progress(f"{rig.name}: running, reused")
             return
@@ -251,7 +256,7 @@ def _ensure_container(rig: RigState, rig_dir: Path, image: str, progress: Progre
             run(["docker", "start", rig.container], f"rig {rig.name}: docker start",
                 "`rigkit lab down` then `rigkit lab up`")
             return
-        progress(f"{rig.name}: image or loop device changed, recreating the container")
+        progress(f"{rig.name}: image, loop device or shm size changed, recreating the container")
         run(["docker", "rm", "-f", rig.container], f"rig {rig.name}: docker rm", "remove it by hand")
     for port in (rig.ssh_port, rig.serving_port):
         if not _port_free(port):

@@ -7,7 +7,6 @@ first rig (cache tiers proven by vLLM's metrics, results card) -> a short summar
 from __future__ import annotations
 
 import argparse
-import json
 import subprocess
 import sys
 import time

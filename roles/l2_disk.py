@@ -135,13 +135,13 @@ def l2_disk() -> None:
     def decide(fresh_probe: Optional[dict]) -> str:
         return format_decision(fresh_probe, settings, lsblk)
 
-    filesystem_made(name=f"{settings['l2_fstype']} filesystem on {device}", device=device,
+    filesystem_made(name="Filesystem on l2_device (formatted only when allowed)", device=device,
                     fstype=settings["l2_fstype"], label=settings["l2_label"], uuid=fs_uuid,
                     mount_point=mount_point, decide=decide)
     files.directory(name="Mount point", path=mount_point)
     entry = f"UUID={fs_uuid} {mount_point} {settings['l2_fstype']} {settings['l2_mount_options']} 0 2"
     fstab_entry(name="fstab entry by UUID", mount_point=mount_point, entry=entry)
-    mounted(name=f"{mount_point} mounted", mount_point=mount_point, device=device,
+    mounted(name="L2 disk mounted (remounted on changed options)", mount_point=mount_point, device=device,
             options=settings["l2_mount_options"])
     owner = {"user": settings["l2_owner"], "group": settings["l2_group"]}
     files.directory(name="Mounted filesystem owned", path=mount_point, **owner)

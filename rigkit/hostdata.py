@@ -19,7 +19,6 @@ import hashlib
 import importlib
 import json
 import pkgutil
-import posixpath
 from dataclasses import dataclass
 from typing import Any, Iterable, Optional
 
@@ -115,7 +114,9 @@ def refuse_unknown_keys(data: dict, variables: Iterable[Variable]) -> None:
 def _l2_path(role_values: dict[str, Any]) -> str:
     """Where the l2_disk role mounts the L2 directory (its own settings), so the two never disagree."""
     if role_values.get("l2_mount_point") and role_values.get("l2_cache_dir"):
-        return posixpath.join(role_values["l2_mount_point"], role_values["l2_cache_dir"])
+        from roles.l2_disk import l2_cache_path
+
+        return l2_cache_path(role_values)
     return L2_PATH_WITHOUT_DISK_ROLE
 
 

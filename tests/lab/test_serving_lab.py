@@ -16,7 +16,7 @@ pytestmark = [pytest.mark.lab, pytest.mark.vllm]
 
 
 def grand_total(result):
-    results = parse_results(result.stdout)
+    results = parse_results(result.stdout + result.stderr)  # captured, pyinfra writes the table to stderr
     assert "Grand total" in results, result.stdout[-3000:] + result.stderr[-3000:]
     return results["Grand total"]
 

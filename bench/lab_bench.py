@@ -46,7 +46,7 @@ def pyinfra_run(rig_name: str) -> tuple[float, str]:
     elapsed = time.monotonic() - started
     if result.returncode != 0:
         raise SystemExit(f"pyinfra failed on {rig_name}:\n{result.stdout[-2000:]}\n{result.stderr[-2000:]}")
-    total = parse_results(result.stdout)["Grand total"]
+    total = parse_results(result.stdout + result.stderr)["Grand total"]
     outcome = "changed" if total.success else "no change" if total.no_change else "?"
     return elapsed, outcome
 

@@ -4,6 +4,7 @@ digest, vLLM runs inside a rig's own engine, and `lab down` leaves nothing behin
 from __future__ import annotations
 
 import json
+import socket
 import subprocess
 import time
 import uuid
@@ -22,6 +23,7 @@ PROBE_DEPLOY = Path(__file__).resolve().parent / "deploys" / "probe.py"
 PROBE_PATH = "/etc/rigkit-lab-probe"
 VLLM_CONTAINER = "rigkit-lab-test-vllm"
 VLLM_READY_TIMEOUT_S = 300.0
+# vLLM CPU's engine core needs ~160 MiB of /dev/shm; Docker's default is 64 MiB (flag in the docker run below)
 VLLM_ENV = {
     "VLLM_CPU_KVCACHE_SPACE": "1",
     "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1",
@@ -73,14 +75,14 @@ def test_pyinfra_deploys_to_every_rig_and_the_second_run_changes_nothing(lab, ru
         rig_exec(rig, f"rm -f {PROBE_PATH}")
     first = run_pyinfra(deploy=PROBE_DEPLOY)
     assert first.returncode == 0, first.stdout + first.stderr
-    total = parse_results(first.stdout)["Grand total"]
+    total = parse_results(first.stdout + first.stderr)["Grand total"]
     assert (total.hosts, total.success, total.error, total.no_change) == (len(lab.rigs), len(lab.rigs), 0, 0)
     for rig in lab.rigs:
         assert rig_exec(rig, f"cat {PROBE_PATH}").stdout == "rigkit lab probe\n"
 
     second = run_pyinfra(deploy=PROBE_DEPLOY)
     assert second.returncode == 0, second.stdout + second.stderr
-    total = parse_results(second.stdout)["Grand total"]
+    total = parse_results(second.stdout + second.stderr)["Grand total"]
     assert (total.hosts, total.success, total.error, total.no_change) == (len(lab.rigs), 0, 0, len(lab.rigs))
 
 
@@ -124,14 +126,23 @@ def _stream_completion(port: int, model: str) -> tuple[list[str], dict]:
     return texts, usage
 
 
+def _port_listens(port: int) -> bool:
+    with socket.socket() as sock:
+        sock.settimeout(0.5)
+        return sock.connect_ex(("127.0.0.1", port)) == 0
+
+
 @pytest.mark.vllm
 def test_serving_image_runs_vllm_inside_a_rig_engine(lab, serving_image, rig_engine, rig_exec):
-    rig = lab.rigs[0]
+    # the last rig whose serving port is free: other tests may leave a serving stack on theirs
+    free = [rig for rig in lab.rigs if not _port_listens(rig.serving_port)]
+    assert free, "every rig's serving port is taken"
+    rig = free[-1]
     rig_engine(rig)
     port = rig.serving_port
     env = " ".join(f"-e {key}={value}" for key, value in VLLM_ENV.items())
     rig_exec(rig, f"docker rm -f {VLLM_CONTAINER} >/dev/null 2>&1; "
-                  f"docker run -d --name {VLLM_CONTAINER} --network host --init {env} {serving_image['releases']['1']} "
+                  f"docker run -d --name {VLLM_CONTAINER} --network host --init --shm-size 1g {env} {serving_image['releases']['1']} "
                   f"{serving_image['python']} -m {serving_image['serve_module']} --model {serving_image['model_dir']} "
                   f"--served-model-name {serving_image['served_model_name']} --load-format dummy "
                   f"--host 127.0.0.1 --port {port} --max-model-len 8192 --dtype bfloat16 "

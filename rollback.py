@@ -14,6 +14,7 @@ from pyinfra.facts.files import FileContents
 from rigkit.errors import ConfigError
 from rigkit.ledger import LEDGER_PATH, Ledger
 from rigkit.registry import require_digest
+from roles.rig_lock import rig_lock
 from roles.serving import serving
 
 
@@ -31,4 +32,5 @@ def rollback_target() -> str:
     return good.image
 
 
-serving(image_override=rollback_target(), kind="rollback")
+if rig_lock():  # one deploy or rollback at a time per rig; the ledger is read under the lock
+    serving(image_override=rollback_target(), kind="rollback")

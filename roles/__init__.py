@@ -9,8 +9,8 @@ from __future__ import annotations
 import importlib
 from typing import Callable, Optional
 
-# Module names in deploy order.
-PIPELINE = ["nvidia_driver", "docker", "nvidia_container_toolkit", "l2_disk", "serving"]
+# Module names in deploy order. rig_lock comes first: one deploy at a time per rig, facts read under the lock.
+PIPELINE = ["rig_lock", "nvidia_driver", "docker", "nvidia_container_toolkit", "l2_disk", "serving"]
 
 
 def load(name: str) -> Optional[Callable[[], None]]:

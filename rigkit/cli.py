@@ -15,6 +15,7 @@ SUBCOMMANDS = {
     "check-compose": ("rigkit.compose_guard", "list variables a compose entrypoint reads but does not declare"),
     "resolve": ("rigkit.registry", "resolve IMAGE:TAG to IMAGE@sha256:... via the registry API"),
     "card": ("rigkit.card", "re-render results cards from a run's JSON"),
+    "deploy": ("rigkit.fleet", "run a deploy over a fleet and summarise each rig (status, step, reason, release)"),
 }
 
 

@@ -32,8 +32,9 @@ from rigkit.paths import RIG_STATE_DIR
 from rigkit.variables import Variable
 from roles._common import host_settings, say
 
-LOCK_PATH = f"{RIG_STATE_DIR}/deploy.lock"
-HOLDER_PATH = f"{RIG_STATE_DIR}/deploy.lock.holder"
+LOCK_FILE, HOLDER_FILE = "deploy.lock", "deploy.lock.holder"
+LOCK_PATH = f"{RIG_STATE_DIR}/{LOCK_FILE}"
+HOLDER_PATH = f"{RIG_STATE_DIR}/{HOLDER_FILE}"
 EXIT_TIMEOUT = 3
 # Seconds the controller allows for the rig to answer, on top of the wait itself.
 CHANNEL_SLACK_S = 60
@@ -81,7 +82,7 @@ class Holder:
 
     def describe(self, now: float) -> str:
         return (f"controller {self.controller} pid {self.pid} since {now - self.started:.0f} s "
-                f"({self.command or 'unknown command'})")
+                f"({(self.command or 'unknown command')[:80]})")
 
 
 def pid_alive(pid: int) -> bool:
@@ -104,24 +105,25 @@ def stale_reason(holder: Holder, now: float, controller: str, stale_after_s: int
     return None
 
 
-def lock_script(holder_fields: str, wait_s: int) -> str:
+def lock_script(holder_fields: str, wait_s: int, state_dir: str = RIG_STATE_DIR) -> str:
     """Rig-side: take the flock (asking the controller what to do when it is held), then hold it until EOF.
 
     Protocol on stdout: "HELD <holder line>" (the controller answers "WAIT" or "TAKEOVER" on stdin),
     then "LOCKED", or "TIMEOUT <holder line>" and exit status EXIT_TIMEOUT.
     """
+    lock_path, holder_path = f"{state_dir}/{LOCK_FILE}", f"{state_dir}/{HOLDER_FILE}"
     return f"""set -u
-mkdir -p {RIG_STATE_DIR} && exec 9>>{LOCK_PATH} || exit 4
+mkdir -p {state_dir} && exec 9>>{lock_path} || exit 4
 if ! flock -n 9; then
-  echo "HELD $(cat {HOLDER_PATH} 2>/dev/null)"
+  echo "HELD $(cat {holder_path} 2>/dev/null)"
   read -r verdict || exit 5
   if [ "$verdict" = TAKEOVER ]; then
-    stale=$(sed -n 's/.* rig_pid=\\([0-9]*\\).*/\\1/p' {HOLDER_PATH})
+    stale=$(sed -n 's/.* rig_pid=\\([0-9]*\\).*/\\1/p' {holder_path})
     [ -n "$stale" ] && kill "$stale" 2>/dev/null
   fi
-  flock -w {int(wait_s)} 9 || {{ echo "TIMEOUT $(cat {HOLDER_PATH} 2>/dev/null)"; exit {EXIT_TIMEOUT}; }}
+  flock -w {int(wait_s)} 9 || {{ echo "TIMEOUT $(cat {holder_path} 2>/dev/null)"; exit {EXIT_TIMEOUT}; }}
 fi
-printf '%s\\n' "{holder_fields} started=$(date +%s) rig_pid=$$ command=$RIGKIT_LOCK_COMMAND" > {HOLDER_PATH}
+printf '%s\\n' "{holder_fields} started=$(date +%s) rig_pid=$$ command=$RIGKIT_LOCK_COMMAND" > {holder_path}
 echo LOCKED
 exec cat >/dev/null
 """

@@ -8,8 +8,11 @@ Ensures, in order:
   /v1/models with progress (never `docker restart`); nothing happens when the rig already runs
   exactly this rendering ("No Change");
 - after a release: smoke (HTTP through an SSH tunnel, env and command line inside the container),
-  the verdict in the rig's ledger, automatic rollback to the last known-good digest when smoke fails,
-  and pruning of images beyond keep_images (the last known-good one is always kept).
+  the verdict in the rig's ledger, automatic rollback to the last known-good digest when the release
+  never became ready or smoke fails (both the failure and the rollback are ledger entries), and
+  pruning of images beyond keep_images (the last known-good one is always kept).
+  RELEASE_HASH_FILE is written only once the release is verified (or rolled back), so a run killed
+  anywhere in between redoes the release when re-run instead of reporting "No Change".
 """
 
 from __future__ import annotations
@@ -70,16 +73,20 @@ def ready_url(settings: Settings) -> str:
     return f"http://{address}:{settings.knobs['serving_port']}/v1/models"
 
 
-def release_commands(compose: str, image: str, pull: bool, url: str, timeout_s: int, digest: str) -> list[str]:
-    """Pull first (the old stack keeps serving meanwhile), then down, up -d, wait, record the hash."""
+def release_commands(compose: str, image: str, pull: bool, url: str, timeout_s: int) -> list[str]:
+    """Pull first (the old stack keeps serving meanwhile), then down, up -d, wait until the API answers."""
     in_stack = f"cd {RIG_STACK_DIR} && {compose} -p {COMPOSE_PROJECT}"
     commands = [f"docker pull {shlex.quote(image)}"] if pull else []
     return commands + [
         f"{in_stack} down --remove-orphans",
         f"{in_stack} up -d",
         f"python3 {WAIT_READY_SCRIPT} {shlex.quote(url)} {timeout_s} {shlex.quote(f'label={STACK_LABEL}={STACK_NAME}')}",
-        f"echo {digest} > {RELEASE_HASH_FILE}",
     ]
+
+
+def record_hash_command(digest: Optional[str]) -> str:
+    """The verified rendering's hash, or none (the next run then redoes the release)."""
+    return f"echo {digest} > {RELEASE_HASH_FILE}" if digest else f"rm -f {RELEASE_HASH_FILE}"
 
 
 @operation()
@@ -99,8 +106,22 @@ def stack_release(compose: str, image: str, digest: str, url: str, timeout_s: in
     if serving and applied == digest:
         host.noop(f"stack already serving {image}")
         return
-    pull = not host.get_fact(DockerImagePresent, image=image)
-    yield from release_commands(compose, image, pull, url, timeout_s, digest)
+    yield record_hash_command(None)
+    yield from release_commands(compose, image, False, url, timeout_s)
+
+
+@operation()
+def image_pulled(image: str):
+    """
+    Pull the pinned image unless the rig has it: before anything is stopped, and fatal for the rig when
+    it fails (the old stack keeps serving).
+
+    + image: the pinned image (repo@sha256:...)
+    """
+    if host.get_fact(DockerImagePresent, image=image):
+        host.noop(f"{image} already on the rig")
+        return
+    yield f"docker pull {shlex.quote(image)}"
 
 
 def gather_facts(settings: Settings, compose: Optional[str]) -> HostFacts:
@@ -146,34 +167,65 @@ def write_ledger(ledger: Ledger) -> None:
         raise RuntimeError(f"could not write {LEDGER_PATH}")
 
 
+NOTE_TAIL_CHARS = 600  # of the wait's output kept in the ledger when a release never became ready
+
+
 def after_release(settings: Settings, data: dict, compose: str, expected_env: dict, kind: str,
-                  run_smoke: bool, auto_rollback: bool, rollback_files: Optional[dict]) -> None:
-    """Smoke, ledger, automatic rollback and pruning, right after a release came up."""
+                  run_smoke: bool, auto_rollback: bool, rollback_files: Optional[dict], digest: str,
+                  release_op=None) -> None:
+    """Smoke, ledger, automatic rollback and pruning, right after a release was brought up.
+
+    ``release_op`` is the stack_release operation: when it failed (a container died, the wait timed
+    out, `up -d` failed) the release is recorded as failed and rolled back like a failed smoke.
+    """
     ledger = read_ledger()
     ledger.record(Release(image=settings.image, profile=settings.profile.name,
                           knobs_hash=settings.knobs_hash, kind=kind))
     verdict = None
-    if run_smoke:
+    if release_op is not None and release_op.did_error():
+        tail = "\n".join((release_op.stdout_lines + release_op.stderr_lines)[-12:])[-NOTE_TAIL_CHARS:]
+        verdict = SMOKE_FAIL
+        ledger.record_smoke(verdict, f"release never became ready: {tail}")
+    elif run_smoke:
         report = smoke(settings, data, expected_env)
         verdict = SMOKE_PASS if report.passed else SMOKE_FAIL
         ledger.record_smoke(verdict, report.summary())
         logger.warning(f"[{host.name}] {report.summary()}")
     write_ledger(ledger)
-    if verdict == SMOKE_FAIL:
-        good = ledger.last_known_good(exclude_image=settings.image)
-        if auto_rollback and good and rollback_files:
-            logger.warning(f"[{host.name}] rolling back to last known-good {good.image}")
-            _apply_files(rollback_files[good.image])
-            _run_checked(release_commands(compose, good.image, False, ready_url(settings),
-                                          settings.knobs["ready_timeout_s"], rollback_files[good.image]["digest"]))
-            ledger.record(Release(image=good.image, profile=good.profile, knobs_hash=good.knobs_hash,
-                                  kind="rollback", smoke=SMOKE_PASS,
-                                  note=f"automatic: smoke failed on {settings.image}"))
-            write_ledger(ledger)
-        raise PreflightError("smoke", settings.image, ledger.releases[-1].note or "smoke failed",
-                             "fix the release; the rig was rolled back" if auto_rollback and good
-                             else "roll back with rollback.py")
-    prune(ledger, settings.knobs["keep_images"])
+    if verdict != SMOKE_FAIL:
+        _run_checked([record_hash_command(digest)])
+        prune(ledger, settings.knobs["keep_images"])
+        return
+    failure = ledger.current.note
+    good = ledger.last_known_good(exclude_image=settings.image)
+    if not (auto_rollback and good and rollback_files and good.image in rollback_files):
+        why = ("serving_auto_rollback is off" if not auto_rollback else
+               "no known-good release other than this one in the ledger" if not good else
+               f"{good.image} cannot be rendered from the current data")
+        raise PreflightError("release", settings.image, f"{failure} (not rolled back: {why})",
+                             "fix the release, or roll back with rollback.py --data rollback_to=REPO@sha256:...")
+    logger.warning(f"[{host.name}] rolling back to last known-good {good.image}")
+    good_settings = settings_for_host({**data, "serving_image": good.image})
+    rendered = rollback_files[good.image]
+    _apply_files(rendered)
+    rollback = Release(image=good.image, profile=good.profile, knobs_hash=good_settings.knobs_hash, kind="rollback",
+                       note=f"automatic: {kind} of {settings.image} failed")
+    ledger.record(rollback)
+    try:
+        _run_checked(release_commands(compose, good.image, False, ready_url(good_settings),
+                                      good_settings.knobs["ready_timeout_s"]))
+        report = smoke(good_settings, data, _expected_env(good_settings)) if run_smoke else None
+    except RuntimeError as exc:
+        ledger.record_smoke(SMOKE_FAIL, f"{rollback.note}; the rollback failed too: {exc}"[:2000])
+        write_ledger(ledger)
+        raise PreflightError("release", settings.image, f"{failure}; rollback to {good.image} failed too: {exc}",
+                             "inspect the rig (docker logs rigkit-serving) and deploy a release that starts")
+    if report is not None:
+        ledger.record_smoke(SMOKE_PASS if report.passed else SMOKE_FAIL, f"{rollback.note}; {report.summary()}")
+    write_ledger(ledger)
+    _run_checked([record_hash_command(rendered["digest"])])
+    raise PreflightError("release", settings.image, f"{failure}; rolled back to {good.image}",
+                         "fix the release and deploy it again; the rig serves the last known-good release")
 
 
 def _apply_files(rendered: dict) -> None:
@@ -230,13 +282,16 @@ def serving(image_override: Optional[str] = None, kind: str = "deploy") -> None:
               dest=f"{RIG_STACK_DIR}/{COMPOSE_FILE_NAME}", mode="644")
     files.put(name="Render .env (0600: may hold a token)", src=StringIO(rendered["env"]),
               dest=f"{RIG_STACK_DIR}/{ENV_FILE_NAME}", mode="600")
+    image_pulled(name="Pull the image (the old stack keeps serving)", image=settings.image)
+    # A failed release must reach after_release (which rolls it back), so its error is not fatal here.
     release = stack_release(name=f"Release {settings.image}", compose=compose, image=settings.image,
                             digest=rendered["digest"], url=ready_url(settings),
-                            timeout_s=settings.knobs["ready_timeout_s"])
-    python.call(name="Smoke, ledger, prune", function=after_release, _if=release.did_change,
+                            timeout_s=settings.knobs["ready_timeout_s"], _ignore_errors=True)
+    python.call(name="Smoke, ledger, prune", function=after_release,
+                _if=lambda: release.did_change() or release.did_error(),
                 settings=settings, data=data, compose=compose, expected_env=_expected_env(settings),
                 kind=kind, run_smoke=role["serving_smoke"], auto_rollback=role["serving_auto_rollback"],
-                rollback_files=_rollback_renderings(data))
+                rollback_files=_rollback_renderings(data), digest=rendered["digest"], release_op=release)
 
 
 def _expected_env(settings: Settings) -> dict:

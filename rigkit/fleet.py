@@ -1,0 +1,275 @@
+"""`rigkit deploy`: run a pyinfra deploy over a fleet and say, per rig, what happened.
+
+    rigkit deploy inventory/lab.py                          # deploy.py on every rig
+    rigkit deploy inventory/lab.py --limit rig4,rig5 --fail-percent 50
+    rigkit deploy inventory/lab.py --deploy rollback.py
+
+Before pyinfra starts, every targeted host's connection data is checked (a host with no usable SSH key
+is refused, naming the field and the fix: no host is touched). pyinfra then runs as usual (its output
+streams through; any pyinfra option passes through, --fail-percent included); afterwards each reachable
+rig's release ledger is read, and a table names every rig with its status, the step that failed, the
+reason and the release it serves now. The exit status is non-zero when any rig did not complete.
+"""
+
+from __future__ import annotations
+
+import argparse
+import fnmatch
+import json
+import os
+import re
+import subprocess
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Iterable, Optional, Sequence
+
+from rigkit.errors import ConfigError
+from rigkit.paths import REPO_ROOT
+
+DEFAULT_DEPLOY = "deploy.py"
+REASON_CHARS = 400
+OK, FAILED, UNREACHABLE, ABORTED = "ok", "failed", "unreachable", "aborted"
+
+ANSI_RE = re.compile(r"\x1b\[[0-9;]*m")
+HOST_LINE_RE = re.compile(r"^\s*\[(?P<host>[^\]\s]+)\]\s*(?P<text>.*)$")
+OPERATION_RE = re.compile(r"^--> Starting operation: (?P<name>.*?)\s*$")
+CALLBACK_ERROR_RE = re.compile(r"Unexpected error in Python callback: (?P<type>\w+)\((?P<quote>['\"])(?P<msg>.*)(?P=quote),?\)$")
+# Lines pyinfra prints per host that are bookkeeping, not the reason for a failure.
+NOT_A_REASON = ("Connected", "Ready:", "Success", "No changes", "Error:", "Error (ignored)", "Loaded fact",
+                "Traceback", "File ", "^", "Unexpected error in Python callback")
+
+# pyinfra_cli monkey-patches the whole process with gevent on import: inventories load in a child.
+LOAD_INVENTORY = """
+import json, sys
+from pyinfra.api import State
+from pyinfra.context import ctx_state
+from pyinfra_cli.inventory import make_inventory_from_files
+with ctx_state.use(State()):
+    inventory = make_inventory_from_files(sys.argv[1], cwd=sys.argv[2])
+print(json.dumps({h.name: {"data": h.data.dict(), "groups": sorted(h.groups)} for h in inventory}, default=str))
+"""
+
+
+@dataclass
+class RigOutcome:
+    rig: str
+    status: str = OK
+    step: str = ""
+    reason: str = ""
+    release: str = ""
+    notes: list[str] = field(default_factory=list)
+
+
+def _clean(line: str) -> str:
+    return ANSI_RE.sub("", line).rstrip()
+
+
+def _short(text: str, limit: int = REASON_CHARS) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[:limit - 1] + "…"
+
+
+def _reason_from(lines: list[str]) -> str:
+    """The most telling of a host's lines before its Error: a raised RigkitError's message, else output."""
+    for text in reversed(lines):
+        match = CALLBACK_ERROR_RE.search(text)
+        if match:
+            return match.group("msg").replace("\\n", " ")
+    for text in reversed(lines):
+        if text and not text.startswith(NOT_A_REASON) and not text.startswith("noop:"):
+            return text
+    return ""
+
+
+def summarize(output: str, hosts: Iterable[str] = ()) -> dict[str, RigOutcome]:
+    """Per-rig outcome from pyinfra's output (stdout and stderr together, in order).
+
+    ``hosts`` are the rigs the run targeted: one that never shows up is reported as not reached.
+    """
+    outcomes: dict[str, RigOutcome] = {name: RigOutcome(name) for name in hosts}
+    recent: dict[str, list[str]] = {}
+    operation: Optional[str] = None
+    run_error = ""
+    finished = False
+    for raw in output.splitlines():
+        line = _clean(raw)
+        op = OPERATION_RE.match(line)
+        if op:
+            operation = op.group("name")
+            continue
+        if line.startswith("--> Results:"):
+            finished = True
+        if line.startswith("--> pyinfra error:") or line.startswith("--> An unexpected"):
+            run_error = line.split(":", 1)[1].strip() if ":" in line else line
+        match = HOST_LINE_RE.match(line)
+        if not match:
+            continue
+        name, text = match.group("host"), match.group("text").strip()
+        outcome = outcomes.setdefault(name, RigOutcome(name))
+        history = recent.setdefault(name, [])
+        if operation is None and text.startswith(("Could not connect", "Connection", "Host key", "Authentication")):
+            outcome.status, outcome.step, outcome.reason = UNREACHABLE, "connect", _short(text)
+        elif text.startswith("Error (ignored)"):
+            outcome.notes.append(f"{operation}: {_short(_reason_from(history))}")
+        elif text.startswith("Error") and outcome.status == OK:
+            outcome.status, outcome.step = FAILED, operation or "prepare"
+            own = text.partition(":")[2].strip()
+            telling = own and not own.startswith("executed ")
+            outcome.reason = _short(own if telling else _reason_from(history) or text)
+        history.append(text)
+        del history[:-40]
+    for outcome in outcomes.values():
+        if outcome.status == OK and (run_error or not finished):
+            outcome.status, outcome.step = ABORTED, operation or "prepare"
+            outcome.reason = _short(run_error or "the run stopped before this rig finished")
+    return outcomes
+
+
+def ledger_release(ledger_text: str) -> str:
+    """'<digest prefix> <kind> smoke=<verdict>' of a ledger's newest release ('' without one)."""
+    if not ledger_text.strip():
+        return ""
+    releases = json.loads(ledger_text).get("releases") or []
+    if not releases:
+        return ""
+    current = releases[-1]
+    digest = current["image"].rpartition("@")[2].removeprefix("sha256:")[:12]
+    return f"{digest} {current.get('kind', 'deploy')} smoke={current.get('smoke') or '-'}"
+
+
+def format_table(outcomes: Sequence[RigOutcome]) -> str:
+    header = ("rig", "status", "step", "reason", "release")
+    rows = [header] + [(o.rig, o.status, o.step or "-", o.reason or "-", o.release or "-") for o in outcomes]
+    widths = [max(len(row[i]) for row in rows) for i in range(len(header) - 1)]
+    lines = ["  ".join(cell.ljust(widths[i]) for i, cell in enumerate(row[:-1])) + "  " + row[-1] for row in rows]
+    for outcome in outcomes:
+        lines += [f"  {outcome.rig}: note: {note}" for note in outcome.notes]
+    return "\n".join(lines)
+
+
+# Connection data: each targeted host must have a way to authenticate before anything runs.
+
+def check_connection_data(name: str, data: dict, environ: Optional[dict] = None) -> None:
+    """ConfigError when the host has no usable SSH key (a missing key file, or no key/agent/password at all)."""
+    environ = os.environ if environ is None else environ
+    if data.get("ssh_connector", "ssh") != "ssh" or name.startswith("@"):
+        return
+    key = data.get("ssh_key")
+    if key:
+        path = Path(os.path.expanduser(str(key)))
+        if not path.is_file() or not os.access(path, os.R_OK):
+            raise ConfigError(f"{name}.ssh_key", str(key), "the SSH key file does not exist or is not readable",
+                              "point ssh_key at the private key that opens this rig (inventory or group_data)")
+        return
+    if data.get("ssh_password"):
+        return
+    agent = data.get("ssh_allow_agent", True) and environ.get("SSH_AUTH_SOCK")
+    default_keys = data.get("ssh_look_for_keys", True) and any(
+        Path(os.path.expanduser(f"~/.ssh/{n}")).is_file() for n in ("id_ed25519", "id_ecdsa", "id_rsa"))
+    if not (agent or default_keys):
+        raise ConfigError(f"{name}.ssh_key", None,
+                          "no SSH key for this host: no ssh_key, no ssh_password, no agent and no default key "
+                          "(~/.ssh/id_*) to fall back on",
+                          f"set ssh_key for {name} in the inventory or its group_data")
+
+
+def load_inventory(inventory: str, cwd: Path = REPO_ROOT) -> dict[str, dict]:
+    """host name -> {"data": merged host data, "groups": [...]}, loaded by pyinfra's own code in a child."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")]))}
+    result = subprocess.run([sys.executable, "-c", LOAD_INVENTORY, inventory, str(cwd)], env=env,
+                            capture_output=True, text=True, timeout=120)
+    if result.returncode != 0:
+        raise ConfigError("inventory", inventory, f"pyinfra could not load it: {result.stderr.strip()[-800:]}",
+                          "fix the inventory file (it is Python) or its group_data")
+    return json.loads(result.stdout)
+
+
+def limit_from(pyinfra_args: Sequence[str]) -> list[str]:
+    patterns: list[str] = []
+    for i, arg in enumerate(pyinfra_args):
+        if arg == "--limit" and i + 1 < len(pyinfra_args):
+            patterns += pyinfra_args[i + 1].split(",")
+        elif arg.startswith("--limit="):
+            patterns += arg.split("=", 1)[1].split(",")
+    return [p for p in patterns if p]
+
+
+def targeted(hosts: dict[str, dict], patterns: Sequence[str]) -> list[str]:
+    """Host names a pyinfra --limit selects (names, groups or globs of either); all without a limit."""
+    if not patterns:
+        return list(hosts)
+    return [name for name, info in hosts.items()
+            if any(fnmatch.fnmatch(name, p) or any(fnmatch.fnmatch(g, p) for g in info.get("groups", []))
+                   for p in patterns)]
+
+
+def read_release(name: str, data: dict) -> str:
+    from rigkit.ledger import LEDGER_PATH
+    from rigkit.tunnel import connect_ssh
+
+    try:
+        client = connect_ssh(data, name)
+    except Exception as exc:  # the summary must not fail on a rig that is down
+        return f"? ({type(exc).__name__})"
+    try:
+        _, stdout, _ = client.exec_command(f"cat {LEDGER_PATH} 2>/dev/null", timeout=20)
+        return ledger_release(stdout.read().decode())
+    except Exception as exc:
+        return f"? ({type(exc).__name__}: {exc})"
+    finally:
+        client.close()
+
+
+def pyinfra_executable() -> str:
+    candidate = Path(sys.executable).with_name("pyinfra")
+    return str(candidate if candidate.exists() else "pyinfra")
+
+
+def run_pyinfra_streaming(argv: list[str]) -> tuple[int, str]:
+    """Run pyinfra, echoing its output as it comes, and return (exit status, the whole output)."""
+    process = subprocess.Popen(argv, cwd=REPO_ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                               bufsize=1)
+    captured = []
+    assert process.stdout is not None
+    for line in process.stdout:
+        sys.stdout.write(line)
+        captured.append(line)
+    return process.wait(), "".join(captured)
+
+
+def fleet_deploy(inventory: str, deploy: str, pyinfra_args: Sequence[str]) -> tuple[int, list[RigOutcome]]:
+    hosts = load_inventory(inventory)
+    names = targeted(hosts, limit_from(pyinfra_args))
+    for name in names:  # refused here: nothing has run on any rig yet
+        check_connection_data(name, hosts[name]["data"])
+    status, output = run_pyinfra_streaming([pyinfra_executable(), "-y", *pyinfra_args, inventory, deploy])
+    outcomes = summarize(output, names)
+    for outcome in outcomes.values():
+        if outcome.status != UNREACHABLE and outcome.rig in hosts:
+            outcome.release = read_release(outcome.rig, hosts[outcome.rig]["data"])
+    ordered = [outcomes[n] for n in names] + [o for n, o in outcomes.items() if n not in names]
+    failed = any(o.status != OK for o in ordered)
+    return (1 if failed or status != 0 else 0), ordered
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("inventory", help="pyinfra inventory file, e.g. inventory/lab.py")
+    parser.add_argument("--deploy", default=DEFAULT_DEPLOY, help=f"deploy file (default {DEFAULT_DEPLOY}; "
+                        "rollback.py rolls back)")
+    parser.add_argument("pyinfra_args", nargs=argparse.REMAINDER,
+                        help="passed to pyinfra as they are (--limit, --data, --fail-percent, -v, ...)")
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        status, outcomes = fleet_deploy(args.inventory, args.deploy, args.pyinfra_args)
+    except ConfigError as exc:
+        print(f"rigkit deploy: refused before any rig was touched: {exc}", file=sys.stderr)
+        return 2
+    print("\n--> rigkit fleet summary:")
+    print(format_table(outcomes))
+    bad = [o.rig for o in outcomes if o.status != OK]
+    print(f"{len(outcomes) - len(bad)} of {len(outcomes)} rigs completed" + (f"; not completed: {', '.join(bad)}"
+                                                                             if bad else ""))
+    return status

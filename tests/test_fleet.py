@@ -1,0 +1,184 @@
+"""Fleet logic without the lab: the rig lock's protocol (real sh + flock on this machine), its staleness
+rule, the per-rig summary read from real pyinfra output, and the connection-data check."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from rigkit.errors import ConfigError
+from rigkit.fleet import (ABORTED, FAILED, OK, UNREACHABLE, check_connection_data, format_table, ledger_release,
+                          limit_from, summarize, targeted)
+from roles.rig_lock import EXIT_TIMEOUT, HOLDER_FILE, Holder, lock_script, stale_reason
+
+FIXTURES = Path(__file__).parent / "fixtures" / "fleet"
+
+
+# The lock protocol, run for real: two "controllers" are two sh processes on this machine.
+
+def start_locker(state_dir: Path, name: str, wait_s: int) -> subprocess.Popen:
+    script = lock_script(f"controller={name} pid={os.getpid()}", wait_s, str(state_dir))
+    return subprocess.Popen(["sh", "-c", script], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+                            env={**os.environ, "RIGKIT_LOCK_COMMAND": f"test {name}"})
+
+
+def test_second_deploy_waits_then_times_out_then_takes_over_a_stale_holder(tmp_path):
+    first = start_locker(tmp_path, "first", 5)
+    assert first.stdout.readline().strip() == "LOCKED"
+    holder = Holder.from_line((tmp_path / HOLDER_FILE).read_text())
+    assert holder.controller == "first" and holder.rig_pid == first.pid and holder.command == "test first"
+
+    second = start_locker(tmp_path, "second", 1)
+    held = second.stdout.readline().strip()
+    assert held.startswith("HELD ") and Holder.from_line(held[5:]) == holder
+    second.stdin.write("WAIT\n")
+    second.stdin.flush()
+    assert second.stdout.readline().startswith("TIMEOUT controller=first")
+    assert second.wait(10) == EXIT_TIMEOUT
+    assert first.poll() is None  # the holder was left alone
+
+    third = start_locker(tmp_path, "third", 5)
+    assert third.stdout.readline().startswith("HELD ")
+    third.stdin.write("TAKEOVER\n")
+    third.stdin.flush()
+    assert third.stdout.readline().strip() == "LOCKED"
+    assert first.wait(10) != 0  # the stale holder was ended
+    assert Holder.from_line((tmp_path / HOLDER_FILE).read_text()).controller == "third"
+    third.stdin.close()  # the controller's connection ends: the lock is free again
+    assert third.wait(10) == 0
+
+    fourth = start_locker(tmp_path, "fourth", 1)
+    assert fourth.stdout.readline().strip() == "LOCKED"
+    fourth.stdin.close()
+    fourth.wait(10)
+
+
+def test_a_waiting_deploy_gets_the_lock_when_the_holder_finishes(tmp_path):
+    first = start_locker(tmp_path, "first", 5)
+    assert first.stdout.readline().strip() == "LOCKED"
+    second = start_locker(tmp_path, "second", 30)
+    assert second.stdout.readline().startswith("HELD ")
+    second.stdin.write("WAIT\n")
+    second.stdin.flush()
+    started = time.monotonic()
+    first.stdin.close()
+    assert second.stdout.readline().strip() == "LOCKED"
+    assert time.monotonic() - started < 25
+    second.stdin.close()
+    second.wait(10)
+
+
+def holder(controller="ctl", pid=100, started=1000.0) -> Holder:
+    return Holder(controller, pid, started, rig_pid=55, command="pyinfra deploy.py")
+
+
+def test_stale_when_its_controller_pid_on_this_controller_is_gone():
+    assert "is gone" in stale_reason(holder(), 1010, "ctl", 7200, is_alive=lambda pid: False)
+    assert stale_reason(holder(), 1010, "ctl", 7200, is_alive=lambda pid: True) is None
+
+
+def test_a_live_holder_on_another_controller_is_respected_until_too_old():
+    assert stale_reason(holder(controller="other"), 1010, "ctl", 7200, is_alive=lambda pid: False) is None
+    assert "rig_lock_stale_s" in stale_reason(holder(controller="other"), 1000 + 7201, "ctl", 7200)
+
+
+def test_holder_line_round_trip_and_garbage():
+    line = holder().to_line()
+    assert Holder.from_line(line) == holder()
+    assert Holder.from_line("") is None
+    assert Holder.from_line("controller=x pid=notanumber") is None
+
+
+# The fleet summary, from real pyinfra output captured on the lab (tests/fixtures/fleet/).
+
+def test_summary_of_a_lock_refusal_names_the_step_and_the_holder():
+    outcomes = summarize((FIXTURES / "lock-refused.txt").read_text(), ["rig4"])
+    rig = outcomes["rig4"]
+    assert rig.status == FAILED and rig.step == "Rig lock"
+    assert "another deploy holds this rig's lock" in rig.reason and "rig_lock_wait_s=3" in rig.reason
+
+
+def test_summary_of_a_stopped_rig_among_three(fixture_text=None):
+    outcomes = summarize((FIXTURES / "rig-stopped-mid-deploy.txt").read_text(), ["rig4", "rig5", "rig6"])
+    statuses = {name: o.status for name, o in outcomes.items()}
+    assert sorted(s for s in statuses.values()) == [FAILED, OK, OK] or UNREACHABLE in statuses.values()
+    bad = [o for o in outcomes.values() if o.status != OK]
+    assert len(bad) == 1 and bad[0].step and bad[0].reason
+
+
+def test_summary_of_a_failed_release_that_was_rolled_back():
+    outcomes = summarize((FIXTURES / "release-rolled-back.txt").read_text(), ["rig4"])
+    rig = outcomes["rig4"]
+    assert rig.status == FAILED and rig.step == "serving | Smoke, ledger, prune"
+    assert "rolled back to" in rig.reason
+    assert rig.notes and rig.notes[0].startswith("serving | Release")  # the ignored release error is kept
+
+
+def test_unreachable_and_aborted_rigs():
+    output = "\n".join([
+        "--> Connecting to hosts...",
+        "    [rig1] Connected",
+        "    [rig2] Could not connect (Connection refused)",
+        "--> Starting operation: docker | /etc/docker ",
+        "    [rig1] No changes",
+        "--> pyinfra error: Over 10% of hosts failed (50%)",
+    ])
+    outcomes = summarize(output, ["rig1", "rig2", "rig3"])
+    assert outcomes["rig2"].status == UNREACHABLE and outcomes["rig2"].step == "connect"
+    assert "Connection refused" in outcomes["rig2"].reason
+    assert outcomes["rig1"].status == ABORTED and "Over 10%" in outcomes["rig1"].reason
+    assert outcomes["rig3"].status == ABORTED  # targeted but never reported
+
+
+def test_a_completed_run_is_ok_for_every_rig_without_an_error():
+    output = "    [rig1] Connected\n--> Starting operation: x \n    [rig1] Success\n--> Results:\n    Grand total 1 1 - -\n"
+    assert summarize(output, ["rig1"])["rig1"].status == OK
+
+
+def test_table_and_ledger_release():
+    ledger = '{"schema": 1, "releases": [{"image": "r@sha256:' + "ab" * 32 + '", "kind": "rollback", "smoke": "pass"}]}'
+    assert ledger_release(ledger) == "abababababab rollback smoke=pass"
+    assert ledger_release("") == ""
+    outcomes = summarize("    [rig1] Connected\n--> Results:\n", ["rig1"])
+    table = format_table(list(outcomes.values()))
+    assert table.splitlines()[0].split() == ["rig", "status", "step", "reason", "release"]
+    assert table.splitlines()[1].split()[:2] == ["rig1", "ok"]
+
+
+def test_limit_selects_names_groups_and_globs():
+    hosts = {"rig1": {"groups": ["lab"]}, "rig2": {"groups": ["lab"]}, "gpu1": {"groups": ["big"]}}
+    assert limit_from(["--limit", "rig1,big", "-v"]) == ["rig1", "big"]
+    assert targeted(hosts, ["rig1", "big"]) == ["rig1", "gpu1"]
+    assert targeted(hosts, ["rig*"]) == ["rig1", "rig2"]
+    assert targeted(hosts, []) == ["rig1", "rig2", "gpu1"]
+
+
+# Connection data (catalogue row "inventory host with no SSH key").
+
+def test_host_with_no_ssh_key_and_nothing_to_fall_back_on_is_refused(tmp_path, monkeypatch):
+    monkeypatch.setenv("HOME", str(tmp_path))
+    with pytest.raises(ConfigError) as caught:
+        check_connection_data("rig9", {"ssh_hostname": "10.0.0.9", "ssh_allow_agent": False}, environ={})
+    assert caught.value.field == "rig9.ssh_key" and "set ssh_key for rig9" in caught.value.fix
+
+
+def test_missing_key_file_is_refused_with_its_path(tmp_path):
+    missing = tmp_path / "nope"
+    with pytest.raises(ConfigError) as caught:
+        check_connection_data("rig9", {"ssh_key": str(missing)})
+    assert caught.value.value == str(missing)
+
+
+def test_key_file_agent_or_default_key_is_enough(tmp_path, monkeypatch):
+    key = tmp_path / "key"
+    key.write_text("k")
+    check_connection_data("rig9", {"ssh_key": str(key)})
+    check_connection_data("rig9", {}, environ={"SSH_AUTH_SOCK": "/tmp/agent"})
+    monkeypatch.setenv("HOME", str(tmp_path))
+    (tmp_path / ".ssh").mkdir()
+    (tmp_path / ".ssh" / "id_ed25519").write_text("k")
+    check_connection_data("rig9", {"ssh_allow_agent": False}, environ={})

@@ -32,7 +32,8 @@ COMPLETION_TOKENS = 8
 
 
 def test_lab_is_up_with_the_requested_rigs(lab, lab_rig_count):
-    assert len(lab.rigs) == lab_rig_count
+    # `lab up` keeps rigs an earlier, bigger lab made (it never removes a rig someone may be using)
+    assert [rig.name for rig in lab.rigs[:lab_rig_count]] == [f"rig{i}" for i in range(1, lab_rig_count + 1)]
     assert len({rig.ssh_port for rig in lab.rigs}) == len(lab.rigs)
     assert len({rig.serving_port for rig in lab.rigs}) == len(lab.rigs)
     assert registry_server.registry_answers(lab.registry)
@@ -180,6 +181,18 @@ def _lab_containers_in_data_root() -> list[str]:
     return found
 
 
+def _processes_mentioning(text: str) -> list[str]:
+    found = []
+    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+        try:
+            args = cmdline.read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        if text in args:
+            found.append(f"{cmdline.parent.name}: {args[:160]}")
+    return found
+
+
 def _pid_alive(pid: int | None) -> bool:
     return bool(pid) and Path(f"/proc/{pid}").exists()
 
@@ -194,7 +207,9 @@ def test_lab_down_leaves_no_container_loop_device_mount_or_file(lab, rig_exec, t
 
     # a rig that formatted and mounted its NVMe (as the L2 role does) must not block the teardown
     rig = lab.rigs[0]
-    rig_exec(rig, f"mkfs.ext4 -q -F {rig.nvme_path} && mkdir -p /mnt/l2 && mount {rig.nvme_path} /mnt/l2")
+    mounted = f"findmnt -n --source {rig.loop_device} >/dev/null"
+    rig_exec(rig, f"{mounted} || {{ mkfs.ext4 -q -F {rig.nvme_path} && mkdir -p /mnt/l2 && mount {rig.nvme_path} /mnt/l2; }}")
+    rig_exec(rig, mounted)
     lab_devices = {r.loop_device for r in lab.rigs}
     engine_pid = lab.engine.get("pid") if lab.engine.get("started_by_lab") else None
     # something the lab did not make: a loop device outside LAB_DIR must survive
@@ -220,6 +235,7 @@ def test_lab_down_leaves_no_container_loop_device_mount_or_file(lab, rig_exec, t
         assert not registry_server.registry_answers(lab.registry)
         if engine_pid:
             assert not _pid_alive(engine_pid), "the lab-started engine still runs"
+        assert _processes_mentioning(str(LAB_DIR)) == []
         assert not LAB_DIR.exists(), f"{LAB_DIR} still exists"
         assert CACHE_DIR.exists(), "the cache must survive `lab down`"
         assert f"{bystander_image}" in subprocess.run(["losetup", "--list", "--json"], capture_output=True,

@@ -311,3 +311,32 @@ def test_pyinfra_results_table_is_parsed_by_operation():
 
 def test_pyinfra_output_without_results_gives_nothing():
     assert parse_results("--> Loading config...\n") == {}
+
+
+# ---- refusals that carry the fix ----
+
+def test_lab_up_as_non_root_names_the_fix(monkeypatch):
+    from rigkit.errors import PreflightError
+    from rigkit.lab import cli
+
+    monkeypatch.setattr(cli.os, "geteuid", lambda: 1000)
+    with pytest.raises(PreflightError, match="not root.*sudo"):
+        cli.lab_up(1, progress=lambda _m: None)
+
+
+def test_a_running_engine_with_a_bridge_is_refused(monkeypatch):
+    from rigkit.errors import PreflightError
+
+    monkeypatch.setattr(engine, "bridge_networks", lambda: ["bridge"])
+    with pytest.raises(PreflightError, match="bridge.*--bridge=none"):
+        engine._check_reusable(lambda _m: None)
+
+
+def test_a_running_plain_runc_engine_is_refused_where_the_capability_is_missing(monkeypatch):
+    from rigkit.errors import PreflightError
+
+    monkeypatch.setattr(engine, "bridge_networks", lambda: [])
+    monkeypatch.setattr(engine, "needs_runc_wrapper", lambda: True)
+    monkeypatch.setattr(engine, "default_runtime", lambda: "runc")
+    with pytest.raises(PreflightError, match="CAP_SYS_RESOURCE"):
+        engine._check_reusable(lambda _m: None)

@@ -1,4 +1,4 @@
-"""Shared fixtures. Lab fixtures (real engine, registry, SSH rigs) live in tests/lab_fixtures.py."""
+"""Shared test setup. Lab fixtures (real engine, registry, SSH rigs) live in tests/lab/conftest.py."""
 
 import sys
 from pathlib import Path

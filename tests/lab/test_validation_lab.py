@@ -13,6 +13,7 @@ import json
 import shutil
 import socket
 import subprocess
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterator, Optional
@@ -68,7 +69,7 @@ class LabVLLM:
                      "kv_connector_extra_config": {"shared_storage_path": STORE_IN_CONTAINER}}
         env = {"VLLM_CPU_KVCACHE_SPACE": "1", "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
                "VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1"}
-        return (["docker", "run", "-d", "--name", self.name, "--network", "host", "--init",
+        return (["docker", "run", "-d", "--name", self.name, "--network", "host", "--init", "--shm-size", "1g",
                  "-v", f"{self.store_dir}:{STORE_IN_CONTAINER}"]
                 + [arg for k, v in env.items() for arg in ("-e", f"{k}={v}")]
                 + [self.image["releases"]["1"], self.image["python"], "-m", self.image["serve_module"],
@@ -88,6 +89,26 @@ class LabVLLM:
     def restart(self) -> None:
         self.down()
         self.up()
+        self.wait_ready()
+
+    def running(self) -> bool:
+        out = subprocess.run(["docker", "inspect", "--format", "{{.State.Running}}", self.name],
+                             capture_output=True, text=True)
+        return out.stdout.strip() == "true"
+
+    def wait_ready(self, timeout_s: float = 300) -> None:
+        """Until /v1/models answers; fails at once with the log tail when the container died."""
+        client = ServingClient(f"http://127.0.0.1:{self.port}")
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if not self.running():
+                raise RuntimeError(f"vLLM container {self.name} died:\n{self.log_tail()}")
+            try:
+                client.models()
+                return
+            except Exception:
+                time.sleep(2)
+        raise RuntimeError(f"vLLM container {self.name} not ready after {timeout_s} s:\n{self.log_tail()}")
 
     def log_tail(self) -> str:
         out = subprocess.run(["docker", "logs", "--tail", "40", self.name], capture_output=True, text=True)
@@ -103,13 +124,8 @@ def validation_target(tmp_path_factory) -> Iterator[ValidationTarget]:
     server = LabVLLM(image, store, _free_port())
     server.up()
     try:
-        client = ServingClient(f"http://127.0.0.1:{server.port}")
-        try:
-            client.wait_ready(timeout_s=300, poll_s=2)
-        except Exception:
-            print(server.log_tail())
-            raise
-        yield ValidationTarget(client.base_url, server.restart, store)
+        server.wait_ready()
+        yield ValidationTarget(f"http://127.0.0.1:{server.port}", server.restart, store)
     finally:
         server.down()
         # the store holds files written by root in the container; tmp_path cleanup copes

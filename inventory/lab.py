@@ -2,9 +2,11 @@
 
     rigkit lab up && .venv/bin/pyinfra -y inventory/lab.py deploy.py
 
-Group `lab`. Per host: SSH connection data (lab key, the lab's known_hosts, strict checking, no agent),
-`serving_port` (rigs share the host network, so each serves on its own port), `l2_device` (the rig's
-spare "NVMe", an unformatted loop device) and `lab_rig=True`.
+Group `lab`. Per host: SSH connection data (lab key, the lab's known_hosts, strict checking, no agent;
+127.0.0.1:22NN for a rig on host networking, its own address port 22 for a rig in its own network
+namespace), `serving_port` (rigs on the host network share it, so each serves on its own port),
+`l2_device` (the rig's spare "NVMe", an unformatted loop device) and `lab_rig=True`. A netns rig's
+loopback is its own: the controller reaches its serving API only through the SSH tunnel.
 """
 
 from rigkit.lab.state import read_state as _read_state

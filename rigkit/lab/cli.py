@@ -24,6 +24,7 @@ from rigkit.lab.state import LabState, read_state_or_none, write_state
 from rigkit.paths import CACHE_DIR, LAB_DIR, LAB_STATE_FILE
 
 DEFAULT_RIGS = 2
+DEFAULT_NETNS_RIGS = 0  # the demo runs on host-network rigs; the lab tests ask for one netns rig
 MANIFEST_ACCEPT = ", ".join((
     "application/vnd.docker.distribution.manifest.v2+json",
     "application/vnd.docker.distribution.manifest.list.v2+json",
@@ -48,7 +49,7 @@ def _ensure_serving_image(registry: str, progress: Progress) -> dict | None:
 
 
 def lab_up(rig_count: int = DEFAULT_RIGS, progress: Progress = print_progress,
-           serving_image: bool = True) -> LabState:
+           serving_image: bool = True, netns_rigs: int = DEFAULT_NETNS_RIGS) -> LabState:
     """Bring the lab up (idempotent: a second call reuses what runs and recreates what is missing)."""
     _require_root("up")
     started = time.monotonic()
@@ -57,7 +58,7 @@ def lab_up(rig_count: int = DEFAULT_RIGS, progress: Progress = print_progress,
     engine_record = engine.ensure_engine(progress)
     registry_pid = registry_server.ensure_registry(progress)
     image = rig_image.ensure_rig_image(progress)
-    lab_rigs = rigs.ensure_rigs(rig_count, image, progress)
+    lab_rigs = rigs.ensure_rigs(rig_count, image, progress, netns_count=netns_rigs, registry=registry_server.REGISTRY)
     state = LabState(registry=registry_server.REGISTRY, ssh_key=str(rigs.LAB_KEY), known_hosts=str(rigs.KNOWN_HOSTS),
                      rigs=lab_rigs, rig_image=image, serving_image=previous.serving_image if previous else None,
                      engine=engine_record, registry_pid=registry_pid)
@@ -135,6 +136,7 @@ def lab_status() -> dict:
         status["rigs"].append({
             "name": rig.name, "container": rig.container, "running": up,
             "ssh": f"{rig.ssh_host}:{rig.ssh_port}", "ssh_ok": up and rigs.ssh_ready(rig),
+            "netns": rig.netns, "host_address": rig.host_address, "rig_address": rig.rig_address,
             "serving_port": rig.serving_port, "nvme_path": rig.nvme_path, "loop_device": rig.loop_device,
         })
     if state.serving_image:
@@ -164,8 +166,9 @@ def _print_status(status: dict) -> bool:
     for rig in status["rigs"]:
         ok = rig["running"] and rig["ssh_ok"]
         healthy &= ok
+        network = f"  own netns (host end {rig['host_address']})" if rig.get("netns") else ""
         print(f"{rig['name']:<9} {'ok  ' if ok else 'DOWN'} ssh {rig['ssh']}  serving :{rig['serving_port']}  "
-              f"nvme {rig['nvme_path']} -> {rig['loop_device']}  ({rig['container']})")
+              f"nvme {rig['nvme_path']} -> {rig['loop_device']}  ({rig['container']}){network}")
     if status["serving_image"] is None:
         print("serving   none recorded")
     else:
@@ -179,6 +182,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     actions = parser.add_subparsers(dest="lab_action", required=True)
     up = actions.add_parser("up", help="bring the lab up (idempotent)")
     up.add_argument("--rigs", type=int, default=DEFAULT_RIGS, help=f"number of rigs (default {DEFAULT_RIGS})")
+    up.add_argument("--netns-rigs", type=int, default=DEFAULT_NETNS_RIGS,
+                    help="how many of the last --rigs get their own network namespace when first made "
+                         f"(reached at 10.213.N.2:22; their API only through an SSH tunnel; default {DEFAULT_NETNS_RIGS})")
     up.add_argument("--no-serving-image", action="store_true",
                     help="skip building/pushing the vLLM serving image (minutes when cold)")
     status = actions.add_parser("status", help="rigs, ports, SSH health, digests, engine and registry health")
@@ -190,7 +196,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     try:
         if args.lab_action == "up":
-            lab_up(args.rigs, serving_image=not args.no_serving_image)
+            lab_up(args.rigs, serving_image=not args.no_serving_image, netns_rigs=args.netns_rigs)
             return 0
         if args.lab_action == "down":
             lab_down(purge_cache=args.purge_cache)

@@ -1,8 +1,10 @@
-"""Lab rigs: privileged systemd containers on host networking that behave like SSH hosts.
+"""Lab rigs: privileged systemd containers that behave like SSH hosts.
 
-Each rig has sshd on 127.0.0.1:<ssh port> (key-only root login with the lab key), its own
-/var/lib/docker bind dir (so it can run its own engine), a serving port, and an unformatted
-file-backed loop device at a stable path as its spare "NVMe".
+Each rig has key-only root login with the lab key, its own /var/lib/docker bind dir (so it can run
+its own engine), a serving port, and an unformatted file-backed loop device at a stable path as its
+spare "NVMe". A rig on host networking runs sshd on 127.0.0.1:<ssh port>; a netns rig
+(rigkit.lab.netns) runs sshd on its own address, port 22, and shares nothing with the host's loopback.
+A rig's network mode is fixed when its container is made: `lab up` never converts a running rig.
 """
 
 from __future__ import annotations
@@ -20,6 +22,8 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from rigkit.errors import PreflightError
+from rigkit.lab import netns
+from rigkit.lab.registry_server import REGISTRY
 from rigkit.lab.proc import LabStepError, Progress, run, wait_until
 from rigkit.lab.rig_image import CONTAINER_LABEL, NVME_ENV_IN_RIG
 from rigkit.lab.state import RigState
@@ -35,6 +39,9 @@ RIG_LABEL = "rigkit.lab.rig"
 RIG_IMAGE_LABEL = "rigkit.lab.rig-image"
 RIG_LOOP_LABEL = "rigkit.lab.loop"
 RIG_SHM_LABEL = "rigkit.lab.shm"
+RIG_NETWORK_LABEL = "rigkit.lab.network"
+NETWORK_HOST = "host"
+NETWORK_NETNS = "netns"
 # A real rig's /dev/shm is half its RAM; the serving stack runs with `ipc: host`, so it uses the
 # rig's /dev/shm (its shm_size is ignored) and vLLM needs more than Docker's 64 MiB default.
 RIG_SHM_SIZE = "2g"
@@ -73,10 +80,10 @@ def allocate_ports(count: int, base: int, reserved: frozenset[int] = RESERVED_PO
     return ports
 
 
-def sshd_config(ssh_port: int, host_key_path: str) -> str:
+def sshd_config(ssh_port: int, host_key_path: str, listen_address: str = SSH_HOST) -> str:
     return (
         f"Port {ssh_port}\n"
-        f"ListenAddress {SSH_HOST}\n"
+        f"ListenAddress {listen_address}\n"
         f"HostKey {host_key_path}\n"
         "PermitRootLogin prohibit-password\n"
         "PasswordAuthentication no\n"
@@ -85,8 +92,8 @@ def sshd_config(ssh_port: int, host_key_path: str) -> str:
     )
 
 
-def known_hosts_line(ssh_port: int, public_key_openssh: str) -> str:
-    host = SSH_HOST if ssh_port == 22 else f"[{SSH_HOST}]:{ssh_port}"
+def known_hosts_line(ssh_port: int, public_key_openssh: str, ssh_host: str = SSH_HOST) -> str:
+    host = ssh_host if ssh_port == 22 else f"[{ssh_host}]:{ssh_port}"
     key_type, key_data = public_key_openssh.split()[:2]
     return f"{host} {key_type} {key_data}\n"
 
@@ -206,20 +213,24 @@ def ssh_ready(rig: RigState) -> bool:
     return _ssh_ready(rig, LAB_KEY, KNOWN_HOSTS)
 
 
-def _prepare_rig_files(index: int, ssh_port: int, serving_port: int) -> tuple[RigState, Path, str]:
+def _prepare_rig_files(index: int, ssh_port: int, serving_port: int,
+                       own_netns: bool = False) -> tuple[RigState, Path, str]:
     name = rig_name(index)
     rig_dir = RIGS_DIR / name
     (rig_dir / "hostkeys").mkdir(parents=True, exist_ok=True)
     (rig_dir / "docker").mkdir(exist_ok=True)
     host_public = _write_keypair(rig_dir / "hostkeys" / "ssh_host_ed25519_key", f"{name}@rigkit-lab")
-    (rig_dir / "sshd.conf").write_text(sshd_config(ssh_port, "/etc/ssh/rigkit/ssh_host_ed25519_key"))
+    host_address, rig_address = netns.addresses(index) if own_netns else ("", "")
+    ssh_host, ssh_port = (rig_address, netns.RIG_SSH_PORT) if own_netns else (SSH_HOST, ssh_port)
+    (rig_dir / "sshd.conf").write_text(sshd_config(ssh_port, "/etc/ssh/rigkit/ssh_host_ed25519_key", ssh_host))
     loop_image = rig_dir / "nvme.img"
     loop_device = ensure_loop_device(loop_image)
     nvme_path = NVME_PATH_TEMPLATE.format(name=name)
     (rig_dir / "nvme.env").write_text(nvme_env(loop_device, nvme_path))
-    rig = RigState(name=name, container=container_name(name), ssh_host=SSH_HOST, ssh_port=ssh_port,
+    rig = RigState(name=name, container=container_name(name), ssh_host=ssh_host, ssh_port=ssh_port,
                    serving_port=serving_port, nvme_path=nvme_path, loop_device=loop_device,
-                   loop_image=str(loop_image), docker_dir=str(rig_dir / "docker"))
+                   loop_image=str(loop_image), docker_dir=str(rig_dir / "docker"), netns=own_netns,
+                   host_address=host_address, rig_address=rig_address)
     return rig, rig_dir, host_public
 
 
@@ -231,11 +242,18 @@ def _run_container(rig: RigState, rig_dir: Path, image: str) -> None:
         str(rig_dir / "nvme.env"): f"{NVME_ENV_IN_RIG}:ro",
         rig.docker_dir: "/var/lib/docker",
     }
+    if rig.netns:
+        # sshd may start before the veth has the rig's address: let it bind that address anyway
+        network = ["--network", "none", "--sysctl", "net.ipv4.ip_nonlocal_bind=1",
+                   "--add-host", f"{rig.name}:{rig.rig_address}"]
+    else:
+        network = ["--network", "host"]
     cmd = ["docker", "run", "-d", "--name", rig.container, "--hostname", rig.name,
-           "--privileged", "--cgroupns=private", "--network", "host", "--stop-signal", "SIGRTMIN+3",
+           "--privileged", "--cgroupns=private", *network, "--stop-signal", "SIGRTMIN+3",
            "--tmpfs", "/run", "--tmpfs", "/run/lock", "--shm-size", RIG_SHM_SIZE,
            "--label", f"{RIG_SHM_LABEL}={RIG_SHM_SIZE}", "--label", f"{CONTAINER_LABEL}={LAB_DIR}", "--label", f"{RIG_LABEL}={rig.name}",
-           "--label", f"{RIG_IMAGE_LABEL}={image}", "--label", f"{RIG_LOOP_LABEL}={rig.loop_device}"]
+           "--label", f"{RIG_IMAGE_LABEL}={image}", "--label", f"{RIG_LOOP_LABEL}={rig.loop_device}",
+           "--label", f"{RIG_NETWORK_LABEL}={NETWORK_NETNS if rig.netns else NETWORK_HOST}"]
     for source, target in mounts.items():
         cmd += ["-v", f"{source}:{target}"]
     run([*cmd, image], f"rig {rig.name}: docker run",
@@ -258,12 +276,36 @@ def _ensure_container(rig: RigState, rig_dir: Path, image: str, progress: Progre
             return
         progress(f"{rig.name}: image, loop device or shm size changed, recreating the container")
         run(["docker", "rm", "-f", rig.container], f"rig {rig.name}: docker rm", "remove it by hand")
-    for port in (rig.ssh_port, rig.serving_port):
+    for port in () if rig.netns else (rig.ssh_port, rig.serving_port):
         if not _port_free(port):
             raise PreflightError(f"{rig.name} port", port, "something the lab did not start listens there",
                                  f"stop it (ss -ltnp 'sport = :{port}') or bring up fewer rigs (--rigs)")
-    progress(f"{rig.name}: starting (ssh {rig.ssh_port}, serving {rig.serving_port}, nvme {rig.loop_device})")
+    progress(f"{rig.name}: starting (ssh {rig.ssh_host}:{rig.ssh_port}, serving {rig.serving_port}, "
+             f"nvme {rig.loop_device}{', own network namespace' if rig.netns else ''})")
     _run_container(rig, rig_dir, image)
+
+
+def container_pid(container: str) -> int:
+    info = _inspect(container)
+    pid = info["State"]["Pid"] if info and info["State"]["Running"] else 0
+    if not pid:
+        raise LabStepError(f"{container}: pid", container, "the container is not running",
+                           f"docker logs {container}")
+    return pid
+
+
+def ensure_rig_network(rig: RigState, rig_dir: Path, registry: str, progress: Progress) -> None:
+    """A netns rig: its veth is up and it reaches the lab registry at its usual address (re-plumbed
+    after a restart, which gives the container a new namespace). Nothing to do on host networking."""
+    if not rig.netns:
+        return
+    index = rig_index(rig.container)
+    assert index is not None, rig.container
+    pid = container_pid(rig.container)
+    netns.ensure_link(index, pid, progress)
+    registry_host, registry_port = registry.rsplit(":", 1)
+    netns.ensure_forwarder(rig_dir, index, pid, registry_host, int(registry_port), progress)
+    netns.wait_registry_reachable(rig.container, index, registry)
 
 
 def _wait_ready(rig: RigState) -> None:
@@ -277,30 +319,55 @@ def _wait_ready(rig: RigState) -> None:
                            f"docker exec {rig.container} systemctl status ssh; docker logs {rig.container}")
 
 
-def ensure_rigs(count: int, image: str, progress: Progress) -> list[RigState]:
-    """At least COUNT rigs running this image and answering SSH.
+def netns_indices(count: int, netns_count: int) -> set[int]:
+    """The rigs asked to get their own network namespace: the last NETNS_COUNT of COUNT."""
+    if not 0 <= netns_count <= count:
+        raise PreflightError("--netns-rigs", netns_count, f"must be between 0 and --rigs ({count})",
+                             "pass a smaller --netns-rigs or a larger --rigs")
+    return set(range(count - netns_count + 1, count + 1))
+
+
+def network_modes(requested_netns: set[int], existing: dict[int, str], count: int) -> dict[int, bool]:
+    """Index -> own netns, for rigs 1..COUNT: an existing rig keeps its mode (no label: host networking)."""
+    return {index: existing[index] == NETWORK_NETNS if index in existing else index in requested_netns
+            for index in range(1, count + 1)}
+
+
+def ensure_rigs(count: int, image: str, progress: Progress, netns_count: int = 0,
+                registry: str = REGISTRY) -> list[RigState]:
+    """At least COUNT rigs running this image and answering SSH; the last NETNS_COUNT of them new ones
+    in their own network namespace.
 
     Rigs beyond COUNT from an earlier, bigger lab are kept (and listed): `up` never removes a rig
-    someone may be using; `rigkit lab down` is the way to shrink.
+    someone may be using; `rigkit lab down` is the way to shrink. Likewise an existing rig keeps its
+    network mode (converting it would kill whatever runs in it).
     """
     if count < 1:
         raise PreflightError("--rigs", count, "a lab needs at least one rig", "pass --rigs 1 or more")
+    requested_netns = netns_indices(count, netns_count)
     ensure_lab_key()
-    existing = [rig_index(container) for container in _rig_containers()]
+    existing_modes = _existing_network_modes()
+    existing = list(existing_modes)
     extra = sorted(index for index in existing if index and index > count)
     if extra:
         progress(f"rigs: keeping {', '.join(rig_name(i) for i in extra)} beyond --rigs {count} "
                  "(`rigkit lab down` to shrink)")
         count = extra[-1]
+    modes = network_modes(requested_netns, existing_modes, count)
+    for index in sorted(i for i in existing_modes if i in requested_netns and not modes[i]):
+        progress(f"{rig_name(index)}: keeps host networking (an existing rig is never converted; "
+                 "`rigkit lab down` to change)")
     ssh_ports = allocate_ports(count, SSH_PORT_BASE)
     serving_ports = allocate_ports(count, SERVING_PORT_BASE)
-    prepared = [_prepare_rig_files(i, ssh_ports[i - 1], serving_ports[i - 1]) for i in range(1, count + 1)]
+    prepared = [_prepare_rig_files(i, ssh_ports[i - 1], serving_ports[i - 1], modes[i]) for i in range(1, count + 1)]
     _release_unused_rig_dirs({rig.name for rig, _, _ in prepared}, progress)
-    KNOWN_HOSTS.write_text("".join(known_hosts_line(rig.ssh_port, public) for rig, _, public in prepared))
+    KNOWN_HOSTS.write_text("".join(known_hosts_line(rig.ssh_port, public, rig.ssh_host)
+                                   for rig, _, public in prepared))
 
     def bring_up(item: tuple[RigState, Path, str]) -> RigState:
         rig, rig_dir, _ = item
         _ensure_container(rig, rig_dir, image, progress)
+        ensure_rig_network(rig, rig_dir, registry, progress)
         _wait_ready(rig)
         return rig
 
@@ -317,6 +384,21 @@ def _rig_containers() -> list[str]:
     return result.stdout.split()
 
 
+def _existing_network_modes() -> dict[int, str]:
+    """Index -> network mode label of every existing rig container (rigs made before the label: host)."""
+    result = subprocess.run(["docker", "ps", "-a", "--filter", f"label={CONTAINER_LABEL}={LAB_DIR}",
+                             "--filter", f"label={RIG_LABEL}",
+                             "--format", f'{{{{.Names}}}} {{{{.Label "{RIG_NETWORK_LABEL}"}}}}'],
+                            capture_output=True, text=True)
+    modes = {}
+    for line in result.stdout.splitlines():
+        name, _, mode = line.partition(" ")
+        index = rig_index(name)
+        if index:
+            modes[index] = mode.strip() or NETWORK_HOST
+    return modes
+
+
 def _release_unused_rig_dirs(keep: set[str], progress: Progress) -> None:
     if not RIGS_DIR.exists():
         return
@@ -327,12 +409,14 @@ def _release_unused_rig_dirs(keep: set[str], progress: Progress) -> None:
         device = _attached_loop(image) if image.exists() else None
         if device:
             subprocess.run(["losetup", "--detach", device], capture_output=True)
+        netns.stop_forwarder(rig_dir)
         progress(f"{rig_dir.name}: removing its files")
         shutil.rmtree(rig_dir, ignore_errors=True)
 
 
 def release_all(progress: Progress) -> None:
-    """Remove every lab container, then every mount and loop device backed by a lab file."""
+    """Remove every lab container, then every forwarder, veth, mount and loop device the lab made."""
+    netns.stop_forwarders(progress)  # first: a forwarder's socket keeps its rig's namespace (and veth) alive
     containers = lab_containers()
     if containers:
         progress(f"containers: stopping and removing {', '.join(containers)}")
@@ -342,7 +426,10 @@ def release_all(progress: Progress) -> None:
 
 
 def release_all_without_engine(progress: Progress) -> None:
-    """Unmount and detach every mount and loop device backed by a lab file (no engine needed)."""
+    """Stop forwarders, delete veths, unmount and detach every mount and loop device backed by a lab
+    file (no engine needed)."""
+    netns.stop_forwarders(progress)
+    netns.remove_links(progress)
     devices = lab_loop_devices()
     findmnt = subprocess.run(["findmnt", "--json", "--list", "--output", "SOURCE,TARGET"],
                              capture_output=True, text=True)

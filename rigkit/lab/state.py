@@ -22,6 +22,15 @@ class RigState:
     loop_device: str
     loop_image: str
     docker_dir: str
+    # A rig in its own network namespace (a veth pair, a private /30): reached at rig_address:22,
+    # its loopback is its own, so the controller reaches its serving API only through SSH.
+    netns: bool = False
+    host_address: str = ""   # the host end of the rig's veth ("" on host networking)
+    rig_address: str = ""    # the rig end ("" on host networking)
+
+    @classmethod
+    def from_dict(cls, data: dict) -> "RigState":
+        return cls(**{key: value for key, value in data.items() if key in cls.__dataclass_fields__})
 
 
 @dataclass
@@ -40,7 +49,7 @@ class LabState:
 
     @classmethod
     def from_dict(cls, data: dict) -> "LabState":
-        rigs = [RigState(**rig) for rig in data.get("rigs", [])]
+        rigs = [RigState.from_dict(rig) for rig in data.get("rigs", [])]
         known = {name for name in cls.__dataclass_fields__ if name != "rigs"}
         return cls(rigs=rigs, **{key: value for key, value in data.items() if key in known})
 

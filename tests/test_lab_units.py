@@ -340,3 +340,190 @@ def test_a_running_plain_runc_engine_is_refused_where_the_capability_is_missing(
     monkeypatch.setattr(engine, "default_runtime", lambda: "runc")
     with pytest.raises(PreflightError, match="CAP_SYS_RESOURCE"):
         engine._check_reusable(lambda _m: None)
+
+
+# ---- rigs in their own network namespace ----
+
+def test_netns_rig_addresses_are_a_private_slash_30_per_rig():
+    from rigkit.lab import netns
+
+    assert netns.addresses(7) == ("10.213.7.1", "10.213.7.2")
+    assert netns.addresses(1) != netns.addresses(2)
+    assert len(netns.veth_name(netns.MAX_NETNS_RIG_INDEX)) <= 15  # IFNAMSIZ
+    assert len(netns.peer_name(netns.MAX_NETNS_RIG_INDEX)) <= 15
+
+
+def test_netns_rig_index_outside_the_subnet_is_refused():
+    from rigkit.errors import PreflightError
+    from rigkit.lab import netns
+
+    with pytest.raises(PreflightError, match="fewer rigs"):
+        netns.addresses(256)
+
+
+def test_netns_rigs_are_the_last_of_the_requested_rigs():
+    assert rigs.netns_indices(7, 1) == {7}
+    assert rigs.netns_indices(3, 2) == {2, 3}
+    assert rigs.netns_indices(2, 0) == set()
+
+
+def test_more_netns_rigs_than_rigs_is_refused():
+    from rigkit.errors import PreflightError
+
+    with pytest.raises(PreflightError, match="--netns-rigs"):
+        rigs.netns_indices(2, 3)
+
+
+def test_an_existing_rig_keeps_its_network_mode():
+    existing = {1: rigs.NETWORK_HOST, 2: rigs.NETWORK_HOST, 7: rigs.NETWORK_NETNS}
+    # rig2 was asked for a netns but runs on host networking: not converted; rig3 is new: gets one
+    assert rigs.network_modes({2, 3}, existing, 3) == {1: False, 2: False, 3: True}
+    # rig7 made with a netns keeps it when a later `lab up` asks for none
+    assert rigs.network_modes(set(), existing, 7)[7] is True
+
+
+def test_netns_rig_sshd_listens_on_its_own_address_port_22():
+    config = rigs.sshd_config(22, "/etc/ssh/rigkit/key", "10.213.7.2")
+    assert "Port 22\n" in config and "ListenAddress 10.213.7.2\n" in config
+    assert "127.0.0.1" not in config
+    assert "PasswordAuthentication no\n" in config
+
+
+def test_netns_rig_known_hosts_line_is_read_by_paramiko(tmp_path):
+    import paramiko
+
+    public = rigs._write_keypair(tmp_path / "key", "test")
+    line = rigs.known_hosts_line(22, public, "10.213.7.2")
+    assert line.startswith("10.213.7.2 ssh-ed25519 ")
+    (tmp_path / "known_hosts").write_text(line)
+    loaded = paramiko.Ed25519Key.from_private_key_file(str(tmp_path / "key"))
+    assert paramiko.HostKeys(str(tmp_path / "known_hosts")).check("10.213.7.2", loaded)
+
+
+IP_ADDR_JSON = json.dumps([
+    {"ifname": "lo", "flags": ["LOOPBACK", "UP", "LOWER_UP"],
+     "addr_info": [{"family": "inet", "local": "127.0.0.1", "prefixlen": 8}]},
+    {"ifname": "eth0", "flags": ["BROADCAST", "MULTICAST", "UP", "LOWER_UP"],
+     "addr_info": [{"family": "inet", "local": "192.0.2.2", "prefixlen": 24},
+                   {"family": "inet6", "local": "fd00::2", "prefixlen": 64}]},
+    {"ifname": "rigkit-rig7", "flags": ["BROADCAST", "MULTICAST", "UP", "LOWER_UP"],
+     "addr_info": [{"family": "inet", "local": "10.213.7.1", "prefixlen": 30}]},
+    {"ifname": "rigkit-rig8", "flags": ["BROADCAST", "MULTICAST"],
+     "addr_info": [{"family": "inet", "local": "10.213.8.1", "prefixlen": 30}]},
+])
+
+
+def test_veth_is_ok_only_up_with_its_address():
+    from rigkit.lab import netns
+
+    assert netns.has_address(IP_ADDR_JSON, "rigkit-rig7", "10.213.7.1")
+    assert not netns.has_address(IP_ADDR_JSON, "rigkit-rig8", "10.213.8.1"), "down: must be re-plumbed"
+    assert not netns.has_address(IP_ADDR_JSON, "rigkit-rig7", "10.213.7.2")
+    assert not netns.has_address("", "rigkit-rig7", "10.213.7.1"), "absent (ip printed nothing)"
+
+
+def test_lab_subnet_used_by_something_else_is_found():
+    from rigkit.lab import netns
+
+    assert netns.foreign_addresses_in_lab_subnet(IP_ADDR_JSON) == []
+    taken = json.loads(IP_ADDR_JSON) + [{"ifname": "wg0", "flags": ["UP"],
+                                         "addr_info": [{"family": "inet", "local": "10.213.0.9", "prefixlen": 24}]}]
+    assert netns.foreign_addresses_in_lab_subnet(json.dumps(taken)) == ["10.213.0.9 on wg0"]
+
+
+def test_only_lab_veths_are_removed():
+    from rigkit.lab import netns
+
+    assert netns.lab_links(IP_ADDR_JSON) == ["rigkit-rig7", "rigkit-rig8"]
+
+
+def test_state_of_a_netns_rig_round_trips_and_an_older_state_still_loads(tmp_path):
+    state = _state()
+    state.rigs.append(RigState(name="rig7", container="rigkit-lab-rig7", ssh_host="10.213.7.2", ssh_port=22,
+                               serving_port=8107, nvme_path="/dev/disk/by-id/nvme-rigkit-lab-rig7",
+                               loop_device="/dev/loop6", loop_image="/x/rigs/rig7/nvme.img",
+                               docker_dir="/x/rigs/rig7/docker", netns=True, host_address="10.213.7.1",
+                               rig_address="10.213.7.2"))
+    write_state(state, tmp_path / "state.json")
+    assert read_state(tmp_path / "state.json") == state
+    older = json.loads(state.to_json())
+    for rig in older["rigs"]:
+        for key in ("netns", "host_address", "rig_address"):
+            rig.pop(key)
+    older["rigs"][0]["from_a_newer_lab"] = 1
+    (tmp_path / "older.json").write_text(json.dumps(older))
+    assert [rig.netns for rig in read_state(tmp_path / "older.json").rigs] == [False, False]
+
+
+def test_lab_inventory_reaches_a_netns_rig_at_its_own_address(tmp_path):
+    state = _state()
+    state.rigs = [RigState(name="rig7", container="rigkit-lab-rig7", ssh_host="10.213.7.2", ssh_port=22,
+                           serving_port=8107, nvme_path="/n", loop_device="/dev/loop6", loop_image="/i",
+                           docker_dir="/d", netns=True, host_address="10.213.7.1", rig_address="10.213.7.2")]
+    write_state(state, tmp_path / "state.json")
+    inventory = Path(__file__).resolve().parent.parent / "inventory" / "lab.py"
+    code = f"import runpy, json; print(json.dumps(runpy.run_path({str(inventory)!r})['lab']))"
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                            env={**os.environ, "RIGKIT_LAB_DIR": str(tmp_path)})
+    [(name, data)] = json.loads(result.stdout)
+    assert (name, data["ssh_hostname"], data["ssh_port"], data["serving_port"]) == ("rig7", "10.213.7.2", 22, 8107)
+
+
+# ---- the registry forwarder (a real network namespace: needs root and unshare) ----
+
+def _needs_root_and_unshare():
+    import shutil
+
+    if os.geteuid() != 0 or not shutil.which("unshare") or not shutil.which("nsenter"):
+        pytest.skip("a real network namespace needs root, unshare and nsenter")
+
+
+def test_forwarder_relays_from_inside_another_netns_and_exits_with_it(tmp_path):
+    import http.server
+    import threading
+    import time
+
+    from rigkit.lab import netns
+
+    _needs_root_and_unshare()
+    payload = os.urandom(3 * 1024 * 1024)
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(payload)))
+            self.end_headers()
+            self.wfile.write(payload)
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    port = server.server_address[1]
+    holder = subprocess.Popen(["unshare", "--net", "sleep", "120"])
+    forwarder = None
+    try:
+        time.sleep(0.3)
+        in_ns = ["nsenter", "--target", str(holder.pid), "--net"]
+        subprocess.run([*in_ns, "ip", "link", "set", "lo", "up"], check=True)
+        # from inside the namespace the host's server is out of reach until the forwarder runs
+        fetch = [*in_ns, sys.executable, "-c",
+                 f"import sys, urllib.request; sys.stdout.buffer.write(urllib.request.urlopen("
+                 f"'http://127.0.0.1:{port}/', timeout=10).read())"]
+        assert subprocess.run(fetch, capture_output=True).returncode != 0
+        forwarder = subprocess.Popen(netns.forwarder_command(holder.pid, "127.0.0.1", port),
+                                     stdout=subprocess.PIPE, text=True)
+        assert "->" in forwarder.stdout.readline()  # listening
+        fetched = subprocess.run(fetch, capture_output=True, timeout=30)
+        assert fetched.returncode == 0, fetched.stderr
+        assert fetched.stdout == payload
+        assert netns.is_forwarder(netns._cmdline(forwarder.pid))
+        holder.kill()
+        holder.wait()
+        forwarder.wait(timeout=10)  # the namespace is gone: the forwarder does not keep it alive
+    finally:
+        holder.kill()
+        if forwarder and forwarder.poll() is None:
+            forwarder.kill()
+        server.shutdown()

@@ -7,7 +7,9 @@ bound to the rig's loopback, only through the tunnel.
 
 Per rig N: host end `rigkit-rigN` = 10.213.N.1/30, rig end `eth0` = 10.213.N.2/30. The veth dies
 with the rig's namespace (container stopped or restarted), so `ensure_link` re-plumbs whenever the
-rig's end is missing. The rig pulls from the lab registry by the same reference as every rig
+rig's end is missing. Meanwhile the host's default route would send packets for the rig's address
+out of the machine: an `unreachable` route for the lab's /16 (the /30s are more specific) keeps
+them in. The rig pulls from the lab registry by the same reference as every rig
 (127.0.0.1:5000/...): rigkit/lab/forwarder.py binds 127.0.0.1:5000 inside the rig's namespace and
 relays to the registry on the host's loopback (one process per rig, PID in the rig's directory).
 """
@@ -98,6 +100,17 @@ def _link_ok(index: int, pid: int) -> bool:
             and has_address(_ip_json("addr", "show", "dev", RIG_INTERFACE, pid=pid), RIG_INTERFACE, rig_address))
 
 
+def ensure_guard_route() -> None:
+    """Lab addresses without a veth fail at once instead of following the default route out."""
+    run(["ip", "route", "replace", "unreachable", str(LAB_SUBNET)], "netns rigs: guard route",
+        f"ip route show {LAB_SUBNET}; remove what conflicts")
+
+
+def guard_route_present() -> bool:
+    routes = subprocess.run(["ip", "-j", "route", "show", str(LAB_SUBNET)], capture_output=True, text=True).stdout
+    return any(route.get("type") == "unreachable" for route in json.loads(routes or "[]"))
+
+
 def _check_subnet_free() -> None:
     foreign = foreign_addresses_in_lab_subnet(_ip_json("addr"))
     if foreign:
@@ -111,8 +124,10 @@ def ensure_link(index: int, pid: int, progress: Progress) -> bool:
     Returns True if it had to be (re)made: a new or restarted container has a fresh namespace.
     """
     if _link_ok(index, pid):
+        ensure_guard_route()
         return False
     _check_subnet_free()
+    ensure_guard_route()
     name, peer = veth_name(index), peer_name(index)
     host_address, rig_address = addresses(index)
     step, fix = f"rig{index}: veth", f"ip link del {name}; then `rigkit lab up` again"
@@ -132,10 +147,14 @@ def ensure_link(index: int, pid: int, progress: Progress) -> bool:
 
 
 def remove_links(progress: Progress) -> None:
-    """Delete host-side lab veths still there (normally they vanish with the rig's namespace)."""
+    """Delete host-side lab veths still there (normally they vanish with the rig's namespace), then the
+    guard route."""
     for name in lab_links(_ip_json("link")):
         progress(f"veth: deleting {name}")
         subprocess.run(["ip", "link", "del", name], capture_output=True)
+    if guard_route_present():
+        progress(f"route: deleting the guard route for {LAB_SUBNET}")
+        subprocess.run(["ip", "route", "del", "unreachable", str(LAB_SUBNET)], capture_output=True)
 
 
 # ---- the registry forwarder ---------------------------------------------------------------------

@@ -2,15 +2,22 @@
 
 Fixtures:
   lab           LabState (rigkit.lab.state): rigs, registry, ssh key, known_hosts, serving_image, engine.
-                The full `rigkit lab up`; rigs from env RIGKIT_TEST_RIGS (default 3). Torn down at session
-                end unless RIGKIT_KEEP_LAB=1.
+                The full `rigkit lab up`; rigs from env RIGKIT_TEST_RIGS (default 3), the last
+                RIGKIT_TEST_NETNS_RIGS of them (default 1) in their own network namespace. Torn down at
+                session end unless RIGKIT_KEEP_LAB=1.
   serving_image lab.serving_image, the record of rigkit.lab.serving_image.ensure_serving_image (releases
                 "1" and "2" by digest); fails the test with the build error if the image could not be made.
   run_pyinfra   run_pyinfra(args=(), inventory=LAB_INVENTORY, deploy=None) -> CompletedProcess (.venv's pyinfra -y)
   rig_exec      rig_exec(rig, cmd, check=True) -> CompletedProcess (docker exec into the rig; str runs in bash)
   ssh_run       ssh_run(rig, cmd) -> (exit_status, stdout, stderr) over real SSH with the lab key
   rig_engine    rig_engine(rig): the rig's own Docker engine is started (systemctl start docker) and answers
-  lab_rig_count the number of rigs the session asked for
+  lab_rig_count the number of rigs the session asked for (lab_netns_rig_count: how many in their own netns)
+  lab_host_data {rig name: host data} exactly as inventory/lab.py gives it to pyinfra (for rigkit.tunnel)
+  netns_rig     the last rig in its own network namespace (its API only through the SSH tunnel); skips
+                when RIGKIT_TEST_NETNS_RIGS=0, fails when one was asked for and the lab has none
+  deployed      release 1 of cpu-lab deployed by the real pipeline (`pyinfra -y inventory/lab.py deploy.py`)
+                on every lab rig, once per session, asserted successful. RIGKIT_TEST_DEPLOY_LIMIT=rigN[,..]
+                (development on a shared lab only) passes --limit; tests over every rig then fail.
 
 A test marked `lab_down_last` runs after every other test of the session (it tears the lab down).
 """
@@ -18,6 +25,7 @@ A test marked `lab_down_last` runs after every other test of the session (it tea
 from __future__ import annotations
 
 import os
+import runpy
 import shlex
 import subprocess
 import sys
@@ -35,11 +43,22 @@ from rigkit.paths import REPO_ROOT
 LAB_INVENTORY = REPO_ROOT / "inventory" / "lab.py"
 DEPLOYS_DIR = Path(__file__).resolve().parent / "deploys"
 DEFAULT_TEST_RIGS = 3
+DEFAULT_TEST_NETNS_RIGS = 1
+DEPLOY_TIMEOUT_S = 1800
 RIG_ENGINE_TIMEOUT_S = 60.0
 
 
 def requested_rig_count() -> int:
     return int(os.environ.get("RIGKIT_TEST_RIGS", DEFAULT_TEST_RIGS))
+
+
+def requested_netns_rig_count() -> int:
+    return int(os.environ.get("RIGKIT_TEST_NETNS_RIGS", DEFAULT_TEST_NETNS_RIGS))
+
+
+def inventory_host_data() -> dict[str, dict]:
+    """The lab inventory's host data per rig, as pyinfra reads it (from the current lab state)."""
+    return {name: data for name, data in runpy.run_path(str(LAB_INVENTORY))["lab"]}
 
 
 def keep_lab() -> bool:
@@ -116,7 +135,8 @@ def lab() -> LabState:
 
     if os.geteuid() != 0:
         pytest.skip("the lab needs root (engine, loop devices, privileged rigs)")
-    state = lab_up(requested_rig_count(), progress=print_progress, serving_image=False)
+    state = lab_up(requested_rig_count(), progress=print_progress, serving_image=False,
+                   netns_rigs=requested_netns_rig_count())
     # The serving image takes minutes when cold and may fail on its own: a failure there fails the
     # tests that need it (fixture `serving_image`), not every lab test.
     try:
@@ -141,6 +161,36 @@ def serving_image(lab: LabState) -> dict:
 @pytest.fixture(scope="session")
 def lab_rig_count() -> int:
     return requested_rig_count()
+
+
+@pytest.fixture(scope="session")
+def lab_netns_rig_count() -> int:
+    return requested_netns_rig_count()
+
+
+@pytest.fixture(scope="session")
+def lab_host_data(lab) -> dict[str, dict]:
+    return inventory_host_data()
+
+
+@pytest.fixture(scope="session")
+def netns_rig(lab) -> RigState:
+    own = [rig for rig in lab.rigs if rig.netns]
+    if own:
+        return own[-1]
+    if requested_netns_rig_count() == 0:
+        pytest.skip("RIGKIT_TEST_NETNS_RIGS=0: no rig in its own network namespace")
+    pytest.fail(f"RIGKIT_TEST_NETNS_RIGS={requested_netns_rig_count()} but no lab rig has its own network namespace: "
+                "the rigs already ran on host networking (`lab up` never converts a rig); `rigkit lab down` first")
+
+
+@pytest.fixture(scope="session")
+def deployed(lab, serving_image) -> subprocess.CompletedProcess:
+    """Release 1 of cpu-lab on every lab rig, deployed once per session by the real pipeline (deploy.py)."""
+    limit = os.environ.get("RIGKIT_TEST_DEPLOY_LIMIT")
+    result = run_pyinfra(args=["--limit", limit] if limit else [], deploy="deploy.py", timeout=DEPLOY_TIMEOUT_S)
+    assert result.returncode == 0, f"pyinfra failed:\n{result.stdout[-6000:]}\n{result.stderr[-3000:]}"
+    return result
 
 
 @pytest.fixture(scope="session", name="run_pyinfra")

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import requests
 
-from rigkit.lab import engine, registry_server, rigs as lab_rigs
+from rigkit.lab import engine, netns, registry_server, rigs as lab_rigs
 from rigkit.lab.pyinfra_output import parse_results
 from rigkit.paths import CACHE_DIR, LAB_DIR, LAB_STATE_FILE
 
@@ -34,7 +34,8 @@ COMPLETION_TOKENS = 8
 def test_lab_is_up_with_the_requested_rigs(lab, lab_rig_count):
     # `lab up` keeps rigs an earlier, bigger lab made (it never removes a rig someone may be using)
     assert [rig.name for rig in lab.rigs[:lab_rig_count]] == [f"rig{i}" for i in range(1, lab_rig_count + 1)]
-    assert len({rig.ssh_port for rig in lab.rigs}) == len(lab.rigs)
+    # a netns rig listens on port 22 of its own address
+    assert len({(rig.ssh_host, rig.ssh_port) for rig in lab.rigs}) == len(lab.rigs)
     assert len({rig.serving_port for rig in lab.rigs}) == len(lab.rigs)
     assert registry_server.registry_answers(lab.registry)
     assert engine.bridge_networks() == [], "the lab engine must not have a bridge network"
@@ -61,7 +62,8 @@ def test_each_rig_has_its_spare_nvme_as_an_unformatted_block_device(lab, rig_exe
 
 
 def test_nvme_path_survives_a_rig_restart(lab, rig_exec, ssh_run):
-    rig = lab.rigs[-1]
+    # a restarted netns rig needs `lab up` to re-plumb its veth: that is the next test
+    rig = [rig for rig in lab.rigs if not rig.netns][-1]
     subprocess.run(["docker", "restart", rig.container], check=True, capture_output=True)
     deadline = time.monotonic() + 60
     while not lab_rigs.ssh_ready(rig):
@@ -69,6 +71,26 @@ def test_nvme_path_survives_a_rig_restart(lab, rig_exec, ssh_run):
         time.sleep(0.5)
     status, out, _ = ssh_run(rig, f"readlink -f {rig.nvme_path}")
     assert status == 0 and out.strip() == rig.loop_device
+
+
+def test_a_restarted_netns_rig_is_replumbed_by_lab_up(lab, netns_rig, lab_rig_count, lab_netns_rig_count,
+                                                     rig_exec, ssh_run):
+    from rigkit.lab.cli import lab_up
+
+    subprocess.run(["docker", "restart", netns_rig.container], check=True, capture_output=True)
+    # a new namespace: the old veth died with the old one, and the rig is unreachable until `lab up`
+    # (the guard route fails the attempt at once instead of sending it out of the machine)
+    assert not lab_rigs.ssh_ready(netns_rig)
+    assert netns.guard_route_present()
+    again = lab_up(lab_rig_count, progress=print, serving_image=False, netns_rigs=lab_netns_rig_count)
+    assert again.rig(netns_rig.name) == netns_rig
+    status, out, _ = ssh_run(netns_rig, "hostname; ip -4 -o addr show dev eth0")
+    assert status == 0 and out.split()[0] == netns_rig.name and f"{netns_rig.rig_address}/30" in out
+    # the rig pulls by the same reference as every rig: 127.0.0.1:5000 inside it reaches the lab registry
+    rig_exec(netns_rig, f"curl -sf -o /dev/null http://{lab.registry}/v2/")
+    forwarders = [pid for pid in netns.forwarder_processes()
+                  if f"/proc/{lab_rigs.container_pid(netns_rig.container)}/ns/net" in netns._cmdline(pid)]
+    assert len(forwarders) == 1, "one registry forwarder for the rig's current namespace"
 
 
 def test_pyinfra_deploys_to_every_rig_and_the_second_run_changes_nothing(lab, run_pyinfra, rig_exec):
@@ -136,7 +158,8 @@ def _port_listens(port: int) -> bool:
 @pytest.mark.vllm
 def test_serving_image_runs_vllm_inside_a_rig_engine(lab, serving_image, rig_engine, rig_exec):
     # the last rig whose serving port is free: other tests may leave a serving stack on theirs
-    free = [rig for rig in lab.rigs if not _port_listens(rig.serving_port)]
+    # (a netns rig's port is not on the host's loopback: this test is about the image, not the tunnel)
+    free = [rig for rig in lab.rigs if not rig.netns and not _port_listens(rig.serving_port)]
     assert free, "every rig's serving port is taken"
     rig = free[-1]
     rig_engine(rig)
@@ -236,6 +259,10 @@ def test_lab_down_leaves_no_container_loop_device_mount_or_file(lab, rig_exec, t
         if engine_pid:
             assert not _pid_alive(engine_pid), "the lab-started engine still runs"
         assert _processes_mentioning(str(LAB_DIR)) == []
+        assert netns.forwarder_processes() == [], "a registry forwarder still runs"
+        links = subprocess.run(["ip", "-j", "link"], capture_output=True, text=True).stdout
+        assert netns.lab_links(links) == [], "a lab veth is left"
+        assert not netns.guard_route_present(), "the lab's unreachable route is left"
         assert not LAB_DIR.exists(), f"{LAB_DIR} still exists"
         assert CACHE_DIR.exists(), "the cache must survive `lab down`"
         assert f"{bystander_image}" in subprocess.run(["losetup", "--list", "--json"], capture_output=True,

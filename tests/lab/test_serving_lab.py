@@ -1,5 +1,9 @@
 """The serving stack end to end on real lab rigs: deploy by digest, no-op re-run, env passthrough,
-upgrade to release 2, rollback to release 1 with the registry stopped (no pull)."""
+upgrade to release 2, rollback to release 1 with the registry stopped (no pull).
+
+The API binds each rig's loopback, so the tests reach it as the controller does: through the SSH
+tunnel (rigkit.tunnel.serving_url) with the inventory's host data; a rig in its own network
+namespace is reachable no other way. `deployed` (tests/lab/conftest.py) deploys once per session."""
 
 from __future__ import annotations
 
@@ -9,10 +13,14 @@ import requests
 
 from rigkit.lab.pyinfra_output import parse_results
 from rigkit.lab.registry_server import ensure_registry, stop_registry
+from rigkit.knobs import KNOBS_BY_NAME
 from rigkit.ledger import LEDGER_PATH
 from rigkit.render import CONTAINER_NAME
+from rigkit.tunnel import serving_url
 
 pytestmark = [pytest.mark.lab, pytest.mark.vllm]
+
+BIND_ADDRESS = KNOBS_BY_NAME["bind_address"].default
 
 
 def grand_total(result):
@@ -30,8 +38,9 @@ def serving_release(rig, rig_exec) -> str:
     return labels.get("org.rigkit.release", "")
 
 
-def models(rig) -> list[str]:
-    response = requests.get(f"http://127.0.0.1:{rig.serving_port}/v1/models", timeout=10)
+def models(rig, lab_host_data) -> list[str]:
+    with serving_url(lab_host_data[rig.name], bind=BIND_ADDRESS, port=rig.serving_port) as url:
+        response = requests.get(f"{url}/v1/models", timeout=10)
     response.raise_for_status()
     return [m["id"] for m in response.json()["data"]]
 
@@ -40,17 +49,9 @@ def ledger(rig, rig_exec) -> list[dict]:
     return json.loads(rig_exec(rig, f"cat {LEDGER_PATH}").stdout)["releases"]
 
 
-@pytest.fixture(scope="module")
-def deployed(lab, serving_image, run_pyinfra):
-    """Release 1 of cpu-lab on every lab rig, deployed by the real pipeline (deploy.py)."""
-    result = run_pyinfra(deploy="deploy.py", timeout=1800)
-    assert_ok(result)
-    return result
-
-
-def test_release_1_serves_on_every_rig(lab, deployed, rig_exec):
+def test_release_1_serves_on_every_rig(lab, deployed, rig_exec, lab_host_data):
     for rig in lab.rigs:
-        assert models(rig) == ["tiny"]
+        assert models(rig, lab_host_data) == ["tiny"]
         assert serving_release(rig, rig_exec) == "1"
         entries = ledger(rig, rig_exec)
         assert entries[-1]["image"] == lab.serving_image["releases"]["1"]
@@ -78,7 +79,7 @@ def test_declared_knobs_reach_the_container(lab, deployed, rig_exec):
     assert mode == "600"
 
 
-def test_upgrade_then_rollback_without_registry(lab, deployed, run_pyinfra, rig_exec):
+def test_upgrade_then_rollback_without_registry(lab, deployed, run_pyinfra, rig_exec, lab_host_data):
     release_2 = lab.serving_image["releases"]["2"]
     rigs = lab.rigs[:2]
     limit = ",".join(rig.name for rig in rigs)
@@ -87,7 +88,7 @@ def test_upgrade_then_rollback_without_registry(lab, deployed, run_pyinfra, rig_
     assert_ok(result)
     for rig in rigs:
         assert serving_release(rig, rig_exec) == "2"
-        assert models(rig) == ["tiny"]
+        assert models(rig, lab_host_data) == ["tiny"]
 
     since = rig_exec(rigs[0], "date +%s").stdout.strip()
     stop_registry(progress=print)  # the registry is unreachable during the rollback: a pull would fail
@@ -101,7 +102,7 @@ def test_upgrade_then_rollback_without_registry(lab, deployed, run_pyinfra, rig_
                               "--filter event=pull").stdout
         assert pulls.strip() == "", pulls
         assert serving_release(rig, rig_exec) == "1"
-        assert models(rig) == ["tiny"]
+        assert models(rig, lab_host_data) == ["tiny"]
         entries = ledger(rig, rig_exec)
         assert [e["kind"] for e in entries[-2:]] == ["deploy", "rollback"]
         assert entries[-1]["image"] == lab.serving_image["releases"]["1"]

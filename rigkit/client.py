@@ -279,7 +279,10 @@ class ServingClient:
                             chunks += 1
                             pieces.append(choice["text"])
         except (requests.Timeout, requests.ConnectionError, requests.exceptions.ChunkedEncodingError) as exc:
-            error = f"{type(exc).__name__}: {exc}"
+            # requests reports a read timeout inside a stream as a ConnectionError: name it plainly
+            timed_out = isinstance(exc, requests.Timeout) or "timed out" in str(exc)
+            error = (f"timeout: no data for {timeout_s:g} s (client gave up)" if timed_out
+                     else f"{type(exc).__name__}: {exc}")
         total = time.monotonic() - start
         completion_tokens = usage.get("completion_tokens")
         decode_tps = None

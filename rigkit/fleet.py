@@ -29,7 +29,7 @@ from rigkit.paths import REPO_ROOT
 
 DEFAULT_DEPLOY = "deploy.py"
 REASON_CHARS = 400
-OK, FAILED, UNREACHABLE, ABORTED = "ok", "failed", "unreachable", "aborted"
+OK, FAILED, UNREACHABLE, ABORTED, NOT_RUN = "ok", "failed", "unreachable", "aborted", "not run"
 
 ANSI_RE = re.compile(r"\x1b\[[0-9;]*m")
 HOST_LINE_RE = re.compile(r"^\s*\[(?P<host>[^\]\s]+)\]\s*(?P<text>.*)$")
@@ -119,8 +119,11 @@ def summarize(output: str, hosts: Iterable[str] = ()) -> dict[str, RigOutcome]:
             outcome.reason = _short(own if telling else _reason_from(history) or text)
         history.append(text)
         del history[:-40]
-    for outcome in outcomes.values():
-        if outcome.status == OK and (run_error or not finished):
+    for name, outcome in outcomes.items():
+        if name not in recent:
+            outcome.status, outcome.step = NOT_RUN, "-"
+            outcome.reason = _short(run_error or "pyinfra never reported this rig (check --limit and the inventory)")
+        elif outcome.status == OK and (run_error or not finished):
             outcome.status, outcome.step = ABORTED, operation or "prepare"
             outcome.reason = _short(run_error or "the run stopped before this rig finished")
     return outcomes

@@ -33,6 +33,9 @@ class HostFacts:
     image_present: bool = False  # the pinned image is already on the rig
     registry_reachable: Optional[bool] = None  # None: not probed
     host_shm_bytes: Optional[int] = None  # size of the rig's /dev/shm (serving_facts.ShmSize); None: unknown
+    image_probe_error: Optional[str] = None  # the registry's answer when it does not serve the image (ManifestProbe)
+    port_listeners: Optional[list[dict]] = None  # serving_facts.PortListeners on serving_port; None: not probed
+    stack_container_ids: tuple[str, ...] = ()  # ids (any prefix) of rigkit's own stack containers on the rig
 
 
 @dataclass(frozen=True)
@@ -169,6 +172,11 @@ def check_engine(facts: HostFacts) -> list[Finding]:
 def check_image(settings: Settings, facts: HostFacts) -> list[Finding]:
     if facts.image_present:
         return [Finding("ok", "image", "serving_image", settings.image, "image already on the rig")]
+    if facts.image_probe_error:
+        return [Finding("refuse", "image", "serving_image", settings.image,
+                        f"image not on the rig and its registry does not serve it ({facts.image_probe_error})",
+                        f"check the digest (`rigkit resolve {settings.image.partition('@')[0]}:TAG` prints the "
+                        "current one) and that the image was pushed")]
     if facts.registry_reachable is False:
         return [Finding("refuse", "image", "serving_image", settings.image,
                         "image not on the rig and its registry is unreachable",
@@ -176,10 +184,28 @@ def check_image(settings: Settings, facts: HostFacts) -> list[Finding]:
     return [Finding("ok", "image", "serving_image", settings.image, "image will be pulled by digest")]
 
 
+def check_port(settings: Settings, facts: HostFacts) -> list[Finding]:
+    """serving_port must be free on the rig, or held by rigkit's own stack (which the release replaces)."""
+    port = settings.knobs["serving_port"]
+    if facts.port_listeners is None:
+        return []
+    ours = [cid for cid in facts.stack_container_ids if cid]
+    foreign = [listener for listener in facts.port_listeners
+               if not any(full.startswith(cid) for full in listener.get("containers", []) for cid in ours)]
+    if not foreign:
+        return [Finding("ok", "port", "serving_port", port, f"port {port} free or held by rigkit's stack")]
+    who = ", ".join(f"pid {l['pid']} ({l.get('command')})" if l.get("pid") else "a process outside the rig's view"
+                    for l in foreign)
+    return [Finding("refuse", "port", "serving_port", port, f"TCP port {port} on the rig is already in use by {who}",
+                    f"stop what listens there (`ss -ltnp 'sport = :{port}'` on the rig) or set serving_port "
+                    "to a free port")]
+
+
 def preflight(settings: Settings, facts: HostFacts) -> list[Finding]:
     findings = (check_ram(settings, facts.meminfo) + check_shm(settings) + check_host_shm(settings, facts.host_shm_bytes)
                 + check_l2(settings, facts.l2_free_bytes)
-                + check_gpus(settings, facts.gpu_memory_csv) + check_engine(facts) + check_image(settings, facts))
+                + check_gpus(settings, facts.gpu_memory_csv) + check_engine(facts) + check_image(settings, facts)
+                + check_port(settings, facts))
     if settings.knobs["force"]:
         findings = [replace(f, level="warn", message=f"{f.message} (forced)") if f.level == "refuse" and f.forceable
                     else f for f in findings]

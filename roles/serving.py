@@ -40,8 +40,8 @@ from rigkit.render import (COMPOSE_FILE_NAME, COMPOSE_PROJECT, CONTAINER_NAME, E
 from rigkit.smoke import SmokeReport, check_container, check_http
 from rigkit.tunnel import serving_url
 from rigkit.variables import Variable
-from roles.serving_facts import (STACK_LABEL, ComposeCommand, DiskFree, DockerImagePresent, GpuMemory, MemInfo,
-                                 ShmSize, StackContainers)
+from roles.serving_facts import (STACK_LABEL, ComposeCommand, DiskFree, DockerImagePresent, GpuMemory,
+                                 ManifestProbe, MemInfo, PortListeners, ShmSize, StackContainers)
 
 logger = logging.getLogger("rigkit.serving")
 
@@ -129,14 +129,19 @@ def gather_facts(settings: Settings, compose: Optional[str]) -> HostFacts:
     gpu_csv = None
     if settings.profile.needs_gpus and host.get_fact(Which, command="nvidia-smi"):
         gpu_csv = "\n".join(host.get_fact(GpuMemory) or [])
+    image_present = bool(has_engine and host.get_fact(DockerImagePresent, image=settings.image))
     return HostFacts(
         meminfo=host.get_fact(MemInfo),
         l2_free_bytes=host.get_fact(DiskFree, path=settings.knobs["l2_path"]) if settings.l2_active else None,
         gpu_memory_csv=gpu_csv,
         has_engine=has_engine,
         compose_command=compose,
-        image_present=bool(has_engine and host.get_fact(DockerImagePresent, image=settings.image)),
+        image_present=image_present,
         host_shm_bytes=host.get_fact(ShmSize),
+        image_probe_error=host.get_fact(ManifestProbe, image=settings.image) if has_engine and not image_present else None,
+        port_listeners=host.get_fact(PortListeners, port=settings.knobs["serving_port"]),
+        stack_container_ids=tuple(c["id"] for c in (host.get_fact(StackContainers, stack=STACK_NAME) or [])
+                                  if c["running"]) if has_engine else (),
     )
 
 
@@ -202,7 +207,7 @@ def after_release(settings: Settings, data: dict, compose: str, expected_env: di
         why = ("serving_auto_rollback is off" if not auto_rollback else
                "no known-good release other than this one in the ledger" if not good else
                f"{good.image} cannot be rendered from the current data")
-        raise PreflightError("release", settings.image, f"{failure} (not rolled back: {why})",
+        raise PreflightError("release", settings.image, f"{kind} failed, not rolled back ({why}): {failure}",
                              "fix the release, or roll back with rollback.py --data rollback_to=REPO@sha256:...")
     logger.warning(f"[{host.name}] rolling back to last known-good {good.image}")
     good_settings = settings_for_host({**data, "serving_image": good.image})
@@ -218,13 +223,15 @@ def after_release(settings: Settings, data: dict, compose: str, expected_env: di
     except RuntimeError as exc:
         ledger.record_smoke(SMOKE_FAIL, f"{rollback.note}; the rollback failed too: {exc}"[:2000])
         write_ledger(ledger)
-        raise PreflightError("release", settings.image, f"{failure}; rollback to {good.image} failed too: {exc}",
+        raise PreflightError("release", settings.image, f"{kind} failed and the rollback to {good.image} failed too: "
+                             f"{exc}; the failure: {failure}",
                              "inspect the rig (docker logs rigkit-serving) and deploy a release that starts")
     if report is not None:
         ledger.record_smoke(SMOKE_PASS if report.passed else SMOKE_FAIL, f"{rollback.note}; {report.summary()}")
     write_ledger(ledger)
     _run_checked([record_hash_command(rendered["digest"])])
-    raise PreflightError("release", settings.image, f"{failure}; rolled back to {good.image}",
+    raise PreflightError("release", settings.image, f"{kind} failed and the rig was rolled back to {good.image} "
+                         f"(serving again); the failure: {failure}",
                          "fix the release and deploy it again; the rig serves the last known-good release")
 
 

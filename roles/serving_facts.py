@@ -112,3 +112,70 @@ class GpuMemory(FactBase):
 
     def process(self, output):
         return list(output)
+
+
+# Runs on the rig (python3 only): who listens on a TCP port. Sockets come from /proc/net/tcp{,6} (LISTEN = 0A);
+# a socket no visible process owns (another network namespace's user, e.g. another rig) has pid None.
+_LISTENERS_SCRIPT = r"""
+import json, os, re, sys
+port = int(sys.argv[1])
+inodes = set()
+for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+    try:
+        rows = open(table).read().splitlines()[1:]
+    except OSError:
+        continue
+    for row in rows:
+        cols = row.split()
+        if cols[3] == "0A" and int(cols[1].rsplit(":", 1)[1], 16) == port:
+            inodes.add(cols[9])
+found = {}
+for pid in filter(str.isdigit, os.listdir("/proc")):
+    try:
+        links = [os.readlink(f"/proc/{pid}/fd/{fd}") for fd in os.listdir(f"/proc/{pid}/fd")]
+    except OSError:
+        continue
+    for link in links:
+        inode = link[8:-1] if link.startswith("socket:[") else None
+        if inode in inodes and inode not in found:
+            try:
+                cgroup = open(f"/proc/{pid}/cgroup").read()
+            except OSError:
+                cgroup = ""
+            found[inode] = {"pid": int(pid), "containers": re.findall(r"[0-9a-f]{64}", cgroup),
+                            "command": open(f"/proc/{pid}/comm").read().strip()}
+print(json.dumps([found.get(i, {"pid": None, "containers": [], "command": None}) for i in sorted(inodes)]))
+"""
+
+
+class PortListeners(FactBase):
+    """Listeners on TCP ``port``: [{"pid": int | None, "containers": [container ids], "command": str | None}]."""
+
+    def command(self, port: int) -> str:
+        return f"python3 -c {shlex.quote(_LISTENERS_SCRIPT)} {int(port)}"
+
+    def process(self, output):
+        return json.loads("".join(output) or "[]")
+
+
+class ManifestProbe(FactBase):
+    """Can the rig's engine see the image in its registry? None when it can, else the registry's answer.
+
+    ``docker manifest inspect`` asks the registry with the rig's own credentials and network, without pulling.
+    """
+
+    def requires_command(self, *args, **kwargs) -> str:
+        return "docker"
+
+    def command(self, image: str) -> str:
+        from rigkit.registry import api_base, parse_reference
+
+        quoted = shlex.quote(image)
+        # plain http only where docker itself allows it without configuration: loopback registries
+        insecure = "--insecure " if api_base(parse_reference(image).registry).startswith("http://") else ""
+        return (f"out=$(DOCKER_CLI_EXPERIMENTAL=enabled docker manifest inspect {insecure}{quoted} 2>&1) "
+                f"&& echo available || printf 'missing %s\\n' \"$(printf '%s' \"$out\" | tail -n 1)\"")
+
+    def process(self, output):
+        text = "\n".join(output).strip()
+        return None if text == "available" else (text.removeprefix("missing ").strip() or "no answer")

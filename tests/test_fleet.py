@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from rigkit.errors import ConfigError
-from rigkit.fleet import (ABORTED, FAILED, OK, UNREACHABLE, check_connection_data, format_table, ledger_release,
+from rigkit.fleet import (ABORTED, FAILED, NOT_RUN, OK, UNREACHABLE, check_connection_data, format_table, ledger_release,
                           limit_from, summarize, targeted)
 from roles.rig_lock import EXIT_TIMEOUT, HOLDER_FILE, Holder, lock_script, stale_reason
 
@@ -131,7 +131,7 @@ def test_unreachable_and_aborted_rigs():
     assert outcomes["rig2"].status == UNREACHABLE and outcomes["rig2"].step == "connect"
     assert "Connection refused" in outcomes["rig2"].reason
     assert outcomes["rig1"].status == ABORTED and "Over 10%" in outcomes["rig1"].reason
-    assert outcomes["rig3"].status == ABORTED  # targeted but never reported
+    assert outcomes["rig3"].status == NOT_RUN  # targeted but never reported
 
 
 def test_a_completed_run_is_ok_for_every_rig_without_an_error():

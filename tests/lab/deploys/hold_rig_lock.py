@@ -9,4 +9,9 @@ from pyinfra.operations import server
 from roles.rig_lock import rig_lock
 
 if rig_lock():
-    server.shell(name="Hold the rig lock", commands=[f"sleep {int(host.data.get('hold_s', 20))}"])
+    # start/end lines with times: the lab test checks that two holders never overlapped
+    server.shell(name="Hold the rig lock", commands=[
+        "echo start $(date +%s.%N) >> /tmp/rigkit-lock-trace",
+        f"sleep {int(host.data.get('hold_s', 20))}",
+        "echo end $(date +%s.%N) >> /tmp/rigkit-lock-trace",
+    ])

@@ -7,13 +7,15 @@
 Per rig: reach the serving API (SSH tunnel to the rig's loopback, or direct on a LAN bind), run
 rigkit.validation's tier procedure (cold, warm-gpu, warm-connector, and warm-persistent after a
 compose down/up on the rig), then write results/<run-id>/<rig>.card.json + Markdown + plots and
-re-render the fleet card. The run id is shared by every host of one pyinfra run.
+re-render the fleet card. Every host of one pyinfra run shares the run id.
 """
 
 from __future__ import annotations
 
 import os
 import shlex
+from pathlib import Path
+from typing import Callable, Optional
 
 from pyinfra import host
 from pyinfra.operations import python
@@ -21,24 +23,23 @@ from pyinfra.operations import python
 from rigkit.card import RESULTS_DIR, load_cards, new_run_id, render_run, write_card
 from rigkit.client import ServingClient
 from rigkit.errors import ConfigError
-from rigkit.profiles import get_profile, load_profiles
+from rigkit.hostdata import role_variables, settings_for_host
+from rigkit.knobs import SECRET_KNOBS
+from rigkit.paths import REPO_ROOT, RIG_STACK_DIR
+from rigkit.render import COMPOSE_PROJECT
 from rigkit.tunnel import serving_url
 from rigkit.validation import VARIABLES, Settings, to_card, validate_tiers
+from rigkit.variables import Variable
 
-# One run id for every host of this pyinfra process (set once, inherited by the callbacks).
 RUN_ID = os.environ.setdefault("RIGKIT_RUN_ID", new_run_id())
-SSH_KEYS = ("ssh_hostname", "ssh_port", "ssh_user", "ssh_key", "ssh_key_password", "ssh_password",
-            "ssh_known_hosts_file", "ssh_strict_host_key_checking", "ssh_allow_agent", "ssh_look_for_keys")
-
-
-def _data(name: str, default=None):
-    value = host.data.get(name)
-    return default if value is None else value
+REPLAY = Variable("replay", None, "results/<run-id> whose prompt sizes, kind and seeds this run repeats", str)
+GB = 1000**3
 
 
 def replayed_settings(replay_dir: str) -> dict:
     """Prompt sizes, kind, seed and session count of a recorded run, so rigs compare like with like."""
-    card = load_cards(RESULTS_DIR.parent / replay_dir if not os.path.isabs(replay_dir) else replay_dir)[0]
+    path = Path(replay_dir)
+    card = load_cards(path if path.is_absolute() else REPO_ROOT / path)[0]
     prompts = card.repro.prompts
     if not prompts:
         raise ConfigError("replay", replay_dir, "the recorded card lists no prompts", "replay a full validation run")
@@ -47,43 +48,76 @@ def replayed_settings(replay_dir: str) -> dict:
             "validate_output_tokens": card.repro.output_tokens or 16}
 
 
-def _restart_stack(stack_dir: str, compose: str) -> None:
-    """A full `down` then `up -d` (never `docker restart`: it races the release of GPU memory)."""
-    command = f"cd {shlex.quote(stack_dir)} && {compose} down && {compose} up -d"
+def _shell(command: str) -> Optional[str]:
     status, output = host.run_shell_command(command)
-    if not status:
-        raise ConfigError("restart", command, f"compose down/up failed: {output.stderr[-300:]}",
-                          "run the deploy again; check the rig's compose project")
+    return output.stdout.strip() if status else None
 
 
-def _has_connector() -> bool:
-    name = _data("serving_profile")
-    if not name:
-        raise ConfigError("serving_profile", None, "no profile for this rig",
-                          "validate rigs deployed by rigkit (their host data names the profile)")
-    return get_profile(load_profiles(), name).connector is not None
+def _restart_stack(compose: str) -> None:
+    """A full `down` then `up -d` (never `docker restart`: it races the release of GPU memory)."""
+    in_stack = f"cd {RIG_STACK_DIR} && {compose} -p {COMPOSE_PROJECT}"
+    if _shell(f"{in_stack} down --remove-orphans && {in_stack} up -d") is None:
+        raise ConfigError("restart", RIG_STACK_DIR, "compose down/up failed on the rig",
+                          "run deploy.py again, then validate")
+
+
+def rig_facts(l2_path: Optional[str]) -> dict:
+    """What the card records to repeat the run elsewhere: GPUs, driver/CUDA, RAM, L2 device and fs."""
+    facts: dict = {}
+    gpus = _shell("nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null")
+    if gpus:
+        rows = [[cell.strip() for cell in line.split(",")] for line in gpus.splitlines()]
+        facts["gpu_models"] = [row[0] for row in rows]
+        facts["driver_version"] = rows[0][1] if len(rows[0]) > 1 else None
+        header = _shell("nvidia-smi 2>/dev/null | grep -o 'CUDA Version: [0-9.]*'")
+        facts["cuda_version"] = header.split(":")[1].strip() if header else None
+    mem = _shell("awk '/^MemTotal:/ {print $2}' /proc/meminfo")
+    if mem and mem.isdigit():
+        facts["host_ram_bytes"] = int(mem) * 1024
+    if l2_path:
+        mount = _shell(f"findmnt -n -o SOURCE,FSTYPE --target {shlex.quote(l2_path)}")
+        if mount and len(mount.split()) >= 2:
+            facts["l2_device"], facts["l2_filesystem"] = mount.split()[:2]
+    return facts
+
+
+def _store_bytes(path: str) -> Callable[[], int]:
+    def measure() -> int:
+        out = _shell(f"du -sb {shlex.quote(path)} 2>/dev/null | cut -f1")
+        return int(out) if out and out.isdigit() else 0
+
+    return measure
 
 
 def _validate() -> None:
     from roles.serving_facts import ComposeCommand
 
-    data = {v.name: host.data.get(v.name) for v in VARIABLES if host.data.get(v.name) is not None}
-    if host.data.get("replay"):
-        data.update(replayed_settings(host.data.get("replay")))
+    data = host.data.dict()
+    if data.get("replay"):
+        data.update(replayed_settings(data["replay"]))
+    stack = settings_for_host(data, variables=role_variables() + VARIABLES + [REPLAY])
     settings = Settings.from_data(data)
-    stack_dir = _data("stack_dir")
+    knobs = stack.knobs
     compose = host.get_fact(ComposeCommand)
-    restart = (lambda: _restart_stack(stack_dir, compose)) if stack_dir and compose else None
-    connection = {key: host.data.get(key) for key in SSH_KEYS if host.data.get(key) is not None}
-    with serving_url(connection, _data("bind_address", "127.0.0.1"), int(_data("serving_port", 8000)),
-                     inventory_name=host.name) as url:
-        client = ServingClient(url, model=_data("served_model_name"))
-        result = validate_tiers(client, restart, settings, connector_configured=_has_connector())
-    card = to_card(host.name, RUN_ID, result, settings,
-                   repro={"profile": _data("serving_profile"), "image_digest": _data("serving_image")})
-    if restart is None:
-        card.failures.append("persistent tier not measured: stack_dir or a compose command is missing on the rig")
-    run_dir = RESULTS_DIR / RUN_ID
+    if compose is None:
+        raise ConfigError("compose", None, "neither `docker compose` nor `docker-compose` on the rig",
+                          "run deploy.py (the docker role installs compose)")
+    l2_path = knobs["l2_path"] if stack.l2_active else None
+    tier_sizes = {}
+    if stack.l1_gb:
+        tier_sizes[f"L1 RAM {stack.l1_gb} GB"] = stack.l1_gb * GB
+    if l2_path:
+        tier_sizes[f"L2 disk {knobs['l2_budget_gb']:g} GB"] = int(knobs["l2_budget_gb"] * GB)
+    with serving_url(data, knobs["bind_address"], knobs["serving_port"], inventory_name=host.name) as url:
+        client = ServingClient(url, model=knobs["served_model_name"])
+        result = validate_tiers(client, lambda: _restart_stack(compose), settings,
+                                connector_configured=stack.profile.connector is not None,
+                                store_bytes=_store_bytes(l2_path) if l2_path else None,
+                                capacity_tiers=tier_sizes)
+    repro = {"profile": stack.profile.name, "image_digest": stack.image,
+             "knobs": {k: v for k, v in knobs.items() if k not in SECRET_KNOBS}, **rig_facts(l2_path)}
+    card = to_card(host.name, RUN_ID, result, settings, stack.profile.connector is not None, repro=repro)
+    run_dir = REPO_ROOT / RESULTS_DIR / RUN_ID
     write_card(run_dir, card)
     render_run(run_dir)
     print(f"{host.name}: {'PASS' if card.passed else 'FAIL'} -> {run_dir / (host.name + '.md')}")

@@ -1,68 +1,87 @@
-"""A rig in its own network namespace, after the real deploy: its serving API binds the rig's own
-loopback, so the controller reaches it only through the SSH tunnel (rigkit.tunnel.serving_url) made
-from the inventory's host data, and the deploy's smoke (which goes through that tunnel) passed.
+"""The SSH tunnel against a lab rig in its own network namespace.
 
-The rig has its own address (10.213.N.2, sshd on port 22) and shares nothing with the host's
-loopback: a controller that skipped the tunnel would fail here, unlike on a host-network rig.
+On host networking every rig shares the controller's loopback, which would hide a missing tunnel.
+A netns rig has its own loopback: a service bound there is unreachable from the controller,
+directly or at the rig's address, and reachable through rigkit.tunnel with the same connection
+data the lab inventory gives pyinfra.
 """
 
 from __future__ import annotations
 
-import json
-import uuid
+import secrets
+import socket
+import time
 
 import pytest
 import requests
 
-from rigkit.knobs import KNOBS_BY_NAME
-from rigkit.ledger import LEDGER_PATH
-from rigkit.tunnel import port_is_open, serving_url
+from rigkit import tunnel
 
-pytestmark = [pytest.mark.lab, pytest.mark.vllm]
+pytestmark = pytest.mark.lab
 
-BIND_ADDRESS = KNOBS_BY_NAME["bind_address"].default
-COMPLETION_TOKENS = 8
+MARKER_DIR = "/tmp/rigkit-tunnel-test"
 
 
-def test_the_rig_has_its_own_address_and_the_inventory_uses_it(netns_rig, lab_host_data, rig_exec):
-    data = lab_host_data[netns_rig.name]
-    assert (data["ssh_hostname"], data["ssh_port"]) == (netns_rig.rig_address, 22)
-    assert netns_rig.rig_address != "127.0.0.1" and netns_rig.host_address
-    # its loopback is its own: the host's sshd ports are not there
-    listening = rig_exec(netns_rig, "ss -ltnH").stdout
-    assert f"{netns_rig.rig_address}:22 " in listening
+def _netns_rig():
+    from rigkit.lab.state import read_state
+
+    try:
+        state = read_state()
+    except Exception as exc:  # no lab on this machine
+        pytest.skip(f"no lab state ({exc}): run `rigkit lab up`")
+    rig = next((r for r in state.rigs if r.netns), None)
+    if rig is None:
+        pytest.skip("the lab has no rig in its own network namespace")
+    data = {"ssh_hostname": rig.ssh_host, "ssh_port": rig.ssh_port, "ssh_user": "root", "ssh_key": state.ssh_key,
+            "ssh_known_hosts_file": state.known_hosts, "ssh_strict_host_key_checking": "yes",
+            "ssh_allow_agent": False, "ssh_look_for_keys": False}
+    return rig, data
 
 
-def test_the_api_is_not_reachable_without_the_tunnel(netns_rig, deployed, rig_exec):
-    port = netns_rig.serving_port
-    # the API does listen, on the rig's loopback (else the checks below would prove nothing)
-    listening = rig_exec(netns_rig, f"ss -ltnH 'sport = :{port}'").stdout
-    assert f"127.0.0.1:{port} " in listening, listening
-    # the rig's address answers (sshd), its serving port there does not; nor does the host's loopback
-    assert port_is_open(netns_rig.rig_address, 22)
-    assert not port_is_open(netns_rig.rig_address, port)
-    assert not port_is_open("127.0.0.1", port)
+def _free_on_controller() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
 
 
-def test_the_api_answers_through_the_tunnel(netns_rig, deployed, lab_host_data, serving_image):
-    model = serving_image["served_model_name"]
-    with serving_url(lab_host_data[netns_rig.name], bind=BIND_ADDRESS, port=netns_rig.serving_port,
-                     inventory_name=netns_rig.name) as url:
-        models = requests.get(f"{url}/v1/models", timeout=30)
-        models.raise_for_status()
-        assert [entry["id"] for entry in models.json()["data"]] == [model] == ["tiny"]
-        completion = requests.post(f"{url}/v1/completions", timeout=120, json={
-            "model": model, "prompt": f"session {uuid.uuid4()}: hello", "max_tokens": COMPLETION_TOKENS,
-            "ignore_eos": True})
-        completion.raise_for_status()
-        body = completion.json()
-    assert body["usage"]["completion_tokens"] == COMPLETION_TOKENS
-    assert body["choices"][0]["text"]
+def _run(ssh, command: str) -> str:
+    _, stdout, stderr = ssh.exec_command(command, timeout=30)
+    status = stdout.channel.recv_exit_status()
+    out = stdout.read().decode()
+    assert status == 0, f"{command}: {out} {stderr.read().decode()}"
+    return out.strip()
 
 
-def test_the_deploy_smoke_passed_through_the_tunnel(lab, netns_rig, deployed, rig_exec):
-    # the direct path does not exist (test above), so a passing smoke went through the tunnel
-    entries = json.loads(rig_exec(netns_rig, f"cat {LEDGER_PATH}").stdout)["releases"]
-    assert entries[-1]["smoke"] == "pass", entries[-1]
-    # pulled by the same reference as every rig (127.0.0.1:5000 inside the rig is the lab registry)
-    assert entries[-1]["image"] == lab.serving_image["releases"]["1"]
+@pytest.fixture
+def service_on_rig_loopback():
+    """A tiny HTTP server bound to the netns rig's 127.0.0.1, serving a random marker."""
+    rig, data = _netns_rig()
+    port = _free_on_controller()  # free here too, so a controller-side listener cannot fake the result
+    marker = secrets.token_hex(8)
+    ssh = tunnel.connect_ssh(data)
+    pid = _run(ssh, f"mkdir -p {MARKER_DIR} && echo {marker} > {MARKER_DIR}/marker && "
+                    f"(nohup python3 -m http.server --bind 127.0.0.1 --directory {MARKER_DIR} {port} "
+                    f">/dev/null 2>&1 & echo $!)")
+    try:
+        for _ in range(50):
+            probe = f"python3 -c \"import socket; socket.create_connection(('127.0.0.1', {port}), 1)\""
+            _, stdout, _ = ssh.exec_command(probe, timeout=10)
+            if stdout.channel.recv_exit_status() == 0:
+                break
+            time.sleep(0.2)
+        yield rig, data, port, marker
+    finally:
+        _run(ssh, f"kill {int(pid)}; rm -rf {MARKER_DIR}")
+        ssh.close()
+
+
+def test_rig_loopback_is_unreachable_without_the_tunnel(service_on_rig_loopback):
+    rig, _, port, _ = service_on_rig_loopback
+    assert not tunnel.port_is_open("127.0.0.1", port)
+    assert not tunnel.port_is_open(rig.rig_address, port)
+
+
+def test_the_tunnel_reaches_the_rigs_loopback(service_on_rig_loopback):
+    _, data, port, marker = service_on_rig_loopback
+    with tunnel.serving_url(data, "127.0.0.1", port) as url:
+        assert requests.get(f"{url}/marker", timeout=10).text.strip() == marker

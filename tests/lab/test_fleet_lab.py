@@ -28,7 +28,24 @@ from rigkit.paths import REPO_ROOT
 from rigkit.render import CONTAINER_NAME
 from roles.rig_lock import HOLDER_PATH
 
-from .conftest import LAB_INVENTORY, pyinfra_executable, rig_exec, run_pyinfra
+LAB_INVENTORY = REPO_ROOT / "inventory" / "lab.py"
+
+
+def pyinfra_executable() -> str:
+    return str(Path(sys.executable).with_name("pyinfra"))
+
+
+def rig_exec(rig, cmd: str, check: bool = True) -> subprocess.CompletedProcess:
+    result = subprocess.run(["docker", "exec", rig.container, "bash", "-c", cmd], capture_output=True, text=True,
+                            timeout=600)
+    if check and result.returncode != 0:
+        raise AssertionError(f"{rig.name}: {cmd} exited {result.returncode}: {result.stdout[-2000:]}{result.stderr[-2000:]}")
+    return result
+
+
+def run_pyinfra(args, deploy, timeout: float = 900) -> subprocess.CompletedProcess:
+    return subprocess.run([pyinfra_executable(), "-y", *args, str(LAB_INVENTORY), str(deploy)], cwd=REPO_ROOT,
+                          capture_output=True, text=True, timeout=timeout)
 
 pytestmark = [pytest.mark.lab]
 
@@ -231,19 +248,20 @@ PORT_HOLDER = "python3 -c 'import socket,time; s=socket.socket(); s.bind((\"127.
 
 # case -> (extra --data, text the refusal must contain)
 BAD_INPUTS = {
-    "tag": (["serving_image=127.0.0.1:5000/rigkit/vllm-cpu-tiny:latest"], "serving_image"),
+    "tag": (["serving_image=127.0.0.1:5000/rigkit/vllm-cpu-tiny:latest"], "tags are mutable"),
     "digest-not-in-registry": (["serving_image=127.0.0.1:5000/rigkit/vllm-cpu-tiny" + MISSING_DIGEST],
                                "no such manifest"),
-    "ram-gate": (["ram_reserve_gb=100000"], "l1_size_gb"),
+    "ram-gate": (["ram_reserve_gb=100000"], "MemAvailable"),
     "mem-limit": (["mem_limit_gb=1"], "mem_limit_gb"),
     "missing-nvme": (["l2_device=/dev/disk/by-id/nvme-not-plugged-in"], "no block device at this path"),
-    "formatted-disk": (["l2_label=other-fs"], "l2_force_format"),
-    "adapter-json": (["l2_adapter_json={bad"], "l2_adapter_json"),
-    "unknown-knob": (["served_model_nmae=x"], "served_model_name"),
-    "newline": (["served_model_name=a\nb"], "served_model_name"),
-    "port-in-use": ([], "serving_port"),
+    "formatted-disk": (["l2_label=other-fs"], "labelled 'rigkit-l2', not rigkit's 'other-fs'"),
+    "adapter-json": (["l2_adapter_json={bad"], "not valid JSON"),
+    "unknown-knob": (["served_model_nmae=x"], "did you mean 'served_model_name'"),
+    "newline": (["served_model_name=a\nb"], "contains a newline"),
+    "port-in-use": ([], "is already in use by pid"),
     "incubating": (["serving_profile=lmcache-mp"], "allow_incubating"),
-    "gpu-profile": (["serving_profile=native-offload", "model=m"], "gpu"),
+    # the image is the lab's release 1 (on the rig already: no registry outside loopback is asked)
+    "gpu-profile": (["serving_profile=native-offload", "model=m"], "but the rig reports none"),
 }
 
 
@@ -269,6 +287,8 @@ def test_refused_before_the_rig_changes(lab, converged_rig, case):
             assert time.monotonic() < deadline
             time.sleep(0.2)
         data = [f"serving_port={port}"]
+    if case == "gpu-profile":
+        data = data + [f"serving_image={lab.serving_image['releases']['1']}"]
     before = rig_exec(rig, SNAPSHOT, check=False).stdout
     try:
         args = ["--limit", rig.name] + [arg for item in data for arg in ("--data", item)]

@@ -1,6 +1,7 @@
 """`rigkit lab up | status | down`: the local fleet of real rigs that rigkit deploys to.
 
 up     engine (no bridge) -> registry 127.0.0.1:5000 -> rig image -> N rigs -> serving image (two releases)
+       (the last --netns-rigs of the N, when first made, in their own network namespace: rigkit.lab.netns)
 status rigs, ports, SSH health, digests, engine and registry health
 down   removes every container, mount, loop device, process and file the lab made; keeps the cache
 """

@@ -2,15 +2,14 @@
 
 The image digest comes from the lab state (lab digests change with every cold build);
 `--data serving_image=<repo@sha256:...>` deploys another release. pyinfra loads every group_data
-file for every inventory, so this one must load without a lab too.
+file for every inventory, so this one must load without a lab too. (Only imported names and
+settings at module level: pyinfra turns every other name into host data.)
 """
 
-from rigkit.lab.state import read_state_or_none as _read_state_or_none
-
-_state = _read_state_or_none()
+from rigkit.lab.state import release_image
 
 serving_profile = "cpu-lab"
-serving_image = (_state.serving_image or {}).get("releases", {}).get("1") if _state else None
+serving_image = release_image("1")
 gpus = 0
 # Debian's docker.io + docker-compose v1, as the lab rigs carry; the rig engine must never
 # create a bridge on the shared host network.

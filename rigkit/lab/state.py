@@ -84,3 +84,11 @@ def read_state_or_none(path: Path = LAB_STATE_FILE) -> LabState | None:
         return read_state(path)
     except ConfigError:
         return None
+
+
+def release_image(release: str, path: Path = LAB_STATE_FILE) -> str | None:
+    """The lab's serving image of ``release`` ("1" or "2") by digest, or None when there is none yet."""
+    state = read_state_or_none(path)
+    if state is None or not state.serving_image:
+        return None
+    return state.serving_image.get("releases", {}).get(release)

@@ -195,7 +195,9 @@ def ensure_forwarder(rig_dir: Path, index: int, pid: int, registry_host: str, re
     wanted = forwarder_command(pid, registry_host, registry_port)
     pid_file = rig_dir / FORWARDER_PID_FILE
     recorded = read_pid(pid_file)
-    if recorded and _cmdline(recorded) == wanted:
+    running = _cmdline(recorded)
+    # the same script and namespace, whichever interpreter path started it (python or python3)
+    if is_forwarder(running) and running[1:] == wanted[1:]:
         return recorded
     if recorded and _stop(recorded):
         progress(f"rig{index}: stopped the registry forwarder of an earlier namespace (pid {recorded})")

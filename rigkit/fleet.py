@@ -33,6 +33,7 @@ OK, FAILED, UNREACHABLE, ABORTED, NOT_RUN = "ok", "failed", "unreachable", "abor
 
 ANSI_RE = re.compile(r"\x1b\[[0-9;]*m")
 HOST_LINE_RE = re.compile(r"^\s*\[(?P<host>[^\]\s]+)\]\s*(?P<text>.*)$")
+RAISED_RE = re.compile(r"^(?:[\w.]+\.)?(?P<type>\w*(?:Error|Exception)): (?P<msg>.+)$")
 OPERATION_RE = re.compile(r"^--> Starting operation: (?P<name>.*?)\s*$")
 CALLBACK_ERROR_RE = re.compile(r"Unexpected error in Python callback: (?P<type>\w+)\((?P<quote>['\"])(?P<msg>.*)(?P=quote),?\)$")
 # Lines pyinfra prints per host that are bookkeeping, not the reason for a failure.
@@ -100,8 +101,11 @@ def summarize(output: str, hosts: Iterable[str] = ()) -> dict[str, RigOutcome]:
             continue
         if line.startswith("--> Results:"):
             finished = True
-        if line.startswith("--> pyinfra error:") or line.startswith("--> An unexpected"):
-            run_error = line.split(":", 1)[1].strip() if ":" in line else line
+        if line.startswith("--> pyinfra error:"):
+            run_error = line.split(":", 1)[1].strip()
+        exception = RAISED_RE.match(line)
+        if exception:  # an exception while pyinfra prepared the deploy stops the whole run (bad input)
+            run_error = f"{exception.group('type')}: {exception.group('msg')}"
         match = HOST_LINE_RE.match(line)
         if not match:
             continue

@@ -182,3 +182,17 @@ def test_key_file_agent_or_default_key_is_enough(tmp_path, monkeypatch):
     (tmp_path / ".ssh").mkdir()
     (tmp_path / ".ssh" / "id_ed25519").write_text("k")
     check_connection_data("rig9", {"ssh_allow_agent": False}, environ={})
+
+
+def test_bad_input_that_stops_the_whole_run_is_the_reason_for_every_rig():
+    output = "\n".join([
+        "    [rig1] Connected",
+        "    [rig2] Connected",
+        "--> Preparing operation files...",
+        "Traceback (most recent call last):",
+        '  File "/work/main/rigkit/registry.py", line 75, in require_digest',
+        "rigkit.errors.ConfigError: serving_image='r:latest': image given by a tag (latest). Fix: pin it",
+    ])
+    outcomes = summarize(output, ["rig1", "rig2"])
+    for outcome in outcomes.values():
+        assert outcome.status == ABORTED and outcome.reason.startswith("ConfigError: serving_image='r:latest'")

@@ -272,12 +272,13 @@ class ServingClient:
                     if event.get("usage"):
                         usage = event["usage"]
                     for choice in event.get("choices", []):
-                        if choice.get("text"):
-                            now = time.monotonic()
-                            first = first if first is not None else now
-                            last = now
-                            chunks += 1
-                            pieces.append(choice["text"])
+                        # every token event counts, even one whose text is empty (a partial
+                        # UTF-8 sequence): timing only non-empty text skews decode speed
+                        now = time.monotonic()
+                        first = first if first is not None else now
+                        last = now
+                        chunks += 1
+                        pieces.append(choice.get("text") or "")
         except (requests.Timeout, requests.ConnectionError, requests.exceptions.ChunkedEncodingError) as exc:
             # requests reports a read timeout inside a stream as a ConnectionError: name it plainly
             timed_out = isinstance(exc, requests.Timeout) or "timed out" in str(exc)

@@ -170,7 +170,6 @@ def validate_tiers(client: ServingClient, restart: Optional[Callable[[], None]],
                           f"does not fit max-model-len {max_len} with the reply",
                           f"set validate_prompt_tokens <= {max_len - settings.output_tokens - CONTEXT_SLACK_TOKENS}")
     seed = settings.seed if settings.seed is not None else random.randrange(2**31)
-    settings.seed = seed
     failures: list[str] = []
 
     calibration_tokens = max(CALIBRATION_MIN_TOKENS, int(settings.prompt_tokens * CALIBRATION_FRACTION))

@@ -248,4 +248,15 @@ def test_decode_a_a_is_no_penalty(client, settings):
     ab = run_decode_ab(lambda arm: client, {"on": "same", "off": "same"}, settings, warmup=1, measured=5)
     for kind in ab.kinds:
         assert kind.on.n == 5 and kind.off.n == 5 and kind.on.mean > 0
+    print(f"decode A/A: {[(k.kind, round(k.on.mean, 1), round(k.on.cv, 3), round(k.off.mean, 1), round(k.off.cv, 3)) for k in ab.kinds]} -> {ab.verdict}")
     assert ab.verdict == "no penalty", ab
+
+
+def test_decode_speed_is_timed_over_every_token(client):
+    """Token events with empty text (partial UTF-8) still count: the decode interval spans the stream."""
+    prompt = client.build_prompt(PromptSpec("narrative", 256, seed=11))
+    result = client.stream_completion(prompt.text, max_tokens=64)
+    # the detokenizer may merge a held-back token into the next event, never drop the stream's timing
+    assert result.completion_tokens == 64 and 0.9 * 64 <= result.chunks <= 64
+    decode_interval = (result.completion_tokens - 1) / result.decode_tps
+    assert decode_interval >= 0.9 * (result.total_s - result.ttft_s) - 0.01

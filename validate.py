@@ -20,7 +20,7 @@ from typing import Callable, Optional
 from pyinfra import host
 from pyinfra.operations import python
 
-from rigkit.card import RESULTS_DIR, load_cards, new_run_id, render_run, write_card
+from rigkit.card import RESULTS_DIR, new_run_id, render_run, write_card
 from rigkit.client import ServingClient
 from rigkit.errors import ConfigError
 from rigkit.hostdata import role_variables, settings_for_host
@@ -28,24 +28,12 @@ from rigkit.knobs import SECRET_KNOBS
 from rigkit.paths import REPO_ROOT, RIG_STACK_DIR
 from rigkit.render import COMPOSE_PROJECT
 from rigkit.tunnel import serving_url
-from rigkit.validation import VARIABLES, Settings, to_card, validate_tiers
+from rigkit.validation import VARIABLES, Settings, replay_data, to_card, validate_tiers
 from rigkit.variables import Variable
 
 RUN_ID = os.environ.setdefault("RIGKIT_RUN_ID", new_run_id())
 REPLAY = Variable("replay", None, "results/<run-id> whose prompt sizes, kind and seeds this run repeats", str)
 GB = 1000**3
-
-
-def replayed_settings(replay_dir: str) -> dict:
-    """Prompt sizes, kind, seed and session count of a recorded run, so rigs compare like with like."""
-    path = Path(replay_dir)
-    card = load_cards(path if path.is_absolute() else REPO_ROOT / path)[0]
-    prompts = card.repro.prompts
-    if not prompts:
-        raise ConfigError("replay", replay_dir, "the recorded card lists no prompts", "replay a full validation run")
-    return {"validate_prompt_tokens": prompts[0].target_tokens, "validate_prompt_kind": prompts[0].kind,
-            "validate_seed": prompts[0].seed, "validate_sessions": len(prompts),
-            "validate_output_tokens": card.repro.output_tokens or 16}
 
 
 def _shell(command: str) -> Optional[str]:
@@ -94,7 +82,8 @@ def _validate() -> None:
 
     data = host.data.dict()
     if data.get("replay"):
-        data.update(replayed_settings(data["replay"]))
+        replay = Path(data["replay"])
+        data.update(replay_data(replay if replay.is_absolute() else REPO_ROOT / replay))
     stack = settings_for_host(data, variables=role_variables() + VARIABLES + [REPLAY])
     settings = Settings.from_data(data)
     knobs = stack.knobs

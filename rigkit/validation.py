@@ -17,11 +17,12 @@ from __future__ import annotations
 import math
 import random
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Callable, Mapping, Optional, Sequence
 
 from rigkit import abstats
 from rigkit.card import (Capacity, CapacityTier, DecodeAB, DecodeKind, PromptRecord, RigCard, StatModel,
-                         TierProof, TierResult)
+                         TierProof, TierResult, load_cards)
 from rigkit.client import Measured, Prompt, PromptSpec, ServingClient, measure, prefill_timeout
 from rigkit.errors import ConfigError
 from rigkit.metrics import Snapshot, require_prefix_counters
@@ -222,6 +223,19 @@ def validate_tiers(client: ServingClient, restart: Optional[Callable[[], None]],
         for prompt in stored:
             _measure_tier(client, persistent, prompt, settings, timeout_s, connector_configured, after_restart=True)
     return validation
+
+
+def replay_data(run_dir: Path) -> dict:
+    """Host-data values that repeat a recorded run's prompts (sizes, kind, seeds, sessions) on another rig."""
+    card = load_cards(run_dir)[0]
+    prompts = card.repro.prompts
+    if not prompts:
+        raise ConfigError("replay", str(run_dir), "the recorded card lists no prompts", "replay a full validation run")
+    data = {"validate_prompt_tokens": prompts[0].target_tokens, "validate_prompt_kind": prompts[0].kind,
+            "validate_seed": prompts[0].seed, "validate_sessions": len(prompts)}
+    if card.repro.output_tokens:
+        data["validate_output_tokens"] = card.repro.output_tokens
+    return data
 
 
 def capacity_from(bytes_grown: int, tokens_stored: int, source: str, tier_sizes: Mapping[str, int],

@@ -62,3 +62,17 @@ def test_the_proof_carries_the_numbers():
     verdict = label(window("03-after-fillers", "04-after-warm-connector"), Tier.WARM_CONNECTOR, True)
     assert f"external hits +{verdict.external_hits:.0f}/" in verdict.proof
     assert verdict.external_kv_transfer_tokens == verdict.external_hits > 0
+
+
+def test_fillers_push_more_than_the_pool_through_it():
+    from rigkit.validation import FILLER_OVERSHOOT, filler_plan
+
+    # the lab pool: 72 blocks x 128 tokens, 3,500-token sessions, 8,192 max-model-len
+    size, count = filler_plan(72 * 128, 8192, 3500, 16)
+    assert size == 3500 and size * count >= 72 * 128 * FILLER_OVERSHOOT
+    # a 279K-token GPU pool with 37K sessions
+    size, count = filler_plan(279_000, 262_144, 37_000, 16)
+    assert size == 37_000 and count == 10
+    # fillers never exceed what one request may hold
+    size, _ = filler_plan(9216, 4096, 37_000, 16)
+    assert size + 16 <= 4096

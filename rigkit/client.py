@@ -12,7 +12,7 @@ import random
 import time
 import uuid
 from dataclasses import asdict, dataclass
-from typing import Iterator, Optional
+from typing import Iterator, Optional, Sequence
 
 import requests
 
@@ -154,8 +154,11 @@ class ServingError(RigkitError):
 class ServingClient:
     """Talks to one vLLM OpenAI-compatible server at `base_url` (direct or through a tunnel)."""
 
-    def __init__(self, base_url: str, model: Optional[str] = None, session: Optional[requests.Session] = None):
+    def __init__(self, base_url: str, model: Optional[str] = None, session: Optional[requests.Session] = None,
+                 extra_metrics_urls: Sequence[str] = ()):
+        """extra_metrics_urls: other /metrics to scrape with vLLM's (the LMCache MP server's HTTP port)."""
         self.base_url = base_url.rstrip("/")
+        self.extra_metrics_urls = tuple(extra_metrics_urls)
         self.session = session or requests.Session()
         self._model = model
         self._max_model_len: Optional[int] = None
@@ -202,9 +205,13 @@ class ServingClient:
                            "read the container log tail; raise the ready timeout for large models")
 
     def metrics_text(self) -> str:
-        response = self.session.get(f"{self.base_url}/metrics", timeout=CONNECT_TIMEOUT_S)
-        response.raise_for_status()
-        return response.text
+        """vLLM's /metrics, followed by every extra metrics endpoint's text."""
+        texts = []
+        for url in (f"{self.base_url}/metrics", *self.extra_metrics_urls):
+            response = self.session.get(url, timeout=CONNECT_TIMEOUT_S)
+            response.raise_for_status()
+            texts.append(response.text.rstrip("\n") + "\n")
+        return "".join(texts)
 
     def metrics(self) -> metrics.Snapshot:
         return metrics.parse(self.metrics_text())

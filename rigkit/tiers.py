@@ -27,6 +27,8 @@ class Tier(str, Enum):
 
 
 CONNECTOR_TIERS = (Tier.WARM_CONNECTOR, Tier.WARM_PERSISTENT)
+# LMCache MP server counter of tokens its lookups found (scraped from its own HTTP port)
+LMCACHE_LOOKUP_HITS = "lmcache_mp_lookup_hit_tokens_total"
 
 
 @dataclass(frozen=True)
@@ -41,6 +43,8 @@ class TierLabel:
     external_queries: float
     external_kv_transfer_tokens: float
     proof: str
+    # tokens the LMCache server says it found (None when its metrics were not scraped)
+    connector_retrieved_tokens: float | None = None
 
 
 def label(measured: Delta, expected: Tier, connector_configured: bool, after_restart: bool = False) -> TierLabel:
@@ -65,9 +69,14 @@ def label(measured: Delta, expected: Tier, connector_configured: bool, after_res
     proof = (f"GPU prefix hits +{gpu_hits:.0f}/{measured.prefix_cache_queries:.0f} queried, "
              f"external hits +{ext_hits:.0f}/{measured.external_prefix_cache_queries:.0f} queried, "
              f"external_kv_transfer tokens +{ext_tokens:.0f}")
+    retrieved = measured.lmcache.get(LMCACHE_LOOKUP_HITS)
+    if retrieved is not None:
+        proof += f", LMCache lookup hits +{retrieved:.0f}"
+        if retrieved > 0 and ext_hits == 0:
+            proof += " (retrieved by the connector, used 0% by vLLM)"
     if measured.reset:
         proof += " (counters reset: server restarted inside the window)"
     return TierLabel(tier=tier, expected=expected, passed=tier == expected, gpu_hits=gpu_hits,
                      gpu_queries=measured.prefix_cache_queries, external_hits=ext_hits,
                      external_queries=measured.external_prefix_cache_queries,
-                     external_kv_transfer_tokens=ext_tokens, proof=proof)
+                     external_kv_transfer_tokens=ext_tokens, proof=proof, connector_retrieved_tokens=retrieved)

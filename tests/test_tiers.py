@@ -76,3 +76,37 @@ def test_fillers_push_more_than_the_pool_through_it():
     # fillers never exceed what one request may hold
     size, _ = filler_plan(9216, 4096, 37_000, 16)
     assert size + 16 <= 4096
+
+
+# LMCache's MP server needs CUDA, so it cannot run here: these lines are CONSTRUCTED in the format
+# of its /metrics (names from its HTTP port, as lab.md lists them), appended to real vLLM texts.
+def _lmcache_text(requested: float, hits: float) -> str:
+    return ("# TYPE lmcache_mp_lookup_requested_tokens_total counter\n"
+            f"lmcache_mp_lookup_requested_tokens_total {requested}\n"
+            "# TYPE lmcache_mp_lookup_hit_tokens_total counter\n"
+            f"lmcache_mp_lookup_hit_tokens_total {hits}\n"
+            "# TYPE lmcache_mp_l1_memory_usage_bytes gauge\n"
+            f"lmcache_mp_l1_memory_usage_bytes {hits * 131_000}\n")
+
+
+def test_connector_retrieved_but_vllm_used_none_is_the_users_case():
+    """The user's rig: LMCache retrieved the KV, vLLM took 0 external hits, TTFT no better."""
+    vllm_before = (METRICS / "03-after-fillers.txt").read_text()
+    vllm_after_cold_like = (METRICS / "03-after-fillers.txt").read_text().replace(
+        'vllm:prefix_cache_queries_total{engine="0",model_name="tiny"} 21088.0',
+        'vllm:prefix_cache_queries_total{engine="0",model_name="tiny"} 24604.0')
+    before = parse(vllm_before + _lmcache_text(0, 0))
+    after = parse(vllm_after_cold_like + _lmcache_text(3516, 3456))
+    verdict = label(delta(before, after), Tier.WARM_CONNECTOR, connector_configured=True)
+    assert verdict.tier == Tier.RETRIEVED_BUT_UNUSED and not verdict.passed
+    assert verdict.connector_retrieved_tokens == 3456
+    assert "retrieved by the connector, used 0% by vLLM" in verdict.proof
+
+
+def test_lmcache_samples_ride_along_without_disturbing_vllm_counters():
+    text = (METRICS / "04-after-warm-connector.txt").read_text()
+    both = parse(text + _lmcache_text(3516, 3456))
+    alone = parse(text)
+    assert both.lmcache["lmcache_mp_lookup_hit_tokens_total"] == 3456
+    assert both.external_prefix_cache_hits == alone.external_prefix_cache_hits
+    assert alone.lmcache == {}

@@ -91,7 +91,7 @@ def summarize(output: str, hosts: Iterable[str] = ()) -> dict[str, RigOutcome]:
     outcomes: dict[str, RigOutcome] = {name: RigOutcome(name) for name in hosts}
     recent: dict[str, list[str]] = {}
     operation: Optional[str] = None
-    run_error = ""
+    run_error = last_exception = ""
     finished = False
     for raw in output.splitlines():
         line = _clean(raw)
@@ -104,8 +104,8 @@ def summarize(output: str, hosts: Iterable[str] = ()) -> dict[str, RigOutcome]:
         if line.startswith("--> pyinfra error:"):
             run_error = line.split(":", 1)[1].strip()
         exception = RAISED_RE.match(line)
-        if exception:  # an exception while pyinfra prepared the deploy stops the whole run (bad input)
-            run_error = f"{exception.group('type')}: {exception.group('msg')}"
+        if exception:  # the run's own end when nothing follows (bad input while preparing); else a host's
+            last_exception = f"{exception.group('type')}: {exception.group('msg')}"
         match = HOST_LINE_RE.match(line)
         if not match:
             continue
@@ -123,6 +123,8 @@ def summarize(output: str, hosts: Iterable[str] = ()) -> dict[str, RigOutcome]:
             outcome.reason = _short(own if telling else _reason_from(history) or text)
         history.append(text)
         del history[:-40]
+    if not finished and not run_error:
+        run_error = last_exception
     for name, outcome in outcomes.items():
         if name not in recent:
             outcome.status, outcome.step = NOT_RUN, "-"

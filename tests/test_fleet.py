@@ -196,3 +196,18 @@ def test_bad_input_that_stops_the_whole_run_is_the_reason_for_every_rig():
     outcomes = summarize(output, ["rig1", "rig2"])
     for outcome in outcomes.values():
         assert outcome.status == ABORTED and outcome.reason.startswith("ConfigError: serving_image='r:latest'")
+
+
+def test_a_traceback_for_one_rig_does_not_abort_the_others():
+    output = "\n".join([
+        "    [rig1] Connected", "    [rig2] Connected",
+        "--> Starting operation: serving | Smoke, ledger, prune ",
+        "paramiko.ssh_exception.SSHException: SSH session not active",
+        "    [rig2] Unexpected error in Python callback: SSHException('SSH session not active',)",
+        "    [rig2] Error: executed 0 commands",
+        "    [rig1] Success",
+        "--> Results:",
+    ])
+    outcomes = summarize(output, ["rig1", "rig2"])
+    assert outcomes["rig1"].status == OK
+    assert outcomes["rig2"].status == FAILED and outcomes["rig2"].reason == "SSH session not active"

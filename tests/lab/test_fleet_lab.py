@@ -185,7 +185,7 @@ def test_a_rig_stopped_mid_deploy_is_named_and_the_others_serve(lab, fleet):
     rows = summary_rows(output)
     assert rows[victim.name][0] in (FAILED, UNREACHABLE), rows
     assert rows[victim.name][1] not in ("", "-") and rows[victim.name][2] not in ("", "-"), rows
-    assert f"not completed: {victim.name}" in output
+    assert f"not completed: {victim.name}" in output, output.split("--> rigkit fleet summary:")[-1]
     for rig in survivors:
         assert rows[rig.name][0] == OK, rows
         assert models(rig) == ["tiny"] and serving_image_of(rig) == release_2

@@ -15,3 +15,6 @@ gpus = 0
 # create a bridge on the shared host network.
 docker_source = "distro"
 docker_daemon_options = {"bridge": "none", "iptables": False, "ip-forward": False, "ip-masq": False}
+# A small KV pool (72 blocks x 128 tokens = 9,216 >= max_model_len) so validation can evict a prefix
+# from the "GPU" pool with a few filler requests and prove the connector tier (lab.md).
+num_gpu_blocks_override = 72

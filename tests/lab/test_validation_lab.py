@@ -1,19 +1,15 @@
 """Cache validation against a real vLLM (CPU build, tiny Qwen3) with the ExampleConnector disk store.
 
-One module-scoped vLLM container; it is restarted (removed and run again: a full down/up, a new
-process with an empty GPU pool) only for the persistent tier. The test logic takes a
-`ValidationTarget` (base URL + restart callable + store dir): the integrator can override the
-`validation_target` fixture to point these tests at a rig deployed by rigkit (through the SSH
-tunnel) without changing them.
+The target is a lab rig deployed by rigkit (the session's `deployed` fixture), in its own network
+namespace and reached through the SSH tunnel; it is restarted (compose down/up: a new process with an
+empty GPU pool) only for the persistent tier. The lab group data shrinks the KV pool
+(num_gpu_blocks_override) so a few fillers evict a prefix.
 """
 
 from __future__ import annotations
 
-import json
 import shutil
-import socket
 import subprocess
-import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterator, Optional
@@ -21,18 +17,17 @@ from typing import Callable, Iterator, Optional
 import pytest
 
 from rigkit.card import render_run, write_card
+from rigkit.hostdata import settings_for_host
+from rigkit.paths import RIG_STACK_DIR
+from rigkit.render import COMPOSE_PROJECT
+from rigkit.tunnel import serving_url
 from rigkit.client import PromptSpec, ServingClient, measure
 from rigkit.tiers import Tier, label
 from rigkit.validation import Settings, TierValidation, evict_gpu_pool, run_decode_ab, to_card, validate_tiers
 
 pytestmark = [pytest.mark.lab, pytest.mark.vllm]
 
-# Lab sizes (lab.md, "Tier isolation works in the lab"): a 72-block pool (9,216 tokens) is evicted
-# by a few ~3,500-token fillers; batched tokens >= max-model-len avoids the ExampleConnector
-# chunked-reload crash.
-NUM_GPU_BLOCKS = 72
-MAX_MODEL_LEN = 8192
-STORE_IN_CONTAINER = "/kv-store"
+# Sessions sized for the lab's 72-block KV pool (group_data/lab.py): a few fillers evict a prefix.
 SESSION_TOKENS = 3500
 SESSIONS = 2
 
@@ -46,91 +41,31 @@ class ValidationTarget:
     image_digest: Optional[str] = None
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _serving_image() -> dict:
-    from rigkit.lab.serving_image import ensure_serving_image
-
-    return ensure_serving_image(progress=lambda message: None)
-
-
-class LabVLLM:
-    """One vLLM container on the host engine, host networking, loopback port, ExampleConnector store."""
-
-    def __init__(self, image: dict, store_dir: Path, port: int):
-        self.image, self.store_dir, self.port = image, store_dir, port
-        self.name = f"rigkit-validation-{port}"
-
-    def command(self) -> list[str]:
-        connector = {"kv_connector": "ExampleConnector", "kv_role": "kv_both",
-                     "kv_connector_extra_config": {"shared_storage_path": STORE_IN_CONTAINER}}
-        env = {"VLLM_CPU_KVCACHE_SPACE": "1", "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
-               "VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1"}
-        return (["docker", "run", "-d", "--name", self.name, "--network", "host", "--init", "--shm-size", "1g",
-                 "-v", f"{self.store_dir}:{STORE_IN_CONTAINER}"]
-                + [arg for k, v in env.items() for arg in ("-e", f"{k}={v}")]
-                + [self.image["releases"]["1"], self.image["python"], "-m", self.image["serve_module"],
-                   "--model", self.image["model_dir"], "--served-model-name", self.image["served_model_name"],
-                   "--load-format", "dummy", "--host", "127.0.0.1", "--port", str(self.port),
-                   "--max-model-len", str(MAX_MODEL_LEN), "--dtype", "bfloat16", "--enable-prefix-caching",
-                   "--enforce-eager", "--enable-prompt-tokens-details",
-                   "--num-gpu-blocks-override", str(NUM_GPU_BLOCKS), "--max-num-batched-tokens", str(MAX_MODEL_LEN),
-                   "--kv-transfer-config", json.dumps(connector)])
-
-    def up(self) -> None:
-        subprocess.run(self.command(), check=True, capture_output=True, text=True, timeout=120)
-
-    def down(self) -> None:
-        subprocess.run(["docker", "rm", "-f", self.name], capture_output=True, text=True, timeout=120)
-
-    def restart(self) -> None:
-        self.down()
-        self.up()
-        self.wait_ready()
-
-    def running(self) -> bool:
-        out = subprocess.run(["docker", "inspect", "--format", "{{.State.Running}}", self.name],
-                             capture_output=True, text=True)
-        return out.stdout.strip() == "true"
-
-    def wait_ready(self, timeout_s: float = 300) -> None:
-        """Until /v1/models answers; fails at once with the log tail when the container died."""
-        client = ServingClient(f"http://127.0.0.1:{self.port}")
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            if not self.running():
-                raise RuntimeError(f"vLLM container {self.name} died:\n{self.log_tail()}")
-            try:
-                client.models()
-                return
-            except Exception:
-                time.sleep(2)
-        raise RuntimeError(f"vLLM container {self.name} not ready after {timeout_s} s:\n{self.log_tail()}")
-
-    def log_tail(self) -> str:
-        out = subprocess.run(["docker", "logs", "--tail", "40", self.name], capture_output=True, text=True)
-        return out.stdout + out.stderr
+def _rig_path(rig_container: str, path: str) -> Path:
+    """A path inside a running rig as the controller (root) sees it: through the rig's /proc root."""
+    pid = subprocess.run(["docker", "inspect", "--format", "{{.State.Pid}}", rig_container],
+                         capture_output=True, text=True, check=True).stdout.strip()
+    return Path(f"/proc/{pid}/root{path}")
 
 
 @pytest.fixture(scope="module")
-def validation_target(tmp_path_factory) -> Iterator[ValidationTarget]:
-    if shutil.which("docker") is None or subprocess.run(["docker", "info"], capture_output=True).returncode:
-        pytest.skip("no Docker engine: bring the lab up (rigkit lab up)")
-    image = _serving_image()
-    store = tmp_path_factory.mktemp("kv-store")
-    server = LabVLLM(image, store, _free_port())
-    server.up()
-    try:
-        server.wait_ready()
-        yield ValidationTarget(f"http://127.0.0.1:{server.port}", server.restart, store,
-                               image_digest=image["releases"]["1"])
-    finally:
-        server.down()
-        # the store holds files written by root in the container; tmp_path cleanup copes
+def validation_target(lab, deployed, netns_rig, lab_host_data, rig_exec) -> Iterator[ValidationTarget]:
+    """The lab rig in its own network namespace, as rigkit deployed it (cpu-lab, release 1).
+
+    Its API binds the rig's loopback: the tests reach it only through the SSH tunnel, as on a real
+    fleet. The restart is the serving stack's own compose down/up on the rig.
+    """
+    data = {**lab_host_data[netns_rig.name], "serving_profile": "cpu-lab",
+            "serving_image": lab.serving_image["releases"]["1"]}
+    l2_path = settings_for_host(data).knobs["l2_path"]
+    compose = f"cd {RIG_STACK_DIR} && docker-compose -p {COMPOSE_PROJECT}"
+    with serving_url(data, "127.0.0.1", netns_rig.serving_port, netns_rig.name) as url:
+        def restart() -> None:
+            rig_exec(netns_rig, f"{compose} down --remove-orphans && {compose} up -d")
+            ServingClient(url).wait_ready(timeout_s=300)
+
+        yield ValidationTarget(url, restart, _rig_path(netns_rig.container, l2_path),
+                               image_digest=lab.serving_image["releases"]["1"])
 
 
 def _dir_bytes(path: Path) -> int:

@@ -12,6 +12,7 @@ to a LAN address, the controller connects directly.
 from __future__ import annotations
 
 import ipaddress
+import logging
 import os
 import select
 import socket
@@ -30,6 +31,17 @@ SSH_CONNECT_TIMEOUT_S = 15.0
 # pyinfra's default for ssh_strict_host_key_checking
 DEFAULT_STRICT_HOST_KEY_CHECKING = "accept-new"
 PUMP_BUFFER_BYTES = 65536
+
+
+class _QuietRefusedChannels(logging.Filter):
+    """While a rig's API restarts, refused forwards are expected (the client sees a closed socket and
+    retries); paramiko would log each one as an error."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return "open FAILED: Connection refused" not in record.getMessage()
+
+
+logging.getLogger("paramiko.transport").addFilter(_QuietRefusedChannels())
 
 
 class TunnelError(RigkitError):

@@ -3,6 +3,7 @@
     pyinfra inventory/X.py validate.py
     pyinfra inventory/X.py validate.py --data validate_prompt_tokens=37000
     pyinfra inventory/X.py validate.py --data replay=results/<run-id>   # same prompts/seeds as that run
+    pyinfra inventory/X.py validate.py --data validate_decode_ab=true   # + decode A/B (restarts the stack)
 
 Per rig: reach the serving API (SSH tunnel to the rig's loopback, or direct on a LAN bind), run
 rigkit.validation's tier procedure (cold, warm-gpu, warm-connector, and warm-persistent after a
@@ -20,6 +21,7 @@ from typing import Callable, Optional
 from pyinfra import host
 from pyinfra.operations import python
 
+from rigkit.abstats import ARM_OFF, ARM_ON
 from rigkit.card import RESULTS_DIR, new_run_id, render_run, write_card
 from rigkit.client import ServingClient
 from rigkit.errors import ConfigError
@@ -28,7 +30,8 @@ from rigkit.knobs import SECRET_KNOBS
 from rigkit.paths import REPO_ROOT, RIG_STACK_DIR
 from rigkit.render import COMPOSE_PROJECT
 from rigkit.tunnel import serving_url
-from rigkit.validation import VARIABLES, Settings, replay_data, to_card, validate_tiers
+from rigkit.profiles import ab_pair, load_profiles
+from rigkit.validation import VARIABLES, Settings, replay_data, run_decode_ab, to_card, validate_tiers
 from rigkit.variables import Variable
 
 RUN_ID = os.environ.setdefault("RIGKIT_RUN_ID", new_run_id())
@@ -47,6 +50,32 @@ def _restart_stack(compose: str) -> None:
     if _shell(f"{in_stack} down --remove-orphans && {in_stack} up -d") is None:
         raise ConfigError("restart", RIG_STACK_DIR, "compose down/up failed on the rig",
                           "run deploy.py again, then validate")
+
+
+def _decode_ab(data: dict, stack, compose: str, url: str, settings: Settings):
+    """Decode A/B on this rig: the profile and its derived baseline (only the connector differs),
+    interleaved; the rig ends as it was deployed (same files, so the release hash still holds)."""
+    from roles.serving import apply_rendered, rendered_for
+
+    with_connector, baseline = ab_pair(load_profiles(), stack.profile.name)
+    profiles = {**load_profiles(), baseline.name: baseline}
+    variables = role_variables() + VARIABLES + [REPLAY]
+    arms = {ARM_ON: with_connector.name, ARM_OFF: baseline.name}
+
+    def activate(arm_name: str) -> ServingClient:
+        arm = settings_for_host({**data, "serving_profile": arms[arm_name]}, profiles=profiles, variables=variables)
+        apply_rendered(rendered_for(arm))
+        _restart_stack(compose)
+        client = ServingClient(url, model=arm.knobs["served_model_name"])
+        client.wait_ready()
+        return client
+
+    try:
+        return run_decode_ab(activate, arms, settings)
+    finally:
+        apply_rendered(rendered_for(stack))
+        _restart_stack(compose)
+        ServingClient(url).wait_ready()
 
 
 def rig_facts(l2_path: Optional[str]) -> dict:
@@ -103,9 +132,11 @@ def _validate() -> None:
                                 connector_configured=stack.profile.connector is not None,
                                 store_bytes=_store_bytes(l2_path) if l2_path else None,
                                 capacity_tiers=tier_sizes)
+        decode_ab = _decode_ab(data, stack, compose, url, settings) if settings.decode_ab else None
     repro = {"profile": stack.profile.name, "image_digest": stack.image,
              "knobs": {k: v for k, v in knobs.items() if k not in SECRET_KNOBS}, **rig_facts(l2_path)}
-    card = to_card(host.name, RUN_ID, result, settings, stack.profile.connector is not None, repro=repro)
+    card = to_card(host.name, RUN_ID, result, settings, stack.profile.connector is not None,
+                   decode_ab=decode_ab, repro=repro)
     run_dir = REPO_ROOT / RESULTS_DIR / RUN_ID
     write_card(run_dir, card)
     render_run(run_dir)

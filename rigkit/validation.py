@@ -59,6 +59,8 @@ VARIABLES = [
     Variable("validate_decode_prompt_tokens", 256, "size of the decode A/B prompts", int),
     Variable("validate_seed", None, "base seed of the prompt bodies (recorded; random when unset)", int),
     Variable("validate_restart", True, "measure the persistent tier (does a full compose down/up)", bool),
+    Variable("validate_decode_ab", False, "also run the decode A/B: switches the rig between its profile and the "
+             "derived baseline once per visit (2 x measured restarts: minutes of downtime, so opt-in)", bool),
 ]
 
 
@@ -74,6 +76,7 @@ class Settings:
     decode_prompt_tokens: int
     seed: Optional[int]
     restart: bool
+    decode_ab: bool
 
     @classmethod
     def from_data(cls, data: Mapping) -> "Settings":

@@ -212,7 +212,7 @@ def after_release(settings: Settings, data: dict, compose: str, expected_env: di
     logger.warning(f"[{host.name}] rolling back to last known-good {good.image}")
     good_settings = settings_for_host({**data, "serving_image": good.image})
     rendered = rollback_files[good.image]
-    _apply_files(rendered)
+    apply_rendered(rendered)
     rollback = Release(image=good.image, profile=good.profile, knobs_hash=good_settings.knobs_hash, kind="rollback",
                        note=f"automatic: {kind} of {settings.image} failed")
     ledger.record(rollback)
@@ -235,7 +235,7 @@ def after_release(settings: Settings, data: dict, compose: str, expected_env: di
                          "fix the release and deploy it again; the rig serves the last known-good release")
 
 
-def _apply_files(rendered: dict) -> None:
+def apply_rendered(rendered: dict) -> None:
     host.put_file(StringIO(rendered["compose"]), f"{RIG_STACK_DIR}/{COMPOSE_FILE_NAME}")
     host.put_file(StringIO(rendered["env"]), f"{RIG_STACK_DIR}/{ENV_FILE_NAME}")
     host.run_shell_command(f"chmod 600 {RIG_STACK_DIR}/{ENV_FILE_NAME}")

@@ -31,11 +31,9 @@ from rigkit.paths import REPO_ROOT, RIG_STACK_DIR
 from rigkit.render import COMPOSE_PROJECT
 from rigkit.tunnel import serving_url
 from rigkit.profiles import ab_pair, load_profiles
-from rigkit.validation import VARIABLES, Settings, replay_data, run_decode_ab, to_card, validate_tiers
-from rigkit.variables import Variable
+from rigkit.validation import REPLAY, VARIABLES, Settings, replay_data, run_decode_ab, to_card, validate_tiers
 
 RUN_ID = os.environ.setdefault("RIGKIT_RUN_ID", new_run_id())
-REPLAY = Variable("replay", None, "results/<run-id> whose prompt sizes, kind and seeds this run repeats", str)
 GB = 1000**3
 
 

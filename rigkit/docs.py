@@ -12,6 +12,7 @@ import sys
 import roles
 from rigkit.knobs import KNOBS
 from rigkit.paths import REPO_ROOT
+from rigkit.validation import REPLAY, VARIABLES
 from rigkit.variables import docs_table
 
 README = REPO_ROOT / "README.md"
@@ -25,6 +26,7 @@ def settings_tables() -> str:
         variables = getattr(module, "VARIABLES", [])
         if variables:
             sections.append(f"### Role `{name}` (roles/{name}.py)\n\n" + docs_table(variables))
+    sections.append("### Validation (`validate.py`, rigkit/validation.py)\n\n" + docs_table(VARIABLES + [REPLAY]))
     return "\n\n".join(sections)
 
 

@@ -62,6 +62,7 @@ VARIABLES = [
     Variable("validate_decode_ab", False, "also run the decode A/B: switches the rig between its profile and the "
              "derived baseline once per visit (2 x measured restarts: minutes of downtime, so opt-in)", bool),
 ]
+REPLAY = Variable("replay", None, "results/<run-id> whose prompt sizes, kind and seeds this run repeats", str)
 
 
 @dataclass

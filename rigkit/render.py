@@ -129,7 +129,10 @@ def compose_context(settings: Settings) -> dict[str, Any]:
     gpu = None
     if settings.profile.needs_gpus:
         gpu = {"device_ids": [yaml_scalar(index) for index in settings.gpu_ids]}
-    volumes = [yaml_scalar(f"{knobs['l2_path']}:{L2_CONTAINER_PATH}")] if settings.l2_active else []
+    # Long bind syntax: a missing source is an error, never created on the fly, so a stack whose L2
+    # disk did not mount refuses to start instead of filling the root filesystem.
+    volumes = ([{"source": yaml_scalar(knobs["l2_path"]), "target": yaml_scalar(L2_CONTAINER_PATH)}]
+               if settings.l2_active else [])
     return {
         "profile": settings.profile.name,
         "service": SERVICE_NAME,

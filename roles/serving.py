@@ -40,8 +40,10 @@ from rigkit.render import (COMPOSE_FILE_NAME, COMPOSE_PROJECT, CONTAINER_NAME, E
 from rigkit.smoke import SmokeReport, check_container, check_http
 from rigkit.tunnel import serving_url
 from rigkit.variables import Variable
+from roles._common import host_settings
 from roles.serving_facts import (STACK_LABEL, ComposeCommand, DiskFree, DockerImagePresent, GpuMemory,
-                                 ManifestProbe, MemInfo, PortListeners, ShmSize, StackContainers)
+                                 ManifestProbe, MemInfo, MountTarget, PortListeners, ShmSize,
+                                 StackContainers)
 
 logger = logging.getLogger("rigkit.serving")
 
@@ -124,6 +126,14 @@ def image_pulled(image: str):
     yield f"docker pull {shlex.quote(image)}"
 
 
+def l2_disk_mount() -> Optional[str]:
+    """Where the l2_disk role mounts this rig's L2 device, or None when the rig declares none."""
+    from roles.l2_disk import VARIABLES as L2_DISK_VARIABLES
+
+    values = host_settings(L2_DISK_VARIABLES, host)
+    return values["l2_mount_point"] if values["l2_device"] else None
+
+
 def gather_facts(settings: Settings, compose: Optional[str]) -> HostFacts:
     has_engine = host.get_fact(Which, command="docker") is not None
     gpu_csv = None
@@ -133,6 +143,8 @@ def gather_facts(settings: Settings, compose: Optional[str]) -> HostFacts:
     return HostFacts(
         meminfo=host.get_fact(MemInfo),
         l2_free_bytes=host.get_fact(DiskFree, path=settings.knobs["l2_path"]) if settings.l2_active else None,
+        l2_mount_target=host.get_fact(MountTarget, path=settings.knobs["l2_path"]) if settings.l2_active else None,
+        l2_disk_mount=l2_disk_mount(),
         gpu_memory_csv=gpu_csv,
         has_engine=has_engine,
         compose_command=compose,

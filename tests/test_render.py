@@ -85,7 +85,8 @@ def test_rendered_compose_shape(profile_name):
     else:
         assert "deploy" not in service
     if s.l2_active:
-        assert service["volumes"] == [f"{s.knobs['l2_path']}:{L2_CONTAINER_PATH}"]
+        # long syntax: a missing source (an L2 disk that did not mount) fails instead of being created
+        assert service["volumes"] == [{"type": "bind", "source": s.knobs["l2_path"], "target": L2_CONTAINER_PATH}]
     else:
         assert "volumes" not in service
 
@@ -103,7 +104,8 @@ def test_bind_address_defaults_to_loopback_and_knob_changes_it():
 def test_l2_mount_follows_the_knob_for_optional_profiles():
     assert "volumes" not in rendered(settings("lmcache-mp"))["services"]["serving"]
     s = settings("lmcache-mp", l2_enabled=True, l2_path="/mnt/nvme-kv")
-    assert rendered(s)["services"]["serving"]["volumes"] == ["/mnt/nvme-kv:/kv-store"]
+    assert rendered(s)["services"]["serving"]["volumes"] == [{"type": "bind", "source": "/mnt/nvme-kv",
+                                                               "target": "/kv-store"}]
     assert env_values(s)["LMCACHE_L2_ADAPTER"] == '{"type":"fs","base_path":"/kv-store"}'
 
 

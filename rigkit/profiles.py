@@ -46,6 +46,9 @@ class Connector(_Strict):
     uses_l1: bool = False
     # never: no disk tier; optional: the l2_enabled knob decides; always: the connector needs its store.
     l2: Literal["never", "optional", "always"] = "never"
+    # True when the connector never deletes from its disk store: rigkit's L2 janitor then keeps the
+    # store under l2_budget_gb (least recently used first), so a full disk cannot kill the engine.
+    l2_needs_janitor: bool = False
     prelude: str = ""
 
     @field_validator("knobs")

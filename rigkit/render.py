@@ -24,6 +24,7 @@ SERVICE_NAME = "serving"
 CONTAINER_NAME = "rigkit-serving"
 STACK_NAME = "serving"  # value of the org.rigkit.stack label (roles/serving_facts.StackContainers)
 LABEL_PREFIX = "org.rigkit"
+KNOBS_HASH_LABEL = f"{LABEL_PREFIX}.knobs-hash"
 L2_CONTAINER_PATH = "/kv-store"
 COMPOSE_FILE_NAME = "compose.yml"
 ENV_FILE_NAME = ".env"
@@ -114,7 +115,7 @@ def render_env(settings: Settings) -> str:
 def labels(settings: Settings) -> dict[str, str]:
     return {f"{LABEL_PREFIX}.stack": STACK_NAME,
             f"{LABEL_PREFIX}.profile": settings.profile.name,
-            f"{LABEL_PREFIX}.knobs-hash": settings.knobs_hash}
+            KNOBS_HASH_LABEL: settings.knobs_hash}
 
 
 def environment_lines(settings: Settings) -> list[str]:

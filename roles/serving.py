@@ -28,15 +28,17 @@ from pyinfra import host
 from pyinfra.api import deploy, operation
 from pyinfra.facts.files import FileContents
 from pyinfra.facts.server import Which
-from pyinfra.operations import files, python
+from pyinfra.operations import files, python, systemd
+from pyinfra.operations.util import any_changed
 
 from rigkit.errors import PreflightError
 from rigkit.hostdata import Settings, settings_for_host
 from rigkit.ledger import LEDGER_PATH, SMOKE_FAIL, SMOKE_PASS, Ledger, Release
 from rigkit.paths import RIG_LIB_DIR, RIG_STACK_DIR, RIG_STATE_DIR
+from rigkit.sizing import GB
 from rigkit.preflight import HostFacts, preflight, refusals
-from rigkit.render import (COMPOSE_FILE_NAME, COMPOSE_PROJECT, CONTAINER_NAME, ENV_FILE_NAME, STACK_NAME,
-                           render_compose, render_env)
+from rigkit.render import (COMPOSE_FILE_NAME, COMPOSE_PROJECT, CONTAINER_NAME, ENV_FILE_NAME, KNOBS_HASH_LABEL,
+                           STACK_NAME, env_values, render_compose, render_env)
 from rigkit.smoke import SmokeReport, check_container, check_http
 from rigkit.tunnel import serving_url
 from rigkit.variables import Variable
@@ -57,6 +59,11 @@ VARIABLES: list[Variable] = [
 RELEASE_HASH_FILE = f"{RIG_STATE_DIR}/release.sha256"
 WAIT_READY_SCRIPT = f"{RIG_LIB_DIR}/wait_ready.py"
 WAIT_READY_SOURCE = Path(__file__).parent / "files" / "wait_ready.py"
+L2_JANITOR_SOURCE = Path(__file__).parent / "files" / "l2_janitor.py"
+L2_JANITOR_SCRIPT = f"{RIG_LIB_DIR}/l2_janitor.py"
+L2_JANITOR_UNIT = "rigkit-l2-janitor.service"
+L2_JANITOR_MIN_FREE_BYTES = 256 * 2**20  # the store's disk never fills: a failed KV write kills the engine
+L2_JANITOR_INTERVAL_S = 2
 
 
 def host_data() -> dict:
@@ -92,19 +99,22 @@ def record_hash_command(digest: Optional[str]) -> str:
 
 
 @operation()
-def stack_release(compose: str, image: str, digest: str, url: str, timeout_s: int):
+def stack_release(compose: str, image: str, knobs_hash: str, digest: str, url: str, timeout_s: int):
     """
     Bring the rendered stack up unless the rig already runs exactly this rendering.
 
     + compose: ``docker compose`` or ``docker-compose`` (the rig's ComposeCommand fact)
     + image: the pinned image (repo@sha256:...)
+    + knobs_hash: the settings' hash the running containers must carry as their label
     + digest: release_hash of the rendered compose.yml and .env
     + url: the /v1/models URL polled until the API answers
     + timeout_s: seconds to wait for it
     """
     containers = host.get_fact(StackContainers, stack=STACK_NAME)
     applied = (host.get_fact(FileContents, path=RELEASE_HASH_FILE) or [""])[0].strip()
-    serving = bool(containers) and all(c["running"] and c["image"] == image for c in containers)
+    # the label catches a stack someone else re-rendered (validate.py's decode A/B runs the baseline)
+    serving = bool(containers) and all(c["running"] and c["image"] == image
+                                       and c["labels"].get(KNOBS_HASH_LABEL) == knobs_hash for c in containers)
     if serving and applied == digest:
         host.noop(f"stack already serving {image}")
         return
@@ -124,6 +134,28 @@ def image_pulled(image: str):
         host.noop(f"{image} already on the rig")
         return
     yield f"docker pull {shlex.quote(image)}"
+
+
+def janitor_unit(settings: Settings) -> str:
+    """systemd unit keeping the connector's store under l2_budget_gb (the connector never evicts)."""
+    budget = int(settings.knobs["l2_budget_gb"] * GB)
+    return (
+        "[Unit]\nDescription=rigkit L2 janitor: keep the KV store under its budget (LRU)\n\n"
+        "[Service]\n"
+        f"ExecStart=/usr/bin/python3 {L2_JANITOR_SCRIPT} {settings.knobs['l2_path']} {budget} "
+        f"{L2_JANITOR_MIN_FREE_BYTES} {L2_JANITOR_INTERVAL_S}\n"
+        "Restart=always\n\n[Install]\nWantedBy=multi-user.target\n"
+    )
+
+
+def l2_janitor(settings: Settings) -> None:
+    script = files.put(name="L2 janitor script", src=str(L2_JANITOR_SOURCE), dest=L2_JANITOR_SCRIPT, mode="755")
+    unit = files.put(name="L2 janitor unit", src=StringIO(janitor_unit(settings)),
+                     dest=f"/etc/systemd/system/{L2_JANITOR_UNIT}")
+    systemd.daemon_reload(name="systemd reads the L2 janitor unit", _if=unit.did_change)
+    systemd.service(name="L2 janitor running", service=L2_JANITOR_UNIT, running=True, enabled=True)
+    systemd.service(name="L2 janitor restarted for its new settings", service=L2_JANITOR_UNIT, restarted=True,
+                    _if=any_changed(script, unit))
 
 
 def l2_disk_mount() -> Optional[str]:
@@ -297,6 +329,8 @@ def serving(image_override: Optional[str] = None, kind: str = "deploy") -> None:
     if settings.l2_active:
         files.directory(name="L2 cache directory", path=settings.knobs["l2_path"])
     files.put(name="Wait-ready helper", src=str(WAIT_READY_SOURCE), dest=WAIT_READY_SCRIPT, mode="755")
+    if settings.l2_active and settings.profile.connector.l2_needs_janitor:
+        l2_janitor(settings)
     files.put(name="Render compose.yml", src=StringIO(rendered["compose"]),
               dest=f"{RIG_STACK_DIR}/{COMPOSE_FILE_NAME}", mode="644")
     files.put(name="Render .env (0600: may hold a token)", src=StringIO(rendered["env"]),
@@ -304,6 +338,7 @@ def serving(image_override: Optional[str] = None, kind: str = "deploy") -> None:
     image_pulled(name="Pull the image (the old stack keeps serving)", image=settings.image)
     # A failed release must reach after_release (which rolls it back), so its error is not fatal here.
     release = stack_release(name=f"Release {settings.image}", compose=compose, image=settings.image,
+                            knobs_hash=settings.knobs_hash,
                             digest=rendered["digest"], url=ready_url(settings),
                             timeout_s=settings.knobs["ready_timeout_s"], _ignore_errors=True)
     python.call(name="Smoke, ledger, prune", function=after_release,
@@ -314,8 +349,6 @@ def serving(image_override: Optional[str] = None, kind: str = "deploy") -> None:
 
 
 def _expected_env(settings: Settings) -> dict:
-    from rigkit.render import env_values
-
     return dict(env_values(settings)) | dict(settings.profile.fixed_env)
 
 

@@ -9,15 +9,20 @@ A case holds:
   "debian-12" (sets the distribution fact);
 - ``facts``: fact values by name (``deb.DebPackages``, ``host_facts.NvidiaModuleVersion``), or by
   ``name:argument`` for a fact read with an argument (``host_facts.BlockDeviceProbe:/dev/loop7``);
-  ``files``: file contents by path, from which the file facts (File, Sha1File, FileText) derive;
+  ``files``: file contents by path (text, or {"from": repository path}), from which the file facts
+  (File, Sha1File, FileContents, FileText) derive; ``modes``: octal modes as ints (600) of listed
+  files and directories (default 644 / 755);
   ``dirs``: directories that exist besides the standard ones and those holding a listed file;
   a fact a case does not give takes the fact's own default (what pyinfra returns for "absent");
 - ``stage``: "prepare" (default; what ``--dry`` shows: ``_if`` conditions resolve from whether the
   operations they name would change) or "execute" (the host is assumed to look like the facts at
   execution time: checks that only run while executing are exercised);
-- expected: ``commands`` (strings; an upload is {"upload": path, "content": text}; a Python step
+- expected: ``commands`` (strings; an upload is {"upload": path, "content": text}, or
+  {"upload": path, "from": repository path} for a repository file uploaded as is; a Python step
   such as the reboot's wait-and-reconnect is "<python: name>"), ``notes`` (substrings of noop
-  lines), and/or ``error`` (substring of the refusal).
+  lines), ``python_args`` (by function name: substrings of that Python step's string arguments,
+  e.g. the findings a "Preflight refused" step raises when it runs), and/or ``error`` (substring of
+  the refusal).
 
 The hosts are fakes by necessity: there is no GPU driver, CUDA repository or NVMe here. The lab
 tests (tests/lab/test_roles_lab.py) run the docker and l2_disk roles against real rigs.
@@ -49,6 +54,7 @@ from rigkit.errors import RigkitError
 from roles.operations import any_changed
 
 CASES_DIR = Path(__file__).parent
+REPO_ROOT = CASES_DIR.parents[1]
 CASE_FILES = sorted(CASES_DIR.glob("*/*.json"))
 
 OS_RELEASES = {
@@ -67,8 +73,9 @@ class FakeFacts:
 
     def __init__(self, case: dict):
         self.facts: dict[str, Any] = dict(case.get("facts", {}))
-        self.files: dict[str, str] = case.get("files", {})
+        self.files: dict[str, str] = {path: _file_text(value) for path, value in case.get("files", {}).items()}
         self.dirs: set[str] = STANDARD_DIRS | set(case.get("dirs", []))
+        self.modes: dict[str, int] = case.get("modes", {})
         if "os" in case:
             self.facts.setdefault("server.LinuxDistribution", {
                 "name": None, "major": None, "minor": None, "release_meta": OS_RELEASES[case["os"]]})
@@ -91,7 +98,7 @@ class FakeFacts:
         return fact.default()
 
     def _from_files(self, cls, fact, name: str, path):
-        if path is None or name not in ("files.File", "files.Sha1File", "files.Directory") \
+        if path is None or name not in ("files.File", "files.Sha1File", "files.FileContents", "files.Directory") \
                 and not getattr(cls, "reads_file", False):
             return _NOT_DERIVED
         text = self.files.get(path)
@@ -105,18 +112,26 @@ class FakeFacts:
             return None
         if name == "files.Sha1File":
             return hashlib.sha1(text.encode()).hexdigest()
-        return {"user": "root", "group": "root", "mode": 644, "size": len(text),
+        if name == "files.FileContents":
+            return text.splitlines()
+        return {"user": "root", "group": "root", "mode": self.modes.get(path, 644), "size": len(text),
                 "mtime": datetime(2026, 1, 1)}
 
 
     def _directory(self, path: str):
         inside = path.rstrip("/") + "/"
         if path in self.dirs or any(other.startswith(inside) for other in self.files):
-            return {"user": "root", "group": "root", "mode": 755}
+            return {"user": "root", "group": "root", "mode": self.modes.get(path, 755)}
         return None
 
 
 _NOT_DERIVED = object()
+
+
+def _file_text(value) -> str:
+    """A case's file content: the text, or {"from": path} for a repository file the rig holds unchanged."""
+    return (REPO_ROOT / value["from"]).read_text() if isinstance(value, dict) else value
+
 
 # Directories every supported distribution has; a case adds others with "dirs".
 STANDARD_DIRS = {"/etc", "/etc/apt", "/etc/apt/sources.list.d", "/etc/modprobe.d", "/tmp"}
@@ -148,6 +163,8 @@ def render(command) -> Any:
         return command.get_raw_value()
     if isinstance(command, FileUploadCommand):
         src = command.src
+        if isinstance(src, str):  # a file of the repository, uploaded as is
+            return {"upload": command.dest, "from": str(Path(src).resolve().relative_to(REPO_ROOT))}
         src.seek(0)
         return {"upload": command.dest, "content": src.read()}
     if isinstance(command, FunctionCommand):
@@ -175,6 +192,7 @@ def run_case(case_dir: str, case: dict) -> dict:
     """Run the role (or operation) of ``case_dir`` against the case; return commands, notes, error."""
     inventory = Inventory((["rig"], {}), override_data=None)
     state = State(inventory, Config())
+    state.print_noop_info = True  # noop lines are notes a case can expect (pyinfra logs them at debug otherwise)
     host = inventory.get_host("rig")
     host.data.__dict__["override_datas"].update(case.get("data", {}))
     facts = FakeFacts(case)
@@ -182,7 +200,8 @@ def run_case(case_dir: str, case: dict) -> dict:
     host.connected = True
     notes = NoteCatcher()
 
-    result: dict[str, Any] = {"commands": [], "notes": notes.lines, "error": None, "asked": facts.asked}
+    result: dict[str, Any] = {"commands": [], "notes": notes.lines, "error": None, "asked": facts.asked,
+                              "python_args": {}}
     with notes:
         _run(case_dir, case, state, host, result)
     return result
@@ -221,6 +240,10 @@ def _run(case_dir: str, case: dict, state: State, host, result: dict) -> None:
             if executing:
                 op_data.operation_meta.set_complete(True, commands, CommandOutput([]))
             result["commands"].extend(render(command) for command in commands)
+            for command in commands:
+                if isinstance(command, FunctionCommand):
+                    result["python_args"][command.function.__name__] = " ".join(
+                        value for value in list(command.args) + list(command.kwargs.values()) if isinstance(value, str))
 
 
 @pytest.mark.parametrize("case_path", CASE_FILES, ids=lambda p: f"{p.parent.name}/{p.stem}")
@@ -237,6 +260,10 @@ def test_case(case_path: Path) -> None:
         assert result["commands"] == case["commands"], f"facts asked: {result['asked']}"
     for note in case.get("notes", []):
         assert any(note in line for line in result["notes"]), f"{note!r} not in notes {result['notes']}"
+    for function, parts in case.get("python_args", {}).items():
+        assert function in result["python_args"], f"no Python step {function!r}: {result['commands']}"
+        for part in _as_list(parts):
+            assert part in result["python_args"][function], f"{part!r} not in {result['python_args'][function]!r}"
 
 
 def _as_list(value) -> list:
@@ -244,6 +271,6 @@ def _as_list(value) -> list:
 
 
 def test_every_role_folder_has_cases() -> None:
-    roles = {"nvidia_driver", "docker", "nvidia_container_toolkit", "l2_disk"}
+    roles = {"nvidia_driver", "docker", "nvidia_container_toolkit", "l2_disk", "serving"}
     folders = {path.parent.name for path in CASE_FILES}
     assert roles <= folders, f"no cases for {sorted(roles - folders)}"

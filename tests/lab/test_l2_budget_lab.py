@@ -31,12 +31,9 @@ def test_store_past_its_budget_is_evicted_and_the_stack_keeps_serving(lab, deplo
     data = {**lab_host_data[rig.name], "serving_profile": "cpu-lab",
             "serving_image": lab.serving_image["releases"]["1"]}
     store = settings_for_host(data).knobs["l2_path"]
-    container_before = rig_exec(rig, "docker inspect --format '{{.Id}}' rigkit-serving").stdout
     result = run_pyinfra(args=["--limit", rig.name, "--data", f"l2_budget_gb={BUDGET_GB}"], deploy="deploy.py")
     assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-3000:]
     try:
-        # the budget lives in the janitor, not in compose/.env: the stack is not restarted for it
-        assert rig_exec(rig, "docker inspect --format '{{.Id}}' rigkit-serving").stdout == container_before
         with serving_url(data, "127.0.0.1", rig.serving_port, rig.name) as url:
             client = ServingClient(url)
             for seed in range(SESSIONS):

@@ -24,6 +24,7 @@ PROMPT_TOKENS_BY_SOURCE = "vllm:prompt_tokens_by_source_total"
 PROMPT_TOKENS_CACHED_BY_SOURCE = "vllm:prompt_tokens_cached_by_source_total"
 GENERATION_TOKENS = "vllm:generation_tokens_total"
 TTFT = "vllm:time_to_first_token_seconds"
+DECODE_TIME = "vllm:request_decode_time_seconds"
 KV_CACHE_USAGE = "vllm:kv_cache_usage_perc"
 CACHE_CONFIG_INFO = "vllm:cache_config_info"
 LMCACHE_PREFIX = "lmcache_mp_"
@@ -53,6 +54,9 @@ class Snapshot:
     ttft_count: float = 0.0
     # upper bound "le" -> cumulative count
     ttft_buckets: Mapping[float, float] = field(default_factory=dict)
+    # time from a request's first to its last token, server side (decode speed without the network)
+    decode_time_sum: float = 0.0
+    decode_time_count: float = 0.0
     # gauge: the largest over engines (a sum of fractions would mean nothing)
     kv_cache_usage_perc: float = 0.0
     # labels of vllm:cache_config_info (first engine); strings as vLLM reports them
@@ -149,6 +153,8 @@ def parse(text: str) -> Snapshot:
         ttft_sum=sums.get(TTFT + "_sum", 0.0),
         ttft_count=sums.get(TTFT + "_count", 0.0),
         ttft_buckets=dict(sorted(buckets.items())),
+        decode_time_sum=sums.get(DECODE_TIME + "_sum", 0.0),
+        decode_time_count=sums.get(DECODE_TIME + "_count", 0.0),
         kv_cache_usage_perc=usage,
         cache_config=cache_config,
         lmcache=lmcache,
@@ -165,7 +171,8 @@ def require_prefix_counters(snapshot: Snapshot) -> Snapshot:
 
 
 _COUNTER_FIELDS = ("prefix_cache_queries", "prefix_cache_hits", "external_prefix_cache_queries",
-                   "external_prefix_cache_hits", "generation_tokens", "ttft_sum", "ttft_count")
+                   "external_prefix_cache_hits", "generation_tokens", "ttft_sum", "ttft_count",
+                   "decode_time_sum", "decode_time_count")
 
 
 @dataclass(frozen=True)
@@ -181,6 +188,12 @@ class Delta(Snapshot):
     @property
     def server_ttft_mean(self) -> Optional[float]:
         return self.ttft_sum / self.ttft_count if self.ttft_count > 0 else None
+
+    def server_decode_tps(self, completion_tokens: int) -> Optional[float]:
+        """Decode tok/s of the one request in this window, timed by the server (first to last token)."""
+        if self.decode_time_count != 1 or self.decode_time_sum <= 0 or completion_tokens < 2:
+            return None
+        return (completion_tokens - 1) / self.decode_time_sum
 
     def tokens_from(self, source: str) -> float:
         return self.prompt_tokens_by_source.get(source, 0.0)

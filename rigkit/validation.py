@@ -271,12 +271,18 @@ def run_decode_ab(activate: Callable[[str], ServingClient], arms: Mapping[str, s
         if step.visit != visit:
             visit, client = step.visit, activate(step.arm)
         prompt = client.build_prompt(PromptSpec(step.kind, settings.decode_prompt_tokens, rng.randrange(2**31)))
-        result = client.stream_completion(prompt.text, max_tokens=settings.decode_tokens)
-        if step.measured:
-            if result.aborted or result.decode_tps is None:
-                raise ConfigError("decode A/B", step.arm, f"a measured {step.kind} run failed ({result.error})",
-                                  "check the engine is alive after the profile switch")
-            samples[step.arm][step.kind].append(result.decode_tps)
+        if not step.measured:
+            client.stream_completion(prompt.text, max_tokens=settings.decode_tokens)
+            continue
+        run = measure(client, prompt.text, settings.decode_tokens)
+        # the server's own decode time: a tunnel or proxy may deliver a stream in bursts, which
+        # makes client-side chunk timing read impossibly fast
+        tps = (run.window.server_decode_tps(run.result.completion_tokens or 0)
+               if run.result.completion_tokens else None) or run.result.decode_tps
+        if run.result.aborted or tps is None:
+            raise ConfigError("decode A/B", step.arm, f"a measured {step.kind} run failed ({run.result.error})",
+                              "check the engine is alive after the profile switch")
+        samples[step.arm][step.kind].append(tps)
     verdict = abstats.compare(samples)
     return DecodeAB(arms=dict(arms), warmup=warmup, measured=measured, output_tokens=settings.decode_tokens,
                     kinds=[DecodeKind(kind=c.kind, on=StatModel.of(c.on.samples), off=StatModel.of(c.off.samples),

@@ -96,3 +96,13 @@ def test_a_scrape_without_prefix_counters_is_refused():
 def test_non_prometheus_text_is_refused():
     with pytest.raises(MetricsError, match="not Prometheus text format"):
         parse("<html>not metrics</html>\n{")
+
+
+def test_server_decode_speed_of_a_one_request_window():
+    # recorded from a real vLLM: one request of 16 generated tokens between the two scrapes
+    window = delta(parse((METRICS / "00-idle.txt").read_text()), parse((METRICS / "01-after-cold.txt").read_text()))
+    assert window.decode_time_count == 1 and window.generation_tokens == 16
+    assert window.server_decode_tps(16) == pytest.approx(15 / window.decode_time_sum)
+    # a window holding several requests cannot name one request's decode time
+    idle = parse((METRICS / "00-idle.txt").read_text())
+    assert delta(idle, parse((METRICS / "04-after-warm-connector.txt").read_text())).server_decode_tps(16) is None

@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 
 from rigkit.errors import PreflightError
-from rigkit.lab.proc import LabStepError, Progress, pid_runs, read_pid, start_daemon, stop_pid, wait_until
+from rigkit.lab.proc import process_alive, LabStepError, Progress, pid_runs, read_pid, start_daemon, stop_pid, wait_until
 from rigkit.paths import CACHE_DIR, LAB_DIR
 
 DOCKER_SOCKET = Path("/var/run/docker.sock")
@@ -134,8 +134,10 @@ def ensure_engine(progress: Progress) -> dict:
     progress("docker engine: starting dockerd (no bridge"
              + (", runc wrapper for the missing CAP_SYS_RESOURCE" if use_wrapper else "") + ")")
     pid = start_daemon(dockerd_command(use_wrapper), ENGINE_LOG_FILE, ENGINE_PID_FILE)
-    if not wait_until(lambda: not pid_runs(pid, "dockerd") or engine_answers(), ENGINE_START_TIMEOUT_S, 0.3) \
-            or not pid_runs(pid, "dockerd"):
+    # The new dockerd must be the one answering: an engine still shutting down from `lab down` may
+    # answer for a moment while the new one waits for the socket.
+    if not wait_until(lambda: not process_alive(pid) or (pid_runs(pid, "dockerd") and engine_answers()),
+                      ENGINE_START_TIMEOUT_S, 0.3) or not pid_runs(pid, "dockerd"):
         tail = " | ".join(ENGINE_LOG_FILE.read_text(errors="replace").strip().splitlines()[-5:])
         raise LabStepError("docker engine", " ".join(dockerd_command(use_wrapper)),
                            f"dockerd did not come up (log {ENGINE_LOG_FILE}: {tail})",

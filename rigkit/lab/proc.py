@@ -48,6 +48,15 @@ def start_daemon(cmd: Sequence[str], log_file: Path, pid_file: Path) -> int:
     return process.pid
 
 
+def process_alive(pid: int) -> bool:
+    """True while the process exists and is not a zombie (whatever program it runs)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"
+
+
 def pid_runs(pid: int | None, executable_name: str) -> bool:
     """True if PID is alive and is still the program we started (PIDs get recycled)."""
     if not pid:

@@ -27,8 +27,6 @@ Level = Literal["ok", "warn", "refuse"]
 class HostFacts:
     meminfo: dict[str, int]  # /proc/meminfo in bytes (serving_facts.MemInfo)
     l2_free_bytes: Optional[int] = None  # free bytes where l2_path lives (serving_facts.DiskFree)
-    l2_mount_target: Optional[str] = None  # mount point of the filesystem holding l2_path (serving_facts.MountTarget)
-    l2_disk_mount: Optional[str] = None  # where the l2_disk role mounts the L2 device; None: no L2 device declared
     gpu_memory_csv: Optional[str] = None  # nvidia_smi.GPU_MEMORY_QUERY output; None: no nvidia-smi
     has_engine: bool = True  # `docker` answers
     compose_command: Optional[str] = None  # serving_facts.ComposeCommand
@@ -106,19 +104,6 @@ def check_host_shm(settings: Settings, shm_bytes: Optional[int]) -> list[Finding
                         f"the rig's /dev/shm {size_mb} MiB < L1 {l1} GB (ipc: host shares it with the container)",
                         f"remount /dev/shm with size >= {l1}G")]
     return [Finding("ok", "host-shm", "/dev/shm", f"{size_mb} MiB", "rig /dev/shm large enough")]
-
-
-def check_l2_mount(settings: Settings, mount_target: Optional[str], disk_mount: Optional[str]) -> list[Finding]:
-    """The L2 directory must sit on the L2 disk: a disk that did not mount leaves it on the root filesystem."""
-    if not settings.l2_active or disk_mount is None:
-        return []
-    path = settings.knobs["l2_path"]
-    if mount_target != disk_mount:
-        return [Finding("refuse", "l2-mount", "l2_path", path,
-                        f"{path} is on the filesystem mounted at {mount_target or 'nothing'}, not on the L2 disk "
-                        f"mounted at {disk_mount}: the cache would fill that filesystem",
-                        f"mount the L2 disk (the l2_disk role; `findmnt {disk_mount}`), or set l2_path on it")]
-    return [Finding("ok", "l2-mount", "l2_path", path, f"on the L2 disk ({disk_mount})")]
 
 
 def check_l2(settings: Settings, free_bytes: Optional[int]) -> list[Finding]:
@@ -219,7 +204,6 @@ def check_port(settings: Settings, facts: HostFacts) -> list[Finding]:
 def preflight(settings: Settings, facts: HostFacts) -> list[Finding]:
     findings = (check_ram(settings, facts.meminfo) + check_shm(settings) + check_host_shm(settings, facts.host_shm_bytes)
                 + check_l2(settings, facts.l2_free_bytes)
-                + check_l2_mount(settings, facts.l2_mount_target, facts.l2_disk_mount)
                 + check_gpus(settings, facts.gpu_memory_csv) + check_engine(facts) + check_image(settings, facts)
                 + check_port(settings, facts))
     if settings.knobs["force"]:

@@ -44,7 +44,7 @@ from rigkit.tunnel import serving_url
 from rigkit.variables import Variable
 from roles._common import host_settings
 from roles.serving_facts import (STACK_LABEL, ComposeCommand, DiskFree, DockerImagePresent, GpuMemory,
-                                 ManifestProbe, MemInfo, MountTarget, PortListeners, ShmSize,
+                                 ManifestProbe, MemInfo, PortListeners, ShmSize,
                                  StackContainers)
 
 logger = logging.getLogger("rigkit.serving")
@@ -93,13 +93,25 @@ def release_commands(compose: str, image: str, pull: bool, url: str, timeout_s: 
     ]
 
 
+def l2_on_disk_command(l2_path: str, disk_mount: str) -> str:
+    """Refuses (before the old stack is stopped) when l2_path is not on the L2 disk's filesystem.
+
+    Checked when the release runs, after the l2_disk role mounted the disk in the same deploy."""
+    path, mount = shlex.quote(l2_path), shlex.quote(disk_mount)
+    return (f"p={path}; while [ ! -e \"$p\" ] && [ \"$p\" != / ]; do p=$(dirname \"$p\"); done; "
+            f"[ \"$(findmnt -n -o TARGET --target \"$p\")\" = {mount} ] || "
+            f"{{ echo \"refused: l2_path {l2_path} is not on the L2 disk mounted at {disk_mount}: "
+            f"the cache would fill another filesystem. Fix: mount the L2 disk (findmnt {disk_mount})\" >&2; exit 1; }}")
+
+
 def record_hash_command(digest: Optional[str]) -> str:
     """The verified rendering's hash, or none (the next run then redoes the release)."""
     return f"echo {digest} > {RELEASE_HASH_FILE}" if digest else f"rm -f {RELEASE_HASH_FILE}"
 
 
 @operation()
-def stack_release(compose: str, image: str, knobs_hash: str, digest: str, url: str, timeout_s: int):
+def stack_release(compose: str, image: str, knobs_hash: str, digest: str, url: str, timeout_s: int,
+                  l2_guard: Optional[tuple[str, str]] = None):
     """
     Bring the rendered stack up unless the rig already runs exactly this rendering.
 
@@ -109,6 +121,7 @@ def stack_release(compose: str, image: str, knobs_hash: str, digest: str, url: s
     + digest: release_hash of the rendered compose.yml and .env
     + url: the /v1/models URL polled until the API answers
     + timeout_s: seconds to wait for it
+    + l2_guard: (l2_path, mount point of the L2 disk): refuse the release when the path is not on it
     """
     containers = host.get_fact(StackContainers, stack=STACK_NAME)
     applied = (host.get_fact(FileContents, path=RELEASE_HASH_FILE) or [""])[0].strip()
@@ -118,6 +131,8 @@ def stack_release(compose: str, image: str, knobs_hash: str, digest: str, url: s
     if serving and applied == digest:
         host.noop(f"stack already serving {image}")
         return
+    if l2_guard:
+        yield l2_on_disk_command(*l2_guard)
     yield record_hash_command(None)
     yield from release_commands(compose, image, False, url, timeout_s)
 
@@ -175,8 +190,6 @@ def gather_facts(settings: Settings, compose: Optional[str]) -> HostFacts:
     return HostFacts(
         meminfo=host.get_fact(MemInfo),
         l2_free_bytes=host.get_fact(DiskFree, path=settings.knobs["l2_path"]) if settings.l2_active else None,
-        l2_mount_target=host.get_fact(MountTarget, path=settings.knobs["l2_path"]) if settings.l2_active else None,
-        l2_disk_mount=l2_disk_mount(),
         gpu_memory_csv=gpu_csv,
         has_engine=has_engine,
         compose_command=compose,
@@ -336,11 +349,14 @@ def serving(image_override: Optional[str] = None, kind: str = "deploy") -> None:
     files.put(name="Render .env (0600: may hold a token)", src=StringIO(rendered["env"]),
               dest=f"{RIG_STACK_DIR}/{ENV_FILE_NAME}", mode="600")
     image_pulled(name="Pull the image (the old stack keeps serving)", image=settings.image)
+    disk_mount = l2_disk_mount()
     # A failed release must reach after_release (which rolls it back), so its error is not fatal here.
     release = stack_release(name=f"Release {settings.image}", compose=compose, image=settings.image,
                             knobs_hash=settings.knobs_hash,
                             digest=rendered["digest"], url=ready_url(settings),
-                            timeout_s=settings.knobs["ready_timeout_s"], _ignore_errors=True)
+                            timeout_s=settings.knobs["ready_timeout_s"], _ignore_errors=True,
+                            l2_guard=(settings.knobs["l2_path"], disk_mount) if settings.l2_active and disk_mount
+                            else None)
     python.call(name="Smoke, ledger, prune", function=after_release,
                 _if=lambda: release.did_change() or release.did_error(),
                 settings=settings, data=data, compose=compose, expected_env=_expected_env(settings),

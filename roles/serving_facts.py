@@ -78,19 +78,6 @@ class DiskFree(FactBase):
         return int(text) if text.isdigit() else None
 
 
-class MountTarget(FactBase):
-    """Mount point of the filesystem that holds ``path`` (its nearest existing parent), or None."""
-
-    def command(self, path: str) -> str:
-        quoted = shlex.quote(path)
-        return (f"p={quoted}; while [ ! -e \"$p\" ] && [ \"$p\" != / ]; do p=$(dirname \"$p\"); done; "
-                "findmnt -n -o TARGET --target \"$p\"")
-
-    def process(self, output):
-        text = "".join(output).strip()
-        return text or None
-
-
 class ShmSize(FactBase):
     """Size in bytes of the rig's /dev/shm (what an `ipc: host` container gets), or None."""
 

@@ -147,13 +147,3 @@ def test_rig_shm_below_l1_warns():
     (shm,) = by_check(run(LMCACHE, host_shm_bytes=32 * 2**30), "host-shm")
     assert shm.level == "warn" and "L1 60 GB" in shm.message
 
-
-def test_l2_dir_not_on_the_l2_disk_is_refused():
-    # a disk that did not mount at boot (nofail) leaves l2_path on the root filesystem
-    (mount,) = by_check(run(CPU_LAB, meminfo=meminfo_gb(20, 24), l2_mount_target="/",
-                            l2_disk_mount="/mnt/rigkit-l2"), "l2-mount")
-    assert mount.level == "refuse" and mount.field == "l2_path" and "findmnt /mnt/rigkit-l2" in mount.fix
-    (mount,) = by_check(run(CPU_LAB, meminfo=meminfo_gb(20, 24), l2_mount_target="/mnt/rigkit-l2",
-                            l2_disk_mount="/mnt/rigkit-l2"), "l2-mount")
-    assert mount.level == "ok"
-    assert by_check(run(CPU_LAB, meminfo=meminfo_gb(20, 24), l2_mount_target="/"), "l2-mount") == []

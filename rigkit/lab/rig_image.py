@@ -19,7 +19,7 @@ from rigkit.lab.proc import LabStepError, Progress, run, run_with_progress
 from rigkit.paths import CACHE_DIR, LAB_DIR
 
 SUITE = "bookworm"
-RECIPE_VERSION = "3"
+RECIPE_VERSION = "4"
 IMAGE_REPOSITORY = "rigkit-lab/rig"
 BASE_REPOSITORY = "rigkit-lab/rig-base"
 # Labels on everything the lab builds: `lab down --purge-cache` removes images by them.
@@ -59,6 +59,23 @@ ExecStart=/bin/ln -sfn ${{LOOP_DEVICE}} ${{NVME_PATH}}
 WantedBy=sysinit.target
 """
 
+# A real host's udev brings /dev/disk/by-uuid up at boot and systemd mounts fstab from it; a rig has
+# no udev, so an fstab mount by UUID would not come back after a rig restart. mount(8) resolves
+# UUID= itself (libblkid), so mount what fstab declares before the engine starts its containers.
+FSTAB_MOUNT_UNIT = """[Unit]
+Description=rigkit lab: mount fstab after boot (a rig has no udev)
+After=rigkit-lab-nvme.service local-fs.target
+Before=containerd.service docker.service
+
+[Service]
+Type=oneshot
+RemainAfterExit=yes
+ExecStart=-/bin/mount -a
+
+[Install]
+WantedBy=multi-user.target
+"""
+
 INSTALL_SCRIPT = f"""set -eu
 export DEBIAN_FRONTEND=noninteractive
 # package scripts must not start daemons: with host networking sshd would bind the HOST's port 22
@@ -79,6 +96,9 @@ echo '{json.dumps(RIG_DAEMON_JSON)}' > /etc/docker/daemon.json
 cat > /etc/systemd/system/rigkit-lab-nvme.service <<'UNIT'
 {NVME_LINK_UNIT}UNIT
 systemctl enable rigkit-lab-nvme.service
+cat > /etc/systemd/system/rigkit-lab-fstab.service <<'UNIT'
+{FSTAB_MOUNT_UNIT}UNIT
+systemctl enable rigkit-lab-fstab.service
 # per-rig host keys are bind-mounted (the lab writes known_hosts from them)
 rm -f /etc/ssh/ssh_host_*
 # no audit/loginuid in a container

@@ -107,6 +107,23 @@ def ssh_run(rig: RigState, state: LabState, cmd: str, timeout: float = 60) -> tu
         client.close()
 
 
+STACK_BACK_TIMEOUT_S = 300.0
+
+
+def assert_stack_comes_back(rig: RigState) -> None:
+    """After a rig restart, a stack rigkit deployed there serves again by itself, as after a host reboot
+    (the L2 disk mounts from fstab, the engine restarts its containers). No stack on the rig: nothing to do."""
+    from rigkit.client import ServingClient
+    from rigkit.render import CONTAINER_NAME
+    from rigkit.tunnel import serving_url
+
+    if rig_exec(rig, f"docker ps -aq --filter name={CONTAINER_NAME}", check=False).stdout.strip() == "":
+        return
+    with serving_url(inventory_host_data()[rig.name], bind="127.0.0.1", port=rig.serving_port,
+                     inventory_name=rig.name) as url:
+        ServingClient(url).wait_ready(timeout_s=STACK_BACK_TIMEOUT_S)
+
+
 def start_rig_engine(rig: RigState) -> None:
     rig_exec(rig, "systemctl start docker")
     deadline = time.monotonic() + RIG_ENGINE_TIMEOUT_S
@@ -206,6 +223,11 @@ def rig_exec_fixture(lab):
 @pytest.fixture(scope="session", name="ssh_run")
 def ssh_run_fixture(lab):
     return lambda rig, cmd, timeout=60: ssh_run(rig, lab, cmd, timeout)
+
+
+@pytest.fixture(scope="session", name="assert_stack_comes_back")
+def assert_stack_comes_back_fixture(lab):
+    return assert_stack_comes_back
 
 
 @pytest.fixture(scope="session", name="rig_engine")

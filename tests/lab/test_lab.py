@@ -61,7 +61,7 @@ def test_each_rig_has_its_spare_nvme_as_an_unformatted_block_device(lab, rig_exe
         assert fs_type in ("", "ext4", "xfs")
 
 
-def test_nvme_path_survives_a_rig_restart(lab, rig_exec, ssh_run):
+def test_nvme_path_survives_a_rig_restart(lab, rig_exec, ssh_run, assert_stack_comes_back):
     # a restarted netns rig needs `lab up` to re-plumb its veth: that is the next test
     rig = [rig for rig in lab.rigs if not rig.netns][-1]
     subprocess.run(["docker", "restart", rig.container], check=True, capture_output=True)
@@ -71,10 +71,11 @@ def test_nvme_path_survives_a_rig_restart(lab, rig_exec, ssh_run):
         time.sleep(0.5)
     status, out, _ = ssh_run(rig, f"readlink -f {rig.nvme_path}")
     assert status == 0 and out.strip() == rig.loop_device
+    assert_stack_comes_back(rig)
 
 
 def test_a_restarted_netns_rig_is_replumbed_by_lab_up(lab, netns_rig, lab_rig_count, lab_netns_rig_count,
-                                                     rig_exec, ssh_run):
+                                                     rig_exec, ssh_run, assert_stack_comes_back):
     from rigkit.lab.cli import lab_up
 
     subprocess.run(["docker", "restart", netns_rig.container], check=True, capture_output=True)
@@ -91,6 +92,7 @@ def test_a_restarted_netns_rig_is_replumbed_by_lab_up(lab, netns_rig, lab_rig_co
     forwarders = [pid for pid in netns.forwarder_processes()
                   if f"/proc/{lab_rigs.container_pid(netns_rig.container)}/ns/net" in netns._cmdline(pid)]
     assert len(forwarders) == 1, "one registry forwarder for the rig's current namespace"
+    assert_stack_comes_back(netns_rig)
 
 
 def test_pyinfra_deploys_to_every_rig_and_the_second_run_changes_nothing(lab, run_pyinfra, rig_exec):

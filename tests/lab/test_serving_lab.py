@@ -82,8 +82,8 @@ def test_declared_knobs_reach_the_container(lab, deployed, rig_exec):
 def test_upgrade_then_rollback_without_registry(lab, deployed, run_pyinfra, rig_exec, lab_host_data):
     release_2 = lab.serving_image["releases"]["2"]
     rigs = lab.rigs[:2]
-    limit = ",".join(rig.name for rig in rigs)
-    result = run_pyinfra(args=["--limit", limit, "--data", f"serving_image={release_2}"], deploy="deploy.py",
+    limit = [arg for rig in rigs for arg in ("--limit", rig.name)]  # pyinfra 3.10 takes one name per --limit
+    result = run_pyinfra(args=[*limit, "--data", f"serving_image={release_2}"], deploy="deploy.py",
                          timeout=1800)
     assert_ok(result)
     for rig in rigs:
@@ -93,7 +93,7 @@ def test_upgrade_then_rollback_without_registry(lab, deployed, run_pyinfra, rig_
     since = rig_exec(rigs[0], "date +%s").stdout.strip()
     stop_registry(progress=print)  # the registry is unreachable during the rollback: a pull would fail
     try:
-        result = run_pyinfra(args=["--limit", limit], deploy="rollback.py", timeout=1800)
+        result = run_pyinfra(args=limit, deploy="rollback.py", timeout=1800)
     finally:
         ensure_registry(progress=print)
     assert_ok(result)

@@ -13,7 +13,7 @@ import urllib.error
 import urllib.request
 
 from rigkit.errors import PreflightError
-from rigkit.lab.proc import LabStepError, Progress, pid_runs, read_pid, start_daemon, stop_pid, wait_until
+from rigkit.lab.proc import process_alive, LabStepError, Progress, pid_runs, read_pid, start_daemon, stop_pid, wait_until
 from rigkit.paths import CACHE_DIR, LAB_DIR
 
 REGISTRY_HOST = "127.0.0.1"
@@ -77,7 +77,7 @@ def ensure_registry(progress: Progress) -> int:
     progress(f"registry: starting docker-registry on {REGISTRY} (storage {REGISTRY_STORAGE})")
     cmd = [REGISTRY_EXECUTABLE, "serve", str(REGISTRY_CONFIG)]
     pid = start_daemon(cmd, REGISTRY_LOG_FILE, REGISTRY_PID_FILE)
-    if not wait_until(lambda: not pid_runs(pid, REGISTRY_EXECUTABLE) or registry_answers(), REGISTRY_START_TIMEOUT_S) \
+    if not wait_until(lambda: not process_alive(pid) or registry_answers(), REGISTRY_START_TIMEOUT_S) \
             or not registry_answers():
         tail = " | ".join(REGISTRY_LOG_FILE.read_text(errors="replace").strip().splitlines()[-5:])
         raise LabStepError("registry", " ".join(cmd), f"did not answer on {REGISTRY} (log {REGISTRY_LOG_FILE}: {tail})",

@@ -1,7 +1,7 @@
 """`rigkit deploy`: run a pyinfra deploy over a fleet and say, per rig, what happened.
 
     rigkit deploy inventory/lab.py                          # deploy.py on every rig
-    rigkit deploy inventory/lab.py --limit rig4,rig5 --fail-percent 50
+    rigkit deploy inventory/lab.py --limit rig4,rig5 --fail-percent 50   # a comma list is split for pyinfra
     rigkit deploy inventory/lab.py --deploy rollback.py
 
 Before pyinfra starts, every targeted host's connection data is checked (a host with no usable SSH key
@@ -204,6 +204,27 @@ def limit_from(pyinfra_args: Sequence[str]) -> list[str]:
     return [p for p in patterns if p]
 
 
+def split_limits(pyinfra_args: Sequence[str]) -> list[str]:
+    """`--limit a,b` as `--limit a --limit b`: pyinfra 3 takes one pattern per --limit, and a comma
+    list silently matches no host (the run then deploys nothing and exits 0)."""
+    out: list[str] = []
+    args = list(pyinfra_args)
+    i = 0
+    while i < len(args):
+        arg = args[i]
+        if arg == "--limit" and i + 1 < len(args):
+            value, i = args[i + 1], i + 2
+        elif arg.startswith("--limit="):
+            value, i = arg.split("=", 1)[1], i + 1
+        else:
+            out.append(arg)
+            i += 1
+            continue
+        for pattern in (p for p in value.split(",") if p):
+            out += ["--limit", pattern]
+    return out
+
+
 def targeted(hosts: dict[str, dict], patterns: Sequence[str]) -> list[str]:
     """Host names a pyinfra --limit selects (names, groups or globs of either); all without a limit."""
     if not patterns:
@@ -249,7 +270,11 @@ def run_pyinfra_streaming(argv: list[str]) -> tuple[int, str]:
 
 def fleet_deploy(inventory: str, deploy: str, pyinfra_args: Sequence[str]) -> tuple[int, list[RigOutcome]]:
     hosts = load_inventory(inventory)
+    pyinfra_args = split_limits(pyinfra_args)
     names = targeted(hosts, limit_from(pyinfra_args))
+    if not names:
+        raise ConfigError("--limit", " ".join(limit_from(pyinfra_args)), f"matches no host of {inventory}",
+                          f"use host or group names from the inventory: {', '.join(sorted(hosts))}")
     for name in names:  # refused here: nothing has run on any rig yet
         check_connection_data(name, hosts[name]["data"])
     status, output = run_pyinfra_streaming([pyinfra_executable(), "-y", *pyinfra_args, inventory, deploy])

@@ -211,3 +211,11 @@ def test_a_traceback_for_one_rig_does_not_abort_the_others():
     outcomes = summarize(output, ["rig1", "rig2"])
     assert outcomes["rig1"].status == OK
     assert outcomes["rig2"].status == FAILED and outcomes["rig2"].reason == "SSH session not active"
+
+
+def test_comma_limits_become_one_pattern_per_limit():
+    from rigkit.fleet import split_limits
+
+    # pyinfra 3 matches "rig1,rig2" against host names literally: nothing would be deployed
+    assert split_limits(["--limit", "rig1,rig2", "--data", "a=b", "--limit=rig3"]) == [
+        "--limit", "rig1", "--limit", "rig2", "--data", "a=b", "--limit", "rig3"]

@@ -72,9 +72,17 @@ def totals(result: subprocess.CompletedProcess):
     return parse_results(result.stdout + result.stderr)["Grand total"]
 
 
-@pytest.fixture
-def rig(lab: LabState) -> RigState:
-    return lab.rigs[-1]
+@pytest.fixture(scope="module")
+def rig(lab: LabState, run_pyinfra) -> RigState:
+    """The last lab rig. These tests stop its engine and wipe its L2 disk: a serving stack the session
+    deployed there is converged back by the real deploy afterwards, as an operator would."""
+    rig = lab.rigs[-1]
+    had_stack = subprocess.run(["docker", "exec", rig.container, "test", "-f", "/etc/rigkit/stack/compose.yml"],
+                               capture_output=True).returncode == 0
+    yield rig
+    if had_stack:
+        result = run_pyinfra(args=["--limit", rig.name], deploy="deploy.py", timeout=1800)
+        assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-3000:]
 
 
 # ----------------------------------------------------------------------------------------- docker
@@ -125,6 +133,8 @@ def test_docker_role_fails_when_the_engine_cannot_run_the_check_image(lab, rig, 
 
 def blank_l2_disk(rig: RigState, rig_exec) -> None:
     """The rig's spare disk as the lab hands it out: no filesystem, not mounted, not in fstab."""
+    # a serving stack and the L2 janitor use the disk: stop them first (the module's fixture redeploys)
+    rig_exec(rig, "docker rm -f rigkit-serving >/dev/null 2>&1; systemctl stop rigkit-l2-janitor 2>/dev/null; true")
     rig_exec(rig, f"umount {MOUNT_POINT} 2>/dev/null; sed -i '\\# {MOUNT_POINT} #d' /etc/fstab; "
                   f"wipefs -a -q {rig.nvme_path}; rm -rf {MOUNT_POINT}; true")
     assert probe(rig, rig_exec) == {}

@@ -29,7 +29,7 @@ from pyinfra.api import deploy, operation
 from pyinfra.facts.files import FileContents
 from pyinfra.facts.server import Which
 from pyinfra.operations import files, python, systemd
-from pyinfra.operations.util import any_changed
+from roles.operations import any_changed
 
 from rigkit.errors import PreflightError
 from rigkit.hostdata import Settings, settings_for_host

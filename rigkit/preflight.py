@@ -1,9 +1,13 @@
 """Preflight: host facts + Settings -> findings (ok / warn / refuse), each naming the number and the fix.
 
-Pure: the serving role reads the facts (roles/serving_facts.py, nvidia_smi.GPU_MEMORY_QUERY) and
-passes them in. ``preflight(settings, facts)`` returns every finding with ``force`` already applied:
-forceable refusals (GPU memory, L2 budget, MemTotal) become warnings; the RAM gate, a GPU profile on
-a GPU-less rig, a missing engine/compose and an unobtainable image never do.
+Pure: the roles read the facts (roles/serving_facts.py, roles/host_facts.py) and pass them in. Two gates:
+- ``bare_host_preflight``: the preflight role, right after rig_lock and before any role changes the rig.
+  Only what the bare host answers (RAM, the rig's /dev/shm, the serving port, GPUs, L2 free space on a
+  mounted L2 disk); what the later roles provide (the driver's nvidia-smi, the mounted L2 disk) is checked
+  as far as the host shows it already.
+- ``preflight``: the serving role, once the engine is in: every check, including engine, compose, image.
+Both apply ``force``: forceable refusals (GPU memory, L2 budget, MemTotal) become warnings; the RAM gate,
+a GPU profile on a GPU-less rig, a missing engine/compose and an unobtainable image never do.
 """
 
 from __future__ import annotations
@@ -11,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any, Literal, Optional
 
-from rigkit.errors import PreflightError
+from rigkit.errors import PreflightError, RigkitError
 from rigkit.hostdata import Settings
 from rigkit.nvidia_smi import GpuMemory, parse_gpu_memory
 from rigkit.sizing import GB
@@ -51,6 +55,11 @@ class Finding:
     def __str__(self) -> str:
         fix = f" Fix: {self.fix}" if self.fix and self.level != "ok" else ""
         return f"[{self.level}] {self.check}: {self.message}.{fix}"
+
+    @classmethod
+    def refused_by(cls, check: str, error: RigkitError) -> "Finding":
+        """A refusal another module raised (e.g. l2_disk's device decision), as one finding among the others."""
+        return cls("refuse", check, error.field, error.value, error.problem, error.fix)
 
 
 def _gb(value_bytes: float) -> float:
@@ -123,6 +132,14 @@ def check_l2(settings: Settings, free_bytes: Optional[int]) -> list[Finding]:
     return [Finding("ok", "l2", "l2_path", path, f"{path} has {free:g} GB free >= budget {budget:g} GB")]
 
 
+def check_l2_if_mounted(settings: Settings, free_bytes: Optional[int]) -> list[Finding]:
+    """Before the l2_disk role: ``free_bytes`` None means the L2 disk is not mounted yet (serving checks it later)."""
+    if free_bytes is None and settings.l2_active:
+        return [Finding("ok", "l2", "l2_path", settings.knobs["l2_path"],
+                        "L2 disk not mounted yet: its free space is checked once the l2_disk role mounted it")]
+    return check_l2(settings, free_bytes)
+
+
 def check_gpus(settings: Settings, gpu_memory_csv: Optional[str]) -> list[Finding]:
     profile = settings.profile
     if not profile.needs_gpus:
@@ -157,6 +174,33 @@ def check_gpus(settings: Settings, gpu_memory_csv: Optional[str]) -> list[Findin
             findings.append(Finding("ok", "gpu", "gpu_mask", index,
                                     f"GPU {index} {gpu.free_fraction:.1%} free"))
     return findings
+
+
+def check_gpus_before_driver(settings: Settings, gpu_memory_csv: Optional[str], nvidia_pci_gpus: int,
+                             declared_gpus: int) -> list[Finding]:
+    """Before the nvidia_driver role: where nvidia-smi answers, ``check_gpus``; without it (``gpu_memory_csv``
+    None) the PCI bus must show the GPUs the profile needs and ``gpus`` must let the driver role install."""
+    profile = settings.profile
+    if not profile.needs_gpus or gpu_memory_csv is not None:
+        return check_gpus(settings, gpu_memory_csv)
+    needed = profile.resources.gpus
+    if nvidia_pci_gpus == 0:
+        return [Finding("refuse", "gpu", "serving_profile", profile.name,
+                        f"profile {profile.name} needs {needed} GPU(s) but the rig reports none "
+                        "(no nvidia-smi, no NVIDIA GPU on its PCI bus)",
+                        "pick a CPU profile such as cpu-lab, or a rig with GPUs")]
+    if nvidia_pci_gpus < needed:
+        return [Finding("refuse", "gpu", "serving_profile", profile.name,
+                        f"profile {profile.name} needs {needed} GPU(s); the rig's PCI bus shows {nvidia_pci_gpus}",
+                        "pick a profile for fewer GPUs, or a rig with more")]
+    if declared_gpus < needed:
+        return [Finding("refuse", "gpu", "gpus", declared_gpus,
+                        f"the rig has {nvidia_pci_gpus} NVIDIA GPU(s) and no driver yet, but gpus={declared_gpus} "
+                        f"makes the driver roles skip it (profile {profile.name} needs {needed})",
+                        f"set gpus: {nvidia_pci_gpus} for this host")]
+    return [Finding("ok", "gpu", "gpus", declared_gpus,
+                    f"{nvidia_pci_gpus} NVIDIA GPU(s) on the PCI bus, no driver yet: "
+                    "their memory is checked once the nvidia_driver role installed it")]
 
 
 def check_engine(facts: HostFacts) -> list[Finding]:
@@ -201,15 +245,33 @@ def check_port(settings: Settings, facts: HostFacts) -> list[Finding]:
                     "to a free port")]
 
 
+def with_force(settings: Settings, findings: list[Finding]) -> list[Finding]:
+    """``force`` turns forceable refusals into warnings; the others stay refusals."""
+    if not settings.knobs["force"]:
+        return findings
+    return [replace(f, level="warn", message=f"{f.message} (forced)") if f.level == "refuse" and f.forceable
+            else f for f in findings]
+
+
 def preflight(settings: Settings, facts: HostFacts) -> list[Finding]:
-    findings = (check_ram(settings, facts.meminfo) + check_shm(settings) + check_host_shm(settings, facts.host_shm_bytes)
-                + check_l2(settings, facts.l2_free_bytes)
-                + check_gpus(settings, facts.gpu_memory_csv) + check_engine(facts) + check_image(settings, facts)
-                + check_port(settings, facts))
-    if settings.knobs["force"]:
-        findings = [replace(f, level="warn", message=f"{f.message} (forced)") if f.level == "refuse" and f.forceable
-                    else f for f in findings]
-    return findings
+    """Every check, with the engine in place (the serving role)."""
+    return with_force(settings, check_ram(settings, facts.meminfo) + check_shm(settings)
+                      + check_host_shm(settings, facts.host_shm_bytes) + check_l2(settings, facts.l2_free_bytes)
+                      + check_gpus(settings, facts.gpu_memory_csv) + check_engine(facts)
+                      + check_image(settings, facts) + check_port(settings, facts))
+
+
+def bare_host_preflight(settings: Settings, facts: HostFacts, nvidia_pci_gpus: int = 0,
+                        declared_gpus: int = 0) -> list[Finding]:
+    """What the host answers before any role changed it (the preflight role); no engine needed.
+
+    ``facts.l2_free_bytes`` None: the L2 disk is not mounted yet; ``facts.gpu_memory_csv`` None: no working
+    nvidia-smi yet (then ``nvidia_pci_gpus`` and ``declared_gpus`` decide). The engine fields are not read.
+    """
+    return with_force(settings, check_ram(settings, facts.meminfo) + check_host_shm(settings, facts.host_shm_bytes)
+                      + check_l2_if_mounted(settings, facts.l2_free_bytes)
+                      + check_gpus_before_driver(settings, facts.gpu_memory_csv, nvidia_pci_gpus, declared_gpus)
+                      + check_port(settings, facts))
 
 
 def refusals(findings: list[Finding]) -> list[Finding]:

@@ -1,0 +1,119 @@
+"""The bare-host gate (rigkit.preflight.bare_host_preflight): what the preflight role refuses before any role
+changes the rig. nvidia-smi outputs are real (2x H200); the PCI counts are what that host's bus shows (2)."""
+
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from rigkit.errors import PreflightError
+from rigkit.hostdata import settings_for_host
+from rigkit.preflight import Finding, HostFacts, bare_host_preflight, preflight, refusals
+from rigkit.sizing import GB
+
+H200 = Path(__file__).parent / "fixtures" / "nvidia-smi" / "h200-x2-ubuntu2404"
+IDLE = (H200 / "query-gpu-noheader.csv").read_text()
+BUSY = (H200 / "query-gpu-busy-noheader.csv").read_text()
+LMCACHE = {"serving_profile": "lmcache-mp", "allow_incubating": True, "model": "m", "l1_size_gb": 60,
+           "serving_image": "lmcache/vllm-openai@sha256:" + "2" * 64}
+CPU_LAB = {"serving_profile": "cpu-lab", "serving_image": "127.0.0.1:5000/rigkit/vllm-cpu-tiny@sha256:" + "1" * 64,
+           "serving_port": 8104}
+
+
+def bare(**changes) -> HostFacts:
+    """A bare host: no engine, no compose, no image (none of which this gate may read)."""
+    base = dict(meminfo={"MemAvailable": 200 * GB, "MemTotal": 256 * GB}, host_shm_bytes=128 * 2**30,
+                l2_free_bytes=None, gpu_memory_csv=None, has_engine=False, compose_command=None,
+                image_present=False, port_listeners=[])
+    return HostFacts(**{**base, **changes})
+
+
+def run(data, pci=2, declared=2, **fact_changes):
+    return bare_host_preflight(settings_for_host(data, variables=[]), bare(**fact_changes), pci, declared)
+
+
+def only(findings, check) -> Finding:
+    (found,) = [f for f in findings if f.check == check]
+    return found
+
+
+def test_a_fresh_gpu_host_passes_without_engine_driver_or_l2_disk():
+    findings = run({**LMCACHE, "l2_enabled": True})
+    assert refusals(findings) == []
+    assert {f.check for f in findings} == {"ram", "host-shm", "l2", "gpu", "port"}  # nothing needs the engine
+    assert "not mounted yet" in only(findings, "l2").message
+    assert "nvidia_driver role" in only(findings, "gpu").message
+    # the serving gate on the same host refuses the missing engine: that check belongs there, not here
+    full = preflight(settings_for_host(LMCACHE, variables=[]), bare(gpu_memory_csv=IDLE))
+    assert [f.field for f in refusals(full)] == ["docker"]
+
+
+def test_ram_gate_refuses_before_anything_changes_even_forced():
+    for force in (False, True):
+        ram = only(refusals(run({**LMCACHE, "force": force}, meminfo={"MemAvailable": 80 * GB,
+                                                                       "MemTotal": 256 * GB})), "ram")
+        assert ram.field == "l1_size_gb" and ram.value == 60 and "at most 52" in ram.fix
+
+
+def test_rig_shm_too_small_for_the_engine():
+    shm = only(refusals(run(CPU_LAB, pci=0, declared=0, host_shm_bytes=64 * 2**20)), "host-shm")
+    assert shm.field == "/dev/shm" and shm.value == "64 MiB" and "remount" in shm.fix
+
+
+def test_foreign_listener_on_the_serving_port_refused_rigkits_own_stack_is_not():
+    stack = "c" * 64
+    ours = {"pid": 900, "containers": [stack], "command": "python3"}
+    foreign = {"pid": 4242, "containers": [], "command": "python3"}
+    port = only(refusals(run(CPU_LAB, pci=0, declared=0, port_listeners=[foreign])), "port")
+    assert port.field == "serving_port" and port.value == 8104 and "pid 4242 (python3)" in port.message
+    assert refusals(run(CPU_LAB, pci=0, declared=0, port_listeners=[ours], stack_container_ids=(stack[:12],))) == []
+
+
+def test_gpu_profile_on_a_host_without_nvidia_gpus_refused_even_forced():
+    for force in (False, True):
+        gpu = only(refusals(run({**LMCACHE, "force": force}, pci=0, declared=1)), "gpu")
+        assert gpu.field == "serving_profile" and "but the rig reports none" in gpu.message
+        assert "cpu-lab" in gpu.fix
+
+
+def test_fewer_gpus_on_the_bus_than_the_profile_needs():
+    # every shipped GPU profile needs one GPU: a four-GPU variant of lmcache-mp stands in for a bigger one
+    settings = settings_for_host(LMCACHE, variables=[])
+    profile = settings.profile.model_copy(update={"resources": settings.profile.resources.model_copy(
+        update={"gpus": 4})})
+    findings = bare_host_preflight(replace(settings, profile=profile), bare(), nvidia_pci_gpus=2, declared_gpus=4)
+    gpu = only(refusals(findings), "gpu")
+    assert gpu.field == "serving_profile" and "needs 4 GPU(s); the rig's PCI bus shows 2" in gpu.message
+
+
+def test_gpus_on_the_bus_but_declared_zero_the_driver_role_would_skip_them():
+    gpu = only(refusals(run(LMCACHE, pci=2, declared=0)), "gpu")
+    assert gpu.field == "gpus" and gpu.value == 0 and "set gpus: 2" in gpu.fix
+
+
+def test_gpu_memory_checked_where_nvidia_smi_answers():
+    gpu = only(refusals(run(LMCACHE, gpu_memory_csv=BUSY)), "gpu")
+    assert gpu.field == "gpu_free_fraction_min" and "GPU 0" in gpu.message
+    assert refusals(run({**LMCACHE, "force": True}, gpu_memory_csv=BUSY)) == []  # forceable, as in serving
+    assert refusals(run(LMCACHE, gpu_memory_csv=IDLE)) == []
+
+
+def test_cpu_profile_needs_no_gpu_anywhere():
+    assert only(run(CPU_LAB, pci=0, declared=0), "gpu").level == "ok"
+
+
+@pytest.mark.parametrize("free_gb, level", [(None, "ok"), (39, "refuse"), (900, "ok")])
+def test_l2_free_space_only_once_mounted(free_gb, level):
+    data = {**LMCACHE, "l2_enabled": True, "l2_budget_gb": 40}
+    l2 = only(run(data, l2_free_bytes=None if free_gb is None else free_gb * GB), "l2")
+    assert l2.level == level
+    if level == "refuse":
+        assert l2.field == "l2_budget_gb" and "at most 39" in l2.fix
+
+
+def test_a_refusal_raised_elsewhere_keeps_field_value_and_fix():
+    error = PreflightError("l2_device", "/dev/disk/by-id/nvme-typo", "no block device at this path", "set l2_device")
+    finding = Finding.refused_by("l2-device", error)
+    assert (finding.level, finding.field, finding.value, finding.fix) == (
+        "refuse", "l2_device", "/dev/disk/by-id/nvme-typo", "set l2_device")
+    assert str(finding) == "[refuse] l2-device: no block device at this path. Fix: set l2_device"

@@ -1,36 +1,43 @@
-"""Roll each rig back by digest, without a pull when the image is still on the rig.
+"""Roll each rig back to a verified release, exactly as it was verified, by digest and without a pull
+when the image is still on the rig.
 
-    pyinfra -y inventory/lab.py rollback.py                                   # last known-good
+    pyinfra -y inventory/lab.py rollback.py                                   # undo the latest deploy
     pyinfra -y inventory/lab.py rollback.py --data rollback_to=REPO@sha256:... # a given release
 
-The target comes from the rig's release ledger (the newest release whose smoke passed, other than
-the one running now) unless ``rollback_to`` names one. The rollback is a release like any other:
-same rendering, same wait and smoke, recorded in the ledger with kind "rollback".
+The target comes from the rig's release ledger (the newest release whose smoke passed before the
+latest deploy; rigkit.ledger.Ledger.rollback_target) unless ``rollback_to`` names an image (then its
+newest verified release). The rollback restores that release's stored compose.yml and .env
+(rigkit.ledger.rendering_dir), not the old image re-rendered with today's data; only when they are
+missing is it re-rendered, with a warning and a ledger note. It is a release like any other: same
+wait and smoke, recorded in the ledger with kind "rollback". A second run finds the rig there: No Change.
 """
 
 from pyinfra import host
 from pyinfra.facts.files import FileContents
 
 from rigkit.errors import ConfigError
-from rigkit.ledger import LEDGER_PATH, Ledger
+from rigkit.ledger import LEDGER_PATH, Ledger, Release
 from rigkit.registry import require_digest
 from roles.rig_lock import rig_lock
 from roles.serving import serving
 
 
-def rollback_target() -> str:
+def rollback_target() -> Release:
+    ledger = Ledger.from_json("\n".join(host.get_fact(FileContents, path=LEDGER_PATH) or []))
     wanted = host.data.get("rollback_to")
     if wanted:
-        return require_digest(wanted, "rollback_to")
-    ledger = Ledger.from_json("\n".join(host.get_fact(FileContents, path=LEDGER_PATH) or []))
-    current = ledger.current.image if ledger.current else None
-    good = ledger.last_known_good(exclude_image=current)
-    if good is None:
+        image = require_digest(wanted, "rollback_to")
+        # an image the ledger never saw has no stored rendering: it is rendered from today's data
+        return ledger.newest_of_image(image) or Release(image=image, profile="", knobs_hash="")
+    target = ledger.rollback_target()
+    if target is None:
+        current = ledger.current.image if ledger.current else None
         raise ConfigError("rollback_to", None,
-                          f"{host.name}'s ledger has no known-good release other than the running one ({current})",
+                          f"{host.name}'s ledger has no verified release before its latest deploy ({current})",
                           "pass --data rollback_to=REPO@sha256:<digest>")
-    return good.image
+    return target
 
 
 if rig_lock():  # one deploy or rollback at a time per rig; the ledger is read under the lock
-    serving(image_override=rollback_target(), kind="rollback")
+    target = rollback_target()
+    serving(image_override=target.image, kind="rollback", restore_rendering=target.rendering)

@@ -1,18 +1,27 @@
 """The release ledger kept on each rig: what ran, when, and whether it passed smoke.
 
 Pure data functions; the serving role reads the rig's ledger file as a fact and writes it back.
-Rollback picks the newest release whose smoke verdict is "pass"; pruning keeps the newest
-``keep`` distinct images plus the last known-good one, so a rollback never needs a pull.
+Each entry names its rendering (the release hash of its compose.yml + .env); a verified release's
+rendering is stored on the rig (``rendering_dir``), and a rollback restores that stored rendering,
+not a re-rendering of the old image with today's data. Rollback picks the newest release whose
+smoke verdict is "pass"; pruning keeps the newest ``keep`` distinct images and renderings plus the
+current, last known-good and rollback-target ones, so a rollback never needs a pull.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
+import re
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
 from typing import Optional
 
-from rigkit.paths import RIG_STATE_DIR
+import yaml
+
+from rigkit.knobs import KNOBS_BY_NAME
+from rigkit.paths import RIG_RELEASES_DIR, RIG_STATE_DIR
+from rigkit.render import KNOBS_HASH_LABEL, LABEL_PREFIX, SERVICE_NAME
 
 LEDGER_PATH = f"{RIG_STATE_DIR}/ledger.json"
 SCHEMA_VERSION = 1
@@ -34,6 +43,14 @@ class Release:
     smoke: Optional[str] = None  # SMOKE_PASS | SMOKE_FAIL | None (not checked yet)
     kind: str = "deploy"  # deploy | rollback
     note: str = ""
+    rendering: Optional[str] = None  # release_hash of its compose.yml + .env (None in ledgers older than it)
+
+
+def same_release(a: Release, b: Release) -> bool:
+    """Same rendering; by image alone when either predates renderings in the ledger."""
+    if a.rendering and b.rendering:
+        return a.rendering == b.rendering
+    return a.image == b.image
 
 
 @dataclass
@@ -67,21 +84,46 @@ class Ledger:
         if note:
             self.current.note = note
 
-    def last_known_good(self, exclude_image: Optional[str] = None) -> Optional[Release]:
+    def last_known_good(self, exclude_image: Optional[str] = None,
+                        other_than: Optional[Release] = None) -> Optional[Release]:
+        """The newest release whose smoke passed, of another image and/or another release than ``other_than``."""
         for release in reversed(self.releases):
-            if release.smoke == SMOKE_PASS and release.image != exclude_image:
+            if release.smoke == SMOKE_PASS and release.image != exclude_image \
+                    and not (other_than is not None and same_release(release, other_than)):
                 return release
         return None
 
+    def rollback_target(self) -> Optional[Release]:
+        """What rollback.py restores: the newest verified release before the latest deploy, other than it.
+
+        Rollbacks do not move the target, so a second rollback.py run finds the rig already there."""
+        deploys = [i for i, release in enumerate(self.releases) if release.kind == "deploy"]
+        if not deploys:
+            return None
+        undone = self.releases[deploys[-1]]
+        for release in reversed(self.releases[:deploys[-1]]):
+            if release.smoke == SMOKE_PASS and not same_release(release, undone):
+                return release
+        return None
+
+    def newest_of_image(self, image: str) -> Optional[Release]:
+        """The newest verified release of ``image`` (else its newest release): rollback_to's entry."""
+        of_image = [release for release in self.releases if release.image == image]
+        verified = [release for release in of_image if release.smoke == SMOKE_PASS]
+        return (verified or of_image or [None])[-1]
+
+    def _always_kept(self) -> list[Release]:
+        return [release for release in (self.current, self.last_known_good(), self.rollback_target()) if release]
+
     def images_to_keep(self, keep: int) -> list[str]:
-        """The newest ``keep`` distinct images, plus the last known-good one."""
+        """The newest ``keep`` distinct images, plus the current, last known-good and rollback-target ones."""
         kept: list[str] = []
         for release in reversed(self.releases):
             if release.image not in kept and len(kept) < keep:
                 kept.append(release.image)
-        good = self.last_known_good()
-        if good and good.image not in kept:
-            kept.append(good.image)
+        for release in self._always_kept():
+            if release.image not in kept:
+                kept.append(release.image)
         return kept
 
     def images_to_prune(self, keep: int) -> list[str]:
@@ -91,3 +133,102 @@ class Ledger:
             if release.image not in kept and release.image not in seen:
                 seen.append(release.image)
         return seen
+
+    def renderings_to_keep(self, keep: int) -> list[str]:
+        """The newest ``keep`` distinct stored renderings, plus the current, last known-good and
+        rollback-target ones: never fewer renderings than images (keep_images counts both)."""
+        kept: list[str] = []
+        for release in reversed(self.releases):
+            if release.rendering and release.rendering not in kept and len(kept) < keep:
+                kept.append(release.rendering)
+        for release in self._always_kept():
+            if release.rendering and release.rendering not in kept:
+                kept.append(release.rendering)
+        return kept
+
+    def renderings_to_prune(self, keep: int) -> list[str]:
+        kept = set(self.renderings_to_keep(keep))
+        return list(dict.fromkeys(release.rendering for release in self.releases
+                                  if release.rendering and release.rendering not in kept))
+
+
+def release_hash(compose_text: str, env_text: str) -> str:
+    """What is running is exactly what was rendered when this matches the rig's release hash file."""
+    return hashlib.sha256((compose_text + "\0" + env_text).encode()).hexdigest()
+
+
+RELEASE_HASH_PATTERN = re.compile(r"[0-9a-f]{64}")
+
+
+def rendering_dir(rendering_hash: str) -> str:
+    """Where a verified release's compose.yml and .env are stored on the rig."""
+    if not RELEASE_HASH_PATTERN.fullmatch(rendering_hash or ""):
+        raise ValueError(f"not a release hash: {rendering_hash!r}")
+    return f"{RIG_RELEASES_DIR}/{rendering_hash}"
+
+
+def parse_dotenv(text: str) -> dict[str, str]:
+    """The values of a .env written by rigkit.render.dotenv_line (NAME='v' or NAME="v" with \\ and \" escaped)."""
+    values = {}
+    for line in text.splitlines():
+        if not line.strip() or line.lstrip().startswith("#") or "=" not in line:
+            continue
+        name, raw = line.split("=", 1)
+        if len(raw) >= 2 and raw[0] == raw[-1] == "'":
+            value = raw[1:-1]
+        elif len(raw) >= 2 and raw[0] == raw[-1] == '"':
+            value = re.sub(r'\\(["\\])', r"\1", raw[1:-1])
+        else:
+            value = raw
+        values[name.strip()] = value
+    return values
+
+
+@dataclass(frozen=True)
+class Rendering:
+    """A release's compose.yml and .env exactly as rendered: everything the smoke and the ledger
+    need is read from these texts, so a restored rendering is checked against itself."""
+
+    compose: str
+    env: str
+
+    @property
+    def hash(self) -> str:
+        return release_hash(self.compose, self.env)
+
+    def as_dict(self) -> dict:
+        return {"compose": self.compose, "env": self.env, "digest": self.hash}
+
+    def _service(self) -> dict:
+        return yaml.safe_load(self.compose)["services"][SERVICE_NAME]
+
+    @property
+    def image(self) -> str:
+        return self._service()["image"]
+
+    @property
+    def knobs_hash(self) -> str:
+        return self._service()["labels"][KNOBS_HASH_LABEL]
+
+    @property
+    def profile(self) -> str:
+        return self._service()["labels"][f"{LABEL_PREFIX}.profile"]
+
+    def container_env(self) -> dict[str, str]:
+        """NAME -> value the container must see: .env values for NAME=${NAME:-} lines, the rest as written."""
+        dotenv = parse_dotenv(self.env)
+        values = {}
+        for line in self._service().get("environment") or []:
+            name, value = line.split("=", 1)
+            values[name] = dotenv.get(name, "") if value == f"${{{name}:-}}" else value.replace("$$", "$")
+        return values
+
+    def knob(self, name: str) -> str:
+        """A knob's value as the container sees it (every common knob reaches the env)."""
+        return self.container_env()[KNOBS_BY_NAME[name].env]
+
+    @property
+    def connector(self) -> Optional[str]:
+        """The KV connector named in the engine's command line, None without one."""
+        match = re.search(r'"kv_connector"\s*:\s*"([^"]+)"', " ".join(self._service().get("command") or []))
+        return match.group(1) if match else None

@@ -15,4 +15,6 @@ CACHE_DIR = Path(os.environ.get("RIGKIT_CACHE_DIR", "/var/cache/rigkit"))
 # On a rig: the compose project (compose.yml + .env) and rigkit's own state (ledger, helper scripts).
 RIG_STACK_DIR = "/etc/rigkit/stack"
 RIG_STATE_DIR = "/var/lib/rigkit"
+# Each verified release's compose.yml + .env, by release hash: what a rollback restores exactly.
+RIG_RELEASES_DIR = f"{RIG_STATE_DIR}/releases"
 RIG_LIB_DIR = "/usr/local/lib/rigkit"

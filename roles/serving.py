@@ -10,14 +10,20 @@ Ensures, in order:
 - after a release: smoke (HTTP through an SSH tunnel, env and command line inside the container),
   the verdict in the rig's ledger, automatic rollback to the last known-good digest when the release
   never became ready or smoke fails (both the failure and the rollback are ledger entries), and
-  pruning of images beyond keep_images (the last known-good one is always kept).
+  pruning of images and stored renderings beyond keep_images (the current and last known-good
+  ones are always kept).
   RELEASE_HASH_FILE is written only once the release is verified (or rolled back), so a run killed
   anywhere in between redoes the release when re-run instead of reporting "No Change".
+- a verified release's compose.yml and .env are stored under rigkit.ledger.rendering_dir(<release
+  hash>) and named in its ledger entry: a rollback (automatic, or rollback.py via
+  ``serving(kind="rollback", restore_rendering=...)``) brings back exactly that rendering, not the
+  old image re-rendered with today's data. Only when it is missing (a ledger older than stored
+  renderings, files deleted) is the old image re-rendered, with a warning and a ledger note saying so.
 """
 
 from __future__ import annotations
 
-import hashlib
+import base64
 import logging
 import shlex
 from io import StringIO
@@ -25,7 +31,7 @@ from pathlib import Path
 from typing import Optional
 
 from pyinfra import host
-from pyinfra.api import deploy, operation
+from pyinfra.api import FactBase, deploy, operation
 from pyinfra.facts.files import FileContents
 from pyinfra.facts.server import Which
 from pyinfra.operations import files, python, systemd
@@ -33,12 +39,13 @@ from roles.operations import any_changed
 
 from rigkit.errors import PreflightError
 from rigkit.hostdata import Settings, settings_for_host
-from rigkit.ledger import LEDGER_PATH, SMOKE_FAIL, SMOKE_PASS, Ledger, Release
-from rigkit.paths import RIG_LIB_DIR, RIG_STACK_DIR, RIG_STATE_DIR
+from rigkit.ledger import (LEDGER_PATH, SMOKE_FAIL, SMOKE_PASS, Ledger, Release, Rendering, release_hash,
+                           rendering_dir)
+from rigkit.paths import RIG_LIB_DIR, RIG_RELEASES_DIR, RIG_STACK_DIR, RIG_STATE_DIR
 from rigkit.sizing import GB
 from rigkit.preflight import HostFacts, preflight, refusals
 from rigkit.render import (COMPOSE_FILE_NAME, COMPOSE_PROJECT, CONTAINER_NAME, ENV_FILE_NAME, KNOBS_HASH_LABEL,
-                           STACK_NAME, env_values, render_compose, render_env)
+                           STACK_NAME, render_compose, render_env)
 from rigkit.smoke import SmokeReport, check_container, check_http
 from rigkit.tunnel import serving_url
 from rigkit.variables import Variable
@@ -70,16 +77,18 @@ def host_data() -> dict:
     return host.data.dict()
 
 
-def release_hash(compose_text: str, env_text: str) -> str:
-    """What is running is exactly what was rendered when this matches the rig's RELEASE_HASH_FILE."""
-    return hashlib.sha256((compose_text + "\0" + env_text).encode()).hexdigest()
-
-
 def ready_url(settings: Settings) -> str:
-    address = settings.knobs["bind_address"]
+    return _ready_url(settings.knobs["bind_address"], settings.knobs["serving_port"])
+
+
+def rendering_ready_url(rendering: Rendering) -> str:
+    return _ready_url(rendering.knob("bind_address"), rendering.knob("serving_port"))
+
+
+def _ready_url(address: str, port) -> str:
     if address in ("0.0.0.0", "::"):
         address = "127.0.0.1"
-    return f"http://{address}:{settings.knobs['serving_port']}/v1/models"
+    return f"http://{address}:{port}/v1/models"
 
 
 def release_commands(compose: str, image: str, pull: bool, url: str, timeout_s: int) -> list[str]:
@@ -206,15 +215,16 @@ def _refuse(findings_text: str) -> None:
     raise PreflightError("preflight", host.name, findings_text, "see each refusal's fix above")
 
 
-def smoke(settings: Settings, data: dict, compose_env: dict) -> SmokeReport:
-    """Every smoke check against the running stack (HTTP through the tunnel, container via the rig)."""
+def smoke(rendering: Rendering, data: dict) -> SmokeReport:
+    """Every smoke check against the running stack (HTTP through the tunnel, container via the rig),
+    expecting what ``rendering`` declares."""
     report = SmokeReport()
-    with serving_url(data, settings.knobs["bind_address"], settings.knobs["serving_port"], host.name) as url:
-        report.checks += check_http(url, settings.knobs["served_model_name"])
+    with serving_url(data, rendering.knob("bind_address"), int(rendering.knob("serving_port")), host.name) as url:
+        report.checks += check_http(url, rendering.knob("served_model_name"))
     _, env_out = host.run_shell_command(f"docker exec {CONTAINER_NAME} env")
     _, inspect_out = host.run_shell_command(f"docker inspect {CONTAINER_NAME}")
-    expected_command = [settings.profile.connector.kv_transfer_config["kv_connector"]] if settings.profile.connector else []
-    report.checks += check_container(env_out.stdout, inspect_out.stdout, compose_env, expected_command)
+    expected_command = [rendering.connector] if rendering.connector else []
+    report.checks += check_container(env_out.stdout, inspect_out.stdout, rendering.container_env(), expected_command)
     return report
 
 
@@ -229,67 +239,144 @@ def write_ledger(ledger: Ledger) -> None:
         raise RuntimeError(f"could not write {LEDGER_PATH}")
 
 
+class ExactFileText(FactBase):
+    """A file's exact text (base64 on the wire, so no line or final newline is lost), None when absent."""
+
+    reads_file = True  # the operation tests derive this fact from the case's file contents
+    present_marker = "present"
+
+    def command(self, path: str) -> str:
+        quoted = shlex.quote(path)
+        return f"if [ -f {quoted} ]; then echo {self.present_marker}; base64 -w0 {quoted}; echo; fi"
+
+    def process(self, output: list[str]) -> Optional[str]:
+        if not output or output[0] != self.present_marker:
+            return None
+        return base64.b64decode("".join(output[1:])).decode()
+
+
+def stored_rendering(rendering_hash: Optional[str]) -> tuple[Optional[Rendering], str]:
+    """The verified rendering stored on the rig under that hash, or (None, why it cannot be used)."""
+    if not rendering_hash:
+        return None, "stored rendering missing"
+    directory = rendering_dir(rendering_hash)
+    compose_text = host.get_fact(ExactFileText, path=f"{directory}/{COMPOSE_FILE_NAME}")
+    env_text = host.get_fact(ExactFileText, path=f"{directory}/{ENV_FILE_NAME}")
+    if compose_text is None or env_text is None:
+        return None, "stored rendering missing"
+    rendering = Rendering(compose_text, env_text)
+    if rendering.hash != rendering_hash:
+        return None, f"stored rendering damaged (its files hash to {rendering.hash[:12]})"
+    return rendering, ""
+
+
+REPLACEMENT_NOTE = "re-rendered with today's data: {why}"
+
+
+def restored_rendering(release: Release, todays: Optional[Rendering]) -> tuple[Optional[Rendering], str]:
+    """What a rollback to ``release`` brings up, and the ledger note saying which rendering that is.
+
+    ``todays`` is the release's image rendered from today's data (None when today's data cannot
+    render it): used only when the stored rendering is missing, and said so in a warning and the note."""
+    rendering, why = stored_rendering(release.rendering)
+    if rendering is not None and rendering.image != release.image:
+        rendering, why = None, f"the stored rendering {rendering.hash[:12]} is of {rendering.image}"
+    if rendering is not None:
+        return rendering, f"restored the verified rendering {rendering.hash[:12]}"
+    logger.warning(f"[{host.name}] rollback to {release.image}: {why}; re-rendering it with today's data, "
+                   "which may differ from what was verified")
+    return todays, REPLACEMENT_NOTE.format(why=why)
+
+
+def store_rendering(rendering: Rendering) -> None:
+    """Keep a verified release's compose.yml and .env on the rig (dir 0700, .env 0600) for rollbacks."""
+    directory = rendering_dir(rendering.hash)
+    _run_checked([f"install -d -m 700 {RIG_RELEASES_DIR} {directory}"])
+    for name, text in ((COMPOSE_FILE_NAME, rendering.compose), (ENV_FILE_NAME, rendering.env)):
+        if not host.put_file(StringIO(text), f"{directory}/{name}"):
+            raise RuntimeError(f"could not write {directory}/{name}")
+    _run_checked([f"chmod 600 {directory}/{ENV_FILE_NAME}"])
+
+
 NOTE_TAIL_CHARS = 600  # of the wait's output kept in the ledger when a release never became ready
 
 
-def after_release(settings: Settings, data: dict, compose: str, expected_env: dict, kind: str,
-                  run_smoke: bool, auto_rollback: bool, rollback_files: Optional[dict], digest: str,
-                  release_op=None) -> None:
-    """Smoke, ledger, automatic rollback and pruning, right after a release was brought up.
+def _joined(*notes: str) -> str:
+    return "; ".join(note for note in notes if note)
 
-    ``release_op`` is the stack_release operation: when it failed (a container died, the wait timed
-    out, `up -d` failed) the release is recorded as failed and rolled back like a failed smoke.
+
+def after_release(rendering: Rendering, data: dict, compose: str, kind: str, run_smoke: bool, auto_rollback: bool,
+                  keep_images: int, ready_timeout_s: int, note: str = "", release_op=None) -> None:
+    """Smoke, ledger, stored rendering, automatic rollback and pruning, right after a release was brought up.
+
+    ``rendering`` is what the release brought up; ``note`` goes into its ledger entry. ``release_op``
+    is the stack_release operation: when it failed (a container died, the wait timed out, `up -d`
+    failed) the release is recorded as failed and rolled back like a failed smoke.
     """
     ledger = read_ledger()
-    ledger.record(Release(image=settings.image, profile=settings.profile.name,
-                          knobs_hash=settings.knobs_hash, kind=kind))
+    ledger.record(Release(image=rendering.image, profile=rendering.profile, knobs_hash=rendering.knobs_hash,
+                          kind=kind, note=note, rendering=rendering.hash))
     verdict = None
     if release_op is not None and release_op.did_error():
         tail = "\n".join((release_op.stdout_lines + release_op.stderr_lines)[-12:])[-NOTE_TAIL_CHARS:]
         verdict = SMOKE_FAIL
-        ledger.record_smoke(verdict, f"release never became ready: {tail}")
+        ledger.record_smoke(verdict, _joined(note, f"release never became ready: {tail}"))
     elif run_smoke:
-        report = smoke(settings, data, expected_env)
+        report = smoke(rendering, data)
         verdict = SMOKE_PASS if report.passed else SMOKE_FAIL
-        ledger.record_smoke(verdict, report.summary())
+        ledger.record_smoke(verdict, _joined(note, report.summary()))
         logger.warning(f"[{host.name}] {report.summary()}")
+    if verdict != SMOKE_FAIL:
+        store_rendering(rendering)  # before the ledger names it: a verified entry's rendering is on the rig
     write_ledger(ledger)
     if verdict != SMOKE_FAIL:
-        _run_checked([record_hash_command(digest)])
-        prune(ledger, settings.knobs["keep_images"])
+        _run_checked([record_hash_command(rendering.hash)])
+        prune(ledger, keep_images)
         return
-    failure = ledger.current.note
-    good = ledger.last_known_good(exclude_image=settings.image)
-    if not (auto_rollback and good and rollback_files and good.image in rollback_files):
+    failed = ledger.current
+    good = ledger.last_known_good(other_than=failed)
+    restored, restore_note = (None, "")
+    if auto_rollback and good:
+        restored, restore_note = restored_rendering(good, _todays_rendering(data, good.image))
+    if restored is None:
         why = ("serving_auto_rollback is off" if not auto_rollback else
                "no known-good release other than this one in the ledger" if not good else
-               f"{good.image} cannot be rendered from the current data")
-        raise PreflightError("release", settings.image, f"{kind} failed, not rolled back ({why}): {failure}",
+               f"{good.image} has no stored rendering and cannot be rendered from the current data")
+        raise PreflightError("release", failed.image, f"{kind} failed, not rolled back ({why}): {failed.note}",
                              "fix the release, or roll back with rollback.py --data rollback_to=REPO@sha256:...")
     logger.warning(f"[{host.name}] rolling back to last known-good {good.image}")
-    good_settings = settings_for_host({**data, "serving_image": good.image})
-    rendered = rollback_files[good.image]
-    apply_rendered(rendered)
-    rollback = Release(image=good.image, profile=good.profile, knobs_hash=good_settings.knobs_hash, kind="rollback",
-                       note=f"automatic: {kind} of {settings.image} failed")
+    apply_rendered(restored.as_dict())
+    rollback = Release(image=restored.image, profile=restored.profile, knobs_hash=restored.knobs_hash,
+                       kind="rollback", rendering=restored.hash,
+                       note=_joined(f"automatic: {kind} of {failed.image} failed", restore_note))
     ledger.record(rollback)
     try:
-        _run_checked(release_commands(compose, good.image, False, ready_url(good_settings),
-                                      good_settings.knobs["ready_timeout_s"]))
-        report = smoke(good_settings, data, _expected_env(good_settings)) if run_smoke else None
+        _run_checked(release_commands(compose, restored.image, False, rendering_ready_url(restored), ready_timeout_s))
+        report = smoke(restored, data) if run_smoke else None
     except RuntimeError as exc:
         ledger.record_smoke(SMOKE_FAIL, f"{rollback.note}; the rollback failed too: {exc}"[:2000])
         write_ledger(ledger)
-        raise PreflightError("release", settings.image, f"{kind} failed and the rollback to {good.image} failed too: "
-                             f"{exc}; the failure: {failure}",
+        raise PreflightError("release", failed.image, f"{kind} failed and the rollback to {good.image} failed too: "
+                             f"{exc}; the failure: {failed.note}",
                              "inspect the rig (docker logs rigkit-serving) and deploy a release that starts")
     if report is not None:
-        ledger.record_smoke(SMOKE_PASS if report.passed else SMOKE_FAIL, f"{rollback.note}; {report.summary()}")
+        ledger.record_smoke(SMOKE_PASS if report.passed else SMOKE_FAIL, _joined(rollback.note, report.summary()))
+    if report is None or report.passed:
+        store_rendering(restored)
     write_ledger(ledger)
-    _run_checked([record_hash_command(rendered["digest"])])
-    raise PreflightError("release", settings.image, f"{kind} failed and the rig was rolled back to {good.image} "
-                         f"(serving again); the failure: {failure}",
+    _run_checked([record_hash_command(restored.hash)])
+    raise PreflightError("release", failed.image, f"{kind} failed and the rig was rolled back to {good.image} "
+                         f"(serving again); the failure: {failed.note}",
                          "fix the release and deploy it again; the rig serves the last known-good release")
+
+
+def _todays_rendering(data: dict, image: str) -> Optional[Rendering]:
+    """``image`` rendered from today's host data (None when that data cannot render it any more)."""
+    try:
+        return rendering_for(settings_for_host({**data, "serving_image": image}))
+    except Exception as exc:  # an old image the current data cannot render is no rollback target
+        logger.warning(f"[{host.name}] cannot render {image} from today's data: {exc}")
+        return None
 
 
 def apply_rendered(rendered: dict) -> None:
@@ -308,15 +395,22 @@ def _run_checked(commands: list[str]) -> None:
 def prune(ledger: Ledger, keep: int) -> None:
     for image in ledger.images_to_prune(keep):
         host.run_shell_command(f"docker image rm {shlex.quote(image)} 2>/dev/null || true")
+    for rendering_hash in ledger.renderings_to_prune(keep):
+        host.run_shell_command(f"rm -rf {rendering_dir(rendering_hash)}")
+
+
+def rendering_for(settings: Settings) -> Rendering:
+    return Rendering(render_compose(settings), render_env(settings))
 
 
 def rendered_for(settings: Settings) -> dict:
-    compose_text, env_text = render_compose(settings), render_env(settings)
-    return {"compose": compose_text, "env": env_text, "digest": release_hash(compose_text, env_text)}
+    return rendering_for(settings).as_dict()
 
 
 @deploy("serving")
-def serving(image_override: Optional[str] = None, kind: str = "deploy") -> None:
+def serving(image_override: Optional[str] = None, kind: str = "deploy", restore_rendering: Optional[str] = None) -> None:
+    """Deploy the host data's release; with kind="rollback" and restore_rendering (a release hash from
+    the ledger), bring back that stored rendering of image_override instead of rendering it anew."""
     data = host_data()
     if image_override:
         data = {**data, "serving_image": image_override}
@@ -335,7 +429,11 @@ def serving(image_override: Optional[str] = None, kind: str = "deploy") -> None:
                     findings_text="; ".join(str(f) for f in refused))
         return
 
-    rendered = rendered_for(settings)
+    rendering, note = rendering_for(settings), ""
+    if kind == "rollback":
+        rendering, note = restored_rendering(Release(image=settings.image, profile=settings.profile.name,
+                                                     knobs_hash=settings.knobs_hash, rendering=restore_rendering),
+                                             rendering)
     files.directory(name="rigkit directories", path=RIG_STACK_DIR, mode="700")
     files.directory(name="rigkit state directory", path=RIG_STATE_DIR)
     files.directory(name="rigkit helper directory", path=RIG_LIB_DIR)
@@ -344,38 +442,21 @@ def serving(image_override: Optional[str] = None, kind: str = "deploy") -> None:
     files.put(name="Wait-ready helper", src=str(WAIT_READY_SOURCE), dest=WAIT_READY_SCRIPT, mode="755")
     if settings.l2_active and settings.profile.connector.l2_needs_janitor:
         l2_janitor(settings)
-    files.put(name="Render compose.yml", src=StringIO(rendered["compose"]),
+    files.put(name="Render compose.yml", src=StringIO(rendering.compose),
               dest=f"{RIG_STACK_DIR}/{COMPOSE_FILE_NAME}", mode="644")
-    files.put(name="Render .env (0600: may hold a token)", src=StringIO(rendered["env"]),
+    files.put(name="Render .env (0600: may hold a token)", src=StringIO(rendering.env),
               dest=f"{RIG_STACK_DIR}/{ENV_FILE_NAME}", mode="600")
     image_pulled(name="Pull the image (the old stack keeps serving)", image=settings.image)
     disk_mount = l2_disk_mount()
     # A failed release must reach after_release (which rolls it back), so its error is not fatal here.
     release = stack_release(name=f"Release {settings.image}", compose=compose, image=settings.image,
-                            knobs_hash=settings.knobs_hash,
-                            digest=rendered["digest"], url=ready_url(settings),
+                            knobs_hash=rendering.knobs_hash,
+                            digest=rendering.hash, url=rendering_ready_url(rendering),
                             timeout_s=settings.knobs["ready_timeout_s"], _ignore_errors=True,
                             l2_guard=(settings.knobs["l2_path"], disk_mount) if settings.l2_active and disk_mount
                             else None)
     python.call(name="Smoke, ledger, prune", function=after_release,
                 _if=lambda: release.did_change() or release.did_error(),
-                settings=settings, data=data, compose=compose, expected_env=_expected_env(settings),
-                kind=kind, run_smoke=role["serving_smoke"], auto_rollback=role["serving_auto_rollback"],
-                rollback_files=_rollback_renderings(data), digest=rendered["digest"], release_op=release)
-
-
-def _expected_env(settings: Settings) -> dict:
-    return dict(env_values(settings)) | dict(settings.profile.fixed_env)
-
-
-def _rollback_renderings(data: dict) -> dict:
-    """Renderings of every release in the ledger, keyed by image, so a rollback needs no re-validation."""
-    ledger = Ledger.from_json("\n".join(host.get_fact(FileContents, path=LEDGER_PATH) or []))
-    out = {}
-    for release in ledger.releases:
-        if release.image not in out:
-            try:
-                out[release.image] = rendered_for(settings_for_host({**data, "serving_image": release.image}))
-            except Exception as exc:  # an old release the current data cannot render is not a rollback target
-                logger.warning(f"[{host.name}] cannot render {release.image} for rollback: {exc}")
-    return out
+                rendering=rendering, data=data, compose=compose, kind=kind, run_smoke=role["serving_smoke"],
+                auto_rollback=role["serving_auto_rollback"], keep_images=settings.knobs["keep_images"],
+                ready_timeout_s=settings.knobs["ready_timeout_s"], note=note, release_op=release)

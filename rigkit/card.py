@@ -140,6 +140,29 @@ class Reproducibility(BaseModel):
     block_size: Optional[int] = None
 
 
+L2Level = Literal["ok", "warn", "fail"]
+
+
+class L2Report(BaseModel):
+    """The L2 disk tier as validation found it (rigkit.validation.classify_l2 fills it)."""
+
+    path: str
+    mount: Optional[str] = None
+    fs_size_bytes: Optional[int] = None
+    fs_free_bytes: Optional[int] = None
+    min_free_bytes: int
+    store_bytes: Optional[int] = None
+    budget_bytes: int
+    janitor: Optional[str] = None  # systemd's word for the janitor unit; None: the connector evicts by itself
+    janitor_state: Optional[str] = None  # the janitor's own state from its status file
+    evicted_entries: int = 0
+    evicted_bytes: int = 0
+    last_eviction_reason: Optional[str] = None
+    state: str  # ok, low, full, over-budget, janitor-down, unknown
+    level: L2Level
+    problems: list[str] = Field(default_factory=list)  # each with its fix
+
+
 class RigCard(BaseModel):
     schema_version: Literal[1] = SCHEMA_VERSION
     rig: str
@@ -151,11 +174,12 @@ class RigCard(BaseModel):
     tiers: list[TierResult] = Field(default_factory=list)
     decode_ab: Optional[DecodeAB] = None
     capacity: Optional[Capacity] = None
+    l2: Optional[L2Report] = None
     failures: list[str] = Field(default_factory=list)
 
     @property
     def passed(self) -> bool:
-        return not self.failures and all(t.passed for t in self.tiers)
+        return not self.failures and all(t.passed for t in self.tiers) and (self.l2 is None or self.l2.level != "fail")
 
     def tier(self, expected: str) -> Optional[TierResult]:
         return next((t for t in self.tiers if t.expected == expected), None)
@@ -194,13 +218,38 @@ def fmt_bytes(value: float) -> str:
     return f"{value:.1f} TB"
 
 
+L2_MARKS = {"ok": "✓", "warn": "⚠", "fail": "✗"}
+
+
+def fmt_l2(l2: L2Report) -> str:
+    """The card's one "L2" line: the filesystem, the store against its budget, the janitor, the verdict."""
+    def known(value: Optional[int]) -> str:
+        return fmt_bytes(value) if value is not None else "?"
+
+    parts = [f"{l2.mount or l2.path} {known(l2.fs_size_bytes)}, {known(l2.fs_free_bytes)} free "
+             f"(floor {fmt_bytes(l2.min_free_bytes)})",
+             f"store {known(l2.store_bytes)} of budget {fmt_bytes(l2.budget_bytes)}"]
+    if l2.janitor is not None:
+        janitor = f"janitor {l2.janitor}" + (f" ({l2.janitor_state})" if l2.janitor_state else "")
+        if l2.evicted_entries:
+            janitor += f", evicted {l2.evicted_entries} entries ({fmt_bytes(l2.evicted_bytes)}) since it started"
+        parts.append(janitor)
+    return f"**L2**: {' · '.join(parts)} — {l2.state.upper()} {L2_MARKS[l2.level]}"
+
+
 # --- per-rig Markdown ------------------------------------------------------------------------
 def render_rig_markdown(card: RigCard) -> str:
     lines = [f"# Results card — {card.rig} (run {card.run_id})", "",
              f"**Verdict: {'PASS' if card.passed else 'FAIL'}**" + (f" — profile `{card.repro.profile}`"
                                                                       if card.repro.profile else ""), ""]
     failures = card.failures + [f"tier {t.expected}: labelled {t.label}" for t in card.tiers if not t.passed]
-    lines += [f"- ✗ {f}" for f in failures] + ([""] if failures else [])
+    warnings: list[str] = []
+    if card.l2:
+        (failures if card.l2.level == "fail" else warnings).extend(card.l2.problems)
+    bullets = [f"- ✗ {f}" for f in failures] + [f"- ⚠ {w}" for w in warnings]
+    lines += bullets + ([""] if bullets else [])
+    if card.l2:
+        lines += [fmt_l2(card.l2), ""]
 
     lines += ["## ① Serving — decode A/B (toggle only the connector)", ""]
     if card.decode_ab:
@@ -372,6 +421,11 @@ def render_fleet_markdown(cards: Sequence[RigCard]) -> str:
                       if c.decode_ab else None for c in cards]
             row(f"decode {kind} {arm.upper()} (tok/s)", values, lambda v: f"{v:.1f}")
     row("KB/token", [c.capacity.kb_per_token if c.capacity else None for c in cards], lambda v: f"{v:.1f}")
+    if any(c.l2 for c in cards):
+        lines.append("| L2 | " + " | ".join(f"{c.l2.state} {L2_MARKS[c.l2.level]} ({fmt_bytes(c.l2.fs_free_bytes)} free)"
+                                             if c.l2 and c.l2.fs_free_bytes is not None
+                                             else (f"{c.l2.state} {L2_MARKS[c.l2.level]}" if c.l2 else "—")
+                                             for c in cards) + " | |")
     lines.append("| tier labels | " + " | ".join(", ".join(t.label for t in c.tiers) or "—" for c in cards) + " | |")
     lines.append("| verdict | " + " | ".join("PASS" if c.passed else "FAIL" for c in cards) + " | |")
     lines += ["", "Per-rig cards: " + ", ".join(f"[{c.rig}]({c.rig}.md)" for c in cards), ""]

@@ -5,7 +5,7 @@ import json
 import pytest
 
 from rigkit import cli
-from rigkit.card import (Capacity, CapacityTier, DecodeAB, DecodeKind, PromptRecord, Reproducibility, RigCard,
+from rigkit.card import (Capacity, CapacityTier, DecodeAB, DecodeKind, L2Report, PromptRecord, Reproducibility, RigCard,
                          StatModel, TierProof, TierResult, load_cards, render_fleet_markdown, render_rig_markdown,
                          render_run, write_card)
 from rigkit.errors import ConfigError
@@ -145,3 +145,41 @@ def test_capacity_from_measured_growth_and_sessions_per_tier():
     assert 4 < l1.sessions["50000"] < 5 and 150 < l2.sessions["50000"] < 165
     empty = capacity_from(0, 36_721, "L2 dir growth", {}, [50_000])
     assert empty.kb_per_token is None and "no growth" in empty.source
+
+
+def _l2(state="ok", level="ok", free=1_500_000_000, problems=()):
+    return L2Report(path="/mnt/rigkit-l2/lmcache", mount="/mnt/rigkit-l2", fs_size_bytes=2_040_000_000,
+                    fs_free_bytes=free, min_free_bytes=268_435_456, store_bytes=3_500_000, budget_bytes=500_000_000,
+                    janitor="active", janitor_state="below-floor" if state == "full" else "ok", evicted_entries=12,
+                    evicted_bytes=42_000_000, state=state, level=level, problems=list(problems))
+
+
+def test_card_shows_one_l2_line_with_the_numbers():
+    card = make_card()
+    card.l2 = _l2()
+    md = render_rig_markdown(card)
+    assert ("**L2**: /mnt/rigkit-l2 2.0 GB, 1.5 GB free (floor 268.4 MB) · store 3.5 MB of budget 500.0 MB · "
+            "janitor active (ok), evicted 12 entries (42.0 MB) since it started — OK ✓") in md
+    assert card.passed and "**Verdict: PASS**" in md
+
+
+def test_full_l2_fails_the_card_and_names_the_fix(tmp_path):
+    card = make_card()
+    card.l2 = _l2("full", "fail", free=120_000_000,
+                  problems=["L2 full: /mnt/rigkit-l2 has 120.0 MB free, below the floor 268.4 MB (the store is empty: "
+                            "something else fills the disk): free space on /mnt/rigkit-l2 or lower l2_budget_gb"])
+    assert not card.passed
+    md = render_rig_markdown(card)
+    assert "**Verdict: FAIL**" in md and "— FULL ✗" in md
+    assert "- ✗ L2 full: /mnt/rigkit-l2 has 120.0 MB free" in md and "free space on /mnt/rigkit-l2" in md
+    write_card(tmp_path, card)
+    assert load_cards(tmp_path)[0].l2 == card.l2
+    fleet = render_fleet_markdown([card, make_card("rig2")])
+    assert "| L2 | full ✗ (120.0 MB free) | — | |" in fleet and "1/2 rigs pass." in fleet
+
+
+def test_low_l2_is_a_warning_that_keeps_the_pass():
+    card = make_card()
+    card.l2 = _l2("low", "warn", free=300_000_000, problems=["L2 low: lower l2_budget_gb to at most 0.04"])
+    md = render_rig_markdown(card)
+    assert card.passed and "- ⚠ L2 low: lower l2_budget_gb to at most 0.04" in md and "— LOW ⚠" in md

@@ -6,7 +6,8 @@ deploy) or per operation (``tests/roles/operations.<name>/``, which runs
 
 A case holds:
 - ``data``: host data (inventory/group_data values); ``os``: "ubuntu-22.04" | "ubuntu-24.04" |
-  "debian-12" (sets the distribution fact);
+  "debian-12" (sets the distribution fact); ``kwargs``: arguments of the role's deploy function
+  (serving: ``kind``, ``image_override``, ``restore_rendering`` as rollback.py passes them);
 - ``facts``: fact values by name (``deb.DebPackages``, ``host_facts.NvidiaModuleVersion``), or by
   ``name:argument`` for a fact read with an argument (``host_facts.BlockDeviceProbe:/dev/loop7``);
   ``files``: file contents by path (text, or {"from": repository path}), from which the file facts
@@ -214,7 +215,7 @@ def _run(case_dir: str, case: dict, state: State, host, result: dict) -> None:
             add_op(state, getattr(operations, case_dir.split(".", 1)[1]), host=host, **case.get("kwargs", {}))
         else:
             module = importlib.import_module(f"roles.{case_dir}")
-            add_deploy(state, getattr(module, case_dir), host=host)
+            add_deploy(state, getattr(module, case_dir), host=host, **case.get("kwargs", {}))
     except (RigkitError, OperationError) as exc:
         result["error"] = str(exc)
         return

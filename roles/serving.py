@@ -60,7 +60,7 @@ VARIABLES: list[Variable] = [
     Variable("serving_smoke", True, "run the smoke checks after every release", bool),
     Variable("serving_auto_rollback", True, "roll back to the last known-good digest when smoke fails", bool),
     Variable("rollback_to", None, "rollback.py: the image (repo@sha256:...) to roll back to "
-             "(empty = the last known-good release in the rig's ledger)", str),
+             "(empty = the verified release before the latest deploy, from the rig's ledger)", str),
 ]
 
 RELEASE_HASH_FILE = f"{RIG_STATE_DIR}/release.sha256"

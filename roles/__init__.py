@@ -10,7 +10,8 @@ import importlib
 from typing import Callable, Optional
 
 # Module names in deploy order. rig_lock comes first: one deploy at a time per rig, facts read under the lock.
-PIPELINE = ["rig_lock", "nvidia_driver", "docker", "nvidia_container_toolkit", "l2_disk", "serving"]
+# preflight comes next: what the bare host refuses fails the rig before any role changes it.
+PIPELINE = ["rig_lock", "preflight", "nvidia_driver", "docker", "nvidia_container_toolkit", "l2_disk", "serving"]
 
 
 def load(name: str) -> Optional[Callable[[], None]]:

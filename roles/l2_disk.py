@@ -105,6 +105,24 @@ def check_label(settings: dict) -> None:
                           f"choose a label of at most {limit} characters")
 
 
+def checked_device(settings: dict) -> tuple[dict, list[str], str]:
+    """The device's probe, what lsblk sees and format_decision's action, from facts only.
+
+    PreflightError for a device that is missing, must not be formatted, or whose mount point holds another
+    device. The preflight role runs this too, before any role changes the rig.
+    """
+    probe = host.get_fact(BlockDeviceProbe, device=settings["l2_device"])
+    lsblk = host.get_fact(BlockDeviceList) if probe is None else []
+    action = format_decision(probe, settings, lsblk)
+    mount_point = settings["l2_mount_point"]
+    current_mount = host.get_fact(MountedFilesystem, mount_point=mount_point)
+    if current_mount is not None and current_mount["source"] != probe["path"]:
+        raise PreflightError("l2_mount_point", mount_point,
+                             f"{current_mount['source']} is mounted there, not {probe['path']}",
+                             "unmount it, or choose another l2_mount_point")
+    return probe, lsblk, action
+
+
 @deploy("l2_disk")
 def l2_disk() -> None:
     settings = host_settings(VARIABLES, host)
@@ -117,15 +135,8 @@ def l2_disk() -> None:
         say(host, f"l2_disk: {device} is a kernel name that may change between boots; a /dev/disk/by-id/ "
                   "path is stable (fstab mounts by UUID either way)")
 
-    probe = host.get_fact(BlockDeviceProbe, device=device)
-    lsblk = host.get_fact(BlockDeviceList) if probe is None else []
-    action = format_decision(probe, settings, lsblk)
+    probe, lsblk, action = checked_device(settings)
     mount_point = settings["l2_mount_point"]
-    current_mount = host.get_fact(MountedFilesystem, mount_point=mount_point)
-    if current_mount is not None and current_mount["source"] != probe["path"]:
-        raise PreflightError("l2_mount_point", mount_point,
-                             f"{current_mount['source']} is mounted there, not {probe['path']}",
-                             "unmount it, or choose another l2_mount_point")
 
     if action == "use":
         fs_uuid = probe["UUID"]

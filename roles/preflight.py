@@ -1,0 +1,123 @@
+"""preflight: refuse, before any role changes the rig, what the bare host already shows is wrong.
+
+Runs right after rig_lock (roles.PIPELINE), from facts read under the lock, and needs no engine. Refuses
+(rigkit.preflight.bare_host_preflight, ``force`` as in serving):
+- RAM: MemAvailable < L1 + ``ram_reserve_gb`` (even forced); MemTotal below the profile's minimum;
+- the rig's /dev/shm below what the engine needs (the stack runs with ``ipc: host``);
+- ``serving_port`` held by anything but rigkit's own stack;
+- a GPU profile on a rig whose PCI bus shows no (or too few) NVIDIA GPUs, or whose ``gpus`` makes the
+  driver roles skip them; GPU memory where nvidia-smi already answers;
+- ``l2_device`` missing, holding what l2_disk must not format, or another device on ``l2_mount_point``
+  (l2_disk's own ``checked_device``);
+- L2 free space below ``l2_budget_gb`` once the L2 filesystem is mounted.
+A refusal is one failing operation ("Preflight refused before any change") naming the field, the value and
+the fix; that rig gets nothing else, the other rigs carry on. What needs the engine (compose, the image, the
+registry) stays in the serving role's preflight, which repeats these checks once the earlier roles ran.
+Declares no variables of its own: it reads the serving knobs, ``gpus`` and the l2_disk role's variables.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Optional
+
+from pyinfra import host
+from pyinfra.api import FactBase
+from pyinfra.api.deploy import deploy
+from pyinfra.operations import python
+
+from rigkit.errors import PreflightError
+from rigkit.hostdata import Settings, settings_for_host
+from rigkit.preflight import Finding, HostFacts, bare_host_preflight, refusals
+from rigkit.render import STACK_NAME
+from rigkit.variables import Variable
+from roles._common import GPUS, host_settings, say
+from roles.host_facts import DockerEngine, MountedFilesystem, NvidiaSmiGpus
+from roles.l2_disk import VARIABLES as L2_DISK_VARIABLES, checked_device
+from roles.serving_facts import DiskFree, GpuMemory, MemInfo, PortListeners, ShmSize, StackContainers
+
+VARIABLES: list[Variable] = []
+
+NVIDIA_PCI_VENDOR = "0x10de"
+PCI_DISPLAY_CLASS = "0x03"  # VGA and 3D controllers; NVIDIA's audio and USB functions are other classes
+
+
+class NvidiaPciGpus(FactBase):
+    """How many NVIDIA GPUs the PCI bus shows (sysfs), driver installed or not."""
+
+    @staticmethod
+    def default() -> int:
+        return 0
+
+    def command(self) -> str:
+        return (f"for d in /sys/bus/pci/devices/*; do [ \"$(cat \"$d/vendor\" 2>/dev/null)\" = {NVIDIA_PCI_VENDOR} ] "
+                f"&& case \"$(cat \"$d/class\")\" in {PCI_DISPLAY_CLASS}*) echo \"$d\";; esac; done; true")
+
+    def process(self, output: list[str]) -> int:
+        return len([line for line in output if line.strip()])
+
+
+def _gpu_facts(settings: Settings) -> tuple[Optional[str], int, int]:
+    """(nvidia-smi's memory csv where it answers, NVIDIA GPUs on the PCI bus, declared ``gpus``)."""
+    if not settings.profile.needs_gpus:
+        return None, 0, 0
+    smi = host.get_fact(NvidiaSmiGpus)
+    # a broken nvidia-smi (driver/library mismatch) is the driver role's to fix: count the bus instead
+    csv = "\n".join(host.get_fact(GpuMemory) or []) if smi and not smi["error"] else None
+    return csv, host.get_fact(NvidiaPciGpus), host_settings([GPUS], host)["gpus"]
+
+
+def _l2_device(settings: Settings) -> tuple[Optional[Finding], bool]:
+    """(l2_disk's refusal of the declared device, whether l2_path's filesystem can be measured now)."""
+    disk = host_settings(L2_DISK_VARIABLES, host)
+    if not disk["l2_device"]:
+        return None, True  # no L2 disk role on this rig: l2_path's filesystem is what it is
+    try:
+        probe, _, _ = checked_device(disk)
+    except PreflightError as refused:
+        return Finding.refused_by("l2-device", refused), False
+    mounted = host.get_fact(MountedFilesystem, mount_point=disk["l2_mount_point"])
+    return None, mounted is not None and mounted["source"] == probe["path"]
+
+
+def _stack_container_ids() -> tuple[str, ...]:
+    engine = host.get_fact(DockerEngine)
+    if not engine or not engine["server_version"]:  # no engine, or a stopped one: no stack of ours runs
+        return ()
+    return tuple(c["id"] for c in host.get_fact(StackContainers, stack=STACK_NAME) or [] if c["running"])
+
+
+def gather_findings(settings: Settings) -> list[Finding]:
+    device_refusal, l2_measurable = _l2_device(settings)
+    gpu_csv, pci_gpus, declared_gpus = _gpu_facts(settings)
+    port = settings.knobs["serving_port"]
+    facts = HostFacts(
+        meminfo=host.get_fact(MemInfo),
+        host_shm_bytes=host.get_fact(ShmSize),
+        l2_free_bytes=host.get_fact(DiskFree, path=settings.knobs["l2_path"])
+        if settings.l2_active and l2_measurable else None,
+        gpu_memory_csv=gpu_csv,
+        port_listeners=host.get_fact(PortListeners, port=port),
+        stack_container_ids=_stack_container_ids(),
+    )
+    findings = bare_host_preflight(settings, facts, pci_gpus, declared_gpus)
+    return findings + ([device_refusal] if device_refusal else [])
+
+
+def _refuse(field: str, value: Any, refused: str, fix: str) -> None:
+    raise PreflightError(field, value, refused, fix)
+
+
+@deploy("preflight")
+def preflight() -> bool:
+    """False (and one failing operation naming every refusal) when the bare host refuses this deploy."""
+    settings = settings_for_host(host.data.dict())
+    findings = gather_findings(settings)
+    refused = refusals(findings)
+    if not refused:
+        say(host, f"preflight: {len(findings)} host checks passed before any change")
+        return True
+    first = refused[0]
+    python.call(name="Preflight refused before any change", function=_refuse, field=first.field,
+                value=first.value, refused="; ".join(str(f) for f in refused),
+                fix=first.fix if len(refused) == 1 else "each refusal's Fix above")
+    return False

@@ -77,18 +77,11 @@ def host_data() -> dict:
     return host.data.dict()
 
 
-def ready_url(settings: Settings) -> str:
-    return _ready_url(settings.knobs["bind_address"], settings.knobs["serving_port"])
-
-
-def rendering_ready_url(rendering: Rendering) -> str:
-    return _ready_url(rendering.knob("bind_address"), rendering.knob("serving_port"))
-
-
-def _ready_url(address: str, port) -> str:
+def ready_url(rendering: Rendering) -> str:
+    address = rendering.knob("bind_address")
     if address in ("0.0.0.0", "::"):
         address = "127.0.0.1"
-    return f"http://{address}:{port}/v1/models"
+    return f"http://{address}:{rendering.knob('serving_port')}/v1/models"
 
 
 def release_commands(compose: str, image: str, pull: bool, url: str, timeout_s: int) -> list[str]:
@@ -351,7 +344,7 @@ def after_release(rendering: Rendering, data: dict, compose: str, kind: str, run
                        note=_joined(f"automatic: {kind} of {failed.image} failed", restore_note))
     ledger.record(rollback)
     try:
-        _run_checked(release_commands(compose, restored.image, False, rendering_ready_url(restored), ready_timeout_s))
+        _run_checked(release_commands(compose, restored.image, False, ready_url(restored), ready_timeout_s))
         report = smoke(restored, data) if run_smoke else None
     except RuntimeError as exc:
         ledger.record_smoke(SMOKE_FAIL, f"{rollback.note}; the rollback failed too: {exc}"[:2000])
@@ -451,7 +444,7 @@ def serving(image_override: Optional[str] = None, kind: str = "deploy", restore_
     # A failed release must reach after_release (which rolls it back), so its error is not fatal here.
     release = stack_release(name=f"Release {settings.image}", compose=compose, image=settings.image,
                             knobs_hash=rendering.knobs_hash,
-                            digest=rendering.hash, url=rendering_ready_url(rendering),
+                            digest=rendering.hash, url=ready_url(rendering),
                             timeout_s=settings.knobs["ready_timeout_s"], _ignore_errors=True,
                             l2_guard=(settings.knobs["l2_path"], disk_mount) if settings.l2_active and disk_mount
                             else None)

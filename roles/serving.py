@@ -39,8 +39,7 @@ from roles.operations import any_changed
 
 from rigkit.errors import PreflightError
 from rigkit.hostdata import Settings, settings_for_host
-from rigkit.ledger import (LEDGER_PATH, SMOKE_FAIL, SMOKE_PASS, Ledger, Release, Rendering, release_hash,
-                           rendering_dir)
+from rigkit.ledger import LEDGER_PATH, SMOKE_FAIL, SMOKE_PASS, Ledger, Release, Rendering, rendering_dir
 from rigkit.paths import RIG_LIB_DIR, RIG_RELEASES_DIR, RIG_STACK_DIR, RIG_STATE_DIR
 from rigkit.sizing import GB
 from rigkit.preflight import HostFacts, preflight, refusals

@@ -400,7 +400,8 @@ def rendered_for(settings: Settings) -> dict:
 
 
 @deploy("serving")
-def serving(image_override: Optional[str] = None, kind: str = "deploy", restore_rendering: Optional[str] = None) -> None:
+def serving(image_override: Optional[str] = None, kind: str = "deploy",
+            restore_rendering: Optional[str] = None) -> None:
     """Deploy the host data's release; with kind="rollback" and restore_rendering (a release hash from
     the ledger), bring back that stored rendering of image_override instead of rendering it anew."""
     data = host_data()

@@ -62,8 +62,8 @@ def test_dotenv_reads_back_both_quoting_forms():
 
 
 def test_no_connector_without_a_kv_transfer_config():
-    settings = settings_for_host({"serving_profile": "prefix-only", "serving_image": "vllm/vllm-openai@sha256:" + "3" * 64,
-                                  "model": "Qwen/Qwen3-8B", "allow_incubating": True}, variables=[])
+    settings = settings_for_host({"serving_profile": "prefix-only", "model": "Qwen/Qwen3-8B", "allow_incubating": True,
+                                  "serving_image": "vllm/vllm-openai@sha256:" + "3" * 64}, variables=[])
     assert rendering_of(settings).connector is None
 
 

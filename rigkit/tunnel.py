@@ -7,6 +7,8 @@ to a LAN address, the controller connects directly.
 
     with serving_url(host.data, bind="127.0.0.1", port=8000) as url:
         ServingClient(url).models()
+
+A dropped SSH connection is re-established on the next forwarded request (Tunnel.reconnects).
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ import socketserver
 import threading
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Iterator, Mapping, Optional
+from typing import Any, Callable, Iterator, Mapping, Optional
 
 import paramiko
 
@@ -31,6 +33,8 @@ SSH_CONNECT_TIMEOUT_S = 15.0
 # pyinfra's default for ssh_strict_host_key_checking
 DEFAULT_STRICT_HOST_KEY_CHECKING = "accept-new"
 PUMP_BUFFER_BYTES = 65536
+# paramiko keepalives: a NAT or firewall between controller and rig must not idle the tunnel out
+SSH_KEEPALIVE_S = 30
 
 
 class _QuietRefusedChannels(logging.Filter):
@@ -119,14 +123,98 @@ class _ForwardServer(socketserver.ThreadingTCPServer):
     allow_reuse_address = True
 
 
-def _make_handler(transport: paramiko.Transport, remote_host: str, remote_port: int):
+class Tunnel:
+    """A local port forward that survives a dropped SSH connection.
+
+    A validation runs for minutes and restarts the stack; a dropped SSH connection (a rig's network
+    blip, sshd restarted, a NAT timeout) must not turn every later request into "connection closed"
+    while the server is fine. Each forwarded connection checks the transport and reconnects it once
+    when it is dead; `reconnects` counts how often that happened (the card's notes, the tests).
+    """
+
+    def __init__(self, connect: Callable[[], paramiko.SSHClient], remote_host: str, remote_port: int):
+        self._connect = connect
+        self.remote_host = remote_host
+        self.remote_port = remote_port
+        self.reconnects = 0
+        self._lock = threading.Lock()
+        self._ssh = self._open()
+        self._server: Optional[_ForwardServer] = None
+
+    def _open(self) -> paramiko.SSHClient:
+        ssh = self._connect()
+        transport = ssh.get_transport()
+        if transport is None or not transport.is_active():
+            ssh.close()
+            raise TunnelError("ssh", None, "the SSH transport is closed", "reconnect before opening a tunnel")
+        transport.set_keepalive(SSH_KEEPALIVE_S)
+        return ssh
+
+    def transport(self) -> paramiko.Transport:
+        """The live transport, reconnecting when the old one died."""
+        with self._lock:
+            current = self._ssh.get_transport()
+            if current is not None and current.is_active():
+                return current
+            self._ssh.close()
+            self._ssh = self._open()
+            self.reconnects += 1
+            logging.getLogger(__name__).info("tunnel to %s:%d: SSH connection re-established (%d)",
+                                             self.remote_host, self.remote_port, self.reconnects)
+            return self._ssh.get_transport()
+
+    def transport_active(self) -> bool:
+        current = self._ssh.get_transport()
+        return current is not None and current.is_active()
+
+    def drop_connection(self) -> None:
+        """Cut the SSH connection under the tunnel, as a network failure would (tests, diagnostics)."""
+        current = self._ssh.get_transport()
+        if current is not None:
+            current.sock.shutdown(socket.SHUT_RDWR)
+
+    def start(self) -> int:
+        self._server = _ForwardServer(("127.0.0.1", 0), _make_handler(self))
+        threading.Thread(target=self._server.serve_forever, name="rigkit-tunnel", daemon=True).start()
+        return self._server.server_address[1]
+
+    @property
+    def local_port(self) -> int:
+        assert self._server is not None, "start() the tunnel first"
+        return self._server.server_address[1]
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.local_port}"
+
+    def close(self) -> None:
+        if self._server is not None:
+            self._server.shutdown()
+            self._server.server_close()
+        self._ssh.close()
+
+
+def _open_channel(tunnel: Tunnel, peer) -> Optional[paramiko.Channel]:
+    try:
+        return tunnel.transport().open_channel("direct-tcpip", (tunnel.remote_host, tunnel.remote_port), peer)
+    except paramiko.ChannelException:
+        return None  # the rig refused the port: the client sees a closed connection, as without a tunnel
+    except (paramiko.SSHException, EOFError, OSError):
+        # the transport died between the check and the open: one fresh connection, then give up
+        try:
+            return tunnel.transport().open_channel("direct-tcpip", (tunnel.remote_host, tunnel.remote_port), peer)
+        except (paramiko.SSHException, EOFError, OSError, TunnelError):
+            return None
+    except TunnelError:
+        return None  # the rig is unreachable over SSH right now; the next connection tries again
+
+
+def _make_handler(tunnel: Tunnel):
     class Handler(socketserver.BaseRequestHandler):
         def handle(self) -> None:
-            try:
-                channel = transport.open_channel("direct-tcpip", (remote_host, remote_port),
-                                                 self.request.getpeername())
-            except paramiko.SSHException:
-                return  # the rig refused: the client sees a closed connection, as without a tunnel
+            channel = _open_channel(tunnel, self.request.getpeername())
+            if channel is None:
+                return
             try:
                 while True:
                     readable, _, _ = select.select([self.request, channel], [], [])
@@ -149,19 +237,16 @@ def _make_handler(transport: paramiko.Transport, remote_host: str, remote_port: 
 
 
 @contextmanager
-def local_forward(ssh: paramiko.SSHClient, remote_host: str, remote_port: int) -> Iterator[int]:
-    """Forward a free port on the controller's loopback to remote_host:remote_port as seen by the rig."""
-    transport = ssh.get_transport()
-    if transport is None or not transport.is_active():
-        raise TunnelError("ssh", None, "the SSH transport is closed", "reconnect before opening a tunnel")
-    server = _ForwardServer(("127.0.0.1", 0), _make_handler(transport, remote_host, remote_port))
-    thread = threading.Thread(target=server.serve_forever, name="rigkit-tunnel", daemon=True)
-    thread.start()
+def open_tunnel(host_data: Mapping[str, Any], bind: str, port: int,
+                inventory_name: Optional[str] = None) -> Iterator[Tunnel]:
+    """A started Tunnel to bind:port as the rig sees it (bind must be a loopback address)."""
+    tunnel = Tunnel(lambda: connect_ssh(host_data, inventory_name),
+                    "127.0.0.1" if bind == "localhost" else bind, port)
     try:
-        yield server.server_address[1]
+        tunnel.start()
+        yield tunnel
     finally:
-        server.shutdown()
-        server.server_close()
+        tunnel.close()
 
 
 @contextmanager
@@ -171,12 +256,8 @@ def serving_url(host_data: Mapping[str, Any], bind: str, port: int,
     if not is_loopback_bind(bind):
         yield f"http://{_url_host(direct_address(bind, host_data, inventory_name))}:{port}"
         return
-    ssh = connect_ssh(host_data, inventory_name)
-    try:
-        with local_forward(ssh, "127.0.0.1" if bind == "localhost" else bind, port) as local_port:
-            yield f"http://127.0.0.1:{local_port}"
-    finally:
-        ssh.close()
+    with open_tunnel(host_data, bind, port, inventory_name) as tunnel:
+        yield tunnel.url
 
 
 def _url_host(address: str) -> str:

@@ -3,6 +3,8 @@
 Requests against a real vLLM are in tests/lab/test_validation_lab.py.
 """
 
+import time
+
 import pytest
 
 from rigkit import client, tunnel
@@ -210,3 +212,29 @@ def test_lan_bind_connects_directly_without_ssh(api_on_loopback):
     with tunnel.serving_url({}, "0.0.0.0", api_on_loopback, inventory_name="127.0.0.1") as url:
         assert url == f"http://127.0.0.1:{api_on_loopback}"
         assert requests.get(f"{url}/v1/models", timeout=10).status_code == 200
+
+
+def test_tunnel_reconnects_after_the_ssh_connection_drops(ssh_rig, api_on_loopback):
+    data, _ = ssh_rig
+    with tunnel.open_tunnel(data, "127.0.0.1", api_on_loopback) as forward:
+        assert requests.get(f"{forward.url}/v1/models", timeout=10).status_code == 200
+        forward.drop_connection()
+        for _ in range(100):
+            if not forward.transport_active():
+                break
+            time.sleep(0.05)
+        assert not forward.transport_active()
+        assert requests.get(f"{forward.url}/v1/models", timeout=10).json()["data"][0]["id"] == "tiny"
+        assert forward.reconnects == 1
+        assert requests.get(f"{forward.url}/v1/models", timeout=10).status_code == 200
+        assert forward.reconnects == 1  # a live connection is reused, not replaced
+
+
+def test_tunnel_to_an_unreachable_rig_names_the_address():
+    with socket.socket() as s:  # a port with nothing listening
+        s.bind(("127.0.0.1", 0))
+        dead_port = s.getsockname()[1]
+    with pytest.raises(tunnel.TunnelError, match=f"127.0.0.1:{dead_port}"):
+        with tunnel.open_tunnel({"ssh_hostname": "127.0.0.1", "ssh_port": dead_port, "ssh_allow_agent": False,
+                                 "ssh_look_for_keys": False}, "127.0.0.1", 8000):
+            pass

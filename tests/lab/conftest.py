@@ -10,6 +10,7 @@ Fixtures:
   run_pyinfra   run_pyinfra(args=(), inventory=LAB_INVENTORY, deploy=None) -> CompletedProcess (.venv's pyinfra -y)
   rig_exec      rig_exec(rig, cmd, check=True) -> CompletedProcess (docker exec into the rig; str runs in bash)
   ssh_run       ssh_run(rig, cmd) -> (exit_status, stdout, stderr) over real SSH with the lab key
+  rig_diagnostics rig_diagnostics(rig) -> str: containers, serving log tail, shm/disk/memory, host OOM lines
   rig_engine    rig_engine(rig): the rig's own Docker engine is started (systemctl start docker) and answers
   lab_rig_count the number of rigs the session asked for (lab_netns_rig_count: how many in their own netns)
   lab_host_data {rig name: host data} exactly as inventory/lab.py gives it to pyinfra (for rigkit.tunnel)
@@ -108,6 +109,32 @@ def ssh_run(rig: RigState, state: LabState, cmd: str, timeout: float = 60) -> tu
 
 
 STACK_BACK_TIMEOUT_S = 300.0
+
+
+def rig_diagnostics(rig: RigState) -> str:
+    """What a failed wait on a rig's stack needs in the test report: the rig's containers, the serving
+    container's log tail, shm/disk/memory on the rig, the host kernel's OOM lines."""
+    from rigkit.render import COMPOSE_PROJECT
+
+    probes = {
+        "containers": "docker ps -a --format '{{.Names}} {{.Status}}'",
+        "serving log": f"docker ps -aq --filter label=com.docker.compose.project={COMPOSE_PROJECT} "
+                       "| head -1 | xargs -r docker logs --tail 40 2>&1",
+        "shm/disk": "df -h /dev/shm / /var/lib/docker 2>&1; ls /dev/shm | head -20",
+        "memory": "free -m",
+        "listening": "ss -ltn 2>/dev/null || true",
+    }
+    parts = []
+    for title, cmd in probes.items():
+        try:
+            result = rig_exec(rig, cmd, check=False, timeout=60)
+            parts.append(f"--- {rig.name} {title}:\n{result.stdout[-3000:]}{result.stderr[-500:]}")
+        except (subprocess.SubprocessError, OSError) as exc:
+            parts.append(f"--- {rig.name} {title}: {exc}")
+    oom = subprocess.run("dmesg 2>/dev/null | grep -iE 'oom|killed process' | tail -5", shell=True,
+                         capture_output=True, text=True)
+    parts.append(f"--- host kernel OOM lines:\n{oom.stdout}")
+    return "\n".join(parts)
 
 
 def assert_stack_comes_back(rig: RigState) -> None:
@@ -228,6 +255,11 @@ def ssh_run_fixture(lab):
 @pytest.fixture(scope="session", name="assert_stack_comes_back")
 def assert_stack_comes_back_fixture(lab):
     return assert_stack_comes_back
+
+
+@pytest.fixture(scope="session", name="rig_diagnostics")
+def rig_diagnostics_fixture(lab):
+    return rig_diagnostics
 
 
 @pytest.fixture(scope="session", name="rig_engine")

@@ -22,20 +22,10 @@ pytestmark = pytest.mark.lab
 MARKER_DIR = "/tmp/rigkit-tunnel-test"
 
 
-def _netns_rig():
-    from rigkit.lab.state import read_state
-
-    try:
-        state = read_state()
-    except Exception as exc:  # no lab on this machine
-        pytest.skip(f"no lab state ({exc}): run `rigkit lab up`")
-    rig = next((r for r in state.rigs if r.netns), None)
-    if rig is None:
-        pytest.skip("the lab has no rig in its own network namespace")
-    data = {"ssh_hostname": rig.ssh_host, "ssh_port": rig.ssh_port, "ssh_user": "root", "ssh_key": state.ssh_key,
-            "ssh_known_hosts_file": state.known_hosts, "ssh_strict_host_key_checking": "yes",
+def _connection_data(lab, rig) -> dict:
+    return {"ssh_hostname": rig.ssh_host, "ssh_port": rig.ssh_port, "ssh_user": "root", "ssh_key": lab.ssh_key,
+            "ssh_known_hosts_file": lab.known_hosts, "ssh_strict_host_key_checking": "yes",
             "ssh_allow_agent": False, "ssh_look_for_keys": False}
-    return rig, data
 
 
 def _free_on_controller() -> int:
@@ -53,9 +43,9 @@ def _run(ssh, command: str) -> str:
 
 
 @pytest.fixture
-def service_on_rig_loopback():
+def service_on_rig_loopback(lab, netns_rig):
     """A tiny HTTP server bound to the netns rig's 127.0.0.1, serving a random marker."""
-    rig, data = _netns_rig()
+    rig, data = netns_rig, _connection_data(lab, netns_rig)
     port = _free_on_controller()  # free here too, so a controller-side listener cannot fake the result
     marker = secrets.token_hex(8)
     ssh = tunnel.connect_ssh(data)
@@ -85,3 +75,17 @@ def test_the_tunnel_reaches_the_rigs_loopback(service_on_rig_loopback):
     _, data, port, marker = service_on_rig_loopback
     with tunnel.serving_url(data, "127.0.0.1", port) as url:
         assert requests.get(f"{url}/marker", timeout=10).text.strip() == marker
+
+
+def test_the_tunnel_survives_a_dropped_ssh_connection(service_on_rig_loopback):
+    """A validation outlives network blips: the next request after a dropped connection reconnects."""
+    _, data, port, marker = service_on_rig_loopback
+    with tunnel.open_tunnel(data, "127.0.0.1", port) as forward:
+        assert requests.get(f"{forward.url}/marker", timeout=10).text.strip() == marker
+        forward.drop_connection()
+        deadline = time.monotonic() + 10
+        while forward.transport_active() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert not forward.transport_active(), "the SSH connection was not cut"
+        assert requests.get(f"{forward.url}/marker", timeout=10).text.strip() == marker
+        assert forward.reconnects == 1

@@ -4,6 +4,10 @@ The target is a lab rig deployed by rigkit (the session's `deployed` fixture), i
 namespace and reached through the SSH tunnel; it is restarted (compose down/up: a new process with an
 empty GPU pool) only for the persistent tier. The lab group data shrinks the KV pool
 (num_gpu_blocks_override) so a few fillers evict a prefix.
+
+Tiers are asserted by vLLM's metrics, never by timing: the speedups are printed with the card
+(test_card_from_the_real_run_passes_and_renders, `-s`) and by validate.py, not asserted (a 3500-token
+prefill on 2 shared cores takes ~0.1-0.2 s, within the noise of a busy machine).
 """
 
 from __future__ import annotations
@@ -20,7 +24,7 @@ from rigkit.card import render_run, write_card
 from rigkit.hostdata import settings_for_host
 from rigkit.paths import RIG_STACK_DIR
 from rigkit.render import COMPOSE_PROJECT
-from rigkit.tunnel import serving_url
+from rigkit.tunnel import Tunnel, open_tunnel
 from rigkit.client import PromptSpec, ServingClient, ServingError, measure
 from rigkit.tiers import Tier, label
 from rigkit.validation import Settings, TierValidation, run_decode_ab, to_card, validate_tiers
@@ -39,6 +43,7 @@ class ValidationTarget:
     store_dir: Optional[Path]  # the connector's store as seen from the test (wipe, size)
     connector_configured: bool = True
     image_digest: Optional[str] = None
+    tunnel: Optional[Tunnel] = None
 
 
 def _rig_path(rig_container: str, path: str) -> Path:
@@ -49,7 +54,8 @@ def _rig_path(rig_container: str, path: str) -> Path:
 
 
 @pytest.fixture(scope="module")
-def validation_target(lab, deployed, netns_rig, lab_host_data, rig_exec) -> Iterator[ValidationTarget]:
+def validation_target(lab, deployed, netns_rig, lab_host_data, rig_exec,
+                      rig_diagnostics) -> Iterator[ValidationTarget]:
     """The lab rig in its own network namespace, as rigkit deployed it (cpu-lab, release 1).
 
     Its API binds the rig's loopback: the tests reach it only through the SSH tunnel, as on a real
@@ -59,16 +65,20 @@ def validation_target(lab, deployed, netns_rig, lab_host_data, rig_exec) -> Iter
             "serving_image": lab.serving_image["releases"]["1"]}
     l2_path = settings_for_host(data).knobs["l2_path"]
     compose = f"cd {RIG_STACK_DIR} && docker-compose -p {COMPOSE_PROJECT}"
-    with serving_url(data, "127.0.0.1", netns_rig.serving_port, netns_rig.name) as url:
+    with open_tunnel(data, "127.0.0.1", netns_rig.serving_port, netns_rig.name) as tunnel:
         def restart(while_down: Optional[Callable[[], None]] = None) -> None:
             rig_exec(netns_rig, f"{compose} down --remove-orphans")
             if while_down is not None:
                 while_down()
             rig_exec(netns_rig, f"{compose} up -d")
-            ServingClient(url).wait_ready(timeout_s=300)
+            try:
+                ServingClient(tunnel.url).wait_ready(timeout_s=300)
+            except ServingError as exc:
+                raise AssertionError(f"{exc}\ntunnel: transport active={tunnel.transport_active()}, "
+                                     f"reconnects={tunnel.reconnects}\n{rig_diagnostics(netns_rig)}") from None
 
-        yield ValidationTarget(url, restart, _rig_path(netns_rig.container, l2_path),
-                               image_digest=lab.serving_image["releases"]["1"])
+        yield ValidationTarget(tunnel.url, restart, _rig_path(netns_rig.container, l2_path),
+                               image_digest=lab.serving_image["releases"]["1"], tunnel=tunnel)
 
 
 def _dir_bytes(path: Path) -> int:
@@ -81,12 +91,15 @@ def client(validation_target) -> ServingClient:
 
 
 @pytest.fixture
-def live_client(validation_target, client) -> ServingClient:
-    """The client, with the stack restarted first if its engine died in an earlier test (seen in the CI
-    lab after the abort and decode tests: the ExampleConnector engine exits and the container restarts)."""
+def live_client(validation_target, client, netns_rig, rig_diagnostics) -> ServingClient:
+    """The client, with the stack restarted first if its server stopped answering in an earlier test
+    (seen in the CI lab after the abort and decode tests; the report below says why when it happens)."""
     try:
         client.wait_ready(timeout_s=120)
-    except ServingError:
+    except ServingError as exc:
+        tunnel = validation_target.tunnel
+        print(f"live_client: {exc}\ntunnel: transport active={tunnel and tunnel.transport_active()}, "
+              f"reconnects={tunnel and tunnel.reconnects}\n{rig_diagnostics(netns_rig)}")
         validation_target.restart()
     return client
 
@@ -145,12 +158,6 @@ def test_client_ttft_agrees_with_the_server_histogram(tier_run):
     assert checks and all(c is not None and c.server_requests == 1 for c in checks)
     outside = [(c.client_s, c.server_s) for c in checks if not c.within]
     assert not outside, f"client vs server TTFT outside tolerance: {outside}"
-
-
-def test_cache_tiers_are_faster_than_cold(tier_run):
-    cold = tier_run.tier(Tier.COLD).result().ttft_s.mean
-    for tier in (Tier.WARM_GPU, Tier.WARM_CONNECTOR, Tier.WARM_PERSISTENT):
-        assert tier_run.tier(tier).result().ttft_s.mean < cold, tier
 
 
 def test_capacity_is_measured_from_store_growth(tier_run):

@@ -179,9 +179,10 @@ def evict_once(store: str, budget: int, min_free: int, now: Optional[float] = No
     state, message = STATE_OK, f"store {fmt_bytes(used)} of budget {fmt_bytes(budget)}, {mount} {fmt_bytes(usage.free)} free"
     if usage.free < min_free:
         state = STATE_BELOW_FLOOR
-        message = (f"{mount} has {fmt_bytes(usage.free)} free, below the floor {fmt_bytes(min_free)}, and the store "
-                   f"has nothing left to evict ({left} entries, {fmt_bytes(used)}, written in the last {grace_s:g} s): "
-                   f"something else fills {mount}; free space on {mount} or lower l2_budget_gb")
+        store_left = (f"only {left} entries ({fmt_bytes(used)}) written in the last {grace_s:g} s are left" if left
+                      else "the store is empty")
+        message = (f"{mount} has {fmt_bytes(usage.free)} free, below the floor {fmt_bytes(min_free)}, and "
+                   f"{store_left}: something else fills {mount}; free space on {mount} or lower l2_budget_gb")
     elif used > budget:
         state = STATE_OVER_BUDGET
         message = (f"store {fmt_bytes(used)} over its budget {fmt_bytes(budget)}: {left} entries left, all written "

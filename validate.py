@@ -24,7 +24,7 @@ from pyinfra import host
 from pyinfra.operations import python
 
 from rigkit.abstats import ARM_OFF, ARM_ON
-from rigkit.card import RESULTS_DIR, L2Report, fmt_l2, new_run_id, render_run, write_card
+from rigkit.card import RESULTS_DIR, fmt_l2, new_run_id, render_run, write_card
 from rigkit.client import ServingClient
 from rigkit.errors import ConfigError
 from rigkit.hostdata import role_variables, settings_for_host
@@ -33,8 +33,8 @@ from rigkit.paths import REPO_ROOT, RIG_STACK_DIR
 from rigkit.render import COMPOSE_PROJECT
 from rigkit.tunnel import serving_url
 from rigkit.profiles import ab_pair, load_profiles
-from rigkit.validation import (REPLAY, VARIABLES, Settings, classify_l2, l2_probe_command, parse_l2_probe,
-                               replay_data, run_decode_ab, to_card, validate_tiers)
+from rigkit.validation import (REPLAY, VARIABLES, Settings, read_l2, replay_data, run_decode_ab, to_card,
+                               validate_tiers)
 
 RUN_ID = os.environ.setdefault("RIGKIT_RUN_ID", new_run_id())
 GB = 1000**3
@@ -107,19 +107,6 @@ def _store_bytes(path: str) -> Callable[[], int]:
     return measure
 
 
-def l2_report(stack) -> Optional[L2Report]:
-    """The L2 tier as the rig sees it now (None when the profile has no L2 tier)."""
-    from roles.files.l2_janitor import STATUS_FILE
-    from roles.serving import L2_JANITOR_MIN_FREE_BYTES, L2_JANITOR_UNIT
-
-    if not stack.l2_active:
-        return None
-    path = stack.knobs["l2_path"]
-    janitor_unit = L2_JANITOR_UNIT if stack.profile.connector and stack.profile.connector.l2_needs_janitor else None
-    probe = parse_l2_probe(_shell(l2_probe_command(path, L2_JANITOR_UNIT, STATUS_FILE)) or "")
-    return classify_l2(probe, path, int(stack.knobs["l2_budget_gb"] * GB), L2_JANITOR_MIN_FREE_BYTES, janitor_unit)
-
-
 def _validate() -> None:
     from roles.serving_facts import ComposeCommand
 
@@ -148,7 +135,7 @@ def _validate() -> None:
                                     store_bytes=_store_bytes(l2_path) if l2_path else None,
                                     capacity_tiers=tier_sizes)
         except Exception:
-            l2 = l2_report(stack)  # a full L2 disk is a likely cause of a dead engine: say so
+            l2 = read_l2(_shell, stack)  # a full L2 disk is a likely cause of a dead engine: say so
             if l2 is not None and l2.level != "ok":
                 print(f"{host.name}: {fmt_l2(l2)}\n" + "\n".join(f"  {problem}" for problem in l2.problems))
             raise
@@ -156,7 +143,7 @@ def _validate() -> None:
     repro = {"profile": stack.profile.name, "image_digest": stack.image,
              "knobs": {k: v for k, v in knobs.items() if k not in SECRET_KNOBS}, **rig_facts(l2_path)}
     card = to_card(host.name, RUN_ID, result, settings, stack.profile.connector is not None,
-                   decode_ab=decode_ab, repro=repro, l2=l2_report(stack))
+                   decode_ab=decode_ab, repro=repro, l2=read_l2(_shell, stack))
     run_dir = REPO_ROOT / RESULTS_DIR / RUN_ID
     write_card(run_dir, card)
     render_run(run_dir)

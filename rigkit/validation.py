@@ -28,6 +28,7 @@ from rigkit.card import (Capacity, CapacityTier, DecodeAB, DecodeKind, L2Report,
 from rigkit.client import Measured, Prompt, PromptSpec, ServingClient, measure, prefill_timeout
 from rigkit.errors import ConfigError
 from rigkit.metrics import Snapshot, require_prefix_counters
+from rigkit.sizing import GB
 from rigkit.tiers import Tier, TierLabel, label
 from rigkit.variables import Variable
 
@@ -363,6 +364,21 @@ def classify_l2(probe: L2Probe, path: str, budget_bytes: int, min_free_bytes: in
                     last_eviction_reason=last.get("reason"),
                     state=next((f[0] for f in found if f[1] == level), "ok"), level=level,
                     problems=[f[2] for f in found])
+
+
+def read_l2(shell: Callable[[str], Optional[str]], stack) -> Optional[L2Report]:
+    """The L2 tier of a rig now, read through `shell` (runs a command on the rig, returns its stdout or
+    None); None when the stack (hostdata.Settings) has no L2 tier."""
+    from roles.files.l2_janitor import STATUS_FILE
+    from roles.serving import L2_JANITOR_MIN_FREE_BYTES, L2_JANITOR_UNIT
+
+    if not stack.l2_active:
+        return None
+    path = stack.knobs["l2_path"]
+    connector = stack.profile.connector
+    janitor_unit = L2_JANITOR_UNIT if connector and connector.l2_needs_janitor else None
+    probe = parse_l2_probe(shell(l2_probe_command(path, L2_JANITOR_UNIT, STATUS_FILE)) or "")
+    return classify_l2(probe, path, int(stack.knobs["l2_budget_gb"] * GB), L2_JANITOR_MIN_FREE_BYTES, janitor_unit)
 
 
 def run_decode_ab(activate: Callable[[str], ServingClient], arms: Mapping[str, str], settings: Settings,

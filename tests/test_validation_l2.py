@@ -9,8 +9,9 @@ import pytest
 
 from roles.files import l2_janitor
 from rigkit.card import fmt_l2
+from rigkit.hostdata import settings_for_host
 from rigkit.validation import (L2_JANITOR_STALE_S, L2_OVER_BUDGET_TOLERANCE, L2Probe, classify_l2, l2_probe_command,
-                               parse_l2_probe)
+                               parse_l2_probe, read_l2)
 
 MB = 10**6
 UNIT = "rigkit-l2-janitor.service"
@@ -110,27 +111,52 @@ def test_parser_reads_numbers_and_the_janitor_status():
     assert (broken.fs_free_bytes, broken.janitor_status, broken.store_bytes) == (None, None, None)
 
 
-def test_probe_command_reads_a_real_filesystem_and_status_file(tmp_path):
+@pytest.fixture
+def small_fs(tmp_path):
+    """A real 4 MiB tmpfs standing in for the L2 filesystem (mounting needs root)."""
     mount = tmp_path / "l2"
     mount.mkdir()
     if os.geteuid() != 0 or subprocess.run(["mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", str(mount)],
                                            capture_output=True).returncode != 0:
         pytest.skip("mounting a tmpfs needs root")
     try:
-        store = mount / "kv"
-        store.mkdir()
-        (store / "entry").write_bytes(b"\1" * 100_000)
-        subprocess.run(["fallocate", "-l", str(3 * 2**20), str(mount / "foreign.bin")], check=True)
-        status_file = tmp_path / "status.json"
-        status_file.write_text(json.dumps({"state": l2_janitor.STATE_BELOW_FLOOR, "evicted_entries": 2}))
-        output = subprocess.run(["sh", "-c", l2_probe_command(str(store), UNIT, str(status_file))],
-                                capture_output=True, text=True, check=True).stdout
-        parsed = parse_l2_probe(output)
-        assert parsed.mount == str(mount) and parsed.fs_size_bytes == 4 * 2**20
-        assert parsed.fs_free_bytes < 2**20 and parsed.store_bytes >= 100_000
-        assert parsed.janitor_status["state"] == l2_janitor.STATE_BELOW_FLOOR and parsed.now > 0
-        report = classify_l2(parsed, str(store), budget_bytes=2**20, min_free_bytes=2**20, janitor_unit=None)
-        assert (report.state, report.level) == ("full", "fail") and f"free space on {mount}" in report.problems[0]
-        assert fmt_l2(report).endswith("FULL ✗")
+        yield mount
     finally:
         subprocess.run(["umount", str(mount)], check=True)
+
+
+def local_shell(command: str) -> str | None:
+    result = subprocess.run(["sh", "-c", command], capture_output=True, text=True)
+    return result.stdout.strip() if result.returncode == 0 else None
+
+
+def test_read_l2_of_the_cpu_lab_stack_uses_its_budget_the_janitor_floor_and_unit(small_fs):
+    store = small_fs / "kv"
+    store.mkdir()
+    stack = settings_for_host({"serving_profile": "cpu-lab", "serving_port": 8104, "l2_path": str(store),
+                               "serving_image": "127.0.0.1:5000/rigkit/vllm-cpu-tiny@sha256:" + "1" * 64})
+    report = read_l2(local_shell, stack)
+    assert report.budget_bytes == int(stack.knobs["l2_budget_gb"] * 10**9)
+    assert report.min_free_bytes == 256 * 2**20 > report.fs_free_bytes  # a 4 MiB disk is under the janitor's floor
+    assert (report.state, report.level) == ("full", "fail")
+    assert report.janitor != "active"  # no janitor runs here, and cpu-lab's connector needs one
+    assert any(problem.startswith("L2 janitor rigkit-l2-janitor.service is") for problem in report.problems)
+
+
+def test_probe_command_reads_a_real_filesystem_and_status_file(small_fs, tmp_path):
+    mount = small_fs
+    store = mount / "kv"
+    store.mkdir()
+    (store / "entry").write_bytes(b"\1" * 100_000)
+    subprocess.run(["fallocate", "-l", str(3 * 2**20), str(mount / "foreign.bin")], check=True)
+    status_file = tmp_path / "status.json"
+    status_file.write_text(json.dumps({"state": l2_janitor.STATE_BELOW_FLOOR, "evicted_entries": 2}))
+    output = subprocess.run(["sh", "-c", l2_probe_command(str(store), UNIT, str(status_file))],
+                            capture_output=True, text=True, check=True).stdout
+    parsed = parse_l2_probe(output)
+    assert parsed.mount == str(mount) and parsed.fs_size_bytes == 4 * 2**20
+    assert parsed.fs_free_bytes < 2**20 and parsed.store_bytes >= 100_000
+    assert parsed.janitor_status["state"] == l2_janitor.STATE_BELOW_FLOOR and parsed.now > 0
+    report = classify_l2(parsed, str(store), budget_bytes=2**20, min_free_bytes=2**20, janitor_unit=None)
+    assert (report.state, report.level) == ("full", "fail") and f"free space on {mount}" in report.problems[0]
+    assert fmt_l2(report).endswith("FULL ✗")

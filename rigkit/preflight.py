@@ -72,11 +72,15 @@ def check_ram(settings: Settings, meminfo: dict[str, int]) -> list[Finding]:
     needed = settings.l1_gb + knobs["ram_reserve_gb"]
     findings = []
     if available < needed:
-        findings.append(Finding(
-            "refuse", "ram", "l1_size_gb", settings.l1_gb,
-            f"MemAvailable {available:g} GB < L1 {settings.l1_gb} + reserve {knobs['ram_reserve_gb']} = {needed} GB "
-            "(an oversized cache once OOM'd the host; force does not override this)",
-            f"set l1_size_gb to at most {max(int(available - knobs['ram_reserve_gb']), 0)} or free memory"))
+        problem = (f"MemAvailable {available:g} GB < L1 {settings.l1_gb} + reserve {knobs['ram_reserve_gb']} = {needed} GB "
+                   "(an oversized cache once OOM'd the host; force does not override this)")
+        if settings.l1_gb:
+            findings.append(Finding("refuse", "ram", "l1_size_gb", settings.l1_gb, problem,
+                                    f"set l1_size_gb to at most {max(int(available - knobs['ram_reserve_gb']), 0)} "
+                                    "or free memory"))
+        else:  # no L1 in this profile: the reserve alone is over what the rig has free
+            findings.append(Finding("refuse", "ram", "ram_reserve_gb", knobs["ram_reserve_gb"], problem,
+                                    f"free memory on the rig or set ram_reserve_gb to at most {int(available)}"))
     else:
         findings.append(Finding("ok", "ram", "l1_size_gb", settings.l1_gb,
                                 f"MemAvailable {available:g} GB >= L1 + reserve {needed} GB"))

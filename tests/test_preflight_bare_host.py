@@ -117,3 +117,9 @@ def test_a_refusal_raised_elsewhere_keeps_field_value_and_fix():
     assert (finding.level, finding.field, finding.value, finding.fix) == (
         "refuse", "l2_device", "/dev/disk/by-id/nvme-typo", "set l2_device")
     assert str(finding) == "[refuse] l2-device: no block device at this path. Fix: set l2_device"
+
+
+def test_ram_gate_without_l1_names_the_reserve():
+    # cpu-lab has no L1 tier: "set l1_size_gb to at most 0" would be no fix at all
+    ram = only(refusals(run(CPU_LAB, pci=0, declared=0, meminfo={"MemAvailable": 3 * GB, "MemTotal": 16 * GB})), "ram")
+    assert ram.field == "ram_reserve_gb" and ram.value == 4 and "at most 3" in ram.fix

@@ -23,7 +23,7 @@ from rigkit.hostdata import settings_for_host
 from rigkit.lab.pyinfra_output import parse_results
 from rigkit.sizing import GB
 from rigkit.tunnel import serving_url
-from rigkit.validation import classify_l2, l2_probe_command, parse_l2_probe
+from rigkit.validation import read_l2
 from roles.files.l2_janitor import ENTRY_GRACE_S, STATE_BELOW_FLOOR, STATE_OK, STATUS_FILE
 from roles.serving import L2_JANITOR_INTERVAL_S, L2_JANITOR_MIN_FREE_BYTES, L2_JANITOR_UNIT
 
@@ -54,16 +54,17 @@ def test_foreign_file_filling_the_l2_disk_keeps_the_stack_serving(lab, deployed,
     rig = next(r for r in lab.rigs if not r.netns)
     data = {**lab_host_data[rig.name], "serving_profile": "cpu-lab",
             "serving_image": lab.serving_image["releases"]["1"]}
-    knobs = settings_for_host(data).knobs
-    store, budget = knobs["l2_path"], int(knobs["l2_budget_gb"] * GB)
-    floor = L2_JANITOR_MIN_FREE_BYTES
+    stack = settings_for_host(data)
+    store, floor = stack.knobs["l2_path"], L2_JANITOR_MIN_FREE_BYTES
 
     def run(cmd: str) -> str:
         return rig_exec(rig, cmd).stdout
 
     def l2_report() -> L2Report:
-        probe = parse_l2_probe(run(l2_probe_command(store, L2_JANITOR_UNIT, STATUS_FILE)))
-        return classify_l2(probe, store, budget, floor, L2_JANITOR_UNIT)
+        """What validate.py's card records: the same reader, through the rig's shell."""
+        report = read_l2(run, stack)
+        assert report is not None and report.budget_bytes == int(stack.knobs["l2_budget_gb"] * GB)
+        return report
 
     def janitor_status(after: float = 0.0) -> dict:
         """The janitor's status from a round that began after `after` (rig clock), or {}."""

@@ -39,6 +39,13 @@ VARIABLES: list[Variable] = []
 
 NVIDIA_PCI_VENDOR = "0x10de"
 PCI_DISPLAY_CLASS = "0x03"  # VGA and 3D controllers; NVIDIA's audio and USB functions are other classes
+PCI_DEVICES_DIR = "/sys/bus/pci/devices"
+
+
+def nvidia_pci_gpus_command(devices_dir: str = PCI_DEVICES_DIR) -> str:
+    """Prints one line per NVIDIA GPU among the PCI devices in ``devices_dir`` (sysfs layout)."""
+    return (f"for d in {devices_dir}/*; do [ \"$(cat \"$d/vendor\" 2>/dev/null)\" = {NVIDIA_PCI_VENDOR} ] "
+            f"&& case \"$(cat \"$d/class\")\" in {PCI_DISPLAY_CLASS}*) echo \"$d\";; esac; done; true")
 
 
 class NvidiaPciGpus(FactBase):
@@ -49,8 +56,7 @@ class NvidiaPciGpus(FactBase):
         return 0
 
     def command(self) -> str:
-        return (f"for d in /sys/bus/pci/devices/*; do [ \"$(cat \"$d/vendor\" 2>/dev/null)\" = {NVIDIA_PCI_VENDOR} ] "
-                f"&& case \"$(cat \"$d/class\")\" in {PCI_DISPLAY_CLASS}*) echo \"$d\";; esac; done; true")
+        return nvidia_pci_gpus_command()
 
     def process(self, output: list[str]) -> int:
         return len([line for line in output if line.strip()])

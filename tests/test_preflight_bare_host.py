@@ -1,6 +1,7 @@
 """The bare-host gate (rigkit.preflight.bare_host_preflight): what the preflight role refuses before any role
 changes the rig. nvidia-smi outputs are real (2x H200); the PCI counts are what that host's bus shows (2)."""
 
+import subprocess
 from dataclasses import replace
 from pathlib import Path
 
@@ -10,6 +11,7 @@ from rigkit.errors import PreflightError
 from rigkit.hostdata import settings_for_host
 from rigkit.preflight import Finding, HostFacts, bare_host_preflight, preflight, refusals
 from rigkit.sizing import GB
+from roles.preflight import NvidiaPciGpus, nvidia_pci_gpus_command
 
 H200 = Path(__file__).parent / "fixtures" / "nvidia-smi" / "h200-x2-ubuntu2404"
 IDLE = (H200 / "query-gpu-noheader.csv").read_text()
@@ -123,3 +125,22 @@ def test_ram_gate_without_l1_names_the_reserve():
     # cpu-lab has no L1 tier: "set l1_size_gb to at most 0" would be no fix at all
     ram = only(refusals(run(CPU_LAB, pci=0, declared=0, meminfo={"MemAvailable": 3 * GB, "MemTotal": 16 * GB})), "ram")
     assert ram.field == "ram_reserve_gb" and ram.value == 4 and "at most 3" in ram.fix
+
+
+def test_nvidia_pci_gpu_count_reads_vendor_and_class_from_sysfs(tmp_path):
+    # no NVIDIA device on this machine: a sysfs-shaped directory stands in for the bus of a 2-GPU rig
+    devices = {"0000:17:00.0": ("0x10de", "0x030200"),  # H200 (3D controller)
+               "0000:65:00.0": ("0x10de", "0x030200"),
+               "0000:65:00.1": ("0x10de", "0x040300"),  # an NVIDIA audio function: not a GPU
+               "0000:00:02.0": ("0x8086", "0x030000")}  # Intel VGA: not NVIDIA
+    for name, (vendor, pci_class) in devices.items():
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "vendor").write_text(vendor + "\n")
+        (tmp_path / name / "class").write_text(pci_class + "\n")
+    out = subprocess.run(["sh", "-c", nvidia_pci_gpus_command(str(tmp_path))], capture_output=True, text=True,
+                         check=True).stdout.splitlines()
+    assert NvidiaPciGpus().process(out) == 2
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    assert subprocess.run(["sh", "-c", nvidia_pci_gpus_command(str(empty))], capture_output=True, text=True,
+                          check=True).stdout == ""

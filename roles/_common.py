@@ -6,15 +6,18 @@ skip a host that declares no GPUs, and the serving role may read it too.
 
 from __future__ import annotations
 
+import weakref
 from dataclasses import dataclass
 from typing import Any, Iterable
 
 from pyinfra import logger
 from pyinfra.api.host import Host
+from pyinfra.context import ContextObject
 from pyinfra.facts.server import LinuxDistribution
 
 from rigkit.errors import ConfigError
 from rigkit.variables import Variable, resolve
+from roles.host_facts import FactBatch, FactSpec
 
 
 def _non_negative(value: int) -> None:
@@ -32,6 +35,58 @@ APT_KEYRINGS_DIR = "/etc/apt/keyrings"
 
 
 _MISSING = object()
+
+# Facts read while the deploy is prepared, per host: {FactSpec: value}. pyinfra 3 reads a fact anew on every
+# get_fact; no operation runs before execution starts, so what the roles read until then cannot change.
+_PREPARED: "weakref.WeakKeyDictionary[Host, dict[FactSpec, Any]]" = weakref.WeakKeyDictionary()
+
+
+def _preparing(host: Host) -> bool:
+    return not host.state.is_executing
+
+
+def _facts_known(host: Host) -> dict[FactSpec, Any]:
+    # the roles' ``host`` is pyinfra's context proxy (one object for every host): key by the host it points at
+    real = host._get_module() if isinstance(host, ContextObject) else host
+    return _PREPARED.setdefault(real, {})
+
+
+def facts_now(host: Host, specs: Iterable[FactSpec]) -> dict[FactSpec, Any]:
+    """Each fact as ``host.get_fact`` reads it now (never from memory), several in one round trip."""
+    specs = tuple(dict.fromkeys(specs))
+    values = dict(host.get_fact(FactBatch, facts=specs) or {}) if len(specs) > 1 else {}
+    for spec in specs:
+        if spec not in values:  # a batch that failed as a whole: read each on its own
+            values[spec] = host.get_fact(spec.fact, **dict(spec.kwargs))
+    return values
+
+
+def prepare_facts(host: Host, specs: Iterable[FactSpec]) -> None:
+    """Read, in one round trip, facts the roles read while the deploy is prepared (see prepared_fact).
+
+    Read-only commands only: one read ahead that a role then does not need costs just its command on the
+    rig. Facts already read this run are skipped; while executing this does nothing.
+    """
+    if not _preparing(host):
+        return
+    known = _facts_known(host)
+    known.update(facts_now(host, [spec for spec in specs if spec not in known]))
+
+
+def prepared_fact(host: Host, fact: type, **kwargs: Any) -> Any:
+    """``host.get_fact(fact, **kwargs)``, read at most once per host while the deploy is prepared.
+
+    For facts the roles read before any operation ran (their preflights and plans). While executing
+    (an operation's own facts, a deploy added during execution) every call reads the host anew: an
+    earlier operation may have changed it (e.g. installed the engine).
+    """
+    if not _preparing(host):
+        return host.get_fact(fact, **kwargs)
+    known = _facts_known(host)
+    spec = FactSpec.of(fact, **kwargs)
+    if spec not in known:
+        known[spec] = host.get_fact(fact, **kwargs)
+    return known[spec]
 
 
 def host_settings(variables: Iterable[Variable], host: Host) -> dict[str, Any]:
@@ -63,7 +118,7 @@ SUPPORTED_OS = {("ubuntu", "22.04"), ("ubuntu", "24.04"), ("debian", "12")}
 
 def target_os(host: Host, field: str) -> TargetOS:
     """The host's OS from /etc/os-release; ConfigError unless it is one rigkit supports."""
-    meta = host.get_fact(LinuxDistribution)["release_meta"]
+    meta = prepared_fact(host, LinuxDistribution)["release_meta"]
     os_id = str(meta.get("ID", "")).lower()
     version = str(meta.get("VERSION_ID", "")).strip('"')
     codename = str(meta.get("VERSION_CODENAME", "") or meta.get("UBUNTU_CODENAME", ""))

@@ -8,7 +8,9 @@ Ensures
 - /etc/docker/daemon.json holds ``docker_daemon_options`` merged into whatever else is there
   (keys rigkit does not declare are never removed); the engine restarts only when the file changed;
 - the engine is enabled and running; ``docker_users`` are in the docker group.
-Verifies that the engine answers and runs a container (see ``docker_verify_image``).
+Verifies that the engine answers and runs a container (see ``docker_verify_image``). On a rig where this role
+changes nothing, the engine answered ``docker info`` as the deploy was prepared and no container would be run
+(none declared, no local image), the check would only repeat that answer: it runs only after a change.
 """
 
 from __future__ import annotations
@@ -23,9 +25,10 @@ from pyinfra.operations import files, server, systemd
 
 from rigkit.errors import PreflightError
 from rigkit.variables import Variable
-from roles._common import APT_KEYRINGS_DIR, TargetOS, host_settings, pinned, target_os
+from roles._common import APT_KEYRINGS_DIR, TargetOS, host_settings, pinned, prepared_fact, target_os
+from roles.host_facts import DockerEngine, DockerLocalImages, FactSpec
 from roles.operations import (
-    apt_source_line, docker_engine_verified, json_file_merged, packages_held, packages_installed,
+    any_changed, apt_source_line, docker_engine_verified, json_file_merged, packages_held, packages_installed,
 )
 
 SOURCES = ("docker-ce", "distro")
@@ -74,11 +77,26 @@ def engine_packages(os: TargetOS, settings: dict) -> list[str]:
 
 def check_users(users: list[str]) -> None:
     """Refuse, before any change, a docker_users entry that is not a user on the host."""
+    if not users:
+        return
     existing = host.get_fact(Users)
     for user in users:
         if user not in existing:
             raise PreflightError("docker_users", user, "no such user on the host",
                                  "create the user first, or remove it from docker_users")
+
+
+def engine_check_fact_specs() -> list[FactSpec]:
+    """What engine_check_repeats reads (for roles._common.prepare_facts)."""
+    return [FactSpec.of(DockerEngine), FactSpec.of(DockerLocalImages)]
+
+
+def engine_check_repeats(verify_image: str | None) -> bool:
+    """True when the engine check would only repeat what the prepared deploy already saw: ``docker info``
+    answered and no container would run (none declared, no local image to pick)."""
+    engine = prepared_fact(host, DockerEngine)
+    answered = engine is not None and not engine["error"]
+    return answered and not verify_image and not prepared_fact(host, DockerLocalImages)
 
 
 @deploy("docker")
@@ -103,12 +121,16 @@ def docker() -> None:
     started = systemd.service(name="Docker engine enabled and running", service=DOCKER_SERVICE,
                               running=True, enabled=True)
     # An install, an upgrade or a start already reads the new file: restart only a running engine.
-    systemd.service(name="Restart the engine for the new daemon.json", service=DOCKER_SERVICE,
-                    restarted=True, _if=[daemon.did_change, install.did_not_change, started.did_not_change])
+    restart = systemd.service(name="Restart the engine for the new daemon.json", service=DOCKER_SERVICE,
+                              restarted=True, _if=[daemon.did_change, install.did_not_change,
+                                                   started.did_not_change])
 
     for user in settings["docker_users"]:
         server.user(name=f"{user} in the docker group", user=user, groups=["docker"], append=True,
                     ensure_home=False)
 
+    only_after_a_change = ({"_if": any_changed(daemon, install, started, restart)}
+                           if engine_check_repeats(settings["docker_verify_image"]) else {})
     docker_engine_verified(name="Verify the engine answers and runs a container",
-                           image=settings["docker_verify_image"], image_field="docker_verify_image")
+                           image=settings["docker_verify_image"], image_field="docker_verify_image",
+                           **only_after_a_change)

@@ -7,10 +7,12 @@ in its error instead of a fact error that hides it.
 
 from __future__ import annotations
 
+import secrets
 import shlex
-from typing import Optional
+from dataclasses import dataclass
+from typing import Any, Optional
 
-from pyinfra.api import FactBase
+from pyinfra.api import FactBase, StringCommand
 
 from rigkit.nvidia_smi import DRIVER_VERSION_FILE, parse_csv_table, parse_driver_version
 
@@ -198,3 +200,68 @@ class MountedFilesystem(FactBase):
         if len(fields) < 3:
             return None
         return {"source": fields[0], "fstype": fields[1], "options": fields[2].split(",")}
+
+
+@dataclass(frozen=True)
+class FactSpec:
+    """One fact and its arguments, as ``host.get_fact(fact, **kwargs)`` would read it."""
+
+    fact: type
+    kwargs: tuple[tuple[str, Any], ...] = ()
+
+    @classmethod
+    def of(cls, fact: type, **kwargs: Any) -> "FactSpec":
+        return cls(fact, tuple(sorted(kwargs.items())))
+
+    def __str__(self) -> str:
+        arguments = ", ".join(f"{key}={value}" for key, value in self.kwargs)
+        return f"{self.fact.__name__}({arguments})"
+
+
+BATCH_MARKER = "__rigkit_fact_done__"
+
+
+def _shell_text(command: Any) -> str:
+    return command.get_raw_value() if isinstance(command, StringCommand) else str(command)
+
+
+class FactBatch(FactBase):
+    """Several facts read in one SSH round trip: {FactSpec: value}, each value what ``host.get_fact`` returns.
+
+    Each fact's command runs in its own subshell, followed by a marker line carrying its exit status (or
+    "missing" when the command the fact requires is absent). As pyinfra does for a single fact: a zero
+    status with output is processed by the fact, anything else gives the fact's default.
+    """
+
+    def command(self, facts: tuple[FactSpec, ...]) -> str:
+        self._specs = tuple(facts)
+        # a marker the facts' own output cannot contain by accident
+        self._marker = f"{BATCH_MARKER}{secrets.token_hex(6)}"
+        parts = []
+        for spec in self._specs:
+            fact, kwargs = spec.fact(), dict(spec.kwargs)
+            if fact.shell_executable:
+                raise ValueError(f"{spec}: a fact with its own shell cannot join a batch")
+            run = f"( {_shell_text(fact.command(**kwargs))}\n); s=$?"
+            needs = fact.requires_command(**kwargs)
+            if needs:
+                run = f"if command -v {shlex.quote(needs)} >/dev/null 2>&1; then {run}; else s=missing; fi"
+            # the newline ends an output whose last line has none; process() removes it again
+            parts.append(f"{run}; printf '\\n{self._marker} %s\\n' \"$s\"")
+        return "\n".join(parts)
+
+    def process(self, output: list[str]) -> dict[FactSpec, Any]:
+        results: dict[FactSpec, Any] = {}
+        lines: list[str] = []
+        for line in output:
+            if not line.startswith(self._marker + " "):
+                lines.append(line)
+                continue
+            spec = self._specs[len(results)]
+            if lines and lines[-1] == "":
+                lines.pop()  # the newline printed before the marker
+            status = line[len(self._marker) + 1:]
+            fact = spec.fact()
+            results[spec] = fact.process(lines) if status == "0" and lines else fact.default()
+            lines = []
+        return results

@@ -24,8 +24,8 @@ from pyinfra.operations import files
 
 from rigkit.errors import ConfigError, PreflightError
 from rigkit.variables import Variable
-from roles._common import host_settings, say
-from roles.host_facts import BlockDeviceList, BlockDeviceProbe, MountedFilesystem
+from roles._common import host_settings, prepared_fact, say
+from roles.host_facts import BlockDeviceList, BlockDeviceProbe, FactSpec, MountedFilesystem
 from roles.operations import filesystem_made, fstab_entry, mounted
 
 # Longest label each filesystem accepts.
@@ -105,17 +105,24 @@ def check_label(settings: dict) -> None:
                           f"choose a label of at most {limit} characters")
 
 
+def device_fact_specs(settings: dict) -> list[FactSpec]:
+    """The facts checked_device reads (for roles._common.prepare_facts)."""
+    return [FactSpec.of(BlockDeviceProbe, device=settings["l2_device"]),
+            FactSpec.of(MountedFilesystem, mount_point=settings["l2_mount_point"])]
+
+
 def checked_device(settings: dict) -> tuple[dict, list[str], str]:
     """The device's probe, what lsblk sees and format_decision's action, from facts only.
 
     PreflightError for a device that is missing, must not be formatted, or whose mount point holds another
-    device. The preflight role runs this too, before any role changes the rig.
+    device. The preflight role runs this too, before any role changes the rig: both read the facts once
+    per run (the filesystem_made and mounted operations read them again when they run).
     """
-    probe = host.get_fact(BlockDeviceProbe, device=settings["l2_device"])
-    lsblk = host.get_fact(BlockDeviceList) if probe is None else []
+    probe = prepared_fact(host, BlockDeviceProbe, device=settings["l2_device"])
+    lsblk = prepared_fact(host, BlockDeviceList) if probe is None else []
     action = format_decision(probe, settings, lsblk)
     mount_point = settings["l2_mount_point"]
-    current_mount = host.get_fact(MountedFilesystem, mount_point=mount_point)
+    current_mount = prepared_fact(host, MountedFilesystem, mount_point=mount_point)
     if current_mount is not None and current_mount["source"] != probe["path"]:
         raise PreflightError("l2_mount_point", mount_point,
                              f"{current_mount['source']} is mounted there, not {probe['path']}",

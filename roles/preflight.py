@@ -12,7 +12,10 @@ Runs right after rig_lock (roles.PIPELINE), from facts read under the lock, and 
 - L2 free space below ``l2_budget_gb`` once the L2 filesystem is mounted.
 A refusal is one failing operation ("Preflight refused before any change") naming the field, the value and
 the fix; that rig gets nothing else, the other rigs carry on. What needs the engine (compose, the image, the
-registry) stays in the serving role's preflight, which repeats these checks once the earlier roles ran.
+registry) stays in the serving role's preflight, which repeats these checks.
+Every fact the roles read while the deploy is prepared (this role's, l2_disk's device check, the serving
+preflight's, the target OS) is read here in one round trip and kept for the run (roles._common.prepared_fact):
+no operation has run yet, so the later roles' reads would return the same.
 Declares no variables of its own: it reads the serving knobs, ``gpus`` and the l2_disk role's variables.
 """
 
@@ -23,6 +26,7 @@ from typing import Any, Optional
 from pyinfra import host
 from pyinfra.api import FactBase
 from pyinfra.api.deploy import deploy
+from pyinfra.facts.server import LinuxDistribution
 from pyinfra.operations import python
 
 from rigkit.errors import PreflightError
@@ -30,9 +34,11 @@ from rigkit.hostdata import Settings, settings_for_host
 from rigkit.preflight import Finding, HostFacts, bare_host_preflight, refusals
 from rigkit.render import STACK_NAME
 from rigkit.variables import Variable
-from roles._common import GPUS, host_settings, say
-from roles.host_facts import DockerEngine, MountedFilesystem, NvidiaSmiGpus
-from roles.l2_disk import VARIABLES as L2_DISK_VARIABLES, checked_device
+from roles._common import GPUS, host_settings, prepare_facts, prepared_fact, say
+from roles.docker import engine_check_fact_specs
+from roles.host_facts import DockerEngine, FactSpec, MountedFilesystem, NvidiaSmiGpus
+from roles.l2_disk import VARIABLES as L2_DISK_VARIABLES, checked_device, device_fact_specs
+from roles.serving import preflight_fact_specs as serving_fact_specs
 from roles.serving_facts import DiskFree, GpuMemory, MemInfo, PortListeners, ShmSize, StackContainers
 
 VARIABLES: list[Variable] = []
@@ -66,10 +72,10 @@ def _gpu_facts(settings: Settings) -> tuple[Optional[str], int, int]:
     """(nvidia-smi's memory csv where it answers, NVIDIA GPUs on the PCI bus, declared ``gpus``)."""
     if not settings.profile.needs_gpus:
         return None, 0, 0
-    smi = host.get_fact(NvidiaSmiGpus)
+    smi = prepared_fact(host, NvidiaSmiGpus)
     # a broken nvidia-smi (driver/library mismatch) is the driver role's to fix: count the bus instead
-    csv = "\n".join(host.get_fact(GpuMemory) or []) if smi and not smi["error"] else None
-    return csv, host.get_fact(NvidiaPciGpus), host_settings([GPUS], host)["gpus"]
+    csv = "\n".join(prepared_fact(host, GpuMemory) or []) if smi and not smi["error"] else None
+    return csv, prepared_fact(host, NvidiaPciGpus), host_settings([GPUS], host)["gpus"]
 
 
 def _l2_device(settings: Settings) -> tuple[Optional[Finding], bool]:
@@ -81,28 +87,48 @@ def _l2_device(settings: Settings) -> tuple[Optional[Finding], bool]:
         probe, _, _ = checked_device(disk)
     except PreflightError as refused:
         return Finding.refused_by("l2-device", refused), False
-    mounted = host.get_fact(MountedFilesystem, mount_point=disk["l2_mount_point"])
+    mounted = prepared_fact(host, MountedFilesystem, mount_point=disk["l2_mount_point"])
     return None, mounted is not None and mounted["source"] == probe["path"]
 
 
 def _stack_container_ids() -> tuple[str, ...]:
-    engine = host.get_fact(DockerEngine)
+    engine = prepared_fact(host, DockerEngine)
     if not engine or not engine["server_version"]:  # no engine, or a stopped one: no stack of ours runs
         return ()
-    return tuple(c["id"] for c in host.get_fact(StackContainers, stack=STACK_NAME) or [] if c["running"])
+    return tuple(c["id"] for c in prepared_fact(host, StackContainers, stack=STACK_NAME) or [] if c["running"])
+
+
+def prepared_fact_specs(settings: Settings) -> list[FactSpec]:
+    """Every fact the roles read while the deploy is prepared, when they read it on most rigs.
+
+    A fact read here but not needed after all (DiskFree while the L2 disk is unmounted, the stack without an
+    engine) is harmless: all are read-only. What only some paths need (lsblk for a missing device, the
+    registry probe for an absent image) is read by that path alone."""
+    specs = [FactSpec.of(LinuxDistribution), FactSpec.of(MemInfo), FactSpec.of(ShmSize),
+             FactSpec.of(PortListeners, port=settings.knobs["serving_port"]), FactSpec.of(DockerEngine),
+             FactSpec.of(StackContainers, stack=STACK_NAME)]
+    disk = host_settings(L2_DISK_VARIABLES, host)
+    if disk["l2_device"]:
+        specs += device_fact_specs(disk)
+    if settings.l2_active:
+        specs.append(FactSpec.of(DiskFree, path=settings.knobs["l2_path"]))
+    if settings.profile.needs_gpus:
+        specs += [FactSpec.of(NvidiaSmiGpus), FactSpec.of(GpuMemory), FactSpec.of(NvidiaPciGpus)]
+    return specs + engine_check_fact_specs() + serving_fact_specs(settings)
 
 
 def gather_findings(settings: Settings) -> list[Finding]:
+    prepare_facts(host, prepared_fact_specs(settings))
     device_refusal, l2_measurable = _l2_device(settings)
     gpu_csv, pci_gpus, declared_gpus = _gpu_facts(settings)
     port = settings.knobs["serving_port"]
     facts = HostFacts(
-        meminfo=host.get_fact(MemInfo),
-        host_shm_bytes=host.get_fact(ShmSize),
-        l2_free_bytes=host.get_fact(DiskFree, path=settings.knobs["l2_path"])
+        meminfo=prepared_fact(host, MemInfo),
+        host_shm_bytes=prepared_fact(host, ShmSize),
+        l2_free_bytes=prepared_fact(host, DiskFree, path=settings.knobs["l2_path"])
         if settings.l2_active and l2_measurable else None,
         gpu_memory_csv=gpu_csv,
-        port_listeners=host.get_fact(PortListeners, port=port),
+        port_listeners=prepared_fact(host, PortListeners, port=port),
         stack_container_ids=_stack_container_ids(),
     )
     findings = bare_host_preflight(settings, facts, pci_gpus, declared_gpus)

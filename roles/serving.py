@@ -48,7 +48,8 @@ from rigkit.render import (COMPOSE_FILE_NAME, COMPOSE_PROJECT, CONTAINER_NAME, E
 from rigkit.smoke import SmokeReport, check_container, check_http
 from rigkit.tunnel import serving_url
 from rigkit.variables import Variable
-from roles._common import host_settings
+from roles._common import facts_now, host_settings, prepare_facts, prepared_fact
+from roles.host_facts import FactSpec
 from roles.serving_facts import (STACK_LABEL, ComposeCommand, DiskFree, DockerImagePresent, GpuMemory,
                                  ManifestProbe, MemInfo, PortListeners, ShmSize,
                                  StackContainers)
@@ -124,8 +125,11 @@ def stack_release(compose: str, image: str, knobs_hash: str, digest: str, url: s
     + timeout_s: seconds to wait for it
     + l2_guard: (l2_path, mount point of the L2 disk): refuse the release when the path is not on it
     """
-    containers = host.get_fact(StackContainers, stack=STACK_NAME)
-    applied = (host.get_fact(FileContents, path=RELEASE_HASH_FILE) or [""])[0].strip()
+    stack = FactSpec.of(StackContainers, stack=STACK_NAME)
+    release_hash = FactSpec.of(FileContents, path=RELEASE_HASH_FILE)
+    now = facts_now(host, [stack, release_hash])  # read as the release runs, never from the preflight's memory
+    containers = now[stack]
+    applied = (now[release_hash] or [""])[0].strip()
     # the label catches a stack someone else re-rendered (validate.py's decode A/B runs the baseline)
     serving = bool(containers) and all(c["running"] and c["image"] == image
                                        and c["labels"].get(KNOBS_HASH_LABEL) == knobs_hash for c in containers)
@@ -182,23 +186,43 @@ def l2_disk_mount() -> Optional[str]:
     return values["l2_mount_point"] if values["l2_device"] else None
 
 
+def preflight_fact_specs(settings: Settings) -> list[FactSpec]:
+    """The facts the serving preflight reads (also read ahead by the preflight role, in the same round trip).
+
+    Not ManifestProbe: it asks the registry, only when the image is not on the rig."""
+    specs = [FactSpec.of(ComposeCommand), FactSpec.of(Which, command="docker"),
+             FactSpec.of(DockerImagePresent, image=settings.image), FactSpec.of(MemInfo), FactSpec.of(ShmSize),
+             FactSpec.of(PortListeners, port=settings.knobs["serving_port"]),
+             FactSpec.of(StackContainers, stack=STACK_NAME)]
+    if settings.l2_active:
+        specs.append(FactSpec.of(DiskFree, path=settings.knobs["l2_path"]))
+    if settings.profile.needs_gpus:
+        specs += [FactSpec.of(Which, command="nvidia-smi"), FactSpec.of(GpuMemory)]
+    return specs
+
+
 def gather_facts(settings: Settings, compose: Optional[str]) -> HostFacts:
-    has_engine = host.get_fact(Which, command="docker") is not None
+    """The serving preflight's facts, read while the deploy is prepared: once per run (roles._common)."""
+
+    def fact(cls, **kwargs):
+        return prepared_fact(host, cls, **kwargs)
+
+    has_engine = fact(Which, command="docker") is not None
     gpu_csv = None
-    if settings.profile.needs_gpus and host.get_fact(Which, command="nvidia-smi"):
-        gpu_csv = "\n".join(host.get_fact(GpuMemory) or [])
-    image_present = bool(has_engine and host.get_fact(DockerImagePresent, image=settings.image))
+    if settings.profile.needs_gpus and fact(Which, command="nvidia-smi"):
+        gpu_csv = "\n".join(fact(GpuMemory) or [])
+    image_present = bool(has_engine and fact(DockerImagePresent, image=settings.image))
     return HostFacts(
-        meminfo=host.get_fact(MemInfo),
-        l2_free_bytes=host.get_fact(DiskFree, path=settings.knobs["l2_path"]) if settings.l2_active else None,
+        meminfo=fact(MemInfo),
+        l2_free_bytes=fact(DiskFree, path=settings.knobs["l2_path"]) if settings.l2_active else None,
         gpu_memory_csv=gpu_csv,
         has_engine=has_engine,
         compose_command=compose,
         image_present=image_present,
-        host_shm_bytes=host.get_fact(ShmSize),
-        image_probe_error=host.get_fact(ManifestProbe, image=settings.image) if has_engine and not image_present else None,
-        port_listeners=host.get_fact(PortListeners, port=settings.knobs["serving_port"]),
-        stack_container_ids=tuple(c["id"] for c in (host.get_fact(StackContainers, stack=STACK_NAME) or [])
+        host_shm_bytes=fact(ShmSize),
+        image_probe_error=fact(ManifestProbe, image=settings.image) if has_engine and not image_present else None,
+        port_listeners=fact(PortListeners, port=settings.knobs["serving_port"]),
+        stack_container_ids=tuple(c["id"] for c in (fact(StackContainers, stack=STACK_NAME) or [])
                                   if c["running"]) if has_engine else (),
     )
 
@@ -409,7 +433,8 @@ def serving(image_override: Optional[str] = None, kind: str = "deploy",
         data = {**data, "serving_image": image_override}
     settings = settings_for_host(data)
     role = {v.name: data.get(v.name, v.default) for v in VARIABLES}
-    compose = host.get_fact(ComposeCommand)
+    prepare_facts(host, preflight_fact_specs(settings))
+    compose = prepared_fact(host, ComposeCommand)
 
     findings = preflight(settings, gather_facts(settings, compose))
     for finding in findings:

@@ -2,7 +2,8 @@
 
 One JSON file per case, one folder per role (``tests/roles/<role>/``, which runs the role's
 deploy) or per operation (``tests/roles/operations.<name>/``, which runs
-``roles.operations.<name>`` with the case's ``kwargs``). Adding a case is adding a file.
+``roles.operations.<name>`` with the case's ``kwargs``); ``tests/roles/pipeline/`` runs the
+case's ``roles`` in order on one host, as deploy.py does. Adding a case is adding a file.
 
 A case holds:
 - ``data``: host data (inventory/group_data values); ``os``: "ubuntu-22.04" | "ubuntu-24.04" |
@@ -10,6 +11,7 @@ A case holds:
   (serving: ``kind``, ``image_override``, ``restore_rendering`` as rollback.py passes them);
 - ``facts``: fact values by name (``deb.DebPackages``, ``host_facts.NvidiaModuleVersion``), or by
   ``name:argument`` for a fact read with an argument (``host_facts.BlockDeviceProbe:/dev/loop7``);
+  a FactBatch (several facts in one round trip) is answered fact by fact from the same values;
   ``files``: file contents by path (text, or {"from": repository path}), from which the file facts
   (File, Sha1File, FileContents, FileText) derive; ``modes``: octal modes as ints (600) of listed
   files and directories (default 644 / 755);
@@ -22,8 +24,9 @@ A case holds:
   {"upload": path, "from": repository path} for a repository file uploaded as is; a Python step
   such as the reboot's wait-and-reconnect is "<python: name>"), ``notes`` (substrings of noop
   lines), ``python_args`` (by function name: substrings of that Python step's string arguments,
-  e.g. the findings a "Preflight refused" step raises when it runs), and/or ``error`` (substring of
-  the refusal).
+  e.g. the findings a "Preflight refused" step raises when it runs), ``error`` (substring of
+  the refusal), and/or ``prepare_round_trips`` (how many fact reads, a FactBatch counting once, the
+  deploy makes before any operation runs: the SSH round trips a no-op re-deploy spends preparing).
 
 The hosts are fakes by necessity: there is no GPU driver, CUDA repository or NVMe here. The lab
 tests (tests/lab/test_roles_lab.py) run the docker and l2_disk roles against real rigs.
@@ -52,6 +55,7 @@ from pyinfra.connectors.util import CommandOutput
 from pyinfra.context import ctx_host, ctx_state
 
 from rigkit.errors import RigkitError
+from roles.host_facts import FactBatch
 from roles.operations import any_changed
 
 CASES_DIR = Path(__file__).parent
@@ -81,14 +85,25 @@ class FakeFacts:
             self.facts.setdefault("server.LinuxDistribution", {
                 "name": None, "major": None, "minor": None, "release_meta": OS_RELEASES[case["os"]]})
         self.asked: list[str] = []
+        self.asked_executing: list[str] = []
+        self.round_trips = {"prepare": 0, "execute": 0}
+        self.state: State | None = None
 
     def __call__(self, cls, *args, **kwargs):
+        self.round_trips["execute" if self.state.is_executing else "prepare"] += 1
+        if cls is FactBatch:  # each fact of the batch as the case gives it, in one round trip
+            return {spec: self._answer(spec.fact, **dict(spec.kwargs)) for spec in kwargs["facts"]}
+        return self._answer(cls, *args, **kwargs)
+
+    def _answer(self, cls, *args, **kwargs):
         fact = cls()
         call_kwargs = getcallargs(fact.command, *args, **kwargs) if (args or kwargs) else {}
         call_kwargs.pop("self", None)
         name = short_fact_name(cls)
         keys = [f"{name}:{value}" for value in call_kwargs.values() if isinstance(value, str)] + [name]
         self.asked.append(keys[0])
+        if self.state.is_executing:
+            self.asked_executing.append(keys[0])
         for key in keys:
             if key in self.facts:
                 return self.facts[key]
@@ -192,20 +207,29 @@ def resolve_if(condition, would_change: dict[str, bool]) -> bool:
 def run_case(case_dir: str, case: dict) -> dict:
     """Run the role (or operation) of ``case_dir`` against the case; return commands, notes, error."""
     inventory = Inventory((["rig"], {}), override_data=None)
-    state = State(inventory, Config())
+    state = State(inventory, Config(), check_for_changes=False)  # as `pyinfra -y`: operations run only once
     state.print_noop_info = True  # noop lines are notes a case can expect (pyinfra logs them at debug otherwise)
     host = inventory.get_host("rig")
     host.data.__dict__["override_datas"].update(case.get("data", {}))
     facts = FakeFacts(case)
+    facts.state = state
     host.get_fact = facts  # type: ignore[method-assign]
     host.connected = True
     notes = NoteCatcher()
 
     result: dict[str, Any] = {"commands": [], "notes": notes.lines, "error": None, "asked": facts.asked,
+                              "asked_executing": facts.asked_executing, "round_trips": facts.round_trips,
                               "python_args": {}}
     with notes:
         _run(case_dir, case, state, host, result)
     return result
+
+
+def _pipeline(roles: list[str]) -> None:
+    """The roles in order, stopping after one that refuses the rig (returns False), as deploy.py does."""
+    for name in roles:
+        if getattr(importlib.import_module(f"roles.{name}"), name)() is False:
+            break
 
 
 def _run(case_dir: str, case: dict, state: State, host, result: dict) -> None:
@@ -213,6 +237,8 @@ def _run(case_dir: str, case: dict, state: State, host, result: dict) -> None:
         if case_dir.startswith("operations."):
             operations = importlib.import_module("roles.operations")
             add_op(state, getattr(operations, case_dir.split(".", 1)[1]), host=host, **case.get("kwargs", {}))
+        elif case_dir == "pipeline":
+            add_deploy(state, _pipeline, host=host, roles=case["roles"])
         else:
             module = importlib.import_module(f"roles.{case_dir}")
             add_deploy(state, getattr(module, case_dir), host=host, **case.get("kwargs", {}))
@@ -261,6 +287,8 @@ def test_case(case_path: Path) -> None:
         assert result["commands"] == case["commands"], f"facts asked: {result['asked']}"
     for note in case.get("notes", []):
         assert any(note in line for line in result["notes"]), f"{note!r} not in notes {result['notes']}"
+    if "prepare_round_trips" in case:
+        assert result["round_trips"]["prepare"] == case["prepare_round_trips"], f"facts asked: {result['asked']}"
     for function, parts in case.get("python_args", {}).items():
         assert function in result["python_args"], f"no Python step {function!r}: {result['commands']}"
         for part in _as_list(parts):

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any, Optional
 
 from pyinfra.api import FactBase, StringCommand
+from pyinfra.api.exceptions import FactProcessError
 
 from rigkit.nvidia_smi import DRIVER_VERSION_FILE, parse_csv_table, parse_driver_version
 
@@ -229,8 +230,9 @@ class FactBatch(FactBase):
     """Several facts read in one SSH round trip: {FactSpec: value}, each value what ``host.get_fact`` returns.
 
     Each fact's command runs in its own subshell, followed by a marker line carrying its exit status (or
-    "missing" when the command the fact requires is absent). As pyinfra does for a single fact: a zero
-    status with output is processed by the fact, anything else gives the fact's default.
+    "missing" when the command the fact requires is absent: its default, as pyinfra gives). A fact whose
+    command fails, or whose output its process() refuses, is left out: roles._common.facts_now then reads
+    it alone, so pyinfra reports and fails the host exactly as it would have.
     """
 
     def command(self, facts: tuple[FactSpec, ...]) -> str:
@@ -253,15 +255,23 @@ class FactBatch(FactBase):
     def process(self, output: list[str]) -> dict[FactSpec, Any]:
         results: dict[FactSpec, Any] = {}
         lines: list[str] = []
+        done = 0
         for line in output:
             if not line.startswith(self._marker + " "):
                 lines.append(line)
                 continue
-            spec = self._specs[len(results)]
+            spec = self._specs[done]
+            done += 1
             if lines and lines[-1] == "":
                 lines.pop()  # the newline printed before the marker
             status = line[len(self._marker) + 1:]
             fact = spec.fact()
-            results[spec] = fact.process(lines) if status == "0" and lines else fact.default()
+            if status == "missing" or (status == "0" and not lines):
+                results[spec] = fact.default()
+            elif status == "0":
+                try:
+                    results[spec] = fact.process(lines)
+                except FactProcessError:
+                    pass
             lines = []
         return results

@@ -4,13 +4,15 @@
     pyinfra inventory/X.py validate.py --data validate_prompt_tokens=37000
     pyinfra inventory/X.py validate.py --data replay=results/<run-id>   # same prompts/seeds as that run
     pyinfra inventory/X.py validate.py --data validate_decode_ab=true   # + decode A/B (restarts the stack)
+    pyinfra inventory/X.py validate.py --data validate_soak_sessions=20 # + soak: 20 conversations x 5 turns
 
 Per rig: reach the serving API (SSH tunnel to the rig's loopback, or direct on a LAN bind), run
 rigkit.validation's tier procedure (cold, warm-gpu, warm-connector, and warm-persistent after a
 compose down/up on the rig), read the L2 disk tier's state on the rig (filesystem size/free against
 the janitor's floor, the store against l2_budget_gb, the janitor and its evictions: a full L2 fails
-the card), then write results/<run-id>/<rig>.card.json + Markdown + plots and re-render the fleet
-card. Every host of one pyinfra run shares the run id.
+the card), optionally soak the stack (rigkit.soak: multi-turn conversations, memory sampled on the
+rig after every turn; a failed soak fails the card), then write results/<run-id>/<rig>.card.json +
+Markdown + plots and re-render the fleet card. Every host of one pyinfra run shares the run id.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ from rigkit.hostdata import role_variables, settings_for_host
 from rigkit.knobs import SECRET_KNOBS
 from rigkit.paths import REPO_ROOT, RIG_STACK_DIR
 from rigkit.render import COMPOSE_PROJECT
+from rigkit.soak import limits_from, memory_probe, plan_from, run_soak
 from rigkit.tunnel import serving_url
 from rigkit.profiles import ab_pair, load_profiles
 from rigkit.validation import (REPLAY, VARIABLES, Settings, read_l2, replay_data, run_decode_ab, to_card,
@@ -139,11 +142,17 @@ def _validate() -> None:
             if l2 is not None and l2.level != "ok":
                 print(f"{host.name}: {fmt_l2(l2)}\n" + "\n".join(f"  {problem}" for problem in l2.problems))
             raise
+        soak = None
+        if settings.soak_sessions:
+            probe = memory_probe(_shell)
+            soak = run_soak(client, plan_from(settings), limits_from(settings), lambda: probe.read(_shell),
+                            probe.source, seed=settings.seed, prompt_kind=settings.prompt_kind,
+                            prefill_tokens_per_s=result.prefill_tokens_per_s)
         decode_ab = _decode_ab(data, stack, compose, url, settings) if settings.decode_ab else None
     repro = {"profile": stack.profile.name, "image_digest": stack.image,
              "knobs": {k: v for k, v in knobs.items() if k not in SECRET_KNOBS}, **rig_facts(l2_path)}
     card = to_card(host.name, RUN_ID, result, settings, stack.profile.connector is not None,
-                   decode_ab=decode_ab, repro=repro, l2=read_l2(_shell, stack))
+                   decode_ab=decode_ab, repro=repro, l2=read_l2(_shell, stack), soak=soak)
     run_dir = REPO_ROOT / RESULTS_DIR / RUN_ID
     write_card(run_dir, card)
     render_run(run_dir)

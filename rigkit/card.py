@@ -163,6 +163,55 @@ class L2Report(BaseModel):
     problems: list[str] = Field(default_factory=list)  # each with its fix
 
 
+class SoakTurn(BaseModel):
+    """One turn of one soak conversation, as measured (rigkit.soak runs them)."""
+
+    session: int
+    turn: int
+    prompt_tokens: Optional[int] = None
+    completion_tokens: Optional[int] = None
+    decode_tps: Optional[float] = None
+    empty_reply: bool = False
+    error: Optional[str] = None
+    memory_mib: Optional[float] = None  # the rig's memory right after this turn (SoakReport.memory_source)
+
+
+class SoakReport(BaseModel):
+    """The soak's measurements and verdict (rigkit.soak.judge fills it)."""
+
+    sessions: int
+    turns: int  # per session
+    open_sessions: int
+    message_tokens: int
+    reply_tokens: int
+    memory_source: str
+    memory_growth_limit_mib: float
+    decode_retention_min: float
+    empty_reply_max_fraction: float
+    turns_run: int
+    errors: int
+    answered: int
+    empty_replies: int
+    baseline_session: Optional[int] = None  # the first clean session: baseline of memory and decode speed
+    last_session: Optional[int] = None
+    decode_tps_baseline: Optional[float] = None
+    decode_tps_last: Optional[float] = None
+    decode_retention: Optional[float] = None
+    memory_baseline_mib: Optional[float] = None
+    memory_last_mib: Optional[float] = None
+    memory_growth_mib: Optional[float] = None
+    failures: list[str] = Field(default_factory=list)  # each names its rule and numbers
+    records: list[SoakTurn] = Field(default_factory=list)
+
+    @property
+    def passed(self) -> bool:
+        return not self.failures
+
+    @property
+    def empty_fraction(self) -> Optional[float]:
+        return self.empty_replies / self.answered if self.answered else None
+
+
 class RigCard(BaseModel):
     schema_version: Literal[1] = SCHEMA_VERSION
     rig: str
@@ -175,11 +224,13 @@ class RigCard(BaseModel):
     decode_ab: Optional[DecodeAB] = None
     capacity: Optional[Capacity] = None
     l2: Optional[L2Report] = None
+    soak: Optional[SoakReport] = None
     failures: list[str] = Field(default_factory=list)
 
     @property
     def passed(self) -> bool:
-        return not self.failures and all(t.passed for t in self.tiers) and (self.l2 is None or self.l2.level != "fail")
+        return (not self.failures and all(t.passed for t in self.tiers) and (self.l2 is None or self.l2.level != "fail")
+                and (self.soak is None or self.soak.passed))
 
     def tier(self, expected: str) -> Optional[TierResult]:
         return next((t for t in self.tiers if t.expected == expected), None)
@@ -246,6 +297,8 @@ def render_rig_markdown(card: RigCard) -> str:
     warnings: list[str] = []
     if card.l2:
         (failures if card.l2.level == "fail" else warnings).extend(card.l2.problems)
+    if card.soak:
+        failures.extend(f"soak: {failure}" for failure in card.soak.failures)
     bullets = [f"- ✗ {f}" for f in failures] + [f"- ⚠ {w}" for w in warnings]
     lines += bullets + ([""] if bullets else [])
     if card.l2:
@@ -302,6 +355,9 @@ def render_rig_markdown(card: RigCard) -> str:
     else:
         lines += ["Not measured in this run.", ""]
 
+    lines += ["## ④ Stability (soak)", ""] + (render_soak(card.soak) if card.soak else
+                                               ["Not run in this run (`validate_soak_sessions` = 0).", ""])
+
     lines += ["## Reproduce", "", "| | |", "|---|---|"]
     repro = card.repro
     for name, value in [("rigkit", repro.rigkit_version), ("image", repro.image_digest), ("profile", repro.profile),
@@ -320,6 +376,55 @@ def render_rig_markdown(card: RigCard) -> str:
         lines.append(f"| {name} | {value if value not in (None, '') else '—'} |")
     lines += ["", f"_Schema v{card.schema_version}, created {card.created_at}. Figures: mean (n, CV)._", ""]
     return "\n".join(lines)
+
+
+def _mark(ok: bool) -> str:
+    return "✓" if ok else "✗"
+
+
+def fmt_soak_short(soak: SoakReport) -> str:
+    """The fleet card's soak cell: verdict, decode retention, memory growth."""
+    parts = [f"retention {100 * soak.decode_retention:.0f}%" if soak.decode_retention is not None else None,
+             f"{soak.memory_growth_mib:+,.0f} MiB" if soak.memory_growth_mib is not None else None]
+    shown = ", ".join(p for p in parts if p)
+    return ("PASS" if soak.passed else "FAIL") + (f" ({shown})" if shown else "")
+
+
+def render_soak(soak: SoakReport) -> list[str]:
+    """The card's soak table: each rule with its measured numbers and its limit."""
+    def mib(value: Optional[float]) -> str:
+        return f"{value:,.0f} MiB" if value is not None else "?"
+
+    planned = soak.sessions * soak.turns
+    lines = [f"{soak.sessions} conversations × {soak.turns} turns ({soak.open_sessions} open at once; each turn "
+             f"sends the conversation so far plus a new ~{soak.message_tokens}-token user message, replies up to "
+             f"{soak.reply_tokens} tokens); {soak.turns_run} of {planned} turns ran.", "",
+             "| check | measured | limit | |", "|---|---|---|---|",
+             f"| errors | {soak.errors} of {soak.turns_run} turns | none | {_mark(not soak.errors)} |"]
+    if soak.empty_fraction is not None:
+        ok = soak.empty_fraction < soak.empty_reply_max_fraction
+        lines.append(f"| empty replies | {soak.empty_replies} of {soak.answered} answered "
+                     f"({100 * soak.empty_fraction:.0f}%) | < {100 * soak.empty_reply_max_fraction:.0f}% | {_mark(ok)} |")
+    else:
+        lines.append(f"| empty replies | — (no turn answered) | < {100 * soak.empty_reply_max_fraction:.0f}% | ✗ |")
+    if soak.decode_retention is not None:
+        ok = soak.decode_retention >= soak.decode_retention_min
+        lines.append(f"| decode retention | {100 * soak.decode_retention:.0f}% (session {soak.last_session}: "
+                     f"{soak.decode_tps_last:.1f} tok/s vs first clean session {soak.baseline_session}: "
+                     f"{soak.decode_tps_baseline:.1f} tok/s) | ≥ {100 * soak.decode_retention_min:.0f}% | {_mark(ok)} |")
+    else:
+        lines.append(f"| decode retention | — (not measured) | ≥ {100 * soak.decode_retention_min:.0f}% | ✗ |")
+    if soak.memory_growth_mib is not None:
+        ok = soak.memory_growth_mib <= soak.memory_growth_limit_mib
+        lines.append(f"| memory growth | {soak.memory_growth_mib:+,.0f} MiB ({mib(soak.memory_baseline_mib)} after "
+                     f"session {soak.baseline_session} → {mib(soak.memory_last_mib)} at the end; "
+                     f"{soak.memory_source}) | ≤ {soak.memory_growth_limit_mib:,.0f} MiB | {_mark(ok)} |")
+    else:
+        lines.append(f"| memory growth | — (not measured; {soak.memory_source}) | "
+                     f"≤ {soak.memory_growth_limit_mib:,.0f} MiB | ✗ |")
+    lines += ["", f"Verdict: **{'PASS' if soak.passed else 'FAIL'}**"
+              + ("" if soak.passed else " — " + "; ".join(soak.failures)) + ".", ""]
+    return lines
 
 
 # --- plots -----------------------------------------------------------------------------------
@@ -426,6 +531,8 @@ def render_fleet_markdown(cards: Sequence[RigCard]) -> str:
                                              if c.l2 and c.l2.fs_free_bytes is not None
                                              else (f"{c.l2.state} {L2_MARKS[c.l2.level]}" if c.l2 else "—")
                                              for c in cards) + " | |")
+    if any(c.soak for c in cards):
+        lines.append("| soak | " + " | ".join(fmt_soak_short(c.soak) if c.soak else "—" for c in cards) + " | |")
     lines.append("| tier labels | " + " | ".join(", ".join(t.label for t in c.tiers) or "—" for c in cards) + " | |")
     lines.append("| verdict | " + " | ".join("PASS" if c.passed else "FAIL" for c in cards) + " | |")
     lines += ["", "Per-rig cards: " + ", ".join(f"[{c.rig}]({c.rig}.md)" for c in cards), ""]

@@ -23,8 +23,8 @@ from pathlib import Path
 from typing import Callable, Mapping, Optional, Sequence
 
 from rigkit import abstats
-from rigkit.card import (Capacity, CapacityTier, DecodeAB, DecodeKind, L2Report, PromptRecord, RigCard, StatModel,
-                         TierProof, TierResult, fmt_bytes, load_cards)
+from rigkit.card import (Capacity, CapacityTier, DecodeAB, DecodeKind, L2Report, PromptRecord, RigCard, SoakReport,
+                         StatModel, TierProof, TierResult, fmt_bytes, load_cards)
 from rigkit.client import Measured, Prompt, PromptSpec, ServingClient, measure, prefill_timeout
 from rigkit.errors import ConfigError
 from rigkit.metrics import Snapshot, require_prefix_counters
@@ -54,6 +54,19 @@ def _at_least(minimum: int) -> Callable[[int], None]:
     return check
 
 
+def _off_or_at_least(minimum: int) -> Callable[[int], None]:
+    def check(value: int) -> None:
+        if value != 0 and value < minimum:
+            raise ValueError(f"must be 0 (off) or >= {minimum}")
+
+    return check
+
+
+def _fraction(value: float) -> None:
+    if not 0 < value <= 1:
+        raise ValueError("must be a fraction in (0, 1]")
+
+
 VARIABLES = [
     Variable("validate_prompt_tokens", 3500, "size of each salted session prompt in tokens "
              "(the user's card: ~37000; the lab CPU build: ~3500)", int,
@@ -68,6 +81,22 @@ VARIABLES = [
     Variable("validate_restart", True, "measure the persistent tier (does a full compose down/up)", bool),
     Variable("validate_decode_ab", False, "also run the decode A/B: switches the rig between its profile and the "
              "derived baseline once per visit (2 x measured restarts: minutes of downtime, so opt-in)", bool),
+    Variable("validate_soak_sessions", 0, "soak: multi-turn conversations run after the tiers (0 = no soak; at "
+             "least 2: decode retention compares the last with the first clean one; the field notes ran ~20)", int,
+             check=_off_or_at_least(2)),
+    Variable("validate_soak_turns", 5, "soak: turns per conversation (each sends the whole conversation so far "
+             "plus a new salted user message)", int, check=_at_least(1)),
+    Variable("validate_soak_message_tokens", 256, "soak: size of each new user message in tokens", int,
+             check=_at_least(16)),
+    Variable("validate_soak_reply_tokens", 128, "soak: most tokens per reply (the model may stop early; "
+             "an empty reply counts against validate_soak_empty_reply_max_fraction)", int, check=_at_least(2)),
+    Variable("validate_soak_memory_growth_mib", 200.0, "soak: most memory growth allowed (MiB) from the end of "
+             "the first clean conversation to the last turn: GPU memory from nvidia-smi, on a rig without GPUs "
+             "the serving container's cgroup", float),
+    Variable("validate_soak_decode_retention_min", 0.8, "soak: least decode tok/s of the last conversation, "
+             "as a fraction of the first clean conversation's", float, check=_fraction),
+    Variable("validate_soak_empty_reply_max_fraction", 0.5, "soak: the soak fails when at least this fraction "
+             "of the answered turns got an empty reply", float, check=_fraction),
 ]
 REPLAY = Variable("replay", None, "results/<run-id> whose prompt sizes, kind and seeds this run repeats", str)
 
@@ -85,6 +114,13 @@ class Settings:
     seed: Optional[int]
     restart: bool
     decode_ab: bool
+    soak_sessions: int
+    soak_turns: int
+    soak_message_tokens: int
+    soak_reply_tokens: int
+    soak_memory_growth_mib: float
+    soak_decode_retention_min: float
+    soak_empty_reply_max_fraction: float
 
     @classmethod
     def from_data(cls, data: Mapping) -> "Settings":
@@ -418,12 +454,13 @@ def run_decode_ab(activate: Callable[[str], ServingClient], arms: Mapping[str, s
 
 def to_card(rig: str, run_id: str, validation: TierValidation, settings: Settings,
             connector_configured: bool = True, decode_ab: Optional[DecodeAB] = None,
-            repro: Optional[Mapping] = None, l2: Optional[L2Report] = None) -> RigCard:
+            repro: Optional[Mapping] = None, l2: Optional[L2Report] = None,
+            soak: Optional[SoakReport] = None) -> RigCard:
     """The rig's results card (rigkit.card renders it)."""
     card = RigCard(rig=rig, run_id=run_id, connector_configured=connector_configured,
                    prefill_tokens_per_s=validation.prefill_tokens_per_s,
                    tiers=[t.result() for t in validation.tiers], decode_ab=decode_ab,
-                   capacity=validation.capacity, l2=l2, failures=list(validation.failures))
+                   capacity=validation.capacity, l2=l2, soak=soak, failures=list(validation.failures))
     card.repro = card.repro.model_copy(update=dict(repro or {}))
     card.repro.prompts = [PromptRecord(kind=p.spec.kind, target_tokens=p.spec.target_tokens, seed=p.spec.seed,
                                        tokens=p.tokens) for p in validation.prompts]

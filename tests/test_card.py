@@ -183,3 +183,50 @@ def test_low_l2_is_a_warning_that_keeps_the_pass():
     card.l2 = _l2("low", "warn", free=300_000_000, problems=["L2 low: lower l2_budget_gb to at most 0.04"])
     md = render_rig_markdown(card)
     assert card.passed and "- ⚠ L2 low: lower l2_budget_gb to at most 0.04" in md and "— LOW ⚠" in md
+
+
+def _soak(tps_last=38.0, memory_last=2150.0):
+    """A 2 × 3 soak judged by rigkit.soak (records in the order the soak runs them)."""
+    from rigkit.card import SoakTurn
+    from rigkit.soak import Limits, Plan, judge, turn_order
+
+    plan = Plan(sessions=2, turns=3, message_tokens=64, reply_tokens=32)
+    records = [SoakTurn(session=s, turn=t, completion_tokens=32, decode_tps=40.0 if s == 0 else tps_last,
+                        memory_mib=memory_last if i == 5 else 2100.0)
+               for i, (s, t) in enumerate(turn_order(plan.sessions, plan.turns))]
+    return judge(records, plan, Limits(200.0, 0.8, 0.5), "container rigkit-serving cgroup memory")
+
+
+def test_card_shows_the_soak_section_with_each_rule_and_its_numbers(tmp_path):
+    card = make_card()
+    card.soak = _soak()
+    md = render_rig_markdown(card)
+    assert "## ④ Stability (soak)" in md and "2 conversations × 3 turns (2 open at once" in md
+    assert "| errors | 0 of 6 turns | none | ✓ |" in md
+    assert "| empty replies | 0 of 6 answered (0%) | < 50% | ✓ |" in md
+    assert ("| decode retention | 95% (session 1: 38.0 tok/s vs first clean session 0: 40.0 tok/s) | ≥ 80% | ✓ |"
+            in md)
+    assert ("| memory growth | +50 MiB (2,100 MiB after session 0 → 2,150 MiB at the end; container rigkit-serving "
+            "cgroup memory) | ≤ 200 MiB | ✓ |") in md
+    assert "Verdict: **PASS**." in md and card.passed
+    write_card(tmp_path, card)
+    assert load_cards(tmp_path)[0].soak == card.soak
+    assert "| soak | PASS (retention 95%, +50 MiB) |" in render_fleet_markdown([card])
+
+
+def test_failed_soak_fails_the_card_naming_the_rule():
+    card = make_card()
+    card.soak = _soak(tps_last=30.0, memory_last=2400.0)
+    assert not card.passed
+    md = render_rig_markdown(card)
+    assert "**Verdict: FAIL**" in md
+    assert "- ✗ soak: decode retention 75.0%: session 1 decoded 30.0 tok/s vs 40.0 tok/s" in md
+    assert "- ✗ soak: memory grew 300.0 MiB (2,100 MiB after the first clean session 0 -> 2,400 MiB" in md
+    assert "| decode retention | 75% " in md and "≥ 80% | ✗ |" in md and "≤ 200 MiB | ✗ |" in md
+    assert "| soak | FAIL (retention 75%, +300 MiB) |" in render_fleet_markdown([card])
+
+
+def test_card_without_a_soak_says_it_was_not_run():
+    md = render_rig_markdown(make_card())
+    assert "## ④ Stability (soak)\n\nNot run in this run (`validate_soak_sessions` = 0)." in md
+    assert "| soak |" not in render_fleet_markdown([make_card()])

@@ -236,12 +236,13 @@ class FactBatch(FactBase):
     """
 
     def command(self, facts: tuple[FactSpec, ...]) -> str:
-        self._specs = tuple(facts)
+        # one instance per fact for command() and process(), as pyinfra uses (FileContents keeps state on it)
+        self._facts = [(spec, spec.fact()) for spec in facts]
         # a marker the facts' own output cannot contain by accident
         self._marker = f"{BATCH_MARKER}{secrets.token_hex(6)}"
         parts = []
-        for spec in self._specs:
-            fact, kwargs = spec.fact(), dict(spec.kwargs)
+        for spec, fact in self._facts:
+            kwargs = dict(spec.kwargs)
             if fact.shell_executable:
                 raise ValueError(f"{spec}: a fact with its own shell cannot join a batch")
             run = f"( {_shell_text(fact.command(**kwargs))}\n); s=$?"
@@ -260,12 +261,11 @@ class FactBatch(FactBase):
             if not line.startswith(self._marker + " "):
                 lines.append(line)
                 continue
-            spec = self._specs[done]
+            spec, fact = self._facts[done]
             done += 1
             if lines and lines[-1] == "":
                 lines.pop()  # the newline printed before the marker
             status = line[len(self._marker) + 1:]
-            fact = spec.fact()
             if status == "missing" or (status == "0" and not lines):
                 results[spec] = fact.default()
             elif status == "0":

@@ -14,6 +14,7 @@ from pyinfra.api import Config, FactBase, Inventory, State
 from pyinfra.api.connect import connect_all
 from pyinfra.api.exceptions import PyinfraError
 from pyinfra.context import ctx_host, ctx_state
+from pyinfra.facts.files import FileContents
 from pyinfra.facts.server import LinuxDistribution, Which
 
 from roles._common import facts_now, prepare_facts, prepared_fact
@@ -70,6 +71,7 @@ def test_a_batch_gives_each_fact_what_pyinfra_reads_alone(local_host, tmp_path: 
     (tmp_path / "ragged").write_text("first\n\nlast")
     specs = [FactSpec.of(ShellOutput, script=snippet) for snippet in SNIPPETS] + [
         FactSpec.of(FileText, path=str(tmp_path / name)) for name in ("empty", "ragged", "absent")
+    ] + [FactSpec.of(FileContents, path=str(tmp_path / name)) for name in ("ragged", "absent")  # stateful fact
     ] + [FactSpec.of(NeedsAbsentTool), FactSpec.of(Which, command="sh"), FactSpec.of(Which, command="rigkit-none"),
          FactSpec.of(LinuxDistribution), FactSpec.of(ShmSize)]
 
@@ -80,6 +82,7 @@ def test_a_batch_gives_each_fact_what_pyinfra_reads_alone(local_host, tmp_path: 
     assert batch[FactSpec.of(ShellOutput, script=SNIPPETS[0])] == ["a", "", "b"]
     assert batch[FactSpec.of(ShellOutput, script="printf ''")] is None
     assert batch[FactSpec.of(NeedsAbsentTool)] == "absent"
+    assert batch[FactSpec.of(FileContents, path=str(tmp_path / "absent"))] is None
 
 
 def test_a_failing_fact_fails_the_host_as_pyinfra_does(local_host):

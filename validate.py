@@ -33,7 +33,7 @@ from rigkit.hostdata import role_variables, settings_for_host
 from rigkit.knobs import SECRET_KNOBS
 from rigkit.paths import REPO_ROOT, RIG_STACK_DIR
 from rigkit.render import COMPOSE_PROJECT
-from rigkit.soak import limits_from, memory_probe, plan_from, run_soak
+from rigkit.soak import check_fits, limits_from, memory_probe, plan_from, run_soak
 from rigkit.tunnel import serving_url
 from rigkit.profiles import ab_pair, load_profiles
 from rigkit.validation import (REPLAY, VARIABLES, Settings, read_l2, replay_data, run_decode_ab, to_card,
@@ -132,6 +132,9 @@ def _validate() -> None:
         tier_sizes[f"L2 disk {knobs['l2_budget_gb']:g} GB"] = int(knobs["l2_budget_gb"] * GB)
     with serving_url(data, knobs["bind_address"], knobs["serving_port"], inventory_name=host.name) as url:
         client = ServingClient(url, model=knobs["served_model_name"])
+        if settings.soak_sessions:  # refuse a soak that cannot fit before the tiers take their minutes
+            client.wait_ready()
+            check_fits(plan_from(settings), client.max_model_len)
         try:
             result = validate_tiers(client, lambda: _restart_stack(compose), settings,
                                     connector_configured=stack.profile.connector is not None,

@@ -404,14 +404,16 @@ def render_soak(soak: SoakReport) -> list[str]:
     if soak.empty_fraction is not None:
         ok = soak.empty_fraction < soak.empty_reply_max_fraction
         lines.append(f"| empty replies | {soak.empty_replies} of {soak.answered} answered "
-                     f"({100 * soak.empty_fraction:.0f}%) | < {100 * soak.empty_reply_max_fraction:.0f}% | {_mark(ok)} |")
+                     f"({100 * soak.empty_fraction:.0f}%) | < {100 * soak.empty_reply_max_fraction:.0f}% "
+                     f"| {_mark(ok)} |")
     else:
         lines.append(f"| empty replies | — (no turn answered) | < {100 * soak.empty_reply_max_fraction:.0f}% | ✗ |")
     if soak.decode_retention is not None:
         ok = soak.decode_retention >= soak.decode_retention_min
         lines.append(f"| decode retention | {100 * soak.decode_retention:.0f}% (session {soak.last_session}: "
                      f"{soak.decode_tps_last:.1f} tok/s vs first clean session {soak.baseline_session}: "
-                     f"{soak.decode_tps_baseline:.1f} tok/s) | ≥ {100 * soak.decode_retention_min:.0f}% | {_mark(ok)} |")
+                     f"{soak.decode_tps_baseline:.1f} tok/s) | ≥ {100 * soak.decode_retention_min:.0f}% "
+                     f"| {_mark(ok)} |")
     else:
         lines.append(f"| decode retention | — (not measured) | ≥ {100 * soak.decode_retention_min:.0f}% | ✗ |")
     if soak.memory_growth_mib is not None:

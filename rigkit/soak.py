@@ -105,8 +105,9 @@ def judge(records: Sequence[SoakTurn], plan: Plan, limits: Limits, memory_source
     if empty_fraction is None:
         failures.append("no turn was answered: empty replies not measured")
     elif empty_fraction >= limits.empty_reply_max_fraction:
+        limit = 100 * limits.empty_reply_max_fraction
         failures.append(f"{len(empty)} of {len(answered)} answered turns got an empty reply "
-                        f"({100 * empty_fraction:.0f}%, the limit is below {100 * limits.empty_reply_max_fraction:.0f}%)")
+                        f"({100 * empty_fraction:.0f}%, the limit is below {limit:.0f}%)")
 
     by_session: dict[int, list[SoakTurn]] = {}
     for record in records:
@@ -215,11 +216,11 @@ def memory_probe(shell: Shell) -> MemoryProbe:
 
 
 # --- the run ---------------------------------------------------------------------------------
-def plan_from(settings: "Settings") -> Plan:
+def plan_from(settings: Settings) -> Plan:
     return Plan(settings.soak_sessions, settings.soak_turns, settings.soak_message_tokens, settings.soak_reply_tokens)
 
 
-def limits_from(settings: "Settings") -> Limits:
+def limits_from(settings: Settings) -> Limits:
     return Limits(settings.soak_memory_growth_mib, settings.soak_decode_retention_min,
                   settings.soak_empty_reply_max_fraction)
 
@@ -234,8 +235,8 @@ def check_fits(plan: Plan, max_model_len: Optional[int]) -> None:
         return
     per_turn = plan.message_tokens + plan.reply_tokens + TRANSCRIPT_SLACK_TOKENS
     raise ConfigError("validate_soak_turns", plan.turns,
-                      f"a conversation of {plan.turns} turns of ~{per_turn} tokens reaches ~{conversation_tokens(plan)} "
-                      f"tokens, over the served max-model-len {max_model_len}",
+                      f"a conversation of {plan.turns} turns of ~{per_turn} tokens reaches "
+                      f"~{conversation_tokens(plan)} tokens, over the served max-model-len {max_model_len}",
                       f"validate_soak_turns <= {max_model_len // per_turn}, or lower validate_soak_message_tokens / "
                       "validate_soak_reply_tokens")
 

@@ -19,15 +19,17 @@ SOURCE = "test memory"
 
 def records(plan=PLAN, tps=None, memory=None, empty=(), errors=None):
     """Turns in the order the soak runs them; tps/memory: {session: value} or {(session, turn): value}."""
+    def pick(table, session, turn, default):
+        table = table or {}
+        return table.get((session, turn), table.get(session, default))
+
     out = []
     for i, (session, turn) in enumerate(turn_order(plan.sessions, plan.turns, plan.open_sessions)):
-        def pick(table, default):
-            table = table or {}
-            return table.get((session, turn), table.get(session, default))
         error = (errors or {}).get((session, turn))
         out.append(SoakTurn(session=session, turn=turn, prompt_tokens=100 * (turn + 1), completion_tokens=32,
-                            decode_tps=None if error else pick(tps, 40.0), empty_reply=(session, turn) in empty,
-                            error=error, memory_mib=pick(memory, 2000.0 + i)))
+                            decode_tps=None if error else pick(tps, session, turn, 40.0),
+                            empty_reply=(session, turn) in empty, error=error,
+                            memory_mib=pick(memory, session, turn, 2000.0 + i)))
     return out
 
 
@@ -175,6 +177,9 @@ def test_memory_probe_picks_the_cgroup_on_a_host_without_gpus():
 def test_memory_probe_picks_nvidia_smi_where_it_lists_gpus():
     # a fake shell: nvidia-smi cannot run here (no GPU); its answer is a real capture
     answer = (H200 / "query-gpu-busy-noheader.csv").read_text()
-    shell = lambda command: answer if command.startswith("nvidia-smi") else None  # noqa: E731
+
+    def shell(command):
+        return answer if command.startswith("nvidia-smi") else None
+
     probe = memory_probe(shell)
     assert probe is GPU_PROBE and probe.read(shell) == 35664.0

@@ -385,7 +385,7 @@ def _mark(ok: bool) -> str:
 def fmt_soak_short(soak: SoakReport) -> str:
     """The fleet card's soak cell: verdict, decode retention, memory growth."""
     parts = [f"retention {100 * soak.decode_retention:.0f}%" if soak.decode_retention is not None else None,
-             f"{soak.memory_growth_mib:+,.0f} MiB" if soak.memory_growth_mib is not None else None]
+             f"{round(soak.memory_growth_mib):+,d} MiB" if soak.memory_growth_mib is not None else None]
     shown = ", ".join(p for p in parts if p)
     return ("PASS" if soak.passed else "FAIL") + (f" ({shown})" if shown else "")
 
@@ -418,8 +418,8 @@ def render_soak(soak: SoakReport) -> list[str]:
         lines.append(f"| decode retention | — (not measured) | ≥ {100 * soak.decode_retention_min:.0f}% | ✗ |")
     if soak.memory_growth_mib is not None:
         ok = soak.memory_growth_mib <= soak.memory_growth_limit_mib
-        lines.append(f"| memory growth | {soak.memory_growth_mib:+,.0f} MiB ({mib(soak.memory_baseline_mib)} after "
-                     f"session {soak.baseline_session} → {mib(soak.memory_last_mib)} at the end; "
+        lines.append(f"| memory growth | {round(soak.memory_growth_mib):+,d} MiB "
+                     f"({mib(soak.memory_baseline_mib)} after session {soak.baseline_session} → {mib(soak.memory_last_mib)} at the end; "
                      f"{soak.memory_source}) | ≤ {soak.memory_growth_limit_mib:,.0f} MiB | {_mark(ok)} |")
     else:
         lines.append(f"| memory growth | — (not measured; {soak.memory_source}) | "

@@ -230,3 +230,10 @@ def test_card_without_a_soak_says_it_was_not_run():
     md = render_rig_markdown(make_card())
     assert "## ④ Stability (soak)\n\nNot run in this run (`validate_soak_sessions` = 0)." in md
     assert "| soak |" not in render_fleet_markdown([make_card()])
+
+
+def test_soak_memory_growth_below_half_a_mib_reads_plus_zero():
+    card = make_card()
+    card.soak = _soak(memory_last=2099.7)
+    assert "| memory growth | +0 MiB (2,100 MiB after session 0" in render_rig_markdown(card)
+    assert "| soak | PASS (retention 95%, +0 MiB) |" in render_fleet_markdown([card])

@@ -419,8 +419,8 @@ def render_soak(soak: SoakReport) -> list[str]:
     if soak.memory_growth_mib is not None:
         ok = soak.memory_growth_mib <= soak.memory_growth_limit_mib
         lines.append(f"| memory growth | {round(soak.memory_growth_mib):+,d} MiB "
-                     f"({mib(soak.memory_baseline_mib)} after session {soak.baseline_session} → {mib(soak.memory_last_mib)} at the end; "
-                     f"{soak.memory_source}) | ≤ {soak.memory_growth_limit_mib:,.0f} MiB | {_mark(ok)} |")
+                     f"({mib(soak.memory_baseline_mib)} after session {soak.baseline_session} → "
+                     f"{mib(soak.memory_last_mib)} at the end; {soak.memory_source}) | ≤ {soak.memory_growth_limit_mib:,.0f} MiB | {_mark(ok)} |")
     else:
         lines.append(f"| memory growth | — (not measured; {soak.memory_source}) | "
                      f"≤ {soak.memory_growth_limit_mib:,.0f} MiB | ✗ |")

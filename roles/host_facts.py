@@ -229,10 +229,12 @@ def _shell_text(command: Any) -> str:
 class FactBatch(FactBase):
     """Several facts read in one SSH round trip: {FactSpec: value}, each value what ``host.get_fact`` returns.
 
-    Each fact's command runs in its own subshell, followed by a marker line carrying its exit status (or
-    "missing" when the command the fact requires is absent: its default, as pyinfra gives). A fact whose
-    command fails, or whose output its process() refuses, is left out: roles._common.facts_now then reads
-    it alone, so pyinfra reports and fails the host exactly as it would have.
+    The facts' commands run side by side on the host (each in its own subshell, its output in a temporary
+    directory), then print in order, each followed by a marker line carrying its exit status, or "missing"
+    when the command the fact requires is absent (its default, as pyinfra gives). A fact whose command
+    fails, or whose output its process() refuses, is left out: roles._common.facts_now then reads it alone,
+    so pyinfra reports and fails the host exactly as it would have. No temporary directory: no output at
+    all, and facts_now reads every fact alone.
     """
 
     def command(self, facts: tuple[FactSpec, ...]) -> str:
@@ -240,18 +242,22 @@ class FactBatch(FactBase):
         self._facts = [(spec, spec.fact()) for spec in facts]
         # a marker the facts' own output cannot contain by accident
         self._marker = f"{BATCH_MARKER}{secrets.token_hex(6)}"
-        parts = []
-        for spec, fact in self._facts:
+        lines = ['d=$(mktemp -d 2>/dev/null) || exit 0', "trap 'rm -rf \"$d\"' EXIT"]
+        for index, (spec, fact) in enumerate(self._facts):
             kwargs = dict(spec.kwargs)
             if fact.shell_executable:
                 raise ValueError(f"{spec}: a fact with its own shell cannot join a batch")
-            run = f"( {_shell_text(fact.command(**kwargs))}\n); s=$?"
+            run = f"( {_shell_text(fact.command(**kwargs))}\n) >\"$d/{index}\" 2>/dev/null; s=$?"
             needs = fact.requires_command(**kwargs)
             if needs:
                 run = f"if command -v {shlex.quote(needs)} >/dev/null 2>&1; then {run}; else s=missing; fi"
-            # the newline ends an output whose last line has none; process() removes it again
-            parts.append(f"{run}; printf '\\n{self._marker} %s\\n' \"$s\"")
-        return "\n".join(parts)
+            lines.append(f"{{ {run}; echo \"$s\" >\"$d/{index}.status\"; }} &")
+        lines.append("wait")
+        # the newline ends an output whose last line has none; process() removes it again
+        indexes = " ".join(str(index) for index in range(len(self._facts)))
+        lines.append(f"for i in {indexes}; do cat \"$d/$i\"; "
+                     f"printf '\\n{self._marker} %s\\n' \"$(cat \"$d/$i.status\")\"; done")
+        return "\n".join(lines)
 
     def process(self, output: list[str]) -> dict[FactSpec, Any]:
         results: dict[FactSpec, Any] = {}

@@ -92,6 +92,12 @@ def test_a_failing_fact_fails_the_host_as_pyinfra_does(local_host):
         facts_now(local_host, [failing, fine])
 
 
+def test_without_a_temporary_directory_the_batch_reads_nothing_and_fails_no_host(local_host):
+    specs = (FactSpec.of(ShellOutput, script="echo one"), FactSpec.of(ShellOutput, script="echo two"))
+    assert local_host.get_fact(FactBatch, facts=specs, _env={"TMPDIR": "/nonexistent/rigkit"}) is None
+    assert not local_host.state.failed_hosts
+
+
 def test_facts_now_reads_each_fact_alone_when_the_batch_fails(local_host, monkeypatch):
     reads = []
     real_get_fact = local_host.get_fact

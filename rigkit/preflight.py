@@ -6,6 +6,8 @@ Pure: the roles read the facts (roles/serving_facts.py, roles/host_facts.py) and
   mounted L2 disk); what the later roles provide (the driver's nvidia-smi, the mounted L2 disk) is checked
   as far as the host shows it already.
 - ``preflight``: the serving role, once the engine is in: every check, including engine, compose, image.
+  Where the engine is not in yet but the docker role installs it in the same run, the serving role checks
+  the rest as the deploy is prepared and ``engine_preflight`` (engine, compose, image) once that role ran.
 Both apply ``force``: forceable refusals (GPU memory, L2 budget, MemTotal) become warnings; the RAM gate,
 a GPU profile on a GPU-less rig, a missing engine/compose and an unobtainable image never do.
 """
@@ -257,12 +259,29 @@ def with_force(settings: Settings, findings: list[Finding]) -> list[Finding]:
             else f for f in findings]
 
 
-def preflight(settings: Settings, facts: HostFacts) -> list[Finding]:
-    """Every check, with the engine in place (the serving role)."""
+ENGINE_LATER = Finding("ok", "engine", "docker", None,
+                       "no Docker engine or compose yet: the docker role installs it in this run; engine, compose "
+                       "and image are checked once it ran, before the serving role changes anything")
+
+
+def engine_checks(settings: Settings, facts: HostFacts) -> list[Finding]:
+    """What needs the engine: the engine itself, compose, the image (on the rig or served by its registry)."""
+    return check_engine(facts) + check_image(settings, facts)
+
+
+def preflight(settings: Settings, facts: HostFacts, engine_later: bool = False) -> list[Finding]:
+    """Every check (the serving role). ``engine_later``: an earlier role of this run installs the engine (the
+    facts predate it), so its checks are left to ``engine_preflight`` once that role ran."""
+    engine = [ENGINE_LATER] if engine_later else engine_checks(settings, facts)
     return with_force(settings, check_ram(settings, facts.meminfo) + check_shm(settings)
                       + check_host_shm(settings, facts.host_shm_bytes) + check_l2(settings, facts.l2_free_bytes)
-                      + check_gpus(settings, facts.gpu_memory_csv) + check_engine(facts)
-                      + check_image(settings, facts) + check_port(settings, facts))
+                      + check_gpus(settings, facts.gpu_memory_csv) + engine + check_port(settings, facts))
+
+
+def engine_preflight(settings: Settings, facts: HostFacts) -> list[Finding]:
+    """The engine's checks alone, from facts read once the role installing the engine ran (the other
+    ``HostFacts`` fields are not read)."""
+    return with_force(settings, engine_checks(settings, facts))
 
 
 def bare_host_preflight(settings: Settings, facts: HostFacts, nvidia_pci_gpus: int = 0,

@@ -2,7 +2,9 @@
 
 Ensures, in order:
 - the host data is valid (rigkit.hostdata: unknown knobs, tags, bad values refused before any change);
-- preflights pass (RAM, shm, L2 disk, GPU memory, engine, compose): a refusal fails this rig only;
+- preflights pass (RAM, shm, L2 disk, GPU memory, engine, compose, image): a refusal fails this rig only;
+  on a fresh rig, where the docker role installs the engine in this same run, the engine, compose and
+  image checks run once that role ran (``engine_checked``), still before this role changes anything;
 - compose.yml and .env (mode 0600) rendered from the one knob registry;
 - the release: pull the digest (before stopping anything), `compose down`, `compose up -d`, wait for
   /v1/models with progress (never `docker restart`); nothing happens when the rig already runs
@@ -31,7 +33,8 @@ from pathlib import Path
 from typing import Optional
 
 from pyinfra import host
-from pyinfra.api import FactBase, deploy, operation
+from pyinfra.api import FactBase, FunctionCommand, deploy, operation
+from pyinfra.context import ContextObject
 from pyinfra.facts.files import FileContents
 from pyinfra.facts.server import Which
 from pyinfra.operations import files, python, systemd
@@ -42,7 +45,7 @@ from rigkit.hostdata import Settings, settings_for_host
 from rigkit.ledger import LEDGER_PATH, SMOKE_FAIL, SMOKE_PASS, Ledger, Release, Rendering, rendering_dir
 from rigkit.paths import RIG_LIB_DIR, RIG_RELEASES_DIR, RIG_STACK_DIR, RIG_STATE_DIR
 from rigkit.sizing import GB
-from rigkit.preflight import HostFacts, preflight, refusals
+from rigkit.preflight import HostFacts, check_engine, engine_preflight, preflight, refusals
 from rigkit.render import (COMPOSE_FILE_NAME, COMPOSE_PROJECT, CONTAINER_NAME, ENV_FILE_NAME, KNOBS_HASH_LABEL,
                            STACK_NAME, render_compose, render_env)
 from rigkit.smoke import SmokeReport, check_container, check_http
@@ -64,6 +67,8 @@ VARIABLES: list[Variable] = [
 ]
 
 RELEASE_HASH_FILE = f"{RIG_STATE_DIR}/release.sha256"
+# What --dry shows for the compose command of a rig the docker role has yet to give one (read when it runs)
+COMPOSE_NOT_YET = "<compose, once the docker role installed it>"
 WAIT_READY_SCRIPT = f"{RIG_LIB_DIR}/wait_ready.py"
 WAIT_READY_SOURCE = Path(__file__).parent / "files" / "wait_ready.py"
 L2_JANITOR_SOURCE = Path(__file__).parent / "files" / "l2_janitor.py"
@@ -112,12 +117,12 @@ def record_hash_command(digest: Optional[str]) -> str:
 
 
 @operation()
-def stack_release(compose: str, image: str, knobs_hash: str, digest: str, url: str, timeout_s: int,
+def stack_release(image: str, knobs_hash: str, digest: str, url: str, timeout_s: int,
                   l2_guard: Optional[tuple[str, str]] = None):
     """
-    Bring the rendered stack up unless the rig already runs exactly this rendering.
+    Bring the rendered stack up unless the rig already runs exactly this rendering. The compose command is
+    read as the release runs: an earlier role of the run may just have installed it.
 
-    + compose: ``docker compose`` or ``docker-compose`` (the rig's ComposeCommand fact)
     + image: the pinned image (repo@sha256:...)
     + knobs_hash: the settings' hash the running containers must carry as their label
     + digest: release_hash of the rendered compose.yml and .env
@@ -127,7 +132,9 @@ def stack_release(compose: str, image: str, knobs_hash: str, digest: str, url: s
     """
     stack = FactSpec.of(StackContainers, stack=STACK_NAME)
     release_hash = FactSpec.of(FileContents, path=RELEASE_HASH_FILE)
-    now = facts_now(host, [stack, release_hash])  # read as the release runs, never from the preflight's memory
+    compose_spec = FactSpec.of(ComposeCommand)  # an earlier role of the run may just have installed it
+    # read as the release runs, never from the preflight's memory
+    now = facts_now(host, [stack, release_hash, compose_spec])
     containers = now[stack]
     applied = (now[release_hash] or [""])[0].strip()
     # the label catches a stack someone else re-rendered (validate.py's decode A/B runs the baseline)
@@ -136,10 +143,15 @@ def stack_release(compose: str, image: str, knobs_hash: str, digest: str, url: s
     if serving and applied == digest:
         host.noop(f"stack already serving {image}")
         return
+    compose = now[compose_spec]
+    if compose is None and host.state.is_executing:  # the docker role ran and left no compose: nothing stopped
+        yield FunctionCommand(_refuse, (), {"findings_text": "; ".join(map(str, check_engine(
+            HostFacts(meminfo={}, compose_command=None))))})
+        return
     if l2_guard:
         yield l2_on_disk_command(*l2_guard)
     yield record_hash_command(None)
-    yield from release_commands(compose, image, False, url, timeout_s)
+    yield from release_commands(compose or COMPOSE_NOT_YET, image, False, url, timeout_s)
 
 
 @operation()
@@ -237,6 +249,50 @@ def _refuse(findings_text: str) -> None:
     raise PreflightError("preflight", host.name, findings_text, "see each refusal's fix above")
 
 
+def engine_facts_now(image: str) -> HostFacts:
+    """What the engine checks read, as the rig answers now (one round trip; the registry probe only when
+    the image is not on the rig)."""
+    which, compose, present = (FactSpec.of(Which, command="docker"), FactSpec.of(ComposeCommand),
+                               FactSpec.of(DockerImagePresent, image=image))
+    now = facts_now(host, [which, compose, present])
+    has_engine = now[which] is not None
+    image_present = bool(has_engine and now[present])
+    return HostFacts(meminfo={}, has_engine=has_engine, compose_command=now[compose], image_present=image_present,
+                     image_probe_error=host.get_fact(ManifestProbe, image=image)
+                     if has_engine and not image_present else None)
+
+
+@operation()
+def engine_checked(settings: Settings):
+    """
+    The engine, compose and image checks, read once the earlier roles ran (the docker role installed the
+    engine in this run): a refusal fails the rig before the serving role changes anything.
+
+    + settings: the rig's settings (its image, ``force``)
+    """
+    if not host.state.is_executing:  # --dry: the engine is not there yet, the check runs with the deploy
+        host.noop("engine, compose and image are checked once the docker role ran")
+        return
+    findings = engine_preflight(settings, engine_facts_now(settings.image))
+    refused = refusals(findings)
+    if refused:
+        yield FunctionCommand(_refuse, (), {"findings_text": "; ".join(str(f) for f in refused)})
+        return
+    host.noop("; ".join(f.message for f in findings))
+
+
+def docker_role_in_this_run() -> bool:
+    """Whether the docker role added operations for this host earlier in this run (deploy.py: always;
+    rollback.py: never)."""
+    from roles.docker import docker as docker_role
+
+    role_name = docker_role._inner.deploy_name
+    this_host = host._get_module() if isinstance(host, ContextObject) else host  # pyinfra's proxy: the real one
+    return any(role_name in name.split(" | ")[:-1]  # an operation name is "<deploy> | ... | <operation>"
+               for op_hash in host.state.ops.get(this_host, {})
+               for name in host.state.get_op_meta(op_hash).names)
+
+
 def smoke(rendering: Rendering, data: dict) -> SmokeReport:
     """Every smoke check against the running stack (HTTP through the tunnel, container via the rig),
     expecting what ``rendering`` declares."""
@@ -327,13 +383,15 @@ def _joined(*notes: str) -> str:
     return "; ".join(note for note in notes if note)
 
 
-def after_release(rendering: Rendering, data: dict, compose: str, kind: str, run_smoke: bool, auto_rollback: bool,
-                  keep_images: int, ready_timeout_s: int, note: str = "", release_op=None) -> None:
+def after_release(rendering: Rendering, data: dict, compose: Optional[str], kind: str, run_smoke: bool,
+                  auto_rollback: bool, keep_images: int, ready_timeout_s: int, note: str = "",
+                  release_op=None) -> None:
     """Smoke, ledger, stored rendering, automatic rollback and pruning, right after a release was brought up.
 
     ``rendering`` is what the release brought up; ``note`` goes into its ledger entry. ``release_op``
     is the stack_release operation: when it failed (a container died, the wait timed out, `up -d`
-    failed) the release is recorded as failed and rolled back like a failed smoke.
+    failed) the release is recorded as failed and rolled back like a failed smoke. ``compose`` None: the
+    rig's compose command is read when a rollback needs it (an earlier role of the run may have installed it).
     """
     ledger = read_ledger()
     ledger.record(Release(image=rendering.image, profile=rendering.profile, knobs_hash=rendering.knobs_hash,
@@ -373,6 +431,7 @@ def after_release(rendering: Rendering, data: dict, compose: str, kind: str, run
                        note=_joined(f"automatic: {kind} of {failed.image} failed", restore_note))
     ledger.record(rollback)
     try:
+        compose = compose or host.get_fact(ComposeCommand)
         _run_checked(release_commands(compose, restored.image, False, ready_url(restored), ready_timeout_s))
         report = smoke(restored, data) if run_smoke else None
     except RuntimeError as exc:
@@ -441,8 +500,11 @@ def serving(image_override: Optional[str] = None, kind: str = "deploy",
     role = {v.name: data.get(v.name, v.default) for v in VARIABLES}
     prepare_facts(host, preflight_fact_specs(settings))
     compose = prepared_fact(host, ComposeCommand)
+    facts = gather_facts(settings, compose)
+    # A fresh rig: the docker role installs the engine in this same run, after these facts were read.
+    engine_later = (not facts.has_engine or compose is None) and docker_role_in_this_run()
 
-    findings = preflight(settings, gather_facts(settings, compose))
+    findings = preflight(settings, facts, engine_later=engine_later)
     for finding in findings:
         if finding.level == "warn":
             logger.warning(f"[{host.name}] {finding}")
@@ -453,6 +515,8 @@ def serving(image_override: Optional[str] = None, kind: str = "deploy",
                     findings_text="; ".join(str(f) for f in refused))
         return
 
+    if engine_later:
+        engine_checked(name="Engine, compose and image checks (the engine is installed by now)", settings=settings)
     rendering, note = rendering_for(settings), ""
     if kind == "rollback":
         rendering, note = restored_rendering(Release(image=settings.image, profile=settings.profile.name,
@@ -474,7 +538,7 @@ def serving(image_override: Optional[str] = None, kind: str = "deploy",
     image_pulled(name="Pull the image (the old stack keeps serving)", image=settings.image)
     disk_mount = l2_disk_mount()
     # A failed release must reach after_release (which rolls it back), so its error is not fatal here.
-    release = stack_release(name=f"Release {settings.image}", compose=compose, image=settings.image,
+    release = stack_release(name=f"Release {settings.image}", image=settings.image,
                             knobs_hash=rendering.knobs_hash,
                             digest=rendering.hash, url=ready_url(rendering),
                             timeout_s=settings.knobs["ready_timeout_s"], _ignore_errors=True,
@@ -482,6 +546,6 @@ def serving(image_override: Optional[str] = None, kind: str = "deploy",
                             else None)
     python.call(name="Smoke, ledger, prune", function=after_release,
                 _if=lambda: release.did_change() or release.did_error(),
-                rendering=rendering, data=data, compose=compose, kind=kind, run_smoke=role["serving_smoke"],
+                rendering=rendering, data=data, compose=None, kind=kind, run_smoke=role["serving_smoke"],
                 auto_rollback=role["serving_auto_rollback"], keep_images=settings.knobs["keep_images"],
                 ready_timeout_s=settings.knobs["ready_timeout_s"], note=note, release_op=release)

@@ -7,7 +7,8 @@ import pytest
 
 from rigkit.errors import PreflightError
 from rigkit.hostdata import settings_for_host
-from rigkit.preflight import HostFacts, L2_FREE_WARN_GB, preflight, raise_if_refused, refusals
+from rigkit.preflight import (HostFacts, L2_FREE_WARN_GB, engine_preflight, preflight, raise_if_refused,
+                              refusals)
 from rigkit.sizing import GB
 
 H200 = Path(__file__).parent / "fixtures" / "nvidia-smi" / "h200-x2-ubuntu2404"
@@ -38,8 +39,8 @@ def facts(**changes) -> HostFacts:
     return HostFacts(**{**base, **changes})
 
 
-def run(data, **fact_changes):
-    return preflight(settings_for_host(data, variables=[]), facts(**fact_changes))
+def run(data, engine_later: bool = False, **fact_changes):
+    return preflight(settings_for_host(data, variables=[]), facts(**fact_changes), engine_later=engine_later)
 
 
 def by_check(findings, check):
@@ -121,6 +122,26 @@ def test_engine_and_compose_required():
     assert engine.field == "docker"
     (compose,) = refusals(run({**LMCACHE, "force": True}, compose_command=None))
     assert compose.field == "compose"
+
+
+def test_engine_left_for_later_keeps_every_other_gate_and_says_so():
+    # a fresh rig: no engine yet, the docker role installs it in this run
+    fresh = dict(has_engine=False, compose_command=None, registry_reachable=None)
+    later = run(LMCACHE, engine_later=True, **fresh)
+    assert refusals(later) == []
+    (engine,) = by_check(later, "engine")
+    assert engine.level == "ok" and "docker role" in engine.message
+    assert by_check(later, "image") == []
+    (ram,) = refusals(run(LMCACHE, engine_later=True, meminfo=meminfo_gb(87.9), **fresh))
+    assert ram.check == "ram"
+
+
+def test_engine_preflight_refuses_as_the_full_preflight_does():
+    settings = settings_for_host(LMCACHE, variables=[])
+    for changes in (dict(has_engine=False), dict(compose_command=None), dict(image_probe_error="manifest unknown")):
+        expected = [f for f in refusals(run(LMCACHE, **changes)) if f.check in ("engine", "image")]
+        assert expected and refusals(engine_preflight(settings, facts(**changes))) == expected
+    assert refusals(engine_preflight(settings, facts(meminfo={}, image_present=True))) == []
 
 
 def test_image_must_be_present_or_pullable():

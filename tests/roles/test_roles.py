@@ -17,6 +17,8 @@ A case holds:
   files and directories (default 644 / 755);
   ``dirs``: directories that exist besides the standard ones and those holding a listed file;
   a fact a case does not give takes the fact's own default (what pyinfra returns for "absent");
+  ``facts_executing``: fact values (same keys) that replace ``facts`` once operations run, as a host
+  looks after an earlier operation changed it (an engine the docker role installed);
 - ``stage``: "prepare" (default; what ``--dry`` shows: ``_if`` conditions resolve from whether the
   operations they name would change) or "execute" (the host is assumed to look like the facts at
   execution time: checks that only run while executing are exercised);
@@ -78,6 +80,7 @@ class FakeFacts:
 
     def __init__(self, case: dict):
         self.facts: dict[str, Any] = dict(case.get("facts", {}))
+        self.facts_executing: dict[str, Any] = {**self.facts, **case.get("facts_executing", {})}
         self.files: dict[str, str] = {path: _file_text(value) for path, value in case.get("files", {}).items()}
         self.dirs: set[str] = STANDARD_DIRS | set(case.get("dirs", []))
         self.modes: dict[str, int] = case.get("modes", {})
@@ -104,9 +107,10 @@ class FakeFacts:
         self.asked.append(keys[0])
         if self.state.is_executing:
             self.asked_executing.append(keys[0])
+        facts = self.facts_executing if self.state.is_executing else self.facts
         for key in keys:
-            if key in self.facts:
-                return self.facts[key]
+            if key in facts:
+                return facts[key]
         path = call_kwargs.get("path")
         derived = self._from_files(cls, fact, name, path)
         if derived is not _NOT_DERIVED:

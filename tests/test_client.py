@@ -3,6 +3,7 @@
 Requests against a real vLLM are in tests/lab/test_validation_lab.py.
 """
 
+import json
 import time
 
 import pytest
@@ -144,7 +145,7 @@ def ssh_rig(tmp_path):
             server = _RigSSHServer(user_key)
             try:
                 transport.start_server(server=server)
-            except paramiko.SSHException:
+            except (paramiko.SSHException, OSError):  # a client that refused our host key hangs up
                 continue
 
             def channels(transport=transport, server=server):
@@ -238,3 +239,53 @@ def test_tunnel_to_an_unreachable_rig_names_the_address():
         with tunnel.open_tunnel({"ssh_hostname": "127.0.0.1", "ssh_port": dead_port, "ssh_allow_agent": False,
                                  "ssh_look_for_keys": False}, "127.0.0.1", 8000):
             pass
+
+
+EVENT_GAP_S = 0.05
+
+
+@pytest.fixture
+def sse_server_with_empty_token_events():
+    """A real HTTP server streaming five token events EVENT_GAP_S apart, the last ones with empty text
+    (what vLLM sends while the detokenizer holds back a partial UTF-8 sequence), then usage and [DONE]."""
+    texts = ["a", "", "b", "", ""]
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"  # chunked, as vLLM's server streams: each event arrives as sent
+
+        def send_chunk(self, data: bytes) -> None:
+            self.wfile.write(f"{len(data):x}\r\n".encode() + data + b"\r\n")
+            self.wfile.flush()
+
+        def do_POST(self):
+            self.rfile.read(int(self.headers["Content-Length"]))
+            self.send_response(200)
+            self.send_header("Content-Type", "text/event-stream")
+            self.send_header("Transfer-Encoding", "chunked")
+            self.send_header("Connection", "close")
+            self.end_headers()
+            for i, text in enumerate(texts):
+                if i:
+                    time.sleep(EVENT_GAP_S)
+                self.send_chunk(f'data: {{"choices": [{{"index": 0, "text": "{text}"}}]}}\n\n'.encode())
+            usage = {"prompt_tokens": 7, "completion_tokens": len(texts)}
+            self.send_chunk(f'data: {{"choices": [], "usage": {json.dumps(usage)}}}\n\ndata: [DONE]\n\n'.encode())
+            self.send_chunk(b"")
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield f"http://127.0.0.1:{server.server_address[1]}", len(texts)
+    server.shutdown()
+
+
+def test_decode_speed_counts_token_events_with_empty_text(sse_server_with_empty_token_events):
+    url, events = sse_server_with_empty_token_events
+    result = client.ServingClient(url, model="tiny").stream_completion("hi", max_tokens=events)
+    assert result.completion_tokens == events and result.chunks == events and result.text == "ab"
+    # the decode interval spans every token event: at least the server's sleeps between the first and
+    # the last; timing only non-empty text would end it two gaps early
+    decode_interval = (events - 1) / result.decode_tps
+    assert decode_interval >= (events - 1) * EVENT_GAP_S

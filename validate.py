@@ -111,7 +111,7 @@ def _store_bytes(path: str) -> Callable[[], int]:
 
 
 def _validate() -> None:
-    from roles.serving_facts import ComposeCommand
+    from rigkit.facts.docker import ComposeCommand
 
     data = host.data.dict()
     if data.get("replay"):

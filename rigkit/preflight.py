@@ -1,6 +1,6 @@
 """Preflight: host facts + Settings -> findings (ok / warn / refuse), each naming the number and the fix.
 
-Pure: the roles read the facts (roles/serving_facts.py, roles/host_facts.py) and pass them in. Two gates:
+Pure: the roles read the facts (rigkit.facts) and pass them in. Two gates:
 - ``bare_host_preflight``: the preflight role, right after rig_lock and before any role changes the rig.
   Only what the bare host answers (RAM, the rig's /dev/shm, the serving port, GPUs, L2 free space on a
   mounted L2 disk); what the later roles provide (the driver's nvidia-smi, the mounted L2 disk) is checked
@@ -31,16 +31,16 @@ Level = Literal["ok", "warn", "refuse"]
 
 @dataclass(frozen=True)
 class HostFacts:
-    meminfo: dict[str, int]  # /proc/meminfo in bytes (serving_facts.MemInfo)
-    l2_free_bytes: Optional[int] = None  # free bytes where l2_path lives (serving_facts.DiskFree)
+    meminfo: dict[str, int]  # /proc/meminfo in bytes (rigkit.facts MemInfo)
+    l2_free_bytes: Optional[int] = None  # free bytes where l2_path lives (rigkit.facts DiskFree)
     gpu_memory_csv: Optional[str] = None  # nvidia_smi.GPU_MEMORY_QUERY output; None: no nvidia-smi
     has_engine: bool = True  # `docker` answers
-    compose_command: Optional[str] = None  # serving_facts.ComposeCommand
+    compose_command: Optional[str] = None  # rigkit.facts ComposeCommand
     image_present: bool = False  # the pinned image is already on the rig
     registry_reachable: Optional[bool] = None  # None: not probed
-    host_shm_bytes: Optional[int] = None  # size of the rig's /dev/shm (serving_facts.ShmSize); None: unknown
+    host_shm_bytes: Optional[int] = None  # size of the rig's /dev/shm (rigkit.facts ShmSize); None: unknown
     image_probe_error: Optional[str] = None  # the registry's answer when it does not serve the image (ManifestProbe)
-    port_listeners: Optional[list[dict]] = None  # serving_facts.PortListeners on serving_port; None: not probed
+    port_listeners: Optional[list[dict]] = None  # rigkit.facts PortListeners on serving_port; None: not probed
     stack_container_ids: tuple[str, ...] = ()  # ids (any prefix) of rigkit's own stack containers on the rig
 
 

@@ -22,8 +22,9 @@ from rigkit.sizing import GB
 COMPOSE_PROJECT = "rigkit"
 SERVICE_NAME = "serving"
 CONTAINER_NAME = "rigkit-serving"
-STACK_NAME = "serving"  # value of the org.rigkit.stack label (roles/serving_facts.StackContainers)
 LABEL_PREFIX = "org.rigkit"
+STACK_LABEL = f"{LABEL_PREFIX}.stack"  # finds the stack's containers (rigkit.facts.stack.StackContainers)
+STACK_NAME = "serving"  # the STACK_LABEL value
 KNOBS_HASH_LABEL = f"{LABEL_PREFIX}.knobs-hash"
 L2_CONTAINER_PATH = "/kv-store"
 COMPOSE_FILE_NAME = "compose.yml"
@@ -113,7 +114,7 @@ def render_env(settings: Settings) -> str:
 
 
 def labels(settings: Settings) -> dict[str, str]:
-    return {f"{LABEL_PREFIX}.stack": STACK_NAME,
+    return {STACK_LABEL: STACK_NAME,
             f"{LABEL_PREFIX}.profile": settings.profile.name,
             KNOBS_HASH_LABEL: settings.knobs_hash}
 

@@ -6,18 +6,15 @@ skip a host that declares no GPUs, and the serving role may read it too.
 
 from __future__ import annotations
 
-import weakref
 from dataclasses import dataclass
 from typing import Any, Iterable
 
-from pyinfra import logger
 from pyinfra.api.host import Host
-from pyinfra.context import ContextObject
 from pyinfra.facts.server import LinuxDistribution
 
 from rigkit.errors import ConfigError
+from rigkit.facts.batch import prepared_fact
 from rigkit.variables import Variable, resolve
-from roles.host_facts import FactBatch, FactSpec
 
 
 def _non_negative(value: int) -> None:
@@ -30,63 +27,8 @@ GPUS = Variable("gpus", 0, "number of NVIDIA GPUs in the host; 0 skips the GPU r
 
 COMMON_VARIABLES: list[Variable] = [GPUS]
 
-# Where third-party apt signing keys go (referenced by `signed-by=` in each source list).
-APT_KEYRINGS_DIR = "/etc/apt/keyrings"
-
 
 _MISSING = object()
-
-# Facts read while the deploy is prepared, per host: {FactSpec: value}. pyinfra 3 reads a fact anew on every
-# get_fact; no operation runs before execution starts, so what the roles read until then cannot change.
-_PREPARED: "weakref.WeakKeyDictionary[Host, dict[FactSpec, Any]]" = weakref.WeakKeyDictionary()
-
-
-def _preparing(host: Host) -> bool:
-    return not host.state.is_executing
-
-
-def _facts_known(host: Host) -> dict[FactSpec, Any]:
-    # the roles' ``host`` is pyinfra's context proxy (one object for every host): key by the host it points at
-    real = host._get_module() if isinstance(host, ContextObject) else host
-    return _PREPARED.setdefault(real, {})
-
-
-def facts_now(host: Host, specs: Iterable[FactSpec]) -> dict[FactSpec, Any]:
-    """Each fact as ``host.get_fact`` reads it now (never from memory), several in one round trip."""
-    specs = tuple(dict.fromkeys(specs))
-    values = dict(host.get_fact(FactBatch, facts=specs) or {}) if len(specs) > 1 else {}
-    for spec in specs:
-        if spec not in values:  # a batch that failed as a whole: read each on its own
-            values[spec] = host.get_fact(spec.fact, **dict(spec.kwargs))
-    return values
-
-
-def prepare_facts(host: Host, specs: Iterable[FactSpec]) -> None:
-    """Read, in one round trip, facts the roles read while the deploy is prepared (see prepared_fact).
-
-    Read-only commands only: one read ahead that a role then does not need costs just its command on the
-    rig. Facts already read this run are skipped; while executing this does nothing.
-    """
-    if not _preparing(host):
-        return
-    known = _facts_known(host)
-    known.update(facts_now(host, [spec for spec in specs if spec not in known]))
-
-
-def prepared_fact(host: Host, fact: type, **kwargs: Any) -> Any:
-    """``host.get_fact(fact, **kwargs)``, read at most once per host while the deploy is prepared.
-
-    For facts the roles read before any operation ran (their preflights and plans). While executing
-    (an operation's own facts, a deploy added during execution) every call reads the host anew: an
-    earlier operation may have changed it (e.g. installed the engine).
-    """
-    if not _preparing(host):
-        return host.get_fact(fact, **kwargs)
-    known = _facts_known(host)
-    spec = FactSpec.of(fact, **kwargs)
-    if spec not in known:
-        known[spec] = host.get_fact(fact, **kwargs)
-    return known[spec]
 
 
 def host_settings(variables: Iterable[Variable], host: Host) -> dict[str, Any]:
@@ -130,17 +72,3 @@ def target_os(host: Host, field: str) -> TargetOS:
     return TargetOS(os_id, version, codename)
 
 
-def upstream_version(apt_version: str) -> str:
-    """'1:580.95.05-0ubuntu1' -> '580.95.05': the part a tool like nvidia-smi reports."""
-    without_epoch = apt_version.split(":", 1)[-1]
-    return without_epoch.split("-", 1)[0]
-
-
-def pinned(packages: Iterable[str], version: str | None) -> list[str]:
-    """apt package specs, each pinned to ``version`` (``name=version``) when one is given."""
-    return [f"{name}={version}" if version else name for name in packages]
-
-
-def say(host: Host, message: str) -> None:
-    """A line in the deploy output for this host, shown without -v (skips, notices)."""
-    logger.info(f"{host.print_prefix}{message}")

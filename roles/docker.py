@@ -25,11 +25,14 @@ from pyinfra.operations import files, server, systemd
 
 from rigkit.errors import PreflightError
 from rigkit.variables import Variable
-from roles._common import APT_KEYRINGS_DIR, TargetOS, host_settings, pinned, prepared_fact, target_os
-from roles.host_facts import DockerEngine, DockerLocalImages, FactSpec
-from roles.operations import (
-    any_changed, apt_source_line, docker_engine_verified, json_file_merged, packages_held, packages_installed,
-)
+from pyinfra.operations.util import any_changed
+
+from rigkit.facts.batch import FactSpec, prepared_fact
+from rigkit.facts.docker import DockerEngine, DockerLocalImages
+from rigkit.operations.apt import (APT_KEYRINGS_DIR, apt_source_line, packages_held, packages_installed,
+                                   pinned)
+from rigkit.operations.docker import docker_engine_verified, json_file_merged
+from roles._common import TargetOS, host_settings, target_os
 
 SOURCES = ("docker-ce", "distro")
 

@@ -24,9 +24,11 @@ from pyinfra.operations import files
 
 from rigkit.errors import ConfigError, PreflightError
 from rigkit.variables import Variable
-from roles._common import host_settings, prepared_fact, say
-from roles.host_facts import BlockDeviceList, BlockDeviceProbe, FactSpec, MountedFilesystem
-from roles.operations import filesystem_made, fstab_entry, mounted
+from rigkit.facts.batch import FactSpec, prepared_fact
+from rigkit.facts.disk import BlockDeviceList, BlockDeviceProbe, MountedFilesystem
+from rigkit.operations import say
+from rigkit.operations.disk import filesystem_made, fstab_entry, mounted
+from roles._common import host_settings
 
 # Longest label each filesystem accepts.
 LABEL_LIMITS = {"ext4": 16, "xfs": 12}

@@ -20,11 +20,11 @@ from pyinfra.facts.deb import DebArch
 from pyinfra.operations import files, systemd
 
 from rigkit.variables import Variable
-from roles._common import APT_KEYRINGS_DIR, GPUS, host_settings, pinned, say, target_os
+from rigkit.operations import say
+from rigkit.operations.apt import APT_KEYRINGS_DIR, packages_held, packages_installed, pinned
+from rigkit.operations.nvidia import gpu_container_verified, nvidia_runtime_configured
+from roles._common import GPUS, host_settings, target_os
 from roles.docker import DAEMON_JSON, DOCKER_SERVICE
-from roles.operations import (
-    gpu_container_verified, nvidia_runtime_configured, packages_held, packages_installed,
-)
 
 VARIABLES: list[Variable] = [
     Variable("nvidia_ctk_version", None,

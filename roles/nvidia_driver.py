@@ -22,11 +22,12 @@ from pyinfra.api.deploy import deploy
 from pyinfra.operations import files, server
 
 from rigkit.variables import Variable
-from roles._common import GPUS, host_settings, pinned, say, target_os, TargetOS
-from roles.operations import (
-    any_changed, deb_from_url, kernel_module_unloaded, nvidia_driver_verified, nvidia_module_current,
-    packages_held, packages_installed,
-)
+from pyinfra.operations.util import any_changed
+
+from rigkit.operations import say
+from rigkit.operations.apt import deb_from_url, packages_held, packages_installed, pinned
+from rigkit.operations.nvidia import kernel_module_unloaded, nvidia_driver_verified, nvidia_module_current
+from roles._common import GPUS, TargetOS, host_settings, target_os
 
 
 def _branch(value: str) -> None:

@@ -21,10 +21,9 @@ Declares no variables of its own: it reads the serving knobs, ``gpus`` and the l
 
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import Optional
 
 from pyinfra import host
-from pyinfra.api import FactBase
 from pyinfra.api.deploy import deploy
 from pyinfra.facts.server import LinuxDistribution
 from pyinfra.operations import python
@@ -34,38 +33,19 @@ from rigkit.hostdata import Settings, settings_for_host
 from rigkit.preflight import Finding, HostFacts, bare_host_preflight, refusals
 from rigkit.render import STACK_NAME
 from rigkit.variables import Variable
-from roles._common import GPUS, host_settings, prepare_facts, prepared_fact, say
+from rigkit.facts.batch import FactSpec, prepare_facts, prepared_fact
+from rigkit.facts.disk import DiskFree, MountedFilesystem
+from rigkit.facts.docker import DockerEngine
+from rigkit.facts.nvidia import NvidiaGpuMemory, NvidiaPciGpus, NvidiaSmiGpus
+from rigkit.facts.server import MemInfo, PortListeners, ShmSize
+from rigkit.facts.stack import StackContainers
+from rigkit.operations import refuse, say
+from roles._common import GPUS, host_settings
 from roles.docker import engine_check_fact_specs
-from roles.host_facts import DockerEngine, FactSpec, MountedFilesystem, NvidiaSmiGpus
 from roles.l2_disk import VARIABLES as L2_DISK_VARIABLES, checked_device, device_fact_specs
 from roles.serving import preflight_fact_specs as serving_fact_specs
-from roles.serving_facts import DiskFree, GpuMemory, MemInfo, PortListeners, ShmSize, StackContainers
 
 VARIABLES: list[Variable] = []
-
-NVIDIA_PCI_VENDOR = "0x10de"
-PCI_DISPLAY_CLASS = "0x03"  # VGA and 3D controllers; NVIDIA's audio and USB functions are other classes
-PCI_DEVICES_DIR = "/sys/bus/pci/devices"
-
-
-def nvidia_pci_gpus_command(devices_dir: str = PCI_DEVICES_DIR) -> str:
-    """Prints one line per NVIDIA GPU among the PCI devices in ``devices_dir`` (sysfs layout)."""
-    return (f"for d in {devices_dir}/*; do [ \"$(cat \"$d/vendor\" 2>/dev/null)\" = {NVIDIA_PCI_VENDOR} ] "
-            f"&& case \"$(cat \"$d/class\")\" in {PCI_DISPLAY_CLASS}*) echo \"$d\";; esac; done; true")
-
-
-class NvidiaPciGpus(FactBase):
-    """How many NVIDIA GPUs the PCI bus shows (sysfs), driver installed or not."""
-
-    @staticmethod
-    def default() -> int:
-        return 0
-
-    def command(self) -> str:
-        return nvidia_pci_gpus_command()
-
-    def process(self, output: list[str]) -> int:
-        return len([line for line in output if line.strip()])
 
 
 def _gpu_facts(settings: Settings) -> tuple[Optional[str], int, int]:
@@ -74,7 +54,7 @@ def _gpu_facts(settings: Settings) -> tuple[Optional[str], int, int]:
         return None, 0, 0
     smi = prepared_fact(host, NvidiaSmiGpus)
     # a broken nvidia-smi (driver/library mismatch) is the driver role's to fix: count the bus instead
-    csv = "\n".join(prepared_fact(host, GpuMemory) or []) if smi and not smi["error"] else None
+    csv = "\n".join(prepared_fact(host, NvidiaGpuMemory) or []) if smi and not smi["error"] else None
     return csv, prepared_fact(host, NvidiaPciGpus), host_settings([GPUS], host)["gpus"]
 
 
@@ -113,7 +93,7 @@ def prepared_fact_specs(settings: Settings) -> list[FactSpec]:
     if settings.l2_active:
         specs.append(FactSpec.of(DiskFree, path=settings.knobs["l2_path"]))
     if settings.profile.needs_gpus:
-        specs += [FactSpec.of(NvidiaSmiGpus), FactSpec.of(GpuMemory), FactSpec.of(NvidiaPciGpus)]
+        specs += [FactSpec.of(NvidiaSmiGpus), FactSpec.of(NvidiaGpuMemory), FactSpec.of(NvidiaPciGpus)]
     return specs + engine_check_fact_specs() + serving_fact_specs(settings)
 
 
@@ -135,10 +115,6 @@ def gather_findings(settings: Settings) -> list[Finding]:
     return findings + ([device_refusal] if device_refusal else [])
 
 
-def _refuse(field: str, value: Any, refused: str, fix: str) -> None:
-    raise PreflightError(field, value, refused, fix)
-
-
 @deploy("preflight")
 def preflight() -> bool:
     """False (and one failing operation naming every refusal) when the bare host refuses this deploy."""
@@ -149,7 +125,7 @@ def preflight() -> bool:
         say(host, f"preflight: {len(findings)} host checks passed before any change")
         return True
     first = refused[0]
-    python.call(name="Preflight refused before any change", function=_refuse, field=first.field,
-                value=first.value, refused="; ".join(str(f) for f in refused),
+    python.call(name="Preflight refused before any change", function=refuse, field=first.field,
+                value=first.value, problem="; ".join(str(f) for f in refused),
                 fix=first.fix if len(refused) == 1 else "each refusal's Fix above")
     return False

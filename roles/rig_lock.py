@@ -27,10 +27,10 @@ from typing import Callable, Optional
 from pyinfra import host
 from pyinfra.operations import python
 
-from rigkit.errors import PreflightError
 from rigkit.paths import RIG_STATE_DIR
 from rigkit.variables import Variable
-from roles._common import host_settings, say
+from rigkit.operations import refuse, say
+from roles._common import host_settings
 
 LOCK_FILE, HOLDER_FILE = "deploy.lock", "deploy.lock.holder"
 LOCK_PATH = f"{RIG_STATE_DIR}/{LOCK_FILE}"
@@ -143,10 +143,6 @@ def _wrap_for_host(script: str) -> str:
     return f"sudo -n {command}" if host.data.get("_sudo") else command
 
 
-def _refuse(problem: str, fix: str) -> None:
-    raise PreflightError("rig_lock", host.name, problem, fix)
-
-
 def rig_lock() -> bool:
     """Hold this rig's deploy lock for the rest of the run; False (and a failing operation) when refused."""
     if host.name in _HELD:
@@ -187,5 +183,5 @@ def rig_lock() -> bool:
     else:
         problem = f"could not take {LOCK_PATH} on the rig (answer {first!r}; flock from util-linux is required)"
         fix = "check that the rig has flock and that /var/lib/rigkit is writable"
-    python.call(name="Rig lock", function=_refuse, problem=problem, fix=fix)
+    python.call(name="Rig lock", function=refuse, field="rig_lock", value=host.name, problem=problem, fix=fix)
     return False

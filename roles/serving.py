@@ -25,37 +25,38 @@ Ensures, in order:
 
 from __future__ import annotations
 
-import base64
 import logging
 import shlex
 from io import StringIO
-from pathlib import Path
 from typing import Optional
 
 from pyinfra import host
-from pyinfra.api import FactBase, FunctionCommand, deploy, operation
+from pyinfra.api import deploy
 from pyinfra.context import ContextObject
-from pyinfra.facts.files import FileContents
 from pyinfra.facts.server import Which
 from pyinfra.operations import files, python, systemd
-from roles.operations import any_changed
+from pyinfra.operations.util import any_changed
 
 from rigkit.errors import PreflightError
+from rigkit.facts.batch import FactSpec, prepare_facts, prepared_fact
+from rigkit.facts.disk import DiskFree
+from rigkit.facts.docker import ComposeCommand, DockerImagePresent, ManifestProbe
+from rigkit.facts.nvidia import NvidiaGpuMemory
+from rigkit.facts.server import ExactFileText, MemInfo, PortListeners, ShmSize
+from rigkit.facts.stack import StackContainers
 from rigkit.hostdata import Settings, settings_for_host
 from rigkit.ledger import LEDGER_PATH, SMOKE_FAIL, SMOKE_PASS, Ledger, Release, Rendering, rendering_dir
+from rigkit.operations import REFUSAL_FIX, refuse
+from rigkit.operations.stack import engine_checked, image_pulled, stack_release
 from rigkit.paths import RIG_LIB_DIR, RIG_RELEASES_DIR, RIG_STACK_DIR, RIG_STATE_DIR
+from rigkit.preflight import HostFacts, preflight, refusals
+from rigkit.render import COMPOSE_FILE_NAME, CONTAINER_NAME, ENV_FILE_NAME, STACK_NAME, render_compose, render_env
 from rigkit.sizing import GB
-from rigkit.preflight import HostFacts, check_engine, engine_preflight, preflight, refusals
-from rigkit.render import (COMPOSE_FILE_NAME, COMPOSE_PROJECT, CONTAINER_NAME, ENV_FILE_NAME, KNOBS_HASH_LABEL,
-                           STACK_NAME, render_compose, render_env)
 from rigkit.smoke import SmokeReport, check_container, check_http
+from rigkit.stack import FILES_DIR, WAIT_READY_SCRIPT, WAIT_READY_SOURCE, ready_url, record_hash_command, release_commands
 from rigkit.tunnel import serving_url
 from rigkit.variables import Variable
-from roles._common import facts_now, host_settings, prepare_facts, prepared_fact
-from roles.host_facts import FactSpec
-from roles.serving_facts import (STACK_LABEL, ComposeCommand, DiskFree, DockerImagePresent, GpuMemory,
-                                 ManifestProbe, MemInfo, PortListeners, ShmSize,
-                                 StackContainers)
+from roles._common import host_settings
 
 logger = logging.getLogger("rigkit.serving")
 
@@ -66,12 +67,7 @@ VARIABLES: list[Variable] = [
              "(empty = the verified release before the latest deploy, from the rig's ledger)", str),
 ]
 
-RELEASE_HASH_FILE = f"{RIG_STATE_DIR}/release.sha256"
-# What --dry shows for the compose command of a rig the docker role has yet to give one (read when it runs)
-COMPOSE_NOT_YET = "<compose, once the docker role installed it>"
-WAIT_READY_SCRIPT = f"{RIG_LIB_DIR}/wait_ready.py"
-WAIT_READY_SOURCE = Path(__file__).parent / "files" / "wait_ready.py"
-L2_JANITOR_SOURCE = Path(__file__).parent / "files" / "l2_janitor.py"
+L2_JANITOR_SOURCE = FILES_DIR.parent.parent / "roles" / "files" / "l2_janitor.py"
 L2_JANITOR_SCRIPT = f"{RIG_LIB_DIR}/l2_janitor.py"
 L2_JANITOR_UNIT = "rigkit-l2-janitor.service"
 L2_JANITOR_MIN_FREE_BYTES = 256 * 2**20  # the store's disk never fills: a failed KV write kills the engine
@@ -80,92 +76,6 @@ L2_JANITOR_INTERVAL_S = 2
 
 def host_data() -> dict:
     return host.data.dict()
-
-
-def ready_url(rendering: Rendering) -> str:
-    address = rendering.knob("bind_address")
-    if address in ("0.0.0.0", "::"):
-        address = "127.0.0.1"
-    return f"http://{address}:{rendering.knob('serving_port')}/v1/models"
-
-
-def release_commands(compose: str, image: str, pull: bool, url: str, timeout_s: int) -> list[str]:
-    """Pull first (the old stack keeps serving meanwhile), then down, up -d, wait until the API answers."""
-    in_stack = f"cd {RIG_STACK_DIR} && {compose} -p {COMPOSE_PROJECT}"
-    commands = [f"docker pull {shlex.quote(image)}"] if pull else []
-    return commands + [
-        f"{in_stack} down --remove-orphans",
-        f"{in_stack} up -d",
-        f"python3 {WAIT_READY_SCRIPT} {shlex.quote(url)} {timeout_s} {shlex.quote(f'label={STACK_LABEL}={STACK_NAME}')}",
-    ]
-
-
-def l2_on_disk_command(l2_path: str, disk_mount: str) -> str:
-    """Refuses (before the old stack is stopped) when l2_path is not on the L2 disk's filesystem.
-
-    Checked when the release runs, after the l2_disk role mounted the disk in the same deploy."""
-    path, mount = shlex.quote(l2_path), shlex.quote(disk_mount)
-    return (f"p={path}; while [ ! -e \"$p\" ] && [ \"$p\" != / ]; do p=$(dirname \"$p\"); done; "
-            f"[ \"$(findmnt -n -o TARGET --target \"$p\")\" = {mount} ] || "
-            f"{{ echo \"refused: l2_path {l2_path} is not on the L2 disk mounted at {disk_mount}: "
-            f"the cache would fill another filesystem. Fix: mount the L2 disk (findmnt {disk_mount})\" >&2; exit 1; }}")
-
-
-def record_hash_command(digest: Optional[str]) -> str:
-    """The verified rendering's hash, or none (the next run then redoes the release)."""
-    return f"echo {digest} > {RELEASE_HASH_FILE}" if digest else f"rm -f {RELEASE_HASH_FILE}"
-
-
-@operation()
-def stack_release(image: str, knobs_hash: str, digest: str, url: str, timeout_s: int,
-                  l2_guard: Optional[tuple[str, str]] = None):
-    """
-    Bring the rendered stack up unless the rig already runs exactly this rendering. The compose command is
-    read as the release runs: an earlier role of the run may just have installed it.
-
-    + image: the pinned image (repo@sha256:...)
-    + knobs_hash: the settings' hash the running containers must carry as their label
-    + digest: release_hash of the rendered compose.yml and .env
-    + url: the /v1/models URL polled until the API answers
-    + timeout_s: seconds to wait for it
-    + l2_guard: (l2_path, mount point of the L2 disk): refuse the release when the path is not on it
-    """
-    stack = FactSpec.of(StackContainers, stack=STACK_NAME)
-    release_hash = FactSpec.of(FileContents, path=RELEASE_HASH_FILE)
-    compose_spec = FactSpec.of(ComposeCommand)  # an earlier role of the run may just have installed it
-    # read as the release runs, never from the preflight's memory
-    now = facts_now(host, [stack, release_hash, compose_spec])
-    containers = now[stack]
-    applied = (now[release_hash] or [""])[0].strip()
-    # the label catches a stack someone else re-rendered (validate.py's decode A/B runs the baseline)
-    serving = bool(containers) and all(c["running"] and c["image"] == image
-                                       and c["labels"].get(KNOBS_HASH_LABEL) == knobs_hash for c in containers)
-    if serving and applied == digest:
-        host.noop(f"stack already serving {image}")
-        return
-    compose = now[compose_spec]
-    if compose is None and host.state.is_executing:  # the docker role ran and left no compose: nothing stopped
-        yield FunctionCommand(_refuse, (), {"findings_text": "; ".join(map(str, check_engine(
-            HostFacts(meminfo={}, compose_command=None))))})
-        return
-    if l2_guard:
-        yield l2_on_disk_command(*l2_guard)
-    yield record_hash_command(None)
-    yield from release_commands(compose or COMPOSE_NOT_YET, image, False, url, timeout_s)
-
-
-@operation()
-def image_pulled(image: str):
-    """
-    Pull the pinned image unless the rig has it: before anything is stopped, and fatal for the rig when
-    it fails (the old stack keeps serving).
-
-    + image: the pinned image (repo@sha256:...)
-    """
-    if host.get_fact(DockerImagePresent, image=image):
-        host.noop(f"{image} already on the rig")
-        return
-    yield f"docker pull {shlex.quote(image)}"
 
 
 def janitor_unit(settings: Settings) -> str:
@@ -215,7 +125,7 @@ def preflight_fact_specs(settings: Settings) -> list[FactSpec]:
     if settings.l2_active:
         specs.append(FactSpec.of(DiskFree, path=settings.knobs["l2_path"]))
     if settings.profile.needs_gpus:
-        specs += [FactSpec.of(Which, command="nvidia-smi"), FactSpec.of(GpuMemory)]
+        specs += [FactSpec.of(Which, command="nvidia-smi"), FactSpec.of(NvidiaGpuMemory)]
     return specs
 
 
@@ -228,7 +138,7 @@ def gather_facts(settings: Settings, compose: Optional[str]) -> HostFacts:
     has_engine = fact(Which, command="docker") is not None
     gpu_csv = None
     if settings.profile.needs_gpus and fact(Which, command="nvidia-smi"):
-        gpu_csv = "\n".join(fact(GpuMemory) or [])
+        gpu_csv = "\n".join(fact(NvidiaGpuMemory) or [])
     image_present = bool(has_engine and fact(DockerImagePresent, image=settings.image))
     return HostFacts(
         meminfo=fact(MemInfo),
@@ -243,42 +153,6 @@ def gather_facts(settings: Settings, compose: Optional[str]) -> HostFacts:
         stack_container_ids=tuple(c["id"] for c in (fact(StackContainers, stack=STACK_NAME) or [])
                                   if c["running"]) if has_engine else (),
     )
-
-
-def _refuse(findings_text: str) -> None:
-    raise PreflightError("preflight", host.name, findings_text, "see each refusal's fix above")
-
-
-def engine_facts_now(image: str) -> HostFacts:
-    """What the engine checks read, as the rig answers now (one round trip; the registry probe only when
-    the image is not on the rig)."""
-    which, compose, present = (FactSpec.of(Which, command="docker"), FactSpec.of(ComposeCommand),
-                               FactSpec.of(DockerImagePresent, image=image))
-    now = facts_now(host, [which, compose, present])
-    has_engine = now[which] is not None
-    image_present = bool(has_engine and now[present])
-    return HostFacts(meminfo={}, has_engine=has_engine, compose_command=now[compose], image_present=image_present,
-                     image_probe_error=host.get_fact(ManifestProbe, image=image)
-                     if has_engine and not image_present else None)
-
-
-@operation()
-def engine_checked(settings: Settings):
-    """
-    The engine, compose and image checks, read once the earlier roles ran (the docker role installed the
-    engine in this run): a refusal fails the rig before the serving role changes anything.
-
-    + settings: the rig's settings (its image, ``force``)
-    """
-    if not host.state.is_executing:  # --dry: the engine is not there yet, the check runs with the deploy
-        host.noop("engine, compose and image are checked once the docker role ran")
-        return
-    findings = engine_preflight(settings, engine_facts_now(settings.image))
-    refused = refusals(findings)
-    if refused:
-        yield FunctionCommand(_refuse, (), {"findings_text": "; ".join(str(f) for f in refused)})
-        return
-    host.noop("; ".join(f.message for f in findings))
 
 
 def docker_role_in_this_run() -> bool:
@@ -315,22 +189,6 @@ def write_ledger(ledger: Ledger) -> None:
     host.run_shell_command(f"mkdir -p {RIG_STATE_DIR}")
     if not host.put_file(StringIO(ledger.to_json()), LEDGER_PATH):
         raise RuntimeError(f"could not write {LEDGER_PATH}")
-
-
-class ExactFileText(FactBase):
-    """A file's exact text (base64 on the wire, so no line or final newline is lost), None when absent."""
-
-    reads_file = True  # the operation tests derive this fact from the case's file contents
-    present_marker = "present"
-
-    def command(self, path: str) -> str:
-        quoted = shlex.quote(path)
-        return f"if [ -f {quoted} ]; then echo {self.present_marker}; base64 -w0 {quoted}; echo; fi"
-
-    def process(self, output: list[str]) -> Optional[str]:
-        if not output or output[0] != self.present_marker:
-            return None
-        return base64.b64decode("".join(output[1:])).decode()
 
 
 def stored_rendering(rendering_hash: Optional[str]) -> tuple[Optional[Rendering], str]:
@@ -511,8 +369,8 @@ def serving(image_override: Optional[str] = None, kind: str = "deploy",
     logger.warning(f"[{host.name}] capacity: {settings.capacity()}")
     refused = refusals(findings)
     if refused:
-        python.call(name="Preflight refused", function=_refuse,
-                    findings_text="; ".join(str(f) for f in refused))
+        python.call(name="Preflight refused", function=refuse, field="preflight", value=host.name,
+                    problem="; ".join(str(f) for f in refused), fix=REFUSAL_FIX)
         return
 
     if engine_later:

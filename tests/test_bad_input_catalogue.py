@@ -16,8 +16,8 @@ from rigkit.hostdata import settings_for_host
 from rigkit.paths import REPO_ROOT
 from rigkit.preflight import HostFacts, preflight, refusals
 from rigkit.sizing import GB
-from roles import serving_facts
-from roles.serving_facts import ManifestProbe, PortListeners
+from rigkit.facts.docker import ManifestProbe
+from rigkit.facts.server import PortListeners
 
 CATALOGUE = REPO_ROOT / "docs" / "bad-input-catalogue.md"
 ISSUE_ROWS = ("tag", "digest", "RAM gate", "mem_limit", "shm", "NVMe path", "formatted", "adapter JSON",

@@ -14,6 +14,8 @@ from types import SimpleNamespace
 import pytest
 
 import roles.serving as serving
+from rigkit.facts.server import ExactFileText
+from rigkit.stack import RELEASE_HASH_FILE
 from rigkit.errors import PreflightError
 from rigkit.hostdata import settings_for_host
 from rigkit.ledger import LEDGER_PATH, SMOKE_PASS, Ledger, Release, rendering_dir
@@ -50,7 +52,7 @@ class FakeRig:
         return True
 
     def get_fact(self, fact, path: str):
-        assert fact is serving.ExactFileText
+        assert fact is ExactFileText
         return self.files.get(path)
 
     def ledger(self) -> Ledger:
@@ -95,7 +97,7 @@ def test_a_verified_release_is_stored_before_the_ledger_names_it(rig):
     assert fake.commands.index(f"chmod 600 {directory}/.env") < fake.commands.index(f"<upload {LEDGER_PATH}>")
     entry = fake.ledger().current
     assert (entry.rendering, entry.smoke, entry.image) == (r1.hash, SMOKE_PASS, IMAGE_1)
-    assert f"echo {r1.hash} > {serving.RELEASE_HASH_FILE}" in fake.commands
+    assert f"echo {r1.hash} > {RELEASE_HASH_FILE}" in fake.commands
 
 
 def test_pruning_removes_old_renderings_but_keeps_the_rollback_target(rig):
@@ -117,7 +119,7 @@ def test_a_failed_release_is_rolled_back_to_the_stored_rendering_not_todays(rig)
     assert (failed.rendering, failed.smoke) == (failing.hash, "fail")
     assert (rolled_back.kind, rolled_back.rendering, rolled_back.smoke) == ("rollback", verified.hash, SMOKE_PASS)
     assert "restored the verified rendering" in rolled_back.note and "re-rendered" not in rolled_back.note
-    assert fake.commands[-1] == f"echo {verified.hash} > {serving.RELEASE_HASH_FILE}"
+    assert fake.commands[-1] == f"echo {verified.hash} > {RELEASE_HASH_FILE}"
 
 
 def test_without_a_stored_rendering_the_rollback_re_renders_and_says_so(rig):

@@ -11,7 +11,7 @@ from rigkit.errors import PreflightError
 from rigkit.hostdata import settings_for_host
 from rigkit.preflight import Finding, HostFacts, bare_host_preflight, preflight, refusals
 from rigkit.sizing import GB
-from roles.preflight import NvidiaPciGpus, nvidia_pci_gpus_command
+from rigkit.facts.nvidia import NvidiaPciGpus, nvidia_pci_gpus_command
 
 H200 = Path(__file__).parent / "fixtures" / "nvidia-smi" / "h200-x2-ubuntu2404"
 IDLE = (H200 / "query-gpu-noheader.csv").read_text()

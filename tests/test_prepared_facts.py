@@ -17,9 +17,8 @@ from pyinfra.context import ctx_host, ctx_state
 from pyinfra.facts.files import FileContents
 from pyinfra.facts.server import LinuxDistribution, Which
 
-from roles._common import facts_now, prepare_facts, prepared_fact
-from roles.host_facts import FactBatch, FactSpec, FileText
-from roles.serving_facts import ShmSize
+from rigkit.facts.batch import FactBatch, FactSpec, facts_now, prepare_facts, prepared_fact
+from rigkit.facts.server import FileText, ShmSize
 
 
 class ShellOutput(FactBase):

@@ -7,12 +7,15 @@ from pathlib import Path
 
 import pytest
 
-from roles._common import COMMON_VARIABLES, upstream_version
-from roles.host_facts import (
-    BlockDeviceProbe, DockerEngine, DockerRunCheck, FileText, MountedFilesystem, NvidiaModuleVersion,
-    NvidiaSmiGpus, EXISTS_MARKER,
-)
-from roles.operations import fstab_with_entry, kernel_options, merge_options, module_action
+from rigkit.facts.disk import BlockDeviceProbe, MountedFilesystem
+from rigkit.facts.docker import DockerEngine, DockerRunCheck
+from rigkit.facts.nvidia import NvidiaModuleVersion, NvidiaSmiGpus
+from rigkit.facts.server import EXISTS_MARKER, FileText
+from rigkit.operations.apt import upstream_version
+from rigkit.operations.disk import fstab_with_entry, kernel_options
+from rigkit.operations.docker import merge_options
+from rigkit.operations.nvidia import module_action
+from roles._common import COMMON_VARIABLES
 
 H200 = Path(__file__).resolve().parents[1] / "fixtures" / "nvidia-smi" / "h200-x2-ubuntu2404"
 ROLE_PREFIXES = {"nvidia_driver": "nvidia_driver_", "docker": "docker_",

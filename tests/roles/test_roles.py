@@ -1,16 +1,16 @@
 """Operation tests for the provisioning roles: facts in, commands out.
 
 One JSON file per case, one folder per role (``tests/roles/<role>/``, which runs the role's
-deploy) or per operation (``tests/roles/operations.<name>/``, which runs
-``roles.operations.<name>`` with the case's ``kwargs``); ``tests/roles/pipeline/`` runs the
+deploy) or per operation (``tests/roles/<subject>.<name>/``, which runs
+``rigkit.operations.<subject>.<name>`` with the case's ``kwargs``); ``tests/roles/pipeline/`` runs the
 case's ``roles`` in order on one host, as deploy.py does. Adding a case is adding a file.
 
 A case holds:
 - ``data``: host data (inventory/group_data values); ``os``: "ubuntu-22.04" | "ubuntu-24.04" |
   "debian-12" (sets the distribution fact); ``kwargs``: arguments of the role's deploy function
   (serving: ``kind``, ``image_override``, ``restore_rendering`` as rollback.py passes them);
-- ``facts``: fact values by name (``deb.DebPackages``, ``host_facts.NvidiaModuleVersion``), or by
-  ``name:argument`` for a fact read with an argument (``host_facts.BlockDeviceProbe:/dev/loop7``);
+- ``facts``: fact values by name (``deb.DebPackages``, ``rigkit.facts.nvidia.NvidiaModuleVersion``), or by
+  ``name:argument`` for a fact read with an argument (``rigkit.facts.disk.BlockDeviceProbe:/dev/loop7``);
   a FactBatch (several facts in one round trip) is answered fact by fact from the same values;
   ``files``: file contents by path (text, or {"from": repository path}), from which the file facts
   (File, Sha1File, FileContents, FileText) derive; ``modes``: octal modes as ints (600) of listed
@@ -51,14 +51,14 @@ from pyinfra.api import Config, Inventory, State
 from pyinfra.api.command import FileUploadCommand, FunctionCommand, StringCommand
 from pyinfra.api.deploy import add_deploy
 from pyinfra.api.exceptions import OperationError
-from pyinfra.api.operation import OperationMeta, add_op
+from pyinfra.api.operation import add_op
 from pyinfra.api.state import StateStage
 from pyinfra.connectors.util import CommandOutput
 from pyinfra.context import ctx_host, ctx_state
 
 from rigkit.errors import RigkitError
-from roles.host_facts import FactBatch
-from roles.operations import any_changed
+from rigkit.facts.batch import FactBatch
+from rigkit.facts.server import ExactFileText, FileText
 
 CASES_DIR = Path(__file__).parent
 REPO_ROOT = CASES_DIR.parents[1]
@@ -71,8 +71,8 @@ OS_RELEASES = {
 }
 
 
-def short_fact_name(cls) -> str:
-    return cls.name.replace("roles.host_facts.", "host_facts.")
+# rigkit's facts that read a file's text: answered from the case's files.
+TEXT_FILE_FACTS = (FileText, ExactFileText)
 
 
 class FakeFacts:
@@ -102,7 +102,7 @@ class FakeFacts:
         fact = cls()
         call_kwargs = getcallargs(fact.command, *args, **kwargs) if (args or kwargs) else {}
         call_kwargs.pop("self", None)
-        name = short_fact_name(cls)
+        name = cls.name
         keys = [f"{name}:{value}" for value in call_kwargs.values() if isinstance(value, str)] + [name]
         self.asked.append(keys[0])
         if self.state.is_executing:
@@ -119,10 +119,10 @@ class FakeFacts:
 
     def _from_files(self, cls, fact, name: str, path):
         if path is None or name not in ("files.File", "files.Sha1File", "files.FileContents", "files.Directory") \
-                and not getattr(cls, "reads_file", False):
+                and cls not in TEXT_FILE_FACTS:
             return _NOT_DERIVED
         text = self.files.get(path)
-        if getattr(cls, "reads_file", False):
+        if cls in TEXT_FILE_FACTS:
             return None if text is None else text
         if name == "files.Directory":
             if text is not None:
@@ -192,20 +192,13 @@ def render(command) -> Any:
     return repr(command)
 
 
-def resolve_if(condition, would_change: dict[str, bool]) -> bool:
-    """Whether an ``_if`` holds, from whether the operations it names would change (prepare)."""
+def resolve_if(condition) -> bool:
+    """Whether an ``_if`` holds: the operations it names are complete by then (see _run)."""
     if condition is None:
         return True
     if isinstance(condition, list):
-        return all(resolve_if(c, would_change) for c in condition)
-    if isinstance(condition, any_changed):
-        return any(would_change[op._hash] for op in condition.ops)
-    owner = getattr(condition, "__self__", None)
-    if isinstance(owner, OperationMeta) and condition.__name__ == "did_change":
-        return would_change[owner._hash]
-    if isinstance(owner, OperationMeta) and condition.__name__ == "did_not_change":
-        return not would_change[owner._hash]
-    raise AssertionError(f"test driver cannot resolve _if={condition!r}")
+        return all(resolve_if(c) for c in condition)
+    return bool(condition())
 
 
 def run_case(case_dir: str, case: dict) -> dict:
@@ -238,9 +231,10 @@ def _pipeline(roles: list[str]) -> None:
 
 def _run(case_dir: str, case: dict, state: State, host, result: dict) -> None:
     try:
-        if case_dir.startswith("operations."):
-            operations = importlib.import_module("roles.operations")
-            add_op(state, getattr(operations, case_dir.split(".", 1)[1]), host=host, **case.get("kwargs", {}))
+        if "." in case_dir:  # <subject>.<operation>, as pyinfra's tests/operations/apt.packages/
+            subject, name = case_dir.split(".", 1)
+            operations = importlib.import_module(f"rigkit.operations.{subject}")
+            add_op(state, getattr(operations, name), host=host, **case.get("kwargs", {}))
         elif case_dir == "pipeline":
             add_deploy(state, _pipeline, host=host, roles=case["roles"])
         else:
@@ -254,22 +248,20 @@ def _run(case_dir: str, case: dict, state: State, host, result: dict) -> None:
     if executing:
         state.current_stage = StateStage.Execute
         state.is_executing = True
-    would_change: dict[str, bool] = {}
     with ctx_state.use(state), ctx_host.use(host):
         for op_hash in state.get_op_order():
             op_data = state.get_op_data_for_host(host, op_hash)
-            condition = op_data.global_arguments.get("_if")
-            if not executing and not resolve_if(condition, would_change):
-                would_change[op_hash] = False
+            meta = op_data.operation_meta
+            # prepare (--dry): an operation counts as changed when it would yield commands, as pyinfra shows it
+            if not executing and not resolve_if(op_data.global_arguments.get("_if")):
+                meta.set_complete(True, [], CommandOutput([]))
                 continue
             try:
                 commands = list(op_data.command_generator())
             except (RigkitError, OperationError) as exc:
                 result["error"] = str(exc)
                 return
-            would_change[op_hash] = bool(commands)
-            if executing:
-                op_data.operation_meta.set_complete(True, commands, CommandOutput([]))
+            meta.set_complete(True, commands, CommandOutput([]))
             result["commands"].extend(render(command) for command in commands)
             for command in commands:
                 if isinstance(command, FunctionCommand):

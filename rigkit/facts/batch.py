@@ -1,0 +1,151 @@
+"""Several facts in one SSH round trip (FactSpec, FactBatch)."""
+
+from __future__ import annotations
+
+import secrets
+import shlex
+from dataclasses import dataclass
+import weakref
+from typing import Any, Iterable
+
+from pyinfra.api.host import Host
+from pyinfra.context import ContextObject
+
+from pyinfra.api import FactBase, StringCommand
+from pyinfra.api.exceptions import FactProcessError
+
+
+@dataclass(frozen=True)
+class FactSpec:
+    """One fact and its arguments, as ``host.get_fact(fact, **kwargs)`` would read it."""
+
+    fact: type
+    kwargs: tuple[tuple[str, Any], ...] = ()
+
+    @classmethod
+    def of(cls, fact: type, **kwargs: Any) -> "FactSpec":
+        return cls(fact, tuple(sorted(kwargs.items())))
+
+    def __str__(self) -> str:
+        arguments = ", ".join(f"{key}={value}" for key, value in self.kwargs)
+        return f"{self.fact.__name__}({arguments})"
+
+
+BATCH_MARKER = "__rigkit_fact_done__"
+
+
+def _shell_text(command: Any) -> str:
+    return command.get_raw_value() if isinstance(command, StringCommand) else str(command)
+
+
+class FactBatch(FactBase):
+    """Several facts read in one SSH round trip: {FactSpec: value}, each value what ``host.get_fact`` returns.
+
+    The facts' commands run side by side on the host (each in its own subshell, its output in a temporary
+    directory), then print in order, each followed by a marker line carrying its exit status, or "missing"
+    when the command the fact requires is absent (its default, as pyinfra gives). A fact whose command
+    fails, or whose output its process() refuses, is left out: facts_now then reads it alone,
+    so pyinfra reports and fails the host exactly as it would have. No temporary directory: no output at
+    all, and facts_now reads every fact alone.
+    """
+
+    def command(self, facts: tuple[FactSpec, ...]) -> str:
+        # one instance per fact for command() and process(), as pyinfra uses (FileContents keeps state on it)
+        self._facts = [(spec, spec.fact()) for spec in facts]
+        # a marker the facts' own output cannot contain by accident
+        self._marker = f"{BATCH_MARKER}{secrets.token_hex(6)}"
+        lines = ['d=$(mktemp -d 2>/dev/null) || exit 0', "trap 'rm -rf \"$d\"' EXIT"]
+        for index, (spec, fact) in enumerate(self._facts):
+            kwargs = dict(spec.kwargs)
+            if fact.shell_executable:
+                raise ValueError(f"{spec}: a fact with its own shell cannot join a batch")
+            run = f"( {_shell_text(fact.command(**kwargs))}\n) >\"$d/{index}\" 2>/dev/null; s=$?"
+            needs = fact.requires_command(**kwargs)
+            if needs:
+                run = f"if command -v {shlex.quote(needs)} >/dev/null 2>&1; then {run}; else s=missing; fi"
+            lines.append(f"{{ {run}; echo \"$s\" >\"$d/{index}.status\"; }} &")
+        lines.append("wait")
+        # the newline ends an output whose last line has none; process() removes it again
+        indexes = " ".join(str(index) for index in range(len(self._facts)))
+        lines.append(f"for i in {indexes}; do cat \"$d/$i\"; "
+                     f"printf '\\n{self._marker} %s\\n' \"$(cat \"$d/$i.status\")\"; done")
+        return "\n".join(lines)
+
+    def process(self, output: list[str]) -> dict[FactSpec, Any]:
+        results: dict[FactSpec, Any] = {}
+        lines: list[str] = []
+        done = 0
+        for line in output:
+            if not line.startswith(self._marker + " "):
+                lines.append(line)
+                continue
+            spec, fact = self._facts[done]
+            done += 1
+            if lines and lines[-1] == "":
+                lines.pop()  # the newline printed before the marker
+            status = line[len(self._marker) + 1:]
+            if status == "missing" or (status == "0" and not lines):
+                results[spec] = fact.default()
+            elif status == "0":
+                try:
+                    results[spec] = fact.process(lines)
+                except FactProcessError:
+                    pass
+            lines = []
+        return results
+
+
+_MISSING = object()
+
+
+# Facts read while the deploy is prepared, per host: {FactSpec: value}. pyinfra 3 reads a fact anew on every
+# get_fact; no operation runs before execution starts, so what the roles read until then cannot change.
+_PREPARED: "weakref.WeakKeyDictionary[Host, dict[FactSpec, Any]]" = weakref.WeakKeyDictionary()
+
+
+def _preparing(host: Host) -> bool:
+    return not host.state.is_executing
+
+
+def _facts_known(host: Host) -> dict[FactSpec, Any]:
+    # the roles' ``host`` is pyinfra's context proxy (one object for every host): key by the host it points at
+    real = host._get_module() if isinstance(host, ContextObject) else host
+    return _PREPARED.setdefault(real, {})
+
+
+def facts_now(host: Host, specs: Iterable[FactSpec]) -> dict[FactSpec, Any]:
+    """Each fact as ``host.get_fact`` reads it now (never from memory), several in one round trip."""
+    specs = tuple(dict.fromkeys(specs))
+    values = dict(host.get_fact(FactBatch, facts=specs) or {}) if len(specs) > 1 else {}
+    for spec in specs:
+        if spec not in values:  # a batch that failed as a whole: read each on its own
+            values[spec] = host.get_fact(spec.fact, **dict(spec.kwargs))
+    return values
+
+
+def prepare_facts(host: Host, specs: Iterable[FactSpec]) -> None:
+    """Read, in one round trip, facts the roles read while the deploy is prepared (see prepared_fact).
+
+    Read-only commands only: one read ahead that a role then does not need costs just its command on the
+    rig. Facts already read this run are skipped; while executing this does nothing.
+    """
+    if not _preparing(host):
+        return
+    known = _facts_known(host)
+    known.update(facts_now(host, [spec for spec in specs if spec not in known]))
+
+
+def prepared_fact(host: Host, fact: type, **kwargs: Any) -> Any:
+    """``host.get_fact(fact, **kwargs)``, read at most once per host while the deploy is prepared.
+
+    For facts the roles read before any operation ran (their preflights and plans). While executing
+    (an operation's own facts, a deploy added during execution) every call reads the host anew: an
+    earlier operation may have changed it (e.g. installed the engine).
+    """
+    if not _preparing(host):
+        return host.get_fact(fact, **kwargs)
+    known = _facts_known(host)
+    spec = FactSpec.of(fact, **kwargs)
+    if spec not in known:
+        known[spec] = host.get_fact(fact, **kwargs)
+    return known[spec]

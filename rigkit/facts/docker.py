@@ -1,0 +1,107 @@
+"""Facts about the Docker engine, its images, compose and the registry as the rig sees it."""
+
+from __future__ import annotations
+
+import shlex
+
+from pyinfra.api import FactBase
+
+from rigkit.facts import split_exit
+
+
+class DockerEngine(FactBase):
+    """{"server_version": str|None, "error": str|None} from `docker info`; None without a docker CLI."""
+
+    def requires_command(self, *args, **kwargs) -> str:
+        return "docker"
+
+    def command(self) -> str:
+        return "docker info --format '{{.ServerVersion}}' 2>&1; echo \"exit=$?\""
+
+    def process(self, output: list[str]) -> dict:
+        lines, status = split_exit(output)
+        text = " ".join(line.strip() for line in lines).strip()
+        if status != 0 or not text:
+            return {"server_version": None, "error": text or f"exit {status}"}
+        return {"server_version": text, "error": None}
+
+
+class DockerLocalImages(FactBase):
+    """Tagged images already in the engine's store ("repo:tag"), newest first."""
+
+    default = list
+
+    def requires_command(self, *args, **kwargs) -> str:
+        return "docker"
+
+    def command(self) -> str:
+        return "docker image ls --format '{{.Repository}}:{{.Tag}}' 2>/dev/null || true"
+
+    def process(self, output: list[str]) -> list[str]:
+        return [line.strip() for line in output if line.strip() and "<none>" not in line]
+
+
+class DockerRunCheck(FactBase):
+    """Runs a throwaway container (``--rm``, host network) and reports {"ok", "output"}.
+
+    A check, not a change: the container is removed and nothing on the host is altered.
+    """
+
+    def requires_command(self, *args, **kwargs) -> str:
+        return "docker"
+
+    def command(self, image: str, run_args: str = "", container_command: str = "true") -> str:
+        return (f"docker run --rm --network host {run_args} {shlex.quote(image)} {container_command} 2>&1; "
+                'echo "exit=$?"')
+
+    def process(self, output: list[str]) -> dict:
+        lines, status = split_exit(output)
+        return {"ok": status == 0, "output": "\n".join(lines)}
+
+
+class DockerImagePresent(FactBase):
+    """True when the image reference (repository@sha256:...) is in the rig's local store."""
+
+    def requires_command(self, *args, **kwargs) -> str:
+        return "docker"
+
+    def command(self, image: str) -> str:
+        return f"docker image inspect --format present {shlex.quote(image)} 2>/dev/null || echo absent"
+
+    def process(self, output):
+        return "".join(output).strip() == "present"
+
+
+class ComposeCommand(FactBase):
+    """``docker compose`` (v2 plugin) or ``docker-compose`` (v1), whichever the rig has, else None."""
+
+    def command(self) -> str:
+        return ("if docker compose version >/dev/null 2>&1; then echo 'docker compose'; "
+                "elif command -v docker-compose >/dev/null 2>&1; then echo docker-compose; fi")
+
+    def process(self, output):
+        text = "".join(output).strip()
+        return text or None
+
+
+class ManifestProbe(FactBase):
+    """Can the rig's engine see the image in its registry? None when it can, else the registry's answer.
+
+    ``docker manifest inspect`` asks the registry with the rig's own credentials and network, without pulling.
+    """
+
+    def requires_command(self, *args, **kwargs) -> str:
+        return "docker"
+
+    def command(self, image: str) -> str:
+        from rigkit.registry import api_base, parse_reference
+
+        quoted = shlex.quote(image)
+        # plain http only where docker itself allows it without configuration: loopback registries
+        insecure = "--insecure " if api_base(parse_reference(image).registry).startswith("http://") else ""
+        return (f"out=$(DOCKER_CLI_EXPERIMENTAL=enabled docker manifest inspect {insecure}{quoted} 2>&1) "
+                f"&& echo available || printf 'missing %s\\n' \"$(printf '%s' \"$out\" | tail -n 1)\"")
+
+    def process(self, output):
+        text = "\n".join(output).strip()
+        return None if text == "available" else (text.removeprefix("missing ").strip() or "no answer")

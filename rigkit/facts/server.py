@@ -1,0 +1,114 @@
+"""Facts about the host itself: file text, memory, /dev/shm, TCP listeners."""
+
+from __future__ import annotations
+
+import base64
+import json
+import shlex
+from typing import Optional
+
+from pyinfra.api import FactBase
+
+EXISTS_MARKER = "__rigkit_file_exists__"
+
+
+class FileText(FactBase):
+    """The text of a file, "" for an empty one, None when it does not exist."""
+
+    reads_file = True  # the operation tests derive this fact from the case's file contents
+
+    def command(self, path: str) -> str:
+        quoted = shlex.quote(path)
+        return f"if [ -f {quoted} ]; then echo {EXISTS_MARKER}; cat {quoted}; fi"
+
+    def process(self, output: list[str]) -> Optional[str]:
+        if not output or output[0] != EXISTS_MARKER:
+            return None
+        return "\n".join(output[1:])
+
+
+class ExactFileText(FactBase):
+    """A file's exact text (base64 on the wire, so no line or final newline is lost), None when absent."""
+
+    reads_file = True  # the operation tests derive this fact from the case's file contents
+    present_marker = "present"
+
+    def command(self, path: str) -> str:
+        quoted = shlex.quote(path)
+        return f"if [ -f {quoted} ]; then echo {self.present_marker}; base64 -w0 {quoted}; echo; fi"
+
+    def process(self, output: list[str]) -> Optional[str]:
+        if not output or output[0] != self.present_marker:
+            return None
+        return base64.b64decode("".join(output[1:])).decode()
+
+
+class MemInfo(FactBase):
+    """/proc/meminfo in bytes, e.g. {"MemTotal": ..., "MemAvailable": ...}."""
+
+    def command(self) -> str:
+        return "cat /proc/meminfo"
+
+    def process(self, output):
+        values = {}
+        for line in output:
+            key, _, rest = line.partition(":")
+            parts = rest.split()
+            if parts and parts[0].isdigit():
+                values[key] = int(parts[0]) * (1024 if parts[1:] == ["kB"] else 1)
+        return values
+
+
+class ShmSize(FactBase):
+    """Size in bytes of the rig's /dev/shm (what an `ipc: host` container gets), or None."""
+
+    def command(self) -> str:
+        return "df -B1 --output=size /dev/shm 2>/dev/null | tail -n 1"
+
+    def process(self, output):
+        text = "".join(output).strip()
+        return int(text) if text.isdigit() else None
+
+
+# Runs on the rig (python3 only): who listens on a TCP port. Sockets come from /proc/net/tcp{,6} (LISTEN = 0A);
+# a socket no visible process owns (another network namespace's user, e.g. another rig) has pid None.
+_LISTENERS_SCRIPT = r"""
+import json, os, re, sys
+port = int(sys.argv[1])
+inodes = set()
+for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+    try:
+        rows = open(table).read().splitlines()[1:]
+    except OSError:
+        continue
+    for row in rows:
+        cols = row.split()
+        if cols[3] == "0A" and int(cols[1].rsplit(":", 1)[1], 16) == port:
+            inodes.add(cols[9])
+found = {}
+for pid in filter(str.isdigit, os.listdir("/proc")):
+    try:
+        links = [os.readlink(f"/proc/{pid}/fd/{fd}") for fd in os.listdir(f"/proc/{pid}/fd")]
+    except OSError:
+        continue
+    for link in links:
+        inode = link[8:-1] if link.startswith("socket:[") else None
+        if inode in inodes and inode not in found:
+            try:
+                cgroup = open(f"/proc/{pid}/cgroup").read()
+            except OSError:
+                cgroup = ""
+            found[inode] = {"pid": int(pid), "containers": re.findall(r"[0-9a-f]{64}", cgroup),
+                            "command": open(f"/proc/{pid}/comm").read().strip()}
+print(json.dumps([found.get(i, {"pid": None, "containers": [], "command": None}) for i in sorted(inodes)]))
+"""
+
+
+class PortListeners(FactBase):
+    """Listeners on TCP ``port``: [{"pid": int | None, "containers": [container ids], "command": str | None}]."""
+
+    def command(self, port: int) -> str:
+        return f"python3 -c {shlex.quote(_LISTENERS_SCRIPT)} {int(port)}"
+
+    def process(self, output):
+        return json.loads("".join(output) or "[]")

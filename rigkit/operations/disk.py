@@ -1,0 +1,103 @@
+"""disk: a filesystem made only when the refusal rules allow it, its fstab line, the mount."""
+
+from __future__ import annotations
+
+from io import StringIO
+from typing import Callable, Optional
+
+from pyinfra import host
+from pyinfra.api import operation
+from pyinfra.operations import files
+
+from rigkit.facts.disk import BlockDeviceProbe, MountedFilesystem
+from rigkit.facts.server import FileText
+from rigkit.operations import fail
+
+
+@operation()
+def filesystem_made(device: str, fstype: str, label: str, uuid: str, mount_point: str,
+                    decide: Callable[[Optional[dict]], str]):
+    """
+    Make a filesystem on ``device`` when ``decide(probe)`` says so.
+
+    + device: the block device
+    + fstype / label / uuid: the filesystem to make (the UUID is chosen up front so the
+      fstab entry can be written before the filesystem exists)
+    + mount_point: unmounted first when the device's current filesystem is mounted there
+    + decide: the refusal rules, re-checked against a fresh probe right before formatting;
+      returns "use", "format" or "wipe", raises when the device must not be touched
+    """
+    action = decide(host.get_fact(BlockDeviceProbe, device=device))
+    if action == "use":
+        return
+    if action == "wipe":
+        if host.get_fact(MountedFilesystem, mount_point=mount_point) is not None:
+            yield f"umount {mount_point}"
+        yield f"wipefs -a {device}"
+    if fstype == "xfs":
+        yield f"mkfs.xfs -f -L {label} -m uuid={uuid} {device}"
+    else:
+        yield f"mkfs.{fstype} -q -F -L {label} -U {uuid} {device}"
+
+
+def fstab_with_entry(fstab: str, mount_point: str, entry: str) -> str:
+    """/etc/fstab text with the line for ``mount_point`` replaced by ``entry`` (appended if none)."""
+    lines = fstab.splitlines()
+    out, placed = [], False
+    for line in lines:
+        fields = line.split()
+        if fields and not fields[0].startswith("#") and len(fields) >= 2 and fields[1] == mount_point:
+            if not placed:
+                out.append(entry)
+                placed = True
+            continue
+        out.append(line)
+    if not placed:
+        out.append(entry)
+    return "\n".join(out) + "\n"
+
+
+@operation()
+def fstab_entry(mount_point: str, entry: str):
+    """
+    Make ``entry`` the only /etc/fstab line for ``mount_point``; other lines stay as they are.
+
+    + mount_point: the second fstab field the entry owns
+    + entry: the whole line (``UUID=... /mnt/x ext4 noatime,nofail 0 2``)
+    """
+    current = host.get_fact(FileText, path="/etc/fstab") or ""
+    wanted = fstab_with_entry(current, mount_point, entry)
+    if wanted.rstrip("\n") != current.rstrip("\n"):
+        yield from files.put._inner(src=StringIO(wanted), dest="/etc/fstab", mode="644")
+
+
+# Options fstab accepts that the kernel never shows in the mount's option list.
+USERSPACE_MOUNT_OPTIONS = {"defaults", "nofail", "auto", "noauto", "user", "nouser", "users",
+                           "owner", "group", "_netdev"}
+
+
+def kernel_options(options: str) -> list[str]:
+    return [o for o in options.split(",") if o and o not in USERSPACE_MOUNT_OPTIONS
+            and not o.startswith(("x-", "comment="))]
+
+
+@operation()
+def mounted(mount_point: str, device: str, options: str):
+    """
+    Mount ``mount_point`` from its fstab entry; remount when a wanted option is missing.
+
+    + mount_point: where the filesystem goes
+    + device: the device that must be the one mounted there
+    + options: the fstab options (userspace-only ones like nofail are not compared)
+    """
+    mount = host.get_fact(MountedFilesystem, mount_point=mount_point)
+    if mount is None:
+        yield f"mount {mount_point}"
+        return
+    probe = host.get_fact(BlockDeviceProbe, device=device)
+    if probe is not None and mount["source"] != probe["path"]:
+        raise fail("l2_mount_point", mount_point, f"{mount['source']} is mounted there, not {probe['path']}",
+                   "unmount it, or choose another l2_mount_point")
+    missing = [o for o in kernel_options(options) if o not in mount["options"]]
+    if missing:
+        yield f"mount -o remount,{','.join(kernel_options(options))} {mount_point}"

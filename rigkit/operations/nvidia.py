@@ -1,0 +1,159 @@
+"""nvidia: the driver's kernel module, the driver and GPU-container checks, the container runtime."""
+
+from __future__ import annotations
+
+from typing import Optional
+
+from pyinfra import host
+from pyinfra.api import operation
+from pyinfra.facts.deb import DebPackages
+from pyinfra.operations import server
+
+from rigkit.facts.nvidia import LoadedKernelModules, NvidiaModuleVersion, NvidiaSmiGpus, parse_query_gpus
+from rigkit.operations import fail, say
+from rigkit.operations.apt import upstream_version
+from rigkit.facts.docker import DockerRunCheck
+from rigkit.operations.docker import pick_verify_image, read_json_file
+
+
+@operation()
+def nvidia_runtime_configured(daemon_json: str, set_default: bool):
+    """
+    ``nvidia-ctk runtime configure --runtime=docker`` unless daemon.json already has it.
+
+    + daemon_json: path of the engine's daemon.json
+    + set_default: also make nvidia the default runtime (never unset by rigkit)
+    """
+    current = read_json_file(daemon_json)
+    has_runtime = "nvidia" in (current.get("runtimes") or {})
+    is_default = current.get("default-runtime") == "nvidia"
+    if has_runtime and (is_default or not set_default):
+        return
+    command = "nvidia-ctk runtime configure --runtime=docker"
+    if set_default:
+        command += " --set-as-default"
+    yield command
+
+
+@operation()
+def kernel_module_unloaded(module: str):
+    """
+    Unload a kernel module if it is loaded; a module in use stays until the next boot.
+
+    + module: module name (e.g. nouveau)
+    """
+    if module in host.get_fact(LoadedKernelModules):
+        yield f"modprobe -r {module} || echo '{module} is in use: it stays loaded until a reboot'"
+
+
+def module_action(loaded: Optional[str], target: Optional[str], branch: str, nouveau_loaded: bool) -> str:
+    """What the running kernel needs after an install: "none", "load" or "reboot".
+
+    ``target`` is the installed (or pinned) driver version; without one, any module of the
+    pinned branch counts as right.
+    """
+    if nouveau_loaded:
+        return "reboot"
+    if loaded is None:
+        return "load"
+    if target is not None:
+        return "none" if loaded == target else "reboot"
+    return "none" if loaded.split(".")[0] == branch else "reboot"
+
+
+def installed_driver_version(version_package: str) -> Optional[str]:
+    versions = host.get_fact(DebPackages).get(version_package) or []
+    return upstream_version(sorted(versions)[-1]) if versions else None
+
+
+@operation()
+def nvidia_module_current(version_package: str, pinned_version: Optional[str], branch: str,
+                          allow_reboot: bool, reboot_timeout: int = 600):
+    """
+    Make the running kernel use the installed driver: load it, or reboot when another is loaded.
+
+    + version_package: the package whose version is the driver's (e.g. nvidia-utils-580-server)
+    + pinned_version: exact apt version pinned, if any
+    + branch: the driver branch (e.g. "580")
+    + allow_reboot: False fails the host with "reboot required" instead of rebooting
+    + reboot_timeout: seconds to wait for the host to come back
+    """
+    target = installed_driver_version(version_package)
+    if target is None and pinned_version:
+        target = upstream_version(pinned_version)
+    loaded = host.get_fact(NvidiaModuleVersion)
+    nouveau_loaded = "nouveau" in host.get_fact(LoadedKernelModules)
+    action = module_action(loaded, target, branch, nouveau_loaded)
+    if action == "load":
+        yield "modprobe nvidia"
+    elif action == "reboot":
+        if not allow_reboot:
+            running = "nouveau" if nouveau_loaded else f"nvidia {loaded}"
+            if not host.state.is_executing:
+                # Stop only once the packages are in, so a later reboot picks the new driver up.
+                say(host, f"reboot required after this install ({running} is loaded) and "
+                          "nvidia_driver_allow_reboot=false: the deploy will stop there")
+                return
+            raise fail("nvidia_driver_allow_reboot", False,
+                       f"reboot required: the running kernel has {running} loaded, "
+                       f"the installed driver is {target or 'branch ' + branch}",
+                       "reboot the host (then run the deploy again), or set nvidia_driver_allow_reboot=true")
+        yield from server.reboot._inner(reboot_timeout=reboot_timeout)
+
+
+@operation()
+def nvidia_driver_verified(version_package: str, pinned_version: Optional[str], branch: str):
+    """
+    Check: nvidia-smi answers and reports the pinned driver on every GPU.
+
+    + version_package / pinned_version / branch: as for ``nvidia_module_current``
+    """
+    yield from ()  # a check: it never yields a command
+    if not host.state.is_executing:
+        return
+    expected = upstream_version(pinned_version) if pinned_version else installed_driver_version(version_package)
+    wanted = expected or f"branch {branch}"
+    smi = host.get_fact(NvidiaSmiGpus)
+    if smi is None:
+        raise fail("nvidia_driver_branch", branch, "nvidia-smi is not installed after the driver install",
+                   "check the apt output above; the driver packages should provide nvidia-smi")
+    if smi["error"]:
+        raise fail("nvidia_driver_version", wanted, f"nvidia-smi fails: {smi['error']}",
+                   "a driver/library mismatch means the new driver is installed but not loaded: reboot")
+    reported = sorted({gpu["driver_version"] for gpu in smi["gpus"]})
+    if not reported:
+        raise fail("gpus", "?", "nvidia-smi lists no GPU", "check the GPUs are seen (lspci) and the module loads")
+    matches = all(v == expected for v in reported) if expected else all(
+        v.split(".")[0] == branch for v in reported)
+    if not matches:
+        raise fail("nvidia_driver_version", wanted,
+                   f"nvidia-smi reports driver {', '.join(reported)} but {wanted} is pinned",
+                   "reboot to load the installed driver, or pin the version the host runs")
+
+
+@operation()
+def gpu_container_verified(image: Optional[str], image_field: str):
+    """
+    Check: a container with ``--gpus all`` sees the same GPUs (by UUID) as the host.
+
+    + image: image to run nvidia-smi in (the runtime injects nvidia-smi); None = a local image
+    + image_field: the variable that sets ``image``, named in errors
+    """
+    yield from ()  # a check: it never yields a command
+    if not host.state.is_executing:
+        return
+    smi = host.get_fact(NvidiaSmiGpus)
+    host_gpus = sorted(gpu["uuid"] for gpu in (smi or {}).get("gpus", []))
+    if not host_gpus:
+        raise fail("gpus", "?", "the host's nvidia-smi lists no GPU", "run the nvidia_driver role first")
+    chosen = pick_verify_image(image)
+    if chosen is None:
+        say(host, f"no local image to start a GPU container from: GPU check skipped (set {image_field})")
+        return
+    run = host.get_fact(DockerRunCheck, image=chosen, run_args="--gpus all",
+                        container_command="nvidia-smi --query-gpu=uuid,driver_version --format=csv")
+    seen = sorted(gpu["uuid"] for gpu in parse_query_gpus(run["output"].splitlines()))
+    if not run["ok"] or seen != host_gpus:
+        raise fail("nvidia_ctk_verify_image", chosen,
+                   f"a GPU container sees {seen or run['output'][-200:]}, the host has {host_gpus}",
+                   "check `nvidia-ctk runtime configure` ran and the engine was restarted")

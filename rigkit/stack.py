@@ -1,0 +1,61 @@
+"""The serving stack on a rig: where its files live and the commands that release it.
+
+Pure: paths and command text only; rigkit.operations.stack runs them, roles/serving.py sequences them.
+"""
+
+from __future__ import annotations
+
+import shlex
+from pathlib import Path
+from typing import Optional
+
+from rigkit.ledger import Rendering
+from rigkit.paths import RIG_LIB_DIR, RIG_STATE_DIR, RIG_STACK_DIR
+from rigkit.render import COMPOSE_PROJECT, STACK_LABEL, STACK_NAME
+
+FILES_DIR = Path(__file__).resolve().parent / "files"  # uploaded to the rig as they are
+RELEASE_HASH_FILE = f"{RIG_STATE_DIR}/release.sha256"
+
+
+# What --dry shows for the compose command of a rig the docker role has yet to give one (read when it runs)
+COMPOSE_NOT_YET = "<compose, once the docker role installed it>"
+
+
+WAIT_READY_SCRIPT = f"{RIG_LIB_DIR}/wait_ready.py"
+
+
+WAIT_READY_SOURCE = FILES_DIR / "wait_ready.py"
+
+
+def ready_url(rendering: Rendering) -> str:
+    address = rendering.knob("bind_address")
+    if address in ("0.0.0.0", "::"):
+        address = "127.0.0.1"
+    return f"http://{address}:{rendering.knob('serving_port')}/v1/models"
+
+
+def release_commands(compose: str, image: str, pull: bool, url: str, timeout_s: int) -> list[str]:
+    """Pull first (the old stack keeps serving meanwhile), then down, up -d, wait until the API answers."""
+    in_stack = f"cd {RIG_STACK_DIR} && {compose} -p {COMPOSE_PROJECT}"
+    commands = [f"docker pull {shlex.quote(image)}"] if pull else []
+    return commands + [
+        f"{in_stack} down --remove-orphans",
+        f"{in_stack} up -d",
+        f"python3 {WAIT_READY_SCRIPT} {shlex.quote(url)} {timeout_s} {shlex.quote(f'label={STACK_LABEL}={STACK_NAME}')}",
+    ]
+
+
+def l2_on_disk_command(l2_path: str, disk_mount: str) -> str:
+    """Refuses (before the old stack is stopped) when l2_path is not on the L2 disk's filesystem.
+
+    Checked when the release runs, after the l2_disk role mounted the disk in the same deploy."""
+    path, mount = shlex.quote(l2_path), shlex.quote(disk_mount)
+    return (f"p={path}; while [ ! -e \"$p\" ] && [ \"$p\" != / ]; do p=$(dirname \"$p\"); done; "
+            f"[ \"$(findmnt -n -o TARGET --target \"$p\")\" = {mount} ] || "
+            f"{{ echo \"refused: l2_path {l2_path} is not on the L2 disk mounted at {disk_mount}: "
+            f"the cache would fill another filesystem. Fix: mount the L2 disk (findmnt {disk_mount})\" >&2; exit 1; }}")
+
+
+def record_hash_command(digest: Optional[str]) -> str:
+    """The verified rendering's hash, or none (the next run then redoes the release)."""
+    return f"echo {digest} > {RELEASE_HASH_FILE}" if digest else f"rm -f {RELEASE_HASH_FILE}"

@@ -1,20 +1,16 @@
-"""rigkit's one deploy: every role in pipeline order (roles.PIPELINE).
+"""rigkit's one deploy: every role in pipeline order (roles.PIPELINE) on each rig.
 
     pyinfra -y inventory/lab.py deploy.py
 
-Host data is validated for every host first: bad input (a tag image, an unknown knob, a bad
-value) stops the run before any host is touched. A role returning False refused this rig (e.g.
-rig_lock: another deploy holds it); its failing operation names why and the rig gets nothing else.
+The host's settings are built once, here, before any host is touched: bad input (a tag image, an
+unknown name, a bad value, no serving profile) stops the run while pyinfra prepares. A role that
+refuses the rig (rig_lock: another deploy holds it; preflight: the bare host cannot serve) names why
+in its failing operation, and the rig gets nothing else.
 """
 
 from pyinfra import host
 
-import roles
-from rigkit.hostdata import settings_for_host
+from rigkit.hostdata import rig_settings
+from roles import deploy_rig
 
-settings_for_host(host.data.dict())
-
-for role_name in roles.PIPELINE:
-    role = roles.load(role_name)
-    if role is not None and role() is False:
-        break
+deploy_rig(rig_settings(host.data.dict()))

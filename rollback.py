@@ -16,15 +16,16 @@ from pyinfra import host
 from pyinfra.facts.files import FileContents
 
 from rigkit.errors import ConfigError
+from rigkit.hostdata import rig_settings
 from rigkit.ledger import LEDGER_PATH, Ledger, Release
 from rigkit.registry import require_digest
+from roles import Run
 from roles.rig_lock import rig_lock
 from roles.serving import serving
 
 
-def rollback_target() -> Release:
+def rollback_target(wanted: str | None) -> Release:
     ledger = Ledger.from_json("\n".join(host.get_fact(FileContents, path=LEDGER_PATH) or []))
-    wanted = host.data.get("rollback_to")
     if wanted:
         image = require_digest(wanted, "rollback_to")
         # an image the ledger never saw has no stored rendering: it is rendered from today's data
@@ -38,6 +39,9 @@ def rollback_target() -> Release:
     return target
 
 
-if rig_lock():  # one deploy or rollback at a time per rig; the ledger is read under the lock
-    target = rollback_target()
-    serving(image_override=target.image, kind="rollback", restore_rendering=target.rendering)
+settings = rig_settings(host.data.dict())
+run = Run()
+rig_lock(settings, run)  # one deploy or rollback at a time per rig; the ledger is read under the lock
+if not run.refused_by:
+    target = rollback_target(settings.serving["rollback_to"])
+    serving(settings.for_image(target.image), run, kind="rollback", restore_rendering=target.rendering)

@@ -29,15 +29,14 @@ from rigkit.abstats import ARM_OFF, ARM_ON
 from rigkit.card import RESULTS_DIR, fmt_l2, new_run_id, render_run, write_card
 from rigkit.client import ServingClient
 from rigkit.errors import ConfigError
-from rigkit.hostdata import role_variables, settings_for_host
+from rigkit.hostdata import rig_settings, settings_for_host
 from rigkit.knobs import SECRET_KNOBS
 from rigkit.paths import REPO_ROOT, RIG_STACK_DIR
 from rigkit.render import COMPOSE_PROJECT
 from rigkit.soak import check_fits, limits_from, memory_probe, plan_from, run_soak
 from rigkit.tunnel import serving_url
 from rigkit.profiles import ab_pair, load_profiles
-from rigkit.validation import (REPLAY, VARIABLES, Settings, read_l2, replay_data, run_decode_ab, to_card,
-                               validate_tiers)
+from rigkit.validation import Settings, read_l2, replay_data, run_decode_ab, to_card, validate_tiers
 
 RUN_ID = os.environ.setdefault("RIGKIT_RUN_ID", new_run_id())
 GB = 1000**3
@@ -63,11 +62,10 @@ def _decode_ab(data: dict, stack, compose: str, url: str, settings: Settings):
 
     with_connector, baseline = ab_pair(load_profiles(), stack.profile.name)
     profiles = {**load_profiles(), baseline.name: baseline}
-    variables = role_variables() + VARIABLES + [REPLAY]
     arms = {ARM_ON: with_connector.name, ARM_OFF: baseline.name}
 
     def activate(arm_name: str) -> ServingClient:
-        arm = settings_for_host({**data, "serving_profile": arms[arm_name]}, profiles=profiles, variables=variables)
+        arm = settings_for_host({**data, "serving_profile": arms[arm_name]}, profiles=profiles)
         apply_rendered(rendered_for(arm))
         _restart_stack(compose)
         client = ServingClient(url, model=arm.knobs["served_model_name"])
@@ -117,7 +115,7 @@ def _validate() -> None:
     if data.get("replay"):
         replay = Path(data["replay"])
         data.update(replay_data(replay if replay.is_absolute() else REPO_ROOT / replay))
-    stack = settings_for_host(data, variables=role_variables() + VARIABLES + [REPLAY])
+    stack = rig_settings(data).stack
     settings = Settings.from_data(data)
     knobs = stack.knobs
     compose = host.get_fact(ComposeCommand)

@@ -4,10 +4,12 @@
 field on any bad input: an unknown key (with the closest valid name), a tag image, an incubating
 profile without opt-in, a bad knob value, a memory limit below what L1 and the model need.
 
+``rig_settings(data)`` builds the one object an entry point passes to every role: the stack's Settings
+plus every role's variables by section (rigkit.defaults), validated once per host.
+
 The convention for host data keys (one flat namespace):
 - serving knobs: rigkit.knobs.KNOBS;
-- role variables: each roles/<name>.py declares ``VARIABLES: list[Variable]`` at module level, and
-  roles/_common.py ``COMMON_VARIABLES`` the host-wide ones (gpus);
+- role and validation variables: rigkit.defaults.ROLE_SECTIONS;
 - connection and lab keys: names starting with ``ssh_`` (pyinfra's SSH connector) or ``_``
   (pyinfra's global arguments such as ``_sudo``), and LAB_KEYS below.
 Anything else is refused, so a typo never silently falls back to a default.
@@ -16,12 +18,11 @@ Anything else is refused, so a typo never silently falls back to a default.
 from __future__ import annotations
 
 import hashlib
-import importlib
 import json
-import pkgutil
 from dataclasses import dataclass
-from typing import Any, Iterable, Optional
+from typing import Any, Iterable, Mapping, Optional
 
+from rigkit.defaults import ALL_VARIABLES, ROLE_SECTIONS, l2_cache_path
 from rigkit.errors import ConfigError
 from rigkit.knobs import KNOBS, KNOBS_BY_NAME, L2_PATH_WITHOUT_DISK_ROLE, SECRET_KNOBS
 from rigkit.profiles import Profile, get_profile, load_profiles
@@ -77,31 +78,6 @@ class Settings:
         return capacity_line(self.l1_gb or None, l2_gb, self.kv_bytes_per_token)
 
 
-def role_variables() -> list[Variable]:
-    """VARIABLES declared by the roles (roles.PIPELINE order when declared, else every roles/*.py)."""
-    import roles
-
-    names: Iterable[str] = getattr(roles, "PIPELINE", None) or [
-        info.name for info in pkgutil.iter_modules(roles.__path__)]
-    found: list[Variable] = []
-    for name in names:
-        name = getattr(name, "__name__", name)
-        module_name = name if name.startswith("roles.") else f"roles.{name}"
-        try:
-            module = importlib.import_module(module_name)
-        except ModuleNotFoundError as exc:
-            if exc.name == module_name:  # listed in the pipeline but not written yet
-                continue
-            raise
-        found.extend(getattr(module, "VARIABLES", []))
-    try:  # host-wide settings several roles share (e.g. gpus)
-        found.extend(importlib.import_module("roles._common").COMMON_VARIABLES)
-    except ModuleNotFoundError as exc:
-        if exc.name != "roles._common":
-            raise
-    return found
-
-
 def known_keys(extra_variables: Iterable[Variable] = ()) -> set[str]:
     return {knob.name for knob in KNOBS} | {v.name for v in extra_variables} | set(LAB_KEYS)
 
@@ -114,8 +90,6 @@ def refuse_unknown_keys(data: dict, variables: Iterable[Variable]) -> None:
 def _l2_path(role_values: dict[str, Any]) -> str:
     """Where the l2_disk role mounts the L2 directory (its own settings), so the two never disagree."""
     if role_values.get("l2_mount_point") and role_values.get("l2_cache_dir"):
-        from roles.l2_disk import l2_cache_path
-
         return l2_cache_path(role_values)
     return L2_PATH_WITHOUT_DISK_ROLE
 
@@ -155,7 +129,7 @@ def _derive(profile: Profile, knobs: dict[str, Any], role_values: dict[str, Any]
 def settings_for_host(data: dict, profiles: Optional[dict[str, Profile]] = None,
                       variables: Optional[Iterable[Variable]] = None) -> Settings:
     """Validated Settings for one host's data; ConfigError (naming the field) on any bad input."""
-    variables = role_variables() if variables is None else list(variables)
+    variables = ALL_VARIABLES if variables is None else list(variables)
     refuse_unknown_keys(data, variables)
     profiles = load_profiles() if profiles is None else profiles
     profile_name = KNOBS_BY_NAME["serving_profile"].coerce(data.get("serving_profile"))
@@ -181,3 +155,45 @@ def settings_for_host(data: dict, profiles: Optional[dict[str, Profile]] = None,
                           f"set serving_image to {profile.image_repo}@sha256:<64 hex> "
                           f"(`rigkit resolve {profile.image_repo}:TAG` prints it)")
     return Settings(profile=profile, image=image, knobs=_derive(profile, knobs, resolve(variables, data)))
+
+
+@dataclass(frozen=True)
+class RigSettings:
+    """One rig's settings, validated once: the stack (None when no profile is declared) and every role's
+    variables by section (``settings.docker["docker_source"]``; sections are rigkit.defaults.ROLE_SECTIONS)."""
+
+    declared_stack: Optional[Settings]
+    sections: Mapping[str, Mapping[str, Any]]
+    # the host data and profiles they were built from, to derive another release's settings
+    data: Mapping[str, Any]
+    profiles: Optional[dict[str, Profile]] = None
+
+    def for_image(self, image: str) -> "RigSettings":
+        """These settings with the stack of ``image`` (a rollback target), validated like the declared one."""
+        stack = settings_for_host({**self.data, "serving_image": image}, self.profiles)
+        return RigSettings(stack, self.sections, self.data, self.profiles)
+
+    @property
+    def stack(self) -> Settings:
+        """The serving stack's Settings; ConfigError when the host declares no serving_profile."""
+        if self.declared_stack is None:
+            raise ConfigError("serving_profile", None, "this run needs a serving stack but the host selects none",
+                              "set serving_profile in host or group data (profiles.yaml lists them)")
+        return self.declared_stack
+
+    def __getattr__(self, section: str) -> Mapping[str, Any]:
+        try:
+            return self.sections[section]
+        except KeyError:
+            raise AttributeError(section) from None
+
+
+def rig_settings(data: dict, profiles: Optional[dict[str, Profile]] = None, needs_stack: bool = True) -> RigSettings:
+    """Every setting of one host, validated: ConfigError (naming the field) on any bad input.
+
+    ``needs_stack=False``: a host without a serving_profile is fine (a provisioning role run on its own)."""
+    refuse_unknown_keys(data, ALL_VARIABLES)
+    declared = needs_stack or data.get("serving_profile") is not None
+    stack = settings_for_host(data, profiles) if declared else None
+    sections = {name: resolve(variables, data) for name, variables in ROLE_SECTIONS.items()}
+    return RigSettings(stack, sections, dict(data), profiles)

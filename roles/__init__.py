@@ -1,25 +1,40 @@
-"""rigkit's pyinfra roles, one packaged deploy per concern.
+"""rigkit's pyinfra roles, in deploy order, and the pipeline that runs them.
 
-Each role module ``roles/<name>.py`` exposes a ``@deploy`` function of the same name and
-``VARIABLES`` (every setting it reads from host/group data, with its default).
+Each role module ``roles/<name>.py`` has a ``@deploy`` function of the same name taking the rig's
+RigSettings (rigkit.hostdata.rig_settings, built once per host by the entry point) and the run's Run.
+Its variables are declared in rigkit.defaults (section ``<name>``).
 """
 
 from __future__ import annotations
 
 import importlib
-from typing import Callable, Optional
+from dataclasses import dataclass
+from typing import Optional, Sequence
 
-# Module names in deploy order. rig_lock comes first: one deploy at a time per rig, facts read under the lock.
-# preflight comes next: what the bare host refuses fails the rig before any role changes it.
-PIPELINE = ["rig_lock", "preflight", "nvidia_driver", "docker", "nvidia_container_toolkit", "l2_disk", "serving"]
+from rigkit.hostdata import RigSettings
+
+# rig_lock first: one deploy at a time per rig, facts read under the lock. preflight next: what the bare
+# host refuses fails the rig before any role changes it.
+PIPELINE = ("rig_lock", "preflight", "nvidia_driver", "docker", "nvidia_container_toolkit", "l2_disk", "serving")
 
 
-def load(name: str) -> Optional[Callable[[], None]]:
-    """The deploy function of role ``name``, or None when that role module does not exist yet."""
-    try:
-        module = importlib.import_module(f"roles.{name}")
-    except ModuleNotFoundError as exc:
-        if exc.name == f"roles.{name}":
-            return None
-        raise
-    return getattr(module, name)
+@dataclass
+class Run:
+    """What the roles of one host's run tell the roles after them."""
+
+    # The docker role added its operations in this run: they install and start the engine before the
+    # serving role's operations run, so an engine missing while the deploy is prepared is checked then.
+    engine_provisioned: bool = False
+    # The role that refused this rig (its failing operation says why): no later role runs.
+    refused_by: Optional[str] = None
+
+
+def deploy_rig(settings: RigSettings, names: Sequence[str] = PIPELINE, run: Optional[Run] = None) -> Run:
+    """The roles ``names`` in order on this host, stopping after one that refused it."""
+    run = Run() if run is None else run
+    for name in names:
+        role = getattr(importlib.import_module(f"roles.{name}"), name)
+        role(settings, run)
+        if run.refused_by:
+            break
+    return run

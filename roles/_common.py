@@ -1,45 +1,14 @@
-"""What every provisioning role shares: host-wide data, settings lookup, the target OS.
-
-``gpus`` is declared here, once: the GPU roles (nvidia_driver, nvidia_container_toolkit)
-skip a host that declares no GPUs, and the serving role may read it too.
-"""
+"""What the provisioning roles share: the target OS they install for."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Iterable
 
 from pyinfra.api.host import Host
 from pyinfra.facts.server import LinuxDistribution
 
 from rigkit.errors import ConfigError
 from rigkit.facts.batch import prepared_fact
-from rigkit.variables import Variable, resolve
-
-
-def _non_negative(value: int) -> None:
-    if value < 0:
-        raise ValueError("must be 0 or more")
-
-
-GPUS = Variable("gpus", 0, "number of NVIDIA GPUs in the host; 0 skips the GPU roles (the lab)",
-                int, _non_negative)
-
-COMMON_VARIABLES: list[Variable] = [GPUS]
-
-
-_MISSING = object()
-
-
-def host_settings(variables: Iterable[Variable], host: Host) -> dict[str, Any]:
-    """The declared variables resolved from the host's data (inventory, group_data), with defaults."""
-    variables = list(variables)
-    data = {}
-    for variable in variables:
-        value = host.data.get(variable.name, _MISSING)
-        if value is not _MISSING:
-            data[variable.name] = value
-    return resolve(variables, data)
 
 
 @dataclass(frozen=True)

@@ -24,7 +24,6 @@ from pyinfra.facts.server import Users
 from pyinfra.operations import files, server, systemd
 
 from rigkit.errors import PreflightError
-from rigkit.variables import Variable
 from pyinfra.operations.util import any_changed
 
 from rigkit.facts.batch import FactSpec, prepared_fact
@@ -32,35 +31,10 @@ from rigkit.facts.docker import DockerEngine, DockerLocalImages
 from rigkit.operations.apt import (APT_KEYRINGS_DIR, apt_source_line, packages_held, packages_installed,
                                    pinned)
 from rigkit.operations.docker import docker_engine_verified, json_file_merged
-from roles._common import TargetOS, host_settings, target_os
+from rigkit.hostdata import RigSettings
+from roles import Run
+from roles._common import TargetOS, target_os
 
-SOURCES = ("docker-ce", "distro")
-
-
-def _source(value: str) -> None:
-    if value not in SOURCES:
-        raise ValueError(f"must be one of {', '.join(SOURCES)}")
-
-
-def _string_list(value: list) -> None:
-    if not all(isinstance(item, str) and item for item in value):
-        raise ValueError("must be a list of user names")
-
-
-VARIABLES: list[Variable] = [
-    Variable("docker_source", "docker-ce",
-             "docker-ce (Docker's apt repository, compose v2 plugin) or distro (docker.io + compose)", str, _source),
-    Variable("docker_version", None,
-             "exact apt version of the engine (docker-ce and its cli, or docker.io); None = newest available"),
-    Variable("docker_compose_version", None, "exact apt version of the compose package; None = newest available"),
-    Variable("docker_daemon_options", {},
-             "keys merged into /etc/docker/daemon.json (log-opts, data-root, default-runtime...)", dict),
-    Variable("docker_users", [], "users added to the docker group", list, _string_list),
-    Variable("docker_apt_url", "https://download.docker.com/linux", "docker-ce: base URL of Docker's apt repository"),
-    Variable("docker_verify_image", None,
-             "image the check runs `true` in (host network); None = an image already on the host, "
-             "and with none the run check is skipped, saying so"),
-]
 
 DAEMON_JSON = "/etc/docker/daemon.json"
 DOCKER_SERVICE = "docker.service"
@@ -103,8 +77,9 @@ def engine_check_repeats(verify_image: str | None) -> bool:
 
 
 @deploy("docker")
-def docker() -> None:
-    settings = host_settings(VARIABLES, host)
+def docker(rig: RigSettings, run: Run) -> None:
+    settings = rig.docker
+    run.engine_provisioned = True
     os = target_os(host, "docker")
     check_users(settings["docker_users"])
 

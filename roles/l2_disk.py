@@ -14,7 +14,6 @@ skip the role and say so.
 
 from __future__ import annotations
 
-import posixpath
 import uuid
 from typing import Optional
 
@@ -22,49 +21,18 @@ from pyinfra import host
 from pyinfra.api.deploy import deploy
 from pyinfra.operations import files
 
+from rigkit.defaults import LABEL_LIMITS, l2_cache_path
 from rigkit.errors import ConfigError, PreflightError
-from rigkit.variables import Variable
+from rigkit.hostdata import RigSettings
 from rigkit.facts.batch import FactSpec, prepared_fact
 from rigkit.facts.disk import BlockDeviceList, BlockDeviceProbe, MountedFilesystem
 from rigkit.operations import say
 from rigkit.operations.disk import filesystem_made, fstab_entry, mounted
-from roles._common import host_settings
+from roles import Run
 
-# Longest label each filesystem accepts.
-LABEL_LIMITS = {"ext4": 16, "xfs": 12}
-
-
-def _fstype(value: str) -> None:
-    if value not in LABEL_LIMITS:
-        raise ValueError(f"must be one of {', '.join(LABEL_LIMITS)}")
-
-
-def _absolute(value: str) -> None:
-    if not value.startswith("/"):
-        raise ValueError("must be an absolute path")
-
-
-VARIABLES: list[Variable] = [
-    Variable("l2_device", None, "block device for the L2 tier, a /dev/disk/by-id/ path preferred; None skips"),
-    Variable("l2_fstype", "ext4", "filesystem to make on it: ext4 or xfs", str, _fstype),
-    Variable("l2_mount_point", "/mnt/rigkit-l2", "where it is mounted", str, _absolute),
-    Variable("l2_mount_options", "noatime,nofail", "fstab mount options", str),
-    Variable("l2_owner", "root", "user owning the mount point and the cache directory", str),
-    Variable("l2_group", "root", "group owning the mount point and the cache directory", str),
-    Variable("l2_label", "rigkit-l2", "filesystem label marking the device as rigkit's", str),
-    Variable("l2_format", False, "allow reformatting a device that carries rigkit's label (to change l2_fstype)",
-             bool),
-    Variable("l2_force_format", False, "allow wiping a device that holds anything else (its data is lost)", bool),
-    Variable("l2_cache_dir", "lmcache", "LMCache's L2 base directory, relative to l2_mount_point", str),
-]
 
 # Seeds the UUID of a filesystem rigkit makes, so the fstab entry is known before mkfs runs.
 UUID_NAMESPACE = uuid.UUID("5d0c3a52-6f0e-4b8e-9a51-7a4f2c0b1e11")
-
-
-def l2_cache_path(settings: dict) -> str:
-    """Absolute path of LMCache's L2 base directory on the host (for the serving role's mount)."""
-    return posixpath.join(settings["l2_mount_point"], settings["l2_cache_dir"])
 
 
 def format_decision(probe: Optional[dict], settings: dict, lsblk: list[str]) -> str:
@@ -133,8 +101,8 @@ def checked_device(settings: dict) -> tuple[dict, list[str], str]:
 
 
 @deploy("l2_disk")
-def l2_disk() -> None:
-    settings = host_settings(VARIABLES, host)
+def l2_disk(rig: RigSettings, run: Run) -> None:
+    settings = rig.l2_disk
     device = settings["l2_device"]
     if not device:
         say(host, "l2_disk: skipped, no l2_device declared for this host")

@@ -19,23 +19,14 @@ from pyinfra.api.deploy import deploy
 from pyinfra.facts.deb import DebArch
 from pyinfra.operations import files, systemd
 
-from rigkit.variables import Variable
 from rigkit.operations import say
 from rigkit.operations.apt import APT_KEYRINGS_DIR, packages_held, packages_installed, pinned
 from rigkit.operations.nvidia import gpu_container_verified, nvidia_runtime_configured
-from roles._common import GPUS, host_settings, target_os
+from rigkit.hostdata import RigSettings
+from roles import Run
+from roles._common import target_os
 from roles.docker import DAEMON_JSON, DOCKER_SERVICE
 
-VARIABLES: list[Variable] = [
-    Variable("nvidia_ctk_version", None,
-             "exact apt version of the toolkit packages (e.g. 1.17.8-1); None = newest available"),
-    Variable("nvidia_ctk_default_runtime", False, "make nvidia Docker's default runtime", bool),
-    Variable("nvidia_ctk_apt_url", "https://nvidia.github.io/libnvidia-container",
-             "base URL of NVIDIA's libnvidia-container apt repository"),
-    Variable("nvidia_ctk_verify_image", None,
-             "image the GPU check runs nvidia-smi in (the runtime injects it); None = an image already "
-             "on the host, and with none the check is skipped, saying so"),
-]
 
 # NVIDIA's install guide pins these four together to one version.
 TOOLKIT_PACKAGES = ["nvidia-container-toolkit", "nvidia-container-toolkit-base",
@@ -45,9 +36,9 @@ TOOLKIT_SOURCE_LIST = "/etc/apt/sources.list.d/nvidia-container-toolkit.list"
 
 
 @deploy("nvidia_container_toolkit")
-def nvidia_container_toolkit() -> None:
-    settings = host_settings([GPUS, *VARIABLES], host)
-    if settings["gpus"] == 0:
+def nvidia_container_toolkit(rig: RigSettings, run: Run) -> None:
+    settings = rig.nvidia_container_toolkit
+    if rig.host["gpus"] == 0:
         say(host, "nvidia_container_toolkit: skipped, this host declares gpus: 0")
         return
     target_os(host, "nvidia_container_toolkit")

@@ -21,33 +21,15 @@ from pyinfra import host
 from pyinfra.api.deploy import deploy
 from pyinfra.operations import files, server
 
-from rigkit.variables import Variable
 from pyinfra.operations.util import any_changed
 
 from rigkit.operations import say
 from rigkit.operations.apt import deb_from_url, packages_held, packages_installed, pinned
 from rigkit.operations.nvidia import kernel_module_unloaded, nvidia_driver_verified, nvidia_module_current
-from roles._common import GPUS, TargetOS, host_settings, target_os
+from rigkit.hostdata import RigSettings
+from roles import Run
+from roles._common import TargetOS, target_os
 
-
-def _branch(value: str) -> None:
-    if not value.isdigit():
-        raise ValueError(f"a driver branch is a number like 580, not {value!r}")
-
-
-VARIABLES: list[Variable] = [
-    Variable("nvidia_driver_branch", "580", "driver branch to install and hold (e.g. 580)", str, _branch),
-    Variable("nvidia_driver_version", None,
-             "exact apt version to pin (as `apt-cache policy` lists it); None = newest of the branch"),
-    Variable("nvidia_driver_server", False, "Ubuntu: the -server (datacenter) packages", bool),
-    Variable("nvidia_driver_headless", False, "no X/desktop components: headless driver + nvidia-utils", bool),
-    Variable("nvidia_driver_open", False, "the open kernel modules (required by Blackwell GPUs)", bool),
-    Variable("nvidia_driver_allow_reboot", True,
-             "reboot when the new driver cannot be loaded otherwise; false stops with 'reboot required'", bool),
-    Variable("nvidia_driver_reboot_timeout", 600, "seconds to wait for a rebooted host to answer SSH", int),
-    Variable("nvidia_driver_cuda_repo_url", "https://developer.download.nvidia.com/compute/cuda/repos",
-             "Debian 12: base URL of NVIDIA's CUDA apt repository"),
-]
 
 NOUVEAU_BLACKLIST = "/etc/modprobe.d/rigkit-blacklist-nouveau.conf"
 NOUVEAU_BLACKLIST_TEXT = "# written by rigkit: the NVIDIA driver needs nouveau out of the way\n" \
@@ -82,9 +64,9 @@ def package_specs(os: TargetOS, settings: dict) -> list[str]:
 
 
 @deploy("nvidia_driver")
-def nvidia_driver() -> None:
-    settings = host_settings([GPUS, *VARIABLES], host)
-    if settings["gpus"] == 0:
+def nvidia_driver(rig: RigSettings, run: Run) -> None:
+    settings = rig.nvidia_driver
+    if rig.host["gpus"] == 0:
         say(host, "nvidia_driver: skipped, this host declares gpus: 0")
         return
     os = target_os(host, "nvidia_driver")

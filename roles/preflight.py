@@ -29,38 +29,35 @@ from pyinfra.facts.server import LinuxDistribution
 from pyinfra.operations import python
 
 from rigkit.errors import PreflightError
-from rigkit.hostdata import Settings, settings_for_host
-from rigkit.preflight import Finding, HostFacts, bare_host_preflight, refusals
-from rigkit.render import STACK_NAME
-from rigkit.variables import Variable
 from rigkit.facts.batch import FactSpec, prepare_facts, prepared_fact
 from rigkit.facts.disk import DiskFree, MountedFilesystem
 from rigkit.facts.docker import DockerEngine
 from rigkit.facts.nvidia import NvidiaGpuMemory, NvidiaPciGpus, NvidiaSmiGpus
 from rigkit.facts.server import MemInfo, PortListeners, ShmSize
 from rigkit.facts.stack import StackContainers
+from rigkit.hostdata import RigSettings
 from rigkit.operations import refuse, say
-from roles._common import GPUS, host_settings
+from rigkit.preflight import Finding, HostFacts, bare_host_preflight, refusals
+from rigkit.render import STACK_NAME
+from roles import Run
 from roles.docker import engine_check_fact_specs
-from roles.l2_disk import VARIABLES as L2_DISK_VARIABLES, checked_device, device_fact_specs
+from roles.l2_disk import checked_device, device_fact_specs
 from roles.serving import preflight_fact_specs as serving_fact_specs
 
-VARIABLES: list[Variable] = []
 
-
-def _gpu_facts(settings: Settings) -> tuple[Optional[str], int, int]:
+def _gpu_facts(rig: RigSettings) -> tuple[Optional[str], int, int]:
     """(nvidia-smi's memory csv where it answers, NVIDIA GPUs on the PCI bus, declared ``gpus``)."""
-    if not settings.profile.needs_gpus:
+    if not rig.stack.profile.needs_gpus:
         return None, 0, 0
     smi = prepared_fact(host, NvidiaSmiGpus)
     # a broken nvidia-smi (driver/library mismatch) is the driver role's to fix: count the bus instead
     csv = "\n".join(prepared_fact(host, NvidiaGpuMemory) or []) if smi and not smi["error"] else None
-    return csv, prepared_fact(host, NvidiaPciGpus), host_settings([GPUS], host)["gpus"]
+    return csv, prepared_fact(host, NvidiaPciGpus), rig.host["gpus"]
 
 
-def _l2_device(settings: Settings) -> tuple[Optional[Finding], bool]:
+def _l2_device(rig: RigSettings) -> tuple[Optional[Finding], bool]:
     """(l2_disk's refusal of the declared device, whether l2_path's filesystem can be measured now)."""
-    disk = host_settings(L2_DISK_VARIABLES, host)
+    disk = rig.l2_disk
     if not disk["l2_device"]:
         return None, True  # no L2 disk role on this rig: l2_path's filesystem is what it is
     try:
@@ -78,18 +75,18 @@ def _stack_container_ids() -> tuple[str, ...]:
     return tuple(c["id"] for c in prepared_fact(host, StackContainers, stack=STACK_NAME) or [] if c["running"])
 
 
-def prepared_fact_specs(settings: Settings) -> list[FactSpec]:
+def prepared_fact_specs(rig: RigSettings) -> list[FactSpec]:
     """Every fact the roles read while the deploy is prepared, when they read it on most rigs.
 
     A fact read here but not needed after all (DiskFree while the L2 disk is unmounted, the stack without an
     engine) is harmless: all are read-only. What only some paths need (lsblk for a missing device, the
     registry probe for an absent image) is read by that path alone."""
+    settings = rig.stack
     specs = [FactSpec.of(LinuxDistribution), FactSpec.of(MemInfo), FactSpec.of(ShmSize),
              FactSpec.of(PortListeners, port=settings.knobs["serving_port"]), FactSpec.of(DockerEngine),
              FactSpec.of(StackContainers, stack=STACK_NAME)]
-    disk = host_settings(L2_DISK_VARIABLES, host)
-    if disk["l2_device"]:
-        specs += device_fact_specs(disk)
+    if rig.l2_disk["l2_device"]:
+        specs += device_fact_specs(rig.l2_disk)
     if settings.l2_active:
         specs.append(FactSpec.of(DiskFree, path=settings.knobs["l2_path"]))
     if settings.profile.needs_gpus:
@@ -97,10 +94,11 @@ def prepared_fact_specs(settings: Settings) -> list[FactSpec]:
     return specs + engine_check_fact_specs() + serving_fact_specs(settings)
 
 
-def gather_findings(settings: Settings) -> list[Finding]:
-    prepare_facts(host, prepared_fact_specs(settings))
-    device_refusal, l2_measurable = _l2_device(settings)
-    gpu_csv, pci_gpus, declared_gpus = _gpu_facts(settings)
+def gather_findings(rig: RigSettings) -> list[Finding]:
+    prepare_facts(host, prepared_fact_specs(rig))
+    settings = rig.stack
+    device_refusal, l2_measurable = _l2_device(rig)
+    gpu_csv, pci_gpus, declared_gpus = _gpu_facts(rig)
     port = settings.knobs["serving_port"]
     facts = HostFacts(
         meminfo=prepared_fact(host, MemInfo),
@@ -116,16 +114,15 @@ def gather_findings(settings: Settings) -> list[Finding]:
 
 
 @deploy("preflight")
-def preflight() -> bool:
-    """False (and one failing operation naming every refusal) when the bare host refuses this deploy."""
-    settings = settings_for_host(host.data.dict())
-    findings = gather_findings(settings)
+def preflight(rig: RigSettings, run: Run) -> None:
+    """One failing operation naming every refusal (and ``run.refused_by``) when the bare host refuses."""
+    findings = gather_findings(rig)
     refused = refusals(findings)
     if not refused:
         say(host, f"preflight: {len(findings)} host checks passed before any change")
-        return True
+        return
     first = refused[0]
     python.call(name="Preflight refused before any change", function=refuse, field=first.field,
                 value=first.value, problem="; ".join(str(f) for f in refused),
                 fix=first.fix if len(refused) == 1 else "each refusal's Fix above")
-    return False
+    run.refused_by = "preflight"

@@ -11,7 +11,7 @@ A holder that outlives that is stale and is ended (taken over) when
 deploy's message and for the staleness decision.
 
 deploy.py runs this first (roles.PIPELINE); rollback.py calls it itself. A rig whose lock cannot be taken
-gets one failing operation ("Rig lock") and nothing else.
+gets one failing operation ("Rig lock") and nothing else. Its variables: rigkit.defaults (section rig_lock).
 """
 
 from __future__ import annotations
@@ -27,10 +27,10 @@ from typing import Callable, Optional
 from pyinfra import host
 from pyinfra.operations import python
 
+from rigkit.hostdata import RigSettings
 from rigkit.paths import RIG_STATE_DIR
-from rigkit.variables import Variable
 from rigkit.operations import refuse, say
-from roles._common import host_settings
+from roles import Run
 
 LOCK_FILE, HOLDER_FILE = "deploy.lock", "deploy.lock.holder"
 LOCK_PATH = f"{RIG_STATE_DIR}/{LOCK_FILE}"
@@ -38,22 +38,6 @@ HOLDER_PATH = f"{RIG_STATE_DIR}/{HOLDER_FILE}"
 EXIT_TIMEOUT = 3
 # Seconds the controller allows for the rig to answer, on top of the wait itself.
 CHANNEL_SLACK_S = 60
-
-
-def _at_least(low: int):
-    def check(value: int) -> None:
-        if value < low:
-            raise ValueError(f"must be at least {low}")
-
-    return check
-
-
-VARIABLES: list[Variable] = [
-    Variable("rig_lock_wait_s", 600, "seconds a deploy waits while another deploy holds the rig's lock "
-             "(0 = refuse at once)", int, _at_least(0)),
-    Variable("rig_lock_stale_s", 7200, "a lock held longer than this (seconds) is stale: its holder is ended and "
-             "the lock taken over", int, _at_least(60)),
-]
 
 
 @dataclass(frozen=True)
@@ -143,17 +127,17 @@ def _wrap_for_host(script: str) -> str:
     return f"sudo -n {command}" if host.data.get("_sudo") else command
 
 
-def rig_lock() -> bool:
-    """Hold this rig's deploy lock for the rest of the run; False (and a failing operation) when refused."""
+def rig_lock(rig: RigSettings, run: Run) -> None:
+    """Hold this rig's deploy lock for the rest of the run; when refused, a failing operation and
+    ``run.refused_by``."""
     if host.name in _HELD:
-        return True
-    settings = host_settings(VARIABLES, host)
-    wait_s, stale_s = settings["rig_lock_wait_s"], settings["rig_lock_stale_s"]
+        return
+    wait_s, stale_s = rig.rig_lock["rig_lock_wait_s"], rig.rig_lock["rig_lock_stale_s"]
     controller = socket.gethostname()
     client = getattr(host.connector, "client", None)
     if client is None:  # not an SSH host (e.g. @local in tests): nothing to lock against
         say(host, "rig_lock: skipped, not an SSH connection")
-        return True
+        return
     channel = client.get_transport().open_session()
     channel.settimeout(wait_s + CHANNEL_SLACK_S)
     channel.exec_command(_wrap_for_host(lock_script(f"controller={controller} pid={os.getpid()}", wait_s)))
@@ -172,7 +156,7 @@ def rig_lock() -> bool:
         first = reader.readline().strip()
     if first == "LOCKED":
         _HELD[host.name] = channel
-        return True
+        return
     channel.close()
     if first.startswith("TIMEOUT"):
         holder = Holder.from_line(first[len("TIMEOUT"):])
@@ -184,4 +168,4 @@ def rig_lock() -> bool:
         problem = f"could not take {LOCK_PATH} on the rig (answer {first!r}; flock from util-linux is required)"
         fix = "check that the rig has flock and that /var/lib/rigkit is writable"
     python.call(name="Rig lock", function=refuse, field="rig_lock", value=host.name, problem=problem, fix=fix)
-    return False
+    run.refused_by = "rig_lock"

@@ -32,7 +32,6 @@ from typing import Optional
 
 from pyinfra import host
 from pyinfra.api import deploy
-from pyinfra.context import ContextObject
 from pyinfra.facts.server import Which
 from pyinfra.operations import files, python, systemd
 from pyinfra.operations.util import any_changed
@@ -44,7 +43,7 @@ from rigkit.facts.docker import ComposeCommand, DockerImagePresent, ManifestProb
 from rigkit.facts.nvidia import NvidiaGpuMemory
 from rigkit.facts.server import ExactFileText, MemInfo, PortListeners, ShmSize
 from rigkit.facts.stack import StackContainers
-from rigkit.hostdata import Settings, settings_for_host
+from rigkit.hostdata import RigSettings, Settings, settings_for_host
 from rigkit.ledger import LEDGER_PATH, SMOKE_FAIL, SMOKE_PASS, Ledger, Release, Rendering, rendering_dir
 from rigkit.operations import REFUSAL_FIX, refuse
 from rigkit.operations.stack import engine_checked, image_pulled, stack_release
@@ -55,17 +54,10 @@ from rigkit.sizing import GB
 from rigkit.smoke import SmokeReport, check_container, check_http
 from rigkit.stack import FILES_DIR, WAIT_READY_SCRIPT, WAIT_READY_SOURCE, ready_url, record_hash_command, release_commands
 from rigkit.tunnel import serving_url
-from rigkit.variables import Variable
-from roles._common import host_settings
+from roles import Run
 
 logger = logging.getLogger("rigkit.serving")
 
-VARIABLES: list[Variable] = [
-    Variable("serving_smoke", True, "run the smoke checks after every release", bool),
-    Variable("serving_auto_rollback", True, "roll back to the last known-good digest when smoke fails", bool),
-    Variable("rollback_to", None, "rollback.py: the image (repo@sha256:...) to roll back to "
-             "(empty = the verified release before the latest deploy, from the rig's ledger)", str),
-]
 
 L2_JANITOR_SOURCE = FILES_DIR.parent.parent / "roles" / "files" / "l2_janitor.py"
 L2_JANITOR_SCRIPT = f"{RIG_LIB_DIR}/l2_janitor.py"
@@ -104,14 +96,6 @@ def l2_janitor(settings: Settings) -> None:
     systemd.service(name="L2 janitor running", service=L2_JANITOR_UNIT, running=True, enabled=True)
     systemd.service(name="L2 janitor restarted for its new settings", service=L2_JANITOR_UNIT, restarted=True,
                     _if=any_changed(script, unit))
-
-
-def l2_disk_mount() -> Optional[str]:
-    """Where the l2_disk role mounts this rig's L2 device, or None when the rig declares none."""
-    from roles.l2_disk import VARIABLES as L2_DISK_VARIABLES
-
-    values = host_settings(L2_DISK_VARIABLES, host)
-    return values["l2_mount_point"] if values["l2_device"] else None
 
 
 def preflight_fact_specs(settings: Settings) -> list[FactSpec]:
@@ -153,18 +137,6 @@ def gather_facts(settings: Settings, compose: Optional[str]) -> HostFacts:
         stack_container_ids=tuple(c["id"] for c in (fact(StackContainers, stack=STACK_NAME) or [])
                                   if c["running"]) if has_engine else (),
     )
-
-
-def docker_role_in_this_run() -> bool:
-    """Whether the docker role added operations for this host earlier in this run (deploy.py: always;
-    rollback.py: never)."""
-    from roles.docker import docker as docker_role
-
-    role_name = docker_role._inner.deploy_name
-    this_host = host._get_module() if isinstance(host, ContextObject) else host  # pyinfra's proxy: the real one
-    return any(role_name in name.split(" | ")[:-1]  # an operation name is "<deploy> | ... | <operation>"
-               for op_hash in host.state.ops.get(this_host, {})
-               for name in host.state.get_op_meta(op_hash).names)
 
 
 def smoke(rendering: Rendering, data: dict) -> SmokeReport:
@@ -347,20 +319,16 @@ def rendered_for(settings: Settings) -> dict:
 
 
 @deploy("serving")
-def serving(image_override: Optional[str] = None, kind: str = "deploy",
-            restore_rendering: Optional[str] = None) -> None:
-    """Deploy the host data's release; with kind="rollback" and restore_rendering (a release hash from
-    the ledger), bring back that stored rendering of image_override instead of rendering it anew."""
+def serving(rig: RigSettings, run: Run, kind: str = "deploy", restore_rendering: Optional[str] = None) -> None:
+    """Deploy the rig's release; with kind="rollback" and restore_rendering (a release hash from the
+    ledger), bring back that stored rendering of the settings' image instead of rendering it anew."""
     data = host_data()
-    if image_override:
-        data = {**data, "serving_image": image_override}
-    settings = settings_for_host(data)
-    role = {v.name: data.get(v.name, v.default) for v in VARIABLES}
+    settings, role = rig.stack, rig.serving
     prepare_facts(host, preflight_fact_specs(settings))
     compose = prepared_fact(host, ComposeCommand)
     facts = gather_facts(settings, compose)
     # A fresh rig: the docker role installs the engine in this same run, after these facts were read.
-    engine_later = (not facts.has_engine or compose is None) and docker_role_in_this_run()
+    engine_later = (not facts.has_engine or compose is None) and run.engine_provisioned
 
     findings = preflight(settings, facts, engine_later=engine_later)
     for finding in findings:
@@ -394,7 +362,7 @@ def serving(image_override: Optional[str] = None, kind: str = "deploy",
     files.put(name="Render .env (0600: may hold a token)", src=StringIO(rendering.env),
               dest=f"{RIG_STACK_DIR}/{ENV_FILE_NAME}", mode="600", **PARENT_ENSURED)
     image_pulled(name="Pull the image (the old stack keeps serving)", image=settings.image)
-    disk_mount = l2_disk_mount()
+    disk_mount = rig.l2_disk["l2_mount_point"] if rig.l2_disk["l2_device"] else None
     # A failed release must reach after_release (which rolls it back), so its error is not fatal here.
     release = stack_release(name=f"Release {settings.image}", image=settings.image,
                             knobs_hash=rendering.knobs_hash,

@@ -3,7 +3,8 @@
 import pytest
 
 from rigkit.errors import ConfigError
-from rigkit.hostdata import role_variables, settings_for_host
+from rigkit.defaults import ALL_VARIABLES
+from rigkit.hostdata import rig_settings, settings_for_host
 from rigkit.variables import Variable
 
 LAB_IMAGE = "127.0.0.1:5000/rigkit/vllm-cpu-tiny@sha256:" + "1" * 64
@@ -61,8 +62,26 @@ def test_role_variables_and_lab_keys_are_known():
     assert refused({**CPU_LAB, "docker_verison": "20.10"}, [docker_version]).fix.find("docker_version") >= 0
 
 
-def test_role_variables_load_from_the_roles_package():
-    assert all(isinstance(v, Variable) for v in role_variables())
+def test_every_declared_setting_is_accepted_by_default():
+    data = {**CPU_LAB, **{v.name: v.default for v in ALL_VARIABLES if v.default is not None}}
+    assert rig_settings(data).docker["docker_source"] == "docker-ce"
+    assert rig_settings({**CPU_LAB, "validate_sessions": 5}).validation["validate_sessions"] == 5
+
+
+def test_rig_settings_refuses_an_unknown_name_and_a_missing_profile_only_when_a_stack_is_needed():
+    with pytest.raises(ConfigError, match="docker_verison"):
+        rig_settings({**CPU_LAB, "docker_verison": "20.10"})
+    assert rig_settings({"docker_version": "20.10"}, needs_stack=False).docker["docker_version"] == "20.10"
+    with pytest.raises(ConfigError, match="serving_profile"):
+        rig_settings({"docker_version": "20.10"})
+
+
+def test_settings_for_another_image_keep_every_other_setting():
+    rig = rig_settings({**CPU_LAB, "serving_port": 8123})
+    other = LAB_IMAGE.replace("1" * 64, "3" * 64)
+    rollback = rig.for_image(other)
+    assert rollback.stack.image == other and rollback.stack.knobs["serving_port"] == 8123
+    assert rollback.sections == rig.sections
 
 
 def test_tag_image_refused_with_digest_form_and_resolve_hint():

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from rigkit.paths import REPO_ROOT
-from roles.l2_disk import VARIABLES as L2_DISK_VARIABLES
+from rigkit.defaults import L2_DISK_VARIABLES
 
 pytestmark = [pytest.mark.lab]
 

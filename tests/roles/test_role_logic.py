@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib
 from pathlib import Path
 
 import pytest
@@ -15,11 +14,8 @@ from rigkit.operations.apt import upstream_version
 from rigkit.operations.disk import fstab_with_entry, kernel_options
 from rigkit.operations.docker import merge_options
 from rigkit.operations.nvidia import module_action
-from roles._common import COMMON_VARIABLES
 
 H200 = Path(__file__).resolve().parents[1] / "fixtures" / "nvidia-smi" / "h200-x2-ubuntu2404"
-ROLE_PREFIXES = {"nvidia_driver": "nvidia_driver_", "docker": "docker_",
-                 "nvidia_container_toolkit": "nvidia_ctk_", "l2_disk": "l2_"}
 
 
 def test_nvidia_smi_fact_reads_real_query_output():
@@ -108,14 +104,3 @@ def test_mount_and_file_and_docker_facts_parse_their_output():
     assert DockerEngine().process(["28.3.3", "exit=0"]) == {"server_version": "28.3.3", "error": None}
     assert DockerEngine().process(["Cannot connect", "exit=1"])["error"] == "Cannot connect"
     assert DockerRunCheck().process(["oops", "exit=125"]) == {"ok": False, "output": "oops"}
-
-
-def test_every_role_variable_is_declared_once_prefixed_documented_and_its_default_valid():
-    seen = {v.name for v in COMMON_VARIABLES}
-    for role, prefix in ROLE_PREFIXES.items():
-        for variable in importlib.import_module(f"roles.{role}").VARIABLES:
-            assert variable.name.startswith(prefix), f"{role}: {variable.name} lacks the prefix {prefix}"
-            assert variable.name not in seen, f"{variable.name} declared twice"
-            seen.add(variable.name)
-            assert variable.doc.strip(), f"{variable.name} has no doc"
-            assert variable.coerce(variable.default) == variable.default

@@ -57,6 +57,8 @@ from pyinfra.connectors.util import CommandOutput
 from pyinfra.context import ctx_host, ctx_state
 
 from rigkit.errors import RigkitError
+from rigkit.hostdata import RigSettings, rig_settings
+from roles import Run, deploy_rig
 from rigkit.facts.batch import FactBatch
 from rigkit.facts.server import ExactFileText, FileText
 
@@ -222,11 +224,13 @@ def run_case(case_dir: str, case: dict) -> dict:
     return result
 
 
-def _pipeline(roles: list[str]) -> None:
-    """The roles in order, stopping after one that refuses the rig (returns False), as deploy.py does."""
-    for name in roles:
-        if getattr(importlib.import_module(f"roles.{name}"), name)() is False:
-            break
+def _settings(case_dir: str, case: dict, kwargs: dict) -> RigSettings:
+    """The rig's settings as the entry point builds them: deploy.py for the pipeline and the serving and
+    preflight roles (a stack is required), on their own for the provisioning roles; rollback.py's for
+    ``image_override``."""
+    settings = rig_settings(case.get("data", {}), needs_stack=case_dir in ("pipeline", "serving", "preflight"))
+    image = kwargs.pop("image_override", None)
+    return settings.for_image(image) if image else settings
 
 
 def _run(case_dir: str, case: dict, state: State, host, result: dict) -> None:
@@ -236,10 +240,11 @@ def _run(case_dir: str, case: dict, state: State, host, result: dict) -> None:
             operations = importlib.import_module(f"rigkit.operations.{subject}")
             add_op(state, getattr(operations, name), host=host, **case.get("kwargs", {}))
         elif case_dir == "pipeline":
-            add_deploy(state, _pipeline, host=host, roles=case["roles"])
+            add_deploy(state, deploy_rig, _settings(case_dir, case, {}), case["roles"], host=host)
         else:
             module = importlib.import_module(f"roles.{case_dir}")
-            add_deploy(state, getattr(module, case_dir), host=host, **case.get("kwargs", {}))
+            kwargs = dict(case.get("kwargs", {}))
+            add_deploy(state, getattr(module, case_dir), _settings(case_dir, case, kwargs), Run(), host=host, **kwargs)
     except (RigkitError, OperationError) as exc:
         result["error"] = str(exc)
         return

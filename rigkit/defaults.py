@@ -1,0 +1,156 @@
+"""Every variable a role reads from host data, declared once: one section per role, default and meaning.
+
+The serving knobs live in rigkit.knobs (the one registry of the stack's tunables), the validation
+settings in rigkit.validation; this file holds the roles'. rigkit.hostdata validates a host's data
+against all of them once (``rig_settings``) and the roles get the result; the README's tables are
+generated from these declarations (rigkit.docs).
+"""
+
+from __future__ import annotations
+
+import posixpath
+
+from rigkit.validation import REPLAY, VARIABLES as VALIDATION_VARIABLES
+from rigkit.variables import Variable
+
+
+def _non_negative(value: int) -> None:
+    if value < 0:
+        raise ValueError("must be 0 or more")
+
+
+def _at_least(low: int):
+    def check(value: int) -> None:
+        if value < low:
+            raise ValueError(f"must be at least {low}")
+
+    return check
+
+
+SOURCES = ("docker-ce", "distro")
+
+
+def _source(value: str) -> None:
+    if value not in SOURCES:
+        raise ValueError(f"must be one of {', '.join(SOURCES)}")
+
+
+def _string_list(value: list) -> None:
+    if not all(isinstance(item, str) and item for item in value):
+        raise ValueError("must be a list of user names")
+
+
+def _branch(value: str) -> None:
+    if not value.isdigit():
+        raise ValueError(f"a driver branch is a number like 580, not {value!r}")
+
+
+# Longest label each filesystem accepts.
+LABEL_LIMITS = {"ext4": 16, "xfs": 12}
+
+
+def _fstype(value: str) -> None:
+    if value not in LABEL_LIMITS:
+        raise ValueError(f"must be one of {', '.join(LABEL_LIMITS)}")
+
+
+def _absolute(value: str) -> None:
+    if not value.startswith("/"):
+        raise ValueError("must be an absolute path")
+
+
+GPUS = Variable("gpus", 0, "number of NVIDIA GPUs in the host; 0 skips the GPU roles (the lab)",
+                int, _non_negative)
+
+
+RIG_LOCK_VARIABLES: list[Variable] = [
+    Variable("rig_lock_wait_s", 600, "seconds a deploy waits while another deploy holds the rig's lock "
+             "(0 = refuse at once)", int, _at_least(0)),
+    Variable("rig_lock_stale_s", 7200, "a lock held longer than this (seconds) is stale: its holder is ended and "
+             "the lock taken over", int, _at_least(60)),
+]
+
+
+NVIDIA_DRIVER_VARIABLES: list[Variable] = [
+    Variable("nvidia_driver_branch", "580", "driver branch to install and hold (e.g. 580)", str, _branch),
+    Variable("nvidia_driver_version", None,
+             "exact apt version to pin (as `apt-cache policy` lists it); None = newest of the branch"),
+    Variable("nvidia_driver_server", False, "Ubuntu: the -server (datacenter) packages", bool),
+    Variable("nvidia_driver_headless", False, "no X/desktop components: headless driver + nvidia-utils", bool),
+    Variable("nvidia_driver_open", False, "the open kernel modules (required by Blackwell GPUs)", bool),
+    Variable("nvidia_driver_allow_reboot", True,
+             "reboot when the new driver cannot be loaded otherwise; false stops with 'reboot required'", bool),
+    Variable("nvidia_driver_reboot_timeout", 600, "seconds to wait for a rebooted host to answer SSH", int),
+    Variable("nvidia_driver_cuda_repo_url", "https://developer.download.nvidia.com/compute/cuda/repos",
+             "Debian 12: base URL of NVIDIA's CUDA apt repository"),
+]
+
+
+DOCKER_VARIABLES: list[Variable] = [
+    Variable("docker_source", "docker-ce",
+             "docker-ce (Docker's apt repository, compose v2 plugin) or distro (docker.io + compose)", str, _source),
+    Variable("docker_version", None,
+             "exact apt version of the engine (docker-ce and its cli, or docker.io); None = newest available"),
+    Variable("docker_compose_version", None, "exact apt version of the compose package; None = newest available"),
+    Variable("docker_daemon_options", {},
+             "keys merged into /etc/docker/daemon.json (log-opts, data-root, default-runtime...)", dict),
+    Variable("docker_users", [], "users added to the docker group", list, _string_list),
+    Variable("docker_apt_url", "https://download.docker.com/linux", "docker-ce: base URL of Docker's apt repository"),
+    Variable("docker_verify_image", None,
+             "image the check runs `true` in (host network); None = an image already on the host, "
+             "and with none the run check is skipped, saying so"),
+]
+
+
+NVIDIA_CONTAINER_TOOLKIT_VARIABLES: list[Variable] = [
+    Variable("nvidia_ctk_version", None,
+             "exact apt version of the toolkit packages (e.g. 1.17.8-1); None = newest available"),
+    Variable("nvidia_ctk_default_runtime", False, "make nvidia Docker's default runtime", bool),
+    Variable("nvidia_ctk_apt_url", "https://nvidia.github.io/libnvidia-container",
+             "base URL of NVIDIA's libnvidia-container apt repository"),
+    Variable("nvidia_ctk_verify_image", None,
+             "image the GPU check runs nvidia-smi in (the runtime injects it); None = an image already "
+             "on the host, and with none the check is skipped, saying so"),
+]
+
+
+L2_DISK_VARIABLES: list[Variable] = [
+    Variable("l2_device", None, "block device for the L2 tier, a /dev/disk/by-id/ path preferred; None skips"),
+    Variable("l2_fstype", "ext4", "filesystem to make on it: ext4 or xfs", str, _fstype),
+    Variable("l2_mount_point", "/mnt/rigkit-l2", "where it is mounted", str, _absolute),
+    Variable("l2_mount_options", "noatime,nofail", "fstab mount options", str),
+    Variable("l2_owner", "root", "user owning the mount point and the cache directory", str),
+    Variable("l2_group", "root", "group owning the mount point and the cache directory", str),
+    Variable("l2_label", "rigkit-l2", "filesystem label marking the device as rigkit's", str),
+    Variable("l2_format", False, "allow reformatting a device that carries rigkit's label (to change l2_fstype)",
+             bool),
+    Variable("l2_force_format", False, "allow wiping a device that holds anything else (its data is lost)", bool),
+    Variable("l2_cache_dir", "lmcache", "LMCache's L2 base directory, relative to l2_mount_point", str),
+]
+
+
+SERVING_VARIABLES: list[Variable] = [
+    Variable("serving_smoke", True, "run the smoke checks after every release", bool),
+    Variable("serving_auto_rollback", True, "roll back to the last known-good digest when smoke fails", bool),
+    Variable("rollback_to", None, "rollback.py: the image (repo@sha256:...) to roll back to "
+             "(empty = the verified release before the latest deploy, from the rig's ledger)", str),
+]
+
+
+# Section name (the role's name) -> the variables it reads, in pipeline order.
+ROLE_SECTIONS: dict[str, list[Variable]] = {
+    "host": [GPUS],
+    "rig_lock": RIG_LOCK_VARIABLES,
+    "nvidia_driver": NVIDIA_DRIVER_VARIABLES,
+    "docker": DOCKER_VARIABLES,
+    "nvidia_container_toolkit": NVIDIA_CONTAINER_TOOLKIT_VARIABLES,
+    "l2_disk": L2_DISK_VARIABLES,
+    "serving": SERVING_VARIABLES,
+    "validation": [*VALIDATION_VARIABLES, REPLAY],
+}
+ALL_VARIABLES: list[Variable] = [variable for section in ROLE_SECTIONS.values() for variable in section]
+
+
+def l2_cache_path(l2_disk: dict) -> str:
+    """Absolute path of the L2 store's base directory on the host (l2_disk mounts it, serving mounts it in)."""
+    return posixpath.join(l2_disk["l2_mount_point"], l2_disk["l2_cache_dir"])

@@ -21,6 +21,7 @@ from rigkit.errors import PreflightError, RigkitError
 from rigkit.hostdata import Settings
 from rigkit.nvidia_smi import GpuMemory, parse_gpu_memory
 from rigkit.sizing import GB
+from rigkit.survey import RigState
 
 L2_FREE_WARN_GB = 50  # below this the L2 tier holds only a few long sessions
 # vLLM's engine message queue lives in /dev/shm (160 MiB measured on the CPU build; it died at 64 MiB free)
@@ -31,6 +32,8 @@ Level = Literal["ok", "warn", "refuse"]
 
 @dataclass(frozen=True)
 class HostFacts:
+    """What the gates read of a rig (built from the rig survey: ``from_state``)."""
+
     meminfo: dict[str, int]  # /proc/meminfo in bytes (rigkit.facts MemInfo)
     l2_free_bytes: Optional[int] = None  # free bytes where l2_path lives (rigkit.facts DiskFree)
     gpu_memory_csv: Optional[str] = None  # nvidia_smi.GPU_MEMORY_QUERY output; None: no nvidia-smi
@@ -42,6 +45,17 @@ class HostFacts:
     image_probe_error: Optional[str] = None  # the registry's answer when it does not serve the image (ManifestProbe)
     port_listeners: Optional[list[dict]] = None  # rigkit.facts PortListeners on serving_port; None: not probed
     stack_container_ids: tuple[str, ...] = ()  # ids (any prefix) of rigkit's own stack containers on the rig
+
+    @classmethod
+    def from_state(cls, state: RigState, **overrides: Any) -> "HostFacts":
+        """The gates' view of the rig survey; ``overrides`` for what a gate reads differently (a GPU
+        memory table only where nvidia-smi answers, the L2 free space only once the disk is mounted)."""
+        facts = dict(meminfo=state.meminfo, host_shm_bytes=state.shm_bytes, l2_free_bytes=state.l2_free_bytes,
+                     gpu_memory_csv="\n".join(state.gpu_memory) if state.nvidia_smi_cli else None,
+                     has_engine=state.docker_cli is not None, compose_command=state.compose_command,
+                     image_present=state.image_present, port_listeners=state.port_listeners,
+                     stack_container_ids=state.running_stack_ids)
+        return cls(**{**facts, **overrides})
 
 
 @dataclass(frozen=True)

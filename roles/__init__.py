@@ -11,7 +11,10 @@ import importlib
 from dataclasses import dataclass
 from typing import Optional, Sequence
 
+from pyinfra import host
+
 from rigkit.hostdata import RigSettings
+from rigkit.survey import RigState, read_rig_state
 
 # rig_lock first: one deploy at a time per rig, facts read under the lock. preflight next: what the bare
 # host refuses fails the rig before any role changes it.
@@ -27,14 +30,24 @@ class Run:
     engine_provisioned: bool = False
     # The role that refused this rig (its failing operation says why): no later role runs.
     refused_by: Optional[str] = None
+    survey: Optional[RigState] = None
+
+    def rig_state(self, settings: RigSettings) -> RigState:
+        """The rig survey: read once per run, in one round trip, before any operation ran."""
+        if self.survey is None:
+            self.survey = read_rig_state(host, settings)
+        return self.survey
 
 
 def deploy_rig(settings: RigSettings, names: Sequence[str] = PIPELINE, run: Optional[Run] = None) -> Run:
-    """The roles ``names`` in order on this host, stopping after one that refused it."""
+    """The roles ``names`` in order on this host, stopping after one that refused it. The rig survey is
+    read right after the lock is held, so every plan is made from the state the previous deploy left."""
     run = Run() if run is None else run
     for name in names:
         role = getattr(importlib.import_module(f"roles.{name}"), name)
         role(settings, run)
         if run.refused_by:
             break
+        if name == "rig_lock":
+            run.rig_state(settings)
     return run

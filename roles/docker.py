@@ -26,14 +26,13 @@ from pyinfra.operations import files, server, systemd
 from rigkit.errors import PreflightError
 from pyinfra.operations.util import any_changed
 
-from rigkit.facts.batch import FactSpec, prepared_fact
-from rigkit.facts.docker import DockerEngine, DockerLocalImages
 from rigkit.operations.apt import (APT_KEYRINGS_DIR, apt_source_line, packages_held, packages_installed,
                                    pinned)
 from rigkit.operations.docker import docker_engine_verified, json_file_merged
 from rigkit.hostdata import RigSettings
 from roles import Run
-from roles._common import TargetOS, target_os
+from rigkit.distro import TargetOS, target_os
+from rigkit.survey import RigState
 
 
 DAEMON_JSON = "/etc/docker/daemon.json"
@@ -63,24 +62,19 @@ def check_users(users: list[str]) -> None:
                                  "create the user first, or remove it from docker_users")
 
 
-def engine_check_fact_specs() -> list[FactSpec]:
-    """What engine_check_repeats reads (for roles._common.prepare_facts)."""
-    return [FactSpec.of(DockerEngine), FactSpec.of(DockerLocalImages)]
-
-
-def engine_check_repeats(verify_image: str | None) -> bool:
-    """True when the engine check would only repeat what the prepared deploy already saw: ``docker info``
-    answered and no container would run (none declared, no local image to pick)."""
-    engine = prepared_fact(host, DockerEngine)
-    answered = engine is not None and not engine["error"]
-    return answered and not verify_image and not prepared_fact(host, DockerLocalImages)
+def engine_check_repeats(state: RigState, verify_image: str | None) -> bool:
+    """True when the engine check would only repeat what the survey already saw: ``docker info`` answered
+    and no container would run (none declared, no local image to pick)."""
+    answered = state.engine is not None and not state.engine["error"]
+    return answered and not verify_image and not state.local_images
 
 
 @deploy("docker")
 def docker(rig: RigSettings, run: Run) -> None:
     settings = rig.docker
     run.engine_provisioned = True
-    os = target_os(host, "docker")
+    state = run.rig_state(rig)
+    os = target_os(state.os_release, "docker")
     check_users(settings["docker_users"])
 
     if settings["docker_source"] == "docker-ce":
@@ -108,7 +102,7 @@ def docker(rig: RigSettings, run: Run) -> None:
                     ensure_home=False)
 
     only_after_a_change = ({"_if": any_changed(daemon, install, started, restart)}
-                           if engine_check_repeats(settings["docker_verify_image"]) else {})
+                           if engine_check_repeats(state, settings["docker_verify_image"]) else {})
     docker_engine_verified(name="Verify the engine answers and runs a container",
                            image=settings["docker_verify_image"], image_field="docker_verify_image",
                            **only_after_a_change)

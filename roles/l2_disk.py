@@ -24,10 +24,10 @@ from pyinfra.operations import files
 from rigkit.defaults import LABEL_LIMITS, l2_cache_path
 from rigkit.errors import ConfigError, PreflightError
 from rigkit.hostdata import RigSettings
-from rigkit.facts.batch import FactSpec, prepared_fact
-from rigkit.facts.disk import BlockDeviceList, BlockDeviceProbe, MountedFilesystem
+from rigkit.facts.disk import BlockDeviceList
 from rigkit.operations import say
 from rigkit.operations.disk import filesystem_made, fstab_entry, mounted
+from rigkit.survey import RigState
 from roles import Run
 
 
@@ -75,24 +75,18 @@ def check_label(settings: dict) -> None:
                           f"choose a label of at most {limit} characters")
 
 
-def device_fact_specs(settings: dict) -> list[FactSpec]:
-    """The facts checked_device reads (for roles._common.prepare_facts)."""
-    return [FactSpec.of(BlockDeviceProbe, device=settings["l2_device"]),
-            FactSpec.of(MountedFilesystem, mount_point=settings["l2_mount_point"])]
-
-
-def checked_device(settings: dict) -> tuple[dict, list[str], str]:
-    """The device's probe, what lsblk sees and format_decision's action, from facts only.
+def checked_device(settings: dict, state: RigState) -> tuple[dict, list[str], str]:
+    """The device's probe, what lsblk sees and format_decision's action, from the rig survey.
 
     PreflightError for a device that is missing, must not be formatted, or whose mount point holds another
-    device. The preflight role runs this too, before any role changes the rig: both read the facts once
-    per run (the filesystem_made and mounted operations read them again when they run).
+    device. The preflight role runs this too, before any role changes the rig (the filesystem_made and
+    mounted operations read the device again when they run). lsblk is read only for a missing device.
     """
-    probe = prepared_fact(host, BlockDeviceProbe, device=settings["l2_device"])
-    lsblk = prepared_fact(host, BlockDeviceList) if probe is None else []
+    probe = state.l2_device
+    lsblk = host.get_fact(BlockDeviceList) if probe is None else []
     action = format_decision(probe, settings, lsblk)
     mount_point = settings["l2_mount_point"]
-    current_mount = prepared_fact(host, MountedFilesystem, mount_point=mount_point)
+    current_mount = state.l2_mount
     if current_mount is not None and current_mount["source"] != probe["path"]:
         raise PreflightError("l2_mount_point", mount_point,
                              f"{current_mount['source']} is mounted there, not {probe['path']}",
@@ -112,7 +106,7 @@ def l2_disk(rig: RigSettings, run: Run) -> None:
         say(host, f"l2_disk: {device} is a kernel name that may change between boots; a /dev/disk/by-id/ "
                   "path is stable (fstab mounts by UUID either way)")
 
-    probe, lsblk, action = checked_device(settings)
+    probe, lsblk, action = checked_device(settings, run.rig_state(rig))
     mount_point = settings["l2_mount_point"]
 
     if action == "use":

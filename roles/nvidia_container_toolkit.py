@@ -24,7 +24,7 @@ from rigkit.operations.apt import APT_KEYRINGS_DIR, packages_held, packages_inst
 from rigkit.operations.nvidia import gpu_container_verified, nvidia_runtime_configured
 from rigkit.hostdata import RigSettings
 from roles import Run
-from roles._common import target_os
+from rigkit.distro import target_os
 from roles.docker import DAEMON_JSON, DOCKER_SERVICE
 
 
@@ -41,7 +41,7 @@ def nvidia_container_toolkit(rig: RigSettings, run: Run) -> None:
     if rig.host["gpus"] == 0:
         say(host, "nvidia_container_toolkit: skipped, this host declares gpus: 0")
         return
-    target_os(host, "nvidia_container_toolkit")
+    target_os(run.rig_state(rig).os_release, "nvidia_container_toolkit")
 
     url = settings["nvidia_ctk_apt_url"]
     files.directory(name="apt keyrings directory", path=APT_KEYRINGS_DIR, mode="755")

@@ -28,7 +28,7 @@ from rigkit.operations.apt import deb_from_url, packages_held, packages_installe
 from rigkit.operations.nvidia import kernel_module_unloaded, nvidia_driver_verified, nvidia_module_current
 from rigkit.hostdata import RigSettings
 from roles import Run
-from roles._common import TargetOS, target_os
+from rigkit.distro import TargetOS, target_os
 
 
 NOUVEAU_BLACKLIST = "/etc/modprobe.d/rigkit-blacklist-nouveau.conf"
@@ -69,7 +69,7 @@ def nvidia_driver(rig: RigSettings, run: Run) -> None:
     if rig.host["gpus"] == 0:
         say(host, "nvidia_driver: skipped, this host declares gpus: 0")
         return
-    os = target_os(host, "nvidia_driver")
+    os = target_os(run.rig_state(rig).os_release, "nvidia_driver")
     if os.id == "debian":
         if settings["nvidia_driver_server"]:
             say(host, "nvidia_driver: nvidia_driver_server applies to Ubuntu only; Debian uses the CUDA repo")

@@ -32,27 +32,23 @@ from typing import Optional
 
 from pyinfra import host
 from pyinfra.api import deploy
-from pyinfra.facts.server import Which
 from pyinfra.operations import files, python, systemd
 from pyinfra.operations.util import any_changed
 
 from rigkit.errors import PreflightError
-from rigkit.facts.batch import FactSpec, prepare_facts, prepared_fact
-from rigkit.facts.disk import DiskFree
-from rigkit.facts.docker import ComposeCommand, DockerImagePresent, ManifestProbe
-from rigkit.facts.nvidia import NvidiaGpuMemory
-from rigkit.facts.server import ExactFileText, MemInfo, PortListeners, ShmSize
-from rigkit.facts.stack import StackContainers
+from rigkit.facts.docker import ComposeCommand, ManifestProbe
+from rigkit.facts.server import ExactFileText
 from rigkit.hostdata import RigSettings, Settings, settings_for_host
 from rigkit.ledger import LEDGER_PATH, SMOKE_FAIL, SMOKE_PASS, Ledger, Release, Rendering, rendering_dir
 from rigkit.operations import REFUSAL_FIX, refuse
 from rigkit.operations.stack import engine_checked, image_pulled, stack_release
 from rigkit.paths import RIG_LIB_DIR, RIG_RELEASES_DIR, RIG_STACK_DIR, RIG_STATE_DIR
 from rigkit.preflight import HostFacts, preflight, refusals
-from rigkit.render import COMPOSE_FILE_NAME, CONTAINER_NAME, ENV_FILE_NAME, STACK_NAME, render_compose, render_env
+from rigkit.render import COMPOSE_FILE_NAME, CONTAINER_NAME, ENV_FILE_NAME, render_compose, render_env
 from rigkit.sizing import GB
 from rigkit.smoke import SmokeReport, check_container, check_http
 from rigkit.stack import FILES_DIR, WAIT_READY_SCRIPT, WAIT_READY_SOURCE, ready_url, record_hash_command, release_commands
+from rigkit.survey import RigState
 from rigkit.tunnel import serving_url
 from roles import Run
 
@@ -98,45 +94,12 @@ def l2_janitor(settings: Settings) -> None:
                     _if=any_changed(script, unit))
 
 
-def preflight_fact_specs(settings: Settings) -> list[FactSpec]:
-    """The facts the serving preflight reads (also read ahead by the preflight role, in the same round trip).
-
-    Not ManifestProbe: it asks the registry, only when the image is not on the rig."""
-    specs = [FactSpec.of(ComposeCommand), FactSpec.of(Which, command="docker"),
-             FactSpec.of(DockerImagePresent, image=settings.image), FactSpec.of(MemInfo), FactSpec.of(ShmSize),
-             FactSpec.of(PortListeners, port=settings.knobs["serving_port"]),
-             FactSpec.of(StackContainers, stack=STACK_NAME)]
-    if settings.l2_active:
-        specs.append(FactSpec.of(DiskFree, path=settings.knobs["l2_path"]))
-    if settings.profile.needs_gpus:
-        specs += [FactSpec.of(Which, command="nvidia-smi"), FactSpec.of(NvidiaGpuMemory)]
-    return specs
-
-
-def gather_facts(settings: Settings, compose: Optional[str]) -> HostFacts:
-    """The serving preflight's facts, read while the deploy is prepared: once per run (roles._common)."""
-
-    def fact(cls, **kwargs):
-        return prepared_fact(host, cls, **kwargs)
-
-    has_engine = fact(Which, command="docker") is not None
-    gpu_csv = None
-    if settings.profile.needs_gpus and fact(Which, command="nvidia-smi"):
-        gpu_csv = "\n".join(fact(NvidiaGpuMemory) or [])
-    image_present = bool(has_engine and fact(DockerImagePresent, image=settings.image))
-    return HostFacts(
-        meminfo=fact(MemInfo),
-        l2_free_bytes=fact(DiskFree, path=settings.knobs["l2_path"]) if settings.l2_active else None,
-        gpu_memory_csv=gpu_csv,
-        has_engine=has_engine,
-        compose_command=compose,
-        image_present=image_present,
-        host_shm_bytes=fact(ShmSize),
-        image_probe_error=fact(ManifestProbe, image=settings.image) if has_engine and not image_present else None,
-        port_listeners=fact(PortListeners, port=settings.knobs["serving_port"]),
-        stack_container_ids=tuple(c["id"] for c in (fact(StackContainers, stack=STACK_NAME) or [])
-                                  if c["running"]) if has_engine else (),
-    )
+def preflight_facts(settings: Settings, state: RigState) -> HostFacts:
+    """The serving preflight's view of the rig survey; the registry is asked (one more round trip) only
+    when the image is not on the rig."""
+    probe_registry = state.docker_cli is not None and not state.image_present
+    return HostFacts.from_state(state, image_probe_error=host.get_fact(ManifestProbe, image=settings.image)
+                                if probe_registry else None)
 
 
 def smoke(rendering: Rendering, data: dict) -> SmokeReport:
@@ -324,11 +287,9 @@ def serving(rig: RigSettings, run: Run, kind: str = "deploy", restore_rendering:
     ledger), bring back that stored rendering of the settings' image instead of rendering it anew."""
     data = host_data()
     settings, role = rig.stack, rig.serving
-    prepare_facts(host, preflight_fact_specs(settings))
-    compose = prepared_fact(host, ComposeCommand)
-    facts = gather_facts(settings, compose)
-    # A fresh rig: the docker role installs the engine in this same run, after these facts were read.
-    engine_later = (not facts.has_engine or compose is None) and run.engine_provisioned
+    facts = preflight_facts(settings, run.rig_state(rig))
+    # A fresh rig: the docker role installs the engine in this same run, after the survey was read.
+    engine_later = (not facts.has_engine or facts.compose_command is None) and run.engine_provisioned
 
     findings = preflight(settings, facts, engine_later=engine_later)
     for finding in findings:

@@ -5,11 +5,9 @@ from __future__ import annotations
 import secrets
 import shlex
 from dataclasses import dataclass
-import weakref
 from typing import Any, Iterable
 
 from pyinfra.api.host import Host
-from pyinfra.context import ContextObject
 
 from pyinfra.api import FactBase, StringCommand
 from pyinfra.api.exceptions import FactProcessError
@@ -95,24 +93,6 @@ class FactBatch(FactBase):
         return results
 
 
-_MISSING = object()
-
-
-# Facts read while the deploy is prepared, per host: {FactSpec: value}. pyinfra 3 reads a fact anew on every
-# get_fact; no operation runs before execution starts, so what the roles read until then cannot change.
-_PREPARED: "weakref.WeakKeyDictionary[Host, dict[FactSpec, Any]]" = weakref.WeakKeyDictionary()
-
-
-def _preparing(host: Host) -> bool:
-    return not host.state.is_executing
-
-
-def _facts_known(host: Host) -> dict[FactSpec, Any]:
-    # the roles' ``host`` is pyinfra's context proxy (one object for every host): key by the host it points at
-    real = host._get_module() if isinstance(host, ContextObject) else host
-    return _PREPARED.setdefault(real, {})
-
-
 def facts_now(host: Host, specs: Iterable[FactSpec]) -> dict[FactSpec, Any]:
     """Each fact as ``host.get_fact`` reads it now (never from memory), several in one round trip."""
     specs = tuple(dict.fromkeys(specs))
@@ -123,29 +103,3 @@ def facts_now(host: Host, specs: Iterable[FactSpec]) -> dict[FactSpec, Any]:
     return values
 
 
-def prepare_facts(host: Host, specs: Iterable[FactSpec]) -> None:
-    """Read, in one round trip, facts the roles read while the deploy is prepared (see prepared_fact).
-
-    Read-only commands only: one read ahead that a role then does not need costs just its command on the
-    rig. Facts already read this run are skipped; while executing this does nothing.
-    """
-    if not _preparing(host):
-        return
-    known = _facts_known(host)
-    known.update(facts_now(host, [spec for spec in specs if spec not in known]))
-
-
-def prepared_fact(host: Host, fact: type, **kwargs: Any) -> Any:
-    """``host.get_fact(fact, **kwargs)``, read at most once per host while the deploy is prepared.
-
-    For facts the roles read before any operation ran (their preflights and plans). While executing
-    (an operation's own facts, a deploy added during execution) every call reads the host anew: an
-    earlier operation may have changed it (e.g. installed the engine).
-    """
-    if not _preparing(host):
-        return host.get_fact(fact, **kwargs)
-    known = _facts_known(host)
-    spec = FactSpec.of(fact, **kwargs)
-    if spec not in known:
-        known[spec] = host.get_fact(fact, **kwargs)
-    return known[spec]

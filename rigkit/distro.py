@@ -1,14 +1,10 @@
-"""What the provisioning roles share: the target OS they install for."""
+"""The distributions rigkit's roles install for."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from pyinfra.api.host import Host
-from pyinfra.facts.server import LinuxDistribution
-
 from rigkit.errors import ConfigError
-from rigkit.facts.batch import prepared_fact
 
 
 @dataclass(frozen=True)
@@ -27,9 +23,8 @@ class TargetOS:
 SUPPORTED_OS = {("ubuntu", "22.04"), ("ubuntu", "24.04"), ("debian", "12")}
 
 
-def target_os(host: Host, field: str) -> TargetOS:
-    """The host's OS from /etc/os-release; ConfigError unless it is one rigkit supports."""
-    meta = prepared_fact(host, LinuxDistribution)["release_meta"]
+def target_os(meta: dict[str, str], field: str) -> TargetOS:
+    """The OS of /etc/os-release (``meta``: RigState.os_release); ConfigError unless rigkit supports it."""
     os_id = str(meta.get("ID", "")).lower()
     version = str(meta.get("VERSION_ID", "")).strip('"')
     codename = str(meta.get("VERSION_CODENAME", "") or meta.get("UBUNTU_CODENAME", ""))

@@ -1,4 +1,4 @@
-"""Facts read while a deploy is prepared: one round trip for many (FactBatch), once per host and run.
+"""Several facts in one round trip (rigkit.facts.batch): FactBatch, facts_now.
 
 The batch runs on this machine's own shell through pyinfra's local connector and must give, fact by
 fact, exactly what pyinfra's own ``get_fact`` gives for the same fact (output edge cases included).
@@ -9,15 +9,12 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from pyinfra import host as host_proxy
-from pyinfra.api import Config, FactBase, Inventory, State
-from pyinfra.api.connect import connect_all
+from pyinfra.api import FactBase
 from pyinfra.api.exceptions import PyinfraError
-from pyinfra.context import ctx_host, ctx_state
 from pyinfra.facts.files import FileContents
 from pyinfra.facts.server import LinuxDistribution, Which
 
-from rigkit.facts.batch import FactBatch, FactSpec, facts_now, prepare_facts, prepared_fact
+from rigkit.facts.batch import FactBatch, FactSpec, facts_now
 from rigkit.facts.server import FileText, ShmSize
 
 
@@ -53,16 +50,6 @@ SNIPPETS = [
     "echo to-stderr >&2; echo out",
 ]
 FAILING = "echo partial; exit 3"
-
-
-@pytest.fixture()
-def local_host(tmp_path: Path):
-    inventory = Inventory((["@local"], {}))
-    state = State(inventory, Config())
-    connect_all(state)
-    local = inventory.get_host("@local")
-    with ctx_state.use(state), ctx_host.use(local):
-        yield local
 
 
 def test_a_batch_gives_each_fact_what_pyinfra_reads_alone(local_host, tmp_path: Path):
@@ -109,63 +96,3 @@ def test_facts_now_reads_each_fact_alone_when_the_batch_fails(local_host, monkey
     specs = [FactSpec.of(ShellOutput, script="echo one"), FactSpec.of(ShellOutput, script="echo two")]
     assert facts_now(local_host, specs) == {specs[0]: ["one"], specs[1]: ["two"]}
     assert reads == [FactBatch, ShellOutput, ShellOutput]
-
-
-class CountingHost:
-    """Stands in for host.get_fact: a value per host, and how often each host was asked."""
-
-    def __init__(self, inventory: Inventory, values: dict[str, str]):
-        self.calls: dict[str, int] = {name: 0 for name in values}
-        for name, value in values.items():
-            host = inventory.get_host(name)
-            host.get_fact = self._answer(name, value)  # type: ignore[method-assign]
-
-    def _answer(self, name: str, value: str):
-        def get_fact(fact, **kwargs):
-            self.calls[name] += 1
-            if fact is FactBatch:
-                return {spec: f"{value}:{dict(spec.kwargs)['script']}" for spec in kwargs["facts"]}
-            return f"{value}:{kwargs['script']}"
-
-        return get_fact
-
-
-@pytest.fixture()
-def two_rigs():
-    inventory = Inventory((["rig1", "rig2"], {}))
-    state = State(inventory, Config())
-    counting = CountingHost(inventory, {"rig1": "one", "rig2": "two"})
-    with ctx_state.use(state):
-        yield state, inventory, counting
-
-
-def test_a_prepared_fact_is_read_once_per_host_and_never_shared(two_rigs):
-    _, inventory, counting = two_rigs
-    expected = {"rig1": "one", "rig2": "two"}
-    for _ in range(3):
-        for name in ("rig1", "rig2"):
-            # the roles pass pyinfra's context proxy, the same object for every host
-            with ctx_host.use(inventory.get_host(name)):
-                assert prepared_fact(host_proxy, ShellOutput, script="a") == f"{expected[name]}:a"
-    assert counting.calls == {"rig1": 1, "rig2": 1}
-
-
-def test_prepare_facts_reads_ahead_in_one_round_trip_and_skips_what_is_known(two_rigs):
-    _, inventory, counting = two_rigs
-    rig1 = inventory.get_host("rig1")
-    prepared_fact(rig1, ShellOutput, script="known")
-    prepare_facts(rig1, [FactSpec.of(ShellOutput, script=s) for s in ("known", "b", "c")])
-    assert prepared_fact(rig1, ShellOutput, script="b") == "one:b"
-    assert prepared_fact(rig1, ShellOutput, script="c") == "one:c"
-    assert counting.calls["rig1"] == 2  # "known" alone, then one batch of b and c
-
-
-def test_while_executing_every_read_goes_to_the_host(two_rigs):
-    state, inventory, counting = two_rigs
-    rig1 = inventory.get_host("rig1")
-    prepared_fact(rig1, ShellOutput, script="a")
-    state.is_executing = True  # an operation may have changed the rig since (e.g. installed the engine)
-    prepare_facts(rig1, [FactSpec.of(ShellOutput, script="a"), FactSpec.of(ShellOutput, script="b")])
-    prepared_fact(rig1, ShellOutput, script="a")
-    prepared_fact(rig1, ShellOutput, script="a")
-    assert counting.calls["rig1"] == 3

@@ -1,0 +1,106 @@
+"""One survey of a rig, read in one SSH round trip while the deploy is prepared, as a typed RigState.
+
+Every gate and every plan made before an operation runs takes this picture (the preflight role, the
+serving preflight, l2_disk's device check, the docker role's engine check, the target OS); operations
+read pyinfra's facts anew while they execute. The survey's facts run side by side on the rig in one
+command (rigkit.facts.batch). What only a refusal path needs (lsblk for a missing device, the registry
+probe for an absent image) is read by that path alone.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+from typing import Any, Optional
+
+from pyinfra.api.host import Host
+from pyinfra.facts.server import LinuxDistribution, Which
+
+from rigkit.facts.batch import FactSpec, facts_now
+from rigkit.facts.disk import BlockDeviceProbe, DiskFree, MountedFilesystem
+from rigkit.facts.docker import ComposeCommand, DockerEngine, DockerImagePresent, DockerLocalImages
+from rigkit.facts.nvidia import NvidiaGpuMemory, NvidiaPciGpus, NvidiaSmiGpus
+from rigkit.facts.server import MemInfo, PortListeners, ShmSize
+from rigkit.facts.stack import StackContainers
+from rigkit.hostdata import RigSettings
+from rigkit.render import STACK_NAME
+
+
+@dataclass(frozen=True)
+class RigState:
+    """What the rig looked like when the deploy was prepared. A field the survey did not read (nothing
+    declared needs it: no L2 device, no GPU profile) holds its fact's "absent" value."""
+
+    os_release: dict[str, str]  # /etc/os-release (ID, VERSION_ID, VERSION_CODENAME...)
+    meminfo: dict[str, int]  # /proc/meminfo in bytes
+    shm_bytes: Optional[int]  # size of the rig's /dev/shm
+    port_listeners: list[dict]  # who listens on serving_port (rigkit.facts.server.PortListeners)
+    docker_cli: Optional[str]  # path of the docker CLI, None without one
+    engine: Optional[dict]  # `docker info`: {"server_version", "error"}; None without a docker CLI
+    compose_command: Optional[str]  # "docker compose" or "docker-compose", None without compose
+    image_present: bool  # the pinned image is in the rig's image store
+    stack_containers: list[dict]  # rigkit's stack containers, running or not
+    local_images: list[str]  # tagged images in the store, newest first
+    l2_device: Optional[dict]  # blkid probe of l2_device; None when it is not a block device (or none declared)
+    l2_mount: Optional[dict]  # what is mounted at l2_mount_point
+    l2_free_bytes: Optional[int]  # free bytes on the filesystem holding l2_path
+    nvidia_smi_cli: Optional[str]  # path of nvidia-smi, None without one
+    nvidia_smi: Optional[dict]  # nvidia-smi's GPUs or its error (rigkit.facts.nvidia.NvidiaSmiGpus)
+    gpu_memory: list[str]  # nvidia-smi's per-GPU memory lines
+    pci_gpus: int  # NVIDIA GPUs on the PCI bus, driver or not
+
+    @property
+    def running_stack_ids(self) -> tuple[str, ...]:
+        """Ids of rigkit's own running stack containers."""
+        return tuple(container["id"] for container in self.stack_containers if container["running"])
+
+
+def survey_specs(rig: RigSettings) -> dict[str, FactSpec]:
+    """The fact behind each RigState field, as the rig's settings ask for it."""
+    stack = rig.declared_stack
+    specs = {
+        "os_release": FactSpec.of(LinuxDistribution),
+        "meminfo": FactSpec.of(MemInfo),
+        "shm_bytes": FactSpec.of(ShmSize),
+        "docker_cli": FactSpec.of(Which, command="docker"),
+        "engine": FactSpec.of(DockerEngine),
+        "compose_command": FactSpec.of(ComposeCommand),
+        "stack_containers": FactSpec.of(StackContainers, stack=STACK_NAME),
+        "local_images": FactSpec.of(DockerLocalImages),
+    }
+    if stack is not None:
+        specs["port_listeners"] = FactSpec.of(PortListeners, port=stack.knobs["serving_port"])
+        specs["image_present"] = FactSpec.of(DockerImagePresent, image=stack.image)
+        if stack.l2_active:
+            specs["l2_free_bytes"] = FactSpec.of(DiskFree, path=stack.knobs["l2_path"])
+    if rig.l2_disk["l2_device"]:
+        specs["l2_device"] = FactSpec.of(BlockDeviceProbe, device=rig.l2_disk["l2_device"])
+        specs["l2_mount"] = FactSpec.of(MountedFilesystem, mount_point=rig.l2_disk["l2_mount_point"])
+    if stack is not None and stack.profile.needs_gpus:
+        specs.update(nvidia_smi_cli=FactSpec.of(Which, command="nvidia-smi"), nvidia_smi=FactSpec.of(NvidiaSmiGpus),
+                     gpu_memory=FactSpec.of(NvidiaGpuMemory), pci_gpus=FactSpec.of(NvidiaPciGpus))
+    return specs
+
+
+# What a field holds when nothing declared asks the survey to read it.
+NOT_READ: dict[str, Any] = {"port_listeners": [], "image_present": False, "l2_device": None, "l2_mount": None,
+                            "l2_free_bytes": None, "nvidia_smi_cli": None, "nvidia_smi": None, "gpu_memory": [],
+                            "pci_gpus": 0}
+
+
+def state_from(values: dict[str, Any]) -> RigState:
+    """A RigState from each field's fact value (``survey_specs``' keys); unread fields get NOT_READ."""
+    merged = {**NOT_READ, **values}
+    merged["os_release"] = (merged["os_release"] or {}).get("release_meta") or {}
+    merged["image_present"] = bool(merged["docker_cli"] and merged["image_present"])
+    merged["gpu_memory"] = list(merged["gpu_memory"] or [])
+    merged["local_images"] = list(merged["local_images"] or [])
+    merged["stack_containers"] = list(merged["stack_containers"] or [])
+    merged["port_listeners"] = list(merged["port_listeners"] or [])
+    return RigState(**{field.name: merged[field.name] for field in fields(RigState)})
+
+
+def read_rig_state(host: Host, rig: RigSettings) -> RigState:
+    """The survey, read now in one round trip (each fact alone only if the rig cannot run the batch)."""
+    specs = survey_specs(rig)
+    values = facts_now(host, specs.values())
+    return state_from({field: values[spec] for field, spec in specs.items()})

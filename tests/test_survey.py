@@ -1,0 +1,66 @@
+"""The rig survey (rigkit.survey): one round trip, each field what its fact reads alone, read once per run."""
+
+from __future__ import annotations
+
+from rigkit.facts.batch import FactBatch
+from rigkit.hostdata import rig_settings
+from rigkit.survey import NOT_READ, RigState, read_rig_state, state_from, survey_specs
+from roles import Run
+
+CPU_LAB = {"serving_profile": "cpu-lab", "model": "/models/tiny", "serving_port": 8101,
+           "serving_image": "127.0.0.1:5000/rigkit/vllm-cpu-tiny@sha256:" + "1" * 64}
+GPU_RIG = {"serving_profile": "native-offload", "model": "Qwen/Qwen3-8B", "gpus": 2, "l2_device": "/dev/nvme1n1",
+           "serving_image": "vllm/vllm-openai@sha256:" + "2" * 64}
+
+
+def counting(host, monkeypatch) -> list:
+    reads: list = []
+    real = host.get_fact
+
+    def get_fact(fact, **kwargs):
+        reads.append(fact)
+        return real(fact, **kwargs)
+
+    monkeypatch.setattr(host, "get_fact", get_fact)
+    return reads
+
+
+def test_the_survey_is_one_round_trip_and_each_field_is_what_its_fact_reads_alone(local_host, monkeypatch):
+    settings = rig_settings(CPU_LAB)
+    reads = counting(local_host, monkeypatch)
+    state = read_rig_state(local_host, settings)
+    assert reads == [FactBatch]
+    alone = {field: local_host.get_fact(spec.fact, **dict(spec.kwargs))
+             for field, spec in survey_specs(settings).items()}
+    assert state.os_release == alone["os_release"]["release_meta"] and state.os_release["ID"]
+    assert state.meminfo.keys() == alone["meminfo"].keys() and state.meminfo["MemTotal"] == alone["meminfo"]["MemTotal"]
+    for field in ("shm_bytes", "docker_cli", "compose_command", "stack_containers", "local_images"):
+        assert getattr(state, field) == (alone[field] or type(getattr(state, field))()), field
+
+
+def test_what_nothing_declared_asks_for_is_not_read():
+    lab, gpu = survey_specs(rig_settings(CPU_LAB)), survey_specs(rig_settings(GPU_RIG))
+    assert not {"l2_device", "l2_mount", "nvidia_smi", "gpu_memory", "pci_gpus"} & lab.keys()
+    assert "l2_free_bytes" in lab and "l2_free_bytes" not in gpu  # cpu-lab's store is on L2; native-offload has none
+    assert {"l2_device", "l2_mount", "nvidia_smi", "gpu_memory", "pci_gpus"} <= gpu.keys()
+    assert dict(gpu["l2_device"].kwargs) == {"device": "/dev/nvme1n1"}
+    provisioning_only = survey_specs(rig_settings({"docker_version": "26.1.5"}, needs_stack=False))
+    assert "image_present" not in provisioning_only and "port_listeners" not in provisioning_only
+
+
+def test_unread_fields_hold_the_absent_value_and_an_image_needs_a_docker_cli():
+    values = {"os_release": {"release_meta": {"ID": "debian"}}, "meminfo": {}, "shm_bytes": None, "docker_cli": None,
+              "engine": None, "compose_command": None, "stack_containers": None, "local_images": None,
+              "image_present": True}
+    state = state_from(values)
+    assert isinstance(state, RigState) and state.os_release == {"ID": "debian"}
+    assert state.image_present is False  # no docker CLI: nothing is in an image store
+    assert state.pci_gpus == NOT_READ["pci_gpus"] and state.l2_device is None and state.local_images == []
+
+
+def test_a_run_reads_the_survey_once(local_host, monkeypatch):
+    settings, run = rig_settings(CPU_LAB), Run()
+    reads = counting(local_host, monkeypatch)
+    first = run.rig_state(settings)
+    assert run.rig_state(settings) is first
+    assert reads == [FactBatch]

@@ -33,13 +33,13 @@ from rigkit.hostdata import rig_settings, settings_for_host
 from rigkit.knobs import SECRET_KNOBS
 from rigkit.paths import REPO_ROOT, RIG_STACK_DIR
 from rigkit.render import COMPOSE_PROJECT
+from rigkit.sizing import GB
 from rigkit.soak import check_fits, limits_from, memory_probe, plan_from, run_soak
 from rigkit.tunnel import serving_url
 from rigkit.profiles import ab_pair, load_profiles
 from rigkit.validation import Settings, read_l2, replay_data, run_decode_ab, to_card, validate_tiers
 
 RUN_ID = os.environ.setdefault("RIGKIT_RUN_ID", new_run_id())
-GB = 1000**3
 
 
 def _shell(command: str) -> Optional[str]:

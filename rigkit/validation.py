@@ -382,7 +382,7 @@ def classify_l2(probe: L2Probe, path: str, budget_bytes: int, min_free_bytes: in
     else:
         headroom, room_to_budget = free - min_free_bytes, budget_bytes - store
         if 0 <= headroom < room_to_budget:
-            most = (store + headroom) / 10**9
+            most = (store + headroom) / GB
             found.append(("low", "warn", f"L2 low: {mount} has {fmt_bytes(free)} free: the store ({fmt_bytes(store)}) "
                           f"can grow only {fmt_bytes(headroom)} more before the floor {fmt_bytes(min_free_bytes)}, not "
                           f"the {fmt_bytes(room_to_budget)} its budget allows: free space on {mount} or lower "

@@ -102,8 +102,8 @@ REPLAY = Variable("replay", None, "results/<run-id> whose prompt sizes, kind and
 
 
 @dataclass
-class Settings:
-    """Validation settings; defaults live in VARIABLES only: build with Settings.from_data({...})."""
+class ValidationSettings:
+    """Validation settings; defaults live in VARIABLES only: build with ValidationSettings.from_data({...})."""
 
     prompt_tokens: int
     sessions: int
@@ -123,7 +123,7 @@ class Settings:
     soak_empty_reply_max_fraction: float
 
     @classmethod
-    def from_data(cls, data: Mapping) -> "Settings":
+    def from_data(cls, data: Mapping) -> "ValidationSettings":
         """From host/--data values named like VARIABLES (`validate_` prefix)."""
         from rigkit.variables import resolve
 
@@ -173,7 +173,7 @@ class TierValidation:
         return next((t for t in self.tiers if t.expected == expected), None)
 
 
-def _measure_tier(client: ServingClient, run: TierRun, prompt: Prompt, settings: Settings, timeout_s: float,
+def _measure_tier(client: ServingClient, run: TierRun, prompt: Prompt, settings: ValidationSettings, timeout_s: float,
                   connector_configured: bool, after_restart: bool = False) -> None:
     measured = measure(client, prompt.text, settings.output_tokens, timeout_s)
     run.measured.append(measured)
@@ -187,7 +187,7 @@ def filler_plan(pool_tokens: int, max_model_len: int, prompt_tokens: int, output
     return size, math.ceil(pool_tokens * FILLER_OVERSHOOT / size)
 
 
-def evict_gpu_pool(client: ServingClient, pool: Snapshot, settings: Settings, timeout_s: float) -> int:
+def evict_gpu_pool(client: ServingClient, pool: Snapshot, settings: ValidationSettings, timeout_s: float) -> int:
     """Send salted filler prompts sized from the pool; returns how many were sent."""
     max_len = client.max_model_len or settings.prompt_tokens + settings.output_tokens + CONTEXT_SLACK_TOKENS
     if pool.gpu_pool_tokens is None:
@@ -204,7 +204,7 @@ def evict_gpu_pool(client: ServingClient, pool: Snapshot, settings: Settings, ti
     return count
 
 
-def validate_tiers(client: ServingClient, restart: Optional[Callable[[], None]], settings: Settings,
+def validate_tiers(client: ServingClient, restart: Optional[Callable[[], None]], settings: ValidationSettings,
                    connector_configured: bool = True,
                    store_bytes: Optional[Callable[[], int]] = None,
                    capacity_tiers: Optional[Mapping[str, int]] = None,
@@ -417,7 +417,7 @@ def read_l2(shell: Callable[[str], Optional[str]], stack) -> Optional[L2Report]:
     return classify_l2(probe, path, int(stack.knobs["l2_budget_gb"] * GB), L2_JANITOR_MIN_FREE_BYTES, janitor_unit)
 
 
-def run_decode_ab(activate: Callable[[str], ServingClient], arms: Mapping[str, str], settings: Settings,
+def run_decode_ab(activate: Callable[[str], ServingClient], arms: Mapping[str, str], settings: ValidationSettings,
                   warmup: int = abstats.WARMUP_RUNS, measured: int = abstats.MEASURED_RUNS,
                   kinds: Sequence[str] = abstats.PROMPT_KINDS) -> DecodeAB:
     """Decode tok/s with the connector on and off, interleaved A/B/A/B.
@@ -452,7 +452,7 @@ def run_decode_ab(activate: Callable[[str], ServingClient], arms: Mapping[str, s
                     verdict=verdict.verdict, reason=verdict.reason)
 
 
-def to_card(rig: str, run_id: str, validation: TierValidation, settings: Settings,
+def to_card(rig: str, run_id: str, validation: TierValidation, settings: ValidationSettings,
             connector_configured: bool = True, decode_ab: Optional[DecodeAB] = None,
             repro: Optional[Mapping] = None, l2: Optional[L2Report] = None,
             soak: Optional[SoakReport] = None) -> RigCard:

@@ -4,14 +4,14 @@ import pytest
 
 from card_samples import make_card
 from rigkit.card.store import write_card
-from rigkit.validation import Settings, capacity_from, replay_data
+from rigkit.validation import ValidationSettings, capacity_from, replay_data
 
 
 def test_replay_repeats_the_recorded_prompts(tmp_path):
     card = make_card(seed=4242)
     card.repro.output_tokens = 32
     write_card(tmp_path, card)
-    settings = Settings.from_data(replay_data(tmp_path))
+    settings = ValidationSettings.from_data(replay_data(tmp_path))
     assert (settings.prompt_tokens, settings.prompt_kind, settings.seed, settings.sessions,
             settings.output_tokens) == (3500, "narrative", 4242, 1, 32)
 

@@ -27,6 +27,8 @@ from rigkit.card import (Capacity, CapacityTier, DecodeAB, DecodeKind, L2Report,
                          StatModel, TierProof, TierResult, fmt_bytes, load_cards)
 from rigkit.client import Measured, Prompt, PromptSpec, ServingClient, measure, prefill_timeout
 from rigkit.errors import ConfigError
+from rigkit.files.l2_janitor import (L2_JANITOR_MIN_FREE_BYTES, L2_JANITOR_UNIT, STATE_BELOW_FLOOR, STATE_REFUSED,
+                                     STATUS_FILE)
 from rigkit.metrics import Snapshot, require_prefix_counters
 from rigkit.sizing import GB
 from rigkit.tiers import Tier, TierLabel, label
@@ -348,15 +350,13 @@ def classify_l2(probe: L2Probe, path: str, budget_bytes: int, min_free_bytes: in
                 now: Optional[float] = None) -> L2Report:
     """The L2 tier's state from the rig's numbers. janitor_unit: the unit that must keep the store under its
     budget (None when the connector evicts by itself). Worst first: full, janitor-down, unknown, low, over-budget."""
-    from roles.files import l2_janitor
-
     status = probe.janitor_status or {}
     mount = probe.mount or path
     found: list[tuple[str, str, str]] = []  # (state, level, problem with its fix)
     free, store = probe.fs_free_bytes, probe.store_bytes
     if free is not None and free < min_free_bytes:
         why = ("the store is empty: something else fills the disk"
-               if status.get("state") == l2_janitor.STATE_BELOW_FLOOR or not store else
+               if status.get("state") == STATE_BELOW_FLOOR or not store else
                f"the store holds {fmt_bytes(store)}")
         found.append(("full", "fail", f"L2 full: {mount} has {fmt_bytes(free)} free, below the floor "
                       f"{fmt_bytes(min_free_bytes)} ({why}): free space on {mount} or lower l2_budget_gb"))
@@ -365,7 +365,7 @@ def classify_l2(probe: L2Probe, path: str, budget_bytes: int, min_free_bytes: in
             found.append(("janitor-down", "fail", f"L2 janitor {janitor_unit} is {probe.janitor or 'unknown'}: nothing "
                           f"keeps the store under l2_budget_gb nor {mount} above its floor: run deploy.py "
                           f"(journalctl -u {janitor_unit} says why it stopped)"))
-        elif status.get("state") == l2_janitor.STATE_REFUSED:
+        elif status.get("state") == STATE_REFUSED:
             found.append(("janitor-down", "fail", f"L2 janitor refuses to work: {status.get('message')}"))
         elif not status:
             found.append(("unknown", "warn", f"L2 janitor {janitor_unit} is active but wrote no status: "
@@ -405,9 +405,6 @@ def classify_l2(probe: L2Probe, path: str, budget_bytes: int, min_free_bytes: in
 def read_l2(shell: Callable[[str], Optional[str]], stack) -> Optional[L2Report]:
     """The L2 tier of a rig now, read through `shell` (runs a command on the rig, returns its stdout or
     None); None when the stack (hostdata.Settings) has no L2 tier."""
-    from roles.files.l2_janitor import STATUS_FILE
-    from roles.serving import L2_JANITOR_MIN_FREE_BYTES, L2_JANITOR_UNIT
-
     if not stack.l2_active:
         return None
     path = stack.knobs["l2_path"]

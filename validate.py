@@ -33,13 +33,13 @@ from rigkit.hostdata import rig_settings, settings_for_host
 from rigkit.knobs import SECRET_KNOBS
 from rigkit.paths import REPO_ROOT, RIG_STACK_DIR
 from rigkit.render import COMPOSE_PROJECT
+from rigkit.sizing import GB
 from rigkit.soak import check_fits, limits_from, memory_probe, plan_from, run_soak
 from rigkit.tunnel import serving_url
 from rigkit.profiles import ab_pair, load_profiles
-from rigkit.validation import Settings, read_l2, replay_data, run_decode_ab, to_card, validate_tiers
+from rigkit.validation import ValidationSettings, read_l2, replay_data, run_decode_ab, to_card, validate_tiers
 
 RUN_ID = os.environ.setdefault("RIGKIT_RUN_ID", new_run_id())
-GB = 1000**3
 
 
 def _shell(command: str) -> Optional[str]:
@@ -55,7 +55,7 @@ def _restart_stack(compose: str) -> None:
                           "run deploy.py again, then validate")
 
 
-def _decode_ab(data: dict, stack, compose: str, url: str, settings: Settings):
+def _decode_ab(data: dict, stack, compose: str, url: str, settings: ValidationSettings):
     """Decode A/B on this rig: the profile and its derived baseline (only the connector differs),
     interleaved; the rig ends as it was deployed (same files, so the release hash still holds)."""
     from roles.serving import apply_rendered, rendered_for
@@ -116,7 +116,7 @@ def _validate() -> None:
         replay = Path(data["replay"])
         data.update(replay_data(replay if replay.is_absolute() else REPO_ROOT / replay))
     stack = rig_settings(data).stack
-    settings = Settings.from_data(data)
+    settings = ValidationSettings.from_data(data)
     knobs = stack.knobs
     compose = host.get_fact(ComposeCommand)
     if compose is None:

@@ -14,7 +14,7 @@ SUBCOMMANDS = {
     "demo": ("rigkit.demo", "lab up, deploy to every lab rig, run the checks, summarise"),
     "check-compose": ("rigkit.compose_guard", "list variables a compose entrypoint reads but does not declare"),
     "resolve": ("rigkit.registry", "resolve IMAGE:TAG to IMAGE@sha256:... via the registry API"),
-    "card": ("rigkit.card", "re-render results cards from a run's JSON"),
+    "card": ("rigkit.card.cli", "re-render results cards from a run's JSON"),
     "deploy": ("rigkit.fleet", "run a deploy over a fleet and summarise each rig (status, step, reason, release)"),
 }
 

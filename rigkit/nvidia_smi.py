@@ -17,7 +17,9 @@ _VERSION = re.compile(r"\b(\d{3,}\.\d+(?:\.\d+)?)\b")
 
 
 @dataclass(frozen=True)
-class GpuMemory:
+class GpuMemoryReading:
+    """One GPU's memory as nvidia-smi reported it (MiB)."""
+
     index: int
     free_mib: int
     total_mib: int
@@ -43,7 +45,7 @@ def _mib(cell: str) -> int:
     return int(float(value))
 
 
-def parse_gpu_memory(text: str) -> list[GpuMemory]:
+def parse_gpu_memory(text: str) -> list[GpuMemoryReading]:
     """GPUs from GPU_MEMORY_QUERY output, or from a csv answer with a header that has those columns."""
     lines = [line for line in text.strip().splitlines() if line.strip()]
     if not lines:
@@ -53,14 +55,14 @@ def parse_gpu_memory(text: str) -> list[GpuMemory]:
         for row in parse_csv_table(text):
             free = next(v for k, v in row.items() if k.startswith("memory.free"))
             total = next(v for k, v in row.items() if k.startswith("memory.total"))
-            gpus.append(GpuMemory(int(row["index"]), _mib(free), _mib(total)))
+            gpus.append(GpuMemoryReading(int(row["index"]), _mib(free), _mib(total)))
         return gpus
     gpus = []
     for line in lines:
         cells = [cell.strip() for cell in line.split(",")]
         if len(cells) != 3:
             raise ValueError(f"expected 'index, memory.free, memory.total', got {line!r}")
-        gpus.append(GpuMemory(int(cells[0]), _mib(cells[1]), _mib(cells[2])))
+        gpus.append(GpuMemoryReading(int(cells[0]), _mib(cells[1]), _mib(cells[2])))
     return gpus
 
 

@@ -19,7 +19,7 @@ from typing import Any, Literal, Optional
 
 from rigkit.errors import PreflightError, RigkitError
 from rigkit.hostdata import Settings
-from rigkit.nvidia_smi import GpuMemory, parse_gpu_memory
+from rigkit.nvidia_smi import GpuMemoryReading, parse_gpu_memory
 from rigkit.sizing import GB
 from rigkit.survey import RigState
 
@@ -164,7 +164,7 @@ def check_gpus(settings: Settings, gpu_memory_csv: Optional[str]) -> list[Findin
     profile = settings.profile
     if not profile.needs_gpus:
         return [Finding("ok", "gpu", "serving_profile", profile.name, "profile needs no GPUs: skipped")]
-    gpus: list[GpuMemory] = parse_gpu_memory(gpu_memory_csv) if gpu_memory_csv else []
+    gpus: list[GpuMemoryReading] = parse_gpu_memory(gpu_memory_csv) if gpu_memory_csv else []
     if not gpus:
         return [Finding("refuse", "gpu", "serving_profile", profile.name,
                         f"profile {profile.name} needs {profile.resources.gpus} GPU(s) but the rig reports none",

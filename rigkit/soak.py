@@ -32,7 +32,7 @@ from rigkit.nvidia_smi import GPU_MEMORY_QUERY, parse_gpu_memory
 from rigkit.render import CONTAINER_NAME
 
 if TYPE_CHECKING:
-    from rigkit.validation import Settings
+    from rigkit.validation import ValidationSettings
 
 # Conversations open at once: each turn of one is followed by a turn of another, as on a shared rig.
 OPEN_SESSIONS = 2
@@ -216,11 +216,11 @@ def memory_probe(shell: Shell) -> MemoryProbe:
 
 
 # --- the run ---------------------------------------------------------------------------------
-def plan_from(settings: Settings) -> Plan:
+def plan_from(settings: ValidationSettings) -> Plan:
     return Plan(settings.soak_sessions, settings.soak_turns, settings.soak_message_tokens, settings.soak_reply_tokens)
 
 
-def limits_from(settings: Settings) -> Limits:
+def limits_from(settings: ValidationSettings) -> Limits:
     return Limits(settings.soak_memory_growth_mib, settings.soak_decode_retention_min,
                   settings.soak_empty_reply_max_fraction)
 

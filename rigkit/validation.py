@@ -27,6 +27,8 @@ from rigkit.card import (Capacity, CapacityTier, DecodeAB, DecodeKind, L2Report,
                          StatModel, TierProof, TierResult, fmt_bytes, load_cards)
 from rigkit.client import Measured, Prompt, PromptSpec, ServingClient, measure, prefill_timeout
 from rigkit.errors import ConfigError
+from rigkit.files.l2_janitor import (L2_JANITOR_MIN_FREE_BYTES, L2_JANITOR_UNIT, STATE_BELOW_FLOOR, STATE_REFUSED,
+                                     STATUS_FILE)
 from rigkit.metrics import Snapshot, require_prefix_counters
 from rigkit.sizing import GB
 from rigkit.tiers import Tier, TierLabel, label
@@ -102,8 +104,8 @@ REPLAY = Variable("replay", None, "results/<run-id> whose prompt sizes, kind and
 
 
 @dataclass
-class Settings:
-    """Validation settings; defaults live in VARIABLES only: build with Settings.from_data({...})."""
+class ValidationSettings:
+    """Validation settings; defaults live in VARIABLES only: build with ValidationSettings.from_data({...})."""
 
     prompt_tokens: int
     sessions: int
@@ -123,7 +125,7 @@ class Settings:
     soak_empty_reply_max_fraction: float
 
     @classmethod
-    def from_data(cls, data: Mapping) -> "Settings":
+    def from_data(cls, data: Mapping) -> "ValidationSettings":
         """From host/--data values named like VARIABLES (`validate_` prefix)."""
         from rigkit.variables import resolve
 
@@ -173,7 +175,7 @@ class TierValidation:
         return next((t for t in self.tiers if t.expected == expected), None)
 
 
-def _measure_tier(client: ServingClient, run: TierRun, prompt: Prompt, settings: Settings, timeout_s: float,
+def _measure_tier(client: ServingClient, run: TierRun, prompt: Prompt, settings: ValidationSettings, timeout_s: float,
                   connector_configured: bool, after_restart: bool = False) -> None:
     measured = measure(client, prompt.text, settings.output_tokens, timeout_s)
     run.measured.append(measured)
@@ -187,7 +189,7 @@ def filler_plan(pool_tokens: int, max_model_len: int, prompt_tokens: int, output
     return size, math.ceil(pool_tokens * FILLER_OVERSHOOT / size)
 
 
-def evict_gpu_pool(client: ServingClient, pool: Snapshot, settings: Settings, timeout_s: float) -> int:
+def evict_gpu_pool(client: ServingClient, pool: Snapshot, settings: ValidationSettings, timeout_s: float) -> int:
     """Send salted filler prompts sized from the pool; returns how many were sent."""
     max_len = client.max_model_len or settings.prompt_tokens + settings.output_tokens + CONTEXT_SLACK_TOKENS
     if pool.gpu_pool_tokens is None:
@@ -204,7 +206,7 @@ def evict_gpu_pool(client: ServingClient, pool: Snapshot, settings: Settings, ti
     return count
 
 
-def validate_tiers(client: ServingClient, restart: Optional[Callable[[], None]], settings: Settings,
+def validate_tiers(client: ServingClient, restart: Optional[Callable[[], None]], settings: ValidationSettings,
                    connector_configured: bool = True,
                    store_bytes: Optional[Callable[[], int]] = None,
                    capacity_tiers: Optional[Mapping[str, int]] = None,
@@ -348,15 +350,13 @@ def classify_l2(probe: L2Probe, path: str, budget_bytes: int, min_free_bytes: in
                 now: Optional[float] = None) -> L2Report:
     """The L2 tier's state from the rig's numbers. janitor_unit: the unit that must keep the store under its
     budget (None when the connector evicts by itself). Worst first: full, janitor-down, unknown, low, over-budget."""
-    from roles.files import l2_janitor
-
     status = probe.janitor_status or {}
     mount = probe.mount or path
     found: list[tuple[str, str, str]] = []  # (state, level, problem with its fix)
     free, store = probe.fs_free_bytes, probe.store_bytes
     if free is not None and free < min_free_bytes:
         why = ("the store is empty: something else fills the disk"
-               if status.get("state") == l2_janitor.STATE_BELOW_FLOOR or not store else
+               if status.get("state") == STATE_BELOW_FLOOR or not store else
                f"the store holds {fmt_bytes(store)}")
         found.append(("full", "fail", f"L2 full: {mount} has {fmt_bytes(free)} free, below the floor "
                       f"{fmt_bytes(min_free_bytes)} ({why}): free space on {mount} or lower l2_budget_gb"))
@@ -365,7 +365,7 @@ def classify_l2(probe: L2Probe, path: str, budget_bytes: int, min_free_bytes: in
             found.append(("janitor-down", "fail", f"L2 janitor {janitor_unit} is {probe.janitor or 'unknown'}: nothing "
                           f"keeps the store under l2_budget_gb nor {mount} above its floor: run deploy.py "
                           f"(journalctl -u {janitor_unit} says why it stopped)"))
-        elif status.get("state") == l2_janitor.STATE_REFUSED:
+        elif status.get("state") == STATE_REFUSED:
             found.append(("janitor-down", "fail", f"L2 janitor refuses to work: {status.get('message')}"))
         elif not status:
             found.append(("unknown", "warn", f"L2 janitor {janitor_unit} is active but wrote no status: "
@@ -382,7 +382,7 @@ def classify_l2(probe: L2Probe, path: str, budget_bytes: int, min_free_bytes: in
     else:
         headroom, room_to_budget = free - min_free_bytes, budget_bytes - store
         if 0 <= headroom < room_to_budget:
-            most = (store + headroom) / 10**9
+            most = (store + headroom) / GB
             found.append(("low", "warn", f"L2 low: {mount} has {fmt_bytes(free)} free: the store ({fmt_bytes(store)}) "
                           f"can grow only {fmt_bytes(headroom)} more before the floor {fmt_bytes(min_free_bytes)}, not "
                           f"the {fmt_bytes(room_to_budget)} its budget allows: free space on {mount} or lower "
@@ -405,9 +405,6 @@ def classify_l2(probe: L2Probe, path: str, budget_bytes: int, min_free_bytes: in
 def read_l2(shell: Callable[[str], Optional[str]], stack) -> Optional[L2Report]:
     """The L2 tier of a rig now, read through `shell` (runs a command on the rig, returns its stdout or
     None); None when the stack (hostdata.Settings) has no L2 tier."""
-    from roles.files.l2_janitor import STATUS_FILE
-    from roles.serving import L2_JANITOR_MIN_FREE_BYTES, L2_JANITOR_UNIT
-
     if not stack.l2_active:
         return None
     path = stack.knobs["l2_path"]
@@ -417,7 +414,7 @@ def read_l2(shell: Callable[[str], Optional[str]], stack) -> Optional[L2Report]:
     return classify_l2(probe, path, int(stack.knobs["l2_budget_gb"] * GB), L2_JANITOR_MIN_FREE_BYTES, janitor_unit)
 
 
-def run_decode_ab(activate: Callable[[str], ServingClient], arms: Mapping[str, str], settings: Settings,
+def run_decode_ab(activate: Callable[[str], ServingClient], arms: Mapping[str, str], settings: ValidationSettings,
                   warmup: int = abstats.WARMUP_RUNS, measured: int = abstats.MEASURED_RUNS,
                   kinds: Sequence[str] = abstats.PROMPT_KINDS) -> DecodeAB:
     """Decode tok/s with the connector on and off, interleaved A/B/A/B.
@@ -452,7 +449,7 @@ def run_decode_ab(activate: Callable[[str], ServingClient], arms: Mapping[str, s
                     verdict=verdict.verdict, reason=verdict.reason)
 
 
-def to_card(rig: str, run_id: str, validation: TierValidation, settings: Settings,
+def to_card(rig: str, run_id: str, validation: TierValidation, settings: ValidationSettings,
             connector_configured: bool = True, decode_ab: Optional[DecodeAB] = None,
             repro: Optional[Mapping] = None, l2: Optional[L2Report] = None,
             soak: Optional[SoakReport] = None) -> RigCard:

@@ -1,7 +1,6 @@
-"""The L2 janitor (roles/files/l2_janitor.py) on real directories and, as root, on a real small tmpfs that a
+"""The L2 janitor (rigkit/files/l2_janitor.py) on real directories and, as root, on a real small tmpfs that a
 foreign file fills: LRU eviction to the budget and to the free-space floor, never a file that is not the store's."""
 
-import importlib.util
 import json
 import os
 import shutil
@@ -12,11 +11,9 @@ from pathlib import Path
 
 import pytest
 
-JANITOR_PATH = Path(__file__).parents[1] / "roles/files/l2_janitor.py"
-SPEC = importlib.util.spec_from_file_location("l2_janitor", JANITOR_PATH)
-janitor = importlib.util.module_from_spec(SPEC)
-sys.modules[SPEC.name] = janitor  # dataclasses resolve their module
-SPEC.loader.exec_module(janitor)
+from rigkit.files import l2_janitor as janitor
+
+JANITOR_PATH = Path(janitor.__file__)
 
 OLD = 1_000_000  # an mtime far older than the janitor's grace period
 KIB = 1024
@@ -189,3 +186,24 @@ def test_running_janitor_logs_evictions_and_a_floor_it_cannot_restore_loudly(sma
     assert any(line.startswith("<5>evicted 1 entries") and "e0" in line and "below the floor" in line
                for line in lines), output
     assert any(line.startswith("<3>L2 BELOW-FLOOR") and str(small_fs) in line for line in lines), output
+
+
+def test_the_uploaded_file_runs_alone_with_the_standard_library_only(tmp_path):
+    """The rig gets this one file: a copy outside the checkout, run without site-packages (-S: no rigkit
+    installed) and without the current directory (-I), still runs its rounds and writes its status."""
+    alone, status_file = tmp_path / "alone" / "l2_janitor.py", tmp_path / "status.json"
+    alone.parent.mkdir()
+    shutil.copy(JANITOR_PATH, alone)
+    process = subprocess.Popen([sys.executable, "-I", "-S", str(alone), str(tmp_path / "no-store"), "1000", "0",
+                                "0.1", str(status_file)], cwd=alone.parent, stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 30
+        while not status_file.exists() and time.monotonic() < deadline and process.poll() is None:
+            time.sleep(0.1)
+    finally:
+        process.terminate()
+        output, errors = process.communicate(timeout=10)
+    assert status_file.exists(), errors
+    assert json.loads(status_file.read_text())["state"] == janitor.STATE_NO_STORE
+    assert output.startswith("<6>janitor for ")

@@ -9,7 +9,7 @@ from rigkit.card import SoakTurn
 from rigkit.errors import ConfigError
 from rigkit.soak import (CGROUP_PROBE, GPU_PROBE, MAX_CONSECUTIVE_ERRORS, Limits, Plan, cgroup_used_mib, check_fits,
                          conversation_tokens, gpu_used_mib, judge, limits_from, memory_probe, plan_from, turn_order)
-from rigkit.validation import Settings
+from rigkit.validation import ValidationSettings
 
 H200 = Path(__file__).parent / "fixtures" / "nvidia-smi" / "h200-x2-ubuntu2404"
 PLAN = Plan(sessions=2, turns=3, message_tokens=64, reply_tokens=32)
@@ -134,17 +134,17 @@ def test_conversation_must_fit_the_served_context():
 
 
 def test_settings_declare_the_soak_off_by_default_with_the_issue_thresholds():
-    settings = Settings.from_data({})
+    settings = ValidationSettings.from_data({})
     assert settings.soak_sessions == 0
     assert limits_from(settings) == Limits(200.0, 0.8, 0.5)
-    assert plan_from(Settings.from_data({"validate_soak_sessions": "20"})).sessions == 20
+    assert plan_from(ValidationSettings.from_data({"validate_soak_sessions": "20"})).sessions == 20
 
 
 @pytest.mark.parametrize("name, value", [("validate_soak_sessions", 1), ("validate_soak_decode_retention_min", 1.5),
                                          ("validate_soak_empty_reply_max_fraction", 0)])
 def test_bad_soak_settings_are_refused_naming_the_field(name, value):
     with pytest.raises(ConfigError) as refused:
-        Settings.from_data({name: value})
+        ValidationSettings.from_data({name: value})
     assert refused.value.field == name
 
 

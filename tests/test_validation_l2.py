@@ -7,8 +7,8 @@ import subprocess
 
 import pytest
 
-from roles.files import l2_janitor
 from rigkit.card import fmt_l2
+from rigkit.files import l2_janitor
 from rigkit.hostdata import settings_for_host
 from rigkit.validation import (L2_JANITOR_STALE_S, L2_OVER_BUDGET_TOLERANCE, L2Probe, classify_l2, l2_probe_command,
                                parse_l2_probe, read_l2)

@@ -19,7 +19,7 @@ from rigkit.card import render_soak
 from rigkit.client import ServingClient, ServingError
 from rigkit.soak import CGROUP_PROBE, limits_from, memory_probe, plan_from, run_soak
 from rigkit.tunnel import open_tunnel
-from rigkit.validation import Settings
+from rigkit.validation import ValidationSettings
 
 pytestmark = [pytest.mark.lab, pytest.mark.vllm]
 
@@ -33,7 +33,7 @@ def test_soak_on_the_netns_rig_passes_on_real_numbers(lab, deployed, netns_rig, 
         status, stdout, _ = ssh_run(netns_rig, command)
         return stdout.strip() if status == 0 else None
 
-    settings = Settings.from_data(SOAK)
+    settings = ValidationSettings.from_data(SOAK)
     data = {**lab_host_data[netns_rig.name], "serving_profile": "cpu-lab",
             "serving_image": lab.serving_image["releases"]["1"]}
     with open_tunnel(data, "127.0.0.1", netns_rig.serving_port, netns_rig.name) as tunnel:

@@ -27,7 +27,7 @@ from rigkit.render import COMPOSE_PROJECT
 from rigkit.tunnel import Tunnel, open_tunnel
 from rigkit.client import PromptSpec, ServingClient, ServingError, measure
 from rigkit.tiers import Tier, label
-from rigkit.validation import Settings, TierValidation, run_decode_ab, to_card, validate_tiers
+from rigkit.validation import TierValidation, ValidationSettings, run_decode_ab, to_card, validate_tiers
 
 pytestmark = [pytest.mark.lab, pytest.mark.vllm]
 
@@ -105,8 +105,8 @@ def live_client(validation_target, client, netns_rig, rig_diagnostics) -> Servin
 
 
 @pytest.fixture(scope="module")
-def settings() -> Settings:
-    return Settings.from_data({"validate_prompt_tokens": SESSION_TOKENS, "validate_sessions": SESSIONS})
+def settings() -> ValidationSettings:
+    return ValidationSettings.from_data({"validate_prompt_tokens": SESSION_TOKENS, "validate_sessions": SESSIONS})
 
 
 @pytest.fixture(scope="module")

@@ -1,0 +1,29 @@
+"""Results cards: per-rig JSON (versioned schema) + Markdown + PNG plots, and a fleet card.
+
+Layout of a run directory (results/<run-id>/):
+    <rig>.card.json      the machine-readable result (the only input of a re-render)
+    <rig>.md             the card, in the shape of the user's validation card
+    <rig>-ttft.png       TTFT per tier
+    <rig>-decode.png     decode A/B with CV bars (when measured)
+    fleet.md, fleet-ttft.png   rigs side by side and the spread across rigs
+
+`rigkit card results/<run-id>` re-renders every Markdown and PNG from the JSON files.
+
+Modules, one concern each: schema (the JSON models), text (figures as text), rig and fleet (the
+Markdown cards), plots, store (the run directory's files), cli. The names other code uses are
+re-exported here.
+"""
+
+from rigkit.card.fleet import render_fleet_markdown
+from rigkit.card.rig import render_rig_markdown, render_soak
+from rigkit.card.schema import (SCHEMA_VERSION, Capacity, CapacityTier, DecodeAB, DecodeKind, L2Report, PromptRecord,
+                                Reproducibility, RigCard, SoakReport, SoakTurn, StatModel, TierProof, TierResult)
+from rigkit.card.store import RESULTS_DIR, load_cards, new_run_id, render_run, write_card
+from rigkit.card.text import fmt_bytes, fmt_l2
+
+__all__ = [
+    "SCHEMA_VERSION", "Capacity", "CapacityTier", "DecodeAB", "DecodeKind", "L2Report", "PromptRecord",
+    "Reproducibility", "RigCard", "SoakReport", "SoakTurn", "StatModel", "TierProof", "TierResult",
+    "RESULTS_DIR", "load_cards", "new_run_id", "render_run", "write_card",
+    "fmt_bytes", "fmt_l2", "render_fleet_markdown", "render_rig_markdown", "render_soak",
+]

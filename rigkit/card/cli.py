@@ -1,0 +1,24 @@
+"""`rigkit card results/<run-id>`: re-render every Markdown and PNG of a run from its JSON files."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from rigkit.card.store import render_run
+from rigkit.errors import ConfigError
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("run_dir", type=Path, help="results/<run-id> directory holding <rig>.card.json files")
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        written = render_run(args.run_dir)
+    except ConfigError as exc:
+        print(f"rigkit card: {exc}")
+        return 2
+    for path in written:
+        print(path)
+    return 0

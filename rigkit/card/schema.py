@@ -1,0 +1,215 @@
+"""The card's JSON schema (versioned): what one rig's validation measured, and its verdict.
+
+A RigCard is the only input of a re-render: everything the Markdown and the plots show is in it.
+"""
+
+from __future__ import annotations
+
+import statistics
+from datetime import datetime, timezone
+from typing import Literal, Optional, Sequence
+
+from pydantic import BaseModel, Field
+
+import rigkit
+
+SCHEMA_VERSION = 1
+
+
+class StatModel(BaseModel):
+    n: int
+    mean: Optional[float] = None
+    cv: Optional[float] = None
+    samples: list[float] = Field(default_factory=list)
+
+    @classmethod
+    def of(cls, samples: Sequence[Optional[float]]) -> "StatModel":
+        values = [float(v) for v in samples if v is not None]
+        if not values:
+            return cls(n=0)
+        mean = statistics.fmean(values)
+        cv = statistics.stdev(values) / mean if len(values) > 1 and mean else 0.0
+        return cls(n=len(values), mean=mean, cv=cv, samples=values)
+
+
+class TierProof(BaseModel):
+    """The counter deltas of one measured request: why it got its label."""
+
+    label: str
+    gpu_hits: float
+    gpu_queries: float
+    external_hits: float
+    external_queries: float
+    external_kv_transfer_tokens: float
+    counters_reset: bool = False
+    text: str
+
+
+class TierResult(BaseModel):
+    expected: str
+    labels: list[str]  # one per repetition (one salted session each)
+    passed: bool
+    ttft_s: StatModel  # client side
+    server_ttft_s: StatModel  # delta of vllm:time_to_first_token_seconds
+    ttft_within_tolerance: list[bool]
+    prompt_tokens: list[Optional[int]]
+    aborted: list[str] = Field(default_factory=list)  # "prefill"/"decode" per aborted request
+    proofs: list[TierProof]
+
+    @property
+    def label(self) -> str:
+        return self.labels[0] if len(set(self.labels)) == 1 else "inconsistent: " + "/".join(self.labels)
+
+
+class DecodeKind(BaseModel):
+    kind: str
+    on: StatModel
+    off: StatModel
+    delta_pct: float
+    within_bands: bool
+
+
+class DecodeAB(BaseModel):
+    arms: dict[str, str]  # "on"/"off" -> profile name
+    warmup: int
+    measured: int
+    output_tokens: int
+    kinds: list[DecodeKind]
+    verdict: str
+    reason: str
+
+
+class CapacityTier(BaseModel):
+    name: str
+    size_bytes: int
+    sessions: dict[str, float]  # session size in tokens (as text) -> sessions the tier holds
+
+
+class Capacity(BaseModel):
+    kb_per_token: Optional[float] = None
+    bytes_grown: int = 0
+    tokens_stored: int = 0
+    source: str = ""
+    tiers: list[CapacityTier] = Field(default_factory=list)
+
+
+class PromptRecord(BaseModel):
+    kind: str
+    target_tokens: int
+    seed: int
+    tokens: Optional[int] = None
+
+
+class Reproducibility(BaseModel):
+    rigkit_version: str = rigkit.__version__
+    image_digest: Optional[str] = None
+    profile: Optional[str] = None
+    knobs: dict[str, object] = Field(default_factory=dict)
+    prompts: list[PromptRecord] = Field(default_factory=list)
+    output_tokens: Optional[int] = None
+    driver_version: Optional[str] = None
+    cuda_version: Optional[str] = None
+    gpu_models: list[str] = Field(default_factory=list)
+    host_ram_bytes: Optional[int] = None
+    l2_device: Optional[str] = None
+    l2_filesystem: Optional[str] = None
+    max_model_len: Optional[int] = None
+    num_gpu_blocks: Optional[int] = None
+    block_size: Optional[int] = None
+
+
+L2Level = Literal["ok", "warn", "fail"]
+
+
+class L2Report(BaseModel):
+    """The L2 disk tier as validation found it (rigkit.validation.classify_l2 fills it)."""
+
+    path: str
+    mount: Optional[str] = None
+    fs_size_bytes: Optional[int] = None
+    fs_free_bytes: Optional[int] = None
+    min_free_bytes: int
+    store_bytes: Optional[int] = None
+    budget_bytes: int
+    janitor: Optional[str] = None  # systemd's word for the janitor unit; None: the connector evicts by itself
+    janitor_state: Optional[str] = None  # the janitor's own state from its status file
+    evicted_entries: int = 0
+    evicted_bytes: int = 0
+    last_eviction_reason: Optional[str] = None
+    state: str  # ok, low, full, over-budget, janitor-down, unknown
+    level: L2Level
+    problems: list[str] = Field(default_factory=list)  # each with its fix
+
+
+class SoakTurn(BaseModel):
+    """One turn of one soak conversation, as measured (rigkit.soak runs them)."""
+
+    session: int
+    turn: int
+    prompt_tokens: Optional[int] = None
+    completion_tokens: Optional[int] = None
+    decode_tps: Optional[float] = None
+    empty_reply: bool = False
+    error: Optional[str] = None
+    memory_mib: Optional[float] = None  # the rig's memory right after this turn (SoakReport.memory_source)
+
+
+class SoakReport(BaseModel):
+    """The soak's measurements and verdict (rigkit.soak.judge fills it)."""
+
+    sessions: int
+    turns: int  # per session
+    open_sessions: int
+    message_tokens: int
+    reply_tokens: int
+    memory_source: str
+    memory_growth_limit_mib: float
+    decode_retention_min: float
+    empty_reply_max_fraction: float
+    turns_run: int
+    errors: int
+    answered: int
+    empty_replies: int
+    baseline_session: Optional[int] = None  # the first clean session: baseline of memory and decode speed
+    last_session: Optional[int] = None
+    decode_tps_baseline: Optional[float] = None
+    decode_tps_last: Optional[float] = None
+    decode_retention: Optional[float] = None
+    memory_baseline_mib: Optional[float] = None
+    memory_last_mib: Optional[float] = None
+    memory_growth_mib: Optional[float] = None
+    failures: list[str] = Field(default_factory=list)  # each names its rule and numbers
+    records: list[SoakTurn] = Field(default_factory=list)
+
+    @property
+    def passed(self) -> bool:
+        return not self.failures
+
+    @property
+    def empty_fraction(self) -> Optional[float]:
+        return self.empty_replies / self.answered if self.answered else None
+
+
+class RigCard(BaseModel):
+    schema_version: Literal[1] = SCHEMA_VERSION
+    rig: str
+    run_id: str
+    created_at: str = Field(default_factory=lambda: datetime.now(timezone.utc).isoformat(timespec="seconds"))
+    repro: Reproducibility = Field(default_factory=Reproducibility)
+    connector_configured: bool = True
+    prefill_tokens_per_s: Optional[float] = None
+    tiers: list[TierResult] = Field(default_factory=list)
+    decode_ab: Optional[DecodeAB] = None
+    capacity: Optional[Capacity] = None
+    l2: Optional[L2Report] = None
+    soak: Optional[SoakReport] = None
+    failures: list[str] = Field(default_factory=list)
+
+    @property
+    def passed(self) -> bool:
+        return (not self.failures and all(t.passed for t in self.tiers) and (self.l2 is None or self.l2.level != "fail")
+                and (self.soak is None or self.soak.passed))
+
+    def tier(self, expected: str) -> Optional[TierResult]:
+        return next((t for t in self.tiers if t.expected == expected), None)
+

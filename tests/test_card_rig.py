@@ -1,0 +1,100 @@
+"""rigkit.card.rig: one rig's Markdown card (tables with n, CV and metric proof; L2 line; soak section) and its
+verdict; where a failure also shows on the fleet card or survives the JSON round trip, that is checked here too."""
+
+from card_samples import judged_soak, l2_report, make_card
+from rigkit.card.fleet import render_fleet_markdown
+from rigkit.card.rig import render_rig_markdown
+from rigkit.card.store import load_cards, write_card
+
+
+def test_rig_markdown_has_the_three_tables_with_n_cv_and_proof():
+    md = render_rig_markdown(make_card())
+    assert "## ① Serving" in md and "## ② Cache behaviour" in md and "## ③ Capacity" in md
+    assert "| Cold (re-prefill) | 1.00 s (n=3, CV 10.0%) | 1× |" in md
+    assert "| ~10.0× |" in md  # warm-gpu vs cold: 1.0 s / 0.1 s
+    assert "GPU prefix hits +3456/3500 queried" in md
+    assert "50.8 (n=5, CV 1.6%)" in md  # decode narrative ON
+    assert "28.7 KB/token" in md and "| L2 disk 1 TB | 1.0 TB | 9900.0 | 697.0 |" in md
+    assert "sha256:" + "a" * 64 in md and "seed 7" in md and "/dev/loop3 / ext4" in md
+    assert "**Verdict: PASS**" in md
+
+
+def test_retrieved_but_unused_tier_fails_the_card_even_with_fast_ttft():
+    card = make_card(connector_label="retrieved-but-unused")
+    assert not card.passed
+    md = render_rig_markdown(card)
+    assert "**Verdict: FAIL**" in md
+    assert "tier warm-connector: labelled retrieved-but-unused" in md
+
+
+def test_card_shows_one_l2_line_with_the_numbers():
+    card = make_card()
+    card.l2 = l2_report()
+    md = render_rig_markdown(card)
+    assert ("**L2**: /mnt/rigkit-l2 2.0 GB, 1.5 GB free (floor 268.4 MB) · store 3.5 MB of budget 500.0 MB · "
+            "janitor active (ok), evicted 12 entries (42.0 MB) since it started — OK ✓") in md
+    assert card.passed and "**Verdict: PASS**" in md
+
+
+def test_full_l2_fails_the_card_and_names_the_fix(tmp_path):
+    card = make_card()
+    card.l2 = l2_report("full", "fail", free=120_000_000,
+                  problems=["L2 full: /mnt/rigkit-l2 has 120.0 MB free, below the floor 268.4 MB (the store is empty: "
+                            "something else fills the disk): free space on /mnt/rigkit-l2 or lower l2_budget_gb"])
+    assert not card.passed
+    md = render_rig_markdown(card)
+    assert "**Verdict: FAIL**" in md and "— FULL ✗" in md
+    assert "- ✗ L2 full: /mnt/rigkit-l2 has 120.0 MB free" in md and "free space on /mnt/rigkit-l2" in md
+    write_card(tmp_path, card)
+    assert load_cards(tmp_path)[0].l2 == card.l2
+    fleet = render_fleet_markdown([card, make_card("rig2")])
+    assert "| L2 | full ✗ (120.0 MB free) | — | |" in fleet and "1/2 rigs pass." in fleet
+
+
+def test_low_l2_is_a_warning_that_keeps_the_pass():
+    card = make_card()
+    card.l2 = l2_report("low", "warn", free=300_000_000, problems=["L2 low: lower l2_budget_gb to at most 0.04"])
+    md = render_rig_markdown(card)
+    assert card.passed and "- ⚠ L2 low: lower l2_budget_gb to at most 0.04" in md and "— LOW ⚠" in md
+
+
+def test_card_shows_the_soak_section_with_each_rule_and_its_numbers(tmp_path):
+    card = make_card()
+    card.soak = judged_soak()
+    md = render_rig_markdown(card)
+    assert "## ④ Stability (soak)" in md and "2 conversations × 3 turns (2 open at once" in md
+    assert "| errors | 0 of 6 turns | none | ✓ |" in md
+    assert "| empty replies | 0 of 6 answered (0%) | < 50% | ✓ |" in md
+    assert ("| decode retention | 95% (session 1: 38.0 tok/s vs first clean session 0: 40.0 tok/s) | ≥ 80% | ✓ |"
+            in md)
+    assert ("| memory growth | +50 MiB (2,100 MiB after session 0 → 2,150 MiB at the end; container rigkit-serving "
+            "cgroup memory) | ≤ 200 MiB | ✓ |") in md
+    assert "Verdict: **PASS**." in md and card.passed
+    write_card(tmp_path, card)
+    assert load_cards(tmp_path)[0].soak == card.soak
+    assert "| soak | PASS (retention 95%, +50 MiB) |" in render_fleet_markdown([card])
+
+
+def test_failed_soak_fails_the_card_naming_the_rule():
+    card = make_card()
+    card.soak = judged_soak(tps_last=30.0, memory_last=2400.0)
+    assert not card.passed
+    md = render_rig_markdown(card)
+    assert "**Verdict: FAIL**" in md
+    assert "- ✗ soak: decode retention 75.0%: session 1 decoded 30.0 tok/s vs 40.0 tok/s" in md
+    assert "- ✗ soak: memory grew 300.0 MiB (2,100 MiB after the first clean session 0 -> 2,400 MiB" in md
+    assert "| decode retention | 75% " in md and "≥ 80% | ✗ |" in md and "≤ 200 MiB | ✗ |" in md
+    assert "| soak | FAIL (retention 75%, +300 MiB) |" in render_fleet_markdown([card])
+
+
+def test_card_without_a_soak_says_it_was_not_run():
+    md = render_rig_markdown(make_card())
+    assert "## ④ Stability (soak)\n\nNot run in this run (`validate_soak_sessions` = 0)." in md
+    assert "| soak |" not in render_fleet_markdown([make_card()])
+
+
+def test_soak_memory_growth_below_half_a_mib_reads_plus_zero():
+    card = make_card()
+    card.soak = judged_soak(memory_last=2099.7)
+    assert "| memory growth | +0 MiB (2,100 MiB after session 0" in render_rig_markdown(card)
+    assert "| soak | PASS (retention 95%, +0 MiB) |" in render_fleet_markdown([card])

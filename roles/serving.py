@@ -38,6 +38,7 @@ from pyinfra.operations.util import any_changed
 from rigkit.errors import PreflightError
 from rigkit.facts.docker import ComposeCommand, ManifestProbe
 from rigkit.facts.server import ExactFileText
+from rigkit.files.l2_janitor import L2_JANITOR_INTERVAL_S, L2_JANITOR_MIN_FREE_BYTES, L2_JANITOR_UNIT
 from rigkit.hostdata import RigSettings, Settings, settings_for_host
 from rigkit.ledger import LEDGER_PATH, SMOKE_FAIL, SMOKE_PASS, Ledger, Release, Rendering, rendering_dir
 from rigkit.operations import REFUSAL_FIX, refuse
@@ -55,11 +56,8 @@ from roles import Run
 logger = logging.getLogger("rigkit.serving")
 
 
-L2_JANITOR_SOURCE = FILES_DIR.parent.parent / "roles" / "files" / "l2_janitor.py"
+L2_JANITOR_SOURCE = FILES_DIR / "l2_janitor.py"
 L2_JANITOR_SCRIPT = f"{RIG_LIB_DIR}/l2_janitor.py"
-L2_JANITOR_UNIT = "rigkit-l2-janitor.service"
-L2_JANITOR_MIN_FREE_BYTES = 256 * 2**20  # the store's disk never fills: a failed KV write kills the engine
-L2_JANITOR_INTERVAL_S = 2
 
 
 def host_data() -> dict:

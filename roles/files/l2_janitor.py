@@ -1,1 +1,0 @@
-../../rigkit/files/l2_janitor.py

@@ -24,10 +24,10 @@ from typing import Any, Iterable, Mapping, Optional
 
 from rigkit.defaults import ALL_VARIABLES, ROLE_SECTIONS, l2_cache_path
 from rigkit.errors import ConfigError
-from rigkit.knobs import KNOBS, KNOBS_BY_NAME, L2_PATH_WITHOUT_DISK_ROLE, SECRET_KNOBS
+from rigkit.knobs import KNOBS, KNOBS_BY_NAME, L2_PATH_WITHOUT_DISK_ROLE, RETIRED_KNOBS, SECRET_KNOBS
 from rigkit.profiles import Profile, get_profile, load_profiles
 from rigkit.registry import require_digest
-from rigkit.sizing import capacity_line, default_shm_size_gb, required_mem_limit_gb
+from rigkit.sizing import capacity_line, required_mem_limit_gb
 from rigkit.variables import Variable, refuse_unknown, resolve
 
 CONNECTION_PREFIXES = ("ssh_", "_")
@@ -84,6 +84,10 @@ def known_keys(extra_variables: Iterable[Variable] = ()) -> set[str]:
 
 def refuse_unknown_keys(data: dict, variables: Iterable[Variable]) -> None:
     names = [key for key in data if not key.startswith(CONNECTION_PREFIXES)]
+    for name in names:
+        if name in RETIRED_KNOBS:
+            raise ConfigError(name, data[name], f"no longer a setting: {RETIRED_KNOBS[name]}",
+                              f"remove {name} from host and group data")
     refuse_unknown(names, known_keys(variables), "host data")
 
 
@@ -121,8 +125,6 @@ def _derive(profile: Profile, knobs: dict[str, Any], role_values: dict[str, Any]
                           f"{derived['mem_headroom_gb']} = {needed} GB (pinned L1 and mmap'd weights both count "
                           "against the container; too small crash-loops with 'WorkerProc initialization failed')",
                           f"set mem_limit_gb to at least {needed}, or lower l1_size_gb")
-    if derived["shm_size_gb"] is None:
-        derived["shm_size_gb"] = default_shm_size_gb(l1_gb)
     return derived
 
 

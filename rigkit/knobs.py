@@ -24,6 +24,12 @@ FORBIDDEN_CHARACTERS = {"\n": "a newline", "\r": "a carriage return", "\x00": "a
 
 RESTART_POLICIES = ("no", "always", "unless-stopped", "on-failure")
 
+# Names that were knobs once, and why they are gone: host data still setting one is refused with the reason.
+RETIRED_KNOBS = {
+    "shm_size_gb": "the stack runs with `ipc: host`, so the container's /dev/shm is the rig's own and compose "
+                   "ignored shm_size; the preflight checks the rig's /dev/shm instead",
+}
+
 # l2_path when it is not set and no l2_disk role declares where the L2 disk is mounted.
 L2_PATH_WITHOUT_DISK_ROLE = "/var/lib/rigkit/kv"
 
@@ -161,7 +167,6 @@ KNOBS: list[Variable] = [
              int, _between(0)),
     Variable("mem_limit_gb", None, "container memory limit = swap limit, in GB (empty = L1 + model + headroom)",
              int, _between(1)),
-    Variable("shm_size_gb", None, "container /dev/shm in GB (empty = L1 + shm margin)", int, _between(1)),
     Variable("restart_policy", "unless-stopped", "compose restart policy: no | always | unless-stopped | "
              "on-failure", str, _restart_policy),
     # Gates and lifecycle.

@@ -109,14 +109,6 @@ def check_ram(settings: Settings, meminfo: dict[str, int]) -> list[Finding]:
     return findings
 
 
-def check_shm(settings: Settings) -> list[Finding]:
-    shm, l1 = settings.knobs["shm_size_gb"], settings.l1_gb
-    if shm < l1:
-        return [Finding("warn", "shm", "shm_size_gb", shm, f"shm {shm} GB < L1 {l1} GB",
-                        f"set shm_size_gb to at least {l1} (or leave it empty)")]
-    return [Finding("ok", "shm", "shm_size_gb", shm, f"shm {shm} GB >= L1 {l1} GB")]
-
-
 def check_host_shm(settings: Settings, shm_bytes: Optional[int]) -> list[Finding]:
     """The stack runs with `ipc: host`, so its /dev/shm is the rig's own: compose's shm_size does not apply."""
     if shm_bytes is None:
@@ -287,7 +279,7 @@ def preflight(settings: Settings, facts: HostFacts, engine_later: bool = False) 
     """Every check (the serving role). ``engine_later``: an earlier role of this run installs the engine (the
     facts predate it), so its checks are left to ``engine_preflight`` once that role ran."""
     engine = [ENGINE_LATER] if engine_later else engine_checks(settings, facts)
-    return with_force(settings, check_ram(settings, facts.meminfo) + check_shm(settings)
+    return with_force(settings, check_ram(settings, facts.meminfo)
                       + check_host_shm(settings, facts.host_shm_bytes) + check_l2(settings, facts.l2_free_bytes)
                       + check_gpus(settings, facts.gpu_memory_csv) + engine + check_port(settings, facts))
 

@@ -142,7 +142,6 @@ def compose_context(settings: Settings) -> dict[str, Any]:
         "image": yaml_scalar(settings.image),
         "restart": yaml_scalar(knobs["restart_policy"]),
         "mem_limit": yaml_scalar(f"{knobs['mem_limit_gb']}g"),
-        "shm_size": yaml_scalar(f"{knobs['shm_size_gb']}g"),
         "labels": [(yaml_scalar(key), yaml_scalar(value)) for key, value in labels(settings).items()],
         "entrypoint": [yaml_scalar("/bin/bash"), yaml_scalar("-c")],
         "command": [yaml_scalar(compose_escape(entrypoint_script(settings)))],

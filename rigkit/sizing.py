@@ -12,8 +12,6 @@ from typing import Optional
 GB = 10**9
 # Session lengths the capacity line reports: the real rig's typical, long and maximal contexts.
 SESSION_TOKENS: dict[str, int] = {"50K": 50_000, "128K": 128_000, "262K": 262_144}
-# /dev/shm above L1 when shm_size_gb is not set (LMCache's pinned L1 lives there).
-SHM_MARGIN_GB = 4
 
 
 def session_gb(tokens: int, kv_bytes_per_token: int) -> float:
@@ -49,5 +47,3 @@ def required_mem_limit_gb(l1_gb: float, model_size_gb: float, headroom_gb: float
     return math.ceil(l1_gb + model_size_gb + headroom_gb)
 
 
-def default_shm_size_gb(l1_gb: float) -> int:
-    return math.ceil(l1_gb) + SHM_MARGIN_GB if l1_gb else 1

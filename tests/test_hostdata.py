@@ -39,7 +39,7 @@ def test_host_data_overrides_profile_defaults_and_derivations():
     s = settings({**LMCACHE, "l1_size_gb": 60, "l2_enabled": "1"})
     assert s.knobs["restart_policy"] == "no"  # the incubating profile's own default
     assert s.knobs["served_model_name"] == "Qwen/Qwen3-8B" and s.knobs["tensor_parallel_size"] == 2
-    assert s.knobs["mem_limit_gb"] == 110 and s.knobs["shm_size_gb"] >= 60
+    assert s.knobs["mem_limit_gb"] == 110
     assert s.l1_gb == 60 and s.l2_active and s.gpu_ids == [0, 1]
     assert settings({**LMCACHE, "restart_policy": "always"}).knobs["restart_policy"] == "always"
 
@@ -82,6 +82,11 @@ def test_settings_for_another_image_keep_every_other_setting():
     rollback = rig.for_image(other)
     assert rollback.stack.image == other and rollback.stack.knobs["serving_port"] == 8123
     assert rollback.sections == rig.sections
+
+
+def test_a_retired_knob_is_refused_with_the_reason_it_went():
+    error = refused({**CPU_LAB, "shm_size_gb": 64})
+    assert error.field == "shm_size_gb" and "ipc: host" in error.problem and "remove shm_size_gb" in error.fix
 
 
 def test_tag_image_refused_with_digest_form_and_resolve_hint():

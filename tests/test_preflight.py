@@ -112,9 +112,10 @@ def test_l2_free_space_warns_then_refuses():
     assert skipped.level == "ok"
 
 
-def test_shm_below_l1_warns():
-    (shm,) = by_check(run({**LMCACHE, "shm_size_gb": 32}), "shm")
-    assert shm.level == "warn" and shm.field == "shm_size_gb"
+def test_the_rig_shm_below_l1_warns_the_container_has_no_shm_of_its_own():
+    (shm,) = by_check(run(LMCACHE, host_shm_bytes=32 * 2**30), "host-shm")  # L1 60 GB, ipc: host
+    assert shm.level == "warn" and shm.field == "/dev/shm" and "size >= 60G" in shm.fix
+    assert not by_check(run(LMCACHE), "shm")  # no check of a container shm size: there is none
 
 
 def test_engine_and_compose_required():

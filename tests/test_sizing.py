@@ -2,7 +2,7 @@
 
 import pytest
 
-from rigkit.sizing import capacity_line, default_shm_size_gb, required_mem_limit_gb, session_gb, sessions_fitting
+from rigkit.sizing import capacity_line, required_mem_limit_gb, session_gb, sessions_fitting
 
 KV = 131_000  # lmcache-mp, as in profiles.yaml
 
@@ -34,5 +34,3 @@ def test_memory_limit_covers_l1_model_and_headroom():
     # the real rig: L1 60 GB with a ~30 GB model needed 110g; 70g crash-looped at L1 > 40
     assert required_mem_limit_gb(60, 30, 20) == 110
     assert required_mem_limit_gb(41, 30, 20) > 70
-    assert default_shm_size_gb(60) >= 60
-    assert default_shm_size_gb(0) == 1

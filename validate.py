@@ -32,7 +32,7 @@ from rigkit.errors import ConfigError
 from rigkit.hostdata import rig_settings, settings_for_host
 from rigkit.knobs import SECRET_KNOBS
 from rigkit.paths import REPO_ROOT, RIG_STACK_DIR
-from rigkit.render import COMPOSE_PROJECT
+from rigkit.stack import restart_commands
 from rigkit.sizing import GB
 from rigkit.soak import check_fits, limits_from, memory_probe, plan_from, run_soak
 from rigkit.tunnel import serving_url
@@ -48,9 +48,8 @@ def _shell(command: str) -> Optional[str]:
 
 
 def _restart_stack(compose: str) -> None:
-    """A full `down` then `up -d` (never `docker restart`: it races the release of GPU memory)."""
-    in_stack = f"cd {RIG_STACK_DIR} && {compose} -p {COMPOSE_PROJECT}"
-    if _shell(f"{in_stack} down --remove-orphans && {in_stack} up -d") is None:
+    """A full `down` then `up -d` (rigkit.stack.restart_commands)."""
+    if _shell(" && ".join(restart_commands(compose))) is None:
         raise ConfigError("restart", RIG_STACK_DIR, "compose down/up failed on the rig",
                           "run deploy.py again, then validate")
 

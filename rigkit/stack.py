@@ -34,13 +34,20 @@ def ready_url(rendering: Rendering) -> str:
     return f"http://{address}:{rendering.knob('serving_port')}/v1/models"
 
 
+def in_stack(compose: str) -> str:
+    """The rig's compose command (``docker compose`` or ``docker-compose``) on rigkit's project."""
+    return f"cd {RIG_STACK_DIR} && {compose} -p {COMPOSE_PROJECT}"
+
+
+def restart_commands(compose: str) -> list[str]:
+    """A full ``down`` then ``up -d``: never ``docker restart``, which races the release of GPU memory."""
+    return [f"{in_stack(compose)} down --remove-orphans", f"{in_stack(compose)} up -d"]
+
+
 def release_commands(compose: str, image: str, pull: bool, url: str, timeout_s: int) -> list[str]:
     """Pull first (the old stack keeps serving meanwhile), then down, up -d, wait until the API answers."""
-    in_stack = f"cd {RIG_STACK_DIR} && {compose} -p {COMPOSE_PROJECT}"
     commands = [f"docker pull {shlex.quote(image)}"] if pull else []
-    return commands + [
-        f"{in_stack} down --remove-orphans",
-        f"{in_stack} up -d",
+    return commands + restart_commands(compose) + [
         f"python3 {WAIT_READY_SCRIPT} {shlex.quote(url)} {timeout_s} {shlex.quote(f'label={STACK_LABEL}={STACK_NAME}')}",
     ]
 

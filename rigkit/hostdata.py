@@ -19,12 +19,14 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 from dataclasses import dataclass
 from typing import Any, Iterable, Mapping, Optional
 
 from rigkit.defaults import ALL_VARIABLES, ROLE_SECTIONS, l2_cache_path
 from rigkit.errors import ConfigError
-from rigkit.knobs import KNOBS, KNOBS_BY_NAME, L2_PATH_WITHOUT_DISK_ROLE, RETIRED_KNOBS, SECRET_KNOBS
+from rigkit.knobs import (KNOBS, KNOBS_BY_NAME, L2_PATH_WITHOUT_DISK_ROLE, RETIRED_KNOBS, SECRET_KNOBS,
+                          controller_secret_variable)
 from rigkit.profiles import Profile, get_profile, load_profiles
 from rigkit.registry import require_digest
 from rigkit.sizing import capacity_line, required_mem_limit_gb
@@ -128,6 +130,12 @@ def _derive(profile: Profile, knobs: dict[str, Any], role_values: dict[str, Any]
     return derived
 
 
+def secrets_from_controller(data: dict) -> dict[str, str]:
+    """Secret knobs host data leaves unset, from the controller's environment (RIGKIT_HF_TOKEN for hf_token)."""
+    found = {name: os.environ.get(controller_secret_variable(name)) for name in SECRET_KNOBS if name not in data}
+    return {name: value for name, value in found.items() if value is not None}
+
+
 def settings_for_host(data: dict, profiles: Optional[dict[str, Profile]] = None,
                       variables: Optional[Iterable[Variable]] = None) -> Settings:
     """Validated Settings for one host's data; ConfigError (naming the field) on any bad input."""
@@ -140,7 +148,8 @@ def settings_for_host(data: dict, profiles: Optional[dict[str, Profile]] = None,
                           f"set serving_profile to one of {', '.join(sorted(profiles))}")
     profile = get_profile(profiles, profile_name)
     try:
-        knobs = resolve(KNOBS, {**profile.defaults, **{k: v for k, v in data.items() if k in KNOBS_BY_NAME}})
+        knobs = resolve(KNOBS, {**profile.defaults, **secrets_from_controller(data),
+                                **{k: v for k, v in data.items() if k in KNOBS_BY_NAME}})
     except ConfigError as exc:
         if exc.field in SECRET_KNOBS:  # never echo a token into a log
             raise ConfigError(exc.field, "<redacted>", exc.problem, exc.fix) from None

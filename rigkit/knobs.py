@@ -180,8 +180,21 @@ KNOBS: list[Variable] = [
 
 KNOBS_BY_NAME: dict[str, Variable] = {knob.name: knob for knob in KNOBS}
 
-# Never printed, never in compose: only in .env (mode 0600).
+# Never printed, never in compose: only in .env (mode 0600) and the stored verified rendering (0600).
 SECRET_KNOBS = frozenset({"hf_token"})
+SECRET_ENV_NAMES = frozenset(KNOBS_BY_NAME[name].env for name in SECRET_KNOBS)
+# The controller's environment variable a secret knob is read from when host data does not set it: it keeps
+# the secret off the command line (`--data hf_token=...` shows it to every user of the controller in `ps`).
+CONTROLLER_SECRET_PREFIX = "RIGKIT_"
+
+
+def controller_secret_variable(knob_name: str) -> str:
+    return CONTROLLER_SECRET_PREFIX + knob_name.upper()
+
+
+def redacted(env_name: str, value: object) -> object:
+    """``value``, or a placeholder when ``env_name`` carries a secret."""
+    return "<secret>" if env_name in SECRET_ENV_NAMES else value
 
 
 def env_name(knob_name: str) -> str:

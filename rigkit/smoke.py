@@ -13,6 +13,7 @@ from typing import Callable, Iterable
 
 import requests
 
+from rigkit.knobs import redacted
 from rigkit.metrics import parse_families
 
 PREFIX_CACHE_COUNTERS = ("vllm:prefix_cache_queries", "vllm:prefix_cache_hits")
@@ -116,7 +117,7 @@ def check_container(env_output: str, inspect_json: str, expected_env: dict[str, 
                     expected_in_command: Iterable[str]) -> list[SmokeCheck]:
     def env() -> str:
         actual = parse_env_output(env_output)
-        wrong = {k: (v, actual.get(k)) for k, v in expected_env.items() if actual.get(k) != v}
+        wrong = {k: (redacted(k, v), redacted(k, actual.get(k))) for k, v in expected_env.items() if actual.get(k) != v}
         if wrong:
             raise ValueError("knobs that did not reach the container (declared, actual): "
                              + ", ".join(f"{k}={d!r} got {a!r}" for k, (d, a) in sorted(wrong.items())))

@@ -107,15 +107,20 @@ if ! flock -n 9; then
   fi
   flock -w {int(wait_s)} 9 || {{ echo "TIMEOUT $(cat {holder_path} 2>/dev/null)"; exit {EXIT_TIMEOUT}; }}
 fi
+umask 077
 printf '%s\\n' "{holder_fields} started=$(date +%s) rig_pid=$$ command=$RIGKIT_LOCK_COMMAND" > {holder_path}
+chmod 600 {holder_path}
 echo LOCKED
 exec cat >/dev/null
 """
 
 
-def this_command() -> str:
-    words = (os.path.basename(arg) if i == 0 else arg for i, arg in enumerate(sys.argv))
-    return " ".join(words).replace("\n", " ")[:200]
+def this_command(argv: Optional[list[str]] = None) -> str:
+    """The controller's command for the holder file: the program and its files (inventory, deploy), no
+    option and no value (``--data hf_token=...`` must never reach the rig)."""
+    argv = sys.argv if argv is None else argv
+    files = [arg for arg in argv[1:] if arg.endswith(".py") and not arg.startswith("-") and "=" not in arg]
+    return " ".join([os.path.basename(argv[0]) if argv else "?", *files]).replace("\n", " ")[:200]
 
 
 # Channels that keep each rig's lock held until this process ends.

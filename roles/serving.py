@@ -42,6 +42,7 @@ from rigkit.files.l2_janitor import L2_JANITOR_INTERVAL_S, L2_JANITOR_MIN_FREE_B
 from rigkit.hostdata import RigSettings, Settings, settings_for_host
 from rigkit.ledger import LEDGER_PATH, SMOKE_FAIL, SMOKE_PASS, Ledger, Release, Rendering, rendering_dir
 from rigkit.operations import REFUSAL_FIX, refuse
+from rigkit.operations.files import secret_file
 from rigkit.operations.stack import engine_checked, image_pulled, stack_release
 from rigkit.paths import RIG_LIB_DIR, RIG_RELEASES_DIR, RIG_STACK_DIR, RIG_STATE_DIR
 from rigkit.preflight import HostFacts, preflight, refusals
@@ -318,8 +319,8 @@ def serving(rig: RigSettings, run: Run, kind: str = "deploy", restore_rendering:
         l2_janitor(settings)
     files.put(name="Render compose.yml", src=StringIO(rendering.compose),
               dest=f"{RIG_STACK_DIR}/{COMPOSE_FILE_NAME}", mode="644", **PARENT_ENSURED)
-    files.put(name="Render .env (0600: may hold a token)", src=StringIO(rendering.env),
-              dest=f"{RIG_STACK_DIR}/{ENV_FILE_NAME}", mode="600", **PARENT_ENSURED)
+    secret_file(name="Render .env (0600: may hold a token)", text=rendering.env,
+                dest=f"{RIG_STACK_DIR}/{ENV_FILE_NAME}", mode="600")
     image_pulled(name="Pull the image (the old stack keeps serving)", image=settings.image)
     disk_mount = rig.l2_disk["l2_mount_point"] if rig.l2_disk["l2_device"] else None
     # A failed release must reach after_release (which rolls it back), so its error is not fatal here.

@@ -13,7 +13,7 @@ import pytest
 from rigkit.errors import ConfigError
 from rigkit.fleet import (ABORTED, FAILED, NOT_RUN, OK, UNREACHABLE, check_connection_data, format_table, ledger_release,
                           limit_from, summarize, targeted)
-from roles.rig_lock import EXIT_TIMEOUT, HOLDER_FILE, Holder, lock_script, stale_reason
+from roles.rig_lock import EXIT_TIMEOUT, HOLDER_FILE, Holder, lock_script, stale_reason, this_command
 
 FIXTURES = Path(__file__).parent / "fixtures" / "fleet"
 
@@ -27,10 +27,13 @@ def start_locker(state_dir: Path, name: str, wait_s: int) -> subprocess.Popen:
 
 
 def test_second_deploy_waits_then_times_out_then_takes_over_a_stale_holder(tmp_path):
+    (tmp_path / HOLDER_FILE).write_text("left by an older rigkit\n")
+    (tmp_path / HOLDER_FILE).chmod(0o644)
     first = start_locker(tmp_path, "first", 5)
     assert first.stdout.readline().strip() == "LOCKED"
     holder = Holder.from_line((tmp_path / HOLDER_FILE).read_text())
     assert holder.controller == "first" and holder.rig_pid == first.pid and holder.command == "test first"
+    assert (tmp_path / HOLDER_FILE).stat().st_mode & 0o777 == 0o600  # who holds a rig is no one else's business
 
     second = start_locker(tmp_path, "second", 1)
     held = second.stdout.readline().strip()
@@ -219,3 +222,9 @@ def test_comma_limits_become_one_pattern_per_limit():
     # pyinfra 3 matches "rig1,rig2" against host names literally: nothing would be deployed
     assert split_limits(["--limit", "rig1,rig2", "--data", "a=b", "--limit=rig3"]) == [
         "--limit", "rig1", "--limit", "rig2", "--data", "a=b", "--limit", "rig3"]
+
+
+def test_the_holder_records_the_program_and_its_files_never_an_option_value():
+    argv = ["/usr/bin/pyinfra", "-y", "--data", "hf_token=hf_planted_secret", "inventory/lab.py", "deploy.py",
+            "--data=serving_image=x.py", "--limit", "rig1"]
+    assert this_command(argv) == "pyinfra inventory/lab.py deploy.py"

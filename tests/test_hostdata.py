@@ -84,6 +84,14 @@ def test_settings_for_another_image_keep_every_other_setting():
     assert rollback.sections == rig.sections
 
 
+def test_a_secret_comes_from_the_controller_environment_unless_host_data_sets_it(monkeypatch):
+    monkeypatch.setenv("RIGKIT_HF_TOKEN", "hf_from_the_environment")
+    assert settings(CPU_LAB).knobs["hf_token"] == "hf_from_the_environment"
+    assert settings({**CPU_LAB, "hf_token": "hf_from_data"}).knobs["hf_token"] == "hf_from_data"
+    monkeypatch.delenv("RIGKIT_HF_TOKEN")
+    assert settings(CPU_LAB).knobs["hf_token"] is None
+
+
 def test_a_retired_knob_is_refused_with_the_reason_it_went():
     error = refused({**CPU_LAB, "shm_size_gb": 64})
     assert error.field == "shm_size_gb" and "ipc: host" in error.problem and "remove shm_size_gb" in error.fix

@@ -39,3 +39,10 @@ def test_report_passes_only_when_every_check_does():
     report = SmokeReport([SmokeCheck("a", True), SmokeCheck("b", False, "boom")])
     assert not report.passed
     assert report.summary() == "smoke FAIL: b: boom"
+
+
+def test_a_secret_that_did_not_reach_the_container_is_named_never_shown():
+    checks = check_container("HF_TOKEN=hf_planted_wrong\n", INSPECT, {"HF_TOKEN": "hf_planted_declared"}, [])
+    (env,) = [check for check in checks if check.name == "env"]
+    assert not env.ok and "HF_TOKEN" in env.detail
+    assert "hf_planted" not in env.detail

@@ -16,6 +16,7 @@ A case holds:
   (File, Sha1File, FileContents, FileText) derive; ``modes``: octal modes as ints (600) of listed
   files and directories (default 644 / 755);
   ``dirs``: directories that exist besides the standard ones and those holding a listed file;
+  ``diff``: true runs as ``--diff`` does (pyinfra prints file diffs);
   a fact a case does not give takes the fact's own default (what pyinfra returns for "absent");
   ``facts_executing``: fact values (same keys) that replace ``facts`` once operations run, as a host
   looks after an earlier operation changed it (an engine the docker role installed);
@@ -26,7 +27,8 @@ A case holds:
   {"upload": path, "from": repository path} for a repository file uploaded as is; a Python step
   such as the reboot's wait-and-reconnect is "<python: name>"), ``notes`` (substrings of noop
   lines), ``python_args`` (by function name: substrings of that Python step's string arguments,
-  e.g. the findings a "Preflight refused" step raises when it runs), ``error`` (substring of
+  e.g. the findings a "Preflight refused" step raises when it runs), ``hidden`` (strings no printed line
+  may contain: a secret), ``error`` (substring of
   the refusal), and/or ``prepare_round_trips`` (how many fact reads, a FactBatch counting once, the
   deploy makes before any operation runs: the SSH round trips a no-op re-deploy spends preparing).
 
@@ -206,7 +208,7 @@ def resolve_if(condition) -> bool:
 def run_case(case_dir: str, case: dict) -> dict:
     """Run the role (or operation) of ``case_dir`` against the case; return commands, notes, error."""
     inventory = Inventory((["rig"], {}), override_data=None)
-    state = State(inventory, Config(), check_for_changes=False)  # as `pyinfra -y`: operations run only once
+    state = State(inventory, Config(DIFF=case.get("diff", False)), check_for_changes=False)  # as `pyinfra -y`: operations run only once
     state.print_noop_info = True  # noop lines are notes a case can expect (pyinfra logs them at debug otherwise)
     host = inventory.get_host("rig")
     host.data.__dict__["override_datas"].update(case.get("data", {}))
@@ -288,6 +290,8 @@ def test_case(case_path: Path) -> None:
         assert result["commands"] == case["commands"], f"facts asked: {result['asked']}"
     for note in case.get("notes", []):
         assert any(note in line for line in result["notes"]), f"{note!r} not in notes {result['notes']}"
+    for secret in case.get("hidden", []):
+        assert not any(secret in line for line in result["notes"]), f"{secret!r} printed: {result['notes']}"
     if "prepare_round_trips" in case:
         assert result["round_trips"]["prepare"] == case["prepare_round_trips"], f"facts asked: {result['asked']}"
     for function, parts in case.get("python_args", {}).items():

@@ -1,7 +1,12 @@
-"""Errors that name the field, the value and the fix."""
+"""Errors that name the field, the value and the fix.
+
+They are pyinfra errors: pyinfra prints one as a single clean line (no traceback) when it stops a run.
+"""
+
+from pyinfra.api.exceptions import PyinfraError
 
 
-class RigkitError(Exception):
+class RigkitError(PyinfraError):
     """A refusal a user can act on: what is wrong (field, value) and how to fix it."""
 
     def __init__(self, field: str, value, problem: str, fix: str):

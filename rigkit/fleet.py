@@ -34,6 +34,8 @@ OK, FAILED, UNREACHABLE, ABORTED, NOT_RUN = "ok", "failed", "unreachable", "abor
 ANSI_RE = re.compile(r"\x1b\[[0-9;]*m")
 HOST_LINE_RE = re.compile(r"^\s*\[(?P<host>[^\]\s]+)\]\s*(?P<text>.*)$")
 RAISED_RE = re.compile(r"^(?:[\w.]+\.)?(?P<type>\w*(?:Error|Exception)): (?P<msg>.+)$")
+# pyinfra's own line for an error that stopped the run (a rigkit refusal while preparing is one)
+RUN_ERROR_RE = re.compile(r"^--> pyinfra error(?: in .*? line \d+)?: (?P<msg>.+)$")
 OPERATION_RE = re.compile(r"^--> Starting operation: (?P<name>.*?)\s*$")
 CALLBACK_ERROR_RE = re.compile(r"Unexpected error in Python callback: (?P<type>\w+)\((?P<quote>['\"])(?P<msg>.*)(?P=quote),?\)$")
 # Lines pyinfra prints per host that are bookkeeping, not the reason for a failure.
@@ -101,8 +103,9 @@ def summarize(output: str, hosts: Iterable[str] = ()) -> dict[str, RigOutcome]:
             continue
         if line.startswith("--> Results:"):
             finished = True
-        if line.startswith("--> pyinfra error:"):
-            run_error = line.split(":", 1)[1].strip()
+        stopped = RUN_ERROR_RE.match(line)
+        if stopped:
+            run_error = stopped.group("msg").strip()
         exception = RAISED_RE.match(line)
         if exception:  # the run's own end when nothing follows (bad input while preparing); else a host's
             last_exception = f"{exception.group('type')}: {exception.group('msg')}"

@@ -201,6 +201,15 @@ def test_bad_input_that_stops_the_whole_run_is_the_reason_for_every_rig():
         assert outcome.status == ABORTED and outcome.reason.startswith("ConfigError: serving_image='r:latest'")
 
 
+def test_a_refusal_while_preparing_reads_as_one_clean_line_and_is_every_rig_s_reason():
+    output = (FIXTURES / "bad-input-refused.txt").read_text()  # real: pyinfra -y @local deploy.py, a tag image
+    assert "Traceback" not in output
+    (line,) = [line for line in output.splitlines() if "serving_image=" in line]
+    assert line.startswith("--> pyinfra error") and "Fix: pin it as 127.0.0.1:5000/x@sha256:" in line
+    outcome = summarize(output, ["@local"])["@local"]
+    assert outcome.status == ABORTED and outcome.reason.startswith("serving_image='127.0.0.1:5000/x:tag'")
+
+
 def test_a_traceback_for_one_rig_does_not_abort_the_others():
     output = "\n".join([
         "    [rig1] Connected", "    [rig2] Connected",

@@ -1,5 +1,5 @@
-"""after_release (roles/serving.py): what a verified release leaves on the rig, and what an automatic
-rollback brings back.
+"""after_release (roles/serving.py, deciding with rigkit.release): what a verified release leaves on the rig,
+and what an automatic rollback brings back.
 
 The rig here is a recording fake (files by path, commands in order) and smoke is faked: both need a
 serving stack. The same path runs against real rigs in tests/lab (test_fleet_lab: automatic
@@ -15,7 +15,7 @@ import pytest
 
 import roles.serving as serving
 from rigkit.facts.server import ExactFileText
-from rigkit.stack import RELEASE_HASH_FILE
+from rigkit.stack import RELEASE_HASH_FILE, rendering_for
 from rigkit.errors import PreflightError
 from rigkit.hostdata import settings_for_host
 from rigkit.ledger import LEDGER_PATH, SMOKE_PASS, Ledger, Release, rendering_dir
@@ -28,7 +28,7 @@ DATA = {"serving_profile": "cpu-lab", "serving_image": IMAGE_1, "gpus": 0, "serv
 
 
 def rendering(image: str, served_name: str):
-    return serving.rendering_for(settings_for_host({**DATA, "serving_image": image, "served_model_name": served_name}))
+    return rendering_for(settings_for_host({**DATA, "serving_image": image, "served_model_name": served_name}))
 
 
 class FakeRig:
@@ -124,7 +124,7 @@ def test_a_failed_release_is_rolled_back_to_the_stored_rendering_not_todays(rig)
 
 def test_without_a_stored_rendering_the_rollback_re_renders_and_says_so(rig):
     verified, failing = rendering(IMAGE_1, "tiny-a"), rendering(IMAGE_2, "tiny-b")
-    todays = serving.rendering_for(settings_for_host(DATA))  # IMAGE_1 with today's data (served name default)
+    todays = rendering_for(settings_for_host(DATA))  # IMAGE_1 with today's data (served name default)
     fake = rig({LEDGER_PATH: verified_ledger(verified)}, {"tiny-b": False, todays.knob("served_model_name"): True})
     with pytest.raises(PreflightError, match="rolled back"):
         call(failing)

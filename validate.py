@@ -32,9 +32,10 @@ from rigkit.errors import ConfigError
 from rigkit.hostdata import rig_settings, settings_for_host
 from rigkit.knobs import SECRET_KNOBS
 from rigkit.paths import REPO_ROOT, RIG_STACK_DIR
-from rigkit.stack import restart_commands
+from rigkit.release_steps import apply_rendering
 from rigkit.sizing import GB
 from rigkit.soak import check_fits, limits_from, memory_probe, plan_from, run_soak
+from rigkit.stack import rendering_for, restart_commands
 from rigkit.tunnel import serving_url
 from rigkit.profiles import ab_pair, load_profiles
 from rigkit.validation import ValidationSettings, read_l2, replay_data, run_decode_ab, to_card, validate_tiers
@@ -57,15 +58,13 @@ def _restart_stack(compose: str) -> None:
 def _decode_ab(data: dict, stack, compose: str, url: str, settings: ValidationSettings):
     """Decode A/B on this rig: the profile and its derived baseline (only the connector differs),
     interleaved; the rig ends as it was deployed (same files, so the release hash still holds)."""
-    from roles.serving import apply_rendered, rendered_for
-
     with_connector, baseline = ab_pair(load_profiles(), stack.profile.name)
     profiles = {**load_profiles(), baseline.name: baseline}
     arms = {ARM_ON: with_connector.name, ARM_OFF: baseline.name}
 
     def activate(arm_name: str) -> ServingClient:
         arm = settings_for_host({**data, "serving_profile": arms[arm_name]}, profiles=profiles)
-        apply_rendered(rendered_for(arm))
+        apply_rendering(host, rendering_for(arm))
         _restart_stack(compose)
         client = ServingClient(url, model=arm.knobs["served_model_name"])
         client.wait_ready()
@@ -74,7 +73,7 @@ def _decode_ab(data: dict, stack, compose: str, url: str, settings: ValidationSe
     try:
         return run_decode_ab(activate, arms, settings)
     finally:
-        apply_rendered(rendered_for(stack))
+        apply_rendering(host, rendering_for(stack))
         _restart_stack(compose)
         ServingClient(url).wait_ready()
 

@@ -1,6 +1,7 @@
 """The serving stack on a rig: where its files live and the commands that release it.
 
-Pure: paths and command text only; rigkit.operations.stack runs them, roles/serving.py sequences them.
+Pure: paths and command text only; rigkit.operations.stack and rigkit.release_steps run them, roles/serving.py
+sequences them.
 """
 
 from __future__ import annotations
@@ -9,9 +10,11 @@ import shlex
 from pathlib import Path
 from typing import Optional
 
-from rigkit.ledger import Rendering
-from rigkit.paths import RIG_LIB_DIR, RIG_STATE_DIR, RIG_STACK_DIR
-from rigkit.render import COMPOSE_PROJECT, STACK_LABEL, STACK_NAME
+from rigkit.hostdata import Settings
+from rigkit.ledger import LEDGER_PATH, Rendering, rendering_dir
+from rigkit.paths import RIG_LIB_DIR, RIG_RELEASES_DIR, RIG_STATE_DIR, RIG_STACK_DIR
+from rigkit.render import (COMPOSE_FILE_NAME, COMPOSE_PROJECT, ENV_FILE_MODE, ENV_FILE_NAME, STACK_LABEL, STACK_NAME,
+                           render_compose, render_env)
 
 FILES_DIR = Path(__file__).resolve().parent / "files"  # uploaded to the rig as they are
 RELEASE_HASH_FILE = f"{RIG_STATE_DIR}/release.sha256"
@@ -66,3 +69,43 @@ def l2_on_disk_command(l2_path: str, disk_mount: str) -> str:
 def record_hash_command(digest: Optional[str]) -> str:
     """The verified rendering's hash, or none (the next run then redoes the release)."""
     return f"echo {digest} > {RELEASE_HASH_FILE}" if digest else f"rm -f {RELEASE_HASH_FILE}"
+
+
+def rendering_for(settings: Settings) -> Rendering:
+    """The compose.yml and .env the settings render to: what a release brings up."""
+    return Rendering(render_compose(settings), render_env(settings))
+
+
+def stack_files() -> tuple[str, str]:
+    """Where the running stack's compose.yml and .env live on the rig."""
+    return f"{RIG_STACK_DIR}/{COMPOSE_FILE_NAME}", f"{RIG_STACK_DIR}/{ENV_FILE_NAME}"
+
+
+def stored_files(rendering_hash: str) -> tuple[str, str]:
+    """Where a verified release's stored compose.yml and .env live on the rig."""
+    directory = rendering_dir(rendering_hash)
+    return f"{directory}/{COMPOSE_FILE_NAME}", f"{directory}/{ENV_FILE_NAME}"
+
+
+def env_private_command(env_path: str) -> str:
+    """A .env may hold a token: owner-only."""
+    return f"chmod {ENV_FILE_MODE:o} {env_path}"
+
+
+def read_ledger_command() -> str:
+    """The ledger's text; nothing on a rig without one yet."""
+    return f"cat {LEDGER_PATH} 2>/dev/null || true"
+
+
+STATE_DIR_COMMAND = f"mkdir -p {RIG_STATE_DIR}"
+
+
+def stored_dir_command(rendering_hash: str) -> str:
+    """The stored rendering's directory, owner-only like its parent (the .env inside may hold a token)."""
+    return f"install -d -m 700 {RIG_RELEASES_DIR} {rendering_dir(rendering_hash)}"
+
+
+def prune_commands(images: list[str], renderings: list[str]) -> list[str]:
+    """Remove images and stored renderings; an image still in use by a container stays (the error is ignored)."""
+    return ([f"docker image rm {shlex.quote(image)} 2>/dev/null || true" for image in images]
+            + [f"rm -rf {rendering_dir(rendering_hash)}" for rendering_hash in renderings])

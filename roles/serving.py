@@ -26,7 +26,6 @@ Ensures, in order:
 from __future__ import annotations
 
 import logging
-import shlex
 from io import StringIO
 from typing import Optional
 
@@ -35,21 +34,22 @@ from pyinfra.api import deploy
 from pyinfra.operations import files, python, systemd
 from pyinfra.operations.util import any_changed
 
-from rigkit.errors import PreflightError
-from rigkit.facts.docker import ComposeCommand, ManifestProbe
-from rigkit.facts.server import ExactFileText
+from rigkit import release_steps
+from rigkit.facts.docker import ManifestProbe
 from rigkit.files.l2_janitor import L2_JANITOR_INTERVAL_S, L2_JANITOR_MIN_FREE_BYTES, L2_JANITOR_UNIT
 from rigkit.hostdata import RigSettings, Settings, settings_for_host
-from rigkit.ledger import LEDGER_PATH, SMOKE_FAIL, SMOKE_PASS, Ledger, Release, Rendering, rendering_dir
+from rigkit.ledger import Release, Rendering
 from rigkit.operations import REFUSAL_FIX, refuse
 from rigkit.operations.files import secret_file
 from rigkit.operations.stack import engine_checked, image_pulled, stack_release
-from rigkit.paths import RIG_LIB_DIR, RIG_RELEASES_DIR, RIG_STACK_DIR, RIG_STATE_DIR
+from rigkit.paths import RIG_LIB_DIR, RIG_STACK_DIR, RIG_STATE_DIR
 from rigkit.preflight import HostFacts, preflight, refusals
-from rigkit.render import COMPOSE_FILE_NAME, CONTAINER_NAME, ENV_FILE_NAME, render_compose, render_env
+from rigkit.release import (Outcome, Refuse, judge_release, judge_rollback, never_ready, roll_back_or_refuse,
+                            rollback_target)
+from rigkit.render import COMPOSE_FILE_NAME, CONTAINER_NAME, ENV_FILE_NAME
 from rigkit.sizing import GB
 from rigkit.smoke import SmokeReport, check_container, check_http
-from rigkit.stack import FILES_DIR, WAIT_READY_SCRIPT, WAIT_READY_SOURCE, ready_url, record_hash_command, release_commands
+from rigkit.stack import FILES_DIR, WAIT_READY_SCRIPT, WAIT_READY_SOURCE, ready_url, rendering_for
 from rigkit.survey import RigState
 from rigkit.tunnel import serving_url
 from roles import Run
@@ -114,133 +114,38 @@ def smoke(rendering: Rendering, data: dict) -> SmokeReport:
     return report
 
 
-def read_ledger() -> Ledger:
-    status, output = host.run_shell_command(f"cat {LEDGER_PATH} 2>/dev/null || true")
-    return Ledger.from_json(output.stdout)
-
-
-def write_ledger(ledger: Ledger) -> None:
-    host.run_shell_command(f"mkdir -p {RIG_STATE_DIR}")
-    if not host.put_file(StringIO(ledger.to_json()), LEDGER_PATH):
-        raise RuntimeError(f"could not write {LEDGER_PATH}")
-
-
-def stored_rendering(rendering_hash: Optional[str]) -> tuple[Optional[Rendering], str]:
-    """The verified rendering stored on the rig under that hash, or (None, why it cannot be used)."""
-    if not rendering_hash:
-        return None, "stored rendering missing"
-    directory = rendering_dir(rendering_hash)
-    compose_text = host.get_fact(ExactFileText, path=f"{directory}/{COMPOSE_FILE_NAME}")
-    env_text = host.get_fact(ExactFileText, path=f"{directory}/{ENV_FILE_NAME}")
-    if compose_text is None or env_text is None:
-        return None, "stored rendering missing"
-    rendering = Rendering(compose_text, env_text)
-    if rendering.hash != rendering_hash:
-        return None, f"stored rendering damaged (its files hash to {rendering.hash[:12]})"
-    return rendering, ""
-
-
-REPLACEMENT_NOTE = "re-rendered with today's data: {why}"
-
-
-def restored_rendering(release: Release, todays: Optional[Rendering]) -> tuple[Optional[Rendering], str]:
-    """What a rollback to ``release`` brings up, and the ledger note saying which rendering that is.
-
-    ``todays`` is the release's image rendered from today's data (None when today's data cannot
-    render it): used only when the stored rendering is missing, and said so in a warning and the note."""
-    rendering, why = stored_rendering(release.rendering)
-    if rendering is not None and rendering.image != release.image:
-        rendering, why = None, f"the stored rendering {rendering.hash[:12]} is of {rendering.image}"
-    if rendering is not None:
-        return rendering, f"restored the verified rendering {rendering.hash[:12]}"
-    logger.warning(f"[{host.name}] rollback to {release.image}: {why}; re-rendering it with today's data, "
-                   "which may differ from what was verified")
-    return todays, REPLACEMENT_NOTE.format(why=why)
-
-
-def store_rendering(rendering: Rendering) -> None:
-    """Keep a verified release's compose.yml and .env on the rig (dir 0700, .env 0600) for rollbacks."""
-    directory = rendering_dir(rendering.hash)
-    _run_checked([f"install -d -m 700 {RIG_RELEASES_DIR} {directory}"])
-    for name, text in ((COMPOSE_FILE_NAME, rendering.compose), (ENV_FILE_NAME, rendering.env)):
-        if not host.put_file(StringIO(text), f"{directory}/{name}"):
-            raise RuntimeError(f"could not write {directory}/{name}")
-    _run_checked([f"chmod 600 {directory}/{ENV_FILE_NAME}"])
-
-
-NOTE_TAIL_CHARS = 600  # of the wait's output kept in the ledger when a release never became ready
-
-
-def _joined(*notes: str) -> str:
-    return "; ".join(note for note in notes if note)
-
-
 def after_release(rendering: Rendering, data: dict, compose: Optional[str], kind: str, run_smoke: bool,
                   auto_rollback: bool, keep_images: int, ready_timeout_s: int, note: str = "",
                   release_op=None) -> None:
-    """Smoke, ledger, stored rendering, automatic rollback and pruning, right after a release was brought up.
+    """Smoke, ledger, stored rendering, automatic rollback and pruning, right after a release was brought up:
+    rigkit.release decides each step, rigkit.release_steps carries it out on the rig.
 
     ``rendering`` is what the release brought up; ``note`` goes into its ledger entry. ``release_op``
     is the stack_release operation: when it failed (a container died, the wait timed out, `up -d`
     failed) the release is recorded as failed and rolled back like a failed smoke. ``compose`` None: the
     rig's compose command is read when a rollback needs it (an earlier role of the run may have installed it).
     """
-    ledger = read_ledger()
-    ledger.record(Release(image=rendering.image, profile=rendering.profile, knobs_hash=rendering.knobs_hash,
-                          kind=kind, note=note, rendering=rendering.hash))
-    verdict = None
+    ledger = release_steps.read_ledger(host)
+    verify = (lambda brought_up: smoke(brought_up, data)) if run_smoke else None
     if release_op is not None and release_op.did_error():
-        tail = "\n".join((release_op.stdout_lines + release_op.stderr_lines)[-12:])[-NOTE_TAIL_CHARS:]
-        verdict = SMOKE_FAIL
-        ledger.record_smoke(verdict, _joined(note, f"release never became ready: {tail}"))
-    elif run_smoke:
-        report = smoke(rendering, data)
-        verdict = SMOKE_PASS if report.passed else SMOKE_FAIL
-        ledger.record_smoke(verdict, _joined(note, report.summary()))
-        logger.warning(f"[{host.name}] {report.summary()}")
-    if verdict != SMOKE_FAIL:
-        store_rendering(rendering)  # before the ledger names it: a verified entry's rendering is on the rig
-    write_ledger(ledger)
-    if verdict != SMOKE_FAIL:
-        _run_checked([record_hash_command(rendering.hash)])
-        prune(ledger, keep_images)
+        outcome = never_ready(release_op.stdout_lines + release_op.stderr_lines)
+    else:
+        outcome = Outcome(ready=True, smoke=verify(rendering) if verify else None)
+        if outcome.smoke is not None:
+            logger.warning(f"[{host.name}] {outcome.smoke.summary()}")
+    plan = judge_release(ledger, rendering, kind, note, outcome, keep_images)
+    release_steps.carry_out(host, plan.steps)
+    if plan.failed is None:
         return
-    failed = ledger.current
-    good = ledger.last_known_good(other_than=failed)
-    restored, restore_note = (None, "")
-    if auto_rollback and good:
-        restored, restore_note = restored_rendering(good, _todays_rendering(data, good.image))
-    if restored is None:
-        why = ("serving_auto_rollback is off" if not auto_rollback else
-               "no known-good release other than this one in the ledger" if not good else
-               f"{good.image} has no stored rendering and cannot be rendered from the current data")
-        raise PreflightError("release", failed.image, f"{kind} failed, not rolled back ({why}): {failed.note}",
-                             "fix the release, or roll back with rollback.py --data rollback_to=REPO@sha256:...")
-    logger.warning(f"[{host.name}] rolling back to last known-good {good.image}")
-    apply_rendered(restored.as_dict())
-    rollback = Release(image=restored.image, profile=restored.profile, knobs_hash=restored.knobs_hash,
-                       kind="rollback", rendering=restored.hash,
-                       note=_joined(f"automatic: {kind} of {failed.image} failed", restore_note))
-    ledger.record(rollback)
-    try:
-        compose = compose or host.get_fact(ComposeCommand)
-        _run_checked(release_commands(compose, restored.image, False, ready_url(restored), ready_timeout_s))
-        report = smoke(restored, data) if run_smoke else None
-    except RuntimeError as exc:
-        ledger.record_smoke(SMOKE_FAIL, f"{rollback.note}; the rollback failed too: {exc}"[:2000])
-        write_ledger(ledger)
-        raise PreflightError("release", failed.image, f"{kind} failed and the rollback to {good.image} failed too: "
-                             f"{exc}; the failure: {failed.note}",
-                             "inspect the rig (docker logs rigkit-serving) and deploy a release that starts")
-    if report is not None:
-        ledger.record_smoke(SMOKE_PASS if report.passed else SMOKE_FAIL, _joined(rollback.note, report.summary()))
-    if report is None or report.passed:
-        store_rendering(restored)
-    write_ledger(ledger)
-    _run_checked([record_hash_command(restored.hash)])
-    raise PreflightError("release", failed.image, f"{kind} failed and the rig was rolled back to {good.image} "
-                         f"(serving again); the failure: {failed.note}",
-                         "fix the release and deploy it again; the rig serves the last known-good release")
+    target = rollback_target(plan, auto_rollback)
+    restored = (release_steps.restored_rendering(host, target, _todays_rendering(data, target.image))
+                if target is not None else None)
+    decision = roll_back_or_refuse(plan.failed, kind, auto_rollback, target, restored)
+    if isinstance(decision, Refuse):
+        raise release_steps.failure(decision)
+    logger.warning(f"[{host.name}] rolling back to last known-good {decision.target.image}")
+    outcome = release_steps.bring_up(host, decision.rendering, compose, ready_timeout_s, verify)
+    release_steps.carry_out(host, judge_rollback(plan.ledger, plan.failed, kind, decision, outcome).steps)
 
 
 def _todays_rendering(data: dict, image: str) -> Optional[Rendering]:
@@ -250,34 +155,6 @@ def _todays_rendering(data: dict, image: str) -> Optional[Rendering]:
     except Exception as exc:  # an old image the current data cannot render is no rollback target
         logger.warning(f"[{host.name}] cannot render {image} from today's data: {exc}")
         return None
-
-
-def apply_rendered(rendered: dict) -> None:
-    host.put_file(StringIO(rendered["compose"]), f"{RIG_STACK_DIR}/{COMPOSE_FILE_NAME}")
-    host.put_file(StringIO(rendered["env"]), f"{RIG_STACK_DIR}/{ENV_FILE_NAME}")
-    host.run_shell_command(f"chmod 600 {RIG_STACK_DIR}/{ENV_FILE_NAME}")
-
-
-def _run_checked(commands: list[str]) -> None:
-    for command in commands:
-        status, output = host.run_shell_command(command)
-        if not status:
-            raise RuntimeError(f"`{command}` failed: {output.stdout[-2000:]} {output.stderr[-2000:]}")
-
-
-def prune(ledger: Ledger, keep: int) -> None:
-    for image in ledger.images_to_prune(keep):
-        host.run_shell_command(f"docker image rm {shlex.quote(image)} 2>/dev/null || true")
-    for rendering_hash in ledger.renderings_to_prune(keep):
-        host.run_shell_command(f"rm -rf {rendering_dir(rendering_hash)}")
-
-
-def rendering_for(settings: Settings) -> Rendering:
-    return Rendering(render_compose(settings), render_env(settings))
-
-
-def rendered_for(settings: Settings) -> dict:
-    return rendering_for(settings).as_dict()
 
 
 @deploy("serving")
@@ -305,9 +182,10 @@ def serving(rig: RigSettings, run: Run, kind: str = "deploy", restore_rendering:
         engine_checked(name="Engine, compose and image checks (the engine is installed by now)", settings=settings)
     rendering, note = rendering_for(settings), ""
     if kind == "rollback":
-        rendering, note = restored_rendering(Release(image=settings.image, profile=settings.profile.name,
-                                                     knobs_hash=settings.knobs_hash, rendering=restore_rendering),
-                                             rendering)
+        target = Release(image=settings.image, profile=settings.profile.name, knobs_hash=settings.knobs_hash,
+                         rendering=restore_rendering)
+        restored = release_steps.restored_rendering(host, target, rendering)
+        rendering, note = restored.rendering, restored.note
     files.directory(name="rigkit directories", path=RIG_STACK_DIR, mode="700")
     files.directory(name="rigkit state directory", path=RIG_STATE_DIR)
     files.directory(name="rigkit helper directory", path=RIG_LIB_DIR)

@@ -131,15 +131,39 @@ def test_never_deletes_through_links_nor_lost_found(tmp_path):
     (outside / "precious.bin").write_bytes(b"x" * 1000)
     (store / "link-to-dir").symlink_to(outside)
     os.utime(store / "link-to-dir", (OLD, OLD), follow_symlinks=False)
-    (store / "lost+found").mkdir()
-    (store / "lost+found" / "orphan").write_bytes(b"y" * 1000)
+    # as old as the entry that goes: the grace period does not save it, only the lost+found guard does
+    make_entry(store, "lost+found", 1000, used_at=OLD)
     make_entry(store, "entry", 1000, used_at=OLD)
 
     round_ = janitor.evict_once(str(store), budget=0, min_free=0)
 
     assert sorted(name for name, _ in round_.evicted) == ["entry", "link-to-dir"]
     assert (outside / "precious.bin").read_bytes() == b"x" * 1000
-    assert (store / "lost+found" / "orphan").exists()
+    assert (store / "lost+found" / "layer0.bin").exists()
+    assert (round_.store_bytes, round_.entries) == (0, 0)  # not counted against the budget either
+
+
+def test_never_deletes_a_filesystem_mounted_inside_the_store(small_fs):
+    # a store entry that is a mount point (another disk mounted into l2_path): not the store's to delete,
+    # however old its files; the round still evicts the store's own entries
+    store = small_fs / "kv"
+    store.mkdir()
+    make_entry(store, "entry", ENTRY_BYTES, used_at=OLD)
+    nested = store / "other-disk"
+    nested.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(nested)], check=True)
+    try:
+        (nested / "precious.bin").write_bytes(b"z" * KIB)
+        os.utime(nested / "precious.bin", (OLD, OLD))
+        os.utime(nested, (OLD, OLD))
+
+        round_ = janitor.evict_once(str(store), budget=0, min_free=0)
+
+        assert [name for name, _ in round_.evicted] == ["entry"]
+        assert os.path.ismount(nested) and (nested / "precious.bin").read_bytes() == b"z" * KIB
+        assert round_.state == janitor.STATE_OK and round_.entries == 0
+    finally:
+        subprocess.run(["umount", str(nested)], check=True)
 
 
 def test_entries_half_deleted_by_a_stopped_janitor_are_finished(tmp_path):

@@ -1,5 +1,5 @@
-"""after_release (roles/serving.py): what a verified release leaves on the rig, and what an automatic
-rollback brings back.
+"""after_release (roles/serving.py, deciding with rigkit.release): what a verified release leaves on the rig,
+and what an automatic rollback brings back.
 
 The rig here is a recording fake (files by path, commands in order) and smoke is faked: both need a
 serving stack. The same path runs against real rigs in tests/lab (test_fleet_lab: automatic
@@ -15,7 +15,7 @@ import pytest
 
 import roles.serving as serving
 from rigkit.facts.server import ExactFileText
-from rigkit.stack import RELEASE_HASH_FILE
+from rigkit.stack import RELEASE_HASH_FILE, rendering_for
 from rigkit.errors import PreflightError
 from rigkit.hostdata import settings_for_host
 from rigkit.ledger import LEDGER_PATH, SMOKE_PASS, Ledger, Release, rendering_dir
@@ -28,7 +28,7 @@ DATA = {"serving_profile": "cpu-lab", "serving_image": IMAGE_1, "gpus": 0, "serv
 
 
 def rendering(image: str, served_name: str):
-    return serving.rendering_for(settings_for_host({**DATA, "serving_image": image, "served_model_name": served_name}))
+    return rendering_for(settings_for_host({**DATA, "serving_image": image, "served_model_name": served_name}))
 
 
 class FakeRig:
@@ -124,7 +124,7 @@ def test_a_failed_release_is_rolled_back_to_the_stored_rendering_not_todays(rig)
 
 def test_without_a_stored_rendering_the_rollback_re_renders_and_says_so(rig):
     verified, failing = rendering(IMAGE_1, "tiny-a"), rendering(IMAGE_2, "tiny-b")
-    todays = serving.rendering_for(settings_for_host(DATA))  # IMAGE_1 with today's data (served name default)
+    todays = rendering_for(settings_for_host(DATA))  # IMAGE_1 with today's data (served name default)
     fake = rig({LEDGER_PATH: verified_ledger(verified)}, {"tiny-b": False, todays.knob("served_model_name"): True})
     with pytest.raises(PreflightError, match="rolled back"):
         call(failing)
@@ -133,3 +133,38 @@ def test_without_a_stored_rendering_the_rollback_re_renders_and_says_so(rig):
     assert "re-rendered with today's data: stored rendering missing" in rolled_back.note
     assert rolled_back.rendering == todays.hash
     assert fake.files[f"{rendering_dir(todays.hash)}/.env"] == todays.env  # verified now: stored for next time
+
+
+class FailedRelease:
+    """The stack_release operation of a release whose wait failed: what after_release reads of it."""
+
+    stdout_lines = ["waiting for http://127.0.0.1:8101/v1/models"] * 20
+    stderr_lines = ["rigkit-serving exited (1): FileNotFoundError: config.json"]
+
+    def did_error(self) -> bool:
+        return True
+
+
+def test_a_release_that_never_becomes_ready_is_failed_and_rolled_back(rig, monkeypatch):
+    verified, broken = rendering(IMAGE_1, "tiny-a"), rendering(IMAGE_2, "tiny-b")
+    smoked = []
+    fake = rig({LEDGER_PATH: verified_ledger(verified), **stored(verified)}, {"tiny-a": True})
+    monkeypatch.setattr(serving, "smoke", lambda r, data: smoked.append(r.knob("served_model_name")) or SmokeReport(
+        [SmokeCheck("fake", True, "faked")]))
+    with pytest.raises(PreflightError, match=f"(?s)rolled back to {re.escape(IMAGE_1)} .*config.json"):
+        serving.after_release(rendering=broken, data=DATA, compose="docker-compose", kind="deploy", run_smoke=True,
+                              auto_rollback=True, keep_images=1, ready_timeout_s=5, release_op=FailedRelease())
+    assert smoked == ["tiny-a"]  # the release that never answered is not smoke-checked; the rollback is
+    failed, rolled_back = fake.ledger().releases[-2:]
+    assert (failed.image, failed.smoke, failed.rendering) == (IMAGE_2, "fail", broken.hash)
+    assert failed.note.startswith("release never became ready: ") and failed.note.endswith("config.json")
+    assert (rolled_back.kind, rolled_back.image, rolled_back.smoke) == ("rollback", IMAGE_1, SMOKE_PASS)
+    assert rolled_back.note.startswith(f"automatic: deploy of {IMAGE_2} failed; restored the verified rendering")
+    # the rollback: the stored files in place, down, up, wait (no pull); the ledger; the hash file last
+    assert fake.files[f"{RIG_STACK_DIR}/.env"] == verified.env
+    released = [c for c in fake.commands if c.startswith(f"cd {RIG_STACK_DIR}") or c.startswith("python3 ")]
+    assert [c.split(" -p rigkit ")[-1] for c in released[:2]] == ["down --remove-orphans", "up -d"]
+    assert "wait_ready.py" in released[2] and not any(c.startswith("docker pull") for c in fake.commands)
+    assert fake.commands.index(f"<upload {RIG_STACK_DIR}/compose.yml>") < fake.commands.index(released[0])
+    assert fake.commands[-2:] == [f"<upload {LEDGER_PATH}>", f"echo {verified.hash} > {RELEASE_HASH_FILE}"]
+    assert not any(broken.hash in c for c in fake.commands)  # the failed rendering is neither stored nor recorded

@@ -7,8 +7,8 @@ import pytest
 
 from rigkit.errors import PreflightError
 from rigkit.hostdata import settings_for_host
-from rigkit.preflight import (HostFacts, L2_FREE_WARN_GB, engine_preflight, preflight, raise_if_refused,
-                              refusals)
+from rigkit.preflight import (ENGINE_SHM_MIN_MB, HostFacts, L2_FREE_WARN_GB, bare_host_preflight, engine_preflight,
+                              preflight, raise_if_refused, refusals)
 from rigkit.sizing import GB
 
 H200 = Path(__file__).parent / "fixtures" / "nvidia-smi" / "h200-x2-ubuntu2404"
@@ -169,3 +169,59 @@ def test_rig_shm_below_l1_warns():
     (shm,) = by_check(run(LMCACHE, host_shm_bytes=32 * 2**30), "host-shm")
     assert shm.level == "warn" and "L1 60 GB" in shm.message
 
+
+
+# --- every gate at exact equality: the boundary value passes, the next step below does not ----------------
+# (the rule each gate states is "at least": MemAvailable >= L1 + reserve, free fraction >= the minimum, ...;
+# GB figures are compared as the message prints them, to 0.1 GB, so "the next step below" is 0.1 GB less)
+
+def gpu_csv(free_mib: int, total_mib: int = 100_000) -> str:
+    """nvidia-smi's GPU_MEMORY_QUERY answer for two GPUs with the same memory."""
+    return f"0, {free_mib}, {total_mib}\n1, {free_mib}, {total_mib}\n"
+
+
+def cpu_lab_reserve_gb() -> float:
+    return settings_for_host(CPU_LAB, variables=[]).knobs["ram_reserve_gb"]
+
+
+MIB = 2**20
+GATES = [
+    # id, data, facts exactly at the boundary, facts one step below it, check, level below
+    ("ram: MemAvailable == L1 + reserve", LMCACHE, dict(meminfo=meminfo_gb(60 + 28)),
+     dict(meminfo=meminfo_gb(60 + 28 - 0.1)), "ram", "refuse"),
+    ("ram: MemAvailable == reserve, no L1", CPU_LAB,
+     dict(meminfo=meminfo_gb(cpu_lab_reserve_gb(), 24), gpu_memory_csv=None),
+     dict(meminfo=meminfo_gb(cpu_lab_reserve_gb() - 0.1, 24), gpu_memory_csv=None), "ram", "refuse"),
+    ("ram: MemTotal == the profile's min_ram_gb", LMCACHE, dict(meminfo=meminfo_gb(100, 64)),
+     dict(meminfo=meminfo_gb(100, 63.9)), "ram", "refuse"),
+    ("gpu: free fraction == gpu_free_fraction_min", {**LMCACHE, "gpu_free_fraction_min": 0.8},
+     dict(gpu_memory_csv=gpu_csv(80_000)), dict(gpu_memory_csv=gpu_csv(79_999)), "gpu", "refuse"),
+    ("gpu: free fraction == the real H200's", {**LMCACHE, "gpu_free_fraction_min": 143156 / 143771},
+     dict(gpu_memory_csv=IDLE), dict(gpu_memory_csv=gpu_csv(143155, 143771)), "gpu", "refuse"),
+    ("host-shm: /dev/shm == the engine's minimum", CPU_LAB,
+     dict(meminfo=meminfo_gb(20, 24), gpu_memory_csv=None, host_shm_bytes=ENGINE_SHM_MIN_MB * MIB),
+     dict(meminfo=meminfo_gb(20, 24), gpu_memory_csv=None, host_shm_bytes=(ENGINE_SHM_MIN_MB - 1) * MIB),
+     "host-shm", "refuse"),
+    ("host-shm: /dev/shm == L1", LMCACHE, dict(host_shm_bytes=60 * 1024 * MIB),
+     dict(host_shm_bytes=(60 * 1024 - 1) * MIB), "host-shm", "warn"),
+    ("l2: free == l2_budget_gb", {**LMCACHE, "l2_enabled": True, "l2_budget_gb": 60},
+     dict(l2_free_bytes=60 * GB), dict(l2_free_bytes=int(59.9 * GB)), "l2", "refuse"),
+    ("l2: free == the warning floor", {**LMCACHE, "l2_enabled": True, "l2_budget_gb": 40},
+     dict(l2_free_bytes=L2_FREE_WARN_GB * GB), dict(l2_free_bytes=int((L2_FREE_WARN_GB - 0.1) * GB)), "l2", "warn"),
+]
+
+
+@pytest.mark.parametrize("data,at,below,check,level_below", [gate[1:] for gate in GATES],
+                         ids=[gate[0] for gate in GATES])
+def test_a_gate_passes_at_exact_equality_and_not_below(data, at, below, check, level_below):
+    assert {f.level for f in by_check(run(data, **at), check)} == {"ok"}
+    assert level_below in {f.level for f in by_check(run(data, **below), check)}
+
+
+@pytest.mark.parametrize("pci,declared,passes", [(1, 1, True), (0, 1, False), (1, 0, False)],
+                         ids=["pci == needed, gpus == needed", "pci below", "gpus below"])
+def test_bare_host_gpu_count_gates_at_exact_equality(pci, declared, passes):
+    # lmcache-mp needs 1 GPU; before the driver, the PCI bus and the declared gpus must each show that many
+    bare = facts(gpu_memory_csv=None)
+    findings = bare_host_preflight(settings_for_host(LMCACHE, variables=[]), bare, pci, declared)
+    assert (by_check(findings, "gpu")[0].level == "ok") is passes

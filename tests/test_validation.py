@@ -1,11 +1,21 @@
-"""rigkit.validation: replaying a recorded run's prompts, capacity from measured store growth."""
+"""rigkit.validation: replaying a recorded run's prompts, capacity from measured store growth, and
+validate_tiers driven by recorded /metrics: a real ServingClient against the fake OpenAI-compatible server of
+tests/fake_openai.py, whose /metrics answers, request by request, with the texts a real vLLM CPU server printed
+at each step of the tier procedure (tests/fixtures/metrics/steps.json), so each tier is judged as on a real rig.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
 
 import pytest
 
 from card_samples import make_card
+from fake_openai import FakeOpenAI
 from rigkit.card.store import write_card
-from rigkit.validation import ValidationSettings, capacity_from, replay_data
-
+from rigkit.client import ServingClient
+from rigkit.tiers import Tier
+from rigkit.validation import ValidationSettings, capacity_from, replay_data, validate_tiers
 
 def test_replay_repeats_the_recorded_prompts(tmp_path):
     card = make_card(seed=4242)
@@ -26,3 +36,82 @@ def test_capacity_from_measured_growth_and_sessions_per_tier():
     assert 4 < l1.sessions["50000"] < 5 and 150 < l2.sessions["50000"] < 165
     empty = capacity_from(0, 36_721, "L2 dir growth", {}, [50_000])
     assert empty.kb_per_token is None and "no growth" in empty.source
+
+
+# --- validate_tiers on recorded /metrics ------------------------------------------------------------
+
+METRICS = Path(__file__).parent / "fixtures" / "metrics"
+
+
+class RecordedRun:
+    """Moves the fake server's /metrics along the recorded steps as the procedure's requests arrive:
+    the session prompt once (cold), again at once (warm-gpu), other prompts (the fillers), the session
+    prompt again (warm-connector), a down/up, the session prompt again (warm-persistent). One session, as
+    recorded; the calibration prompt (before the session's first request) leaves the counters as they are."""
+
+    def __init__(self, server: FakeOpenAI):
+        self.server = server
+        self.session_prompt = None
+        self.step = "00-idle"
+        server.on_completion = self.completion
+        self.show("00-idle")
+
+    def show(self, step: str) -> None:
+        self.step = step
+        self.server.metrics_text = (METRICS / f"{step}.txt").read_text()
+
+    def completion(self, body: dict) -> None:
+        prompt = body["prompt"]
+        if self.session_prompt is None:
+            if body["max_tokens"] == 1:  # calibration
+                return
+            self.session_prompt = prompt
+        session = prompt == self.session_prompt
+        after = {("00-idle", True): "01-after-cold", ("01-after-cold", True): "02-after-warm-gpu",
+                 ("02-after-warm-gpu", False): "03-after-fillers", ("03-after-fillers", False): "03-after-fillers",
+                 ("03-after-fillers", True): "04-after-warm-connector",
+                 ("05-restarted-idle", True): "06-after-warm-persistent"}
+        self.show(after[(self.step, session)])
+
+    def restart(self) -> None:
+        """compose down/up: the engine's counters start again (the recorded idle text after the restart)."""
+        self.show("05-restarted-idle")
+
+
+@pytest.fixture
+def recorded():
+    with FakeOpenAI() as server:
+        yield RecordedRun(server)
+
+
+def run(recorded: RecordedRun):
+    client = ServingClient(recorded.server.url, model="tiny")
+    settings = ValidationSettings.from_data({"validate_sessions": 1, "validate_seed": 1234})
+    return validate_tiers(client, recorded.restart, settings, connector_configured=True)
+
+
+def test_recorded_counters_label_each_tier_and_the_one_after_a_restart_warm_persistent(recorded):
+    validation = run(recorded)
+    assert [(t.expected, [label.tier for label in t.labels]) for t in validation.tiers] == [
+        (Tier.COLD, [Tier.COLD]), (Tier.WARM_GPU, [Tier.WARM_GPU]),
+        (Tier.WARM_CONNECTOR, [Tier.WARM_CONNECTOR]), (Tier.WARM_PERSISTENT, [Tier.WARM_PERSISTENT])]
+    assert all(t.result().passed for t in validation.tiers) and validation.failures == []
+    assert recorded.step == "06-after-warm-persistent"  # every recorded step was walked
+    assert validation.fillers_sent > 0
+    persistent = validation.tier(Tier.WARM_PERSISTENT).labels[0]
+    assert persistent.gpu_hits == 0 and persistent.external_hits > 0, persistent.proof
+
+
+def test_a_tier_with_an_aborted_run_fails_even_when_its_counters_prove_the_tier(recorded):
+    def abort_after_the_restart(body: dict) -> None:
+        RecordedRun.completion(recorded, body)
+        if recorded.step == "06-after-warm-persistent":  # the engine served the prefix, then the stream broke
+            recorded.server.drop_stream_after = 1
+
+    recorded.server.on_completion = abort_after_the_restart
+    validation = run(recorded)
+    persistent = validation.tier(Tier.WARM_PERSISTENT)
+    assert [label.tier for label in persistent.labels] == [Tier.WARM_PERSISTENT] and persistent.labels[0].passed
+    result = persistent.result()
+    assert not result.passed and result.aborted == ["decode"]
+    assert [t.result().passed for t in validation.tiers[:3]] == [True, True, True]

@@ -1,0 +1,109 @@
+"""A fake OpenAI-compatible serving API on 127.0.0.1 (http.server in a thread), for what the smoke and the
+tier validation ask of vLLM: /health, /v1/models, chat and streaming completions, /metrics.
+
+Each answer comes from an attribute a test sets (the served names, the stream's chunk count, the /metrics
+text); ``on_completion`` sees each completion's JSON body before it is answered (to move the /metrics a
+recorded run would show next); ``drop_stream_after`` cuts a stream after that many chunks, as a dying
+engine does. /tokenize answers 404 (the client then estimates prompt sizes, as it does without one).
+"""
+
+from __future__ import annotations
+
+import http.server
+import json
+import threading
+from typing import Callable, Optional
+
+FAKE_MAX_MODEL_LEN = 8192
+
+
+class FakeOpenAI:
+    def __init__(self):
+        self.served_names = ["tiny"]
+        self.chat_text = "Hello there."
+        self.stream_chunks = 16
+        self.drop_stream_after: Optional[int] = None
+        self.metrics_text = ""
+        self.on_completion: Callable[[dict], None] = lambda body: None
+        self.completions: list[dict] = []
+        self._server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
+        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self._server.server_address[1]}"
+
+    def __enter__(self) -> "FakeOpenAI":
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+
+    def _handler(self):
+        fake = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *args) -> None:  # quiet: pytest shows failures, not access lines
+                pass
+
+            def _send(self, status: int, body: bytes, content_type: str = "application/json") -> None:
+                self.send_response(status)
+                self.send_header("Content-Type", content_type)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def do_GET(self) -> None:
+                if self.path == "/health":
+                    self._send(200, b"")
+                elif self.path == "/v1/models":
+                    cards = [{"id": name, "object": "model", "max_model_len": FAKE_MAX_MODEL_LEN}
+                             for name in fake.served_names]
+                    self._send(200, json.dumps({"object": "list", "data": cards}).encode())
+                elif self.path == "/metrics":
+                    self._send(200, fake.metrics_text.encode(), "text/plain; version=0.0.4")
+                else:
+                    self._send(404, b"{}")
+
+            def do_POST(self) -> None:
+                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])) or b"{}")
+                if self.path == "/v1/chat/completions":
+                    message = {"role": "assistant", "content": fake.chat_text}
+                    self._send(200, json.dumps({"choices": [{"index": 0, "message": message}]}).encode())
+                elif self.path == "/v1/completions":
+                    fake.completions.append(body)
+                    fake.on_completion(body)
+                    self._stream(body)
+                else:
+                    self._send(404, b"{}")
+
+            def _stream(self, body: dict) -> None:
+                self.send_response(200)
+                self.send_header("Content-Type", "text/event-stream")
+                self.send_header("Transfer-Encoding", "chunked")
+                self.end_headers()
+                chunks = min(fake.stream_chunks, body.get("max_tokens") or fake.stream_chunks)
+                for index in range(chunks):
+                    if fake.drop_stream_after is not None and index >= fake.drop_stream_after:
+                        self.wfile.flush()
+                        self.close_connection = True
+                        return  # no terminating chunk: the client sees the stream end mid-way
+                    self._event({"choices": [{"index": 0, "text": f" w{index}"}]})
+                if (body.get("stream_options") or {}).get("include_usage"):  # as vLLM: only when asked
+                    usage = {"prompt_tokens": len(body.get("prompt", "")) // 4, "completion_tokens": chunks}
+                    self._event({"choices": [], "usage": usage})
+                self._chunk(b"data: [DONE]\n\n")
+                self._chunk(b"")
+
+            def _event(self, event: dict) -> None:
+                self._chunk(f"data: {json.dumps(event)}\n\n".encode())
+
+            def _chunk(self, data: bytes) -> None:
+                self.wfile.write(f"{len(data):x}\r\n".encode() + data + b"\r\n")
+                self.wfile.flush()
+
+        return Handler

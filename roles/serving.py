@@ -37,7 +37,7 @@ from pyinfra.operations.util import any_changed
 from rigkit import release_steps
 from rigkit.facts.docker import ManifestProbe
 from rigkit.files.l2_janitor import L2_JANITOR_INTERVAL_S, L2_JANITOR_MIN_FREE_BYTES, L2_JANITOR_UNIT
-from rigkit.hostdata import RigSettings, Settings, settings_for_host
+from rigkit.hostdata import RigSettings, Settings
 from rigkit.ledger import Release, Rendering
 from rigkit.operations import REFUSAL_FIX, refuse
 from rigkit.operations.files import secret_file
@@ -46,7 +46,7 @@ from rigkit.paths import RIG_LIB_DIR, RIG_STACK_DIR, RIG_STATE_DIR
 from rigkit.preflight import HostFacts, preflight, refusals
 from rigkit.release import (Outcome, Refuse, judge_release, judge_rollback, never_ready, roll_back_or_refuse,
                             rollback_target)
-from rigkit.render import COMPOSE_FILE_NAME, CONTAINER_NAME, ENV_FILE_NAME
+from rigkit.render import COMPOSE_FILE_NAME, CONTAINER_NAME, ENV_FILE_MODE, ENV_FILE_NAME
 from rigkit.sizing import GB
 from rigkit.smoke import SmokeReport, check_container, check_http
 from rigkit.stack import FILES_DIR, WAIT_READY_SCRIPT, WAIT_READY_SOURCE, ready_url, rendering_for
@@ -59,10 +59,6 @@ logger = logging.getLogger("rigkit.serving")
 
 L2_JANITOR_SOURCE = FILES_DIR / "l2_janitor.py"
 L2_JANITOR_SCRIPT = f"{RIG_LIB_DIR}/l2_janitor.py"
-
-
-def host_data() -> dict:
-    return host.data.dict()
 
 
 def janitor_unit(settings: Settings) -> str:
@@ -114,7 +110,7 @@ def smoke(rendering: Rendering, data: dict) -> SmokeReport:
     return report
 
 
-def after_release(rendering: Rendering, data: dict, compose: Optional[str], kind: str, run_smoke: bool,
+def after_release(rendering: Rendering, rig: RigSettings, compose: Optional[str], kind: str, run_smoke: bool,
                   auto_rollback: bool, keep_images: int, ready_timeout_s: int, note: str = "",
                   release_op=None) -> None:
     """Smoke, ledger, stored rendering, automatic rollback and pruning, right after a release was brought up:
@@ -126,7 +122,7 @@ def after_release(rendering: Rendering, data: dict, compose: Optional[str], kind
     rig's compose command is read when a rollback needs it (an earlier role of the run may have installed it).
     """
     ledger = release_steps.read_ledger(host)
-    verify = (lambda brought_up: smoke(brought_up, data)) if run_smoke else None
+    verify = (lambda brought_up: smoke(brought_up, dict(rig.data))) if run_smoke else None
     if release_op is not None and release_op.did_error():
         outcome = never_ready(release_op.stdout_lines + release_op.stderr_lines)
     else:
@@ -138,7 +134,7 @@ def after_release(rendering: Rendering, data: dict, compose: Optional[str], kind
     if plan.failed is None:
         return
     target = rollback_target(plan, auto_rollback)
-    restored = (release_steps.restored_rendering(host, target, _todays_rendering(data, target.image))
+    restored = (release_steps.restored_rendering(host, target, _todays_rendering(rig, target.image))
                 if target is not None else None)
     decision = roll_back_or_refuse(plan.failed, kind, auto_rollback, target, restored)
     if isinstance(decision, Refuse):
@@ -148,10 +144,10 @@ def after_release(rendering: Rendering, data: dict, compose: Optional[str], kind
     release_steps.carry_out(host, judge_rollback(plan.ledger, plan.failed, kind, decision, outcome).steps)
 
 
-def _todays_rendering(data: dict, image: str) -> Optional[Rendering]:
+def _todays_rendering(rig: RigSettings, image: str) -> Optional[Rendering]:
     """``image`` rendered from today's host data (None when that data cannot render it any more)."""
     try:
-        return rendering_for(settings_for_host({**data, "serving_image": image}))
+        return rendering_for(rig.for_image(image).stack)
     except Exception as exc:  # an old image the current data cannot render is no rollback target
         logger.warning(f"[{host.name}] cannot render {image} from today's data: {exc}")
         return None
@@ -161,7 +157,6 @@ def _todays_rendering(data: dict, image: str) -> Optional[Rendering]:
 def serving(rig: RigSettings, run: Run, kind: str = "deploy", restore_rendering: Optional[str] = None) -> None:
     """Deploy the rig's release; with kind="rollback" and restore_rendering (a release hash from the
     ledger), bring back that stored rendering of the settings' image instead of rendering it anew."""
-    data = host_data()
     settings, role = rig.stack, rig.serving
     facts = preflight_facts(settings, run.rig_state(rig))
     # A fresh rig: the docker role installs the engine in this same run, after the survey was read.
@@ -198,7 +193,7 @@ def serving(rig: RigSettings, run: Run, kind: str = "deploy", restore_rendering:
     files.put(name="Render compose.yml", src=StringIO(rendering.compose),
               dest=f"{RIG_STACK_DIR}/{COMPOSE_FILE_NAME}", mode="644", **PARENT_ENSURED)
     secret_file(name="Render .env (0600: may hold a token)", text=rendering.env,
-                dest=f"{RIG_STACK_DIR}/{ENV_FILE_NAME}", mode="600")
+                dest=f"{RIG_STACK_DIR}/{ENV_FILE_NAME}", mode=f"{ENV_FILE_MODE:o}")
     image_pulled(name="Pull the image (the old stack keeps serving)", image=settings.image)
     disk_mount = rig.l2_disk["l2_mount_point"] if rig.l2_disk["l2_device"] else None
     # A failed release must reach after_release (which rolls it back), so its error is not fatal here.
@@ -210,6 +205,6 @@ def serving(rig: RigSettings, run: Run, kind: str = "deploy", restore_rendering:
                             else None)
     python.call(name="Smoke, ledger, prune", function=after_release,
                 _if=lambda: release.did_change() or release.did_error(),
-                rendering=rendering, data=data, compose=None, kind=kind, run_smoke=role["serving_smoke"],
+                rendering=rendering, rig=rig, compose=None, kind=kind, run_smoke=role["serving_smoke"],
                 auto_rollback=role["serving_auto_rollback"], keep_images=settings.knobs["keep_images"],
                 ready_timeout_s=settings.knobs["ready_timeout_s"], note=note, release_op=release)

@@ -17,7 +17,7 @@ import roles.serving as serving
 from rigkit.facts.server import ExactFileText
 from rigkit.stack import RELEASE_HASH_FILE, rendering_for
 from rigkit.errors import PreflightError
-from rigkit.hostdata import settings_for_host
+from rigkit.hostdata import rig_settings, settings_for_host
 from rigkit.ledger import LEDGER_PATH, SMOKE_PASS, Ledger, Release, rendering_dir
 from rigkit.paths import RIG_STACK_DIR
 from rigkit.smoke import SmokeCheck, SmokeReport
@@ -83,7 +83,7 @@ def stored(r) -> dict[str, str]:
 
 
 def call(r, kind="deploy", note=""):
-    serving.after_release(rendering=r, data=DATA, compose="docker-compose", kind=kind, run_smoke=True,
+    serving.after_release(rendering=r, rig=rig_settings(DATA), compose="docker-compose", kind=kind, run_smoke=True,
                           auto_rollback=True, keep_images=1, ready_timeout_s=5, note=note)
 
 
@@ -152,7 +152,7 @@ def test_a_release_that_never_becomes_ready_is_failed_and_rolled_back(rig, monke
     monkeypatch.setattr(serving, "smoke", lambda r, data: smoked.append(r.knob("served_model_name")) or SmokeReport(
         [SmokeCheck("fake", True, "faked")]))
     with pytest.raises(PreflightError, match=f"(?s)rolled back to {re.escape(IMAGE_1)} .*config.json"):
-        serving.after_release(rendering=broken, data=DATA, compose="docker-compose", kind="deploy", run_smoke=True,
+        serving.after_release(rendering=broken, rig=rig_settings(DATA), compose="docker-compose", kind="deploy", run_smoke=True,
                               auto_rollback=True, keep_images=1, ready_timeout_s=5, release_op=FailedRelease())
     assert smoked == ["tiny-a"]  # the release that never answered is not smoke-checked; the rollback is
     failed, rolled_back = fake.ledger().releases[-2:]

@@ -1,6 +1,6 @@
 """Render a serving stack: compose.yml and .env from validated Settings.
 
-Decisions live here; the templates only lay out values that this module has already quoted.
+compose.yml is built as data and dumped with yaml.safe_dump; .env is laid out by templates/env.j2.
 Every env var of the profile's knobs is declared in ``environment:`` as ``NAME=${NAME:-}`` and
 written to .env, so a knob set in host data always reaches the container.
 """
@@ -11,6 +11,7 @@ import json
 import shlex
 from typing import Any, Optional
 
+import yaml
 from jinja2 import Environment, FileSystemLoader, StrictUndefined
 
 from rigkit.errors import ConfigError, PreflightError
@@ -33,11 +34,6 @@ ENV_FILE_MODE = 0o600
 
 _templates = Environment(loader=FileSystemLoader(str(TEMPLATES_DIR)), undefined=StrictUndefined,
                          trim_blocks=True, lstrip_blocks=True, keep_trailing_newline=True, autoescape=False)
-
-
-def yaml_scalar(value: Any) -> str:
-    """A YAML double-quoted scalar (JSON strings are valid YAML): no value can break the layout."""
-    return json.dumps(str(value))
 
 
 def compose_escape(text: str) -> str:
@@ -119,40 +115,57 @@ def labels(settings: Settings) -> dict[str, str]:
             KNOBS_HASH_LABEL: settings.knobs_hash}
 
 
-def environment_lines(settings: Settings) -> list[str]:
-    declared = [f"{name}=${{{name}:-}}" for name in env_values(settings)]
-    fixed = [f"{name}={compose_escape(value)}" for name, value in settings.profile.fixed_env.items()]
-    return declared + fixed
-
-
-def compose_context(settings: Settings) -> dict[str, Any]:
-    """Plain, pre-quoted values for templates/compose.yml.j2."""
+def compose_document(settings: Settings) -> dict[str, Any]:
+    """compose.yml as data. Every string is escaped for compose's interpolation except the declared
+    ``NAME=${NAME:-}`` lines, which are what carries .env into the container."""
     knobs = settings.knobs
-    gpu = None
-    if settings.profile.needs_gpus:
-        gpu = {"device_ids": [yaml_scalar(index) for index in settings.gpu_ids]}
-    # Long bind syntax: a missing source is an error, never created on the fly, so a stack whose L2
-    # disk did not mount refuses to start instead of filling the root filesystem.
-    volumes = ([{"source": yaml_scalar(knobs["l2_path"]), "target": yaml_scalar(L2_CONTAINER_PATH)}]
-               if settings.l2_active else [])
-    return {
-        "profile": settings.profile.name,
-        "service": SERVICE_NAME,
-        "container_name": yaml_scalar(CONTAINER_NAME),
-        "image": yaml_scalar(settings.image),
-        "restart": yaml_scalar(knobs["restart_policy"]),
-        "mem_limit": yaml_scalar(f"{knobs['mem_limit_gb']}g"),
-        "labels": [(yaml_scalar(key), yaml_scalar(value)) for key, value in labels(settings).items()],
-        "entrypoint": [yaml_scalar("/bin/bash"), yaml_scalar("-c")],
-        "command": [yaml_scalar(compose_escape(entrypoint_script(settings)))],
-        "environment": [yaml_scalar(line) for line in environment_lines(settings)],
-        "volumes": volumes,
-        "gpu": gpu,
+    service: dict[str, Any] = {
+        "image": settings.image,
+        "container_name": CONTAINER_NAME,
+        "network_mode": "host",
+        "ipc": "host",
+        "init": True,
+        "restart": knobs["restart_policy"],
+        "mem_limit": f"{knobs['mem_limit_gb']}g",
+        "memswap_limit": f"{knobs['mem_limit_gb']}g",
+        "labels": labels(settings),
+        "entrypoint": ["/bin/bash", "-c"],
+        "command": [entrypoint_script(settings)],
+        "environment": [f"{name}={value}" for name, value in settings.profile.fixed_env.items()],
     }
+    service = _escaped(service)
+    service["environment"] = [f"{name}=${{{name}:-}}" for name in env_values(settings)] + service["environment"]
+    if settings.l2_active:
+        # Long bind syntax: a missing source is an error, never created on the fly, so a stack whose L2
+        # disk did not mount refuses to start instead of filling the root filesystem.
+        service["volumes"] = [_escaped({"type": "bind", "source": knobs["l2_path"], "target": L2_CONTAINER_PATH})]
+    if settings.profile.needs_gpus:
+        device: dict[str, Any] = {"driver": "nvidia"}
+        device.update({"device_ids": [str(index) for index in settings.gpu_ids]} if settings.gpu_ids
+                      else {"count": "all"})
+        device["capabilities"] = ["gpu"]
+        service["deploy"] = {"resources": {"reservations": {"devices": [device]}}}
+    return {"services": {SERVICE_NAME: service}}
+
+
+def _escaped(value: Any) -> Any:
+    if isinstance(value, str):
+        return compose_escape(value)
+    if isinstance(value, dict):
+        return {key: _escaped(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_escaped(item) for item in value]
+    return value
+
+
+COMPOSE_HEADER = ("# Rendered by rigkit (rigkit/render.py) for profile {profile}: change profiles.yaml or the knobs, "
+                  "not this file.\n")
 
 
 def render_compose(settings: Settings) -> str:
-    return _templates.get_template("compose.yml.j2").render(**compose_context(settings))
+    """compose.yml: the document dumped by PyYAML (no quoting layer of rigkit's own), under a header."""
+    text = yaml.safe_dump(compose_document(settings), sort_keys=False, allow_unicode=True, width=float("inf"))
+    return COMPOSE_HEADER.format(profile=settings.profile.name) + text
 
 
 def compose_argv(compose_command: Optional[str]) -> list[str]:

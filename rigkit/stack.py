@@ -47,10 +47,16 @@ def restart_commands(compose: str) -> list[str]:
     return [f"{in_stack(compose)} down --remove-orphans", f"{in_stack(compose)} up -d"]
 
 
+def validate_command(compose: str) -> str:
+    """The rig's own compose reads the new files; an invalid one fails here, before the old stack stops."""
+    return f"{in_stack(compose)} config -q"
+
+
 def release_commands(compose: str, image: str, pull: bool, url: str, timeout_s: int) -> list[str]:
-    """Pull first (the old stack keeps serving meanwhile), then down, up -d, wait until the API answers."""
+    """Pull first (the old stack keeps serving meanwhile), have the rig's compose validate the files, then
+    down, up -d, wait until the API answers."""
     commands = [f"docker pull {shlex.quote(image)}"] if pull else []
-    return commands + restart_commands(compose) + [
+    return commands + [validate_command(compose)] + restart_commands(compose) + [
         f"python3 {WAIT_READY_SCRIPT} {shlex.quote(url)} {timeout_s} {shlex.quote(f'label={STACK_LABEL}={STACK_NAME}')}",
     ]
 

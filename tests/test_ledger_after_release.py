@@ -163,8 +163,8 @@ def test_a_release_that_never_becomes_ready_is_failed_and_rolled_back(rig, monke
     # the rollback: the stored files in place, down, up, wait (no pull); the ledger; the hash file last
     assert fake.files[f"{RIG_STACK_DIR}/.env"] == verified.env
     released = [c for c in fake.commands if c.startswith(f"cd {RIG_STACK_DIR}") or c.startswith("python3 ")]
-    assert [c.split(" -p rigkit ")[-1] for c in released[:2]] == ["down --remove-orphans", "up -d"]
-    assert "wait_ready.py" in released[2] and not any(c.startswith("docker pull") for c in fake.commands)
+    assert [c.split(" -p rigkit ")[-1] for c in released[:3]] == ["config -q", "down --remove-orphans", "up -d"]
+    assert "wait_ready.py" in released[3] and not any(c.startswith("docker pull") for c in fake.commands)
     assert fake.commands.index(f"<upload {RIG_STACK_DIR}/compose.yml>") < fake.commands.index(released[0])
     assert fake.commands[-2:] == [f"<upload {LEDGER_PATH}>", f"echo {verified.hash} > {RELEASE_HASH_FILE}"]
     assert not any(broken.hash in c for c in fake.commands)  # the failed rendering is neither stored nor recorded

@@ -21,8 +21,9 @@ def test_l2_guard_passes_on_the_disk(tmp_path):
     assert run(l2_on_disk_command(str(tmp_path / "lmcache"), mount)).returncode == 0
 
 
-def test_release_pulls_before_it_stops_anything_and_never_restarts():
+def test_release_pulls_and_validates_the_files_before_it_stops_anything_and_never_restarts():
     commands = release_commands("docker-compose", "r@sha256:" + "a" * 64, True, "http://127.0.0.1:1/v1/models", 5)
     assert commands[0].startswith("docker pull ")
-    assert [c.split("&& ")[-1].split(" -p rigkit ")[-1] for c in commands[1:3]] == ["down --remove-orphans", "up -d"]
+    assert [c.split("&& ")[-1].split(" -p rigkit ")[-1] for c in commands[1:4]] == [
+        "config -q", "down --remove-orphans", "up -d"]
     assert not any("restart" in c for c in commands)

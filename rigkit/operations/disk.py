@@ -7,10 +7,10 @@ from typing import Callable, Optional
 
 from pyinfra import host
 from pyinfra.api import operation
+from pyinfra.facts.files import FileContents
 from pyinfra.operations import files
 
 from rigkit.facts.disk import BlockDeviceProbe, MountedFilesystem
-from rigkit.facts.server import FileText
 from rigkit.operations import fail
 
 
@@ -65,7 +65,8 @@ def fstab_entry(mount_point: str, entry: str):
     + mount_point: the second fstab field the entry owns
     + entry: the whole line (``UUID=... /mnt/x ext4 noatime,nofail 0 2``)
     """
-    current = host.get_fact(FileText, path="/etc/fstab") or ""
+    # an empty or absent fstab both read as no lines: the entry is the whole file either way
+    current = "\n".join(host.get_fact(FileContents, path="/etc/fstab") or [])
     wanted = fstab_with_entry(current, mount_point, entry)
     if wanted.rstrip("\n") != current.rstrip("\n"):
         yield from files.put._inner(src=StringIO(wanted), dest="/etc/fstab", mode="644")

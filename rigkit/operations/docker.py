@@ -8,18 +8,18 @@ from typing import Optional
 
 from pyinfra import host
 from pyinfra.api import operation
+from pyinfra.facts.files import FileContents
 from pyinfra.operations import files
 
 from rigkit.errors import PreflightError
 from rigkit.facts.docker import DockerEngine, DockerLocalImages, DockerRunCheck
-from rigkit.facts.server import FileText
 from rigkit.operations import fail, say
 
 
 def read_json_file(path: str) -> dict:
     """The JSON object in a file on the host ({} when absent or empty); PreflightError if broken."""
-    text = host.get_fact(FileText, path=path)
-    if not text or not text.strip():
+    text = "\n".join(host.get_fact(FileContents, path=path) or [])
+    if not text.strip():
         return {}
     try:
         value = json.loads(text)
@@ -56,8 +56,8 @@ def json_file_merged(path: str, options: dict):
     """
     current = read_json_file(path)
     merged = merge_options(current, options)
-    exists = host.get_fact(FileText, path=path) is not None
-    if merged == current and (exists or not options):
+    # an absent file reads as {}: it is written exactly when there are options to put in it
+    if merged == current:
         return
     yield from files.put._inner(src=StringIO(render_json(merged)), dest=path, mode="644")
 

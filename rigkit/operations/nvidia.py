@@ -7,9 +7,10 @@ from typing import Optional
 from pyinfra import host
 from pyinfra.api import operation
 from pyinfra.facts.deb import DebPackages
+from pyinfra.facts.server import KernelModules
 from pyinfra.operations import server
 
-from rigkit.facts.nvidia import LoadedKernelModules, NvidiaModuleVersion, NvidiaSmiGpus, parse_query_gpus
+from rigkit.facts.nvidia import NvidiaModuleVersion, NvidiaSmiGpus, parse_query_gpus
 from rigkit.operations import fail, say
 from rigkit.operations.apt import upstream_version
 from rigkit.facts.docker import DockerRunCheck
@@ -42,7 +43,7 @@ def kernel_module_unloaded(module: str):
 
     + module: module name (e.g. nouveau)
     """
-    if module in host.get_fact(LoadedKernelModules):
+    if module in host.get_fact(KernelModules):
         yield f"modprobe -r {module} || echo '{module} is in use: it stays loaded until a reboot'"
 
 
@@ -82,7 +83,7 @@ def nvidia_module_current(version_package: str, pinned_version: Optional[str], b
     if target is None and pinned_version:
         target = upstream_version(pinned_version)
     loaded = host.get_fact(NvidiaModuleVersion)
-    nouveau_loaded = "nouveau" in host.get_fact(LoadedKernelModules)
+    nouveau_loaded = "nouveau" in host.get_fact(KernelModules)
     action = module_action(loaded, target, branch, nouveau_loaded)
     if action == "load":
         yield "modprobe nvidia"

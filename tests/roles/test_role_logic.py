@@ -9,7 +9,6 @@ import pytest
 from rigkit.facts.disk import BlockDeviceProbe, MountedFilesystem
 from rigkit.facts.docker import DockerEngine, DockerRunCheck
 from rigkit.facts.nvidia import NvidiaModuleVersion, NvidiaSmiGpus
-from rigkit.facts.server import EXISTS_MARKER, FileText
 from rigkit.operations.apt import upstream_version
 from rigkit.operations.disk import fstab_with_entry, kernel_options
 from rigkit.operations.docker import merge_options
@@ -99,8 +98,6 @@ def test_mount_and_file_and_docker_facts_parse_their_output():
     assert MountedFilesystem().process(["/dev/loop1 ext4   rw,noatime"]) == {
         "source": "/dev/loop1", "fstype": "ext4", "options": ["rw", "noatime"]}
     assert MountedFilesystem().process([]) is None
-    assert FileText().process([EXISTS_MARKER]) == ""
-    assert FileText().process([]) is None
     assert DockerEngine().process(["28.3.3", "exit=0"]) == {"server_version": "28.3.3", "error": None}
     assert DockerEngine().process(["Cannot connect", "exit=1"])["error"] == "Cannot connect"
     assert DockerRunCheck().process(["oops", "exit=125"]) == {"ok": False, "output": "oops"}

@@ -2,7 +2,9 @@
 
 One JSON file per case, one folder per role (``tests/roles/<role>/``, which runs the role's
 deploy) or per operation (``tests/roles/<subject>.<name>/``, which runs
-``rigkit.operations.<subject>.<name>`` with the case's ``kwargs``); ``tests/roles/pipeline/`` runs the
+``rigkit.operations.<subject>.<name>`` with the case's ``kwargs``: a function argument is given as
+{"returns": value}, a function that returns value whatever it is passed; an operation's ``settings``
+is the stack's Settings built from the case's ``data``); ``tests/roles/pipeline/`` runs the
 case's ``roles`` in order on one host, as deploy.py does. Adding a case is adding a file.
 
 A case holds:
@@ -26,9 +28,10 @@ A case holds:
 - expected: ``commands`` (strings; an upload is {"upload": path, "content": text}, or
   {"upload": path, "from": repository path} for a repository file uploaded as is; a Python step
   such as the reboot's wait-and-reconnect is "<python: name>"), ``notes`` (substrings of noop
-  lines), ``python_args`` (by function name: substrings of that Python step's string arguments,
-  e.g. the findings a "Preflight refused" step raises when it runs), ``hidden`` (strings no printed line
-  may contain: a secret), ``error`` (substring of
+  and notice lines), ``noops`` (every ``host.noop`` description, exactly and in order), ``python_args``
+  (by function name: substrings of that Python step's string arguments, e.g. the findings a
+  "Preflight refused" step raises when it runs), ``hidden`` (strings no printed line may contain: a
+  secret), ``error`` (substring of
   the refusal), and/or ``prepare_round_trips`` (how many fact reads, a FactBatch counting once, the
   deploy makes before any operation runs: the SSH round trips a no-op re-deploy spends preparing).
 
@@ -40,8 +43,10 @@ from __future__ import annotations
 
 import hashlib
 import importlib
+import inspect
 import json
 import logging
+import pkgutil
 from datetime import datetime
 from inspect import getcallargs
 from pathlib import Path
@@ -58,6 +63,7 @@ from pyinfra.api.state import StateStage
 from pyinfra.connectors.util import CommandOutput
 from pyinfra.context import ctx_host, ctx_state
 
+import rigkit.operations
 from rigkit.errors import RigkitError
 from rigkit.hostdata import RigSettings, rig_settings
 from roles import Run, deploy_rig
@@ -161,15 +167,24 @@ def _file_text(value) -> str:
 STANDARD_DIRS = {"/etc", "/etc/apt", "/etc/apt/sources.list.d", "/etc/modprobe.d", "/tmp"}
 
 
+# How pyinfra's host.noop prefixes a description ("[rig] noop: package nouveau is not loaded").
+NOOP_MARKER = "noop: "
+
+
 class NoteCatcher(logging.Handler):
     """Collects the info lines the roles print for the user (skips, notices)."""
 
     def __init__(self):
         super().__init__(logging.INFO)
         self.lines: list[str] = []
+        self.noops: list[str] = []
 
     def emit(self, record: logging.LogRecord) -> None:
-        self.lines.append(record.getMessage())
+        line = record.getMessage()
+        self.lines.append(line)
+        _, marker, description = line.partition(NOOP_MARKER)
+        if marker:
+            self.noops.append(description)
 
     def __enter__(self):
         logger.addHandler(self)
@@ -218,7 +233,8 @@ def run_case(case_dir: str, case: dict) -> dict:
     host.connected = True
     notes = NoteCatcher()
 
-    result: dict[str, Any] = {"commands": [], "notes": notes.lines, "error": None, "asked": facts.asked,
+    result: dict[str, Any] = {"commands": [], "notes": notes.lines, "noops": notes.noops, "error": None,
+                              "asked": facts.asked,
                               "asked_executing": facts.asked_executing, "round_trips": facts.round_trips,
                               "python_args": {}}
     with notes:
@@ -235,12 +251,26 @@ def _settings(case_dir: str, case: dict, kwargs: dict) -> RigSettings:
     return settings.for_image(image) if image else settings
 
 
+def _returning(value):
+    return lambda *args, **kwargs: value
+
+
+def _operation_kwargs(op, case: dict) -> dict:
+    """An operation case's ``kwargs`` as Python values: {"returns": value} is a function returning value;
+    ``settings``, when the operation takes it, is built from the case's ``data``."""
+    kwargs = {key: _returning(value["returns"]) if isinstance(value, dict) and set(value) == {"returns"} else value
+              for key, value in case.get("kwargs", {}).items()}
+    if "settings" in inspect.signature(op._inner).parameters:
+        kwargs["settings"] = rig_settings(case.get("data", {})).stack
+    return kwargs
+
+
 def _run(case_dir: str, case: dict, state: State, host, result: dict) -> None:
     try:
         if "." in case_dir:  # <subject>.<operation>, as pyinfra's tests/operations/apt.packages/
             subject, name = case_dir.split(".", 1)
-            operations = importlib.import_module(f"rigkit.operations.{subject}")
-            add_op(state, getattr(operations, name), host=host, **case.get("kwargs", {}))
+            op = getattr(importlib.import_module(f"rigkit.operations.{subject}"), name)
+            add_op(state, op, host=host, **_operation_kwargs(op, case))
         elif case_dir == "pipeline":
             add_deploy(state, deploy_rig, _settings(case_dir, case, {}), case["roles"], host=host)
         else:
@@ -288,6 +318,8 @@ def test_case(case_path: Path) -> None:
         assert result["error"] is None, result["error"]
     if "commands" in case:
         assert result["commands"] == case["commands"], f"facts asked: {result['asked']}"
+    if "noops" in case:
+        assert result["noops"] == case["noops"]
     for note in case.get("notes", []):
         assert any(note in line for line in result["notes"]), f"{note!r} not in notes {result['notes']}"
     for secret in case.get("hidden", []):
@@ -308,3 +340,22 @@ def test_every_role_folder_has_cases() -> None:
     roles = {"preflight", "nvidia_driver", "docker", "nvidia_container_toolkit", "l2_disk", "serving"}
     folders = {path.parent.name for path in CASE_FILES}
     assert roles <= folders, f"no cases for {sorted(roles - folders)}"
+
+
+def rigkit_operations() -> set[str]:
+    """Every ``@operation`` defined in rigkit.operations, as "<subject>.<name>" (the case folder's name)."""
+    found = set()
+    for module_info in pkgutil.iter_modules(rigkit.operations.__path__):
+        module = importlib.import_module(f"rigkit.operations.{module_info.name}")
+        for name, value in vars(module).items():
+            # pyinfra's @operation keeps the plain generator as _inner
+            if hasattr(value, "_inner") and value.__module__ == module.__name__:
+                found.add(f"{module_info.name}.{name}")
+    return found
+
+
+def test_every_operation_has_cases() -> None:
+    operations = rigkit_operations()
+    assert "disk.fstab_entry" in operations  # the finder sees operations at all
+    folders = {path.parent.name for path in CASE_FILES}
+    assert operations <= folders, f"no cases for {sorted(operations - folders)}"

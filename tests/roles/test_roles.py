@@ -46,7 +46,6 @@ import importlib
 import inspect
 import json
 import logging
-import pkgutil
 from datetime import datetime
 from inspect import getcallargs
 from pathlib import Path
@@ -67,6 +66,7 @@ import rigkit.operations
 from rigkit.errors import RigkitError
 from rigkit.hostdata import RigSettings, rig_settings
 from roles import Run, deploy_rig
+from subjects import defined_by_subject
 from rigkit.facts.batch import FactBatch
 from rigkit.facts.server import ExactFileText
 
@@ -342,20 +342,9 @@ def test_every_role_folder_has_cases() -> None:
     assert roles <= folders, f"no cases for {sorted(roles - folders)}"
 
 
-def rigkit_operations() -> set[str]:
-    """Every ``@operation`` defined in rigkit.operations, as "<subject>.<name>" (the case folder's name)."""
-    found = set()
-    for module_info in pkgutil.iter_modules(rigkit.operations.__path__):
-        module = importlib.import_module(f"rigkit.operations.{module_info.name}")
-        for name, value in vars(module).items():
-            # pyinfra's @operation keeps the plain generator as _inner
-            if hasattr(value, "_inner") and value.__module__ == module.__name__:
-                found.add(f"{module_info.name}.{name}")
-    return found
-
-
 def test_every_operation_has_cases() -> None:
-    operations = rigkit_operations()
+    # pyinfra's @operation keeps the plain generator as _inner
+    operations = defined_by_subject(rigkit.operations, lambda value: hasattr(value, "_inner"))
     assert "disk.fstab_entry" in operations  # the finder sees operations at all
     folders = {path.parent.name for path in CASE_FILES}
     assert operations <= folders, f"no cases for {sorted(operations - folders)}"

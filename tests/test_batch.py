@@ -15,7 +15,7 @@ from pyinfra.facts.files import FileContents
 from pyinfra.facts.server import LinuxDistribution, Which
 
 from rigkit.facts.batch import FactBatch, FactSpec, facts_now
-from rigkit.facts.server import FileText, ShmSize
+from rigkit.facts.server import ExactFileText, ShmSize
 
 
 class ShellOutput(FactBase):
@@ -56,8 +56,8 @@ def test_a_batch_gives_each_fact_what_pyinfra_reads_alone(local_host, tmp_path: 
     (tmp_path / "empty").write_text("")
     (tmp_path / "ragged").write_text("first\n\nlast")
     specs = [FactSpec.of(ShellOutput, script=snippet) for snippet in SNIPPETS] + [
-        FactSpec.of(FileText, path=str(tmp_path / name)) for name in ("empty", "ragged", "absent")
-    ] + [FactSpec.of(FileContents, path=str(tmp_path / name)) for name in ("ragged", "absent")  # stateful fact
+        FactSpec.of(ExactFileText, path=str(tmp_path / name)) for name in ("empty", "ragged", "absent")
+    ] + [FactSpec.of(FileContents, path=str(tmp_path / name)) for name in ("empty", "ragged", "absent")  # stateful
     ] + [FactSpec.of(NeedsAbsentTool), FactSpec.of(Which, command="sh"), FactSpec.of(Which, command="rigkit-none"),
          FactSpec.of(LinuxDistribution), FactSpec.of(ShmSize)]
 

@@ -104,4 +104,5 @@ class ManifestProbe(FactBase):
 
     def process(self, output):
         text = "\n".join(output).strip()
-        return None if text == "available" else (text.removeprefix("missing ").strip() or "no answer")
+        # the whole output is stripped first: an empty answer is the bare word "missing"
+        return None if text == "available" else (text.removeprefix("missing").strip() or "no answer")

@@ -1,4 +1,4 @@
-"""Facts about the NVIDIA driver and GPUs: the loaded module, nvidia-smi, PCI devices."""
+"""Facts about the NVIDIA driver and GPUs: the loaded module's version, nvidia-smi, PCI devices."""
 
 from __future__ import annotations
 
@@ -8,18 +8,6 @@ from pyinfra.api import FactBase
 
 from rigkit.facts import split_exit
 from rigkit.nvidia_smi import DRIVER_VERSION_FILE, GPU_MEMORY_QUERY, parse_csv_table, parse_driver_version
-
-
-class LoadedKernelModules(FactBase):
-    """Names of the kernel modules loaded right now (/proc/modules)."""
-
-    default = set
-
-    def command(self) -> str:
-        return "cat /proc/modules 2>/dev/null || true"
-
-    def process(self, output: list[str]) -> set[str]:
-        return {line.split()[0] for line in output if line.strip()}
 
 
 class NvidiaModuleVersion(FactBase):

@@ -1,4 +1,4 @@
-"""Facts about the host itself: file text, memory, /dev/shm, TCP listeners."""
+"""Facts about the host itself: a file's exact text, memory, /dev/shm, TCP listeners."""
 
 from __future__ import annotations
 
@@ -9,28 +9,10 @@ from typing import Optional
 
 from pyinfra.api import FactBase
 
-EXISTS_MARKER = "__rigkit_file_exists__"
-
-
-class FileText(FactBase):
-    """The text of a file, "" for an empty one, None when it does not exist."""
-
-    reads_file = True  # the operation tests derive this fact from the case's file contents
-
-    def command(self, path: str) -> str:
-        quoted = shlex.quote(path)
-        return f"if [ -f {quoted} ]; then echo {EXISTS_MARKER}; cat {quoted}; fi"
-
-    def process(self, output: list[str]) -> Optional[str]:
-        if not output or output[0] != EXISTS_MARKER:
-            return None
-        return "\n".join(output[1:])
-
 
 class ExactFileText(FactBase):
     """A file's exact text (base64 on the wire, so no line or final newline is lost), None when absent."""
 
-    reads_file = True  # the operation tests derive this fact from the case's file contents
     present_marker = "present"
 
     def command(self, path: str) -> str:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Iterable
 
 from pyinfra import host
-from pyinfra.api import operation
+from pyinfra.api import QuoteString, StringCommand, operation
 from pyinfra.facts.deb import DebPackages
 from pyinfra.operations import apt, files
 
@@ -30,6 +30,13 @@ def _spec_name(spec: str) -> str:
     return spec.split("=", 1)[0]
 
 
+def packages_are(names: list[str], state: str) -> str:
+    """'package a is <state>' or 'packages a, b are <state>', as pyinfra words its noop lines."""
+    if len(names) == 1:
+        return f"package {names[0]} is {state}"
+    return f"packages {', '.join(names)} are {state}"
+
+
 @operation()
 def packages_installed(packages: list[str]):
     """
@@ -47,13 +54,15 @@ def packages_installed(packages: list[str]):
         have = installed.get(name) or []
         if not have or (version and version not in have):
             missing.append(spec)
-    if missing:
-        yield "apt-get update"
-        yield from apt.packages._inner(
-            packages=packages,
-            allow_downgrades=True,
-            extra_install_args="--allow-change-held-packages",
-        )
+    if not missing:
+        host.noop(packages_are(packages, "installed"))
+        return
+    yield StringCommand("apt-get", "update")
+    yield from apt.packages._inner(
+        packages=packages,
+        allow_downgrades=True,
+        extra_install_args="--allow-change-held-packages",
+    )
 
 
 @operation()
@@ -64,9 +73,12 @@ def packages_held(packages: list[str]):
     + packages: package names or specs (a ``=version`` suffix is ignored)
     """
     held = host.get_fact(AptHeldPackages)
-    to_hold = [_spec_name(spec) for spec in packages if _spec_name(spec) not in held]
-    if to_hold:
-        yield f"apt-mark hold {' '.join(to_hold)}"
+    names = [_spec_name(spec) for spec in packages]
+    to_hold = [name for name in names if name not in held]
+    if not to_hold:
+        host.noop(packages_are(names, "held"))
+        return
+    yield StringCommand("apt-mark", "hold", *(QuoteString(name) for name in to_hold))
 
 
 @operation()
@@ -78,11 +90,12 @@ def deb_from_url(package: str, url: str):
     + url: where the .deb is
     """
     if package in host.get_fact(DebPackages):
+        host.noop(f"package {package} is installed")
         return
     local = f"/tmp/rigkit-{package}.deb"
     yield from files.download._inner(src=url, dest=local)
-    yield f"dpkg -i {local}"
-    yield f"rm -f {local}"
+    yield StringCommand("dpkg", "-i", QuoteString(local))
+    yield StringCommand("rm", "-f", QuoteString(local))
 
 
 def apt_source_line(url: str, suite: str, components: str, keyring: str, arch: str) -> str:

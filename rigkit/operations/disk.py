@@ -6,11 +6,11 @@ from io import StringIO
 from typing import Callable, Optional
 
 from pyinfra import host
-from pyinfra.api import operation
+from pyinfra.api import QuoteString, StringCommand, operation
+from pyinfra.facts.files import FileContents
 from pyinfra.operations import files
 
 from rigkit.facts.disk import BlockDeviceProbe, MountedFilesystem
-from rigkit.facts.server import FileText
 from rigkit.operations import fail
 
 
@@ -29,15 +29,18 @@ def filesystem_made(device: str, fstype: str, label: str, uuid: str, mount_point
     """
     action = decide(host.get_fact(BlockDeviceProbe, device=device))
     if action == "use":
+        host.noop(f"{device} holds the {fstype} filesystem labelled {label}")
         return
     if action == "wipe":
         if host.get_fact(MountedFilesystem, mount_point=mount_point) is not None:
-            yield f"umount {mount_point}"
-        yield f"wipefs -a {device}"
+            yield StringCommand("umount", QuoteString(mount_point))
+        yield StringCommand("wipefs", "-a", QuoteString(device))
     if fstype == "xfs":
-        yield f"mkfs.xfs -f -L {label} -m uuid={uuid} {device}"
+        yield StringCommand("mkfs.xfs", "-f", "-L", QuoteString(label), "-m", QuoteString(f"uuid={uuid}"),
+                            QuoteString(device))
     else:
-        yield f"mkfs.{fstype} -q -F -L {label} -U {uuid} {device}"
+        yield StringCommand(QuoteString(f"mkfs.{fstype}"), "-q", "-F", "-L", QuoteString(label),
+                            "-U", QuoteString(uuid), QuoteString(device))
 
 
 def fstab_with_entry(fstab: str, mount_point: str, entry: str) -> str:
@@ -57,6 +60,9 @@ def fstab_with_entry(fstab: str, mount_point: str, entry: str) -> str:
     return "\n".join(out) + "\n"
 
 
+FSTAB = "/etc/fstab"
+
+
 @operation()
 def fstab_entry(mount_point: str, entry: str):
     """
@@ -65,10 +71,13 @@ def fstab_entry(mount_point: str, entry: str):
     + mount_point: the second fstab field the entry owns
     + entry: the whole line (``UUID=... /mnt/x ext4 noatime,nofail 0 2``)
     """
-    current = host.get_fact(FileText, path="/etc/fstab") or ""
+    # an empty or absent fstab both read as no lines: the entry is the whole file either way
+    current = "\n".join(host.get_fact(FileContents, path=FSTAB) or [])
     wanted = fstab_with_entry(current, mount_point, entry)
-    if wanted.rstrip("\n") != current.rstrip("\n"):
-        yield from files.put._inner(src=StringIO(wanted), dest="/etc/fstab", mode="644")
+    if wanted.rstrip("\n") == current.rstrip("\n"):
+        host.noop(f"{FSTAB} mounts {mount_point} as {entry!r}")
+        return
+    yield from files.put._inner(src=StringIO(wanted), dest=FSTAB, mode="644")
 
 
 # Options fstab accepts that the kernel never shows in the mount's option list.
@@ -92,12 +101,14 @@ def mounted(mount_point: str, device: str, options: str):
     """
     mount = host.get_fact(MountedFilesystem, mount_point=mount_point)
     if mount is None:
-        yield f"mount {mount_point}"
+        yield StringCommand("mount", QuoteString(mount_point))
         return
     probe = host.get_fact(BlockDeviceProbe, device=device)
     if probe is not None and mount["source"] != probe["path"]:
         raise fail("l2_mount_point", mount_point, f"{mount['source']} is mounted there, not {probe['path']}",
                    "unmount it, or choose another l2_mount_point")
-    missing = [o for o in kernel_options(options) if o not in mount["options"]]
-    if missing:
-        yield f"mount -o remount,{','.join(kernel_options(options))} {mount_point}"
+    wanted = kernel_options(options)
+    if all(option in mount["options"] for option in wanted):
+        host.noop(f"{mount_point} is mounted from {mount['source']} with {','.join(wanted) or 'its defaults'}")
+        return
+    yield StringCommand("mount", "-o", QuoteString(",".join(["remount", *wanted])), QuoteString(mount_point))

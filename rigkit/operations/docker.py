@@ -8,18 +8,18 @@ from typing import Optional
 
 from pyinfra import host
 from pyinfra.api import operation
+from pyinfra.facts.files import FileContents
 from pyinfra.operations import files
 
 from rigkit.errors import PreflightError
 from rigkit.facts.docker import DockerEngine, DockerLocalImages, DockerRunCheck
-from rigkit.facts.server import FileText
 from rigkit.operations import fail, say
 
 
 def read_json_file(path: str) -> dict:
     """The JSON object in a file on the host ({} when absent or empty); PreflightError if broken."""
-    text = host.get_fact(FileText, path=path)
-    if not text or not text.strip():
+    text = "\n".join(host.get_fact(FileContents, path=path) or [])
+    if not text.strip():
         return {}
     try:
         value = json.loads(text)
@@ -56,8 +56,9 @@ def json_file_merged(path: str, options: dict):
     """
     current = read_json_file(path)
     merged = merge_options(current, options)
-    exists = host.get_fact(FileText, path=path) is not None
-    if merged == current and (exists or not options):
+    # an absent file reads as {}: it is written exactly when there are options to put in it
+    if merged == current:
+        host.noop(f"{path} has {', '.join(sorted(options))}" if options else f"no options to merge into {path}")
         return
     yield from files.put._inner(src=StringIO(render_json(merged)), dest=path, mode="644")
 
@@ -81,6 +82,7 @@ def docker_engine_verified(image: Optional[str], image_field: str):
     """
     yield from ()  # a check: it never yields a command
     if not host.state.is_executing:
+        host.noop("the engine is checked while the deploy runs")
         return
     engine = host.get_fact(DockerEngine)
     if engine is None or engine["error"]:
@@ -95,3 +97,4 @@ def docker_engine_verified(image: Optional[str], image_field: str):
     if not run["ok"]:
         raise fail(image_field, chosen, f"the engine cannot run a container: {run['output'][-300:]}",
                    f"fix the engine, or set {image_field} to an image that has /bin/true")
+    host.noop(f"docker {engine['server_version']} answers and runs a container from {chosen}")

@@ -5,11 +5,12 @@ from __future__ import annotations
 from typing import Optional
 
 from pyinfra import host
-from pyinfra.api import operation
+from pyinfra.api import QuoteString, StringCommand, operation
 from pyinfra.facts.deb import DebPackages
+from pyinfra.facts.server import KernelModules
 from pyinfra.operations import server
 
-from rigkit.facts.nvidia import LoadedKernelModules, NvidiaModuleVersion, NvidiaSmiGpus, parse_query_gpus
+from rigkit.facts.nvidia import NvidiaModuleVersion, NvidiaSmiGpus, parse_query_gpus
 from rigkit.operations import fail, say
 from rigkit.operations.apt import upstream_version
 from rigkit.facts.docker import DockerRunCheck
@@ -28,11 +29,10 @@ def nvidia_runtime_configured(daemon_json: str, set_default: bool):
     has_runtime = "nvidia" in (current.get("runtimes") or {})
     is_default = current.get("default-runtime") == "nvidia"
     if has_runtime and (is_default or not set_default):
+        host.noop(f"{daemon_json} has the nvidia runtime{' as its default' if is_default else ''}")
         return
-    command = "nvidia-ctk runtime configure --runtime=docker"
-    if set_default:
-        command += " --set-as-default"
-    yield command
+    yield StringCommand("nvidia-ctk", "runtime", "configure", "--runtime=docker",
+                        *(["--set-as-default"] if set_default else []))
 
 
 @operation()
@@ -42,8 +42,12 @@ def kernel_module_unloaded(module: str):
 
     + module: module name (e.g. nouveau)
     """
-    if module in host.get_fact(LoadedKernelModules):
-        yield f"modprobe -r {module} || echo '{module} is in use: it stays loaded until a reboot'"
+    if module not in host.get_fact(KernelModules):
+        host.noop(f"module {module} is not loaded")
+        return
+    # a module in use cannot be unloaded now: not an error, it stays until the next boot
+    yield StringCommand("modprobe", "-r", QuoteString(module), "||",
+                        "echo", QuoteString(f"{module} is in use: it stays loaded until a reboot"))
 
 
 def module_action(loaded: Optional[str], target: Optional[str], branch: str, nouveau_loaded: bool) -> str:
@@ -82,10 +86,12 @@ def nvidia_module_current(version_package: str, pinned_version: Optional[str], b
     if target is None and pinned_version:
         target = upstream_version(pinned_version)
     loaded = host.get_fact(NvidiaModuleVersion)
-    nouveau_loaded = "nouveau" in host.get_fact(LoadedKernelModules)
+    nouveau_loaded = "nouveau" in host.get_fact(KernelModules)
     action = module_action(loaded, target, branch, nouveau_loaded)
-    if action == "load":
-        yield "modprobe nvidia"
+    if action == "none":
+        host.noop(f"module nvidia {loaded} is loaded")
+    elif action == "load":
+        yield StringCommand("modprobe", "nvidia")
     elif action == "reboot":
         if not allow_reboot:
             running = "nouveau" if nouveau_loaded else f"nvidia {loaded}"
@@ -110,6 +116,7 @@ def nvidia_driver_verified(version_package: str, pinned_version: Optional[str], 
     """
     yield from ()  # a check: it never yields a command
     if not host.state.is_executing:
+        host.noop("nvidia-smi is checked while the deploy runs")
         return
     expected = upstream_version(pinned_version) if pinned_version else installed_driver_version(version_package)
     wanted = expected or f"branch {branch}"
@@ -129,6 +136,7 @@ def nvidia_driver_verified(version_package: str, pinned_version: Optional[str], 
         raise fail("nvidia_driver_version", wanted,
                    f"nvidia-smi reports driver {', '.join(reported)} but {wanted} is pinned",
                    "reboot to load the installed driver, or pin the version the host runs")
+    host.noop(f"nvidia-smi reports driver {', '.join(reported)} on {len(smi['gpus'])} GPU(s)")
 
 
 @operation()
@@ -141,6 +149,7 @@ def gpu_container_verified(image: Optional[str], image_field: str):
     """
     yield from ()  # a check: it never yields a command
     if not host.state.is_executing:
+        host.noop("a GPU container is checked while the deploy runs")
         return
     smi = host.get_fact(NvidiaSmiGpus)
     host_gpus = sorted(gpu["uuid"] for gpu in (smi or {}).get("gpus", []))
@@ -157,3 +166,4 @@ def gpu_container_verified(image: Optional[str], image_field: str):
         raise fail("nvidia_ctk_verify_image", chosen,
                    f"a GPU container sees {seen or run['output'][-200:]}, the host has {host_gpus}",
                    "check `nvidia-ctk runtime configure` ran and the engine was restarted")
+    host.noop(f"a container from {chosen} with --gpus all sees the host's {len(host_gpus)} GPU(s)")

@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import shlex
 from typing import Optional
 
 from pyinfra import host
-from pyinfra.api import FunctionCommand, operation
+from pyinfra.api import FunctionCommand, QuoteString, StringCommand, operation
 from pyinfra.facts.files import FileContents
 from pyinfra.facts.server import Which
 
@@ -70,7 +69,7 @@ def image_pulled(image: str):
     if host.get_fact(DockerImagePresent, image=image):
         host.noop(f"{image} already on the rig")
         return
-    yield f"docker pull {shlex.quote(image)}"
+    yield StringCommand("docker", "pull", QuoteString(image))
 
 
 def engine_facts_now(image: str) -> HostFacts:

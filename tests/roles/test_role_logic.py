@@ -1,44 +1,13 @@
-"""The pure pieces under the roles: fact parsers (on real nvidia-smi output), merges, decisions."""
+"""The pure pieces under the operations: merges, fstab edits, decisions (the facts' parsers: tests/facts/)."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
-from rigkit.facts.disk import BlockDeviceProbe, MountedFilesystem
-from rigkit.facts.docker import DockerEngine, DockerRunCheck
-from rigkit.facts.nvidia import NvidiaModuleVersion, NvidiaSmiGpus
-from rigkit.facts.server import EXISTS_MARKER, FileText
 from rigkit.operations.apt import upstream_version
 from rigkit.operations.disk import fstab_with_entry, kernel_options
 from rigkit.operations.docker import merge_options
 from rigkit.operations.nvidia import module_action
-
-H200 = Path(__file__).resolve().parents[1] / "fixtures" / "nvidia-smi" / "h200-x2-ubuntu2404"
-
-
-def test_nvidia_smi_fact_reads_real_query_output():
-    lines = (H200 / "query-gpu.csv").read_text().splitlines() + ["exit=0"]
-    smi = NvidiaSmiGpus().process(lines)
-    assert smi["error"] is None
-    assert smi["gpus"] == [
-        {"uuid": "GPU-111d1839-5679-16d2-2cef-2b0656a90f70", "driver_version": "580.159.04"},
-        {"uuid": "GPU-935f3bed-6d9e-07dd-0c41-992306511ed5", "driver_version": "580.159.04"},
-    ]
-
-
-def test_nvidia_smi_fact_turns_a_failure_into_its_message():
-    smi = NvidiaSmiGpus().process(["Failed to initialize NVML: Driver/library version mismatch",
-                                   "NVML library version: 580.95", "exit=18"])
-    assert smi["gpus"] == []
-    assert smi["error"].startswith("Failed to initialize NVML: Driver/library version mismatch")
-
-
-def test_module_version_fact_reads_the_real_proc_file():
-    proc_lines = (H200 / "host.txt").read_text().splitlines()[:2]  # /proc/driver/nvidia/version
-    assert NvidiaModuleVersion().process(proc_lines) == "580.159.04"
-    assert NvidiaModuleVersion().process([]) is None
 
 
 @pytest.mark.parametrize("loaded, target, nouveau, expected", [
@@ -85,22 +54,3 @@ def test_fstab_entry_replaces_only_its_mount_point_and_keeps_comments():
 
 def test_only_kernel_visible_mount_options_are_compared():
     assert kernel_options("noatime,nofail,x-systemd.device-timeout=5,defaults,discard") == ["noatime", "discard"]
-
-
-def test_block_device_probe_parses_blkid_export():
-    lines = ["path=/dev/loop1", "DEVNAME=/dev/loop1", "LABEL=rigkit-l2",
-             "UUID=6bd6e51e-10cb-5d01-9854-66d5cd804388", "TYPE=ext4", "USAGE=filesystem"]
-    probe = BlockDeviceProbe().process(lines)
-    assert (probe["path"], probe["TYPE"], probe["LABEL"]) == ("/dev/loop1", "ext4", "rigkit-l2")
-    assert BlockDeviceProbe().process([]) is None  # not a block device
-
-
-def test_mount_and_file_and_docker_facts_parse_their_output():
-    assert MountedFilesystem().process(["/dev/loop1 ext4   rw,noatime"]) == {
-        "source": "/dev/loop1", "fstype": "ext4", "options": ["rw", "noatime"]}
-    assert MountedFilesystem().process([]) is None
-    assert FileText().process([EXISTS_MARKER]) == ""
-    assert FileText().process([]) is None
-    assert DockerEngine().process(["28.3.3", "exit=0"]) == {"server_version": "28.3.3", "error": None}
-    assert DockerEngine().process(["Cannot connect", "exit=1"])["error"] == "Cannot connect"
-    assert DockerRunCheck().process(["oops", "exit=125"]) == {"ok": False, "output": "oops"}

@@ -2,7 +2,9 @@
 
 One JSON file per case, one folder per role (``tests/roles/<role>/``, which runs the role's
 deploy) or per operation (``tests/roles/<subject>.<name>/``, which runs
-``rigkit.operations.<subject>.<name>`` with the case's ``kwargs``); ``tests/roles/pipeline/`` runs the
+``rigkit.operations.<subject>.<name>`` with the case's ``kwargs``: a function argument is given as
+{"returns": value}, a function that returns value whatever it is passed; an operation's ``settings``
+is the stack's Settings built from the case's ``data``); ``tests/roles/pipeline/`` runs the
 case's ``roles`` in order on one host, as deploy.py does. Adding a case is adding a file.
 
 A case holds:
@@ -13,7 +15,7 @@ A case holds:
   ``name:argument`` for a fact read with an argument (``rigkit.facts.disk.BlockDeviceProbe:/dev/loop7``);
   a FactBatch (several facts in one round trip) is answered fact by fact from the same values;
   ``files``: file contents by path (text, or {"from": repository path}), from which the file facts
-  (File, Sha1File, FileContents, FileText) derive; ``modes``: octal modes as ints (600) of listed
+  (File, Sha1File, FileContents, ExactFileText) derive; ``modes``: octal modes as ints (600) of listed
   files and directories (default 644 / 755);
   ``dirs``: directories that exist besides the standard ones and those holding a listed file;
   ``diff``: true runs as ``--diff`` does (pyinfra prints file diffs);
@@ -26,9 +28,10 @@ A case holds:
 - expected: ``commands`` (strings; an upload is {"upload": path, "content": text}, or
   {"upload": path, "from": repository path} for a repository file uploaded as is; a Python step
   such as the reboot's wait-and-reconnect is "<python: name>"), ``notes`` (substrings of noop
-  lines), ``python_args`` (by function name: substrings of that Python step's string arguments,
-  e.g. the findings a "Preflight refused" step raises when it runs), ``hidden`` (strings no printed line
-  may contain: a secret), ``error`` (substring of
+  and notice lines), ``noops`` (every ``host.noop`` description, exactly and in order), ``python_args``
+  (by function name: substrings of that Python step's string arguments, e.g. the findings a
+  "Preflight refused" step raises when it runs), ``hidden`` (strings no printed line may contain: a
+  secret), ``error`` (substring of
   the refusal), and/or ``prepare_round_trips`` (how many fact reads, a FactBatch counting once, the
   deploy makes before any operation runs: the SSH round trips a no-op re-deploy spends preparing).
 
@@ -40,6 +43,7 @@ from __future__ import annotations
 
 import hashlib
 import importlib
+import inspect
 import json
 import logging
 from datetime import datetime
@@ -58,11 +62,13 @@ from pyinfra.api.state import StateStage
 from pyinfra.connectors.util import CommandOutput
 from pyinfra.context import ctx_host, ctx_state
 
+import rigkit.operations
 from rigkit.errors import RigkitError
 from rigkit.hostdata import RigSettings, rig_settings
 from roles import Run, deploy_rig
+from subjects import defined_by_subject
 from rigkit.facts.batch import FactBatch
-from rigkit.facts.server import ExactFileText, FileText
+from rigkit.facts.server import ExactFileText
 
 CASES_DIR = Path(__file__).parent
 REPO_ROOT = CASES_DIR.parents[1]
@@ -76,7 +82,7 @@ OS_RELEASES = {
 
 
 # rigkit's facts that read a file's text: answered from the case's files.
-TEXT_FILE_FACTS = (FileText, ExactFileText)
+TEXT_FILE_FACTS = (ExactFileText,)
 
 
 class FakeFacts:
@@ -137,7 +143,7 @@ class FakeFacts:
         if name == "files.Sha1File":
             return hashlib.sha1(text.encode()).hexdigest()
         if name == "files.FileContents":
-            return text.splitlines()
+            return text.splitlines() or None  # pyinfra gives an empty file's no output the default, None
         return {"user": "root", "group": "root", "mode": self.modes.get(path, 644), "size": len(text),
                 "mtime": datetime(2026, 1, 1)}
 
@@ -161,15 +167,24 @@ def _file_text(value) -> str:
 STANDARD_DIRS = {"/etc", "/etc/apt", "/etc/apt/sources.list.d", "/etc/modprobe.d", "/tmp"}
 
 
+# How pyinfra's host.noop prefixes a description ("[rig] noop: package nouveau is not loaded").
+NOOP_MARKER = "noop: "
+
+
 class NoteCatcher(logging.Handler):
     """Collects the info lines the roles print for the user (skips, notices)."""
 
     def __init__(self):
         super().__init__(logging.INFO)
         self.lines: list[str] = []
+        self.noops: list[str] = []
 
     def emit(self, record: logging.LogRecord) -> None:
-        self.lines.append(record.getMessage())
+        line = record.getMessage()
+        self.lines.append(line)
+        _, marker, description = line.partition(NOOP_MARKER)
+        if marker:
+            self.noops.append(description)
 
     def __enter__(self):
         logger.addHandler(self)
@@ -218,7 +233,8 @@ def run_case(case_dir: str, case: dict) -> dict:
     host.connected = True
     notes = NoteCatcher()
 
-    result: dict[str, Any] = {"commands": [], "notes": notes.lines, "error": None, "asked": facts.asked,
+    result: dict[str, Any] = {"commands": [], "notes": notes.lines, "noops": notes.noops, "error": None,
+                              "asked": facts.asked,
                               "asked_executing": facts.asked_executing, "round_trips": facts.round_trips,
                               "python_args": {}}
     with notes:
@@ -235,12 +251,26 @@ def _settings(case_dir: str, case: dict, kwargs: dict) -> RigSettings:
     return settings.for_image(image) if image else settings
 
 
+def _returning(value):
+    return lambda *args, **kwargs: value
+
+
+def _operation_kwargs(op, case: dict) -> dict:
+    """An operation case's ``kwargs`` as Python values: {"returns": value} is a function returning value;
+    ``settings``, when the operation takes it, is built from the case's ``data``."""
+    kwargs = {key: _returning(value["returns"]) if isinstance(value, dict) and set(value) == {"returns"} else value
+              for key, value in case.get("kwargs", {}).items()}
+    if "settings" in inspect.signature(op._inner).parameters:
+        kwargs["settings"] = rig_settings(case.get("data", {})).stack
+    return kwargs
+
+
 def _run(case_dir: str, case: dict, state: State, host, result: dict) -> None:
     try:
         if "." in case_dir:  # <subject>.<operation>, as pyinfra's tests/operations/apt.packages/
             subject, name = case_dir.split(".", 1)
-            operations = importlib.import_module(f"rigkit.operations.{subject}")
-            add_op(state, getattr(operations, name), host=host, **case.get("kwargs", {}))
+            op = getattr(importlib.import_module(f"rigkit.operations.{subject}"), name)
+            add_op(state, op, host=host, **_operation_kwargs(op, case))
         elif case_dir == "pipeline":
             add_deploy(state, deploy_rig, _settings(case_dir, case, {}), case["roles"], host=host)
         else:
@@ -288,6 +318,8 @@ def test_case(case_path: Path) -> None:
         assert result["error"] is None, result["error"]
     if "commands" in case:
         assert result["commands"] == case["commands"], f"facts asked: {result['asked']}"
+    if "noops" in case:
+        assert result["noops"] == case["noops"]
     for note in case.get("notes", []):
         assert any(note in line for line in result["notes"]), f"{note!r} not in notes {result['notes']}"
     for secret in case.get("hidden", []):
@@ -308,3 +340,11 @@ def test_every_role_folder_has_cases() -> None:
     roles = {"preflight", "nvidia_driver", "docker", "nvidia_container_toolkit", "l2_disk", "serving"}
     folders = {path.parent.name for path in CASE_FILES}
     assert roles <= folders, f"no cases for {sorted(roles - folders)}"
+
+
+def test_every_operation_has_cases() -> None:
+    # pyinfra's @operation keeps the plain generator as _inner
+    operations = defined_by_subject(rigkit.operations, lambda value: hasattr(value, "_inner"))
+    assert "disk.fstab_entry" in operations  # the finder sees operations at all
+    folders = {path.parent.name for path in CASE_FILES}
+    assert operations <= folders, f"no cases for {sorted(operations - folders)}"

@@ -3,8 +3,9 @@
 Ensures
 - the engine from ``docker_source``: "docker-ce" (Docker's apt repository, its key under
   /etc/apt/keyrings and ``signed-by``; docker-ce, cli, containerd, buildx, compose plugin) or
-  "distro" (the distribution's docker.io and compose package: ``docker-compose`` on Debian 12,
-  ``docker-compose-v2`` on Ubuntu); version pins honoured, packages held;
+  "distro" (the distribution's docker.io and compose package: ``docker-compose`` v1 on Debian 12,
+  ``docker-cli`` + ``docker-compose`` v2 on Debian 13, ``docker-compose-v2`` on Ubuntu); version pins
+  honoured, packages held;
 - /etc/docker/daemon.json holds ``docker_daemon_options`` merged into whatever else is there
   (keys rigkit does not declare are never removed); the engine restarts only when the file changed;
 - the engine is enabled and running; ``docker_users`` are in the docker group.
@@ -31,7 +32,7 @@ from rigkit.operations.apt import (APT_KEYRINGS_DIR, apt_source_line, packages_h
 from rigkit.operations.docker import docker_engine_verified, json_file_merged
 from rigkit.hostdata import RigSettings
 from roles import Run
-from rigkit.distro import TargetOS, target_os
+from rigkit.distro import DOCKER_SUPPORTED_OS, TargetOS, target_os
 from rigkit.survey import RigState
 
 
@@ -48,7 +49,9 @@ def engine_packages(os: TargetOS, settings: dict) -> list[str]:
         return [*pinned(["docker-ce", "docker-ce-cli"], engine_version), "containerd.io",
                 "docker-buildx-plugin", *pinned(["docker-compose-plugin"], compose_version)]
     compose = "docker-compose" if os.id == "debian" else "docker-compose-v2"
-    return [*pinned(["docker.io"], engine_version), *pinned([compose], compose_version)]
+    # Debian 13 builds the CLI from the engine's source as its own package, at the engine's version
+    engine = ["docker.io", "docker-cli"] if (os.id, os.version) == ("debian", "13") else ["docker.io"]
+    return [*pinned(engine, engine_version), *pinned([compose], compose_version)]
 
 
 def check_users(users: list[str]) -> None:
@@ -74,7 +77,7 @@ def docker(rig: RigSettings, run: Run) -> None:
     settings = rig.docker
     run.engine_provisioned = True
     state = run.rig_state(rig)
-    os = target_os(state.os_release, "docker")
+    os = target_os(state.os_release, "docker", DOCKER_SUPPORTED_OS)
     check_users(settings["docker_users"])
 
     if settings["docker_source"] == "docker-ce":

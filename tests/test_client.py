@@ -285,7 +285,8 @@ def test_decode_speed_counts_token_events_with_empty_text(sse_server_with_empty_
     url, events = sse_server_with_empty_token_events
     result = client.ServingClient(url, model="tiny").stream_completion("hi", max_tokens=events)
     assert result.completion_tokens == events and result.chunks == events and result.text == "ab"
-    # the decode interval spans every token event: at least the server's sleeps between the first and
-    # the last; timing only non-empty text would end it two gaps early
+    # the decode interval spans every token event: the server's sleeps between the first and the last,
+    # less at most one gap when a loaded machine delivers the first two events together; timing only
+    # non-empty text would end it two gaps early
     decode_interval = (events - 1) / result.decode_tps
-    assert decode_interval >= (events - 1) * EVENT_GAP_S
+    assert decode_interval >= (events - 2) * EVENT_GAP_S

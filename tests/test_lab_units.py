@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from rigkit.errors import ConfigError
+from rigkit.errors import ConfigError, PreflightError
 from rigkit.lab import engine, registry_server, rig_image, rigs
 from rigkit.lab.pyinfra_output import OperationResult, parse_results
 from rigkit.lab.state import LabState, RigState, read_state, write_state
@@ -527,3 +527,14 @@ def test_forwarder_relays_from_inside_another_netns_and_exits_with_it(tmp_path):
         if forwarder and forwarder.poll() is None:
             forwarder.kill()
         server.shutdown()
+
+
+def test_a_debian_13_rig_image_adds_the_split_docker_cli_and_keeps_the_bookworm_recipe():
+    assert rig_image.install_script("bookworm") == rig_image.INSTALL_SCRIPT  # cached bookworm images stay valid
+    trixie = rig_image.install_script("trixie")
+    assert "docker.io docker-compose" in trixie and trixie.rstrip().endswith("echo '[rig image] done'")
+    assert "docker-cli" in trixie.split("apt-get install", 2)[2].splitlines()[0]
+    assert rig_image.rig_image_tag("trixie").startswith("rigkit-lab/rig:trixie-")
+    assert rig_image.rig_image_tag("trixie") != rig_image.rig_image_tag("bookworm")
+    with pytest.raises(PreflightError, match="--distros"):
+        rig_image.ensure_rig_image(lambda message: None, "sid")

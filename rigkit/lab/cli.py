@@ -17,6 +17,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
+from typing import Sequence
 
 from rigkit.errors import PreflightError, RigkitError
 from rigkit.lab import engine, registry_server, rig_image, rigs
@@ -50,16 +51,22 @@ def _ensure_serving_image(registry: str, progress: Progress) -> dict | None:
 
 
 def lab_up(rig_count: int = DEFAULT_RIGS, progress: Progress = print_progress,
-           serving_image: bool = True, netns_rigs: int = DEFAULT_NETNS_RIGS) -> LabState:
-    """Bring the lab up (idempotent: a second call reuses what runs and recreates what is missing)."""
+           serving_image: bool = True, netns_rigs: int = DEFAULT_NETNS_RIGS, distros: Sequence[str] = ()) -> LabState:
+    """Bring the lab up (idempotent: a second call reuses what runs and recreates what is missing).
+
+    ``distros``: rig N's Debian suite is ``distros[N-1]`` (bookworm beyond the list)."""
     _require_root("up")
     started = time.monotonic()
     LAB_DIR.mkdir(parents=True, exist_ok=True)
     previous = read_state_or_none()
     engine_record = engine.ensure_engine(progress)
     registry_pid = registry_server.ensure_registry(progress)
-    image = rig_image.ensure_rig_image(progress)
-    lab_rigs = rigs.ensure_rigs(rig_count, image, progress, netns_count=netns_rigs, registry=registry_server.REGISTRY)
+    images = {suite: rig_image.ensure_rig_image(progress, suite) for suite in {rig_image.SUITE, *distros}}
+    if "trixie" in images:
+        rig_image.ensure_compose_v2_copy(images["trixie"], "trixie", progress)
+    lab_rigs = rigs.ensure_rigs(rig_count, images, progress, netns_count=netns_rigs, registry=registry_server.REGISTRY,
+                                distros=distros)
+    image = images[rig_image.SUITE]
     state = LabState(registry=registry_server.REGISTRY, ssh_key=str(rigs.LAB_KEY), known_hosts=str(rigs.KNOWN_HOSTS),
                      rigs=lab_rigs, rig_image=image, serving_image=previous.serving_image if previous else None,
                      engine=engine_record, registry_pid=registry_pid)
@@ -186,6 +193,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     up.add_argument("--netns-rigs", type=int, default=DEFAULT_NETNS_RIGS,
                     help="how many of the last --rigs get their own network namespace when first made "
                          f"(reached at 10.213.N.2:22; their API only through an SSH tunnel; default {DEFAULT_NETNS_RIGS})")
+    up.add_argument("--distros", type=lambda text: [part.strip() for part in text.split(",") if part.strip()],
+                    default=[], help="each rig's Debian suite in order, e.g. bookworm,trixie "
+                                     f"(one of {', '.join(rig_image.SUITES)}; bookworm beyond the list)")
     up.add_argument("--no-serving-image", action="store_true",
                     help="skip building/pushing the vLLM serving image (minutes when cold)")
     status = actions.add_parser("status", help="rigs, ports, SSH health, digests, engine and registry health")
@@ -197,7 +207,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     try:
         if args.lab_action == "up":
-            lab_up(args.rigs, serving_image=not args.no_serving_image, netns_rigs=args.netns_rigs)
+            lab_up(args.rigs, serving_image=not args.no_serving_image, netns_rigs=args.netns_rigs,
+                   distros=args.distros)
             return 0
         if args.lab_action == "down":
             lab_down(purge_cache=args.purge_cache)

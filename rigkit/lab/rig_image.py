@@ -1,7 +1,8 @@
-"""The rig image: Debian bookworm from debootstrap, systemd as PID 1, sshd, python3, its own Docker engine.
+"""The rig image: Debian from debootstrap (bookworm, or trixie for compose v2), systemd as PID 1, sshd,
+python3, its own Docker engine.
 
-Built once and tagged by a hash of its inputs (suite, packages, recipe), so a second `lab up` finds
-it in the engine's image cache (the engine's data root outlives `lab down`) and takes seconds.
+Built once per distribution and tagged by a hash of its inputs (suite, packages, recipe), so a second
+`lab up` finds it in the engine's image cache (the engine's data root outlives `lab down`) and takes seconds.
 """
 
 from __future__ import annotations
@@ -18,7 +19,12 @@ from rigkit.errors import PreflightError
 from rigkit.lab.proc import LabStepError, Progress, run, run_with_progress
 from rigkit.paths import CACHE_DIR, LAB_DIR
 
-SUITE = "bookworm"
+SUITE = "bookworm"  # the default rig: Debian 12, docker.io 20.10 + docker-compose v1.29
+# Debian 13 ships docker.io 26.1 with compose v2 (the Go plugin) and the CLI as its own package.
+SUITES = ("bookworm", "trixie")
+EXTRA_PACKAGES = {"bookworm": (), "trixie": ("docker-cli",)}
+# Where Debian 13's compose v2 lives in a rig; `lab up` keeps a copy on the controller for the tests.
+COMPOSE_V2_IN_RIG = "/usr/libexec/docker/cli-plugins/docker-compose"
 RECIPE_VERSION = "4"
 IMAGE_REPOSITORY = "rigkit-lab/rig"
 BASE_REPOSITORY = "rigkit-lab/rig-base"
@@ -76,6 +82,14 @@ ExecStart=-/bin/mount -a
 WantedBy=multi-user.target
 """
 
+def rig_packages(suite: str = SUITE) -> tuple[str, ...]:
+    return RIG_PACKAGES + EXTRA_PACKAGES[suite]
+
+
+def install_script(suite: str = SUITE) -> str:
+    return INSTALL_SCRIPT.replace(" ".join(RIG_PACKAGES), " ".join(rig_packages(suite)))
+
+
 INSTALL_SCRIPT = f"""set -eu
 export DEBIAN_FRONTEND=noninteractive
 # package scripts must not start daemons: with host networking sshd would bind the HOST's port 22
@@ -113,12 +127,12 @@ def recipe_hash(*parts: str) -> str:
     return hashlib.sha256("\0".join(parts).encode()).hexdigest()[:12]
 
 
-def base_tag() -> str:
-    return f"{BASE_REPOSITORY}:{SUITE}-{recipe_hash(SUITE, 'minbase', RECIPE_VERSION)}"
+def base_tag(suite: str = SUITE) -> str:
+    return f"{BASE_REPOSITORY}:{suite}-{recipe_hash(suite, 'minbase', RECIPE_VERSION)}"
 
 
-def rig_image_tag() -> str:
-    return f"{IMAGE_REPOSITORY}:{SUITE}-{recipe_hash(base_tag(), INSTALL_SCRIPT, RECIPE_VERSION)}"
+def rig_image_tag(suite: str = SUITE) -> str:
+    return f"{IMAGE_REPOSITORY}:{suite}-{recipe_hash(base_tag(suite), install_script(suite), RECIPE_VERSION)}"
 
 
 def parse_apt_mirror(sources: dict[str, str], suite: str = SUITE) -> str | None:
@@ -171,16 +185,16 @@ def image_exists(tag: str) -> bool:
     return subprocess.run(["docker", "image", "inspect", tag], capture_output=True).returncode == 0
 
 
-def _build_base(tag: str, progress: Progress) -> None:
+def _build_base(tag: str, progress: Progress, suite: str = SUITE) -> None:
     if not shutil.which("debootstrap"):
         raise PreflightError("debootstrap", None, "not installed", "apt-get install debootstrap (or bin/setup)")
-    mirror = host_apt_mirror()
+    mirror = host_apt_mirror()  # the same Debian mirror serves every suite
     build_dir = CACHE_DIR / "build"
     build_dir.mkdir(parents=True, exist_ok=True)
     rootfs = Path(tempfile.mkdtemp(prefix="rig-rootfs-", dir=build_dir))
     try:
-        progress(f"rig base: debootstrap --variant=minbase {SUITE} (about a minute)")
-        run_with_progress(["debootstrap", "--variant=minbase", SUITE, str(rootfs), mirror], "rig base: debootstrap",
+        progress(f"rig base: debootstrap --variant=minbase {suite} (about a minute)")
+        run_with_progress(["debootstrap", "--variant=minbase", suite, str(rootfs), mirror], "rig base: debootstrap",
                           "check the mirror in /etc/apt/sources.list.d/ is reachable; rerun `rigkit lab up`",
                           progress, "debootstrap")
         progress(f"rig base: docker import as {tag}")
@@ -195,13 +209,13 @@ def _build_base(tag: str, progress: Progress) -> None:
         shutil.rmtree(rootfs, ignore_errors=True)
 
 
-def _build_rig_image(base: str, tag: str, progress: Progress) -> None:
+def _build_rig_image(base: str, tag: str, progress: Progress, suite: str = SUITE) -> None:
     builder = f"rigkit-lab-build-{tag.rsplit(':', 1)[1]}"
     subprocess.run(["docker", "rm", "-f", builder], capture_output=True)
     try:
-        progress(f"rig image: installing {len(RIG_PACKAGES)} packages in {builder} (about a minute)")
+        progress(f"rig image: installing {len(rig_packages(suite))} packages in {builder} (about a minute)")
         run_with_progress(["docker", "run", "--name", builder, "--network", "host",
-                           "--label", f"{CONTAINER_LABEL}={LAB_DIR}", base, "bash", "-c", INSTALL_SCRIPT],
+                           "--label", f"{CONTAINER_LABEL}={LAB_DIR}", base, "bash", "-c", install_script(suite)],
                           "rig image: package install", "check the apt mirror is reachable; rerun `rigkit lab up`",
                           progress, "rig image")
         run(["docker", "commit",
@@ -212,20 +226,48 @@ def _build_rig_image(base: str, tag: str, progress: Progress) -> None:
         subprocess.run(["docker", "rm", "-f", builder], capture_output=True)
 
 
-def ensure_rig_image(progress: Progress) -> str:
-    """The rig image tag, built if the engine does not have it yet."""
-    tag = rig_image_tag()
+def ensure_rig_image(progress: Progress, suite: str = SUITE) -> str:
+    """The rig image tag of ``suite``, built if the engine does not have it yet."""
+    if suite not in SUITES:
+        raise PreflightError("--distros", suite, "not a rig distribution the lab builds",
+                             f"use one of {', '.join(SUITES)}")
+    tag = rig_image_tag(suite)
     if image_exists(tag):
         progress(f"rig image: cached ({tag})")
         return tag
     if os.geteuid() != 0:
         raise PreflightError("user", os.geteuid(), "building the rig image needs root (debootstrap)",
                              "run as root (sudo rigkit lab up)")
-    base = base_tag()
+    base = base_tag(suite)
     if image_exists(base):
         progress(f"rig base: cached ({base})")
     else:
-        _build_base(base, progress)
-    _build_rig_image(base, tag, progress)
+        _build_base(base, progress, suite)
+    _build_rig_image(base, tag, progress, suite)
     progress(f"rig image: built {tag}")
     return tag
+
+
+def compose_v2_path(suite: str = "trixie") -> Path:
+    """Where `lab up` keeps a copy of the rig image's compose v2 (a static binary that runs here too)."""
+    return CACHE_DIR / "bin" / f"docker-compose-v2-{rig_image_tag(suite).rsplit(':', 1)[1]}"
+
+
+def ensure_compose_v2_copy(image: str, suite: str, progress: Progress) -> Path:
+    """A copy of ``image``'s compose v2 plugin on the controller, for the tests that read files with it."""
+    target = compose_v2_path(suite)
+    if target.exists():
+        return target
+    target.parent.mkdir(parents=True, exist_ok=True)
+    partial = target.with_suffix(".partial")
+    with partial.open("wb") as out:
+        copied = subprocess.run(["docker", "run", "--rm", "--network", "none", image, "cat", COMPOSE_V2_IN_RIG],
+                                stdout=out, stderr=subprocess.PIPE)
+    if copied.returncode != 0:
+        partial.unlink(missing_ok=True)
+        raise LabStepError("rig image: copy compose v2", image, copied.stderr.decode().strip() or "cat failed",
+                           "check the image has the docker-compose package")
+    partial.chmod(0o755)
+    partial.rename(target)
+    progress(f"rig image: compose v2 copied to {target}")
+    return target

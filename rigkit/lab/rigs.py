@@ -16,6 +16,7 @@ import subprocess
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Sequence
 
 import paramiko
 from cryptography.hazmat.primitives import serialization
@@ -214,7 +215,7 @@ def ssh_ready(rig: RigState) -> bool:
 
 
 def _prepare_rig_files(index: int, ssh_port: int, serving_port: int,
-                       own_netns: bool = False) -> tuple[RigState, Path, str]:
+                       own_netns: bool = False, distro: str = "bookworm") -> tuple[RigState, Path, str]:
     name = rig_name(index)
     rig_dir = RIGS_DIR / name
     (rig_dir / "hostkeys").mkdir(parents=True, exist_ok=True)
@@ -230,7 +231,7 @@ def _prepare_rig_files(index: int, ssh_port: int, serving_port: int,
     rig = RigState(name=name, container=container_name(name), ssh_host=ssh_host, ssh_port=ssh_port,
                    serving_port=serving_port, nvme_path=nvme_path, loop_device=loop_device,
                    loop_image=str(loop_image), docker_dir=str(rig_dir / "docker"), netns=own_netns,
-                   host_address=host_address, rig_address=rig_address)
+                   host_address=host_address, rig_address=rig_address, distro=distro)
     return rig, rig_dir, host_public
 
 
@@ -333,10 +334,11 @@ def network_modes(requested_netns: set[int], existing: dict[int, str], count: in
             for index in range(1, count + 1)}
 
 
-def ensure_rigs(count: int, image: str, progress: Progress, netns_count: int = 0,
-                registry: str = REGISTRY) -> list[RigState]:
-    """At least COUNT rigs running this image and answering SSH; the last NETNS_COUNT of them new ones
-    in their own network namespace.
+def ensure_rigs(count: int, images: dict[str, str], progress: Progress, netns_count: int = 0,
+                registry: str = REGISTRY, distros: Sequence[str] = ()) -> list[RigState]:
+    """At least COUNT rigs answering SSH, rig N running the image of ``distros[N-1]`` (``images``: suite ->
+    rig image; bookworm where the list is shorter); the last NETNS_COUNT of them new ones in their own
+    network namespace. A rig whose distribution changed is recreated.
 
     Rigs beyond COUNT from an earlier, bigger lab are kept (and listed): `up` never removes a rig
     someone may be using; `rigkit lab down` is the way to shrink. Likewise an existing rig keeps its
@@ -359,14 +361,16 @@ def ensure_rigs(count: int, image: str, progress: Progress, netns_count: int = 0
                  "`rigkit lab down` to change)")
     ssh_ports = allocate_ports(count, SSH_PORT_BASE)
     serving_ports = allocate_ports(count, SERVING_PORT_BASE)
-    prepared = [_prepare_rig_files(i, ssh_ports[i - 1], serving_ports[i - 1], modes[i]) for i in range(1, count + 1)]
+    suites = [distros[i - 1] if i <= len(distros) else "bookworm" for i in range(1, count + 1)]
+    prepared = [_prepare_rig_files(i, ssh_ports[i - 1], serving_ports[i - 1], modes[i], suites[i - 1])
+                for i in range(1, count + 1)]
     _release_unused_rig_dirs({rig.name for rig, _, _ in prepared}, progress)
     KNOWN_HOSTS.write_text("".join(known_hosts_line(rig.ssh_port, public, rig.ssh_host)
                                    for rig, _, public in prepared))
 
     def bring_up(item: tuple[RigState, Path, str]) -> RigState:
         rig, rig_dir, _ = item
-        _ensure_container(rig, rig_dir, image, progress)
+        _ensure_container(rig, rig_dir, images[rig.distro], progress)
         ensure_rig_network(rig, rig_dir, registry, progress)
         _wait_ready(rig)
         return rig

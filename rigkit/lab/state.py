@@ -27,6 +27,7 @@ class RigState:
     netns: bool = False
     host_address: str = ""   # the host end of the rig's veth ("" on host networking)
     rig_address: str = ""    # the rig end ("" on host networking)
+    distro: str = "bookworm"  # the rig's Debian suite (rigkit.lab.rig_image.SUITES)
 
     @classmethod
     def from_dict(cls, data: dict) -> "RigState":

@@ -3,8 +3,10 @@
 Fixtures:
   lab           LabState (rigkit.lab.state): rigs, registry, ssh key, known_hosts, serving_image, engine.
                 The full `rigkit lab up`; rigs from env RIGKIT_TEST_RIGS (default 3), the last
-                RIGKIT_TEST_NETNS_RIGS of them (default 1) in their own network namespace. Torn down at
-                session end unless RIGKIT_KEEP_LAB=1.
+                RIGKIT_TEST_NETNS_RIGS of them (default 1) in their own network namespace, rig N on the
+                Debian suite RIGKIT_TEST_DISTROS names N-th (default bookworm,trixie: rig2 is Debian 13
+                with compose v2, the others Debian 12 with compose v1). Torn down at session end unless
+                RIGKIT_KEEP_LAB=1.
   serving_image lab.serving_image, the record of rigkit.lab.serving_image.ensure_serving_image (releases
                 "1" and "2" by digest); fails the test with the build error if the image could not be made.
   run_pyinfra   run_pyinfra(args=(), inventory=LAB_INVENTORY, deploy=None) -> CompletedProcess (.venv's pyinfra -y)
@@ -45,12 +47,17 @@ LAB_INVENTORY = REPO_ROOT / "inventory" / "lab.py"
 DEPLOYS_DIR = Path(__file__).resolve().parent / "deploys"
 DEFAULT_TEST_RIGS = 3
 DEFAULT_TEST_NETNS_RIGS = 1
+DEFAULT_TEST_DISTROS = "bookworm,trixie"
 DEPLOY_TIMEOUT_S = 1800
 RIG_ENGINE_TIMEOUT_S = 60.0
 
 
 def requested_rig_count() -> int:
     return int(os.environ.get("RIGKIT_TEST_RIGS", DEFAULT_TEST_RIGS))
+
+
+def requested_distros() -> list[str]:
+    return [part for part in os.environ.get("RIGKIT_TEST_DISTROS", DEFAULT_TEST_DISTROS).split(",") if part]
 
 
 def requested_netns_rig_count() -> int:
@@ -180,7 +187,7 @@ def lab() -> LabState:
     if os.geteuid() != 0:
         pytest.skip("the lab needs root (engine, loop devices, privileged rigs)")
     state = lab_up(requested_rig_count(), progress=print_progress, serving_image=False,
-                   netns_rigs=requested_netns_rig_count())
+                   netns_rigs=requested_netns_rig_count(), distros=requested_distros())
     # The serving image takes minutes when cold and may fail on its own: a failure there fails the
     # tests that need it (fixture `serving_image`), not every lab test.
     try:

@@ -17,6 +17,7 @@ import pytest
 import requests
 
 from rigkit.knobs import KNOBS_BY_NAME
+from rigkit.lab import rig_image
 from rigkit.lab.pyinfra_output import parse_results
 from rigkit.ledger import LEDGER_PATH
 from rigkit.paths import RIG_STACK_DIR
@@ -25,20 +26,26 @@ from rigkit.tunnel import serving_url
 
 pytestmark = [pytest.mark.lab, pytest.mark.vllm]
 
-FRESH_RIG = "rig2"  # on host networking: its apt reaches the Debian mirror as the host does
-ENGINE_PACKAGES = ("docker.io", "docker-compose")  # what the rig image installed (rigkit/lab/rig_image.py)
+FRESH_RIG = "rig2"  # on host networking: its apt reaches the Debian mirror as the host does (Debian 13 in the suite)
 DEPLOY_TIMEOUT_S = 1800
 
-# Remove (prerm saves the engine's "nuke" script into /var/lib/docker), drop that script so the purge keeps
-# the image store, then purge every package left with its configuration ("rc"): no trace of the packages.
-REMOVE_DOCKER = (
-    f"cd {RIG_STACK_DIR} && docker-compose -p {COMPOSE_PROJECT} down --remove-orphans; "
-    "systemctl stop docker.socket docker.service containerd.service; "
-    f"apt-mark unhold {' '.join(ENGINE_PACKAGES)} >/dev/null; "
-    f"DEBIAN_FRONTEND=noninteractive apt-get remove -y -q --autoremove {' '.join(ENGINE_PACKAGES)} && "
-    "rm -f /var/lib/docker/nuke-graph-directory.sh && "
-    "dpkg --purge $(dpkg -l | awk '/^rc/ {print $2}')"
-)
+
+def engine_packages(rig) -> tuple[str, ...]:
+    """What the rig image installed for the engine (rigkit/lab/rig_image.py): Debian 13 adds docker-cli."""
+    return ("docker.io", "docker-compose") + rig_image.EXTRA_PACKAGES[rig.distro]
+
+
+def remove_docker(rig) -> str:
+    """Remove (prerm saves the engine's "nuke" script into /var/lib/docker), drop that script so the purge
+    keeps the image store, then purge every package left with its configuration ("rc"): no trace of them."""
+    packages = " ".join(engine_packages(rig))
+    down = f"{COMPOSE_PROJECT} down --remove-orphans"
+    return (f"cd {RIG_STACK_DIR} && {{ docker compose -p {down} || docker-compose -p {down}; }}; "
+            "systemctl stop docker.socket docker.service containerd.service; "
+            f"apt-mark unhold {packages} >/dev/null; "
+            f"DEBIAN_FRONTEND=noninteractive apt-get remove -y -q --autoremove {packages} && "
+            "rm -f /var/lib/docker/nuke-graph-directory.sh && "
+            "dpkg --purge $(dpkg -l | awk '/^rc/ {print $2}')")
 
 
 def grand_total(result):
@@ -80,13 +87,13 @@ def fresh_rig(lab, deployed, run_pyinfra, rig_exec):
     rig = next(rig for rig in lab.rigs if rig.name == FRESH_RIG)
     assert not rig.netns, f"{rig.name} must share the host network (apt reaches the mirror there)"
     assert release_label(rig, rig_exec) == "1", "the session's deploy left another release on the rig"
-    rig_exec(rig, REMOVE_DOCKER, timeout=600)
+    rig_exec(rig, remove_docker(rig), timeout=600)
     yield rig
     if has_engine(rig, rig_exec) and rig_exec(rig, f"docker ps -q --filter name={CONTAINER_NAME}",
                                               check=False).stdout.strip():
         return
     # the test failed half way: give the rig back its engine (as the rig image had it) and converge it
-    rig_exec(rig, f"DEBIAN_FRONTEND=noninteractive apt-get install -y -q {' '.join(ENGINE_PACKAGES)}",
+    rig_exec(rig, f"DEBIAN_FRONTEND=noninteractive apt-get install -y -q {' '.join(engine_packages(rig))}",
              check=False, timeout=900)
     deploy_rig(run_pyinfra, rig)
 
@@ -95,7 +102,7 @@ def test_one_deploy_converges_a_rig_without_docker(lab, fresh_rig, run_pyinfra, 
     rig = fresh_rig
     assert not has_engine(rig, rig_exec), rig_exec(rig, "command -v docker", check=False).stdout
     installed = rig_exec(rig, f"dpkg-query -W -f '${{Package}} ${{db:Status-Status}}\\n' "
-                              f"{' '.join(ENGINE_PACKAGES)} containerd runc 2>/dev/null", check=False).stdout
+                              f"{' '.join(engine_packages(rig))} containerd runc 2>/dev/null", check=False).stdout
     assert " installed" not in installed, installed
     entries_before = len(ledger(rig, rig_exec))
 
@@ -103,7 +110,7 @@ def test_one_deploy_converges_a_rig_without_docker(lab, fresh_rig, run_pyinfra, 
     assert first.error == 0 and first.success > 0
 
     assert has_engine(rig, rig_exec)
-    assert set(ENGINE_PACKAGES) <= set(rig_exec(rig, "apt-mark showhold").stdout.split())
+    assert set(engine_packages(rig)) <= set(rig_exec(rig, "apt-mark showhold").stdout.split())
     assert "bridge" not in rig_exec(rig, "docker network ls --format '{{.Driver}}'").stdout.split()
     assert served_models(rig, lab_host_data) == ["tiny"]
     assert release_label(rig, rig_exec) == "1"

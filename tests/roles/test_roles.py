@@ -78,6 +78,7 @@ OS_RELEASES = {
     "ubuntu-22.04": {"ID": "ubuntu", "VERSION_ID": "22.04", "VERSION_CODENAME": "jammy"},
     "ubuntu-24.04": {"ID": "ubuntu", "VERSION_ID": "24.04", "VERSION_CODENAME": "noble"},
     "debian-12": {"ID": "debian", "VERSION_ID": "12", "VERSION_CODENAME": "bookworm"},
+    "debian-13": {"ID": "debian", "VERSION_ID": "13", "VERSION_CODENAME": "trixie"},
 }
 
 

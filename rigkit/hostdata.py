@@ -142,11 +142,10 @@ def settings_for_host(data: dict, profiles: Optional[dict[str, Profile]] = None,
     variables = ALL_VARIABLES if variables is None else list(variables)
     refuse_unknown_keys(data, variables)
     profiles = load_profiles() if profiles is None else profiles
-    profile_name = KNOBS_BY_NAME["serving_profile"].coerce(data.get("serving_profile"))
-    if profile_name is None:
+    if "serving_profile" not in data:
         raise ConfigError("serving_profile", None, "no profile selected",
                           f"set serving_profile to one of {', '.join(sorted(profiles))}")
-    profile = get_profile(profiles, profile_name)
+    profile = get_profile(profiles, KNOBS_BY_NAME["serving_profile"].coerce(data["serving_profile"]))
     try:
         knobs = resolve(KNOBS, {**profile.defaults, **secrets_from_controller(data),
                                 **{k: v for k, v in data.items() if k in KNOBS_BY_NAME}})

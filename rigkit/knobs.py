@@ -12,11 +12,10 @@ Never name an env var VLLM_PORT or VLLM_HOST_IP: vLLM reads those itself.
 from __future__ import annotations
 
 import ipaddress
-import json
 import re
 from typing import Any, Optional
 
-from rigkit.variables import Variable
+from rigkit.variables import JsonObject, Variable
 
 # Host paths and env values travel through .env and compose; both readers (compose v1's python-dotenv,
 # compose v2's Go parser) must read back exactly what was declared.
@@ -79,20 +78,22 @@ def _restart_policy(value: str) -> None:
         raise ValueError(f"must be one of {', '.join(RESTART_POLICIES)}")
 
 
-def _json_object(value: str) -> None:
-    try:
-        parsed = json.loads(value)
-    except json.JSONDecodeError as exc:
-        raise ValueError(f"not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno} (char {exc.pos})")
-    if not isinstance(parsed, dict):
-        raise ValueError(f"must be a JSON object ({{...}}), got {type(parsed).__name__}")
+# TCP ports a setting may name (0 means "any free port" to the kernel: never what a server should bind).
+PORT_RANGE = (1, 65535)
+
+
+def _port(value: int) -> None:
+    low, high = PORT_RANGE
+    if not low <= value <= high:
+        raise ValueError(f"must be a TCP port, {low} to {high}")
 
 
 def _ip_address(value: str) -> None:
     try:
         ipaddress.ip_address(value)
     except ValueError:
-        raise ValueError("must be an IP address such as 127.0.0.1 (or 0.0.0.0 to listen on every interface)")
+        raise ValueError("must be an IP address such as 127.0.0.1 or ::1 (0.0.0.0 or :: to listen on every "
+                         "interface)") from None
 
 
 def _absolute_path(value: str) -> None:
@@ -120,53 +121,53 @@ def _image(value: str) -> None:
 KNOBS: list[Variable] = [
     # Which stack, which image.
     Variable("serving_profile", None, "profile from profiles.yaml to deploy (lmcache-mp, native-offload, "
-             "prefix-only, cpu-lab, ...)", str, _text(_profile_name)),
+             "prefix-only, cpu-lab, ...)", str, _text(_profile_name), optional=False),
     Variable("serving_image", None, "image by digest (repo@sha256:...); overrides the profile's image",
-             str, _text(_image)),
+             str, _text(_image), optional=True),
     Variable("allow_incubating", False, "opt in to deploying a profile whose status is incubating", bool),
     Variable("force", False, "turn forceable preflight refusals (GPU memory, L2 budget) into warnings; "
              "never overrides the RAM gate", bool),
     # The model and the API.
-    Variable("model", None, "model id or in-container path vLLM loads", str, _text(), env="RIGKIT_MODEL"),
-    Variable("served_model_name", None, "name the API serves the model under (/v1/models)", str, _text(),
-             env="RIGKIT_SERVED_MODEL_NAME"),
-    Variable("serving_port", 8000, "TCP port of the OpenAI API", int, _between(1024, 65535),
-             env="RIGKIT_SERVING_PORT"),
+    Variable("model", None, "model id or in-container path vLLM loads", str, _text(), env="RIGKIT_MODEL",
+             optional=False),
+    Variable("served_model_name", None, "name the API serves the model under (/v1/models)", str,
+             _text(), env="RIGKIT_SERVED_MODEL_NAME", optional=True),
+    Variable("serving_port", 8000, "TCP port of the OpenAI API", int, _port, env="RIGKIT_SERVING_PORT"),
     Variable("bind_address", "127.0.0.1", "address the API listens on (host networking)", str,
              _text(_ip_address), env="RIGKIT_BIND_ADDRESS"),
     Variable("max_model_len", None, "--max-model-len (context limit; empty = the model's)", int,
-             _between(256), env="RIGKIT_MAX_MODEL_LEN"),
+             _between(256), env="RIGKIT_MAX_MODEL_LEN", optional=True),
     Variable("max_num_batched_tokens", None, "--max-num-batched-tokens (empty = vLLM's default)", int,
-             _between(256), env="RIGKIT_MAX_NUM_BATCHED_TOKENS"),
+             _between(256), env="RIGKIT_MAX_NUM_BATCHED_TOKENS", optional=True),
     Variable("num_gpu_blocks_override", None, "--num-gpu-blocks-override: shrink the KV pool "
-             "(tests evict with it)", int, _between(1), env="RIGKIT_NUM_GPU_BLOCKS_OVERRIDE"),
+             "(tests evict with it)", int, _between(1), env="RIGKIT_NUM_GPU_BLOCKS_OVERRIDE", optional=True),
     Variable("tensor_parallel_size", None, "--tensor-parallel-size (empty = number of selected GPUs)", int,
-             _between(1, 64), env="RIGKIT_TENSOR_PARALLEL_SIZE"),
+             _between(1, 64), env="RIGKIT_TENSOR_PARALLEL_SIZE", optional=True),
     Variable("gpu_mask", "", "host GPU indices given to the container, e.g. 0,1 (empty = every GPU)", str,
-             _text(_gpu_mask)),
+             _text(_gpu_mask), allow_empty=True),
     Variable("hf_token", None, "Hugging Face token for gated models (secret: .env only, mode 0600)", str,
-             _text(), env="HF_TOKEN"),
+             _text(), env="HF_TOKEN", optional=True),
     Variable("cpu_kvcache_space_gb", None, "VLLM_CPU_KVCACHE_SPACE in GiB (CPU builds of vLLM)", int,
-             _between(1), env="VLLM_CPU_KVCACHE_SPACE"),
+             _between(1), env="VLLM_CPU_KVCACHE_SPACE", optional=True),
     # The KV cache tiers.
     Variable("l1_size_gb", 30, "L1 CPU-RAM KV cache size in GB", int, _between(1, 4096), env="LMCACHE_L1_GB"),
     Variable("l2_enabled", False, "persist the KV cache on disk (L2) under l2_path", bool, env="LMCACHE_L2"),
     Variable("l2_adapter_json", None, "LMCache L2 adapter as a JSON object (empty = fs adapter on l2_path)",
-             str, _text(_json_object), env="LMCACHE_L2_ADAPTER"),
+             JsonObject, _text(), env="LMCACHE_L2_ADAPTER", optional=True),
     Variable("l2_path", None, "host directory of the L2 disk tier, mounted into the container (empty = the "
-             "l2_disk role's l2_mount_point/l2_cache_dir)", str, _text(_absolute_path)),
+             "l2_disk role's l2_mount_point/l2_cache_dir)", str, _text(_absolute_path), optional=True),
     Variable("l2_budget_gb", 100.0, "disk the L2 tier may fill, in GB (preflight refuses less free space)",
              float, _between(0.01)),
     Variable("chunk_size", 256, "LMCache chunk size in tokens", int, _between(16, 65536), env="LMCACHE_CHUNK_SIZE"),
     Variable("kv_bytes_per_token", None, "KV cache cost per token in bytes, for capacity sizing "
-             "(empty = the profile's)", int, _between(1)),
+             "(empty = the profile's)", int, _between(1), optional=True),
     # Container limits.
     Variable("model_size_gb", 30, "page cache of the model weights that counts against mem_limit, in GB", int,
              _between(0)),
     Variable("mem_headroom_gb", 20, "memory above L1 + model the container needs (runtime, activations), GB",
              int, _between(0)),
     Variable("mem_limit_gb", None, "container memory limit = swap limit, in GB (empty = L1 + model + headroom)",
-             int, _between(1)),
+             int, _between(1), optional=True),
     Variable("restart_policy", "unless-stopped", "compose restart policy: no | always | unless-stopped | "
              "on-failure", str, _restart_policy),
     # Gates and lifecycle.

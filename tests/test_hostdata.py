@@ -155,3 +155,32 @@ def test_gpu_mask_smaller_than_the_profile_needs():
 def test_model_required_when_the_profile_has_none():
     data = {k: v for k, v in LMCACHE.items() if k != "model"}
     assert refused(data).field == "model"
+
+
+@pytest.mark.parametrize("field, value", [("model", ("Qwen/Qwen3-8B",)), ("l1_size_gb", None), ("serving_port", None),
+                                          ("l1_size_gb", 60.7), ("l2_budget_gb", float("nan")),
+                                          ("served_model_name", ""), ("serving_profile", None)])
+def test_bad_values_refused_before_any_host(field, value):
+    error = refused({**LMCACHE, field: value})
+    assert error.field == field
+
+
+def test_l2_adapter_json_from_a_dict_as_pyinfra_data_gives_it():
+    s = settings({**LMCACHE, "l2_adapter_json": {"type": "fs", "base_path": "/kv-store"}})
+    assert s.knobs["l2_adapter_json"] == '{"type":"fs","base_path":"/kv-store"}'
+
+
+def test_unknown_name_with_a_homoglyph_is_escaped_and_gets_the_real_name():
+    error = refused({**CPU_LAB, "l1_s\u0456ze_gb": 60}, ALL_VARIABLES)
+    assert str(error).isascii() and "l1_s\\u0456ze_gb" in str(error)
+    assert error.fix == "did you mean 'l1_size_gb'?"
+
+
+def test_an_unrelated_unknown_name_gets_no_false_suggestion():
+    error = refused({**CPU_LAB, "driver_sessions": 3}, ALL_VARIABLES)  # ratio 0.69 to validate_sessions
+    assert "did you mean" not in error.fix and "nvidia_ctk_version" in error.fix  # listed, not suggested
+
+
+@pytest.mark.parametrize("token", [("hf_secret",), ["hf_secret"], "hf_secret" * 1000])
+def test_secret_never_echoed_whatever_its_type(token):
+    assert "hf_secret" not in str(refused({**CPU_LAB, "hf_token": token}))

@@ -15,6 +15,7 @@ import ipaddress
 import re
 from typing import Any, Optional
 
+from rigkit.paths import check_host_path
 from rigkit.variables import JsonObject, Variable
 
 # Host paths and env values travel through .env and compose; both readers (compose v1's python-dotenv,
@@ -96,9 +97,8 @@ def _ip_address(value: str) -> None:
                          "interface)") from None
 
 
-def _absolute_path(value: str) -> None:
-    if not value.startswith("/"):
-        raise ValueError("must be an absolute host path")
+def _l2_path(value: str) -> None:
+    check_host_path(value)
     if ":" in value:
         raise ValueError("must not contain ':' (compose volume syntax)")
 
@@ -155,7 +155,7 @@ KNOBS: list[Variable] = [
     Variable("l2_adapter_json", None, "LMCache L2 adapter as a JSON object (empty = fs adapter on l2_path)",
              JsonObject, _text(), env="LMCACHE_L2_ADAPTER", optional=True),
     Variable("l2_path", None, "host directory of the L2 disk tier, mounted into the container (empty = the "
-             "l2_disk role's l2_mount_point/l2_cache_dir)", str, _text(_absolute_path), optional=True),
+             "l2_disk role's l2_mount_point/l2_cache_dir)", str, _text(_l2_path), optional=True),
     Variable("l2_budget_gb", 100.0, "disk the L2 tier may fill, in GB (preflight refuses less free space)",
              float, _between(0.01)),
     Variable("chunk_size", 256, "LMCache chunk size in tokens", int, _between(16, 65536), env="LMCACHE_CHUNK_SIZE"),

@@ -1,7 +1,9 @@
-"""Where rigkit keeps things: one definition per path."""
+"""Where rigkit keeps things (one definition per path), and what a host path a user sets may be."""
 
 import os
+import unicodedata
 from pathlib import Path
+from typing import Optional
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 TEMPLATES_DIR = REPO_ROOT / "templates"
@@ -18,3 +20,89 @@ RIG_STATE_DIR = "/var/lib/rigkit"
 # Each verified release's compose.yml + .env, by release hash: what a rollback restores exactly.
 RIG_RELEASES_DIR = f"{RIG_STATE_DIR}/releases"
 RIG_LIB_DIR = "/usr/local/lib/rigkit"
+
+
+# Host paths a user sets (l2_path, the L2 mount point, ...) are bind-mounted read-write into the container,
+# mounted over, chowned and chmodded by rigkit. Trees that belong to the system or the container engine:
+# no such path may be at or under them.
+SYSTEM_TREES = ("/bin", "/boot", "/dev", "/etc", "/lib", "/lib32", "/lib64", "/libx32", "/proc", "/run", "/sbin",
+                "/sys", "/usr", "/var/lib/docker", "/var/lib/containerd", RIG_RELEASES_DIR)
+# Directories that hold other things: a path may be inside them, never one of them.
+SYSTEM_DIRECTORIES = ("/", "/home", "/media", "/mnt", "/opt", "/root", "/srv", "/tmp", "/var", "/var/cache",
+                      "/var/lib", "/var/log", "/var/spool", "/var/tmp", RIG_STATE_DIR)
+# Longest file name (one path component) Linux filesystems take, in bytes (NAME_MAX).
+NAME_MAX_BYTES = 255
+
+
+def _path_text_problem(path: str) -> Optional[str]:
+    """Characters no host path setting may hold, whichever file it is written to."""
+    for char in path:
+        if unicodedata.category(char) in ("Cc", "Cf", "Zl", "Zp", "Cs"):
+            return f"contains the control or format character {ascii(char)}"
+        if char.isspace() and char != " ":
+            return f"contains the whitespace character {ascii(char)} (only a plain space is allowed)"
+    if "$" in path:
+        # compose interpolates $ in the bind source, systemd in ExecStart, a shell inside double quotes.
+        return "contains '$', which compose and systemd would expand"
+    return None
+
+
+def _parts_problem(parts: list[str]) -> Optional[str]:
+    if any(part in ("", ".", "..") for part in parts):
+        return "must be normalised: no empty, '.' or '..' parts, no leading, doubled or trailing '/'"
+    if any(part != part.strip(" ") for part in parts):
+        return "has a part that starts or ends with a space (invisible in every listing)"
+    if any(len(part.encode()) > NAME_MAX_BYTES for part in parts):
+        return f"has a part longer than {NAME_MAX_BYTES} bytes, which no Linux filesystem stores"
+    return None
+
+
+def relative_path_problem(path: str) -> Optional[str]:
+    """Why ``path`` is not a clean relative path (inside another directory), or None."""
+    if path.startswith("/"):
+        return "must be relative (it is joined to another directory); an absolute path would escape it"
+    return _path_text_problem(path) or _parts_problem(path.split("/"))
+
+
+def host_path_problem(path: str) -> Optional[str]:
+    """Why ``path`` must not be a host path setting, or None: absolute, normalised, never a system directory."""
+    if not path.startswith("/"):
+        return "must be an absolute host path"
+    if path != "/":
+        problem = _path_text_problem(path) or _parts_problem(path[1:].split("/"))
+        if problem:
+            return problem
+    for tree in SYSTEM_TREES:
+        if path == tree or path.startswith(tree + "/"):
+            return f"is {'inside ' if path != tree else ''}the system directory {tree}"
+    if path in SYSTEM_DIRECTORIES:
+        return f"is the system directory {path} itself: name a directory inside it"
+    return None
+
+
+def check_host_path(path: str) -> None:
+    """Variable check for an absolute host path (ValueError with the reason)."""
+    problem = host_path_problem(path)
+    if problem:
+        raise ValueError(problem)
+
+
+def check_relative_path(path: str) -> None:
+    """Variable check for a path relative to another setting's directory (ValueError with the reason)."""
+    problem = relative_path_problem(path)
+    if problem:
+        raise ValueError(problem)
+
+
+def device_path_problem(path: str) -> Optional[str]:
+    """Why ``path`` is not a block device path under /dev (e.g. /dev/disk/by-id/nvme-...), or None."""
+    if not path.startswith("/dev/"):
+        return "must be a device path under /dev/, preferably /dev/disk/by-id/..."
+    return _path_text_problem(path) or _parts_problem(path[1:].split("/"))
+
+
+def check_device_path(path: str) -> None:
+    """Variable check for a block device path (ValueError with the reason)."""
+    problem = device_path_problem(path)
+    if problem:
+        raise ValueError(problem)

@@ -26,7 +26,7 @@ from typing import Any, Iterable, Mapping, Optional
 from rigkit.defaults import ALL_VARIABLES, ROLE_SECTIONS, l2_cache_path
 from rigkit.errors import ConfigError
 from rigkit.knobs import (KNOBS, KNOBS_BY_NAME, L2_PATH_WITHOUT_DISK_ROLE, RETIRED_KNOBS, SECRET_KNOBS,
-                          controller_secret_variable)
+                          controller_secret_variable, gpu_indices)
 from rigkit.profiles import Profile, get_profile, load_profiles
 from rigkit.registry import require_digest
 from rigkit.sizing import capacity_line, required_mem_limit_gb
@@ -58,8 +58,7 @@ class Settings:
     @property
     def gpu_ids(self) -> list[int]:
         """Host GPU indices handed to the container; empty = every GPU (or none for CPU profiles)."""
-        mask = self.knobs["gpu_mask"]
-        return [int(part) for part in mask.split(",")] if mask else []
+        return gpu_indices(self.knobs["gpu_mask"])
 
     @property
     def kv_bytes_per_token(self) -> Optional[int]:
@@ -100,6 +99,25 @@ def _l2_path(role_values: dict[str, Any]) -> str:
     return L2_PATH_WITHOUT_DISK_ROLE
 
 
+def _check_gpu_count(knobs: dict[str, Any], mask: list[int], host_gpus: Optional[int]) -> None:
+    """Tensor parallelism needs one GPU per rank: refuse more ranks than the GPUs the stack gets."""
+    tensor_parallel = knobs["tensor_parallel_size"]
+    if mask and tensor_parallel > len(mask):
+        raise ConfigError("tensor_parallel_size", tensor_parallel,
+                          f"needs {tensor_parallel} GPUs but gpu_mask {knobs['gpu_mask']!r} selects {len(mask)}",
+                          f"set tensor_parallel_size to at most {len(mask)}, or select more GPUs in gpu_mask")
+    if host_gpus:  # declared by the host's data (0: not declared, the GPU roles skip the host)
+        beyond = [index for index in mask if index >= host_gpus]
+        if beyond:
+            raise ConfigError("gpu_mask", knobs["gpu_mask"], f"names GPU {beyond[0]} but the host declares "
+                              f"gpus: {host_gpus} (indices 0 to {host_gpus - 1})",
+                              "name GPUs the host has, or correct gpus")
+        if not mask and tensor_parallel > host_gpus:
+            raise ConfigError("tensor_parallel_size", tensor_parallel,
+                              f"needs {tensor_parallel} GPUs but the host declares gpus: {host_gpus}",
+                              f"set tensor_parallel_size to at most {host_gpus}, or correct gpus")
+
+
 def _derive(profile: Profile, knobs: dict[str, Any], role_values: dict[str, Any]) -> dict[str, Any]:
     """Fill knobs whose default depends on others; refuse combinations no host fact can fix."""
     derived = dict(knobs)
@@ -110,13 +128,14 @@ def _derive(profile: Profile, knobs: dict[str, Any], role_values: dict[str, Any]
                           "set model (a model id or an in-container path) in host or group data")
     if derived["served_model_name"] is None:
         derived["served_model_name"] = derived["model"]
-    gpus = [part for part in derived["gpu_mask"].split(",") if part]
+    gpus = gpu_indices(derived["gpu_mask"])
     if derived["tensor_parallel_size"] is None:
         derived["tensor_parallel_size"] = len(gpus) or max(profile.resources.gpus, 1)
     if gpus and len(gpus) < profile.resources.gpus:
         raise ConfigError("gpu_mask", derived["gpu_mask"],
                           f"selects {len(gpus)} GPU(s) but profile {profile.name} needs {profile.resources.gpus}",
                           f"select at least {profile.resources.gpus} GPUs, or clear gpu_mask to use every GPU")
+    _check_gpu_count(derived, gpus, role_values.get("gpus"))
     l1_gb = derived["l1_size_gb"] if profile.l1_in_limits else 0
     needed = required_mem_limit_gb(l1_gb, derived["model_size_gb"], derived["mem_headroom_gb"])
     if derived["mem_limit_gb"] is None:

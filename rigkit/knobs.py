@@ -103,9 +103,19 @@ def _l2_path(value: str) -> None:
         raise ValueError("must not contain ':' (compose volume syntax)")
 
 
+def gpu_indices(mask: str) -> list[int]:
+    """The GPU indices of a gpu_mask ("" = every GPU: no index)."""
+    return [int(part) for part in mask.split(",")] if mask else []
+
+
 def _gpu_mask(value: str) -> None:
-    if value and not re.fullmatch(r"\d+(,\d+)*", value):
+    if value and not re.fullmatch(r"[0-9]+(,[0-9]+)*", value):
         raise ValueError("must be GPU indices separated by commas, e.g. 0,1 (empty = every GPU)")
+    indices = gpu_indices(value)
+    repeated = sorted({index for index in indices if indices.count(index) > 1})
+    if repeated:
+        raise ValueError(f"names GPU {', '.join(map(str, repeated))} more than once: each GPU is one "
+                         "tensor-parallel rank, so a repeat would run two ranks on one GPU")
 
 
 def _profile_name(value: str) -> None:

@@ -152,6 +152,16 @@ def check_l2_if_mounted(settings: Settings, free_bytes: Optional[int]) -> list[F
     return check_l2(settings, free_bytes)
 
 
+def _tensor_parallel_refusal(settings: Settings, available: int, where: str) -> Optional[Finding]:
+    """A refusal (never forceable) when tensor parallelism needs more GPUs than the stack gets: one per rank."""
+    tensor_parallel = settings.knobs["tensor_parallel_size"]
+    if tensor_parallel <= available:
+        return None
+    return Finding("refuse", "gpu", "tensor_parallel_size", tensor_parallel,
+                   f"needs {tensor_parallel} GPUs, one per rank, but {where} {available}",
+                   f"set tensor_parallel_size to at most {available}, or give the stack more GPUs")
+
+
 def check_gpus(settings: Settings, gpu_memory_csv: Optional[str]) -> list[Finding]:
     profile = settings.profile
     if not profile.needs_gpus:
@@ -172,6 +182,10 @@ def check_gpus(settings: Settings, gpu_memory_csv: Optional[str]) -> list[Findin
         return [Finding("refuse", "gpu", "serving_profile", profile.name,
                         f"{len(selected)} GPU(s) selected, profile needs {profile.resources.gpus}",
                         "select more GPUs or pick another profile")]
+    too_wide = _tensor_parallel_refusal(settings, len(selected), "gpu_mask selects" if settings.gpu_ids else
+                                        "the rig has")
+    if too_wide:
+        return [too_wide]
     minimum = settings.knobs["gpu_free_fraction_min"]
     findings = []
     for index in selected:
@@ -205,6 +219,10 @@ def check_gpus_before_driver(settings: Settings, gpu_memory_csv: Optional[str], 
         return [Finding("refuse", "gpu", "serving_profile", profile.name,
                         f"profile {profile.name} needs {needed} GPU(s); the rig's PCI bus shows {nvidia_pci_gpus}",
                         "pick a profile for fewer GPUs, or a rig with more")]
+    too_wide = None if settings.gpu_ids else _tensor_parallel_refusal(settings, nvidia_pci_gpus,
+                                                                       "the rig's PCI bus shows")
+    if too_wide:
+        return [too_wide]
     if declared_gpus < needed:
         return [Finding("refuse", "gpu", "gpus", declared_gpus,
                         f"the rig has {nvidia_pci_gpus} NVIDIA GPU(s) and no driver yet, but gpus={declared_gpus} "

@@ -184,3 +184,33 @@ def test_an_unrelated_unknown_name_gets_no_false_suggestion():
 @pytest.mark.parametrize("token", [("hf_secret",), ["hf_secret"], "hf_secret" * 1000])
 def test_secret_never_echoed_whatever_its_type(token):
     assert "hf_secret" not in str(refused({**CPU_LAB, "hf_token": token}))
+
+
+def test_a_gpu_mask_naming_a_gpu_twice_is_refused():
+    error = refused({**LMCACHE, "gpu_mask": "0,0"})
+    assert error.field == "gpu_mask" and "GPU 0 more than once" in error.problem
+
+
+@pytest.mark.parametrize("mask, tensor_parallel", [("0", 2), ("0,1", 4)])
+def test_tensor_parallel_wider_than_the_mask_is_refused(mask, tensor_parallel):
+    error = refused({**LMCACHE, "gpu_mask": mask, "tensor_parallel_size": tensor_parallel})
+    assert error.field == "tensor_parallel_size" and f"at most {len(mask.split(','))}" in error.fix
+
+
+def test_tensor_parallel_within_the_mask_is_fine():
+    assert settings({**LMCACHE, "gpu_mask": "0,1", "tensor_parallel_size": 1}).knobs["tensor_parallel_size"] == 1
+    assert settings({**LMCACHE, "gpu_mask": "2,3"}).knobs["tensor_parallel_size"] == 2
+
+
+@pytest.mark.parametrize("value", [0, -1])
+def test_tensor_parallel_is_at_least_one(value):
+    assert refused({**LMCACHE, "tensor_parallel_size": value}).field == "tensor_parallel_size"
+
+
+def test_declared_gpus_bound_the_mask_and_tensor_parallel():
+    from rigkit.defaults import GPUS
+
+    data = {k: v for k, v in LMCACHE.items() if k != "gpu_mask"}
+    assert refused({**data, "gpus": 2, "gpu_mask": "1,2"}, [GPUS]).field == "gpu_mask"
+    assert refused({**data, "gpus": 2, "tensor_parallel_size": 4}, [GPUS]).field == "tensor_parallel_size"
+    assert settings_for_host({**data, "gpus": 2, "tensor_parallel_size": 2}, variables=[GPUS])

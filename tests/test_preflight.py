@@ -225,3 +225,10 @@ def test_bare_host_gpu_count_gates_at_exact_equality(pci, declared, passes):
     bare = facts(gpu_memory_csv=None)
     findings = bare_host_preflight(settings_for_host(LMCACHE, variables=[]), bare, pci, declared)
     assert (by_check(findings, "gpu")[0].level == "ok") is passes
+
+
+def test_tensor_parallel_wider_than_the_rig_is_refused_even_forced():
+    for force in (False, True):  # the H200 fixture has two GPUs
+        (gpu,) = refusals(run({**LMCACHE, "tensor_parallel_size": 4, "force": force}))
+        assert gpu.field == "tensor_parallel_size" and "the rig has 2" in gpu.message and "at most 2" in gpu.fix
+    assert not refusals(run({**LMCACHE, "tensor_parallel_size": 2}))

@@ -144,3 +144,9 @@ def test_nvidia_pci_gpu_count_reads_vendor_and_class_from_sysfs(tmp_path):
     empty.mkdir()
     assert subprocess.run(["sh", "-c", nvidia_pci_gpus_command(str(empty))], capture_output=True, text=True,
                           check=True).stdout == ""
+
+
+def test_tensor_parallel_wider_than_the_pci_bus_is_refused():
+    gpu = only(refusals(run({**LMCACHE, "tensor_parallel_size": 4}, pci=2, declared=2)), "gpu")
+    assert gpu.field == "tensor_parallel_size" and "PCI bus shows 2" in gpu.message
+    assert refusals(run({**LMCACHE, "tensor_parallel_size": 2}, pci=2, declared=2)) == []

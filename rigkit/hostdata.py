@@ -176,7 +176,7 @@ def settings_for_host(data: dict, profiles: Optional[dict[str, Profile]] = None,
         raise ConfigError("serving_profile", profile.name, "is incubating: deploying it needs an explicit opt-in",
                           "set allow_incubating: true for this host or group, or pick a production profile")
     if knobs["serving_image"] is not None:
-        image = require_digest(knobs["serving_image"], "serving_image")
+        image = require_digest(knobs["serving_image"], "serving_image", profile.image_repo)
     elif profile.image is not None:
         image = require_digest(profile.image, f"profiles.{profile.name}.image")
     else:

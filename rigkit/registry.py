@@ -2,6 +2,11 @@
 
 ``rigkit resolve IMAGE:TAG`` prints ``IMAGE@sha256:...``: the form every profile and host data
 must use (a tag is mutable: the same tag bundled a different vLLM a week later).
+
+References are parsed with the distribution reference grammar (what docker accepts):
+``[registry[:port]/]path[:tag][@sha256:<64 hex>]``, path components lowercase. ``repo:tag@sha256:...``
+is refused: docker would pull the digest and ignore the tag, so the tag could only mislead whoever
+reads the reference (the ledger, a profile); the fix is the same reference without the tag.
 """
 
 from __future__ import annotations
@@ -19,6 +24,18 @@ import requests
 from rigkit.errors import ConfigError, RigkitError
 
 DIGEST_RE = re.compile(r"sha256:[0-9a-f]{64}")
+DIGEST_FORM = "sha256:<64 hex>"
+# The distribution reference grammar (github.com/distribution/reference, regexp.go).
+_ALPHA_NUMERIC = r"[a-z0-9]+"
+_PATH_COMPONENT = re.compile(rf"{_ALPHA_NUMERIC}(?:(?:[._]|__|-+){_ALPHA_NUMERIC})*")
+_DOMAIN_COMPONENT = r"(?:[a-zA-Z0-9]|[a-zA-Z0-9][a-zA-Z0-9-]*[a-zA-Z0-9])"
+_DOMAIN = re.compile(rf"(?:{_DOMAIN_COMPONENT}(?:\.{_DOMAIN_COMPONENT})*|\[[0-9a-fA-F:.]+\])(?::[0-9]+)?")
+_TAG = re.compile(r"[\w][\w.-]{0,127}", re.ASCII)
+_ANY_DIGEST = re.compile(r"[A-Za-z][A-Za-z0-9]*(?:[-_+.][A-Za-z][A-Za-z0-9]*)*:[0-9a-fA-F]{32,}")
+# What users paste instead of a reference: a digest alone, an image ID (docker images --no-trunc).
+_BARE_DIGEST = re.compile(r"(?:sha256|sha384|sha512):[0-9a-fA-F]{32,}")
+_IMAGE_ID = re.compile(r"[0-9a-f]{64}")
+NAME_MAX_LENGTH = 255
 DOCKER_HUB = "docker.io"
 DOCKER_HUB_API = "registry-1.docker.io"
 # Every manifest kind a multi-arch or single image may be stored as: the registry then returns the
@@ -41,19 +58,60 @@ class ImageReference:
     digest: Optional[str]
 
 
-def parse_reference(image: str) -> ImageReference:
-    """Split an image reference the way docker does (registry, repository, tag, digest)."""
-    rest, _, digest = image.partition("@")
-    last_slash = rest.rfind("/")
-    colon = rest.rfind(":")
+def _looks_like_registry(first: str) -> bool:
+    """docker's rule: the first component names a registry when it has a '.' or ':', is localhost, or is not
+    lowercase (a repository path never is)."""
+    return "." in first or ":" in first or first == "localhost" or first.lower() != first
+
+
+def parse_reference(image: str, field: str = "image", repository_hint: Optional[str] = None) -> ImageReference:
+    """Split an image reference the way docker does (registry, repository, tag, digest); ConfigError naming
+    ``field`` when it is not a reference docker would accept."""
+    example = f"{repository_hint or 'REPO'}@{DIGEST_FORM}"
+    if not isinstance(image, str) or not image.strip():
+        raise ConfigError(field, image, "no image given", f"set it to an image by digest: {example}")
+    rest, at, digest = image.partition("@")
+    bare = digest if not rest else image if _BARE_DIGEST.fullmatch(image) else None
+    if bare is not None:
+        raise ConfigError(field, image, "a digest without a repository: docker cannot tell which image it is",
+                          f"put the repository before it: {repository_hint or 'REPO'}@{bare}")
+    if _IMAGE_ID.fullmatch(image):
+        raise ConfigError(field, image, "an image ID, not a reference (docker refuses it as a repository name)",
+                          f"name the image by repository and digest: {example}")
     tag = None
-    if colon > last_slash:
+    colon = rest.rfind(":")
+    if colon > rest.rfind("/"):
         rest, tag = rest[:colon], rest[colon + 1:]
+        if not _TAG.fullmatch(tag):
+            raise ConfigError(field, image, f"malformed tag {tag!r} (letters, digits, '_', '.', '-'; at most 128)",
+                              f"pin it by digest: {rest}@{DIGEST_FORM}")
+    if at and not _ANY_DIGEST.fullmatch(digest):
+        raise ConfigError(field, image, "malformed digest", f"use the form {rest}@{DIGEST_FORM}")
     first, _, remainder = rest.partition("/")
-    if remainder and ("." in first or ":" in first or first == "localhost"):
+    if remainder and first.lower() != first and "." not in first and ":" not in first:
+        raise ConfigError(field, image, f"repository names must be lowercase (docker would take {first!r} for a "
+                          "registry host)", f"write it as {image.replace(first, first.lower(), 1)}, or give the "
+                          "registry host its domain or port")
+    if remainder and _looks_like_registry(first):
         registry, repository = first, remainder
+        if not _DOMAIN.fullmatch(registry):
+            raise ConfigError(field, image, f"malformed registry {registry!r}", "write it as host[:port]")
     else:
         registry, repository = DOCKER_HUB, rest
+    components = repository.split("/")
+    if repository != repository.lower() and all(_PATH_COMPONENT.fullmatch(c.lower()) for c in components):
+        fixed = image.replace(repository, repository.lower(), 1)
+        raise ConfigError(field, image, "repository names must be lowercase (docker refuses this one)",
+                          f"write it as {fixed}")
+    if not all(_PATH_COMPONENT.fullmatch(component) for component in components):
+        raise ConfigError(field, image, "not an image reference: each part of the repository is lowercase letters "
+                          "and digits, separated by '.', '_', '__' or dashes", f"use the form {example}, "
+                          "e.g. ghcr.io/org/name@sha256:...")
+    if len(rest) > NAME_MAX_LENGTH:
+        raise ConfigError(field, image, f"the name is longer than {NAME_MAX_LENGTH} characters",
+                          "use a shorter repository name")
+    if registry in (DOCKER_HUB, "index.docker.io"):
+        registry = DOCKER_HUB
         if "/" not in repository:
             repository = f"library/{repository}"
     return ImageReference(name=rest, registry=registry, repository=repository, tag=tag or None,
@@ -62,22 +120,25 @@ def parse_reference(image: str) -> ImageReference:
 
 def digest_form(image: str) -> str:
     """What a pinned reference looks like for this image, for error messages."""
-    return f"{parse_reference(image).name}@sha256:<64 hex>"
+    return f"{parse_reference(image).name}@{DIGEST_FORM}"
 
 
-def require_digest(image: str, field: str) -> str:
-    """Return ``image`` when it is pinned as ``repo@sha256:<64 hex>``; ConfigError naming ``field`` otherwise."""
-    if not isinstance(image, str) or not image.strip():
-        raise ConfigError(field, image, "no image given", "set it to an image by digest: repo@sha256:<64 hex>")
-    reference = parse_reference(image)
+def require_digest(image: str, field: str, repository_hint: Optional[str] = None) -> str:
+    """Return ``image`` when it is pinned as ``repo@sha256:<64 hex>``; ConfigError naming ``field`` otherwise.
+
+    ``repo:tag@sha256:...`` is refused (docker ignores the tag; see the module doc). ``repository_hint``
+    (e.g. the profile's image_repo) completes the fix for a bare digest.
+    """
+    reference = parse_reference(image, field, repository_hint)
     if reference.digest is None:
         what = f"a tag ({reference.tag})" if reference.tag else "no digest (an implicit :latest tag)"
         raise ConfigError(field, image, f"image given by {what}; tags are mutable and never deployed",
-                          f"pin it as {digest_form(image)}: run `rigkit resolve {image}`")
+                          f"pin it as {reference.name}@{DIGEST_FORM}: run `rigkit resolve {image}`")
     if not DIGEST_RE.fullmatch(reference.digest):
-        raise ConfigError(field, image, "malformed digest", f"use the form {digest_form(image)}")
+        raise ConfigError(field, image, "malformed digest (rigkit pins sha256 digests: 64 lowercase hex digits)",
+                          f"use the form {reference.name}@{DIGEST_FORM}")
     if reference.tag:
-        raise ConfigError(field, image, "both a tag and a digest: the tag would be ignored",
+        raise ConfigError(field, image, "both a tag and a digest: docker would ignore the tag",
                           f"drop the tag: {reference.name}@{reference.digest}")
     return image
 

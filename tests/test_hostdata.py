@@ -214,3 +214,9 @@ def test_declared_gpus_bound_the_mask_and_tensor_parallel():
     assert refused({**data, "gpus": 2, "gpu_mask": "1,2"}, [GPUS]).field == "gpu_mask"
     assert refused({**data, "gpus": 2, "tensor_parallel_size": 4}, [GPUS]).field == "tensor_parallel_size"
     assert settings_for_host({**data, "gpus": 2, "tensor_parallel_size": 2}, variables=[GPUS])
+
+
+def test_a_bare_digest_is_completed_with_the_profiles_repository():
+    error = refused({**CPU_LAB, "serving_image": "sha256:" + "1" * 64})
+    assert error.field == "serving_image"
+    assert error.fix == "put the repository before it: 127.0.0.1:5000/rigkit/vllm-cpu-tiny@sha256:" + "1" * 64

@@ -136,3 +136,61 @@ def test_cli_prints_the_pinned_form(registry, capsys):
     assert rigkit_main(["resolve", f"{registry}/rigkit/app:v1"]) == 0
     assert capsys.readouterr().out.strip() == f"{registry}/rigkit/app@{MANIFEST_DIGEST}"
     assert rigkit_main(["resolve", f"{registry}/rigkit/app:nope"]) == 1
+
+
+H = "a" * 64
+
+
+@pytest.mark.parametrize("image", ["@sha256:" + H, "sha256:" + H])
+def test_a_digest_without_a_repository_gets_a_fix_that_names_one(image):
+    with pytest.raises(ConfigError) as caught:
+        require_digest(image, "serving_image", repository_hint="lmcache/vllm-openai")
+    assert caught.value.field == "serving_image" and "without a repository" in caught.value.problem
+    assert caught.value.fix == f"put the repository before it: lmcache/vllm-openai@sha256:{H}"
+
+
+def test_an_image_id_is_not_a_reference():
+    with pytest.raises(ConfigError, match="image ID"):
+        require_digest(H, "serving_image")
+
+
+@pytest.mark.parametrize("image, fixed", [("Lmcache/vllm-openai@sha256:" + H, "lmcache/vllm-openai@sha256:" + H),
+                                          ("ghcr.io/Org/App@sha256:" + H, "ghcr.io/org/app@sha256:" + H),
+                                          ("UBUNTU@sha256:" + H, "ubuntu@sha256:" + H)])
+def test_uppercase_repository_refused_with_the_lowercase_form(image, fixed):
+    with pytest.raises(ConfigError, match="lowercase") as caught:
+        require_digest(image, "serving_image")
+    assert fixed in caught.value.fix
+
+
+@pytest.mark.parametrize("image", ["a//b", "/a", "a/", "a b", "a_", "-a", "a..b", "a/b/", "caf\u00e9", "a:", "a:-x",
+                                   "a:" + "t" * 129, "bad_host:5000/a", "a@sha256:" + H + "@sha256:" + H,
+                                   "x" * 256])
+def test_not_a_reference_docker_accepts(image):
+    with pytest.raises(ConfigError) as caught:
+        require_digest(image if "@" in image else image + "@sha256:" + H, "serving_image")
+    assert caught.value.field == "serving_image"
+
+
+@pytest.mark.parametrize("image, registry, repository", [
+    ("127.0.0.1:5000/rigkit/app", "127.0.0.1:5000", "rigkit/app"), ("[::1]:5000/app", "[::1]:5000", "app"),
+    ("localhost/app", "localhost", "app"), ("GHCR.io/org/app", "GHCR.io", "org/app"),
+    ("docker.io/ubuntu", "docker.io", "library/ubuntu"), ("index.docker.io/lmcache/x", "docker.io", "lmcache/x"),
+    ("my_org/x--y__z.w", "docker.io", "my_org/x--y__z.w"), ("a/b/c/d", "docker.io", "a/b/c/d")])
+def test_references_docker_accepts(image, registry, repository):
+    pinned = f"{image}@sha256:{H}"
+    assert require_digest(pinned, "serving_image") == pinned
+    reference = parse_reference(pinned)
+    assert (reference.registry, reference.repository, reference.digest) == (registry, repository, f"sha256:{H}")
+
+
+def test_tag_and_digest_refused_the_digest_would_win():
+    with pytest.raises(ConfigError, match="ignore the tag") as caught:
+        require_digest(f"lmcache/vllm-openai:v1@sha256:{H}", "serving_image")
+    assert caught.value.fix == f"drop the tag: lmcache/vllm-openai@sha256:{H}"
+
+
+@pytest.mark.parametrize("digest", ["md5:" + "a" * 32, "sha512:" + "a" * 128, "sha256:" + "A" * 64, "sha256:abc"])
+def test_only_sha256_digests_are_pinned(digest):
+    with pytest.raises(ConfigError, match="malformed digest"):
+        require_digest(f"lmcache/vllm-openai@{digest}", "serving_image")

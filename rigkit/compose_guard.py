@@ -81,7 +81,7 @@ def declared_environment(service: dict, base_dir: Path | None = None) -> set[str
         path = entry.get("path") if isinstance(entry, dict) else entry
         candidate = Path(path) if base_dir is None else base_dir / path
         if candidate.is_file():
-            for line in candidate.read_text().splitlines():
+            for line in candidate.read_text().split("\n"):  # compose ends .env lines at "\n" only
                 line = line.strip()
                 if line and not line.startswith("#") and "=" in line:
                     names.add(line.split("=", 1)[0].removeprefix("export ").strip())

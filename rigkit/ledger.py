@@ -168,9 +168,12 @@ def rendering_dir(rendering_hash: str) -> str:
 
 
 def parse_dotenv(text: str) -> dict[str, str]:
-    """The values of a .env written by rigkit.render.dotenv_line (NAME='v' or NAME="v" with \\ and \" escaped)."""
+    """The values of a .env written by rigkit.render.dotenv_line (NAME='v' or NAME="v" with \\ and \" escaped).
+
+    Lines end at "\n" only, as compose reads them (str.splitlines would also split at U+2028, form feed, ...).
+    """
     values = {}
-    for line in text.splitlines():
+    for line in text.split("\n"):
         if not line.strip() or line.lstrip().startswith("#") or "=" not in line:
             continue
         name, raw = line.split("=", 1)

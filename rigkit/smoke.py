@@ -104,8 +104,9 @@ def check_http(base_url: str, served_name: str, timeout: float = 60.0) -> list[S
 
 
 def parse_env_output(env_output: str) -> dict[str, str]:
-    """`docker exec <c> env` output as a dict (values never hold a newline: .env refuses them)."""
-    return dict(line.split("=", 1) for line in env_output.splitlines() if "=" in line)
+    """`docker exec <c> env` output as a dict (values never hold a newline: .env refuses them; env ends each
+    variable with "\n" only, so a value may hold U+2028 or a form feed, which str.splitlines would split at)."""
+    return dict(line.split("=", 1) for line in env_output.split("\n") if "=" in line)
 
 
 def container_command_line(inspect_json: str) -> str:

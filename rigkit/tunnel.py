@@ -63,7 +63,7 @@ def is_loopback_bind(bind: str) -> bool:
 
 def direct_address(bind: str, host_data: Mapping[str, Any], inventory_name: Optional[str] = None) -> str:
     """Where to connect when the API is bound to a non-loopback address."""
-    if bind in ("0.0.0.0", "::"):
+    if bind in WILDCARD_ADDRESSES:
         return str(host_data.get("ssh_hostname") or inventory_name or bind)
     return bind
 
@@ -254,14 +254,28 @@ def serving_url(host_data: Mapping[str, Any], bind: str, port: int,
                 inventory_name: Optional[str] = None) -> Iterator[str]:
     """Base URL of the rig's serving API, through a tunnel when it binds the rig's loopback."""
     if not is_loopback_bind(bind):
-        yield f"http://{_url_host(direct_address(bind, host_data, inventory_name))}:{port}"
+        yield f"http://{url_host(direct_address(bind, host_data, inventory_name))}:{port}"
         return
     with open_tunnel(host_data, bind, port, inventory_name) as tunnel:
         yield tunnel.url
 
 
-def _url_host(address: str) -> str:
-    return f"[{address}]" if ":" in address and not address.startswith("[") else address
+# Addresses a server binds to listen on every interface; a client on the same machine reaches it on loopback
+# (Linux's "::" socket takes IPv4 too unless net.ipv6.bindv6only is set).
+WILDCARD_ADDRESSES = ("0.0.0.0", "::")
+
+
+def url_host(address: str) -> str:
+    """``address`` as the host part of a URL: IPv6 in brackets (``[::1]``), a zone's '%' as '%25' (RFC 6874)."""
+    if ":" in address and not address.startswith("["):
+        return "[" + address.replace("%", "%25") + "]"
+    return address
+
+
+def rig_local_url(bind_address: str, port: int, path: str = "") -> str:
+    """The URL a process on the rig uses to reach a server bound to ``bind_address`` (a wildcard via loopback)."""
+    host = "127.0.0.1" if bind_address in WILDCARD_ADDRESSES else bind_address
+    return f"http://{url_host(host)}:{port}{path}"
 
 
 def port_is_open(host: str, port: int, timeout_s: float = 2.0) -> bool:

@@ -329,7 +329,7 @@ def l2_probe_command(path: str, janitor_unit: str, janitor_status_file: str) -> 
 
 
 def parse_l2_probe(text: str) -> L2Probe:
-    values = dict(line.split("=", 1) for line in text.splitlines() if "=" in line)
+    values = dict(line.split("=", 1) for line in text.split("\n") if "=" in line)  # as the shell wrote them
 
     def number(key: str) -> Optional[int]:
         value = values.get(key, "").strip()

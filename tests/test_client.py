@@ -290,3 +290,21 @@ def test_decode_speed_counts_token_events_with_empty_text(sse_server_with_empty_
     # non-empty text would end it two gaps early
     decode_interval = (events - 1) / result.decode_tps
     assert decode_interval >= (events - 2) * EVENT_GAP_S
+
+
+@pytest.mark.parametrize("address, expected", [("127.0.0.1", "127.0.0.1"), ("::1", "[::1]"), ("[::1]", "[::1]"),
+                                               ("fe80::1%eth0", "[fe80::1%25eth0]"), ("rig1.lab", "rig1.lab")])
+def test_url_host_brackets_ipv6(address, expected):
+    assert tunnel.url_host(address) == expected
+
+
+@pytest.mark.parametrize("bind, url", [("127.0.0.1", "http://127.0.0.1:8000/v1/models"),
+                                       ("::1", "http://[::1]:8000/v1/models"),
+                                       ("0.0.0.0", "http://127.0.0.1:8000/v1/models"),
+                                       ("::", "http://127.0.0.1:8000/v1/models"),
+                                       ("2001:db8::5", "http://[2001:db8::5]:8000/v1/models")])
+def test_rig_local_url_is_a_valid_url_for_every_bind_address(bind, url):
+    import urllib.parse
+
+    assert tunnel.rig_local_url(bind, 8000, "/v1/models") == url
+    assert urllib.parse.urlsplit(url).port == 8000

@@ -243,3 +243,30 @@ def test_lmcache_server_gets_the_knobs(tmp_path, l2):
     assert option(server, "--chunk-size") == "1584"
     assert option(server, "--l2-adapter") == ('{"type":"fs","base_path":"/kv-store"}' if l2 else None)
     assert json.loads(option(argvs["vllm"], "--kv-transfer-config"))["kv_connector"] == "LMCacheMPConnector"
+
+
+UNICODE_ROUND_TRIP = {
+    "served_model_name": "line\u2028para\u2029next\x85feed\x0cvt\x0bfs\x1cend",
+    "model": "/models/\U0001F600 caf\u00e9 \u00a0nbsp",
+    "l2_adapter_json": '{"path": "/kv/\U0001F600\u2028"}',
+}
+
+
+@needs_compose
+def test_unicode_values_and_paths_read_back_exactly_by_docker_compose(tmp_path):
+    path = "/mnt/kv-\U0001F600-caf\u00e9"
+    s = settings("lmcache-mp", l2_enabled=True, l2_path=path, **UNICODE_ROUND_TRIP)
+    compose = render_compose(s)
+    assert "\\ud83d" not in compose  # no surrogate-pair escapes: PyYAML reads them back as two broken characters
+    service = compose_config(write_stack(tmp_path, s))
+    assert service["volumes"][0]["source"] == path
+    for knob, value in UNICODE_ROUND_TRIP.items():
+        assert service["environment"][KNOBS_BY_NAME[knob].env] == value, knob
+
+
+def test_rigkits_own_env_reader_agrees_on_line_separators():
+    from rigkit.ledger import parse_dotenv
+
+    s = settings("lmcache-mp", l2_enabled=True, **UNICODE_ROUND_TRIP)
+    values = parse_dotenv(render_env(s))
+    assert {env: values[env] for env in env_values(s)} == env_values(s)

@@ -116,3 +116,8 @@ def test_metrics_without_a_prefix_cache_counter_fail_the_metrics_check(api, coun
 def test_a_smoke_report_with_a_failed_http_check_fails(api):
     api.served_names = []
     assert not SmokeReport(check_http(api.url, "tiny", timeout=10)).passed
+
+
+def test_env_output_splits_at_newlines_only():
+    output = "RIGKIT_MODEL=a\u2028b\x0cc\x85d\nHF_TOKEN=x\n"
+    assert parse_env_output(output) == {"RIGKIT_MODEL": "a\u2028b\x0cc\x85d", "HF_TOKEN": "x"}

@@ -160,3 +160,7 @@ def test_probe_command_reads_a_real_filesystem_and_status_file(small_fs, tmp_pat
     report = classify_l2(parsed, str(store), budget_bytes=2**20, min_free_bytes=2**20, janitor_unit=None)
     assert (report.state, report.level) == ("full", "fail") and f"free space on {mount}" in report.problems[0]
     assert fmt_l2(report).endswith("FULL ✗")
+
+
+def test_l2_probe_splits_at_newlines_only():
+    assert parse_l2_probe("mount=/mnt/a\u2028b\nfs_free=5\n").mount == "/mnt/a\u2028b"

@@ -5,6 +5,8 @@ import unicodedata
 from pathlib import Path
 from typing import Optional
 
+from rigkit.variables import check_of
+
 REPO_ROOT = Path(__file__).resolve().parent.parent
 TEMPLATES_DIR = REPO_ROOT / "templates"
 PROFILES_FILE = REPO_ROOT / "profiles.yaml"
@@ -80,18 +82,10 @@ def host_path_problem(path: str) -> Optional[str]:
     return None
 
 
-def check_host_path(path: str) -> None:
-    """Variable check for an absolute host path (ValueError with the reason)."""
-    problem = host_path_problem(path)
-    if problem:
-        raise ValueError(problem)
+check_host_path = check_of(host_path_problem)
 
 
-def check_relative_path(path: str) -> None:
-    """Variable check for a path relative to another setting's directory (ValueError with the reason)."""
-    problem = relative_path_problem(path)
-    if problem:
-        raise ValueError(problem)
+check_relative_path = check_of(relative_path_problem)
 
 
 def device_path_problem(path: str) -> Optional[str]:
@@ -101,8 +95,4 @@ def device_path_problem(path: str) -> Optional[str]:
     return _path_text_problem(path) or _parts_problem(path[1:].split("/"))
 
 
-def check_device_path(path: str) -> None:
-    """Variable check for a block device path (ValueError with the reason)."""
-    problem = device_path_problem(path)
-    if problem:
-        raise ValueError(problem)
+check_device_path = check_of(device_path_problem)

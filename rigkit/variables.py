@@ -209,6 +209,18 @@ def _check_text(text: str, allow_empty: bool) -> None:
         raise ValueError("holds a lone surrogate, which no UTF-8 file can carry") from None
 
 
+def check_of(problem: Callable[[Any], Optional[str]]) -> Callable[[Any], None]:
+    """A Variable check (raises ValueError with the reason) from a function saying why a value is bad, or None."""
+
+    def check(value: Any) -> None:
+        reason = problem(value)
+        if reason:
+            raise ValueError(reason)
+
+    check.__doc__ = f"Variable check: refuses what {problem.__name__} finds."
+    return check
+
+
 def closest_name(name: str, candidates: Iterable[str]) -> Optional[str]:
     """The candidate ``name`` most likely misspells, or None when none is a real near-miss."""
     by_folded = {candidate.casefold(): candidate for candidate in candidates}

@@ -16,7 +16,7 @@ import re
 from typing import Any, Optional
 
 from rigkit.paths import check_host_path
-from rigkit.variables import JsonObject, Variable
+from rigkit.variables import JsonObject, Variable, one_of
 
 # Host paths and env values travel through .env and compose; both readers (compose v1's python-dotenv,
 # compose v2's Go parser) must read back exactly what was declared.
@@ -72,11 +72,6 @@ def _between(low: float, high: Optional[float] = None):
             raise ValueError(f"must be {bound}")
 
     return check
-
-
-def _restart_policy(value: str) -> None:
-    if value not in RESTART_POLICIES:
-        raise ValueError(f"must be one of {', '.join(RESTART_POLICIES)}")
 
 
 # TCP ports a setting may name (0 means "any free port" to the kernel: never what a server should bind).
@@ -179,7 +174,7 @@ KNOBS: list[Variable] = [
     Variable("mem_limit_gb", None, "container memory limit = swap limit, in GB (empty = L1 + model + headroom)",
              int, _between(1), optional=True),
     Variable("restart_policy", "unless-stopped", "compose restart policy: no | always | unless-stopped | "
-             "on-failure", str, _restart_policy),
+             "on-failure", str, one_of(RESTART_POLICIES)),
     # Gates and lifecycle.
     Variable("ram_reserve_gb", 28, "RAM left to the host: refuse when MemAvailable < L1 + this (even forced)",
              int, _between(0)),

@@ -32,7 +32,7 @@ from rigkit.files.l2_janitor import (L2_JANITOR_MIN_FREE_BYTES, L2_JANITOR_UNIT,
 from rigkit.metrics import Snapshot, require_prefix_counters
 from rigkit.sizing import GB
 from rigkit.tiers import Tier, TierLabel, label
-from rigkit.variables import Variable
+from rigkit.variables import Variable, one_of
 
 # Pushing exactly the pool's size through it may leave a block or two of the prefix: overshoot.
 FILLER_OVERSHOOT = 1.25
@@ -75,11 +75,15 @@ VARIABLES = [
              check=_at_least(CALIBRATION_MIN_TOKENS)),
     Variable("validate_sessions", 3, "salted sessions per tier (the n of each TTFT figure)", int,
              check=_at_least(1)),
-    Variable("validate_prompt_kind", "narrative", "prompt body of the tier sessions: narrative or code", str),
-    Variable("validate_output_tokens", 16, "tokens generated per tier request (TTFT is what is measured)", int),
-    Variable("validate_decode_tokens", 128, "tokens generated per decode A/B request (ignore_eos)", int),
-    Variable("validate_decode_prompt_tokens", 256, "size of the decode A/B prompts", int),
-    Variable("validate_seed", None, "base seed of the prompt bodies (recorded; random when unset)", int),
+    Variable("validate_prompt_kind", "narrative", "prompt body of the tier sessions: narrative or code", str,
+             check=one_of(abstats.PROMPT_KINDS)),
+    Variable("validate_output_tokens", 16, "tokens generated per tier request (TTFT is what is measured)", int,
+             check=_at_least(1)),
+    Variable("validate_decode_tokens", 128, "tokens generated per decode A/B request (ignore_eos)", int,
+             check=_at_least(1)),
+    Variable("validate_decode_prompt_tokens", 256, "size of the decode A/B prompts", int, check=_at_least(1)),
+    Variable("validate_seed", None, "base seed of the prompt bodies (recorded; random when unset)", int,
+             optional=True),
     Variable("validate_restart", True, "measure the persistent tier (does a full compose down/up)", bool),
     Variable("validate_decode_ab", False, "also run the decode A/B: switches the rig between its profile and the "
              "derived baseline once per visit (2 x measured restarts: minutes of downtime, so opt-in)", bool),
@@ -94,13 +98,14 @@ VARIABLES = [
              "an empty reply counts against validate_soak_empty_reply_max_fraction)", int, check=_at_least(2)),
     Variable("validate_soak_memory_growth_mib", 200.0, "soak: most memory growth allowed (MiB) from the end of "
              "the first clean conversation to the last turn: GPU memory from nvidia-smi, on a rig without GPUs "
-             "the serving container's cgroup", float),
+             "the serving container's cgroup", float, check=_at_least(0)),
     Variable("validate_soak_decode_retention_min", 0.8, "soak: least decode tok/s of the last conversation, "
              "as a fraction of the first clean conversation's", float, check=_fraction),
     Variable("validate_soak_empty_reply_max_fraction", 0.5, "soak: the soak fails when at least this fraction "
              "of the answered turns got an empty reply", float, check=_fraction),
 ]
-REPLAY = Variable("replay", None, "results/<run-id> whose prompt sizes, kind and seeds this run repeats", str)
+REPLAY = Variable("replay", None, "results/<run-id> whose prompt sizes, kind and seeds this run repeats", str,
+                  optional=True)
 
 
 @dataclass

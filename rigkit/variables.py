@@ -209,6 +209,17 @@ def _check_text(text: str, allow_empty: bool) -> None:
         raise ValueError("holds a lone surrogate, which no UTF-8 file can carry") from None
 
 
+def one_of(choices: Iterable[str]) -> Callable[[Any], None]:
+    """A Variable check accepting only ``choices``."""
+    choices = tuple(choices)
+
+    def check(value: Any) -> None:
+        if value not in choices:
+            raise ValueError(f"must be one of {', '.join(choices)}")
+
+    return check
+
+
 def check_of(problem: Callable[[Any], Optional[str]]) -> Callable[[Any], None]:
     """A Variable check (raises ValueError with the reason) from a function saying why a value is bad, or None."""
 

@@ -6,6 +6,7 @@ at each step of the tier procedure (tests/fixtures/metrics/steps.json), so each 
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import pytest
@@ -14,8 +15,9 @@ from card_samples import make_card
 from fake_openai import FakeOpenAI
 from rigkit.card.store import write_card
 from rigkit.client import ServingClient
+from rigkit.errors import ConfigError
 from rigkit.tiers import Tier
-from rigkit.validation import ValidationSettings, capacity_from, replay_data, validate_tiers
+from rigkit.validation import REPLAY, VARIABLES, ValidationSettings, capacity_from, replay_data, validate_tiers
 
 def test_replay_repeats_the_recorded_prompts(tmp_path):
     card = make_card(seed=4242)
@@ -115,3 +117,27 @@ def test_a_tier_with_an_aborted_run_fails_even_when_its_counters_prove_the_tier(
     result = persistent.result()
     assert not result.passed and result.aborted == ["decode"]
     assert [t.result().passed for t in validation.tiers[:3]] == [True, True, True]
+
+
+# --- validate.py's settings: counts positive, kinds named, None only where declared -----------------------
+
+@pytest.mark.parametrize("name, value", [("validate_output_tokens", 0), ("validate_decode_tokens", 0),
+                                         ("validate_decode_prompt_tokens", 0), ("validate_sessions", 0),
+                                         ("validate_prompt_kind", "poetry"), ("validate_soak_memory_growth_mib", -1),
+                                         ("validate_soak_memory_growth_mib", math.nan), ("validate_sessions", None),
+                                         ("validate_sessions", 2.5), ("validate_restart", "maybe")])
+def test_bad_validation_settings_refused_naming_the_field(name, value):
+    with pytest.raises(ConfigError) as refused:
+        ValidationSettings.from_data({name: value})
+    assert refused.value.field == name
+
+
+def test_unset_seed_and_replay_are_declared():
+    assert ValidationSettings.from_data({"validate_seed": None}).seed is None
+    assert REPLAY.coerce(None) is None
+    assert all(v.optional is not None for v in [*VARIABLES, REPLAY] if v.default is None)
+
+
+def test_good_values_pass():
+    settings = ValidationSettings.from_data({"validate_prompt_kind": "code", "validate_sessions": "5", "validate_seed": 7.0})
+    assert (settings.prompt_kind, settings.sessions, settings.seed) == ("code", 5, 7)

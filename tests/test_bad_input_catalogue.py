@@ -21,7 +21,10 @@ from rigkit.facts.server import PortListeners
 
 CATALOGUE = REPO_ROOT / "docs" / "bad-input-catalogue.md"
 ISSUE_ROWS = ("tag", "digest", "RAM gate", "mem_limit", "shm", "NVMe path", "formatted", "adapter JSON",
-              "unknown knob", "newline or NUL", "port", "incubating", "GPU profile", "SSH key")
+              "unknown knob", "newline or NUL", "port", "incubating", "GPU profile", "SSH key",
+              # issue 10: every value a user can set
+              "NaN", "fraction", "None", "tuple", "empty model", "image reference", "tag and digest", "GPU twice",
+              "system directory", "mount options", "ExecStart", "U+2028", "IPv6", "homoglyph", "as a dict")
 CPU_LAB = {"serving_profile": "cpu-lab", "serving_image": "127.0.0.1:5000/rigkit/vllm-cpu-tiny@sha256:" + "1" * 64,
            "serving_port": 8104}
 

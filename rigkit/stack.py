@@ -15,6 +15,7 @@ from rigkit.ledger import LEDGER_PATH, Rendering, rendering_dir
 from rigkit.paths import RIG_LIB_DIR, RIG_RELEASES_DIR, RIG_STATE_DIR, RIG_STACK_DIR
 from rigkit.render import (COMPOSE_FILE_NAME, COMPOSE_PROJECT, ENV_FILE_MODE, ENV_FILE_NAME, STACK_LABEL, STACK_NAME,
                            render_compose, render_env)
+from rigkit.tunnel import rig_local_url
 
 FILES_DIR = Path(__file__).resolve().parent / "files"  # uploaded to the rig as they are
 RELEASE_HASH_FILE = f"{RIG_STATE_DIR}/release.sha256"
@@ -31,10 +32,8 @@ WAIT_READY_SOURCE = FILES_DIR / "wait_ready.py"
 
 
 def ready_url(rendering: Rendering) -> str:
-    address = rendering.knob("bind_address")
-    if address in ("0.0.0.0", "::"):
-        address = "127.0.0.1"
-    return f"http://{address}:{rendering.knob('serving_port')}/v1/models"
+    """Where wait_ready.py, on the rig, polls the API (an IPv6 bind in brackets: http://[::1]:8000/...)."""
+    return rig_local_url(rendering.knob("bind_address"), int(rendering.knob("serving_port")), "/v1/models")
 
 
 def in_stack(compose: str) -> str:

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import posixpath
 
+from rigkit.disk import check_account_name, check_mount_options
+from rigkit.paths import check_device_path, check_host_path, check_relative_path
 from rigkit.validation import REPLAY, VARIABLES as VALIDATION_VARIABLES
 from rigkit.variables import Variable
 
@@ -54,11 +56,6 @@ def _fstype(value: str) -> None:
         raise ValueError(f"must be one of {', '.join(LABEL_LIMITS)}")
 
 
-def _absolute(value: str) -> None:
-    if not value.startswith("/"):
-        raise ValueError("must be an absolute path")
-
-
 GPUS = Variable("gpus", 0, "number of NVIDIA GPUs in the host; 0 skips the GPU roles (the lab)",
                 int, _non_negative)
 
@@ -80,7 +77,8 @@ NVIDIA_DRIVER_VARIABLES: list[Variable] = [
     Variable("nvidia_driver_open", False, "the open kernel modules (required by Blackwell GPUs)", bool),
     Variable("nvidia_driver_allow_reboot", True,
              "reboot when the new driver cannot be loaded otherwise; false stops with 'reboot required'", bool),
-    Variable("nvidia_driver_reboot_timeout", 600, "seconds to wait for a rebooted host to answer SSH", int),
+    Variable("nvidia_driver_reboot_timeout", 600, "seconds to wait for a rebooted host to answer SSH", int,
+             _at_least(1)),
     Variable("nvidia_driver_cuda_repo_url", "https://developer.download.nvidia.com/compute/cuda/repos",
              "Debian 12: base URL of NVIDIA's CUDA apt repository"),
 ]
@@ -115,17 +113,19 @@ NVIDIA_CONTAINER_TOOLKIT_VARIABLES: list[Variable] = [
 
 
 L2_DISK_VARIABLES: list[Variable] = [
-    Variable("l2_device", None, "block device for the L2 tier, a /dev/disk/by-id/ path preferred; None skips"),
+    Variable("l2_device", None, "block device for the L2 tier, a /dev/disk/by-id/ path preferred; None skips",
+             str, check_device_path, optional=True),
     Variable("l2_fstype", "ext4", "filesystem to make on it: ext4 or xfs", str, _fstype),
-    Variable("l2_mount_point", "/mnt/rigkit-l2", "where it is mounted", str, _absolute),
-    Variable("l2_mount_options", "noatime,nofail", "fstab mount options", str),
-    Variable("l2_owner", "root", "user owning the mount point and the cache directory", str),
-    Variable("l2_group", "root", "group owning the mount point and the cache directory", str),
+    Variable("l2_mount_point", "/mnt/rigkit-l2", "where it is mounted", str, check_host_path),
+    Variable("l2_mount_options", "noatime,nofail", "fstab mount options", str, check_mount_options),
+    Variable("l2_owner", "root", "user owning the mount point and the cache directory", str, check_account_name),
+    Variable("l2_group", "root", "group owning the mount point and the cache directory", str, check_account_name),
     Variable("l2_label", "rigkit-l2", "filesystem label marking the device as rigkit's", str),
     Variable("l2_format", False, "allow reformatting a device that carries rigkit's label (to change l2_fstype)",
              bool),
     Variable("l2_force_format", False, "allow wiping a device that holds anything else (its data is lost)", bool),
-    Variable("l2_cache_dir", "lmcache", "LMCache's L2 base directory, relative to l2_mount_point", str),
+    Variable("l2_cache_dir", "lmcache", "LMCache's L2 base directory, relative to l2_mount_point", str,
+             check_relative_path),
 ]
 
 

@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import pytest
+
 from rigkit.defaults import ALL_VARIABLES, ROLE_SECTIONS
+from rigkit.errors import ConfigError
+from rigkit.hostdata import rig_settings
 from rigkit.knobs import KNOBS
 
 SECTION_PREFIXES = {"rig_lock": "rig_lock_", "nvidia_driver": "nvidia_driver_", "docker": "docker_",
@@ -21,3 +25,22 @@ def test_every_setting_is_declared_once_documented_and_its_default_valid():
     for variable in ALL_VARIABLES:
         assert variable.doc.strip(), f"{variable.name} has no doc"
         assert variable.coerce(variable.default) == variable.default, variable.name
+
+
+@pytest.mark.parametrize("name, value", [
+    ("l2_mount_point", "/"), ("l2_mount_point", "/etc"), ("l2_mount_point", "/mnt/a b/../c"),
+    ("l2_mount_point", "relative"), ("l2_cache_dir", "/etc"), ("l2_cache_dir", "../escape"),
+    ("l2_mount_options", "noatime\nUUID=x / ext4 defaults 0 0"), ("l2_mount_options", "noatime,,nofail"),
+    ("l2_owner", "root; rm -rf /"), ("l2_group", "Wheel"), ("l2_device", "/mnt/disk"), ("l2_device", "nvme0n1"),
+    ("nvidia_driver_reboot_timeout", 0), ("l2_device", ("/dev/nvme0n1",)),
+])
+def test_l2_disk_and_driver_values_refused_naming_the_variable(name, value):
+    with pytest.raises(ConfigError) as caught:
+        rig_settings({name: value}, needs_stack=False)
+    assert caught.value.field == name
+
+
+def test_good_l2_disk_values_pass():
+    data = {"l2_device": "/dev/disk/by-id/nvme-x", "l2_mount_point": "/mnt/l2 disk", "l2_cache_dir": "kv/lmcache",
+            "l2_mount_options": "noatime,discard,nofail", "l2_owner": "vllm", "l2_group": "1000"}
+    assert rig_settings(data, needs_stack=False).l2_disk["l2_cache_dir"] == "kv/lmcache"

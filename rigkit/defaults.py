@@ -11,7 +11,9 @@ from __future__ import annotations
 import posixpath
 
 from rigkit.disk import check_account_name, check_mount_options
+from rigkit.errors import ConfigError
 from rigkit.paths import check_device_path, check_host_path, check_relative_path
+from rigkit.registry import parse_reference
 from rigkit.validation import REPLAY, VARIABLES as VALIDATION_VARIABLES
 from rigkit.variables import Variable
 
@@ -37,9 +39,23 @@ def _source(value: str) -> None:
         raise ValueError(f"must be one of {', '.join(SOURCES)}")
 
 
-def _string_list(value: list) -> None:
+def _user_names(value: list) -> None:
     if not all(isinstance(item, str) and item for item in value):
         raise ValueError("must be a list of user names")
+    for item in value:
+        check_account_name(item)
+
+
+def _image_reference(value: str) -> None:
+    try:
+        parse_reference(value)
+    except ConfigError as exc:
+        raise ValueError(f"{exc.problem}; {exc.fix}") from None
+
+
+def _daemon_options(value: dict) -> None:
+    if "data-root" in value:
+        check_host_path(value["data-root"])
 
 
 def _branch(value: str) -> None:
@@ -91,12 +107,13 @@ DOCKER_VARIABLES: list[Variable] = [
              "exact apt version of the engine (docker-ce and its cli, or docker.io); None = newest available"),
     Variable("docker_compose_version", None, "exact apt version of the compose package; None = newest available"),
     Variable("docker_daemon_options", {},
-             "keys merged into /etc/docker/daemon.json (log-opts, data-root, default-runtime...)", dict),
-    Variable("docker_users", [], "users added to the docker group", list, _string_list),
+             "keys merged into /etc/docker/daemon.json (log-opts, data-root, default-runtime...)", dict,
+             _daemon_options),
+    Variable("docker_users", [], "users added to the docker group", list, _user_names),
     Variable("docker_apt_url", "https://download.docker.com/linux", "docker-ce: base URL of Docker's apt repository"),
     Variable("docker_verify_image", None,
              "image the check runs `true` in (host network); None = an image already on the host, "
-             "and with none the run check is skipped, saying so"),
+             "and with none the run check is skipped, saying so", str, _image_reference, optional=True),
 ]
 
 
@@ -108,7 +125,7 @@ NVIDIA_CONTAINER_TOOLKIT_VARIABLES: list[Variable] = [
              "base URL of NVIDIA's libnvidia-container apt repository"),
     Variable("nvidia_ctk_verify_image", None,
              "image the GPU check runs nvidia-smi in (the runtime injects it); None = an image already "
-             "on the host, and with none the check is skipped, saying so"),
+             "on the host, and with none the check is skipped, saying so", str, _image_reference, optional=True),
 ]
 
 

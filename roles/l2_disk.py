@@ -22,6 +22,7 @@ from pyinfra.api.deploy import deploy
 from pyinfra.operations import files
 
 from rigkit.defaults import LABEL_LIMITS, l2_cache_path
+from rigkit.disk import fstab_line
 from rigkit.errors import ConfigError, PreflightError
 from rigkit.hostdata import RigSettings
 from rigkit.facts.disk import BlockDeviceList
@@ -121,7 +122,7 @@ def l2_disk(rig: RigSettings, run: Run) -> None:
                     fstype=settings["l2_fstype"], label=settings["l2_label"], uuid=fs_uuid,
                     mount_point=mount_point, decide=decide)
     files.directory(name="Mount point", path=mount_point)
-    entry = f"UUID={fs_uuid} {mount_point} {settings['l2_fstype']} {settings['l2_mount_options']} 0 2"
+    entry = fstab_line(f"UUID={fs_uuid}", mount_point, settings["l2_fstype"], settings["l2_mount_options"])
     fstab_entry(name="fstab entry by UUID", mount_point=mount_point, entry=entry)
     mounted(name="L2 disk mounted (remounted on changed options)", mount_point=mount_point, device=device,
             options=settings["l2_mount_options"])

@@ -51,6 +51,7 @@ from rigkit.sizing import GB
 from rigkit.smoke import SmokeReport, check_container, check_http
 from rigkit.stack import FILES_DIR, WAIT_READY_SCRIPT, WAIT_READY_SOURCE, ready_url, rendering_for
 from rigkit.survey import RigState
+from rigkit.systemd import exec_command_line
 from rigkit.tunnel import serving_url
 from roles import Run
 
@@ -67,8 +68,8 @@ def janitor_unit(settings: Settings) -> str:
     return (
         "[Unit]\nDescription=rigkit L2 janitor: keep the KV store under its budget (LRU)\n\n"
         "[Service]\n"
-        f"ExecStart=/usr/bin/python3 {L2_JANITOR_SCRIPT} {settings.knobs['l2_path']} {budget} "
-        f"{L2_JANITOR_MIN_FREE_BYTES} {L2_JANITOR_INTERVAL_S}\n"
+        "ExecStart=" + exec_command_line(["/usr/bin/python3", L2_JANITOR_SCRIPT, settings.knobs["l2_path"], budget,
+                                          L2_JANITOR_MIN_FREE_BYTES, L2_JANITOR_INTERVAL_S]) + "\n"
         "Restart=always\n\n[Install]\nWantedBy=multi-user.target\n"
     )
 

@@ -44,3 +44,19 @@ def test_good_l2_disk_values_pass():
     data = {"l2_device": "/dev/disk/by-id/nvme-x", "l2_mount_point": "/mnt/l2 disk", "l2_cache_dir": "kv/lmcache",
             "l2_mount_options": "noatime,discard,nofail", "l2_owner": "vllm", "l2_group": "1000"}
     assert rig_settings(data, needs_stack=False).l2_disk["l2_cache_dir"] == "kv/lmcache"
+
+
+def test_role_variables_refuse_what_their_target_cannot_take():
+    import pytest
+
+    from rigkit.errors import ConfigError
+    from rigkit.hostdata import rig_settings
+
+    for bad in ({"docker_users": ["ok", "bad name;rm"]}, {"docker_verify_image": "Busybox:Latest"},
+                {"docker_daemon_options": {"data-root": "/etc"}}, {"nvidia_ctk_verify_image": "@sha256:" + "a" * 64}):
+        with pytest.raises(ConfigError) as refused:
+            rig_settings(bad, needs_stack=False)
+        assert refused.value.field == next(iter(bad)), refused.value
+    good = rig_settings({"docker_users": ["vllm"], "docker_verify_image": "busybox:1.36",
+                         "docker_daemon_options": {"data-root": "/srv/docker"}}, needs_stack=False)
+    assert good.docker["docker_users"] == ["vllm"]

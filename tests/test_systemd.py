@@ -2,6 +2,7 @@
 written from those pages reads every argument back exactly, and systemd-analyze verify accepts the unit
 without a warning (an unknown escape or specifier would be reported)."""
 
+import shlex
 import re
 import shutil
 import subprocess
@@ -61,3 +62,14 @@ def test_systemd_accepts_the_quoted_unit_without_a_warning(tmp_path):
     bad = subprocess.run([SYSTEMD_ANALYZE, "verify", "--man=no", str(unit)], capture_output=True, text=True,
                          timeout=60)
     assert "escape" in bad.stderr
+
+
+def test_the_l2_janitor_unit_passes_a_path_with_a_space_as_one_argument():
+    from rigkit.hostdata import settings_for_host
+    from roles.serving import janitor_unit
+
+    settings = settings_for_host({"serving_profile": "cpu-lab", "l2_path": "/mnt/rig kit/lmcache",
+                                  "serving_image": "127.0.0.1:5000/rigkit/vllm-cpu-tiny@sha256:" + "1" * 64})
+    (line,) = [line for line in janitor_unit(settings).splitlines() if line.startswith("ExecStart=")]
+    argv = shlex.split(line.removeprefix("ExecStart="))  # systemd's double quotes split like the shell's here
+    assert argv[:3] == ["/usr/bin/python3", "/usr/local/lib/rigkit/l2_janitor.py", "/mnt/rig kit/lmcache"]

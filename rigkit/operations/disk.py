@@ -10,6 +10,7 @@ from pyinfra.api import QuoteString, StringCommand, operation
 from pyinfra.facts.files import FileContents
 from pyinfra.operations import files
 
+from rigkit.disk import fstab_field
 from rigkit.facts.disk import BlockDeviceProbe, MountedFilesystem
 from rigkit.operations import fail
 
@@ -49,7 +50,7 @@ def fstab_with_entry(fstab: str, mount_point: str, entry: str) -> str:
     out, placed = [], False
     for line in lines:
         fields = line.split()
-        if fields and not fields[0].startswith("#") and len(fields) >= 2 and fields[1] == mount_point:
+        if fields and not fields[0].startswith("#") and len(fields) >= 2 and fields[1] == fstab_field(mount_point):
             if not placed:
                 out.append(entry)
                 placed = True

@@ -1,4 +1,4 @@
-"""Every variable a role reads from host data, declared once: one section per role, default and meaning.
+"""Every variable a role or validate.py reads from host data, declared once: one section each, default and meaning.
 
 The serving knobs live in rigkit.knobs (the one registry of the stack's tunables), the validation
 settings in rigkit.validation; this file holds the roles'. rigkit.hostdata validates a host's data
@@ -9,13 +9,14 @@ generated from these declarations (rigkit.docs).
 from __future__ import annotations
 
 import posixpath
+from typing import Callable
 
+from rigkit import abstats
 from rigkit.disk import check_account_name, check_mount_options
 from rigkit.errors import ConfigError
 from rigkit.paths import check_device_path, check_host_path, check_relative_path
 from rigkit.registry import parse_reference
-from rigkit.validation import REPLAY, VARIABLES as VALIDATION_VARIABLES
-from rigkit.variables import Variable
+from rigkit.variables import Variable, one_of
 
 
 def _non_negative(value: int) -> None:
@@ -152,6 +153,65 @@ SERVING_VARIABLES: list[Variable] = [
     Variable("rollback_to", None, "rollback.py: the image (repo@sha256:...) to roll back to "
              "(empty = the verified release before the latest deploy, from the rig's ledger)", str),
 ]
+
+
+# Validation (validate.py): what rigkit.validation measures and how; its ValidationSettings reads these.
+CALIBRATION_MIN_TOKENS = 256
+
+
+def _off_or_at_least(minimum: int) -> Callable[[int], None]:
+    def check(value: int) -> None:
+        if value != 0 and value < minimum:
+            raise ValueError(f"must be 0 (off) or >= {minimum}")
+
+    return check
+
+
+def _fraction(value: float) -> None:
+    if not 0 < value <= 1:
+        raise ValueError("must be a fraction in (0, 1]")
+
+
+VALIDATION_VARIABLES: list[Variable] = [
+    Variable("validate_prompt_tokens", 3500, "size of each salted session prompt in tokens "
+             "(the user's card: ~37000; the lab CPU build: ~3500)", int,
+             check=_at_least(CALIBRATION_MIN_TOKENS)),
+    Variable("validate_sessions", 3, "salted sessions per tier (the n of each TTFT figure)", int,
+             check=_at_least(1)),
+    Variable("validate_prompt_kind", "narrative", "prompt body of the tier sessions: narrative or code", str,
+             check=one_of(abstats.PROMPT_KINDS)),
+    Variable("validate_output_tokens", 16, "tokens generated per tier request (TTFT is what is measured)", int,
+             check=_at_least(1)),
+    Variable("validate_decode_tokens", 128, "tokens generated per decode A/B request (ignore_eos)", int,
+             check=_at_least(1)),
+    Variable("validate_decode_prompt_tokens", 256, "size of the decode A/B prompts", int, check=_at_least(1)),
+    Variable("validate_seed", None, "base seed of the prompt bodies (recorded; random when unset)", int,
+             optional=True),
+    Variable("validate_restart", True, "measure the persistent tier (does a full compose down/up)", bool),
+    Variable("validate_decode_ab", False, "also run the decode A/B: switches the rig between its profile and the "
+             "derived baseline once per visit (2 x measured restarts: minutes of downtime, so opt-in)", bool),
+    Variable("validate_soak_sessions", 0, "soak: multi-turn conversations run after the tiers (0 = no soak; at "
+             "least 2: decode retention compares the last with the first clean one; the field notes ran ~20)", int,
+             check=_off_or_at_least(2)),
+    Variable("validate_soak_turns", 5, "soak: turns per conversation (each sends the whole conversation so far "
+             "plus a new salted user message)", int, check=_at_least(1)),
+    Variable("validate_soak_message_tokens", 256, "soak: size of each new user message in tokens", int,
+             check=_at_least(16)),
+    Variable("validate_soak_reply_tokens", 128, "soak: most tokens per reply (the model may stop early; "
+             "an empty reply counts against validate_soak_empty_reply_max_fraction)", int, check=_at_least(2)),
+    Variable("validate_soak_memory_growth_mib", 200.0, "soak: most memory growth allowed (MiB) from the end of "
+             "the first clean conversation to the last turn: GPU memory from nvidia-smi, on a rig without GPUs "
+             "the serving container's cgroup", float, check=_at_least(0)),
+    Variable("validate_soak_decode_retention_min", 0.8, "soak: least decode tok/s of the last conversation, "
+             "as a fraction of the first clean conversation's", float, check=_fraction),
+    Variable("validate_soak_empty_reply_max_fraction", 0.5, "soak: the soak fails when at least this fraction "
+             "of the answered turns got an empty reply", float, check=_fraction),
+]
+
+
+REPLAY = Variable("replay", None, "results/<run-id> whose prompt sizes, kind and seeds this run repeats", str,
+                  optional=True)
+
 
 
 # Section name (the role's name) -> the variables it reads, in pipeline order.

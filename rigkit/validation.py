@@ -32,7 +32,7 @@ from rigkit.files.l2_janitor import (L2_JANITOR_MIN_FREE_BYTES, L2_JANITOR_UNIT,
 from rigkit.metrics import Snapshot, require_prefix_counters
 from rigkit.sizing import GB
 from rigkit.tiers import Tier, TierLabel, label
-from rigkit.variables import Variable, one_of
+from rigkit.defaults import CALIBRATION_MIN_TOKENS, VALIDATION_VARIABLES as VARIABLES
 
 # Pushing exactly the pool's size through it may leave a block or two of the prefix: overshoot.
 FILLER_OVERSHOOT = 1.25
@@ -40,72 +40,11 @@ FILLER_OVERSHOOT = 1.25
 CONTEXT_SLACK_TOKENS = 64
 # Calibration prompt: this fraction of the session size (at least CALIBRATION_MIN_TOKENS).
 CALIBRATION_FRACTION = 0.25
-CALIBRATION_MIN_TOKENS = 256
 KB = 1000  # the card's KB/token is in decimal kilobytes, as in the user's card
 # The janitor runs every few seconds: a store this much over its budget between two rounds is normal.
 L2_OVER_BUDGET_TOLERANCE = 0.05
 # A janitor whose status file is older than this is stuck (it writes one every round).
 L2_JANITOR_STALE_S = 60.0
-
-
-def _at_least(minimum: int) -> Callable[[int], None]:
-    def check(value: int) -> None:
-        if value < minimum:
-            raise ValueError(f"must be >= {minimum}")
-
-    return check
-
-
-def _off_or_at_least(minimum: int) -> Callable[[int], None]:
-    def check(value: int) -> None:
-        if value != 0 and value < minimum:
-            raise ValueError(f"must be 0 (off) or >= {minimum}")
-
-    return check
-
-
-def _fraction(value: float) -> None:
-    if not 0 < value <= 1:
-        raise ValueError("must be a fraction in (0, 1]")
-
-
-VARIABLES = [
-    Variable("validate_prompt_tokens", 3500, "size of each salted session prompt in tokens "
-             "(the user's card: ~37000; the lab CPU build: ~3500)", int,
-             check=_at_least(CALIBRATION_MIN_TOKENS)),
-    Variable("validate_sessions", 3, "salted sessions per tier (the n of each TTFT figure)", int,
-             check=_at_least(1)),
-    Variable("validate_prompt_kind", "narrative", "prompt body of the tier sessions: narrative or code", str,
-             check=one_of(abstats.PROMPT_KINDS)),
-    Variable("validate_output_tokens", 16, "tokens generated per tier request (TTFT is what is measured)", int,
-             check=_at_least(1)),
-    Variable("validate_decode_tokens", 128, "tokens generated per decode A/B request (ignore_eos)", int,
-             check=_at_least(1)),
-    Variable("validate_decode_prompt_tokens", 256, "size of the decode A/B prompts", int, check=_at_least(1)),
-    Variable("validate_seed", None, "base seed of the prompt bodies (recorded; random when unset)", int,
-             optional=True),
-    Variable("validate_restart", True, "measure the persistent tier (does a full compose down/up)", bool),
-    Variable("validate_decode_ab", False, "also run the decode A/B: switches the rig between its profile and the "
-             "derived baseline once per visit (2 x measured restarts: minutes of downtime, so opt-in)", bool),
-    Variable("validate_soak_sessions", 0, "soak: multi-turn conversations run after the tiers (0 = no soak; at "
-             "least 2: decode retention compares the last with the first clean one; the field notes ran ~20)", int,
-             check=_off_or_at_least(2)),
-    Variable("validate_soak_turns", 5, "soak: turns per conversation (each sends the whole conversation so far "
-             "plus a new salted user message)", int, check=_at_least(1)),
-    Variable("validate_soak_message_tokens", 256, "soak: size of each new user message in tokens", int,
-             check=_at_least(16)),
-    Variable("validate_soak_reply_tokens", 128, "soak: most tokens per reply (the model may stop early; "
-             "an empty reply counts against validate_soak_empty_reply_max_fraction)", int, check=_at_least(2)),
-    Variable("validate_soak_memory_growth_mib", 200.0, "soak: most memory growth allowed (MiB) from the end of "
-             "the first clean conversation to the last turn: GPU memory from nvidia-smi, on a rig without GPUs "
-             "the serving container's cgroup", float, check=_at_least(0)),
-    Variable("validate_soak_decode_retention_min", 0.8, "soak: least decode tok/s of the last conversation, "
-             "as a fraction of the first clean conversation's", float, check=_fraction),
-    Variable("validate_soak_empty_reply_max_fraction", 0.5, "soak: the soak fails when at least this fraction "
-             "of the answered turns got an empty reply", float, check=_fraction),
-]
-REPLAY = Variable("replay", None, "results/<run-id> whose prompt sizes, kind and seeds this run repeats", str,
-                  optional=True)
 
 
 @dataclass

@@ -17,7 +17,8 @@ from rigkit.card.store import write_card
 from rigkit.client import ServingClient
 from rigkit.errors import ConfigError
 from rigkit.tiers import Tier
-from rigkit.validation import REPLAY, VARIABLES, ValidationSettings, capacity_from, replay_data, validate_tiers
+from rigkit.defaults import REPLAY, VALIDATION_VARIABLES as VARIABLES
+from rigkit.validation import ValidationSettings, capacity_from, replay_data, validate_tiers
 
 def test_replay_repeats_the_recorded_prompts(tmp_path):
     card = make_card(seed=4242)

@@ -23,6 +23,8 @@ SUITE = "bookworm"  # the default rig: Debian 12, docker.io 20.10 + docker-compo
 # Debian 13 ships docker.io 26.1 with compose v2 (the Go plugin) and the CLI as its own package.
 SUITES = ("bookworm", "trixie")
 EXTRA_PACKAGES = {"bookworm": (), "trixie": ("docker-cli",)}
+# Debian 13's systemd fails loading kernel modules in a container (the host's kernel owns them).
+EXTRA_MASKED_UNITS = {"bookworm": (), "trixie": ("systemd-modules-load.service",)}
 # Where Debian 13's compose v2 lives in a rig; `lab up` keeps a copy on the controller for the tests.
 COMPOSE_V2_IN_RIG = "/usr/libexec/docker/cli-plugins/docker-compose"
 RECIPE_VERSION = "4"
@@ -87,7 +89,8 @@ def rig_packages(suite: str = SUITE) -> tuple[str, ...]:
 
 
 def install_script(suite: str = SUITE) -> str:
-    return INSTALL_SCRIPT.replace(" ".join(RIG_PACKAGES), " ".join(rig_packages(suite)))
+    script = INSTALL_SCRIPT.replace(" ".join(RIG_PACKAGES), " ".join(rig_packages(suite)))
+    return script.replace(" ".join(MASKED_UNITS), " ".join(MASKED_UNITS + EXTRA_MASKED_UNITS[suite]))
 
 
 INSTALL_SCRIPT = f"""set -eu

@@ -27,7 +27,8 @@ ISSUE_ROWS = ("tag", "digest", "RAM gate", "mem_limit", "shm", "NVMe path", "for
               "NaN", "fraction", "None", "tuple", "empty model", "image reference", "tag and digest", "GPU twice",
               "system directory", "mount options", "ExecStart", "U+2028", "IPv6", "homoglyph", "as a dict",
               # issue 13: the engine settings
-              "engine setting", "speculative config", "extra engine argument")
+              "engine setting", "speculative config", "extra engine argument",
+              "below `gpu_memory_utilization`")
 CPU_LAB = {"serving_profile": "cpu-lab", "serving_image": "127.0.0.1:5000/rigkit/vllm-cpu-tiny@sha256:" + "1" * 64,
            "serving_port": 8104}
 

@@ -9,6 +9,7 @@ from engine_argv import flags, launched_argv, needs_compose
 from rigkit.errors import ConfigError
 from rigkit.hostdata import settings_for_host
 from rigkit.knobs import ENGINE_FLAGS, HASHED_ONLY_WHEN_SET, KNOBS_BY_NAME
+from rigkit.preflight import HostFacts, preflight, refusals
 from rigkit.profiles import ab_pair, load_profiles
 from rigkit.render import entrypoint_script, render_compose, render_env
 
@@ -146,3 +147,22 @@ def test_an_extra_kv_transfer_config_is_refused_even_on_a_baseline(profile):
     with pytest.raises(ConfigError) as caught:
         settings(profile, extra_engine_args=['--kv-transfer-config={"kv_connector":"LMCacheMPConnector"}'])
     assert caught.value.field == "extra_engine_args" and "profile" in caught.value.fix
+
+
+def test_the_gpu_gate_rises_to_the_memory_vllm_will_ask_for():
+    # two GPUs held at 85 % free by another process: enough for rigkit's 80 % gate, not for vLLM at 0.92
+    facts = HostFacts(meminfo={"MemAvailable": 2000 * 10**9, "MemTotal": 2000 * 10**9},
+                      gpu_memory_csv="0, 85000, 100000\n1, 85000, 100000\n", l2_free_bytes=900 * 10**9,
+                      has_engine=True, compose_command="docker compose", image_present=True,
+                      host_shm_bytes=128 * 2**30)
+
+    def gpu_refusals(**knobs):
+        return [f for f in refusals(preflight(settings("native-offload", **knobs), facts)) if f.check == "gpu"]
+
+    assert gpu_refusals() == [] and gpu_refusals(gpu_memory_utilization=0.85) == []
+    for force in (False, True):  # vLLM refuses to start below its utilisation: force cannot help
+        found = gpu_refusals(gpu_memory_utilization=0.92, force=force)
+        assert [(f.field, f.value) for f in found] == [("gpu_memory_utilization", 0.92)] * 2
+        assert "vLLM would not start" in found[0].message
+        assert "lower gpu_memory_utilization to at most 0.85" in found[0].fix
+    assert gpu_refusals(gpu_memory_utilization=0.5, gpu_free_fraction_min=0.9)[0].field == "gpu_free_fraction_min"

@@ -54,8 +54,8 @@ def launched_argv(tmp_path: Path, settings, programs=("vllm",)) -> dict[str, lis
         (bin_dir / name).chmod(0o755)
     log = tmp_path / "argv"
     env = {**service["environment"], "PATH": f"{bin_dir}:/usr/bin:/bin", "ARGV_LOG": str(log)}
-    result = subprocess.run(["bash", "-c", *service["command"]], env=env, capture_output=True, text=True,
-                            timeout=30)
+    result = subprocess.run(["bash", "-c", *service["command"]], env=env, cwd=tmp_path, capture_output=True,
+                            text=True, timeout=30)
     assert result.returncode == 0, result.stderr
     # a program started in the background (the lmcache server) may write a moment later
     deadline = time.monotonic() + 5

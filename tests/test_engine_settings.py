@@ -16,8 +16,9 @@ from rigkit.render import entrypoint_script, render_compose, render_env
 IMAGES = {"cpu-lab": "127.0.0.1:5000/rigkit/vllm-cpu-tiny@sha256:" + "1" * 64,
           "lmcache-mp": "lmcache/vllm-openai@sha256:" + "2" * 64,
           "native-offload": "vllm/vllm-openai@sha256:" + "3" * 64}
-# A value bash, compose and YAML would each mangle if it were pasted in: spaces, both quotes, `$`, `${`, `;`, `\`.
-HOSTILE_ARG = """--override-generation-config={"stop": ["it's $HOME; rm -rf / ${PATH} \\"q\\" `x`"]}"""
+# A value bash, compose and YAML would each mangle if it were pasted in: spaces, both quotes, `$`, `${`, `;`, `\`,
+# and a command substitution that leaves a file behind if bash ever runs it.
+HOSTILE_ARG = """--override-generation-config={"stop": ["it's $HOME; ${PATH} \\"q\\" $(touch injected) `x`"]}"""
 EVERY_ENGINE_SETTING = {"speculative_config": {"method": "mtp", "num_speculative_tokens": 3},
                         "kv_cache_dtype": "int8_per_token_head", "gpu_memory_utilization": 0.92,
                         "max_num_seqs": 8, "mamba_cache_mode": "align", "quantization": "fp8",
@@ -47,7 +48,7 @@ def test_an_extra_argument_reaches_vllm_as_exactly_one_argv_element(tmp_path):
     argv = launched_argv(tmp_path, settings("lmcache-mp", **EVERY_ENGINE_SETTING), programs=("vllm", "lmcache"))
     assert argv["vllm"].count(HOSTILE_ARG) == 1
     assert argv["vllm"][argv["vllm"].index("--enable-chunked-prefill") + 1] == HOSTILE_ARG
-    assert not (tmp_path / "x").exists()  # the backquotes ran nothing
+    assert not (tmp_path / "injected").exists()  # bash ran nothing inside it
 
 
 def test_a_speculative_config_as_a_dict_or_as_json_text_renders_the_same():

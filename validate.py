@@ -151,7 +151,8 @@ def _validate() -> None:
     repro = {"profile": stack.profile.name, "image_digest": stack.image,
              "knobs": {k: v for k, v in knobs.items() if k not in SECRET_KNOBS}, **rig_facts(l2_path)}
     card = to_card(host.name, RUN_ID, result, settings, stack.profile.connector is not None,
-                   decode_ab=decode_ab, repro=repro, l2=read_l2(_shell, stack), soak=soak)
+                   decode_ab=decode_ab, repro=repro, l2=read_l2(_shell, stack), soak=soak,
+                   speculative=stack.knobs["speculative_config"] is not None)
     run_dir = REPO_ROOT / RESULTS_DIR / RUN_ID
     write_card(run_dir, card)
     render_run(run_dir)

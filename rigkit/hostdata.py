@@ -20,16 +20,17 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 from dataclasses import dataclass
 from typing import Any, Iterable, Mapping, Optional
 
 from rigkit.defaults import ALL_VARIABLES, ROLE_SECTIONS, l2_cache_path
 from rigkit.errors import ConfigError
-from rigkit.knobs import (KNOBS, KNOBS_BY_NAME, L2_PATH_WITHOUT_DISK_ROLE, RETIRED_KNOBS, SECRET_KNOBS,
-                          controller_secret_variable, gpu_indices)
+from rigkit.knobs import (HASHED_ONLY_WHEN_SET, KNOBS, KNOBS_BY_NAME, L2_PATH_WITHOUT_DISK_ROLE, RETIRED_KNOBS,
+                          SECRET_KNOBS, controller_secret_variable, flag_name, gpu_indices)
 from rigkit.profiles import Profile, get_profile, load_profiles
 from rigkit.registry import require_digest
-from rigkit.sizing import capacity_line, required_mem_limit_gb
+from rigkit.sizing import capacity_line, gpu_kv_bytes_per_token, gpu_line, required_mem_limit_gb
 from rigkit.variables import Variable, refuse_unknown, resolve
 
 CONNECTION_PREFIXES = ("ssh_", "_")
@@ -61,22 +62,47 @@ class Settings:
         return gpu_indices(self.knobs["gpu_mask"])
 
     @property
+    def gpu_kv_bytes_per_token(self) -> Optional[int]:
+        """KV bytes per token in each GPU's pool (KV cache dtype, TP size, the model's shape); None when the
+        model's shape is not declared."""
+        knobs = self.knobs
+        shape = (knobs["model_attention_layers"], knobs["model_kv_heads"], knobs["model_head_dim"])
+        if None in shape:
+            return None
+        return gpu_kv_bytes_per_token(knobs["kv_cache_dtype"], *shape, knobs["tensor_parallel_size"])
+
+    @property
     def kv_bytes_per_token(self) -> Optional[int]:
-        return self.knobs["kv_bytes_per_token"] or self.profile.resources.kv_bytes_per_token
+        """What one token costs in the cache tiers (L1, L2): the knob, else the engine's own blocks for a
+        connector that stores them (every GPU's share), else the profile's figure."""
+        connector = self.profile.connector
+        gpu = self.gpu_kv_bytes_per_token
+        if self.knobs["kv_bytes_per_token"]:
+            return self.knobs["kv_bytes_per_token"]
+        if connector is not None and connector.stores_engine_blocks and gpu:
+            return gpu * self.knobs["tensor_parallel_size"]
+        return self.profile.resources.kv_bytes_per_token
 
     @property
     def knobs_hash(self) -> str:
         """Changes whenever anything rendered would change: profile, image or any knob."""
-        payload = json.dumps({"profile": self.profile.name, "image": self.image, "knobs": self.knobs},
+        knobs = {name: value for name, value in self.knobs.items()
+                 if not (name in HASHED_ONLY_WHEN_SET and value == KNOBS_BY_NAME[name].default)}
+        payload = json.dumps({"profile": self.profile.name, "image": self.image, "knobs": knobs},
                              sort_keys=True, default=str)
         return hashlib.sha256(payload.encode()).hexdigest()[:16]
 
     def capacity(self) -> str:
-        """The deploy summary's capacity line for this rig."""
+        """The deploy summary's capacity line for this rig: sessions per cache tier, then the GPU KV rate."""
         if not self.kv_bytes_per_token:
-            return "capacity unknown: set kv_bytes_per_token"
-        l2_gb = self.knobs["l2_budget_gb"] if self.l2_active else None
-        return capacity_line(self.l1_gb or None, l2_gb, self.kv_bytes_per_token)
+            line = "capacity unknown: set kv_bytes_per_token"
+        else:
+            l2_gb = self.knobs["l2_budget_gb"] if self.l2_active else None
+            line = capacity_line(self.l1_gb or None, l2_gb, self.kv_bytes_per_token)
+        if self.gpu_kv_bytes_per_token:
+            line += " | " + gpu_line(self.gpu_kv_bytes_per_token, self.knobs["kv_cache_dtype"],
+                                     self.knobs["tensor_parallel_size"], self.knobs["max_model_len"])
+        return line
 
 
 def known_keys(extra_variables: Iterable[Variable] = ()) -> set[str]:
@@ -118,6 +144,30 @@ def _check_gpu_count(knobs: dict[str, Any], mask: list[int], host_gpus: Optional
                               f"set tensor_parallel_size to at most {host_gpus}, or correct gpus")
 
 
+# A long flag in the profile's shell text, also inside ${NAME:+--flag "$NAME"}.
+_LONG_FLAG = re.compile(r"(?<![\w-])--[A-Za-z0-9][A-Za-z0-9_-]*")
+
+
+def rendered_flags(profile: Profile) -> set[str]:
+    """Long flags the profile's own command line sets (launcher, engine_args, the connector's config)."""
+    text = " ".join([profile.launcher, *profile.engine_args])
+    return {flag_name(flag) for flag in _LONG_FLAG.findall(text)} | {"--kv-transfer-config"}
+
+
+def _refuse_rendered_flags(profile: Profile, extra_args: list[str]) -> None:
+    """An extra argument must not set a flag rigkit renders: vLLM would silently take one of the two."""
+    for arg in extra_args:
+        flag = flag_name(arg)
+        if flag == "--kv-transfer-config":
+            raise ConfigError("extra_engine_args", arg, "sets --kv-transfer-config, the profile's KV connector "
+                              "(an A/B baseline must differ from its base only there)",
+                              "pick the profile with that connector (profiles.yaml) instead")
+        if flag in rendered_flags(profile):
+            raise ConfigError("extra_engine_args", arg, f"sets {flag}, which profile {profile.name} already "
+                              "renders (vLLM would silently take one of the two)",
+                              "set the knob that renders it (README: Settings), not extra_engine_args")
+
+
 def _derive(profile: Profile, knobs: dict[str, Any], role_values: dict[str, Any]) -> dict[str, Any]:
     """Fill knobs whose default depends on others; refuse combinations no host fact can fix."""
     derived = dict(knobs)
@@ -136,6 +186,7 @@ def _derive(profile: Profile, knobs: dict[str, Any], role_values: dict[str, Any]
                           f"selects {len(gpus)} GPU(s) but profile {profile.name} needs {profile.resources.gpus}",
                           f"select at least {profile.resources.gpus} GPUs, or clear gpu_mask to use every GPU")
     _check_gpu_count(derived, gpus, role_values.get("gpus"))
+    _refuse_rendered_flags(profile, derived["extra_engine_args"])
     l1_gb = derived["l1_size_gb"] if profile.l1_in_limits else 0
     needed = required_mem_limit_gb(l1_gb, derived["model_size_gb"], derived["mem_headroom_gb"])
     if derived["mem_limit_gb"] is None:

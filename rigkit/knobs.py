@@ -12,6 +12,7 @@ Never name an env var VLLM_PORT or VLLM_HOST_IP: vLLM reads those itself.
 from __future__ import annotations
 
 import ipaddress
+import json
 import re
 from typing import Any, Optional
 
@@ -123,6 +124,77 @@ def _image(value: str) -> None:
         raise ValueError("must not contain whitespace")
 
 
+# What vLLM 0.26.0 accepts (vllm/config/cache.py: CacheDType, MambaCacheMode;
+# vllm/model_executor/layers/quantization/__init__.py: QuantizationMethods), so a typo is refused before
+# any host is touched instead of crash-looping the container. Another vLLM may accept others: add them here.
+KV_CACHE_DTYPES = ("auto", "float16", "bfloat16", "fp8", "fp8_e4m3", "fp8_e5m2", "fp8_inc", "fp8_ds_mla",
+                   "turboquant_k8v4", "turboquant_4bit_nc", "turboquant_k3v4_nc", "turboquant_3bit_nc",
+                   "int4_per_token_head", "int8_per_token_head", "fp8_per_token_head", "nvfp4")
+MAMBA_CACHE_MODES = ("all", "align", "none")
+QUANTIZATION_METHODS = ("awq", "auto_awq", "fp8", "fbgemm_fp8", "fp_quant", "modelopt", "modelopt_fp4",
+                        "modelopt_mxfp8", "modelopt_mixed", "auto_gptq", "gptq", "gptq_marlin", "awq_marlin",
+                        "humming", "compressed-tensors", "bitsandbytes", "experts_int8", "quark", "moe_wna16",
+                        "torchao", "inc", "mxfp4", "gpt_oss_mxfp4", "deepseek_v4_fp8", "online", "fp8_per_tensor",
+                        "fp8_per_block", "fp8_per_channel", "int8_per_channel_weight_only", "nvfp4_per_token",
+                        "mxfp8")
+
+# Engine knob -> the vLLM flag it renders (rigkit/render.py). A bool renders the bare flag when true.
+ENGINE_FLAGS = {
+    "speculative_config": "--speculative-config",
+    "kv_cache_dtype": "--kv-cache-dtype",
+    "gpu_memory_utilization": "--gpu-memory-utilization",
+    "max_num_seqs": "--max-num-seqs",
+    "mamba_cache_mode": "--mamba-cache-mode",
+    "quantization": "--quantization",
+    "trust_remote_code": "--trust-remote-code",
+}
+# vLLM 0.26's short spellings of flags rigkit renders (vllm/engine/arg_utils.py).
+ENGINE_FLAG_ALIASES = {"-q": "--quantization", "-sc": "--speculative-config", "-tp": "--tensor-parallel-size"}
+
+# Knobs that did not exist when earlier releases were recorded: at their default they stay out of the knobs
+# hash, so a rig deployed before them is still "No Change" when they are left unset.
+HASHED_ONLY_WHEN_SET = frozenset({*ENGINE_FLAGS, "extra_engine_args", "model_attention_layers",
+                                  "model_kv_heads", "model_head_dim"})
+
+
+def _fraction_of_gpu(value: float) -> None:
+    # vLLM's own bound (CacheConfig.gpu_memory_utilization: gt=0, le=1)
+    if not 0 < value <= 1:
+        raise ValueError("must be a fraction above 0 and at most 1, e.g. 0.92")
+
+
+def _speculative_config(value: str) -> None:
+    config = json.loads(value)
+    # vLLM needs a method or a draft model to know what to run (vllm/config/speculative.py)
+    if not config.get("method") and not config.get("model"):
+        raise ValueError('names neither a "method" (e.g. "mtp", "ngram", "eagle3") nor a draft "model"')
+    tokens = config.get("num_speculative_tokens")
+    if tokens is not None and (isinstance(tokens, bool) or not isinstance(tokens, int) or tokens < 1):
+        raise ValueError(f'"num_speculative_tokens" must be a whole number of at least 1, got {tokens!r}')
+
+
+def flag_name(arg: str) -> str:
+    """The long flag an engine argument spells (``--max_num_seqs=8`` -> ``--max-num-seqs``), or ''."""
+    if arg in ENGINE_FLAG_ALIASES:
+        return ENGINE_FLAG_ALIASES[arg]
+    if not arg.startswith("--"):
+        return ""
+    # vLLM's parser reads --a_b as --a-b
+    return "--" + arg[2:].split("=", 1)[0].replace("_", "-")
+
+
+def _engine_args(value: list) -> None:
+    for index, arg in enumerate(value):
+        if not isinstance(arg, str):
+            raise ValueError(f"item {index} is {type(arg).__name__} {arg!r}: each argument must be a string")
+        if "\x00" in arg:
+            raise ValueError(f"item {index} contains a NUL byte, which no program argument can carry")
+        knob = next((name for name, flag in ENGINE_FLAGS.items() if flag == flag_name(arg)), None)
+        if knob is not None:
+            raise ValueError(f"item {index} ({arg!r}) sets {ENGINE_FLAGS[knob]}, which the {knob} knob renders: "
+                             f"set {knob} instead")
+
+
 KNOBS: list[Variable] = [
     # Which stack, which image.
     Variable("serving_profile", None, "profile from profiles.yaml to deploy (lmcache-mp, native-offload, "
@@ -182,6 +254,35 @@ KNOBS: list[Variable] = [
              float, _between(0.0, 1.0)),
     Variable("ready_timeout_s", 600, "seconds to wait for /v1/models after up -d", int, _between(1)),
     Variable("keep_images", 2, "serving images kept on the rig (older ones are pruned)", int, _between(1)),
+    # The engine: rendered as vLLM flags into the entrypoint only when set (ENGINE_FLAGS), so leaving them
+    # unset renders what rigkit rendered before they existed.
+    Variable("speculative_config", None, "--speculative-config: speculative decoding as a JSON object (a dict or "
+             "its JSON text), e.g. {\"method\": \"mtp\", \"num_speculative_tokens\": 3}; empty = off",
+             JsonObject, _speculative_config, optional=True),
+    Variable("kv_cache_dtype", None, "--kv-cache-dtype: GPU KV cache element type (one of vLLM 0.26's: "
+             + ", ".join(KV_CACHE_DTYPES) + "); empty = auto, the model's dtype", str, one_of(KV_CACHE_DTYPES), optional=True),
+    Variable("gpu_memory_utilization", None, "--gpu-memory-utilization: fraction of each GPU's memory vLLM may "
+             "use, in (0, 1] (empty = vLLM's default, 0.92)", float, _fraction_of_gpu, optional=True),
+    Variable("max_num_seqs", None, "--max-num-seqs: sequences scheduled at once (empty = vLLM's default)", int,
+             _between(1), optional=True),
+    Variable("mamba_cache_mode", None, "--mamba-cache-mode: Mamba-state caching of hybrid models, one of "
+             + ", ".join(MAMBA_CACHE_MODES) + " (empty = vLLM's choice)", str, one_of(MAMBA_CACHE_MODES), optional=True),
+    Variable("quantization", None, "--quantization: weight quantization method (one of vLLM 0.26's methods, "
+             "e.g. fp8, awq, gptq_marlin); empty = what the checkpoint's config declares", str,
+             one_of(QUANTIZATION_METHODS), optional=True),
+    Variable("trust_remote_code", False, "--trust-remote-code: run the model repository's own Python code",
+             bool),
+    Variable("extra_engine_args", [], "more vLLM arguments, a list of strings, each passed as exactly one "
+             "argument (never split or expanded), e.g. [\"--enable-chunked-prefill\"]; not a flag rigkit "
+             "renders", list, _engine_args),
+    # The model's attention KV shape (its config.json): with kv_cache_dtype and tensor_parallel_size it gives
+    # the GPU KV per token (rigkit.sizing.gpu_kv_bytes_per_token), which sets the longest context, not the
+    # cache tiers' cost (kv_bytes_per_token).
+    Variable("model_attention_layers", None, "layers of the model that keep a KV cache (full-attention layers "
+             "of a hybrid model), for the GPU KV per token", int, _between(1), optional=True),
+    Variable("model_kv_heads", None, "KV heads per attention layer (config.json num_key_value_heads)", int,
+             _between(1), optional=True),
+    Variable("model_head_dim", None, "elements per KV head (config.json head_dim)", int, _between(1), optional=True),
 ]
 
 KNOBS_BY_NAME: dict[str, Variable] = {knob.name: knob for knob in KNOBS}

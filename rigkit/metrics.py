@@ -28,6 +28,11 @@ DECODE_TIME = "vllm:request_decode_time_seconds"
 KV_CACHE_USAGE = "vllm:kv_cache_usage_perc"
 CACHE_CONFIG_INFO = "vllm:cache_config_info"
 LMCACHE_PREFIX = "lmcache_mp_"
+# Speculative decoding (vLLM 0.26 vllm/v1/spec_decode/metrics.py SpecDecodingProm; only served with a speculative
+# config): acceptance rate = accepted / draft tokens, mean acceptance length = 1 + accepted / drafts.
+SPEC_DECODE_DRAFTS = "vllm:spec_decode_num_drafts_total"
+SPEC_DECODE_DRAFT_TOKENS = "vllm:spec_decode_num_draft_tokens_total"
+SPEC_DECODE_ACCEPTED_TOKENS = "vllm:spec_decode_num_accepted_tokens_total"
 
 # Labels that only say which engine or model reported a series: summed over.
 ENGINE_LABELS = ("engine", "model_name")
@@ -63,6 +68,10 @@ class Snapshot:
     cache_config: Mapping[str, str] = field(default_factory=dict)
     # every lmcache_mp_* sample, keyed by sample name (+ non-engine labels), summed
     lmcache: Mapping[str, float] = field(default_factory=dict)
+    # speculative decoding: steps that drafted, tokens drafted, drafted tokens the target model accepted
+    spec_decode_drafts: float = 0.0
+    spec_decode_draft_tokens: float = 0.0
+    spec_decode_accepted_tokens: float = 0.0
     # True when the scrape carried the vLLM prefix-cache counters at all
     has_prefix_counters: bool = False
 
@@ -158,6 +167,9 @@ def parse(text: str) -> Snapshot:
         kv_cache_usage_perc=usage,
         cache_config=cache_config,
         lmcache=lmcache,
+        spec_decode_drafts=sums.get(SPEC_DECODE_DRAFTS, 0.0),
+        spec_decode_draft_tokens=sums.get(SPEC_DECODE_DRAFT_TOKENS, 0.0),
+        spec_decode_accepted_tokens=sums.get(SPEC_DECODE_ACCEPTED_TOKENS, 0.0),
         has_prefix_counters=PREFIX_QUERIES in sums and PREFIX_HITS in sums,
     )
 
@@ -172,7 +184,8 @@ def require_prefix_counters(snapshot: Snapshot) -> Snapshot:
 
 _COUNTER_FIELDS = ("prefix_cache_queries", "prefix_cache_hits", "external_prefix_cache_queries",
                    "external_prefix_cache_hits", "generation_tokens", "ttft_sum", "ttft_count",
-                   "decode_time_sum", "decode_time_count")
+                   "decode_time_sum", "decode_time_count", "spec_decode_drafts", "spec_decode_draft_tokens",
+                   "spec_decode_accepted_tokens")
 
 
 @dataclass(frozen=True)

@@ -8,12 +8,14 @@ Pure: the roles read the facts (rigkit.facts) and pass them in. Two gates:
 - ``preflight``: the serving role, once the engine is in: every check, including engine, compose, image.
   Where the engine is not in yet but the docker role installs it in the same run, the serving role checks
   the rest as the deploy is prepared and ``engine_preflight`` (engine, compose, image) once that role ran.
-Both apply ``force``: forceable refusals (GPU memory, L2 budget, MemTotal) become warnings; the RAM gate,
-a GPU profile on a GPU-less rig, a missing engine/compose and an unobtainable image never do.
+Both apply ``force``: forceable refusals (GPU memory below gpu_free_fraction_min, L2 budget, MemTotal) become
+warnings; the RAM gate, GPU memory below gpu_memory_utilization (vLLM would not start), a GPU profile on a
+GPU-less rig, a missing engine/compose and an unobtainable image never do.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, replace
 from typing import Any, Literal, Optional
 
@@ -187,15 +189,23 @@ def check_gpus(settings: Settings, gpu_memory_csv: Optional[str]) -> list[Findin
     if too_wide:
         return [too_wide]
     minimum = settings.knobs["gpu_free_fraction_min"]
+    # vLLM itself refuses to start when a GPU has less free than gpu_memory_utilization of its memory
+    # (vllm/v1/worker/utils.py request_memory, 0.26): a bar no force can lower
+    utilization = settings.knobs["gpu_memory_utilization"]
+    engine_bar = utilization is not None and utilization > minimum
+    field, minimum = ("gpu_memory_utilization", utilization) if engine_bar else ("gpu_free_fraction_min", minimum)
     findings = []
     for index in selected:
         gpu = by_index[index]
         if gpu.free_fraction < minimum:
+            fix = f"stop what holds GPU {index} (nvidia-smi shows it) or exclude it via gpu_mask"
             findings.append(Finding(
-                "refuse", "gpu", "gpu_free_fraction_min", minimum,
+                "refuse", "gpu", field, minimum,
                 f"GPU {index} has {gpu.free_fraction:.1%} free ({gpu.free_mib} of {gpu.total_mib} MiB) "
-                f"< {minimum:.0%}", f"stop what holds GPU {index} (nvidia-smi shows it) or exclude it via gpu_mask",
-                forceable=True))
+                f"< {minimum:.0%}" + (" (vLLM would not start)" if engine_bar else ""),
+                fix + (f", or lower gpu_memory_utilization to at most {math.floor(gpu.free_fraction * 100) / 100:.2f}"
+                       if engine_bar else ""),
+                forceable=not engine_bar))
         else:
             findings.append(Finding("ok", "gpu", "gpu_mask", index,
                                     f"GPU {index} {gpu.free_fraction:.1%} free"))

@@ -49,6 +49,10 @@ class Connector(_Strict):
     # True when the connector never deletes from its disk store: rigkit's L2 janitor then keeps the
     # store under l2_budget_gb (least recently used first), so a full disk cannot kill the engine.
     l2_needs_janitor: bool = False
+    # True when the tier keeps vLLM's own KV blocks (every GPU's share): a token then costs there what it costs
+    # on the GPUs, at the KV cache dtype (rigkit.hostdata.Settings.kv_bytes_per_token); False when the
+    # connector stores its own format (LMCache: ~131 KB/token on the real rig, whatever the GPU's dtype).
+    stores_engine_blocks: bool = False
     prelude: str = ""
 
     @field_validator("knobs")

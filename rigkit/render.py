@@ -16,7 +16,7 @@ from jinja2 import Environment, FileSystemLoader, StrictUndefined
 
 from rigkit.errors import ConfigError, PreflightError
 from rigkit.hostdata import Settings
-from rigkit.knobs import KNOBS_BY_NAME, env_text, env_value_problem
+from rigkit.knobs import ENGINE_FLAGS, KNOBS_BY_NAME, env_text, env_value_problem
 from rigkit.paths import TEMPLATES_DIR
 from rigkit.sizing import GB
 
@@ -59,13 +59,29 @@ def kv_transfer_config(settings: Settings) -> Optional[dict]:
     return None if connector is None else _fill_placeholders(connector.kv_transfer_config, settings)
 
 
+def engine_flags(settings: Settings) -> list[str]:
+    """The engine knobs that are set, as shell-quoted vLLM arguments; then each extra argument, quoted alone.
+
+    Values are literal text in the script (shlex.quote: bash neither splits nor expands them), so an unset
+    knob renders nothing at all.
+    """
+    knobs = settings.knobs
+    args = []
+    for name, flag in ENGINE_FLAGS.items():
+        value = knobs[name]
+        if value is None or value is False:
+            continue
+        args.append(flag if value is True else f"{flag} {shlex.quote(str(value))}")
+    return args + [shlex.quote(arg) for arg in knobs["extra_engine_args"]]
+
+
 def entrypoint_script(settings: Settings) -> str:
     """The in-container bash script (unescaped): the connector's prelude, then exec of the engine."""
     profile = settings.profile
     lines = ["set -e"]
     if profile.connector and profile.connector.prelude.strip():
         lines.append(profile.connector.prelude.rstrip())
-    args = [profile.launcher, *profile.engine_args]
+    args = [profile.launcher, *profile.engine_args, *engine_flags(settings)]
     config = kv_transfer_config(settings)
     if config is not None:
         args.append("--kv-transfer-config " + shlex.quote(json.dumps(config, separators=(",", ":"))))

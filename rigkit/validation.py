@@ -24,12 +24,12 @@ from typing import Callable, Mapping, Optional, Sequence
 
 from rigkit import abstats
 from rigkit.card import (Capacity, CapacityTier, DecodeAB, DecodeKind, L2Report, PromptRecord, RigCard, SoakReport,
-                         StatModel, TierProof, TierResult, fmt_bytes, load_cards)
+                         SpecDecode, StatModel, TierProof, TierResult, fmt_bytes, load_cards)
 from rigkit.client import Measured, Prompt, PromptSpec, ServingClient, measure, prefill_timeout
 from rigkit.errors import ConfigError
 from rigkit.files.l2_janitor import (L2_JANITOR_MIN_FREE_BYTES, L2_JANITOR_UNIT, STATE_BELOW_FLOOR, STATE_REFUSED,
                                      STATUS_FILE)
-from rigkit.metrics import Snapshot, require_prefix_counters
+from rigkit.metrics import Delta, Snapshot, require_prefix_counters
 from rigkit.sizing import GB
 from rigkit.tiers import Tier, TierLabel, label
 from rigkit.defaults import CALIBRATION_MIN_TOKENS, VALIDATION_VARIABLES as VARIABLES
@@ -358,6 +358,15 @@ def read_l2(shell: Callable[[str], Optional[str]], stack) -> Optional[L2Report]:
     return classify_l2(probe, path, int(stack.knobs["l2_budget_gb"] * GB), L2_JANITOR_MIN_FREE_BYTES, janitor_unit)
 
 
+def spec_decode_over(windows: Sequence[Delta], what: str) -> Optional[SpecDecode]:
+    """Speculative decoding summed over request windows (each a /metrics delta around one request), or None
+    when they drafted no token (speculative decoding off, or its config never reached the engine)."""
+    spec = SpecDecode(drafts=sum(w.spec_decode_drafts for w in windows),
+                      draft_tokens=sum(w.spec_decode_draft_tokens for w in windows),
+                      accepted_tokens=sum(w.spec_decode_accepted_tokens for w in windows), window=what)
+    return spec if spec.draft_tokens else None
+
+
 def run_decode_ab(activate: Callable[[str], ServingClient], arms: Mapping[str, str], settings: ValidationSettings,
                   warmup: int = abstats.WARMUP_RUNS, measured: int = abstats.MEASURED_RUNS,
                   kinds: Sequence[str] = abstats.PROMPT_KINDS) -> DecodeAB:
@@ -368,6 +377,7 @@ def run_decode_ab(activate: Callable[[str], ServingClient], arms: Mapping[str, s
     """
     samples: dict[str, dict[str, list[float]]] = {arm: {k: [] for k in kinds} for arm in (abstats.ARM_ON,
                                                                                          abstats.ARM_OFF)}
+    windows: dict[str, list[Delta]] = {abstats.ARM_ON: [], abstats.ARM_OFF: []}
     rng = random.Random(settings.seed)
     visit, client = -1, None
     for step in abstats.ab_schedule((abstats.ARM_ON, abstats.ARM_OFF), kinds, warmup, measured):
@@ -386,22 +396,34 @@ def run_decode_ab(activate: Callable[[str], ServingClient], arms: Mapping[str, s
             raise ConfigError("decode A/B", step.arm, f"a measured {step.kind} run failed ({run.result.error})",
                               "check the engine is alive after the profile switch")
         samples[step.arm][step.kind].append(tps)
+        windows[step.arm].append(run.window)
     verdict = abstats.compare(samples)
+    spec = {arm: spec_decode_over(arm_windows, f"the {len(arm_windows)} measured decode runs")
+            for arm, arm_windows in windows.items()}
     return DecodeAB(arms=dict(arms), warmup=warmup, measured=measured, output_tokens=settings.decode_tokens,
                     kinds=[DecodeKind(kind=c.kind, on=StatModel.of(c.on.samples), off=StatModel.of(c.off.samples),
                                       delta_pct=c.delta_pct, within_bands=c.within_bands) for c in verdict.kinds],
-                    verdict=verdict.verdict, reason=verdict.reason)
+                    verdict=verdict.verdict, reason=verdict.reason,
+                    spec_decode={arm: value for arm, value in spec.items() if value is not None})
 
 
 def to_card(rig: str, run_id: str, validation: TierValidation, settings: ValidationSettings,
             connector_configured: bool = True, decode_ab: Optional[DecodeAB] = None,
             repro: Optional[Mapping] = None, l2: Optional[L2Report] = None,
-            soak: Optional[SoakReport] = None) -> RigCard:
-    """The rig's results card (rigkit.card renders it)."""
+            soak: Optional[SoakReport] = None, speculative: bool = False) -> RigCard:
+    """The rig's results card (rigkit.card renders it). ``speculative``: the stack serves with a speculative
+    config, so its tier requests must have drafted tokens."""
+    windows = [m.window for tier in validation.tiers for m in tier.measured]
+    spec = spec_decode_over(windows, f"the {len(windows)} measured tier requests")
+    failures = list(validation.failures)
+    if speculative and spec is None:
+        failures.append("speculative decoding is configured but vLLM counted no draft token over the measured "
+                        "requests (vllm:spec_decode_num_draft_tokens_total): check the speculative_config "
+                        "reached the engine (its log, the container's command line)")
     card = RigCard(rig=rig, run_id=run_id, connector_configured=connector_configured,
                    prefill_tokens_per_s=validation.prefill_tokens_per_s,
-                   tiers=[t.result() for t in validation.tiers], decode_ab=decode_ab,
-                   capacity=validation.capacity, l2=l2, soak=soak, failures=list(validation.failures))
+                   tiers=[t.result() for t in validation.tiers], decode_ab=decode_ab, spec_decode=spec,
+                   capacity=validation.capacity, l2=l2, soak=soak, failures=failures)
     card.repro = card.repro.model_copy(update=dict(repro or {}))
     card.repro.prompts = [PromptRecord(kind=p.spec.kind, target_tokens=p.spec.target_tokens, seed=p.spec.seed,
                                        tokens=p.tokens) for p in validation.prompts]

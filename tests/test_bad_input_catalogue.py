@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from rigkit.hostdata import settings_for_host
+from rigkit.errors import ConfigError
+from rigkit.hostdata import rig_settings, settings_for_host
 from rigkit.paths import REPO_ROOT
 from rigkit.preflight import HostFacts, preflight, refusals
 from rigkit.sizing import GB
@@ -24,7 +25,10 @@ ISSUE_ROWS = ("tag", "digest", "RAM gate", "mem_limit", "shm", "NVMe path", "for
               "unknown knob", "newline or NUL", "port", "incubating", "GPU profile", "SSH key",
               # issue 10: every value a user can set
               "NaN", "fraction", "None", "tuple", "empty model", "image reference", "tag and digest", "GPU twice",
-              "system directory", "mount options", "ExecStart", "U+2028", "IPv6", "homoglyph", "as a dict")
+              "system directory", "mount options", "ExecStart", "U+2028", "IPv6", "homoglyph", "as a dict",
+              # issue 13: the engine settings
+              "engine setting", "speculative config", "extra engine argument",
+              "below `gpu_memory_utilization`")
 CPU_LAB = {"serving_profile": "cpu-lab", "serving_image": "127.0.0.1:5000/rigkit/vllm-cpu-tiny@sha256:" + "1" * 64,
            "serving_port": 8104}
 
@@ -119,3 +123,23 @@ def test_manifest_probe_reads_the_engine_answer():
     assert probe.process(["missing no such manifest: r@sha256:ab"]) == "no such manifest: r@sha256:ab"
     assert "--insecure" in probe.command("127.0.0.1:5000/r@sha256:" + "1" * 64)
     assert "--insecure" not in probe.command("ghcr.io/x/y@sha256:" + "1" * 64)
+
+
+STORY_RIG = {"serving_profile": "lmcache-mp", "allow_incubating": True, "gpus": 2, "model": "Qwen/Qwen3.6-27B-FP8",
+             "serving_image": "lmcache/vllm-openai@sha256:" + "0" * 64, "tensor_parallel_size": 2, "l1_size_gb": 60,
+             "mem_limit_gb": 110, "speculative_config": {"method": "mtp", "num_speculative_tokens": 3}}
+
+
+@pytest.mark.parametrize("field, value, fix", [
+    ("kv_cache_dtype", "int8", "int8_per_token_head"),
+    ("gpu_memory_utilization", 1.2, "(0, 1]"),
+    ("speculative_config", '{"method": "mtp", "num_speculative_tokens": 3,}', "speculative decoding as a JSON object"),
+    ("extra_engine_args", ["--tensor-parallel-size", "4"], "set the knob that renders it"),
+])
+def test_a_bad_engine_setting_stops_the_run_before_any_host(field, value, fix):
+    # rig_settings is what deploy.py builds while pyinfra prepares: a refusal there stops the run with one line
+    with pytest.raises(ConfigError) as caught:
+        rig_settings({**STORY_RIG, field: value})
+    line = str(caught.value)
+    assert caught.value.field == field and line.startswith(f"{field}=") and fix in caught.value.fix
+    assert (repr(value) if field != "extra_engine_args" else repr(value[0])) in line

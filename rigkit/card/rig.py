@@ -5,7 +5,7 @@ from __future__ import annotations
 import statistics
 from typing import Optional
 
-from rigkit.card.schema import RigCard, SoakReport, TierResult
+from rigkit.card.schema import RigCard, SoakReport, SpecDecode, TierResult
 from rigkit.card.text import TIER_ORDER, TIER_TITLES, fmt_bytes, fmt_l2, fmt_stat_plain, fmt_stat_seconds
 
 
@@ -40,10 +40,19 @@ def render_rig_markdown(card: RigCard) -> str:
             band = "within CV" if kind.within_bands else "outside CV"
             lines.append(f"| {kind.kind} | {fmt_stat_plain(kind.on)} | {fmt_stat_plain(kind.off)} | "
                          f"{kind.delta_pct:+.1f}% ({band}) |")
+        if ab.spec_decode:
+            lines.append(f"| spec-decode acceptance | {fmt_acceptance(ab.spec_decode.get('on'))} | "
+                         f"{fmt_acceptance(ab.spec_decode.get('off'))} | |")
         lines += ["", f"Verdict: **{ab.verdict}** — {ab.reason}. Interleaved A/B, {ab.warmup} warm-up + "
                   f"{ab.measured} measured runs per kind per arm, {ab.output_tokens} output tokens each.", ""]
     else:
-        lines += ["Not measured in this run.", ""]
+        lines += ["Decode A/B not measured in this run.", ""]
+    if card.spec_decode:
+        spec = card.spec_decode
+        lines += ["| speculative decoding | acceptance (accepted / draft tokens) | mean acceptance length | over |",
+                  "|---|---|---|---|",
+                  f"| this run | {fmt_acceptance(spec)} | {spec.mean_acceptance_length:.2f} tokens per step | "
+                  f"{spec.window} |", ""]
 
     tokens = [t for tier in card.tiers for t in tier.prompt_tokens if t]
     size = f"{round(statistics.fmean(tokens)):,}-token salted session" if tokens else "salted session"
@@ -103,6 +112,12 @@ def render_rig_markdown(card: RigCard) -> str:
         lines.append(f"| {name} | {value if value not in (None, '') else '—'} |")
     lines += ["", f"_Schema v{card.schema_version}, created {card.created_at}. Figures: mean (n, CV)._", ""]
     return "\n".join(lines)
+
+
+def fmt_acceptance(spec: Optional[SpecDecode]) -> str:
+    if spec is None or spec.acceptance_rate is None:
+        return "—"
+    return f"{100 * spec.acceptance_rate:.1f} % ({spec.accepted_tokens:,.0f} / {spec.draft_tokens:,.0f})"
 
 
 def _mark(ok: bool) -> str:

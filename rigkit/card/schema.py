@@ -69,6 +69,25 @@ class DecodeKind(BaseModel):
     within_bands: bool
 
 
+class SpecDecode(BaseModel):
+    """Speculative decoding over a window: deltas of vLLM's vllm:spec_decode_num_* counters."""
+
+    drafts: float  # steps that drafted
+    draft_tokens: float
+    accepted_tokens: float
+    window: str  # which requests the deltas cover
+
+    @property
+    def acceptance_rate(self) -> Optional[float]:
+        """Accepted / draft tokens (vLLM's own definition, vllm/v1/spec_decode/metrics.py)."""
+        return self.accepted_tokens / self.draft_tokens if self.draft_tokens else None
+
+    @property
+    def mean_acceptance_length(self) -> Optional[float]:
+        """Tokens per drafting step, the bonus token included: 1 + accepted / drafts."""
+        return 1 + self.accepted_tokens / self.drafts if self.drafts else None
+
+
 class DecodeAB(BaseModel):
     arms: dict[str, str]  # "on"/"off" -> profile name
     warmup: int
@@ -77,6 +96,7 @@ class DecodeAB(BaseModel):
     kinds: list[DecodeKind]
     verdict: str
     reason: str
+    spec_decode: dict[str, SpecDecode] = Field(default_factory=dict)  # arm -> over its measured runs
 
 
 class CapacityTier(BaseModel):
@@ -200,6 +220,7 @@ class RigCard(BaseModel):
     prefill_tokens_per_s: Optional[float] = None
     tiers: list[TierResult] = Field(default_factory=list)
     decode_ab: Optional[DecodeAB] = None
+    spec_decode: Optional[SpecDecode] = None  # over the measured tier requests
     capacity: Optional[Capacity] = None
     l2: Optional[L2Report] = None
     soak: Optional[SoakReport] = None

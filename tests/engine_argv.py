@@ -1,0 +1,84 @@
+"""What the serving container would launch, without a container: docker-compose reads the rendered compose.yml
+and .env (`config`: its own interpolation and `$$` unescaping), bash runs the resulting command with the
+resulting environment, and shim programs (vllm, lmcache) record the argv they get."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from rigkit.render import render_compose, render_env
+
+DOCKER_COMPOSE = shutil.which("docker-compose")
+needs_compose = pytest.mark.skipif(DOCKER_COMPOSE is None, reason="docker-compose not installed (bin/setup installs it)")
+
+SHIM = """#!/bin/bash
+python3 -c 'import json, sys; print(json.dumps(sys.argv[1:]))' "$@" >> "$ARGV_LOG.$(basename "$0")"
+"""
+
+
+def composed_service(directory: Path, settings) -> dict:
+    """The serving service as docker-compose itself reads the rendered files (no host env leaking in)."""
+    (directory / "compose.yml").write_text(render_compose(settings))
+    (directory / ".env").write_text(render_env(settings))
+    env = {key: value for key, value in os.environ.items() if key in ("PATH", "HOME", "LANG")}
+    result = subprocess.run([DOCKER_COMPOSE, "-f", "compose.yml", "config"], cwd=directory, env=env,
+                            capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    service = yaml.safe_load(result.stdout)["services"]["serving"]
+    # `config` prints a compose file again, escaping every `$` as `$$`: undo that to get what the container gets
+    unescape = lambda text: str(text).replace("$$", "$")  # noqa: E731
+    environment = service["environment"]
+    if isinstance(environment, list):
+        environment = dict(item.split("=", 1) for item in environment)
+    service["environment"] = {key: unescape(value) for key, value in environment.items()}
+    service["command"] = [unescape(part) for part in service["command"]]
+    return service
+
+
+def launched_argv(tmp_path: Path, settings, programs=("vllm",)) -> dict[str, list[str]]:
+    """program -> the argv (without its name) the container's entrypoint starts it with."""
+    service = composed_service(tmp_path, settings)
+    assert service["entrypoint"] == ["/bin/bash", "-c"]
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    for name in programs:
+        (bin_dir / name).write_text(SHIM)
+        (bin_dir / name).chmod(0o755)
+    log = tmp_path / "argv"
+    env = {**service["environment"], "PATH": f"{bin_dir}:/usr/bin:/bin", "ARGV_LOG": str(log)}
+    result = subprocess.run(["bash", "-c", *service["command"]], env=env, cwd=tmp_path, capture_output=True,
+                            text=True, timeout=30)
+    assert result.returncode == 0, result.stderr
+    # a program started in the background (the lmcache server) may write a moment later
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline and not all(Path(f"{log}.{name}").exists() for name in programs):
+        time.sleep(0.05)
+    return {name: json.loads(Path(f"{log}.{name}").read_text().splitlines()[0]) for name in programs}
+
+
+def flags(argv: list[str]) -> dict[str, object]:
+    """`--flag value` / `--flag=value` / bare `--flag` -> {flag: value or True}; a repeated flag fails."""
+    parsed: dict[str, object] = {}
+    index = 0
+    while index < len(argv):
+        word = argv[index]
+        assert word.startswith("-"), f"{word!r} is not a flag (argv {argv})"
+        if "=" in word:
+            flag, value = word.split("=", 1)
+        elif index + 1 < len(argv) and not argv[index + 1].startswith("--"):
+            flag, value = word, argv[index + 1]
+            index += 1
+        else:
+            flag, value = word, True
+        assert flag not in parsed, f"{flag} given twice"
+        parsed[flag] = value
+        index += 1
+    return parsed

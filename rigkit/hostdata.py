@@ -1,4 +1,4 @@
-"""From a host's data (inventory + group_data + --data) to validated serving Settings.
+"""From a host's data (inventory + group_data + --data) to its settings, validated once (RigSettings).
 
 ``settings_for_host(data)`` runs before any host is touched and raises ConfigError naming the
 field on any bad input: an unknown key (with the closest valid name), a tag image, an incubating

@@ -538,3 +538,17 @@ def test_a_debian_13_rig_image_adds_the_split_docker_cli_and_keeps_the_bookworm_
     assert rig_image.rig_image_tag("trixie") != rig_image.rig_image_tag("bookworm")
     with pytest.raises(PreflightError, match="--distros"):
         rig_image.ensure_rig_image(lambda message: None, "sid")
+
+
+def test_a_lab_up_that_names_no_distribution_keeps_each_rig_s():
+    from rigkit.lab.state import RigState
+
+    def rig(index: int, distro: str) -> RigState:
+        return RigState(name=f"rig{index}", container=rigs.container_name(f"rig{index}"), ssh_host="127.0.0.1",
+                        ssh_port=2200 + index, serving_port=8100 + index, nvme_path="", loop_device="",
+                        loop_image="", docker_dir="", distro=distro)
+
+    assert rigs.distros_of([rig(3, "bookworm"), rig(2, "trixie"), rig(1, "bookworm")]) == ["bookworm", "trixie",
+                                                                                            "bookworm"]
+    assert rigs.distros_of([rig(2, "trixie")]) == ["bookworm", "trixie"]
+    assert rigs.distros_of([]) == []

@@ -17,7 +17,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
-from typing import Sequence
+from typing import Optional, Sequence
 
 from rigkit.errors import PreflightError, RigkitError
 from rigkit.lab import engine, registry_server, rig_image, rigs
@@ -51,14 +51,18 @@ def _ensure_serving_image(registry: str, progress: Progress) -> dict | None:
 
 
 def lab_up(rig_count: int = DEFAULT_RIGS, progress: Progress = print_progress,
-           serving_image: bool = True, netns_rigs: int = DEFAULT_NETNS_RIGS, distros: Sequence[str] = ()) -> LabState:
+           serving_image: bool = True, netns_rigs: int = DEFAULT_NETNS_RIGS,
+           distros: Optional[Sequence[str]] = None) -> LabState:
     """Bring the lab up (idempotent: a second call reuses what runs and recreates what is missing).
 
-    ``distros``: rig N's Debian suite is ``distros[N-1]`` (bookworm beyond the list)."""
+    ``distros``: rig N's Debian suite is ``distros[N-1]`` (bookworm beyond the list); None keeps each
+    existing rig's (a rig is recreated only when asked for another distribution)."""
     _require_root("up")
     started = time.monotonic()
     LAB_DIR.mkdir(parents=True, exist_ok=True)
     previous = read_state_or_none()
+    if distros is None:
+        distros = rigs.distros_of(previous.rigs) if previous else ()
     engine_record = engine.ensure_engine(progress)
     registry_pid = registry_server.ensure_registry(progress)
     images = {suite: rig_image.ensure_rig_image(progress, suite) for suite in {rig_image.SUITE, *distros}}
@@ -194,8 +198,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                     help="how many of the last --rigs get their own network namespace when first made "
                          f"(reached at 10.213.N.2:22; their API only through an SSH tunnel; default {DEFAULT_NETNS_RIGS})")
     up.add_argument("--distros", type=lambda text: [part.strip() for part in text.split(",") if part.strip()],
-                    default=[], help="each rig's Debian suite in order, e.g. bookworm,trixie "
-                                     f"(one of {', '.join(rig_image.SUITES)}; bookworm beyond the list)")
+                    default=None, help="each rig's Debian suite in order, e.g. bookworm,trixie "
+                                       f"(one of {', '.join(rig_image.SUITES)}; bookworm beyond the list; "
+                                       "default: existing rigs keep theirs)")
     up.add_argument("--no-serving-image", action="store_true",
                     help="skip building/pushing the vLLM serving image (minutes when cold)")
     status = actions.add_parser("status", help="rigs, ports, SSH health, digests, engine and registry health")
@@ -208,7 +213,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         if args.lab_action == "up":
             lab_up(args.rigs, serving_image=not args.no_serving_image, netns_rigs=args.netns_rigs,
-                   distros=args.distros)
+                   distros=args.distros or None)
             return 0
         if args.lab_action == "down":
             lab_down(purge_cache=args.purge_cache)

@@ -334,6 +334,12 @@ def network_modes(requested_netns: set[int], existing: dict[int, str], count: in
             for index in range(1, count + 1)}
 
 
+def distros_of(rigs: Sequence[RigState]) -> list[str]:
+    """Each rig's suite by its index (rig1 first), bookworm where a rig is missing."""
+    by_index = {rig_index(rig.container): rig.distro for rig in rigs}
+    return [by_index.get(index, "bookworm") for index in range(1, max(by_index, default=0) + 1)]
+
+
 def ensure_rigs(count: int, images: dict[str, str], progress: Progress, netns_count: int = 0,
                 registry: str = REGISTRY, distros: Sequence[str] = ()) -> list[RigState]:
     """At least COUNT rigs answering SSH, rig N running the image of ``distros[N-1]`` (``images``: suite ->

@@ -147,7 +147,8 @@ def broken_release(lab, serving_image, tmp_path_factory) -> str:
 def test_two_deploys_on_one_rig_never_interleave(lab):
     rig = host_network_rigs(lab, 1)[0]
     rig_exec(rig, f"rm -f {TRACE}")
-    args = [pyinfra_executable(), "-y", "--limit", rig.name, "--data", "hold_s=12", str(LAB_INVENTORY), str(HOLD_DEPLOY)]
+    # long enough for the refused deploy and the second one to start while it holds the lock, on 2 loaded cores
+    args = [pyinfra_executable(), "-y", "--limit", rig.name, "--data", "hold_s=30", str(LAB_INVENTORY), str(HOLD_DEPLOY)]
     first = subprocess.Popen(args, cwd=REPO_ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     deadline = time.monotonic() + 60
     while rig_exec(rig, f"grep -c start {TRACE} 2>/dev/null", check=False).stdout.strip() != "1":

@@ -122,8 +122,8 @@ def _validate() -> None:
                           "run deploy.py (the docker role installs compose)")
     l2_path = knobs["l2_path"] if stack.l2_active else None
     tier_sizes = {}
-    if stack.l1_gb:
-        tier_sizes[f"L1 RAM {stack.l1_gb} GB"] = stack.l1_gb * GB
+    if stack.l1_gib:
+        tier_sizes[f"L1 RAM {stack.l1_gib} GiB"] = stack.l1_bytes
     if l2_path:
         tier_sizes[f"L2 disk {knobs['l2_budget_gb']:g} GB"] = int(knobs["l2_budget_gb"] * GB)
     with serving_url(data, knobs["bind_address"], knobs["serving_port"], inventory_name=host.name) as url:

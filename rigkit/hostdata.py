@@ -30,7 +30,7 @@ from rigkit.knobs import (HASHED_ONLY_WHEN_SET, KNOBS, KNOBS_BY_NAME, L2_PATH_WI
                           SECRET_KNOBS, controller_secret_variable, flag_name, gpu_indices)
 from rigkit.profiles import Profile, get_profile, load_profiles
 from rigkit.registry import require_digest
-from rigkit.sizing import capacity_line, gpu_kv_bytes_per_token, gpu_line, required_mem_limit_gb
+from rigkit.sizing import GIB, capacity_line, gpu_kv_bytes_per_token, gpu_line, required_mem_limit_gib
 from rigkit.variables import Variable, refuse_unknown, resolve
 
 CONNECTION_PREFIXES = ("ssh_", "_")
@@ -47,9 +47,14 @@ class Settings:
     knobs: dict[str, Any]
 
     @property
-    def l1_gb(self) -> int:
-        """L1 RAM the stack pins (0 when the profile has no CPU-RAM tier)."""
+    def l1_gib(self) -> int:
+        """L1 RAM the stack pins, in GiB (0 when the profile has no CPU-RAM tier)."""
         return self.knobs["l1_size_gb"] if self.profile.uses_l1 else 0
+
+    @property
+    def l1_bytes(self) -> int:
+        """L1 in bytes: what `lmcache server --l1-size-gb` allocates, and what native-offload gets."""
+        return self.l1_gib * GIB
 
     @property
     def l2_active(self) -> bool:
@@ -98,7 +103,7 @@ class Settings:
             line = "capacity unknown: set kv_bytes_per_token"
         else:
             l2_gb = self.knobs["l2_budget_gb"] if self.l2_active else None
-            line = capacity_line(self.l1_gb or None, l2_gb, self.kv_bytes_per_token)
+            line = capacity_line(self.l1_gib or None, l2_gb, self.kv_bytes_per_token)
         if self.gpu_kv_bytes_per_token:
             line += " | " + gpu_line(self.gpu_kv_bytes_per_token, self.knobs["kv_cache_dtype"],
                                      self.knobs["tensor_parallel_size"], self.knobs["max_model_len"])
@@ -187,14 +192,14 @@ def _derive(profile: Profile, knobs: dict[str, Any], role_values: dict[str, Any]
                           f"select at least {profile.resources.gpus} GPUs, or clear gpu_mask to use every GPU")
     _check_gpu_count(derived, gpus, role_values.get("gpus"))
     _refuse_rendered_flags(profile, derived["extra_engine_args"])
-    l1_gb = derived["l1_size_gb"] if profile.l1_in_limits else 0
-    needed = required_mem_limit_gb(l1_gb, derived["model_size_gb"], derived["mem_headroom_gb"])
+    l1_gib = derived["l1_size_gb"] if profile.l1_in_limits else 0
+    needed = required_mem_limit_gib(l1_gib, derived["model_size_gb"], derived["mem_headroom_gb"])
     if derived["mem_limit_gb"] is None:
         derived["mem_limit_gb"] = needed
     elif derived["mem_limit_gb"] < needed:
         raise ConfigError("mem_limit_gb", derived["mem_limit_gb"],
-                          f"below L1 {l1_gb} + model page cache {derived['model_size_gb']} + headroom "
-                          f"{derived['mem_headroom_gb']} = {needed} GB (pinned L1 and mmap'd weights both count "
+                          f"below L1 {l1_gib} + model page cache {derived['model_size_gb']} + headroom "
+                          f"{derived['mem_headroom_gb']} = {needed} GiB (pinned L1 and mmap'd weights both count "
                           "against the container; too small crash-loops with 'WorkerProc initialization failed')",
                           f"set mem_limit_gb to at least {needed}, or lower l1_size_gb")
     return derived

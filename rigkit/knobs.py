@@ -227,7 +227,8 @@ KNOBS: list[Variable] = [
     Variable("cpu_kvcache_space_gb", None, "VLLM_CPU_KVCACHE_SPACE in GiB (CPU builds of vLLM)", int,
              _between(1), env="VLLM_CPU_KVCACHE_SPACE", optional=True),
     # The KV cache tiers.
-    Variable("l1_size_gb", 30, "L1 CPU-RAM KV cache size in GB", int, _between(1, 4096), env="LMCACHE_L1_GB"),
+    Variable("l1_size_gb", 30, "L1 CPU-RAM KV cache size in GiB (2^30 bytes, as lmcache server --l1-size-gb "
+             "counts it; native-offload gets the same bytes)", int, _between(1, 4096), env="LMCACHE_L1_GB"),
     Variable("l2_enabled", False, "persist the KV cache on disk (L2) under l2_path", bool, env="LMCACHE_L2"),
     Variable("l2_adapter_json", None, "LMCache L2 adapter as a JSON object (empty = fs adapter on l2_path)",
              JsonObject, _text(), env="LMCACHE_L2_ADAPTER", optional=True),
@@ -239,16 +240,16 @@ KNOBS: list[Variable] = [
     Variable("kv_bytes_per_token", None, "KV cache cost per token in bytes, for capacity sizing "
              "(empty = the profile's)", int, _between(1), optional=True),
     # Container limits.
-    Variable("model_size_gb", 30, "page cache of the model weights that counts against mem_limit, in GB", int,
+    Variable("model_size_gb", 30, "page cache of the model weights that counts against mem_limit, in GiB", int,
              _between(0)),
-    Variable("mem_headroom_gb", 20, "memory above L1 + model the container needs (runtime, activations), GB",
+    Variable("mem_headroom_gb", 20, "memory above L1 + model the container needs (runtime, activations), GiB",
              int, _between(0)),
-    Variable("mem_limit_gb", None, "container memory limit = swap limit, in GB (empty = L1 + model + headroom)",
-             int, _between(1), optional=True),
+    Variable("mem_limit_gb", None, "container memory limit = swap limit, in GiB as compose's g counts it "
+             "(empty = L1 + model + headroom)", int, _between(1), optional=True),
     Variable("restart_policy", "unless-stopped", "compose restart policy: no | always | unless-stopped | "
              "on-failure", str, one_of(RESTART_POLICIES)),
     # Gates and lifecycle.
-    Variable("ram_reserve_gb", 28, "RAM left to the host: refuse when MemAvailable < L1 + this (even forced)",
+    Variable("ram_reserve_gb", 28, "RAM left to the host in GiB: refuse when MemAvailable < L1 + this (even forced)",
              int, _between(0)),
     Variable("gpu_free_fraction_min", 0.8, "each selected GPU must have at least this fraction of memory free",
              float, _between(0.0, 1.0)),

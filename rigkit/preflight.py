@@ -22,7 +22,7 @@ from typing import Any, Literal, Optional
 from rigkit.errors import PreflightError, RigkitError
 from rigkit.hostdata import Settings
 from rigkit.nvidia_smi import GpuMemoryReading, parse_gpu_memory
-from rigkit.sizing import GB
+from rigkit.sizing import GB, GIB
 from rigkit.survey import RigState
 
 L2_FREE_WARN_GB = 50  # below this the L2 tier holds only a few long sessions
@@ -84,24 +84,31 @@ def _gb(value_bytes: float) -> float:
     return round(value_bytes / GB, 1)
 
 
+def _gib(value_bytes: float) -> float:
+    return round(value_bytes / GIB, 1)
+
+
 def check_ram(settings: Settings, meminfo: dict[str, int]) -> list[Finding]:
+    """The memory knobs count GiB (rigkit.sizing): MemAvailable is compared in bytes, printed in GiB."""
     knobs = settings.knobs
-    available = _gb(meminfo.get("MemAvailable", 0))
-    needed = settings.l1_gb + knobs["ram_reserve_gb"]
+    available_bytes = meminfo.get("MemAvailable", 0)
+    available = _gib(available_bytes)
+    l1, reserve = settings.l1_gib, knobs["ram_reserve_gb"]
+    needed = l1 + reserve
     findings = []
-    if available < needed:
-        problem = (f"MemAvailable {available:g} GB < L1 {settings.l1_gb} + reserve {knobs['ram_reserve_gb']} = {needed} GB "
+    if available_bytes < needed * GIB:
+        problem = (f"MemAvailable {available:g} GiB < L1 {l1} + reserve {reserve} = {needed} GiB "
                    "(an oversized cache once OOM'd the host; force does not override this)")
-        if settings.l1_gb:
-            findings.append(Finding("refuse", "ram", "l1_size_gb", settings.l1_gb, problem,
-                                    f"set l1_size_gb to at most {max(int(available - knobs['ram_reserve_gb']), 0)} "
-                                    "or free memory"))
+        most = int(available_bytes // GIB)
+        if l1:
+            findings.append(Finding("refuse", "ram", "l1_size_gb", l1, problem,
+                                    f"set l1_size_gb to at most {max(most - reserve, 0)} (GiB) or free memory"))
         else:  # no L1 in this profile: the reserve alone is over what the rig has free
-            findings.append(Finding("refuse", "ram", "ram_reserve_gb", knobs["ram_reserve_gb"], problem,
-                                    f"free memory on the rig or set ram_reserve_gb to at most {int(available)}"))
+            findings.append(Finding("refuse", "ram", "ram_reserve_gb", reserve, problem,
+                                    f"free memory on the rig or set ram_reserve_gb to at most {most} (GiB)"))
     else:
-        findings.append(Finding("ok", "ram", "l1_size_gb", settings.l1_gb,
-                                f"MemAvailable {available:g} GB >= L1 + reserve {needed} GB"))
+        findings.append(Finding("ok", "ram", "l1_size_gb", l1,
+                                f"MemAvailable {available:g} GiB >= L1 + reserve {needed} GiB"))
     total = _gb(meminfo.get("MemTotal", 0))
     minimum = settings.profile.resources.min_ram_gb
     if total < minimum:
@@ -116,7 +123,7 @@ def check_host_shm(settings: Settings, shm_bytes: Optional[int]) -> list[Finding
     if shm_bytes is None:
         return [Finding("warn", "host-shm", "/dev/shm", None, "size of the rig's /dev/shm unknown",
                         "check `df -h /dev/shm` on the rig")]
-    size_mb, l1 = shm_bytes // 2**20, settings.l1_gb
+    size_mb, l1 = shm_bytes // 2**20, settings.l1_gib
     if size_mb < ENGINE_SHM_MIN_MB:
         return [Finding("refuse", "host-shm", "/dev/shm", f"{size_mb} MiB",
                         f"the rig's /dev/shm is {size_mb} MiB < {ENGINE_SHM_MIN_MB} MiB the engine needs "
@@ -124,7 +131,7 @@ def check_host_shm(settings: Settings, shm_bytes: Optional[int]) -> list[Finding
                         f"remount /dev/shm larger on the rig (mount -o remount,size={max(l1, 1)}G /dev/shm)")]
     if size_mb < l1 * 1024:
         return [Finding("warn", "host-shm", "/dev/shm", f"{size_mb} MiB",
-                        f"the rig's /dev/shm {size_mb} MiB < L1 {l1} GB (ipc: host shares it with the container)",
+                        f"the rig's /dev/shm {size_mb} MiB < L1 {l1} GiB (ipc: host shares it with the container)",
                         f"remount /dev/shm with size >= {l1}G")]
     return [Finding("ok", "host-shm", "/dev/shm", f"{size_mb} MiB", "rig /dev/shm large enough")]
 

@@ -18,7 +18,6 @@ from rigkit.errors import ConfigError, PreflightError
 from rigkit.hostdata import Settings
 from rigkit.knobs import ENGINE_FLAGS, KNOBS_BY_NAME, env_text, env_value_problem
 from rigkit.paths import TEMPLATES_DIR
-from rigkit.sizing import GB
 
 COMPOSE_PROJECT = "rigkit"
 SERVICE_NAME = "serving"
@@ -46,7 +45,8 @@ def default_l2_adapter() -> str:
 
 
 def _fill_placeholders(value: Any, settings: Settings) -> Any:
-    fills = {"@l1_bytes": settings.l1_gb * GB, "@l2_dir": L2_CONTAINER_PATH}
+    # the same bytes LMCache's --l1-size-gb allocates (GiB), so an A/B compares equal cache sizes
+    fills = {"@l1_bytes": settings.l1_bytes, "@l2_dir": L2_CONTAINER_PATH}
     if isinstance(value, dict):
         return {key: _fill_placeholders(item, settings) for key, item in value.items()}
     if isinstance(value, list):

@@ -5,7 +5,10 @@ Two figures, never mixed up (the story's own correction):
   for the 27B hybrid under LMCache on the real rig: 50K tokens ~ 6.5 GB). It sets how many sessions a tier holds.
 - the GPU KV per token (gpu_kv_bytes_per_token): what one token costs in each GPU's KV pool, which the KV cache
   dtype and the tensor-parallel size change (18.9 KB/token int8 on the real rig). It sets the longest context.
-GB here means 10^9 bytes, as the knobs do.
+Two units, each knob declaring its own in its doc (rigkit/knobs.py): memory knobs (l1_size_gb, model_size_gb,
+mem_headroom_gb, mem_limit_gb, ram_reserve_gb) count GiB (2^30 bytes), as the tools they reach do:
+`lmcache server --l1-size-gb` multiplies by 2^30 (lmcache 0.5.x v1/distributed/config.py) and compose's `110g`
+is 110 GiB (docker/go-units RAMInBytes); disk knobs (l2_budget_gb) count GB (10^9 bytes), as disks and df -H do.
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ import math
 from typing import Optional
 
 GB = 10**9
+GIB = 2**30
 # Session lengths the capacity line reports: the real rig's typical, long and maximal contexts.
 SESSION_TOKENS: dict[str, int] = {"50K": 50_000, "128K": 128_000, "262K": 262_144}
 
@@ -28,15 +32,16 @@ def sessions_fitting(capacity_gb: float, tokens: int, kv_bytes_per_token: int) -
     return math.floor(capacity_gb * GB / (tokens * kv_bytes_per_token))
 
 
-def _tier(label: str, capacity_gb: float, kv_bytes_per_token: int) -> str:
-    counts = " ".join(f"{sessions_fitting(capacity_gb, tokens, kv_bytes_per_token)}x{name}"
+def _tier(label: str, capacity_bytes: float, kv_bytes_per_token: int) -> str:
+    counts = " ".join(f"{sessions_fitting(capacity_bytes / GB, tokens, kv_bytes_per_token)}x{name}"
                       for name, tokens in SESSION_TOKENS.items())
-    return f"{label} {capacity_gb:g} GB: {counts}"
+    return f"{label}: {counts}"
 
 
-def capacity_line(l1_gb: Optional[float], l2_gb: Optional[float], kv_bytes_per_token: int) -> str:
-    """One line for the deploy summary, e.g. ``L1 30 GB: 4x50K 1x128K 0x262K | L2 ... (131 KB/token)``."""
-    tiers = [_tier(label, gb, kv_bytes_per_token) for label, gb in (("L1", l1_gb), ("L2", l2_gb)) if gb]
+def capacity_line(l1_gib: Optional[float], l2_gb: Optional[float], kv_bytes_per_token: int) -> str:
+    """One line for the deploy summary, e.g. ``L1 30 GiB: 4x50K 1x128K 0x262K | L2 ... (131 KB/token)``."""
+    tiers = ([_tier(f"L1 {l1_gib:g} GiB", l1_gib * GIB, kv_bytes_per_token)] if l1_gib else []) + \
+        ([_tier(f"L2 {l2_gb:g} GB", l2_gb * GB, kv_bytes_per_token)] if l2_gb else [])
     per_token = f"{kv_bytes_per_token / 1000:g} KB/token"
     if not tiers:
         return f"no KV tier beyond the GPU ({per_token})"
@@ -84,11 +89,12 @@ def gpu_line(bytes_per_token: int, kv_cache_dtype: Optional[str], tensor_paralle
     return line
 
 
-def required_mem_limit_gb(l1_gb: float, model_size_gb: float, headroom_gb: float) -> int:
-    """The smallest container memory limit that holds pinned L1, the weights' page cache and headroom.
+def required_mem_limit_gib(l1_gib: float, model_size_gib: float, headroom_gib: float) -> int:
+    """The smallest container memory limit (GiB, compose's `g`) that holds pinned L1, the weights' page cache
+    and headroom.
 
-    Both pinned L1 and mmap'd weight pages count against the cgroup: L1=60 GB needed 110g on the real rig.
+    Both pinned L1 and mmap'd weight pages count against the cgroup: L1=60 needed 110g on the real rig.
     """
-    return math.ceil(l1_gb + model_size_gb + headroom_gb)
+    return math.ceil(l1_gib + model_size_gib + headroom_gib)
 
 

@@ -63,10 +63,10 @@ def test_every_example_host_validates(fleet):
     for name, s in settings.items():
         assert s.profile.name == "lmcache-mp" and s.l2_active
         assert s.knobs["l2_path"] == "/mnt/rigkit-l2/lmcache"  # where the l2_disk role mounts it
-        assert s.knobs["mem_limit_gb"] >= s.l1_gb + s.knobs["model_size_gb"]
-        assert s.capacity().startswith(f"L1 {s.l1_gb} GB: ")
+        assert s.knobs["mem_limit_gb"] >= s.l1_gib + s.knobs["model_size_gb"]
+        assert s.capacity().startswith(f"L1 {s.l1_gib} GiB: ")
         assert undeclared_variables(render_compose(s)) == {}
-        assert "LMCACHE_L1_GB='%d'" % s.l1_gb in render_env(s)
+        assert "LMCACHE_L1_GB='%d'" % s.l1_gib in render_env(s)
 
 
 def test_a_typo_in_the_example_group_data_is_refused(fleet):

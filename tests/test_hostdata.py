@@ -31,7 +31,7 @@ def test_cpu_lab_settings():
     assert s.profile.name == "cpu-lab" and s.image == LAB_IMAGE
     assert s.knobs["serving_port"] == 8101 and s.knobs["bind_address"] == "127.0.0.1"
     assert s.knobs["model"] == "/models/tiny" and s.knobs["served_model_name"] == "tiny"
-    assert s.l1_gb == 0 and s.l2_active and s.gpu_ids == []
+    assert s.l1_gib == 0 and s.l2_active and s.gpu_ids == []
     assert s.knobs["mem_limit_gb"] == 6  # 0 L1 + 1 model + 5 headroom: what the lab measured working
 
 
@@ -40,7 +40,7 @@ def test_host_data_overrides_profile_defaults_and_derivations():
     assert s.knobs["restart_policy"] == "no"  # the incubating profile's own default
     assert s.knobs["served_model_name"] == "Qwen/Qwen3-8B" and s.knobs["tensor_parallel_size"] == 2
     assert s.knobs["mem_limit_gb"] == 110
-    assert s.l1_gb == 60 and s.l2_active and s.gpu_ids == [0, 1]
+    assert s.l1_gib == 60 and s.l2_active and s.gpu_ids == [0, 1]
     assert settings({**LMCACHE, "restart_policy": "always"}).knobs["restart_policy"] == "always"
 
 

@@ -9,7 +9,7 @@ from rigkit.errors import PreflightError
 from rigkit.hostdata import settings_for_host
 from rigkit.preflight import (ENGINE_SHM_MIN_MB, HostFacts, L2_FREE_WARN_GB, bare_host_preflight, engine_preflight,
                               preflight, raise_if_refused, refusals)
-from rigkit.sizing import GB
+from rigkit.sizing import GB, GIB
 
 H200 = Path(__file__).parent / "fixtures" / "nvidia-smi" / "h200-x2-ubuntu2404"
 IDLE = (H200 / "query-gpu-noheader.csv").read_text()
@@ -30,6 +30,11 @@ def h200_meminfo() -> dict:
 
 def meminfo_gb(available: float, total: float = 256) -> dict:
     return {"MemAvailable": int(available * GB), "MemTotal": int(total * GB)}
+
+
+def meminfo_gib(available: float, total: float = 256) -> dict:
+    """MemAvailable in GiB (the unit of the memory knobs), MemTotal in GB (min_ram_gb's)."""
+    return {"MemAvailable": int(available * GIB), "MemTotal": int(total * GB)}
 
 
 def facts(**changes) -> HostFacts:
@@ -56,18 +61,26 @@ def test_clean_h200_passes():
 
 def test_ram_gate_refuses_even_when_forced():
     for force in (False, True):
-        findings = run({**LMCACHE, "force": force}, meminfo=meminfo_gb(87.9))  # < 60 + 28
+        findings = run({**LMCACHE, "force": force}, meminfo=meminfo_gib(87.9))  # < 60 + 28
         (ram,) = [f for f in refusals(findings) if f.check == "ram"]
-        assert ram.field == "l1_size_gb" and "87.9" in ram.message and "88" in ram.message
+        assert ram.field == "l1_size_gb" and "87.9 GiB" in ram.message and "88 GiB" in ram.message
         assert "at most 59" in ram.fix
         with pytest.raises(PreflightError) as caught:
             raise_if_refused(findings)
         assert caught.value.field == "l1_size_gb"
-    assert not refusals(run(LMCACHE, meminfo=meminfo_gb(88.1)))
+    assert not refusals(run(LMCACHE, meminfo=meminfo_gib(88.1)))
+
+
+def test_ram_gate_counts_l1_in_gib_as_lmcache_allocates_it():
+    # `lmcache server --l1-size-gb 60` allocates 60 * 2^30 bytes (lmcache v1/distributed/config.py): 88 * 10^9
+    # bytes free is 81.96 GiB, 6 GiB short of L1 60 + reserve 28, though "88 GB" reads like enough
+    (ram,) = by_check(refusals(run(LMCACHE, meminfo=meminfo_gb(88))), "ram")
+    assert ram.field == "l1_size_gb" and "82 GiB < L1 60 + reserve 28 = 88 GiB" in ram.message
+    assert "at most 53" in ram.fix
 
 
 def test_ram_reserve_is_a_knob():
-    assert not refusals(run({**LMCACHE, "ram_reserve_gb": 20}, meminfo=meminfo_gb(81)))
+    assert not refusals(run({**LMCACHE, "ram_reserve_gb": 20}, meminfo=meminfo_gib(81)))
 
 
 def test_busy_gpu_refused_and_force_downgrades_it():
@@ -167,13 +180,14 @@ def test_rig_shm_too_small_for_the_engine_is_refused_with_the_remount_fix():
 
 def test_rig_shm_below_l1_warns():
     (shm,) = by_check(run(LMCACHE, host_shm_bytes=32 * 2**30), "host-shm")
-    assert shm.level == "warn" and "L1 60 GB" in shm.message
+    assert shm.level == "warn" and "L1 60 GiB" in shm.message
 
 
 
 # --- every gate at exact equality: the boundary value passes, the next step below does not ----------------
 # (the rule each gate states is "at least": MemAvailable >= L1 + reserve, free fraction >= the minimum, ...;
-# GB figures are compared as the message prints them, to 0.1 GB, so "the next step below" is 0.1 GB less)
+# MemAvailable is compared in bytes against GiB, so "the next step below" is one byte less; the other GB
+# figures are compared as the message prints them, to 0.1 GB, so "the next step below" is 0.1 GB less)
 
 def gpu_csv(free_mib: int, total_mib: int = 100_000) -> str:
     """nvidia-smi's GPU_MEMORY_QUERY answer for two GPUs with the same memory."""
@@ -187,13 +201,14 @@ def cpu_lab_reserve_gb() -> float:
 MIB = 2**20
 GATES = [
     # id, data, facts exactly at the boundary, facts one step below it, check, level below
-    ("ram: MemAvailable == L1 + reserve", LMCACHE, dict(meminfo=meminfo_gb(60 + 28)),
-     dict(meminfo=meminfo_gb(60 + 28 - 0.1)), "ram", "refuse"),
+    ("ram: MemAvailable == L1 + reserve", LMCACHE, dict(meminfo=meminfo_gib(60 + 28)),
+     dict(meminfo={**meminfo_gib(60 + 28), "MemAvailable": (60 + 28) * GIB - 1}), "ram", "refuse"),
     ("ram: MemAvailable == reserve, no L1", CPU_LAB,
-     dict(meminfo=meminfo_gb(cpu_lab_reserve_gb(), 24), gpu_memory_csv=None),
-     dict(meminfo=meminfo_gb(cpu_lab_reserve_gb() - 0.1, 24), gpu_memory_csv=None), "ram", "refuse"),
-    ("ram: MemTotal == the profile's min_ram_gb", LMCACHE, dict(meminfo=meminfo_gb(100, 64)),
-     dict(meminfo=meminfo_gb(100, 63.9)), "ram", "refuse"),
+     dict(meminfo=meminfo_gib(cpu_lab_reserve_gb(), 24), gpu_memory_csv=None),
+     dict(meminfo={**meminfo_gib(0, 24), "MemAvailable": int(cpu_lab_reserve_gb() * GIB) - 1}, gpu_memory_csv=None),
+     "ram", "refuse"),
+    ("ram: MemTotal == the profile's min_ram_gb", LMCACHE, dict(meminfo=meminfo_gib(100, 64)),
+     dict(meminfo=meminfo_gib(100, 63.9)), "ram", "refuse"),
     ("gpu: free fraction == gpu_free_fraction_min", {**LMCACHE, "gpu_free_fraction_min": 0.8},
      dict(gpu_memory_csv=gpu_csv(80_000)), dict(gpu_memory_csv=gpu_csv(79_999)), "gpu", "refuse"),
     ("gpu: free fraction == the real H200's", {**LMCACHE, "gpu_free_fraction_min": 143156 / 143771},

@@ -10,7 +10,7 @@ import pytest
 from rigkit.errors import PreflightError
 from rigkit.hostdata import settings_for_host
 from rigkit.preflight import Finding, HostFacts, bare_host_preflight, preflight, refusals
-from rigkit.sizing import GB
+from rigkit.sizing import GB, GIB
 from rigkit.facts.nvidia import NvidiaPciGpus, nvidia_pci_gpus_command
 
 H200 = Path(__file__).parent / "fixtures" / "nvidia-smi" / "h200-x2-ubuntu2404"
@@ -52,7 +52,7 @@ def test_a_fresh_gpu_host_passes_without_engine_driver_or_l2_disk():
 
 def test_ram_gate_refuses_before_anything_changes_even_forced():
     for force in (False, True):
-        ram = only(refusals(run({**LMCACHE, "force": force}, meminfo={"MemAvailable": 80 * GB,
+        ram = only(refusals(run({**LMCACHE, "force": force}, meminfo={"MemAvailable": 80 * GIB,
                                                                        "MemTotal": 256 * GB})), "ram")
         assert ram.field == "l1_size_gb" and ram.value == 60 and "at most 52" in ram.fix
 
@@ -123,7 +123,7 @@ def test_a_refusal_raised_elsewhere_keeps_field_value_and_fix():
 
 def test_ram_gate_without_l1_names_the_reserve():
     # cpu-lab has no L1 tier: "set l1_size_gb to at most 0" would be no fix at all
-    ram = only(refusals(run(CPU_LAB, pci=0, declared=0, meminfo={"MemAvailable": 3 * GB, "MemTotal": 16 * GB})), "ram")
+    ram = only(refusals(run(CPU_LAB, pci=0, declared=0, meminfo={"MemAvailable": 3 * GIB, "MemTotal": 16 * GB})), "ram")
     assert ram.field == "ram_reserve_gb" and ram.value == 4 and "at most 3" in ram.fix
 
 

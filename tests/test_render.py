@@ -111,9 +111,18 @@ def test_l2_mount_follows_the_knob_for_optional_profiles():
 
 def test_connector_config_filled_from_knobs():
     script = rendered(settings("native-offload", l1_size_gb=40))["services"]["serving"]["command"][0]
-    assert '"cpu_bytes_to_use":40000000000' in script
+    assert '"cpu_bytes_to_use":42949672960' in script  # 40 GiB
     script = rendered(settings("cpu-lab"))["services"]["serving"]["command"][0]
     assert '"shared_storage_path":"/kv-store"' in script
+
+
+def test_native_offload_gets_the_bytes_lmcache_allocates_for_the_same_l1():
+    # lmcache v1/distributed/config.py: --l1-size-gb N allocates N * 2^30 bytes; an A/B of the two stacks at
+    # one l1_size_gb must compare equal cache sizes
+    lmcache = settings("lmcache-mp", l1_size_gb=60)
+    native = rendered(settings("native-offload", l1_size_gb=60))["services"]["serving"]["command"][0]
+    assert env_values(lmcache)["LMCACHE_L1_GB"] == "60"
+    assert f'"cpu_bytes_to_use":{60 * 2**30}' in native and lmcache.l1_bytes == 60 * 2**30
 
 
 def test_ab_pair_renders_differ_only_in_the_connector():

@@ -8,7 +8,7 @@ import pytest
 
 from rigkit import metrics
 from rigkit.hostdata import settings_for_host
-from rigkit.sizing import capacity_line, gpu_kv_bytes_per_token, required_mem_limit_gb, session_gb, sessions_fitting
+from rigkit.sizing import capacity_line, gpu_kv_bytes_per_token, required_mem_limit_gib, session_gb, sessions_fitting
 
 KV = 131_000  # lmcache-mp, as in profiles.yaml
 
@@ -30,7 +30,7 @@ def test_tier_capacities_match_field_notes():
 
 def test_capacity_line():
     line = capacity_line(30, 1000, KV)
-    assert line.startswith("L1 30 GB: 4x50K 1x128K 0x262K | L2 1000 GB: 152x50K")
+    assert line.startswith("L1 30 GiB: 4x50K 1x128K 0x262K | L2 1000 GB: 152x50K")
     assert line.endswith("(131 KB/token)")
     assert capacity_line(None, None, KV).startswith("no KV tier")
     assert "L1" not in capacity_line(None, 0.5, 1024)
@@ -38,8 +38,8 @@ def test_capacity_line():
 
 def test_memory_limit_covers_l1_model_and_headroom():
     # the real rig: L1 60 GB with a ~30 GB model needed 110g; 70g crash-looped at L1 > 40
-    assert required_mem_limit_gb(60, 30, 20) == 110
-    assert required_mem_limit_gb(41, 30, 20) > 70
+    assert required_mem_limit_gib(60, 30, 20) == 110
+    assert required_mem_limit_gib(41, 30, 20) > 70
 
 
 # --- The GPU KV per token: what the KV cache dtype and the TP size change (not the cache tiers' cost) ---
@@ -95,7 +95,7 @@ def test_lmcache_tiers_cost_their_own_rate_whatever_the_gpu_dtype():
     s = stack("lmcache-mp", kv_cache_dtype="fp8", tensor_parallel_size=2, max_model_len=131072, **SHAPE)
     assert s.kv_bytes_per_token == 131_000 == stack("lmcache-mp").kv_bytes_per_token
     line = s.capacity()
-    assert line.startswith("L1 30 GB: 4x50K 1x128K 0x262K (131 KB/token) | GPU KV 36.864 KB/token/GPU (fp8, TP 2)")
+    assert line.startswith("L1 30 GiB: 4x50K 1x128K 0x262K (131 KB/token) | GPU KV 36.864 KB/token/GPU (fp8, TP 2)")
     assert line.endswith("a 131072-token context needs 4.83 GB/GPU")
 
 

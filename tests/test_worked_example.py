@@ -71,11 +71,11 @@ def test_the_story_rig_container_limits_and_l2_disk(tmp_path, story_rig):
     assert service["restart"] == "no"  # incubating: a dead cache must not resurrect and fight for the GPUs
     volume = service["volumes"][0]
     assert (volume["source"], volume["target"]) == ("/mnt/rigkit-l2/lmcache", L2_CONTAINER_PATH)  # the NVMe mount
-    assert story_rig.knobs["mem_limit_gb"] == 110 and story_rig.l1_gb == 60
+    assert story_rig.knobs["mem_limit_gb"] == 110 and story_rig.l1_gib == 60
 
 
 def test_the_story_rig_capacity_line_keeps_the_cache_rate_apart_from_the_gpu_rate(story_rig):
     line = story_rig.capacity()
-    assert line.startswith("L1 60 GB: 9x50K 3x128K 1x262K | L2 100 GB: 15x50K 5x128K 2x262K (131 KB/token)")
+    assert line.startswith("L1 60 GiB: 9x50K 3x128K 1x262K | L2 100 GB: 15x50K 5x128K 2x262K (131 KB/token)")
     assert line.endswith("GPU KV 16.64 KB/token/GPU (int8_per_token_head, TP 2): "
                          "a 262144-token context needs 4.36 GB/GPU")

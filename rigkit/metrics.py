@@ -33,9 +33,21 @@ LMCACHE_PREFIX = "lmcache_mp_"
 SPEC_DECODE_DRAFTS = "vllm:spec_decode_num_drafts_total"
 SPEC_DECODE_DRAFT_TOKENS = "vllm:spec_decode_num_draft_tokens_total"
 SPEC_DECODE_ACCEPTED_TOKENS = "vllm:spec_decode_num_accepted_tokens_total"
+# LMCache MP server counters (its HTTP port's /metrics). 0.5.3 (captured on an H200,
+# tests/fixtures/gpu-h200-vllm0.26/lmcache-mp-eager) exports the lookup totals only; newer releases split
+# the hits by tier (hit_l1 + hit_l2 = hit) and count L2 prefetches per L2 adapter (label l2_name).
+LMCACHE_LOOKUP_REQUESTED = "lmcache_mp_lookup_requested_tokens_total"
+LMCACHE_LOOKUP_HITS = "lmcache_mp_lookup_hit_tokens_total"
+LMCACHE_LOOKUP_HITS_L1 = "lmcache_mp_lookup_hit_l1_tokens_total"
+LMCACHE_LOOKUP_HITS_L2 = "lmcache_mp_lookup_hit_l2_tokens_total"
+LMCACHE_L2_PREFETCH_LOADED = "lmcache_mp_l2_prefetch_load_completed_chunks_total"
 
 # Labels that only say which engine or model reported a series: summed over.
 ENGINE_LABELS = ("engine", "model_name")
+# The LMCache labels that split a series into things that mean different things; every other label
+# (cache_salt="" on every lookup sample of 0.5.3, model_name, engine_id, instance_id, device, worker_id)
+# only says where a sample came from and is summed over.
+LMCACHE_MEANING_LABELS = ("l2_name", "state", "le")
 
 
 class MetricsError(RigkitError):
@@ -75,6 +87,11 @@ class Snapshot:
     # True when the scrape carried the vLLM prefix-cache counters at all
     has_prefix_counters: bool = False
 
+    def lmcache_counter(self, name: str) -> Optional[float]:
+        """An LMCache counter summed over its series (every l2_name); None when the scrape has none of it."""
+        values = [value for key, value in self.lmcache.items() if key.partition("{")[0] == name]
+        return sum(values) if values else None
+
     @property
     def num_gpu_blocks(self) -> Optional[int]:
         return _int_or_none(self.cache_config.get("num_gpu_blocks")) or _int_or_none(
@@ -102,7 +119,8 @@ def _int_or_none(value: Optional[str]) -> Optional[int]:
 
 
 def _label_key(name: str, labels: Mapping[str, str]) -> str:
-    rest = {k: v for k, v in labels.items() if k not in ENGINE_LABELS}
+    """An LMCache sample's key: its name, with only the labels that change its meaning."""
+    rest = {k: v for k, v in labels.items() if k in LMCACHE_MEANING_LABELS}
     if not rest:
         return name
     return name + "{" + ",".join(f'{k}="{v}"' for k, v in sorted(rest.items())) + "}"

@@ -12,7 +12,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import Enum
 
-from rigkit.metrics import Delta
+from rigkit.metrics import (LMCACHE_L2_PREFETCH_LOADED, LMCACHE_LOOKUP_HITS, LMCACHE_LOOKUP_HITS_L1,
+                            LMCACHE_LOOKUP_HITS_L2, Delta)
 
 
 class Tier(str, Enum):
@@ -27,8 +28,9 @@ class Tier(str, Enum):
 
 
 CONNECTOR_TIERS = (Tier.WARM_CONNECTOR, Tier.WARM_PERSISTENT)
-# LMCache MP server counter of tokens its lookups found (scraped from its own HTTP port)
-LMCACHE_LOOKUP_HITS = "lmcache_mp_lookup_hit_tokens_total"
+# How the store tier behind a connector hit was told: LMCache's own per-tier hit counters, or the procedure
+# (after a down/up L1 is empty, so a hit came from L2) where the running LMCache does not export them.
+BY_COUNTERS, INFERRED = "counters", "inferred"
 
 
 @dataclass(frozen=True)
@@ -45,6 +47,26 @@ class TierLabel:
     proof: str
     # tokens the LMCache server says it found (None when its metrics were not scraped)
     connector_retrieved_tokens: float | None = None
+    # the LMCache tier that served a connector hit: "L1", "L2" or "L1+L2"; None when not LMCache or no hit
+    store_tier: str | None = None
+    # BY_COUNTERS (LMCache's hit_l1/hit_l2 counters) or INFERRED (from the restart); None with no store_tier
+    store_tier_source: str | None = None
+
+
+def _lmcache_store_tier(measured: Delta, after_restart: bool) -> tuple[str, str, str]:
+    """(tier, source, proof text) of an LMCache hit: its own L1/L2 hit counters where it exports them."""
+    l1, l2 = measured.lmcache_counter(LMCACHE_LOOKUP_HITS_L1), measured.lmcache_counter(LMCACHE_LOOKUP_HITS_L2)
+    if l1 is None and l2 is None:
+        tier = "L2" if after_restart else "L1"
+        return tier, INFERRED, (f"; LMCache {tier} inferred from the procedure (this LMCache exports no "
+                                f"{LMCACHE_LOOKUP_HITS_L1} / {LMCACHE_LOOKUP_HITS_L2})")
+    l1, l2 = l1 or 0.0, l2 or 0.0
+    tier = "L1+L2" if l1 > 0 and l2 > 0 else "L2" if l2 > 0 else "L1"
+    text = f"; LMCache L1 hits +{l1:.0f}, L2 hits +{l2:.0f}"
+    prefetched = measured.lmcache_counter(LMCACHE_L2_PREFETCH_LOADED)
+    if prefetched is not None:
+        text += f", L2 prefetch loads +{prefetched:.0f} chunks"
+    return tier, BY_COUNTERS, text + f": served from {tier}"
 
 
 def label(measured: Delta, expected: Tier, connector_configured: bool, after_restart: bool = False) -> TierLabel:
@@ -69,14 +91,19 @@ def label(measured: Delta, expected: Tier, connector_configured: bool, after_res
     proof = (f"GPU prefix hits +{gpu_hits:.0f}/{measured.prefix_cache_queries:.0f} queried, "
              f"external hits +{ext_hits:.0f}/{measured.external_prefix_cache_queries:.0f} queried, "
              f"external_kv_transfer tokens +{ext_tokens:.0f}")
-    retrieved = measured.lmcache.get(LMCACHE_LOOKUP_HITS)
+    retrieved = measured.lmcache_counter(LMCACHE_LOOKUP_HITS)
+    store_tier = store_source = None
     if retrieved is not None:
         proof += f", LMCache lookup hits +{retrieved:.0f}"
         if retrieved > 0 and ext_hits == 0:
             proof += " (retrieved by the connector, used 0% by vLLM)"
+        if tier in CONNECTOR_TIERS:
+            store_tier, store_source, text = _lmcache_store_tier(measured, after_restart)
+            proof += text
     if measured.reset:
         proof += " (counters reset: server restarted inside the window)"
     return TierLabel(tier=tier, expected=expected, passed=tier == expected, gpu_hits=gpu_hits,
                      gpu_queries=measured.prefix_cache_queries, external_hits=ext_hits,
                      external_queries=measured.external_prefix_cache_queries,
-                     external_kv_transfer_tokens=ext_tokens, proof=proof, connector_retrieved_tokens=retrieved)
+                     external_kv_transfer_tokens=ext_tokens, proof=proof, connector_retrieved_tokens=retrieved,
+                     store_tier=store_tier, store_tier_source=store_source)

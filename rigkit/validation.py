@@ -100,7 +100,8 @@ class TierRun:
             proofs=[TierProof(label=lab.tier.value, gpu_hits=lab.gpu_hits, gpu_queries=lab.gpu_queries,
                               external_hits=lab.external_hits, external_queries=lab.external_queries,
                               external_kv_transfer_tokens=lab.external_kv_transfer_tokens,
-                              counters_reset=m.window.reset, text=lab.proof)
+                              counters_reset=m.window.reset, text=lab.proof, store_tier=lab.store_tier,
+                              store_tier_source=lab.store_tier_source)
                     for m, lab in zip(self.measured, self.labels)])
 
 

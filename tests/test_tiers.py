@@ -5,8 +5,11 @@ from pathlib import Path
 import pytest
 
 FIXTURES_DIR = Path(__file__).resolve().parent / "fixtures"
-from rigkit.metrics import Delta, delta, parse
-from rigkit.tiers import Tier, label
+from dataclasses import replace
+
+from rigkit.metrics import (LMCACHE_LOOKUP_HITS, LMCACHE_LOOKUP_HITS_L1, LMCACHE_LOOKUP_HITS_L2,
+                            LMCACHE_LOOKUP_REQUESTED, Delta, delta, parse)
+from rigkit.tiers import BY_COUNTERS, INFERRED, Tier, label
 
 METRICS = FIXTURES_DIR / "metrics"
 
@@ -78,35 +81,82 @@ def test_fillers_push_more_than_the_pool_through_it():
     assert size + 16 <= 4096
 
 
-# LMCache's MP server needs CUDA, so it cannot run here: these lines are CONSTRUCTED in the format
-# of its /metrics (names from its HTTP port, as lab.md lists them), appended to real vLLM texts.
-def _lmcache_text(requested: float, hits: float) -> str:
-    return ("# TYPE lmcache_mp_lookup_requested_tokens_total counter\n"
-            f"lmcache_mp_lookup_requested_tokens_total {requested}\n"
-            "# TYPE lmcache_mp_lookup_hit_tokens_total counter\n"
-            f"lmcache_mp_lookup_hit_tokens_total {hits}\n"
-            "# TYPE lmcache_mp_l1_memory_usage_bytes gauge\n"
-            f"lmcache_mp_l1_memory_usage_bytes {hits * 131_000}\n")
+# LMCache 0.5.3 MP on an H200 (tests/fixtures/gpu-h200-vllm0.26/lmcache-mp-eager, its README): each file is
+# vLLM's /metrics followed by LMCache's (HTTP port 8080). 0.5.3 labels its lookup counters cache_salt="" and
+# model_name, and exports no per-tier (hit_l1 / hit_l2) counters.
+GPU_CAPTURES = FIXTURES_DIR / "gpu-h200-vllm0.26"
+LMCACHE_053 = GPU_CAPTURES / "lmcache-mp-eager"
+
+
+def lmcache_window(before: str, after: str) -> Delta:
+    return delta(parse((LMCACHE_053 / f"{before}.txt").read_text()), parse((LMCACHE_053 / f"{after}.txt").read_text()))
+
+
+def test_lmcache_counters_are_found_through_their_labels():
+    snapshot = parse((LMCACHE_053 / "04-after-warm-connector.txt").read_text())
+    assert 'lmcache_mp_lookup_hit_tokens_total{cache_salt="",model_name="/models/tiny-qwen3"} 5632.0' in \
+        (LMCACHE_053 / "04-after-warm-connector.txt").read_text()
+    assert snapshot.lmcache_counter(LMCACHE_LOOKUP_HITS) == 5632
+    assert snapshot.lmcache_counter(LMCACHE_LOOKUP_REQUESTED) == 22528
+    # 0.5.3 has no per-tier counters: None, not 0 (the card then says the tier was inferred)
+    assert snapshot.lmcache_counter(LMCACHE_LOOKUP_HITS_L1) is None
+    assert snapshot.lmcache_counter(LMCACHE_LOOKUP_HITS_L2) is None
+
+
+def test_lmcache_warm_connector_hit_is_l1_inferred_on_0_5_3():
+    verdict = label(lmcache_window("03-after-fillers", "04-after-warm-connector"), Tier.WARM_CONNECTOR, True)
+    assert verdict.tier == Tier.WARM_CONNECTOR and verdict.passed
+    assert verdict.external_hits == 2816 and verdict.connector_retrieved_tokens == 2816
+    assert (verdict.store_tier, verdict.store_tier_source) == ("L1", INFERRED)
+    assert "LMCache lookup hits +2816" in verdict.proof and "L1 inferred from the procedure" in verdict.proof
+
+
+def test_lmcache_retrieves_during_a_gpu_hit_and_vllm_uses_none_of_it():
+    # the H200 capture: during the warm-gpu request LMCache looked up and read 11 chunks vLLM did not use
+    verdict = label(lmcache_window("01-after-cold", "02-after-warm-gpu"), Tier.WARM_GPU, True)
+    assert verdict.tier == Tier.WARM_GPU and verdict.passed
+    assert verdict.connector_retrieved_tokens == 2816 and verdict.external_hits == 0
+    assert "retrieved by the connector, used 0% by vLLM" in verdict.proof and verdict.store_tier is None
 
 
 def test_connector_retrieved_but_vllm_used_none_is_the_users_case():
-    """The user's rig: LMCache retrieved the KV, vLLM took 0 external hits, TTFT no better."""
-    vllm_before = (METRICS / "03-after-fillers.txt").read_text()
-    vllm_after_cold_like = (METRICS / "03-after-fillers.txt").read_text().replace(
-        'vllm:prefix_cache_queries_total{engine="0",model_name="tiny"} 21088.0',
-        'vllm:prefix_cache_queries_total{engine="0",model_name="tiny"} 24604.0')
-    before = parse(vllm_before + _lmcache_text(0, 0))
-    after = parse(vllm_after_cold_like + _lmcache_text(3516, 3456))
-    verdict = label(delta(before, after), Tier.WARM_CONNECTOR, connector_configured=True)
+    """The user's rig: LMCache retrieved the KV, vLLM took 0 external hits, TTFT no better. MADE UP from the
+    real warm-connector window: vLLM's external hits and external_kv_transfer tokens set to 0."""
+    real = lmcache_window("03-after-fillers", "04-after-warm-connector")
+    made_up = replace(real, external_prefix_cache_hits=0.0,
+                      prompt_tokens_by_source={**real.prompt_tokens_by_source, "external_kv_transfer": 0.0})
+    verdict = label(made_up, Tier.WARM_CONNECTOR, connector_configured=True)
     assert verdict.tier == Tier.RETRIEVED_BUT_UNUSED and not verdict.passed
-    assert verdict.connector_retrieved_tokens == 3456
+    assert verdict.connector_retrieved_tokens == 2816
     assert "retrieved by the connector, used 0% by vLLM" in verdict.proof
 
 
+def _made_up_per_tier_lines(l1: int, l2: int, prefetched: int) -> str:
+    """MADE UP in the shape of a newer LMCache's per-tier counters (0.5.3, captured, has none)."""
+    return ("# TYPE lmcache_mp_lookup_hit_l1_tokens_total counter\n"
+            f'lmcache_mp_lookup_hit_l1_tokens_total{{cache_salt="",model_name="/models/tiny-qwen3"}} {l1}\n'
+            "# TYPE lmcache_mp_lookup_hit_l2_tokens_total counter\n"
+            f'lmcache_mp_lookup_hit_l2_tokens_total{{cache_salt="",model_name="/models/tiny-qwen3"}} {l2}\n'
+            "# TYPE lmcache_mp_l2_prefetch_load_completed_chunks_total counter\n"
+            f'lmcache_mp_l2_prefetch_load_completed_chunks_total{{l2_name="fs"}} {prefetched}\n')
+
+
+@pytest.mark.parametrize("l1,l2,after_restart,tier", [(2816, 0, False, "L1"), (0, 2816, False, "L2"),
+                                                      (256, 2560, True, "L1+L2")])
+def test_lmcache_per_tier_counters_tell_l1_from_l2_where_exported(l1, l2, after_restart, tier):
+    before = parse((LMCACHE_053 / "03-after-fillers.txt").read_text() + _made_up_per_tier_lines(0, 0, 0))
+    after = parse((LMCACHE_053 / "04-after-warm-connector.txt").read_text()
+                  + _made_up_per_tier_lines(l1, l2, l2 // 256))
+    verdict = label(delta(before, after), Tier.WARM_PERSISTENT if after_restart else Tier.WARM_CONNECTOR, True,
+                    after_restart=after_restart)
+    assert (verdict.store_tier, verdict.store_tier_source) == (tier, BY_COUNTERS)
+    assert f"LMCache L1 hits +{l1}, L2 hits +{l2}, L2 prefetch loads +{l2 // 256} chunks" in verdict.proof
+
+
 def test_lmcache_samples_ride_along_without_disturbing_vllm_counters():
-    text = (METRICS / "04-after-warm-connector.txt").read_text()
-    both = parse(text + _lmcache_text(3516, 3456))
-    alone = parse(text)
-    assert both.lmcache["lmcache_mp_lookup_hit_tokens_total"] == 3456
+    both = parse((LMCACHE_053 / "04-after-warm-connector.txt").read_text())
+    vllm_only = (LMCACHE_053 / "04-after-warm-connector.txt").read_text().split("# HELP lmcache_mp_")[0]
+    alone = parse(vllm_only)
+    assert both.lmcache_counter(LMCACHE_LOOKUP_HITS) == 5632
     assert both.external_prefix_cache_hits == alone.external_prefix_cache_hits
     assert alone.lmcache == {}

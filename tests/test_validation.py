@@ -17,8 +17,9 @@ from rigkit.card.store import write_card
 from rigkit.client import ServingClient
 from rigkit.errors import ConfigError
 from rigkit.tiers import Tier
+from rigkit.card.rig import render_rig_markdown
 from rigkit.defaults import REPLAY, VALIDATION_VARIABLES as VARIABLES
-from rigkit.validation import ValidationSettings, capacity_from, replay_data, validate_tiers
+from rigkit.validation import ValidationSettings, capacity_from, replay_data, to_card, validate_tiers
 
 def test_replay_repeats_the_recorded_prompts(tmp_path):
     card = make_card(seed=4242)
@@ -52,8 +53,10 @@ class RecordedRun:
     prompt again (warm-connector), a down/up, the session prompt again (warm-persistent). One session, as
     recorded; the calibration prompt (before the session's first request) leaves the counters as they are."""
 
-    def __init__(self, server: FakeOpenAI):
+    def __init__(self, server: FakeOpenAI, folder: Path = METRICS, restarted: str = "05-restarted-idle",
+                 persistent: str = "06-after-warm-persistent"):
         self.server = server
+        self.folder, self.restarted, self.persistent = folder, restarted, persistent
         self.session_prompt = None
         self.step = "00-idle"
         server.on_completion = self.completion
@@ -61,7 +64,7 @@ class RecordedRun:
 
     def show(self, step: str) -> None:
         self.step = step
-        self.server.metrics_text = (METRICS / f"{step}.txt").read_text()
+        self.server.metrics_text = (self.folder / f"{step}.txt").read_text()
 
     def completion(self, body: dict) -> None:
         prompt = body["prompt"]
@@ -73,12 +76,12 @@ class RecordedRun:
         after = {("00-idle", True): "01-after-cold", ("01-after-cold", True): "02-after-warm-gpu",
                  ("02-after-warm-gpu", False): "03-after-fillers", ("03-after-fillers", False): "03-after-fillers",
                  ("03-after-fillers", True): "04-after-warm-connector",
-                 ("05-restarted-idle", True): "06-after-warm-persistent"}
+                 (self.restarted, True): self.persistent}
         self.show(after[(self.step, session)])
 
     def restart(self) -> None:
         """compose down/up: the engine's counters start again (the recorded idle text after the restart)."""
-        self.show("05-restarted-idle")
+        self.show(self.restarted)
 
 
 @pytest.fixture
@@ -87,10 +90,26 @@ def recorded():
         yield RecordedRun(server)
 
 
-def run(recorded: RecordedRun):
+def run(recorded: RecordedRun, restart: bool = True):
     client = ServingClient(recorded.server.url, model="tiny")
     settings = ValidationSettings.from_data({"validate_sessions": 1, "validate_seed": 1234})
-    return validate_tiers(client, recorded.restart, settings, connector_configured=True)
+    return validate_tiers(client, recorded.restart if restart else None, settings, connector_configured=True)
+
+
+GPU_CAPTURES = Path(__file__).parent / "fixtures" / "gpu-h200-vllm0.26"
+
+
+def test_lmcache_0_5_3_on_an_h200_card_says_the_l1_tier_was_inferred():
+    """The real LMCache 0.5.3 MP capture (vLLM's /metrics followed by LMCache's): its labelled lookup counter is
+    read, and with no per-tier counters in 0.5.3 the card says which LMCache tier served, and that it was inferred."""
+    with FakeOpenAI() as server:
+        recorded = RecordedRun(server, GPU_CAPTURES / "lmcache-mp-eager")
+        validation = run(recorded, restart=False)
+    connector = validation.tier(Tier.WARM_CONNECTOR)
+    assert [t.result().passed for t in validation.tiers] == [True, True, True]
+    assert connector.labels[0].connector_retrieved_tokens == 2816
+    card = to_card("rig1", "run", validation, ValidationSettings.from_data({}))
+    assert "warm-connector (LMCache L1, inferred) ✓" in render_rig_markdown(card)
 
 
 def test_recorded_counters_label_each_tier_and_the_one_after_a_restart_warm_persistent(recorded):

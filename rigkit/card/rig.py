@@ -66,8 +66,9 @@ def render_rig_markdown(card: RigCard) -> str:
         if len(tier.proofs) > 1:
             proof += f" (+{len(tier.proofs) - 1} more runs, same label)" if len(set(tier.labels)) == 1 else ""
         aborted = f" — {len(tier.aborted)} aborted ({', '.join(tier.aborted)})" if tier.aborted else ""
+        label = tier.label + (f" ({tier.store_tier})" if tier.store_tier else "")
         lines.append(f"| {TIER_TITLES.get(tier.expected, tier.expected)} | {fmt_stat_seconds(tier.ttft_s)}{aborted} | "
-                     f"{speedup(cold, tier)} | {fmt_stat_seconds(tier.server_ttft_s)} | {tier.label} {mark} | {proof} |")
+                     f"{speedup(cold, tier)} | {fmt_stat_seconds(tier.server_ttft_s)} | {label} {mark} | {proof} |")
     checks = [ok for tier in card.tiers for ok in tier.ttft_within_tolerance]
     if checks:
         lines += ["", f"Client TTFT within tolerance of the server histogram: {sum(checks)}/{len(checks)} requests."]

@@ -43,6 +43,10 @@ class TierProof(BaseModel):
     external_kv_transfer_tokens: float
     counters_reset: bool = False
     text: str
+    # LMCache's tier behind a connector hit (L1, L2, L1+L2) and how it was told: "counters" (its own
+    # hit_l1/hit_l2 counters) or "inferred" (from the procedure: the running LMCache does not export them)
+    store_tier: Optional[str] = None
+    store_tier_source: Optional[str] = None
 
 
 class TierResult(BaseModel):
@@ -59,6 +63,15 @@ class TierResult(BaseModel):
     @property
     def label(self) -> str:
         return self.labels[0] if len(set(self.labels)) == 1 else "inconsistent: " + "/".join(self.labels)
+
+    @property
+    def store_tier(self) -> Optional[str]:
+        """e.g. "LMCache L2" (told by its counters) or "LMCache L1, inferred"; None without an LMCache hit."""
+        tiers = {(p.store_tier, p.store_tier_source) for p in self.proofs if p.store_tier}
+        if len(tiers) != 1:
+            return None if not tiers else "LMCache " + "/".join(sorted(t for t, _ in tiers))
+        tier, source = tiers.pop()
+        return f"LMCache {tier}" + (", inferred" if source == "inferred" else "")
 
 
 class DecodeKind(BaseModel):

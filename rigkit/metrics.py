@@ -20,6 +20,7 @@ PREFIX_QUERIES = "vllm:prefix_cache_queries_total"
 PREFIX_HITS = "vllm:prefix_cache_hits_total"
 EXTERNAL_QUERIES = "vllm:external_prefix_cache_queries_total"
 EXTERNAL_HITS = "vllm:external_prefix_cache_hits_total"
+PROMPT_TOKENS = "vllm:prompt_tokens_total"
 PROMPT_TOKENS_BY_SOURCE = "vllm:prompt_tokens_by_source_total"
 PROMPT_TOKENS_CACHED_BY_SOURCE = "vllm:prompt_tokens_cached_by_source_total"
 GENERATION_TOKENS = "vllm:generation_tokens_total"
@@ -62,9 +63,14 @@ class Snapshot:
     prefix_cache_hits: float = 0.0
     external_prefix_cache_queries: float = 0.0
     external_prefix_cache_hits: float = 0.0
-    # source label -> tokens (local_compute, local_cache_hit, external_kv_transfer)
+    # every prompt token once (vllm:prompt_tokens_total)
+    prompt_tokens: float = 0.0
+    # source label -> tokens (local_compute, local_cache_hit, external_kv_transfer); each prompt token counted
+    # once, where the prefix-cache counters can count a token twice (vllm#43736) or re-count queries.
+    # Empty when the running vLLM does not export it; parse what each version exports:
     prompt_tokens_by_source: Mapping[str, float] = field(default_factory=dict)
-    # source label -> tokens (device, host, p2p, disk, external_unspecified)
+    # source label -> tokens (device, host, p2p, disk, external_unspecified): vLLM 0.32 exports it (the lab's
+    # CPU build), 0.26 does not (the H200 captures)
     prompt_tokens_cached_by_source: Mapping[str, float] = field(default_factory=dict)
     generation_tokens: float = 0.0
     ttft_sum: float = 0.0
@@ -174,6 +180,7 @@ def parse(text: str) -> Snapshot:
         prefix_cache_hits=sums.get(PREFIX_HITS, 0.0),
         external_prefix_cache_queries=sums.get(EXTERNAL_QUERIES, 0.0),
         external_prefix_cache_hits=sums.get(EXTERNAL_HITS, 0.0),
+        prompt_tokens=sums.get(PROMPT_TOKENS, 0.0),
         prompt_tokens_by_source=by_source,
         prompt_tokens_cached_by_source=cached_by_source,
         generation_tokens=sums.get(GENERATION_TOKENS, 0.0),
@@ -201,7 +208,7 @@ def require_prefix_counters(snapshot: Snapshot) -> Snapshot:
 
 
 _COUNTER_FIELDS = ("prefix_cache_queries", "prefix_cache_hits", "external_prefix_cache_queries",
-                   "external_prefix_cache_hits", "generation_tokens", "ttft_sum", "ttft_count",
+                   "external_prefix_cache_hits", "prompt_tokens", "generation_tokens", "ttft_sum", "ttft_count",
                    "decode_time_sum", "decode_time_count", "spec_decode_drafts", "spec_decode_draft_tokens",
                    "spec_decode_accepted_tokens")
 
@@ -228,6 +235,16 @@ class Delta(Snapshot):
 
     def tokens_from(self, source: str) -> float:
         return self.prompt_tokens_by_source.get(source, 0.0)
+
+    @property
+    def window_prompt_tokens(self) -> float:
+        """Prompt tokens the window's requests carried, each counted once."""
+        return sum(self.prompt_tokens_by_source.values()) or self.prompt_tokens
+
+    def recounted(self, queries: float) -> bool:
+        """More prefix-cache queries than prompt tokens in the window: vLLM re-counted them (16x while blocks
+        were promoted from a disk tier on the H200), so hits/queried means nothing across this window."""
+        return 0 < self.window_prompt_tokens < queries
 
 
 def _sub_map(after: Mapping, before: Mapping, reset: bool) -> dict:

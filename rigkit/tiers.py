@@ -53,6 +53,31 @@ class TierLabel:
     store_tier_source: str | None = None
 
 
+def _served(measured: Delta) -> tuple[float, float, str]:
+    """(GPU-cache, connector) tokens the window's request used, and a note when the hit counters over-count.
+
+    vllm:prompt_tokens_by_source counts each prompt token once; the prefix-cache hit counters were
+    double-counted while a connector deferred a request (vllm#43736). Where the running vLLM exports the
+    former, the label is read from the tokens served; elsewhere from the hit counters.
+    """
+    gpu, external = measured.prefix_cache_hits, measured.external_prefix_cache_hits
+    if not measured.prompt_tokens_by_source:
+        return gpu, external, ""
+    served_gpu, served_external = measured.tokens_from("local_cache_hit"), measured.tokens_from("external_kv_transfer")
+    if gpu <= served_gpu and external <= served_external:
+        return gpu, external, ""
+    note = (f" (hit counters over-count: GPU +{gpu:.0f}, external +{external:.0f} for +{served_gpu:.0f} and "
+            f"+{served_external:.0f} tokens served (prompt_tokens_by_source), vllm#43736: labelled from the tokens served)")
+    return min(gpu, served_gpu), min(external, served_external), note
+
+
+def _queried(queries: float, measured: Delta) -> str:
+    """"/N queried", or why no ratio is printed when the window's queries were re-counted."""
+    if measured.recounted(queries):
+        return f" (queries re-counted: {queries:.0f} for {measured.window_prompt_tokens:.0f} prompt tokens, no hit ratio)"
+    return f"/{queries:.0f} queried"
+
+
 def _lmcache_store_tier(measured: Delta, after_restart: bool) -> tuple[str, str, str]:
     """(tier, source, proof text) of an LMCache hit: its own L1/L2 hit counters where it exports them."""
     l1, l2 = measured.lmcache_counter(LMCACHE_LOOKUP_HITS_L1), measured.lmcache_counter(LMCACHE_LOOKUP_HITS_L2)
@@ -75,8 +100,7 @@ def label(measured: Delta, expected: Tier, connector_configured: bool, after_res
     after_restart: the scrape window follows a full down/up, so any external hit came from
     the persistent tier (L1 RAM is empty after a restart).
     """
-    gpu_hits = measured.prefix_cache_hits
-    ext_hits = measured.external_prefix_cache_hits
+    gpu_hits, ext_hits, over_counted = _served(measured)
     if gpu_hits > 0 and ext_hits > 0:
         tier = Tier.MIXED
     elif gpu_hits > 0:
@@ -88,9 +112,12 @@ def label(measured: Delta, expected: Tier, connector_configured: bool, after_res
     else:
         tier = Tier.COLD
     ext_tokens = measured.tokens_from("external_kv_transfer")
-    proof = (f"GPU prefix hits +{gpu_hits:.0f}/{measured.prefix_cache_queries:.0f} queried, "
-             f"external hits +{ext_hits:.0f}/{measured.external_prefix_cache_queries:.0f} queried, "
-             f"external_kv_transfer tokens +{ext_tokens:.0f}")
+    proof = (f"GPU prefix hits +{gpu_hits:.0f}{_queried(measured.prefix_cache_queries, measured)}, "
+             f"external hits +{ext_hits:.0f}{_queried(measured.external_prefix_cache_queries, measured)}, "
+             f"external_kv_transfer tokens +{ext_tokens:.0f}{over_counted}")
+    cached = {source: tokens for source, tokens in measured.prompt_tokens_cached_by_source.items() if tokens > 0}
+    if cached:  # where this vLLM exports it (0.32 does, 0.26 does not): which store served, disk for a disk tier
+        proof += ", cached by source " + ", ".join(f"{source} +{tokens:.0f}" for source, tokens in sorted(cached.items()))
     retrieved = measured.lmcache_counter(LMCACHE_LOOKUP_HITS)
     store_tier = store_source = None
     if retrieved is not None:

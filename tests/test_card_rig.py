@@ -1,7 +1,7 @@
 """rigkit.card.rig: one rig's Markdown card (tables with n, CV and metric proof; L2 line; soak section) and its
 verdict; where a failure also shows on the fleet card or survives the JSON round trip, that is checked here too."""
 
-from card_samples import judged_soak, l2_report, make_card
+from card_samples import judged_soak, l2_report, make_card, tier_result
 from rigkit.card.fleet import render_fleet_markdown
 from rigkit.card.rig import render_rig_markdown
 from rigkit.card.store import load_cards, write_card
@@ -98,3 +98,14 @@ def test_soak_memory_growth_below_half_a_mib_reads_plus_zero():
     card.soak = judged_soak(memory_last=2099.7)
     assert "| memory growth | +0 MiB (2,100 MiB after session 0" in render_rig_markdown(card)
     assert "| soak | PASS (retention 95%, +0 MiB) |" in render_fleet_markdown([card])
+
+
+def test_a_tier_proven_but_slower_than_cold_keeps_its_label_and_shows_no_gain():
+    # the H200's native disk tier on the 8B-shaped model (tests/fixtures/gpu-h200-vllm0.26/native-tiered-8b-16k):
+    # cold 693 ms, warm-persistent from disk 1,885 ms, proven by external hits +15,984
+    card = make_card(cold=(0.6932,), warm=(0.1465,))
+    card.tiers[3] = tier_result("warm-persistent", [1.8853], ext=15984)
+    md = render_rig_markdown(card)
+    row = next(line for line in md.splitlines() if line.startswith("| Warm — persistent"))
+    assert "no gain (0.37×: no faster than recomputing)" in row and "warm-persistent ✓" in row
+    assert "| ~4.7× |" in md  # warm-gpu still shows its gain

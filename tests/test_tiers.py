@@ -160,3 +160,47 @@ def test_lmcache_samples_ride_along_without_disturbing_vllm_counters():
     assert both.lmcache_counter(LMCACHE_LOOKUP_HITS) == 5632
     assert both.external_prefix_cache_hits == alone.external_prefix_cache_hits
     assert alone.lmcache == {}
+
+
+# --- vLLM's own counters cross-checked (vLLM 0.26 + OffloadingConnector, native tiered, on the H200) ------
+NATIVE_TIERED = GPU_CAPTURES / "native-tiered-eager"
+
+
+def tiered_window(before: str, after: str) -> Delta:
+    return delta(parse((NATIVE_TIERED / f"{before}.txt").read_text()), parse((NATIVE_TIERED / f"{after}.txt").read_text()))
+
+
+def test_no_hit_ratio_across_a_window_whose_queries_were_re_counted():
+    # after the restart vLLM counted 48,480 prefix-cache queries for one 3,030-token prompt while the blocks
+    # came back from the disk tier: the tier is proven by the external hits, "+0/48480 queried" would mislead
+    window = tiered_window("06-seed-fixed-restarted-idle", "07-seed-fixed-after-warm-persistent")
+    verdict = label(window, Tier.WARM_PERSISTENT, True, after_restart=True)
+    assert verdict.tier == Tier.WARM_PERSISTENT and verdict.passed and verdict.external_hits == 3024
+    assert "/48480" not in verdict.proof
+    assert "GPU prefix hits +0 (queries re-counted: 48480 for 3030 prompt tokens, no hit ratio)" in verdict.proof
+    assert "external hits +3024/3030 queried" in verdict.proof
+
+
+def test_vllm_0_26_exports_no_cached_by_source_and_the_proof_does_without_it():
+    window = tiered_window("03-after-fillers", "04-after-warm-connector")
+    assert window.prompt_tokens_cached_by_source == {} and window.tokens_from("external_kv_transfer") == 3024
+    verdict = label(window, Tier.WARM_CONNECTOR, True)
+    assert verdict.passed and "cached by source" not in verdict.proof
+
+
+def test_vllm_0_32_cached_by_source_names_the_store_that_served():
+    verdict = label(window("03-after-fillers", "04-after-warm-connector"), Tier.WARM_CONNECTOR, True)
+    assert "cached by source external_unspecified +3456" in verdict.proof
+
+
+def test_over_counted_gpu_hits_are_checked_against_the_tokens_served():
+    """vllm#43736: hits double-counted while a connector deferred the request. MADE UP from the real native-tiered
+    warm-connector window: its GPU hit counter set to +3,024 where prompt_tokens_by_source says 0 came from it."""
+    real = tiered_window("03-after-fillers", "04-after-warm-connector")
+    made_up = replace(real, prefix_cache_hits=3024.0)
+    verdict = label(made_up, Tier.WARM_CONNECTOR, True)
+    assert verdict.tier == Tier.WARM_CONNECTOR and verdict.passed and verdict.gpu_hits == 0
+    assert "hit counters over-count: GPU +3024, external +3024 for +0 and +3024 tokens served" in verdict.proof
+    # where a vLLM exports no prompt_tokens_by_source, the counters are all there is
+    bare = replace(made_up, prompt_tokens_by_source={})
+    assert label(bare, Tier.WARM_CONNECTOR, True).tier == Tier.MIXED

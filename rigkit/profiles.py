@@ -186,9 +186,10 @@ def parse_profiles(text: str, path: Path = PROFILES_FILE) -> dict[str, Profile]:
     entries = document.get("profiles")
     if not isinstance(entries, dict) or not entries:
         raise _error(path, "profiles", "missing or empty", "declare profiles under `profiles:`")
-    unknown_common = set(common) - {"knobs", "engine_args"}
+    unknown_common = set(common) - {"knobs", "engine_args", "fixed_env"}
     if unknown_common:
-        raise _error(path, "common", f"unknown keys {sorted(unknown_common)}", "use knobs and engine_args")
+        raise _error(path, "common", f"unknown keys {sorted(unknown_common)}", "use knobs, engine_args and fixed_env")
+    common_env = {name: str(value) for name, value in (common.get("fixed_env") or {}).items()}
 
     profiles: dict[str, Profile] = {}
     for name, entry in entries.items():
@@ -196,7 +197,14 @@ def parse_profiles(text: str, path: Path = PROFILES_FILE) -> dict[str, Profile]:
             raise _error(path, f"profiles.{name}", "must be a mapping", "see the other profiles")
         if "baseline_of" in entry:
             continue
+        own_env = entry.get("fixed_env") or {}
+        clashes = {k for k in own_env if k in common_env and str(own_env[k]) != common_env[k]}
+        if clashes:
+            raise _error(path, f"profiles.{name}.fixed_env", f"sets {sorted(clashes)} otherwise than common.fixed_env",
+                         "every profile keeps common.fixed_env (telemetry off): remove them from the profile")
         merged = {**entry, "name": name,
+                  # the profile's own env in its order, then what common adds (a profile's rendering stays put)
+                  "fixed_env": {**own_env, **{k: v for k, v in common_env.items() if k not in own_env}},
                   "knobs": list(common.get("knobs", [])) + list(entry.get("knobs") or []),
                   "engine_args": list(common.get("engine_args", [])) + list(entry.get("engine_args") or [])}
         try:

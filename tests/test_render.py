@@ -14,7 +14,8 @@ import yaml
 from rigkit.errors import ConfigError, PreflightError
 from rigkit.hostdata import settings_for_host
 from rigkit.knobs import KNOBS_BY_NAME
-from rigkit.profiles import ab_pair, load_profiles
+from rigkit.paths import PROFILES_FILE
+from rigkit.profiles import ab_pair, load_profiles, parse_profiles
 from rigkit.render import (L2_CONTAINER_PATH, compose_argv, detect_compose_command, dotenv_line, env_values,
                            render_compose, render_env)
 
@@ -279,3 +280,19 @@ def test_rigkits_own_env_reader_agrees_on_line_separators():
     s = settings("lmcache-mp", l2_enabled=True, **UNICODE_ROUND_TRIP)
     values = parse_dotenv(render_env(s))
     assert {env: values[env] for env in env_values(s)} == env_values(s)
+
+
+@pytest.mark.parametrize("profile", sorted(load_profiles()))
+def test_every_profile_turns_usage_reporting_off(profile):
+    # LMCache reports usage unless LMCACHE_TRACK_USAGE=false or DO_NOT_TRACK=1; vLLM unless VLLM_NO_USAGE_STATS=1
+    environment = rendered(settings(profile))["services"]["serving"]["environment"]
+    assert {"VLLM_NO_USAGE_STATS=1", "DO_NOT_TRACK=1"} <= set(environment)
+    if load_profiles()[profile].needs_gpus:  # images that may carry LMCache
+        assert "LMCACHE_TRACK_USAGE=false" in environment
+
+
+def test_a_profile_cannot_turn_telemetry_back_on():
+    text = PROFILES_FILE.read_text().replace('fixed_env: {HF_HUB_OFFLINE: "1"', 'fixed_env: {DO_NOT_TRACK: "0", HF_HUB_OFFLINE: "1"')
+    with pytest.raises(ConfigError) as caught:
+        parse_profiles(text)
+    assert "profiles.cpu-lab.fixed_env" in caught.value.field and "DO_NOT_TRACK" in caught.value.problem

@@ -1,0 +1,29 @@
+"""Rewrite the expected ``commands`` of role cases from what the code yields now, for a change that alters
+renderings (compose text, knobs hashes, release hashes) on purpose: mechanical, never by hand.
+
+    .venv/bin/python tests/roles/regenerate.py tests/roles/serving/native-offload-h200x2-fresh.json ...
+
+Review the diff: only the renderings the change meant to alter may move.
+"""
+
+import json
+import sys
+from pathlib import Path
+
+sys.path[:0] = [str(Path(__file__).parent), str(Path(__file__).parents[1]), str(Path(__file__).parents[2])]
+
+from test_roles import run_case  # noqa: E402
+
+
+def regenerate(path: Path) -> None:
+    case = json.loads(path.read_text())
+    result = run_case(path.parent.name, case)
+    if result["error"] is not None:
+        raise SystemExit(f"{path}: the case now fails ({result['error']}): fix the code or the case, not its commands")
+    case["commands"] = result["commands"]
+    path.write_text(json.dumps(case, indent=1, ensure_ascii=False) + "\n")
+
+
+if __name__ == "__main__":
+    for name in sys.argv[1:]:
+        regenerate(Path(name))

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import os
 import shlex
+from contextlib import ExitStack
 from pathlib import Path
 from typing import Callable, Optional
 
@@ -126,8 +127,14 @@ def _validate() -> None:
         tier_sizes[f"L1 RAM {stack.l1_gib} GiB"] = stack.l1_bytes
     if l2_path:
         tier_sizes[f"L2 disk {knobs['l2_budget_gb']:g} GB"] = int(knobs["l2_budget_gb"] * GB)
-    with serving_url(data, knobs["bind_address"], knobs["serving_port"], inventory_name=host.name) as url:
-        client = ServingClient(url, model=knobs["served_model_name"])
+    with ExitStack() as tunnels:
+        url = tunnels.enter_context(serving_url(data, knobs["bind_address"], knobs["serving_port"],
+                                                inventory_name=host.name))
+        # LMCache's own counters (its lookups, per tier where exported) are on its HTTP API, which the stack binds
+        # to the rig's loopback: a second tunnel, scraped with vLLM's /metrics in every window
+        lmcache = [tunnels.enter_context(serving_url(data, "127.0.0.1", port, inventory_name=host.name)) + "/metrics"
+                   for knob, port in stack.listen_ports.items() if knob == "lmcache_http_port"]
+        client = ServingClient(url, model=knobs["served_model_name"], extra_metrics_urls=lmcache)
         if settings.soak_sessions:  # refuse a soak that cannot fit before the tiers take their minutes
             client.wait_ready()
             check_fits(plan_from(settings), client.max_model_len)

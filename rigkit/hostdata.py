@@ -26,8 +26,8 @@ from typing import Any, Iterable, Mapping, Optional
 
 from rigkit.defaults import ALL_VARIABLES, ROLE_SECTIONS, l2_cache_path
 from rigkit.errors import ConfigError
-from rigkit.knobs import (HASHED_ONLY_WHEN_SET, KNOBS, KNOBS_BY_NAME, L2_PATH_WITHOUT_DISK_ROLE, RETIRED_KNOBS,
-                          SECRET_KNOBS, controller_secret_variable, flag_name, gpu_indices)
+from rigkit.knobs import (HASHED_ONLY_WHEN_SET, KNOBS, KNOBS_BY_NAME, L2_PATH_WITHOUT_DISK_ROLE, PORT_KNOBS,
+                          RETIRED_KNOBS, SECRET_KNOBS, controller_secret_variable, flag_name, gpu_indices)
 from rigkit.profiles import Profile, get_profile, load_profiles
 from rigkit.registry import require_digest
 from rigkit.sizing import GIB, capacity_line, gpu_kv_bytes_per_token, gpu_line, required_mem_limit_gib
@@ -60,6 +60,11 @@ class Settings:
     def l2_active(self) -> bool:
         mode = self.profile.l2_mode
         return mode == "always" or (mode == "optional" and bool(self.knobs["l2_enabled"]))
+
+    @property
+    def listen_ports(self) -> dict[str, int]:
+        """knob name -> TCP port of every port the stack listens on (host networking)."""
+        return listen_ports(self.profile, self.knobs)
 
     @property
     def gpu_ids(self) -> list[int]:
@@ -171,11 +176,28 @@ def _refuse_rendered_flags(profile: Profile, extra_args: list[str]) -> None:
             raise ConfigError("extra_engine_args", arg, f"sets {flag}, which profile {profile.name} already "
                               "renders (vLLM would silently take one of the two)",
                               "set the knob that renders it (README: Settings), not extra_engine_args")
+def listen_ports(profile: Profile, knobs: dict[str, Any]) -> dict[str, int]:
+    """knob name -> port of each listening port the profile's processes read (serving_port always)."""
+    names = ["serving_port"] + [name for name in PORT_KNOBS[1:] if name in profile.all_knobs]
+    return {name: knobs[name] for name in names}
+
+
+def _refuse_shared_ports(profile: Profile, knobs: dict[str, Any]) -> None:
+    """Two processes of the stack on one port: the second fails at start (host networking)."""
+    taken: dict[int, str] = {}
+    for name, port in listen_ports(profile, knobs).items():
+        if port in taken:
+            free = next(p for p in range(port + 1, 65536) if p not in taken)
+            raise ConfigError(name, port, f"is {taken[port]} too: profile {profile.name} listens on both (host "
+                              "networking), so the second process would fail at start",
+                              f"set {name} to another port, e.g. {free}")
+        taken[port] = name
 
 
 def _derive(profile: Profile, knobs: dict[str, Any], role_values: dict[str, Any]) -> dict[str, Any]:
     """Fill knobs whose default depends on others; refuse combinations no host fact can fix."""
     derived = dict(knobs)
+    _refuse_shared_ports(profile, derived)
     if derived["l2_path"] is None:
         derived["l2_path"] = _l2_path(role_values)
     if derived["model"] is None:

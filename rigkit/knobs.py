@@ -154,7 +154,7 @@ ENGINE_FLAG_ALIASES = {"-q": "--quantization", "-sc": "--speculative-config", "-
 # Knobs that did not exist when earlier releases were recorded: at their default they stay out of the knobs
 # hash, so a rig deployed before them is still "No Change" when they are left unset.
 HASHED_ONLY_WHEN_SET = frozenset({*ENGINE_FLAGS, "extra_engine_args", "model_attention_layers",
-                                  "model_kv_heads", "model_head_dim"})
+                                  "model_kv_heads", "model_head_dim", "lmcache_port", "lmcache_http_port"})
 
 
 def _fraction_of_gpu(value: float) -> None:
@@ -237,6 +237,11 @@ KNOBS: list[Variable] = [
     Variable("l2_budget_gb", 100.0, "disk the L2 tier may fill, in GB (preflight refuses less free space)",
              float, _between(0.01)),
     Variable("chunk_size", 256, "LMCache chunk size in tokens", int, _between(16, 65536), env="LMCACHE_CHUNK_SIZE"),
+    Variable("lmcache_port", 5555, "TCP port of the LMCache server's ZMQ socket (lmcache server --port; the "
+             "connector's lmcache.mp.port), host networking", int, _between(1024, 65535), env="LMCACHE_PORT"),
+    Variable("lmcache_http_port", 8080, "TCP port of the LMCache server's HTTP API on the rig's loopback "
+             "(/metrics, /healthcheck; lmcache server --http-port)", int, _between(1024, 65535),
+             env="LMCACHE_HTTP_PORT"),
     Variable("kv_bytes_per_token", None, "KV cache cost per token in bytes, for capacity sizing "
              "(empty = the profile's)", int, _between(1), optional=True),
     # Container limits.
@@ -287,6 +292,9 @@ KNOBS: list[Variable] = [
 ]
 
 KNOBS_BY_NAME: dict[str, Variable] = {knob.name: knob for knob in KNOBS}
+
+# The TCP ports a stack listens on (host networking), where its profile reads them: preflighted, never shared.
+PORT_KNOBS = ("serving_port", "lmcache_port", "lmcache_http_port")
 
 # Never printed, never in compose: only in .env (mode 0600) and the stored verified rendering (0600).
 SECRET_KNOBS = frozenset({"hf_token"})

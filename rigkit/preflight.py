@@ -46,6 +46,8 @@ class HostFacts:
     host_shm_bytes: Optional[int] = None  # size of the rig's /dev/shm (rigkit.facts ShmSize); None: unknown
     image_probe_error: Optional[str] = None  # the registry's answer when it does not serve the image (ManifestProbe)
     port_listeners: Optional[list[dict]] = None  # rigkit.facts PortListeners on serving_port; None: not probed
+    # the same for the stack's other ports (lmcache_port, lmcache_http_port), by knob; a knob absent: not probed
+    stack_port_listeners: Optional[dict[str, list[dict]]] = None
     stack_container_ids: tuple[str, ...] = ()  # ids (any prefix) of rigkit's own stack containers on the rig
 
     @classmethod
@@ -56,6 +58,7 @@ class HostFacts:
                      gpu_memory_csv="\n".join(state.gpu_memory) if state.nvidia_smi_cli else None,
                      has_engine=state.docker_cli is not None, compose_command=state.compose_command,
                      image_present=state.image_present, port_listeners=state.port_listeners,
+                     stack_port_listeners=state.stack_port_listeners,
                      stack_container_ids=state.running_stack_ids)
         return cls(**{**facts, **overrides})
 
@@ -276,19 +279,23 @@ def check_image(settings: Settings, facts: HostFacts) -> list[Finding]:
 
 
 def check_port(settings: Settings, facts: HostFacts) -> list[Finding]:
-    """serving_port must be free on the rig, or held by rigkit's own stack (which the release replaces)."""
-    port = settings.knobs["serving_port"]
-    if facts.port_listeners is None:
-        return []
-    ours = [cid for cid in facts.stack_container_ids if cid]
-    foreign = [listener for listener in facts.port_listeners
+    """Every port the stack listens on must be free on the rig, or held by rigkit's own stack (which the
+    release replaces)."""
+    heard = {"serving_port": facts.port_listeners, **(facts.stack_port_listeners or {})}
+    return [finding for knob, port in settings.listen_ports.items() if heard.get(knob) is not None
+            for finding in _check_one_port(knob, port, heard[knob], facts.stack_container_ids)]
+
+
+def _check_one_port(knob: str, port: int, listeners: list[dict], stack_ids: tuple[str, ...]) -> list[Finding]:
+    ours = [cid for cid in stack_ids if cid]
+    foreign = [listener for listener in listeners
                if not any(full.startswith(cid) for full in listener.get("containers", []) for cid in ours)]
     if not foreign:
-        return [Finding("ok", "port", "serving_port", port, f"port {port} free or held by rigkit's stack")]
+        return [Finding("ok", "port", knob, port, f"port {port} free or held by rigkit's stack")]
     who = ", ".join(f"pid {l['pid']} ({l.get('command')})" if l.get("pid") else "a process outside the rig's view"
                     for l in foreign)
-    return [Finding("refuse", "port", "serving_port", port, f"TCP port {port} on the rig is already in use by {who}",
-                    f"stop what listens there (`ss -ltnp 'sport = :{port}'` on the rig) or set serving_port "
+    return [Finding("refuse", "port", knob, port, f"TCP port {port} on the rig is already in use by {who}",
+                    f"stop what listens there (`ss -ltnp 'sport = :{port}'` on the rig) or set {knob} "
                     "to a free port")]
 
 

@@ -20,7 +20,7 @@ from rigkit.paths import PROFILES_FILE
 from rigkit.registry import require_digest
 
 # Strings in a connector's kv_transfer_config that render.py fills from the settings.
-CONNECTOR_PLACEHOLDERS = ("@l1_bytes", "@l2_dir")
+CONNECTOR_PLACEHOLDERS = ("@l1_bytes", "@l2_dir", "@lmcache_port")
 
 
 class _Strict(BaseModel):

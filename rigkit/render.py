@@ -46,7 +46,7 @@ def default_l2_adapter() -> str:
 
 def _fill_placeholders(value: Any, settings: Settings) -> Any:
     # the same bytes LMCache's --l1-size-gb allocates (GiB), so an A/B compares equal cache sizes
-    fills = {"@l1_bytes": settings.l1_bytes, "@l2_dir": L2_CONTAINER_PATH}
+    fills = {"@l1_bytes": settings.l1_bytes, "@l2_dir": L2_CONTAINER_PATH, "@lmcache_port": settings.knobs["lmcache_port"]}
     if isinstance(value, dict):
         return {key: _fill_placeholders(item, settings) for key, item in value.items()}
     if isinstance(value, list):

@@ -34,6 +34,7 @@ class RigState:
     meminfo: dict[str, int]  # /proc/meminfo in bytes
     shm_bytes: Optional[int]  # size of the rig's /dev/shm
     port_listeners: list[dict]  # who listens on serving_port (rigkit.facts.server.PortListeners)
+    stack_port_listeners: dict[str, list[dict]]  # who listens on each port of the stack, by its knob
     docker_cli: Optional[str]  # path of the docker CLI, None without one
     engine: Optional[dict]  # `docker info`: {"server_version", "error"}; None without a docker CLI
     compose_command: Optional[str]  # "docker compose" or "docker-compose", None without compose
@@ -69,6 +70,9 @@ def survey_specs(rig: RigSettings) -> dict[str, FactSpec]:
     }
     if stack is not None:
         specs["port_listeners"] = FactSpec.of(PortListeners, port=stack.knobs["serving_port"])
+        for knob, port in stack.listen_ports.items():
+            if knob != "serving_port":
+                specs[f"{STACK_PORT_PREFIX}{knob}"] = FactSpec.of(PortListeners, port=port)
         specs["image_present"] = FactSpec.of(DockerImagePresent, image=stack.image)
         if stack.l2_active:
             specs["l2_free_bytes"] = FactSpec.of(DiskFree, path=stack.knobs["l2_path"])
@@ -81,6 +85,9 @@ def survey_specs(rig: RigSettings) -> dict[str, FactSpec]:
     return specs
 
 
+# survey_specs' keys for the stack's other listening ports: "stack_port:<knob>"
+STACK_PORT_PREFIX = "stack_port:"
+
 # What a field holds when nothing declared asks the survey to read it.
 NOT_READ: dict[str, Any] = {"port_listeners": [], "image_present": False, "l2_device": None, "l2_mount": None,
                             "l2_free_bytes": None, "nvidia_smi_cli": None, "nvidia_smi": None, "gpu_memory": [],
@@ -89,7 +96,9 @@ NOT_READ: dict[str, Any] = {"port_listeners": [], "image_present": False, "l2_de
 
 def state_from(values: dict[str, Any]) -> RigState:
     """A RigState from each field's fact value (``survey_specs``' keys); unread fields get NOT_READ."""
-    merged = {**NOT_READ, **values}
+    merged = {**NOT_READ, **{k: v for k, v in values.items() if not k.startswith(STACK_PORT_PREFIX)}}
+    merged["stack_port_listeners"] = {k[len(STACK_PORT_PREFIX):]: list(v or []) for k, v in values.items()
+                                      if k.startswith(STACK_PORT_PREFIX)}
     merged["os_release"] = (merged["os_release"] or {}).get("release_meta") or {}
     merged["image_present"] = bool(merged["docker_cli"] and merged["image_present"])
     merged["gpu_memory"] = list(merged["gpu_memory"] or [])

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import socket
 import subprocess
 import time
 from pathlib import Path
@@ -22,6 +23,32 @@ needs_compose = pytest.mark.skipif(DOCKER_COMPOSE is None, reason="docker-compos
 SHIM = """#!/bin/bash
 python3 -c 'import json, sys; print(json.dumps(sys.argv[1:]))' "$@" >> "$ARGV_LOG.$(basename "$0")"
 """
+# `lmcache server` records its argv, then answers /healthcheck on its --http-port for LMCACHE_SHIM_LIVES_S
+# seconds (or exits at once with LMCACHE_SHIM_LIVES_S=0, as a server that fails to start)
+LMCACHE_SHIM = SHIM + """[ "${LMCACHE_SHIM_LIVES_S:-2}" = "0" ] && { echo "lmcache shim: failed to start" >&2; exit 1; }
+exec python3 - "$@" <<'PY'
+import http.server, os, sys, threading
+port = int(sys.argv[sys.argv.index("--http-port") + 1])
+class Health(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        self.send_response(200 if self.path == "/healthcheck" else 404)
+        self.end_headers()
+    def log_message(self, *args):
+        pass
+server = http.server.HTTPServer(("127.0.0.1", port), Health)
+threading.Timer(float(os.environ.get("LMCACHE_SHIM_LIVES_S", "2")), server.shutdown).start()
+server.serve_forever()
+PY
+"""
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+
 
 
 def composed_service(directory: Path, settings) -> dict:
@@ -49,11 +76,14 @@ def launched_argv(tmp_path: Path, settings, programs=("vllm",)) -> dict[str, lis
     assert service["entrypoint"] == ["/bin/bash", "-c"]
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
-    for name in programs:
-        (bin_dir / name).write_text(SHIM)
+    # lmcache-mp's entrypoint starts vLLM only once the server's /healthcheck answers: its shim answers it
+    for name in {*programs, "lmcache"}:
+        (bin_dir / name).write_text(LMCACHE_SHIM if name == "lmcache" else SHIM)
         (bin_dir / name).chmod(0o755)
     log = tmp_path / "argv"
     env = {**service["environment"], "PATH": f"{bin_dir}:/usr/bin:/bin", "ARGV_LOG": str(log)}
+    if "LMCACHE_HTTP_PORT" in env:  # a port free on this machine, whatever the knob's default
+        env["LMCACHE_HTTP_PORT"] = str(free_port())
     result = subprocess.run(["bash", "-c", *service["command"]], env=env, cwd=tmp_path, capture_output=True,
                             text=True, timeout=30)
     assert result.returncode == 0, result.stderr

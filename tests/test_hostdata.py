@@ -220,3 +220,15 @@ def test_a_bare_digest_is_completed_with_the_profiles_repository():
     error = refused({**CPU_LAB, "serving_image": "sha256:" + "1" * 64})
     assert error.field == "serving_image"
     assert error.fix == "put the repository before it: 127.0.0.1:5000/rigkit/vllm-cpu-tiny@sha256:" + "1" * 64
+
+
+def test_lmcache_ports_clashing_with_serving_port_refused_before_any_host_is_touched():
+    # LMCache's HTTP API defaults to 8080, a common choice for serving_port too (host networking: one wins)
+    error = refused({**LMCACHE, "serving_port": 8080})
+    assert (error.field, error.value) == ("lmcache_http_port", 8080)
+    assert "is serving_port too" in error.problem and "set lmcache_http_port to another port, e.g. 8081" in error.fix
+    error = refused({**LMCACHE, "lmcache_port": 9000, "lmcache_http_port": 9000})
+    assert error.field == "lmcache_http_port" and "is lmcache_port too" in error.problem
+    # a profile without LMCache does not listen there: serving_port 8080 is fine
+    assert settings({**CPU_LAB, "serving_port": 8080}).listen_ports == {"serving_port": 8080}
+    assert settings(LMCACHE).listen_ports == {"serving_port": 8000, "lmcache_port": 5555, "lmcache_http_port": 8080}

@@ -247,3 +247,15 @@ def test_tensor_parallel_wider_than_the_rig_is_refused_even_forced():
         (gpu,) = refusals(run({**LMCACHE, "tensor_parallel_size": 4, "force": force}))
         assert gpu.field == "tensor_parallel_size" and "the rig has 2" in gpu.message and "at most 2" in gpu.fix
     assert not refusals(run({**LMCACHE, "tensor_parallel_size": 2}))
+
+
+def test_lmcache_ports_are_preflighted_like_serving_port():
+    nginx = [{"pid": 4242, "containers": [], "command": "nginx"}]
+    (port,) = refusals(run(LMCACHE, port_listeners=[], stack_port_listeners={"lmcache_port": [],
+                                                                             "lmcache_http_port": nginx}))
+    assert (port.check, port.field, port.value) == ("port", "lmcache_http_port", 8080)
+    assert "pid 4242 (nginx)" in port.message and "set lmcache_http_port to a free port" in port.fix
+    # held by rigkit's own stack (the release replaces it): fine
+    ours = [{"pid": 1, "containers": ["ab" * 32], "command": "python3"}]
+    assert not refusals(run(LMCACHE, port_listeners=[], stack_container_ids=("abab",),
+                            stack_port_listeners={"lmcache_port": ours, "lmcache_http_port": ours}))

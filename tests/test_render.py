@@ -12,6 +12,7 @@ import pytest
 import yaml
 
 from rigkit.errors import ConfigError, PreflightError
+from engine_argv import LMCACHE_SHIM, SHIM, free_port
 from rigkit.hostdata import settings_for_host
 from rigkit.knobs import KNOBS_BY_NAME
 from rigkit.paths import PROFILES_FILE
@@ -196,24 +197,24 @@ def test_detect_compose_command():
         compose_argv(None)
 
 
-SHIM = """#!/bin/bash
-python3 -c 'import json, sys; print(json.dumps(sys.argv[1:]))' "$@" >> "$ARGV_LOG.$(basename "$0")"
-"""
-
-
-def run_entrypoint(tmp_path: Path, s) -> dict[str, list[str]]:
+def start_entrypoint(tmp_path: Path, s, vllm_shim: str = SHIM, **env_extra) -> subprocess.CompletedProcess:
     """Run the real entrypoint script in bash with the env compose would give it; programs are shims
     that record their argv (no GPU, no vLLM needed to see what the container would launch)."""
     from rigkit.render import entrypoint_script
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
-    for name in ("vllm", "lmcache", "python"):
-        (bin_dir / name).write_text(SHIM)
+    for name, shim in (("vllm", vllm_shim), ("lmcache", LMCACHE_SHIM), ("python", SHIM)):
+        (bin_dir / name).write_text(shim)
         (bin_dir / name).chmod(0o755)
     script = entrypoint_script(s).replace("/opt/vllm/bin/python", str(bin_dir / "python"))
+    env = {"PATH": f"{bin_dir}:/usr/bin:/bin", "ARGV_LOG": str(tmp_path / "argv"), **env_values(s),
+           **s.profile.fixed_env, **env_extra}
+    return subprocess.run(["bash", "-c", script], env=env, capture_output=True, text=True, timeout=30)
+
+
+def run_entrypoint(tmp_path: Path, s) -> dict[str, list[str]]:
+    result = start_entrypoint(tmp_path, s)
     log = tmp_path / "argv"
-    env = {"PATH": f"{bin_dir}:/usr/bin:/bin", "ARGV_LOG": str(log), **env_values(s), **s.profile.fixed_env}
-    result = subprocess.run(["bash", "-c", script], env=env, capture_output=True, text=True, timeout=30)
     assert result.returncode == 0, result.stderr
     deadline = time.monotonic() + 5
     expected = {"vllm", "lmcache"} if s.profile.name == "lmcache-mp" else {
@@ -247,9 +248,15 @@ def test_unset_optional_engine_args_are_left_out(tmp_path):
 
 @pytest.mark.parametrize("l2", [False, True])
 def test_lmcache_server_gets_the_knobs(tmp_path, l2):
-    argvs = run_entrypoint(tmp_path, settings("lmcache-mp", l1_size_gb=60, chunk_size=1584, l2_enabled=l2))
+    port = free_port()
+    argvs = run_entrypoint(tmp_path, settings("lmcache-mp", l1_size_gb=60, chunk_size=1584, l2_enabled=l2,
+                                              lmcache_port=6555, lmcache_http_port=port))
     server = argvs["lmcache"]
     assert server[0] == "server" and option(server, "--l1-size-gb") == "60"
+    assert option(server, "--port") == "6555" and option(server, "--http-port") == str(port)
+    assert option(server, "--http-host") == "127.0.0.1"  # its HTTP API is for the rig (and the tunnel) only
+    extra = json.loads(option(argvs["vllm"], "--kv-transfer-config"))["kv_connector_extra_config"]
+    assert extra == {"lmcache.mp.port": 6555}
     assert option(server, "--chunk-size") == "1584"
     assert option(server, "--l2-adapter") == ('{"type":"fs","base_path":"/kv-store"}' if l2 else None)
     assert json.loads(option(argvs["vllm"], "--kv-transfer-config"))["kv_connector"] == "LMCacheMPConnector"
@@ -296,3 +303,24 @@ def test_a_profile_cannot_turn_telemetry_back_on():
     with pytest.raises(ConfigError) as caught:
         parse_profiles(text)
     assert "profiles.cpu-lab.fixed_env" in caught.value.field and "DO_NOT_TRACK" in caught.value.problem
+
+
+def test_a_cache_server_that_dies_at_start_stops_the_stack_before_vllm_starts(tmp_path):
+    # vLLM would wait up to 300 s (lmcache.mp.mq_timeout) for a server that is gone
+    s = settings("lmcache-mp", lmcache_http_port=free_port())
+    started = time.monotonic()
+    result = start_entrypoint(tmp_path, s, LMCACHE_SHIM_LIVES_S="0")
+    assert result.returncode == 1 and time.monotonic() - started < 10
+    assert "lmcache shim: failed to start" in result.stderr  # its own message: the container's log tail
+    assert "lmcache server exited before its /healthcheck answered" in result.stderr
+    assert not (tmp_path / "argv.vllm").exists()
+
+
+def test_a_cache_server_that_dies_under_vllm_stops_the_stack(tmp_path):
+    s = settings("lmcache-mp", lmcache_http_port=free_port())
+    vllm_serving = SHIM + "exec sleep 25\n"  # a process that ends on SIGTERM, as vLLM does
+    started = time.monotonic()
+    result = start_entrypoint(tmp_path, s, vllm_shim=vllm_serving, LMCACHE_SHIM_LIVES_S="3")
+    assert result.returncode != 0 and time.monotonic() - started < 15
+    assert (tmp_path / "argv.vllm").exists()  # vLLM started once the health check answered
+    assert "exited: stopping the stack" in result.stderr

@@ -64,3 +64,18 @@ def test_a_run_reads_the_survey_once(local_host, monkeypatch):
     first = run.rig_state(settings)
     assert run.rig_state(settings) is first
     assert reads == [FactBatch]
+
+
+def test_every_port_the_stack_listens_on_is_surveyed_in_the_same_round_trip():
+    lmcache = {"serving_profile": "lmcache-mp", "allow_incubating": True, "model": "m", "gpus": 1,
+               "serving_image": "lmcache/vllm-openai@sha256:" + "2" * 64, "lmcache_http_port": 9090}
+    specs = survey_specs(rig_settings(lmcache))
+    assert dict(specs["port_listeners"].kwargs) == {"port": 8000}
+    assert dict(specs["stack_port:lmcache_port"].kwargs) == {"port": 5555}
+    assert dict(specs["stack_port:lmcache_http_port"].kwargs) == {"port": 9090}
+    assert not any(key.startswith("stack_port:") for key in survey_specs(rig_settings(CPU_LAB)))
+    values = {"os_release": {}, "meminfo": {}, "shm_bytes": None, "docker_cli": None, "engine": None,
+              "compose_command": None, "stack_containers": None, "local_images": None,
+              "stack_port:lmcache_http_port": [{"pid": 7, "containers": [], "command": "nginx"}]}
+    assert state_from(values).stack_port_listeners == {"lmcache_http_port": [{"pid": 7, "containers": [],
+                                                                              "command": "nginx"}]}

@@ -50,7 +50,12 @@ def test_the_story_rig_renders_the_field_notes_engine_command(tmp_path, story_ri
     rendered = flags(argv["vllm"][2:])
     for flag, value in RIGKITS_OWN_FLAGS.items():
         assert rendered.pop(flag) == value
-    assert rendered == {**notes_flags(FIELD_NOTES_VLLM, 3), **STORY_FLAGS}
+    expected = {**notes_flags(FIELD_NOTES_VLLM, 3), **STORY_FLAGS}
+    # rigkit names the LMCache server's ZMQ port (lmcache_port, the server's default) where the notes left it out
+    connector = json.loads(rendered.pop("--kv-transfer-config"))
+    assert connector.pop("kv_connector_extra_config") == {"lmcache.mp.port": 5555}
+    assert connector == json.loads(expected.pop("--kv-transfer-config"))
+    assert rendered == expected
 
 
 @needs_compose
@@ -61,6 +66,9 @@ def test_the_story_rig_renders_the_field_notes_lmcache_server(tmp_path, story_ri
     # the fs adapter's directory is where rigkit mounts the NVMe's L2 directory in the container
     assert json.loads(rendered.pop("--l2-adapter")) == {**json.loads(expected.pop("--l2-adapter")),
                                                         "base_path": L2_CONTAINER_PATH}
+    # rigkit's own: the ports as knobs (the notes ran LMCache's defaults) and the HTTP API on the loopback only
+    assert rendered.pop("--port") == "5555" and rendered.pop("--http-host") == "127.0.0.1"
+    assert rendered.pop("--http-port").isdigit()  # lmcache_http_port (a free port on this machine in the test)
     assert rendered == expected
 
 

@@ -114,7 +114,9 @@ class FakeFacts:
         call_kwargs = getcallargs(fact.command, *args, **kwargs) if (args or kwargs) else {}
         call_kwargs.pop("self", None)
         name = cls.name
-        keys = [f"{name}:{value}" for value in call_kwargs.values() if isinstance(value, str)] + [name]
+        # an argument names the fact's key: a path, an image, a port (PortListeners:8080)
+        keys = [f"{name}:{value}" for value in call_kwargs.values()
+                if isinstance(value, (str, int)) and not isinstance(value, bool)] + [name]
         self.asked.append(keys[0])
         if self.state.is_executing:
             self.asked_executing.append(keys[0])

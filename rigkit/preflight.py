@@ -132,6 +132,15 @@ def check_host_shm(settings: Settings, shm_bytes: Optional[int]) -> list[Finding
                         f"the rig's /dev/shm is {size_mb} MiB < {ENGINE_SHM_MIN_MB} MiB the engine needs "
                         "(ipc: host shares it with the container)",
                         f"remount /dev/shm larger on the rig (mount -o remount,size={max(l1, 1)}G /dev/shm)")]
+    connector = settings.profile.connector
+    needed_mb = l1 * 1024 + ENGINE_SHM_MIN_MB
+    if connector and connector.l1_in_shm and size_mb < needed_mb:
+        return [Finding("refuse", "host-shm", "/dev/shm", f"{size_mb} MiB",
+                        f"the rig's /dev/shm is {size_mb} MiB < L1 {l1} GiB + {ENGINE_SHM_MIN_MB} MiB for the engine: "
+                        f"profile {settings.profile.name} keeps its CPU tier in /dev/shm and fills it at start "
+                        "(ipc: host shares it with the container)",
+                        f"remount /dev/shm with size >= {math.ceil(needed_mb / 1024)}G on the rig "
+                        f"(mount -o remount,size={math.ceil(needed_mb / 1024)}G /dev/shm) or lower l1_size_gb")]
     if size_mb < l1 * 1024:
         return [Finding("warn", "host-shm", "/dev/shm", f"{size_mb} MiB",
                         f"the rig's /dev/shm {size_mb} MiB < L1 {l1} GiB (ipc: host shares it with the container)",

@@ -53,6 +53,9 @@ class Connector(_Strict):
     # on the GPUs, at the KV cache dtype (rigkit.hostdata.Settings.kv_bytes_per_token); False when the
     # connector stores its own format (LMCache: ~131 KB/token on the real rig, whatever the GPU's dtype).
     stores_engine_blocks: bool = False
+    # True when the L1 tier is a file in /dev/shm the engine fills at start: vLLM 0.32/0.33's OffloadingConnector
+    # maps /dev/shm/vllm_offload_<id>.mmap with MAP_POPULATE (its SharedMmapRegion), so a smaller /dev/shm cannot start
+    l1_in_shm: bool = False
     prelude: str = ""
 
     @field_validator("knobs")

@@ -259,3 +259,22 @@ def test_lmcache_ports_are_preflighted_like_serving_port():
     ours = [{"pid": 1, "containers": ["ab" * 32], "command": "python3"}]
     assert not refusals(run(LMCACHE, port_listeners=[], stack_container_ids=("abab",),
                             stack_port_listeners={"lmcache_port": ours, "lmcache_http_port": ours}))
+
+
+NATIVE = {"serving_profile": "native-offload", "model": "m", "l1_size_gb": 64,
+          "serving_image": "vllm/vllm-openai@sha256:" + "9" * 64}
+
+
+def test_native_offload_refuses_a_rig_shm_below_its_cpu_tier():
+    # vLLM 0.32/0.33 maps its CPU tier as /dev/shm/vllm_offload_<id>.mmap and pre-faults it (MAP_POPULATE):
+    # the 8 GiB /dev/shm of the H200 rig cannot hold a 64 GiB tier, so the engine would not start
+    for force in (False, True):
+        (shm,) = by_check(run({**NATIVE, "force": force}, host_shm_bytes=8 * GIB), "host-shm")
+        assert shm.level == "refuse" and "8192 MiB < L1 64 GiB + 256 MiB" in shm.message
+        assert "size >= 65G" in shm.fix
+    assert {f.level for f in by_check(run(NATIVE, host_shm_bytes=64 * GIB + ENGINE_SHM_MIN_MB * MIB), "host-shm")} \
+        == {"ok"}
+    assert by_check(run(NATIVE, host_shm_bytes=64 * GIB + ENGINE_SHM_MIN_MB * MIB - MIB), "host-shm")[0].level \
+        == "refuse"
+    # LMCache's L1 is not a /dev/shm file: there the small /dev/shm still only warns
+    assert by_check(run(LMCACHE, host_shm_bytes=8 * GIB), "host-shm")[0].level == "warn"

@@ -91,7 +91,10 @@ NVIDIA_DRIVER_VARIABLES: list[Variable] = [
              "exact apt version to pin (as `apt-cache policy` lists it); None = newest of the branch"),
     Variable("nvidia_driver_server", False, "Ubuntu: the -server (datacenter) packages", bool),
     Variable("nvidia_driver_headless", False, "no X/desktop components: headless driver + nvidia-utils", bool),
-    Variable("nvidia_driver_open", False, "the open kernel modules (required by Blackwell GPUs)", bool),
+    Variable("nvidia_driver_open", True, "the open kernel modules: NVIDIA's recommendation from Turing on, required "
+             "by Blackwell; false = the proprietary modules (GPUs before Turing)", bool),
+    Variable("nvidia_driver_persistence_mode", True, "keep the driver loaded between jobs: nvidia-persistenced "
+             "enabled and running, as NVIDIA's driver role does", bool),
     Variable("nvidia_driver_allow_reboot", True,
              "reboot when the new driver cannot be loaded otherwise; false stops with 'reboot required'", bool),
     Variable("nvidia_driver_reboot_timeout", 600, "seconds to wait for a rebooted host to answer SSH", int,

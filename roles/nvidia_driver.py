@@ -1,10 +1,14 @@
 """nvidia_driver: a pinned NVIDIA driver, nouveau out of the way, verified with nvidia-smi.
 
 Ensures
-- the driver branch (and optionally the exact apt version) is installed and held:
-  Ubuntu 22.04/24.04 from the distribution's archive (``nvidia-driver-580``, ``-server`` and
+- the driver branch (and optionally the exact apt version) is installed and held, open kernel
+  modules by default (Turing on; Blackwell needs them):
+  Ubuntu 22.04/24.04 from the distribution's archive (``nvidia-driver-580-open``, ``-server`` and
   headless variants); Debian 12 from NVIDIA's CUDA repository, because bookworm's own
-  non-free archive ships a single older branch and cannot honour a branch pin;
+  non-free archive ships a single older branch and cannot honour a branch pin: the branch pinning
+  package goes in first, in its own apt transaction, so the driver's install already resolves
+  within the branch (cuda-drivers' dependencies have only lower bounds);
+- persistence mode: nvidia-persistenced enabled and running (``nvidia_driver_persistence_mode``);
 - nouveau is blacklisted (initramfs rebuilt only when that file changed) and unloaded;
 - the running kernel uses the installed driver: the module is loaded, or, when the install
   changed and another module is running, the host reboots (``nvidia_driver_allow_reboot``
@@ -19,7 +23,7 @@ from io import StringIO
 
 from pyinfra import host
 from pyinfra.api.deploy import deploy
-from pyinfra.operations import files, server
+from pyinfra.operations import files, server, systemd
 
 from pyinfra.operations.util import any_changed
 
@@ -38,6 +42,11 @@ CUDA_KEYRING_PACKAGE = "cuda-keyring"
 CUDA_KEYRING_DEB = "cuda-keyring_1.1-1_all.deb"
 
 
+def branch_pinning_package(settings: dict) -> str:
+    """Debian's CUDA repository: the package whose apt preferences keep every driver package on the branch."""
+    return f"nvidia-driver-pinning-{settings['nvidia_driver_branch']}"
+
+
 def driver_packages(os: TargetOS, settings: dict) -> tuple[list[str], str]:
     """(apt package names to install and hold, the package whose version is the driver's)."""
     branch = settings["nvidia_driver_branch"]
@@ -52,15 +61,14 @@ def driver_packages(os: TargetOS, settings: dict) -> tuple[list[str], str]:
     # module package carries the driver version.
     kernel = "nvidia-kernel-open-dkms" if settings["nvidia_driver_open"] else "nvidia-kernel-dkms"
     userspace = "nvidia-driver-cuda" if settings["nvidia_driver_headless"] else "cuda-drivers"
-    return [f"nvidia-driver-pinning-{branch}", userspace, kernel], kernel
+    return [branch_pinning_package(settings), userspace, kernel], kernel
 
 
 def package_specs(os: TargetOS, settings: dict) -> list[str]:
     names, _ = driver_packages(os, settings)
     version = settings["nvidia_driver_version"]
     # The branch-pinning package has its own version scheme: never pin it to the driver's.
-    return [name if name.startswith("nvidia-driver-pinning-") else pinned([name], version)[0]
-            for name in names]
+    return [name if name == branch_pinning_package(settings) else pinned([name], version)[0] for name in names]
 
 
 @deploy("nvidia_driver")
@@ -84,7 +92,14 @@ def nvidia_driver(rig: RigSettings, run: Run) -> None:
     kernel_module_unloaded(name="Unload nouveau", module="nouveau")
 
     _, version_package = driver_packages(os, settings)
-    install = packages_installed(name="Install the NVIDIA driver", packages=package_specs(os, settings))
+    specs = package_specs(os, settings)
+    if os.id == "debian":
+        # NVIDIA's Debian guide: the pinning package first, on its own; installed in one transaction with the
+        # driver, apt may resolve cuda-drivers' lower-bound dependencies to a newer branch before the pin applies
+        pinning = branch_pinning_package(settings)
+        packages_installed(name="Install the NVIDIA branch pinning package", packages=[pinning])
+        specs = [spec for spec in specs if spec != pinning]
+    install = packages_installed(name="Install the NVIDIA driver", packages=specs)
     packages_held(name="Hold the NVIDIA driver packages", packages=package_specs(os, settings))
     nvidia_module_current(
         name="Load the installed NVIDIA driver (reboot if another is running)",
@@ -95,6 +110,9 @@ def nvidia_driver(rig: RigSettings, run: Run) -> None:
         reboot_timeout=settings["nvidia_driver_reboot_timeout"],
         _if=any_changed(install, blacklist),
     )
+    if settings["nvidia_driver_persistence_mode"]:
+        systemd.service(name="Persistence mode (nvidia-persistenced)", service="nvidia-persistenced",
+                        running=True, enabled=True)
     nvidia_driver_verified(
         name="Verify nvidia-smi reports the pinned driver",
         version_package=version_package,

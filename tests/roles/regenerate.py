@@ -15,13 +15,24 @@ sys.path[:0] = [str(Path(__file__).parent), str(Path(__file__).parents[1]), str(
 from test_roles import run_case  # noqa: E402
 
 
+def indent_of(text: str) -> int:
+    """The JSON indent a case file is written with (they differ), so a rewrite changes only what moved."""
+    second = text.splitlines()[1] if "\n" in text else ""
+    return (len(second) - len(second.lstrip(" "))) or 1
+
+
+def write_case(path: Path, case: dict, indent: int) -> None:
+    path.write_text(json.dumps(case, indent=indent, ensure_ascii=False) + "\n")
+
+
 def regenerate(path: Path) -> None:
-    case = json.loads(path.read_text())
+    text = path.read_text()
+    case = json.loads(text)
     result = run_case(path.parent.name, case)
     if result["error"] is not None:
         raise SystemExit(f"{path}: the case now fails ({result['error']}): fix the code or the case, not its commands")
     case["commands"] = result["commands"]
-    path.write_text(json.dumps(case, indent=1, ensure_ascii=False) + "\n")
+    write_case(path, case, indent_of(text))
 
 
 if __name__ == "__main__":

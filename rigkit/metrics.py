@@ -132,18 +132,24 @@ def _label_key(name: str, labels: Mapping[str, str]) -> str:
     return name + "{" + ",".join(f'{k}="{v}"' for k, v in sorted(rest.items())) + "}"
 
 
-def parse_families(text: str) -> dict:
-    """Family name -> prometheus_client Metric. Counter families are named without `_total`."""
+def _families(text: str) -> list:
+    """Every family in the text, in order. Two can share a name: vLLM's /metrics followed by LMCache's both carry
+    python_gc_* and process_*, and a counter without a HELP line comes out as one family per sample."""
     try:
-        return {family.name: family for family in text_string_to_metric_families(text)}
+        return list(text_string_to_metric_families(text))
     except ValueError as exc:
         raise MetricsError("/metrics", text[:80], f"not Prometheus text format ({exc})",
                            "point the client at the serving API's /metrics") from None
 
 
+def parse_families(text: str) -> dict:
+    """Family name -> prometheus_client Metric. Counter families are named without `_total`."""
+    return {family.name: family for family in _families(text)}
+
+
 def parse(text: str) -> Snapshot:
     """Parse a /metrics text (vLLM's, LMCache MP's, or both concatenated) into a Snapshot."""
-    families = parse_families(text).values()
+    families = _families(text)
     sums: dict[str, float] = {}
     by_source: dict[str, float] = {}
     cached_by_source: dict[str, float] = {}

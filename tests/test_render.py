@@ -24,7 +24,9 @@ IMAGES = {"cpu-lab": "127.0.0.1:5000/rigkit/vllm-cpu-tiny@sha256:" + "1" * 64,
           "lmcache-mp": "lmcache/vllm-openai@sha256:" + "2" * 64,
           "lmcache-mp-baseline": "lmcache/vllm-openai@sha256:" + "2" * 64,
           "native-offload": "vllm/vllm-openai@sha256:" + "3" * 64,
-          "prefix-only": "vllm/vllm-openai@sha256:" + "3" * 64}
+          "prefix-only": "vllm/vllm-openai@sha256:" + "3" * 64,
+          "native-tiered": "vllm/vllm-openai@sha256:" + "4" * 64,
+          "native-tiered-baseline": "vllm/vllm-openai@sha256:" + "4" * 64}
 DOCKER_COMPOSE = shutil.which("docker-compose")
 needs_compose = pytest.mark.skipif(DOCKER_COMPOSE is None, reason="docker-compose not installed (bin/setup installs it)")
 
@@ -324,3 +326,19 @@ def test_a_cache_server_that_dies_under_vllm_stops_the_stack(tmp_path):
     assert result.returncode != 0 and time.monotonic() - started < 15
     assert (tmp_path / "argv.vllm").exists()  # vLLM started once the health check answered
     assert "exited: stopping the stack" in result.stderr
+
+
+def test_native_tiered_writes_its_disk_tier_on_the_l2_mount_with_a_fixed_hash_seed():
+    # the kv_transfer_config of the H200 capture (tests/fixtures/gpu-h200-vllm0.26/native-tiered-eager), with the
+    # L2 mount as root_dir and L1 in GiB; PYTHONHASHSEED fixed, or the disk tier never hits after a restart
+    s = settings("native-tiered", l1_size_gb=2)
+    service = rendered(s)["services"]["serving"]
+    config = json.loads(re.search(r"--kv-transfer-config '(.*)'", service["command"][0]).group(1))
+    assert config == {"kv_connector": "OffloadingConnector", "kv_role": "kv_both",
+                      "kv_connector_extra_config": {"spec_name": "TieringOffloadingSpec", "cpu_bytes_to_use": 2 * 2**30,
+                                                    "secondary_tiers": [{"type": "fs", "root_dir": "/kv-store"}]}}
+    assert "PYTHONHASHSEED=0" in service["environment"]
+    assert service["volumes"] == [{"type": "bind", "source": s.knobs["l2_path"], "target": "/kv-store"}]
+    assert s.profile.connector.l2_needs_janitor and s.l2_active
+    baseline = rendered(settings("native-tiered-baseline", l1_size_gb=2))["services"]["serving"]
+    assert "PYTHONHASHSEED=0" in baseline["environment"] and "--kv-transfer-config" not in baseline["command"][0]

@@ -204,3 +204,16 @@ def test_over_counted_gpu_hits_are_checked_against_the_tokens_served():
     # where a vLLM exports no prompt_tokens_by_source, the counters are all there is
     bare = replace(made_up, prompt_tokens_by_source={})
     assert label(bare, Tier.WARM_CONNECTOR, True).tier == Tier.MIXED
+
+
+def test_a_disk_tier_names_its_source_where_vllm_exports_cached_by_source():
+    """MADE UP in the shape of vLLM 0.32's prompt_tokens_cached_by_source (0.26, captured, has none): the real
+    native-tiered restart window with source="disk" lines added, as a newer vLLM would count the disk tier."""
+    def with_disk(name: str, disk: int) -> str:
+        return ((NATIVE_TIERED / f"{name}.txt").read_text() + "# TYPE vllm:prompt_tokens_cached_by_source counter\n"
+                f'vllm:prompt_tokens_cached_by_source_total{{engine="0",model_name="tiny",source="disk"}} {disk}\n'
+                f'vllm:prompt_tokens_cached_by_source_total{{engine="0",model_name="tiny",source="host"}} 0\n')
+    window = delta(parse(with_disk("06-seed-fixed-restarted-idle", 0)),
+                   parse(with_disk("07-seed-fixed-after-warm-persistent", 3024)))
+    verdict = label(window, Tier.WARM_PERSISTENT, True, after_restart=True)
+    assert verdict.passed and "cached by source disk +3024" in verdict.proof

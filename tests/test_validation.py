@@ -161,3 +161,20 @@ def test_unset_seed_and_replay_are_declared():
 def test_good_values_pass():
     settings = ValidationSettings.from_data({"validate_prompt_kind": "code", "validate_sessions": "5", "validate_seed": 7.0})
     assert (settings.prompt_kind, settings.sessions, settings.seed) == ("code", 5, 7)
+
+
+@pytest.mark.parametrize("seed,label,passed", [("fixed", Tier.WARM_PERSISTENT, True),
+                                               ("random", Tier.RETRIEVED_BUT_UNUSED, False)])
+def test_native_tiered_disk_tier_after_a_restart_hits_only_with_a_fixed_hash_seed(seed, label, passed):
+    """The H200 native-tiered captures: after a full restart with PYTHONHASHSEED=0 the disk tier serves (external
+    hits +3,024 of 3,030); with a random seed its file names differ and nothing hits."""
+    with FakeOpenAI() as server:
+        recorded = RecordedRun(server, GPU_CAPTURES / "native-tiered-eager", f"06-seed-{seed}-restarted-idle",
+                               f"07-seed-{seed}-after-warm-persistent")
+        validation = run(recorded)
+    assert [t.result().passed for t in validation.tiers[:3]] == [True, True, True]
+    persistent = validation.tier(Tier.WARM_PERSISTENT)
+    assert persistent.labels[0].tier == label and persistent.result().passed is passed
+    if passed:
+        assert persistent.labels[0].external_hits == 3024
+        assert "queries re-counted: 48480 for 3030 prompt tokens" in persistent.labels[0].proof

@@ -27,7 +27,7 @@ from pyinfra.operations import python
 
 from rigkit.errors import PreflightError
 from rigkit.hostdata import RigSettings
-from rigkit.operations import refuse, say
+from rigkit.operations import refusal_of, refuse, say
 from rigkit.preflight import Finding, HostFacts, bare_host_preflight, refusals
 from rigkit.survey import RigState
 from roles import Run
@@ -65,8 +65,5 @@ def preflight(rig: RigSettings, run: Run) -> None:
     if not refused:
         say(host, f"preflight: {len(findings)} host checks passed before any change")
         return
-    first = refused[0]
-    python.call(name="Preflight refused before any change", function=refuse, field=first.field,
-                value=first.value, problem="; ".join(str(f) for f in refused),
-                fix=first.fix if len(refused) == 1 else "each refusal's Fix above")
+    python.call(name="Preflight refused before any change", function=refuse, **refusal_of(refused))
     run.refused_by = "preflight"

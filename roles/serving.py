@@ -39,9 +39,9 @@ from rigkit.facts.docker import ManifestProbe
 from rigkit.files.l2_janitor import L2_JANITOR_INTERVAL_S, L2_JANITOR_MIN_FREE_BYTES, L2_JANITOR_UNIT
 from rigkit.hostdata import RigSettings, Settings
 from rigkit.ledger import Release, Rendering
-from rigkit.operations import REFUSAL_FIX, refuse
+from rigkit.operations import refusal_of, refuse, refusing_step
 from rigkit.operations.files import secret_file
-from rigkit.operations.stack import engine_checked, image_pulled, stack_release
+from rigkit.operations.stack import PULL_STEP, engine_checked, image_pulled, stack_release
 from rigkit.paths import RIG_LIB_DIR, RIG_STACK_DIR, RIG_STATE_DIR
 from rigkit.preflight import HostFacts, preflight, refusals
 from rigkit.release import (Outcome, Refuse, judge_release, judge_rollback, never_ready, roll_back_or_refuse,
@@ -170,8 +170,7 @@ def serving(rig: RigSettings, run: Run, kind: str = "deploy", restore_rendering:
     logger.warning(f"[{host.name}] capacity: {settings.capacity()}")
     refused = refusals(findings)
     if refused:
-        python.call(name="Preflight refused", function=refuse, field="preflight", value=host.name,
-                    problem="; ".join(str(f) for f in refused), fix=REFUSAL_FIX)
+        python.call(name="Preflight refused", function=refuse, **refusal_of(refused))
         return
 
     if engine_later:
@@ -195,7 +194,7 @@ def serving(rig: RigSettings, run: Run, kind: str = "deploy", restore_rendering:
               dest=f"{RIG_STACK_DIR}/{COMPOSE_FILE_NAME}", mode="644", **PARENT_ENSURED)
     secret_file(name="Render .env (0600: may hold a token)", text=rendering.env,
                 dest=f"{RIG_STACK_DIR}/{ENV_FILE_NAME}", mode=f"{ENV_FILE_MODE:o}")
-    image_pulled(name="Pull the image (the old stack keeps serving)", image=settings.image)
+    image_pulled(name=PULL_STEP, image=settings.image)
     disk_mount = rig.l2_disk["l2_mount_point"] if rig.l2_disk["l2_device"] else None
     # A failed release must reach after_release (which rolls it back), so its error is not fatal here.
     release = stack_release(name=f"Release {settings.image}", image=settings.image,
@@ -204,7 +203,8 @@ def serving(rig: RigSettings, run: Run, kind: str = "deploy", restore_rendering:
                             timeout_s=settings.knobs["ready_timeout_s"], _ignore_errors=True,
                             l2_guard=(settings.knobs["l2_path"], disk_mount) if settings.l2_active and disk_mount
                             else None)
-    python.call(name="Smoke, ledger, prune", function=after_release,
+    # a refusal inside (rolled back, or no rollback target) fails the rig with its one line, no traceback
+    python.call(name="Smoke, ledger, prune", function=refusing_step(after_release),
                 _if=lambda: release.did_change() or release.did_error(),
                 rendering=rendering, rig=rig, compose=None, kind=kind, run_smoke=role["serving_smoke"],
                 auto_rollback=role["serving_auto_rollback"], keep_images=settings.knobs["keep_images"],

@@ -13,7 +13,7 @@ from rigkit.facts.batch import FactSpec, facts_now
 from rigkit.facts.docker import ComposeCommand, DockerImagePresent, ManifestProbe
 from rigkit.facts.stack import StackContainers
 from rigkit.hostdata import Settings
-from rigkit.operations import REFUSAL_FIX, refuse
+from rigkit.operations import refusal_of, refuse
 from rigkit.preflight import HostFacts, check_engine, engine_preflight, refusals
 from rigkit.render import KNOBS_HASH_LABEL, STACK_NAME
 from rigkit.stack import COMPOSE_NOT_YET, RELEASE_HASH_FILE, l2_on_disk_command, record_hash_command, release_commands
@@ -49,13 +49,16 @@ def stack_release(image: str, knobs_hash: str, digest: str, url: str, timeout_s:
     compose = now[compose_spec]
     if compose is None and host.state.is_executing:  # the docker role ran and left no compose: nothing stopped
         findings = check_engine(HostFacts(meminfo={}, compose_command=None))
-        yield FunctionCommand(refuse, (), {"field": "preflight", "value": host.name,
-                                           "problem": "; ".join(map(str, findings)), "fix": REFUSAL_FIX})
+        yield FunctionCommand(refuse, (), refusal_of(findings))
         return
     if l2_guard:
         yield l2_on_disk_command(*l2_guard)
     yield record_hash_command(None)
     yield from release_commands(compose or COMPOSE_NOT_YET, image, False, url, timeout_s)
+
+
+# The pull's step name (roles/serving.py): rigkit.fleet words a failed pull by what docker said of the registry.
+PULL_STEP = "Pull the image (the old stack keeps serving)"
 
 
 @operation()
@@ -99,7 +102,6 @@ def engine_checked(settings: Settings):
     findings = engine_preflight(settings, engine_facts_now(settings.image))
     refused = refusals(findings)
     if refused:
-        yield FunctionCommand(refuse, (), {"field": "preflight", "value": host.name,
-                                           "problem": "; ".join(str(f) for f in refused), "fix": REFUSAL_FIX})
+        yield FunctionCommand(refuse, (), refusal_of(refused))
         return
     host.noop("; ".join(f.message for f in findings))

@@ -22,6 +22,7 @@ from typing import Any, Literal, Optional
 from rigkit.errors import PreflightError, RigkitError
 from rigkit.hostdata import Settings
 from rigkit.nvidia_smi import GpuMemoryReading, parse_gpu_memory
+from rigkit.registry import registry_failure
 from rigkit.sizing import GB, GIB
 from rigkit.survey import RigState
 
@@ -275,11 +276,11 @@ def check_engine(facts: HostFacts) -> list[Finding]:
 def check_image(settings: Settings, facts: HostFacts) -> list[Finding]:
     if facts.image_present:
         return [Finding("ok", "image", "serving_image", settings.image, "image already on the rig")]
-    if facts.image_probe_error:
+    if facts.image_probe_error:  # unreachable, hung, digest not served, auth...: each has its own words and fix
+        failure = registry_failure(facts.image_probe_error, settings.image)
         return [Finding("refuse", "image", "serving_image", settings.image,
-                        f"image not on the rig and its registry does not serve it ({facts.image_probe_error})",
-                        f"check the digest (`rigkit resolve {settings.image.partition('@')[0]}:TAG` prints the "
-                        "current one) and that the image was pushed")]
+                        f"{failure.problem}; the image is not on the rig (docker: {facts.image_probe_error})",
+                        failure.fix)]
     if facts.registry_reachable is False:
         return [Finding("refuse", "image", "serving_image", settings.image,
                         "image not on the rig and its registry is unreachable",

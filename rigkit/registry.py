@@ -205,6 +205,93 @@ def resolve(image_with_tag: str, timeout: float = RESOLVE_TIMEOUT_S,
     return f"{reference.name}@{digest}"
 
 
+# Why a registry did not give the rig its image, from what docker/containerd print. The strings are theirs:
+# Go's net and net/http ("connect: connection refused", "no such host", "dial tcp ...: i/o timeout",
+# "net/http: TLS handshake timeout", "Client.Timeout exceeded while awaiting headers"); the registry API's
+# error codes as errcode prints them, "<code>: <message>" (distribution registry/api/errcode/register.go:
+# "manifest unknown: manifest unknown", "name unknown: repository name not known to registry",
+# "unauthorized: authentication required", "denied: requested access to the resource is denied",
+# "toomanyrequests: ..."); moby's pull errors (distribution/errors.go: "manifest for X not found",
+# "pull access denied for X, repository does not exist or may require 'docker login'"); docker CLI's
+# `manifest inspect` ("no such manifest: X" once every endpoint answered manifest unknown, name unknown or
+# unauthorized: cli/registry/client/fetcher.go; "error pinging v2 registry: ..." when the first one fails);
+# containerd's resolver ("failed to do request: ...", "pull access denied, repository does not exist or may
+# require authorization", "unexpected status from HEAD request to ...: 401 Unauthorized", "...: not found").
+UNREACHABLE, HUNG, NOT_SERVED, AUTH, TLS, RATE_LIMITED, UNKNOWN = (
+    "unreachable", "hung", "not served", "auth", "tls", "rate limited", "unknown")
+# What the registry probe prints when rigkit's own bound on it ran out (rigkit.facts.docker.ManifestProbe).
+PROBE_TIMEOUT_MARK = "rigkit-probe-timeout"
+
+# (kind, what in the answer says so: regular expressions on its lowercased text, digests taken out), first
+# match wins. A DNS lookup that timed out is a name that does not resolve and a dial that timed out a host
+# that does not answer (unreachable); a timeout once the connection opened (TLS handshake, awaiting headers)
+# is a registry that accepts and never answers (hung: a stopped process, overload, a proxy holding it).
+_HTTP_STATUS = r"(?<![\w.:/])({})(?![\w.])"
+_FAILURE_SIGNS: tuple[tuple[str, tuple[str, ...]], ...] = (
+    (UNREACHABLE, ("no such host", "server misbehaving", "temporary failure in name resolution")),
+    (HUNG, ("tls handshake timeout", "awaiting (response )?headers", PROBE_TIMEOUT_MARK)),
+    (UNREACHABLE, ("connection refused", "no route to host", "network is unreachable", "host is unreachable",
+                   "connection reset by peer", "dial tcp")),
+    (HUNG, ("i/o timeout", "context deadline exceeded", "timeout", "timed out")),
+    (RATE_LIMITED, ("toomanyrequests", "too many requests", "rate limit", _HTTP_STATUS.format("429"))),
+    (AUTH, ("unauthorized", "authentication required", "denied", "no basic auth credentials",
+            "insufficient_scope", "forbidden", "incorrect username or password", _HTTP_STATUS.format("401|403"))),
+    (TLS, ("x509:", "certificate", "server gave http response to https client", "tls:")),
+    (NOT_SERVED, ("manifest unknown", "no such manifest", "name unknown", "not found", "does not exist",
+                  _HTTP_STATUS.format("404"))),
+)
+
+
+@dataclass(frozen=True)
+class RegistryFailure:
+    kind: str  # UNREACHABLE, HUNG, NOT_SERVED, AUTH, TLS, RATE_LIMITED or UNKNOWN
+    problem: str  # what happened, in an operator's words (the registry's own answer follows it)
+    fix: str
+
+
+def registry_failure(answer: str, image: Optional[str] = None) -> RegistryFailure:
+    """Which of the ways a registry fails ``answer`` (what `docker pull` or `docker manifest inspect` printed
+    for ``image``, repo@sha256:...) shows, worded with its fix. Without ``image`` the registry is the one
+    the answer's URL names. Pure."""
+    text = _ANY_DIGEST.sub("<digest>", " ".join(answer.lower().split()))  # hex digits are no status codes
+    kind = next((kind for kind, signs in _FAILURE_SIGNS if any(re.search(sign, text) for sign in signs)), UNKNOWN)
+    url = re.search(r"https?://([^/\s\"']+)", answer)
+    registry, name = (url.group(1) if url else None), None
+    if image:
+        try:
+            reference = parse_reference(image)
+            registry, name = reference.registry, reference.name
+        except ConfigError:  # the image was checked before any host was touched; this only words a message
+            pass
+    the_registry = f"registry {registry}" if registry else "the image's registry"
+    host = registry or "the registry"
+    resolve = f"`rigkit resolve {name}:TAG`" if name else "`rigkit resolve REPO:TAG`"
+    keep = "nothing on the rig was stopped: deploy again once it answers, or roll back to a digest the rig keeps"
+    words = {
+        UNREACHABLE: (f"{the_registry} unreachable from the rig: nothing answers (connection refused, no route, "
+                      "or a name that does not resolve)",
+                      f"start the registry, or fix the rig's route or DNS to {host}; {keep}"),
+        HUNG: (f"{the_registry} hung: it accepts connections but does not answer (timed out; a stopped or "
+               "overloaded registry, or a proxy holding the connection)",
+               f"check that {host} is running and responsive (its process, disk and load); {keep}"),
+        NOT_SERVED: (f"{the_registry} answered that it does not serve this digest",
+                     f"check the digest ({resolve} prints the current one) and that the image was pushed to {host}; "
+                     "a private repository answers the same to a rig without credentials (docker login on the rig)"),
+        AUTH: (f"{the_registry} refused the rig's credentials (unauthorized or access denied)",
+               f"docker login {registry or ''} on the rig with an account that may pull the image (Docker Hub "
+               "also says this of a repository that does not exist)".replace("  ", " ")),
+        TLS: (f"no TLS with {the_registry}: certificate not trusted, or http where https is expected",
+              f"give the rig the registry's CA (/etc/docker/certs.d/{host}/ca.crt), or list {host} in "
+              "insecure-registries (docker_daemon_options)"),
+        RATE_LIMITED: (f"{the_registry} refused the pull: rate limit reached",
+                       f"wait for the limit to reset, docker login on the rig, or pull through a mirror; {keep}"),
+        UNKNOWN: (f"{the_registry} did not give the rig the image",
+                  f"read docker's answer; check the digest and that {host} is reachable from the rig"),
+    }
+    problem, fix = words[kind]
+    return RegistryFailure(kind, problem, fix)
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("images", nargs="+", metavar="IMAGE:TAG", help="image reference(s) to pin")
     parser.add_argument("--timeout", type=float, default=RESOLVE_TIMEOUT_S, help="seconds per request")

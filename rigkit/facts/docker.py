@@ -84,8 +84,15 @@ class ComposeCommand(FactBase):
         return text or None
 
 
+# The probe's own bound, in seconds. docker's CLI bounds each try (dial 30 s, TLS handshake 10 s, the /v2/
+# ping 15 s: cli/registry/client/endpoint.go), but not a registry that stalls once it answered headers;
+# past this the probe says PROBE_TIMEOUT_MARK and the rig is refused as its registry hung.
+MANIFEST_PROBE_TIMEOUT_S = 60
+
+
 class ManifestProbe(FactBase):
-    """Can the rig's engine see the image in its registry? None when it can, else the registry's answer.
+    """Can the rig's engine see the image in its registry? None when it can, else the registry's answer
+    (the CLI's last line, or rigkit.registry.PROBE_TIMEOUT_MARK when it gave none in time).
 
     ``docker manifest inspect`` asks the registry with the rig's own credentials and network, without pulling.
     """
@@ -94,13 +101,17 @@ class ManifestProbe(FactBase):
         return "docker"
 
     def command(self, image: str) -> str:
-        from rigkit.registry import api_base, parse_reference
+        from rigkit.registry import PROBE_TIMEOUT_MARK, api_base, parse_reference
 
         quoted = shlex.quote(image)
         # plain http only where docker itself allows it without configuration: loopback registries
         insecure = "--insecure " if api_base(parse_reference(image).registry).startswith("http://") else ""
-        return (f"out=$(DOCKER_CLI_EXPERIMENTAL=enabled docker manifest inspect {insecure}{quoted} 2>&1) "
-                f"&& echo available || printf 'missing %s\\n' \"$(printf '%s' \"$out\" | tail -n 1)\"")
+        bound = MANIFEST_PROBE_TIMEOUT_S
+        # coreutils timeout exits 124 when the bound ran out
+        return (f"out=$(DOCKER_CLI_EXPERIMENTAL=enabled timeout {bound} docker manifest inspect {insecure}{quoted} "
+                f"2>&1); status=$?; if [ $status -eq 0 ]; then echo available; elif [ $status -eq 124 ]; then "
+                f"echo 'missing {PROBE_TIMEOUT_MARK}: no answer within {bound} s'; "
+                f"else printf 'missing %s\\n' \"$(printf '%s' \"$out\" | tail -n 1)\"; fi")
 
     def process(self, output):
         text = "\n".join(output).strip()

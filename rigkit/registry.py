@@ -222,10 +222,11 @@ UNREACHABLE, HUNG, NOT_SERVED, AUTH, TLS, RATE_LIMITED, UNKNOWN = (
 # What the registry probe prints when rigkit's own bound on it ran out (rigkit.facts.docker.ManifestProbe).
 PROBE_TIMEOUT_MARK = "rigkit-probe-timeout"
 
-# (kind, what in the answer says so: regular expressions on its lowercased text, digests taken out), first
-# match wins. A DNS lookup that timed out is a name that does not resolve and a dial that timed out a host
-# that does not answer (unreachable); a timeout once the connection opened (TLS handshake, awaiting headers)
-# is a registry that accepts and never answers (hung: a stopped process, overload, a proxy holding it).
+# (kind, what in the answer says so: regular expressions on its lowercased text), first match wins. A DNS
+# lookup that timed out is a name that does not resolve and a dial that timed out a host that does not answer
+# (unreachable); a timeout once the connection opened (TLS handshake, awaiting headers) is a registry that
+# accepts and never answers (hung: a stopped process, overload, a proxy holding it). An HTTP status is a
+# number standing alone: the hex of a digest holds "401" too.
 _HTTP_STATUS = r"(?<![\w.:/])({})(?![\w.])"
 _FAILURE_SIGNS: tuple[tuple[str, tuple[str, ...]], ...] = (
     (UNREACHABLE, ("no such host", "server misbehaving", "temporary failure in name resolution")),
@@ -253,7 +254,7 @@ def registry_failure(answer: str, image: Optional[str] = None) -> RegistryFailur
     """Which of the ways a registry fails ``answer`` (what `docker pull` or `docker manifest inspect` printed
     for ``image``, repo@sha256:...) shows, worded with its fix. Without ``image`` the registry is the one
     the answer's URL names. Pure."""
-    text = _ANY_DIGEST.sub("<digest>", " ".join(answer.lower().split()))  # hex digits are no status codes
+    text = " ".join(answer.lower().split())
     kind = next((kind for kind, signs in _FAILURE_SIGNS if any(re.search(sign, text) for sign in signs)), UNKNOWN)
     url = re.search(r"https?://([^/\s\"']+)", answer)
     registry, name = (url.group(1) if url else None), None

@@ -194,3 +194,105 @@ def test_tag_and_digest_refused_the_digest_would_win():
 def test_only_sha256_digests_are_pinned(digest):
     with pytest.raises(ConfigError, match="malformed digest"):
         require_digest(f"lmcache/vllm-openai@{digest}", "serving_image")
+
+
+# Why a registry did not give the rig its image (registry_failure). Each answer is the text docker, its CLI
+# or containerd prints, as their sources word it (cited in rigkit/registry.py); "no such manifest" is the
+# lab's real answer for a digest its registry lacks (tests/lab/test_fleet_lab.py, digest-not-in-registry).
+
+from rigkit.registry import (AUTH, HUNG, NOT_SERVED, PROBE_TIMEOUT_MARK, RATE_LIMITED, TLS, UNKNOWN,  # noqa: E402
+                             UNREACHABLE, registry_failure)
+
+LAB_IMAGE = "127.0.0.1:5000/rigkit/vllm-cpu-tiny@sha256:" + "3f" * 32
+# a digest whose hex holds "401", "403" and "404": hex digits are no HTTP status
+TRICKY_DIGEST = "sha256:" + ("401403404" * 8)[:64]
+
+
+@pytest.mark.parametrize("answer, kind", [
+    # docker's CLI (manifest inspect) against the lab registry stopped with SIGSTOP: its first endpoint is https
+    ('failed to configure transport: error pinging v2 registry: Get "https://127.0.0.1:5000/v2/": '
+     "net/http: TLS handshake timeout", HUNG),
+    ('Error response from daemon: Get "http://127.0.0.1:5000/v2/": net/http: request canceled '
+     "(Client.Timeout exceeded while awaiting headers)", HUNG),
+    ('Error response from daemon: Get "https://reg.example.com/v2/": context deadline exceeded', HUNG),
+    (f"{PROBE_TIMEOUT_MARK}: no answer within 60 s", HUNG),
+    ('Get "https://127.0.0.1:5000/v2/": dial tcp 127.0.0.1:5000: connect: connection refused', UNREACHABLE),
+    ('Error response from daemon: Get "https://reg.example.invalid/v2/": dial tcp: lookup reg.example.invalid on '
+     "127.0.0.53:53: no such host", UNREACHABLE),
+    ('Get "https://reg.example.invalid/v2/": dial tcp: lookup reg.example.invalid on 127.0.0.53:53: read udp '
+     "127.0.0.1:40000->127.0.0.53:53: i/o timeout", UNREACHABLE),  # a DNS timeout: the name does not resolve
+    ('Get "https://10.0.0.5/v2/": dial tcp 10.0.0.5:443: i/o timeout', UNREACHABLE),  # no answer to connect
+    ('Get "https://10.0.0.5/v2/": dial tcp 10.0.0.5:443: connect: no route to host', UNREACHABLE),
+    ("no such manifest: 127.0.0.1:5000/rigkit/vllm-cpu-tiny@sha256:" + "1" * 64, NOT_SERVED),
+    (f"no such manifest: r@{TRICKY_DIGEST}", NOT_SERVED),
+    (f"Error response from daemon: manifest for 127.0.0.1:5000/x@{TRICKY_DIGEST} not found: manifest unknown: "
+     "manifest unknown", NOT_SERVED),
+    ("manifest unknown: manifest unknown", NOT_SERVED),
+    ("name unknown: repository name not known to registry", NOT_SERVED),
+    (f'failed to resolve reference "127.0.0.1:5000/x@{TRICKY_DIGEST}": 127.0.0.1:5000/x@{TRICKY_DIGEST}: not found',
+     NOT_SERVED),
+    ("unauthorized: authentication required", AUTH),
+    ("Error response from daemon: pull access denied for private/x, repository does not exist or may require "
+     "'docker login': denied: requested access to the resource is denied", AUTH),
+    ("failed to authorize: no basic auth credentials", AUTH),
+    ("unexpected status from HEAD request to https://reg.example.com/v2/x/manifests/" + TRICKY_DIGEST
+     + ": 403 Forbidden", AUTH),
+    ('Get "https://reg.example.com/v2/": x509: certificate signed by unknown authority', TLS),
+    ('Get "https://reg.example.com/v2/": http: server gave HTTP response to HTTPS client', TLS),
+    ("toomanyrequests: You have reached your pull rate limit. You may increase the limit by authenticating and "
+     "upgrading: https://www.docker.com/increase-rate-limit", RATE_LIMITED),
+    ("no answer", UNKNOWN),
+])
+def test_registry_failure_tells_which_way_the_registry_failed(answer, kind):
+    assert registry_failure(answer, LAB_IMAGE).kind == kind
+
+
+def test_a_hung_registry_is_not_told_to_check_the_digest():
+    answer = ('failed to configure transport: error pinging v2 registry: Get "https://127.0.0.1:5000/v2/": '
+              "net/http: TLS handshake timeout")
+    hung = registry_failure(answer, LAB_IMAGE)
+    assert hung.problem.startswith("registry 127.0.0.1:5000 hung")
+    assert "digest" not in hung.problem + hung.fix.replace("a digest the rig keeps", "")
+    assert "nothing on the rig was stopped" in hung.fix
+    missing = registry_failure("no such manifest: x", LAB_IMAGE)
+    assert "check the digest" in missing.fix and "rigkit resolve 127.0.0.1:5000/rigkit/vllm-cpu-tiny:TAG" in missing.fix
+    assert "unreachable" in registry_failure("connect: connection refused", LAB_IMAGE).problem
+    assert "docker login ghcr.io" in registry_failure("unauthorized: authentication required",
+                                                      "ghcr.io/org/x@sha256:" + "a" * 64).fix
+
+
+def test_without_an_image_the_registry_is_the_one_docker_names():
+    failure = registry_failure('Error response from daemon: Get "https://reg.example.com:5443/v2/": net/http: '
+                               "TLS handshake timeout")
+    assert failure.kind == HUNG and "registry reg.example.com:5443" in failure.problem
+    assert "the image's registry" in registry_failure("manifest unknown: manifest unknown").problem
+
+
+def fake_docker(tmp_path, script: str) -> dict:
+    """PATH with a `docker` that runs ``script`` (sh), as the probe's shell finds it."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "docker").write_text(f"#!/bin/sh\n{script}\n")
+    (bin_dir / "docker").chmod(0o755)
+    import os
+
+    return {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}"}
+
+
+@pytest.mark.parametrize("script, expected", [
+    ("echo '{}'", None),
+    ("echo 'no such manifest: 127.0.0.1:5000/x@sha256:ab' >&2; exit 1", "no such manifest: 127.0.0.1:5000/x@sha256:ab"),
+    ("exit 124", f"{PROBE_TIMEOUT_MARK}: no answer within 60 s"),  # what coreutils timeout exits with
+])
+def test_the_manifest_probe_shell_reports_the_answer_or_its_bound(tmp_path, script, expected):
+    """The probe's command runs in this machine's sh, with a stand-in docker."""
+    import subprocess
+
+    from rigkit.facts.docker import ManifestProbe
+
+    probe = ManifestProbe()
+    output = subprocess.run(["sh", "-c", probe.command(LAB_IMAGE)], env=fake_docker(tmp_path, script),
+                            capture_output=True, text=True, timeout=30).stdout
+    assert probe.process(output.splitlines()) == expected
+    if expected and PROBE_TIMEOUT_MARK in expected:
+        assert registry_failure(expected, LAB_IMAGE).kind == HUNG

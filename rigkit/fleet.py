@@ -18,17 +18,28 @@ import fnmatch
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
+import textwrap
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable, Optional, Sequence
 
 from rigkit.errors import ConfigError
+from rigkit.operations import REFUSED_PREFIX
+from rigkit.operations.stack import PULL_STEP
 from rigkit.paths import REPO_ROOT
+from rigkit.registry import registry_failure
 
 DEFAULT_DEPLOY = "deploy.py"
-REASON_CHARS = 400
+REASON_CHARS = 1200  # a reason is kept whole up to this (under the table); the table's column is cut
+# The summary table: the terminal's width (this when it has none, e.g. output to a pipe), the step column
+# cut to STEP_CHARS, the reason column at least REASON_MIN_CHARS wide and at most REASON_LINES lines.
+TABLE_WIDTH_FALLBACK = 100
+STEP_CHARS = 32
+REASON_MIN_CHARS = 24
+REASON_LINES = 2
 OK, FAILED, UNREACHABLE, ABORTED, NOT_RUN = "ok", "failed", "unreachable", "aborted", "not run"
 
 ANSI_RE = re.compile(r"\x1b\[[0-9;]*m")
@@ -38,6 +49,12 @@ RAISED_RE = re.compile(r"^(?:[\w.]+\.)?(?P<type>\w*(?:Error|Exception)): (?P<msg
 RUN_ERROR_RE = re.compile(r"^--> pyinfra error(?: in .*? line \d+)?: (?P<msg>.+)$")
 OPERATION_RE = re.compile(r"^--> Starting operation: (?P<name>.*?)\s*$")
 CALLBACK_ERROR_RE = re.compile(r"Unexpected error in Python callback: (?P<type>\w+)\((?P<quote>['\"])(?P<msg>.*)(?P=quote),?\)$")
+# a rigkit error's text: field=value: problem. Fix: fix
+RIGKIT_ERROR_RE = re.compile(r"^(?P<field>[^\s=]+)=(?P<value>'(?:[^'\\]|\\.)*'|\"(?:[^\"\\]|\\.)*\"|\S+): "
+                             r"(?P<problem>.*?)(?:\. Fix: (?P<fix>.*))?$")
+# pyinfra's own line for a failed operation ("Error" or "Error: executed N commands"), not a command's
+# output that starts with the word (docker's "Error response from daemon: ...")
+PYINFRA_ERROR_RE = re.compile(r"^Error(?::|$)")
 # Lines pyinfra prints per host that are bookkeeping, not the reason for a failure.
 NOT_A_REASON = ("Connected", "Ready:", "Success", "No changes", "Error:", "Error (ignored)", "Loaded fact",
                 "Traceback", "File ", "^", "Unexpected error in Python callback")
@@ -73,14 +90,21 @@ def _short(text: str, limit: int = REASON_CHARS) -> str:
     return text if len(text) <= limit else text[:limit - 1] + "…"
 
 
-def _reason_from(lines: list[str]) -> str:
-    """The most telling of a host's lines before its Error: a raised RigkitError's message, else output."""
+def _reason_from(lines: list[str], operation: Optional[str] = None) -> str:
+    """The most telling of a host's lines before its Error: a rigkit refusal's line, a raised RigkitError's
+    message (pyinfra's "Unexpected error in Python callback"), else the last output line; a failed pull's
+    docker error is worded by what it says of the registry (rigkit.registry.registry_failure)."""
     for text in reversed(lines):
+        if text.startswith(REFUSED_PREFIX):
+            return text[len(REFUSED_PREFIX):]
         match = CALLBACK_ERROR_RE.search(text)
         if match:
-            return match.group("msg").replace("\\n", " ")
+            return match.group("msg").replace("\\n", " ").replace("\\r", " ")  # repr's escapes
     for text in reversed(lines):
         if text and not text.startswith(NOT_A_REASON) and not text.startswith("noop:"):
+            if operation and operation.endswith(PULL_STEP):
+                failure = registry_failure(text)
+                return f"{failure.problem}. Fix: {failure.fix} (docker: {text})"
             return text
     return ""
 
@@ -118,12 +142,12 @@ def summarize(output: str, hosts: Iterable[str] = ()) -> dict[str, RigOutcome]:
         if operation is None and text.startswith(("Could not connect", "Connection", "Host key", "Authentication")):
             outcome.status, outcome.step, outcome.reason = UNREACHABLE, "connect", _short(text)
         elif text.startswith("Error (ignored)"):
-            outcome.notes.append(f"{operation}: {_short(_reason_from(history))}")
-        elif text.startswith("Error") and outcome.status == OK:
+            outcome.notes.append(f"{operation}: {_short(_reason_from(history, operation))}")
+        elif PYINFRA_ERROR_RE.match(text) and outcome.status == OK:
             outcome.status, outcome.step = FAILED, operation or "prepare"
             own = text.partition(":")[2].strip()
             telling = own and not own.startswith("executed ")
-            outcome.reason = _short(own if telling else _reason_from(history) or text)
+            outcome.reason = _short(own if telling else _reason_from(history, operation) or text)
         history.append(text)
         del history[:-40]
     if not finished and not run_error:
@@ -150,13 +174,57 @@ def ledger_release(ledger_text: str) -> str:
     return f"{digest} {current.get('kind', 'deploy')} smoke={current.get('smoke') or '-'}"
 
 
-def format_table(outcomes: Sequence[RigOutcome]) -> str:
-    header = ("rig", "status", "step", "reason", "release")
-    rows = [header] + [(o.rig, o.status, o.step or "-", o.reason or "-", o.release or "-") for o in outcomes]
+def table_width() -> int:
+    """The terminal's width (COLUMNS first, as shutil reads it), TABLE_WIDTH_FALLBACK without a terminal."""
+    return shutil.get_terminal_size((TABLE_WIDTH_FALLBACK, 24)).columns
+
+
+def _cut(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[:limit - 1] + "…"
+
+
+def _wrap(text: str, width: int, **indents) -> list[str]:
+    """Lines of at most ``width``; an image reference is cut only where it is longer than a line."""
+    return textwrap.wrap(text, width, break_on_hyphens=False, **indents)
+
+
+def reason_headline(reason: str) -> str:
+    """What the table shows of a reason: a rigkit error's problem without its field=value (a digest is 80
+    characters) and fix, which the full reason under the table gives; any other reason as it is."""
+    match = RIGKIT_ERROR_RE.match(reason)
+    return match.group("problem") if match else reason
+
+
+def format_table(outcomes: Sequence[RigOutcome], width: Optional[int] = None) -> str:
+    """One row per rig in ``width`` columns (default: the terminal's): the step cut, the reason last, wrapped
+    in its column (under the row when the terminal leaves it less than REASON_MIN_CHARS) and cut after
+    REASON_LINES lines; every reason the table does not show whole follows it in full, as do the notes."""
+    width = width or table_width()
+    header = ("rig", "status", "step", "release", "reason")
+    rows = [header] + [(o.rig, o.status, _cut(o.step or "-", STEP_CHARS), o.release or "-",
+                        reason_headline(o.reason) or "-") for o in outcomes]
     widths = [max(len(row[i]) for row in rows) for i in range(len(header) - 1)]
-    lines = ["  ".join(cell.ljust(widths[i]) for i, cell in enumerate(row[:-1])) + "  " + row[-1] for row in rows]
+    column = sum(widths) + 2 * len(widths)  # where the reason column starts
+    beside = width - column >= REASON_MIN_CHARS
+    room = width - column if beside else width - 4
+    indent = " " * (column if beside else 4)
+    lines, shown_whole = [], set()
+    for index, row in enumerate(rows):
+        wrapped = _wrap(row[-1], room) or ["-"]
+        if index and len(wrapped) <= REASON_LINES and row[-1] == outcomes[index - 1].reason:
+            shown_whole.add(row[0])
+        if len(wrapped) > REASON_LINES:
+            wrapped = wrapped[:REASON_LINES - 1] + [_cut(" ".join(wrapped[REASON_LINES - 1:]), room)]
+        cells = "  ".join(cell.ljust(widths[i]) for i, cell in enumerate(row[:-1]))
+        if beside:
+            lines += [f"{cells}  {wrapped[0]}".rstrip()] + [indent + more for more in wrapped[1:]]
+        else:
+            lines += [cells.rstrip()] + [indent + more for more in wrapped]
     for outcome in outcomes:
-        lines += [f"  {outcome.rig}: note: {note}" for note in outcome.notes]
+        if outcome.reason and outcome.rig not in shown_whole:
+            lines += _wrap(f"{outcome.rig}: {outcome.reason}", width, subsequent_indent="    ")
+        for note in outcome.notes:
+            lines += _wrap(f"{outcome.rig}: note: {note}", width, initial_indent="  ", subsequent_indent="    ")
     return "\n".join(lines)
 
 

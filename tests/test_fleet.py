@@ -148,7 +148,7 @@ def test_table_and_ledger_release():
     assert ledger_release("") == ""
     outcomes = summarize("    [rig1] Connected\n--> Results:\n", ["rig1"])
     table = format_table(list(outcomes.values()))
-    assert table.splitlines()[0].split() == ["rig", "status", "step", "reason", "release"]
+    assert table.splitlines()[0].split() == ["rig", "status", "step", "release", "reason"]
     assert table.splitlines()[1].split()[:2] == ["rig1", "ok"]
 
 
@@ -237,3 +237,120 @@ def test_the_holder_records_the_program_and_its_files_never_an_option_value():
     argv = ["/usr/bin/pyinfra", "-y", "--data", "hf_token=hf_planted_secret", "inventory/lab.py", "deploy.py",
             "--data=serving_image=x.py", "--limit", "rig1"]
     assert this_command(argv) == "pyinfra inventory/lab.py deploy.py"
+
+
+# A refusal while the deploy runs: one line, no traceback (rigkit.operations.refuse / refusing_step), run by
+# the real pyinfra on @local (this machine; the steps only log) and read back by the summary.
+
+REFUSING_DEPLOY = '''
+from pyinfra.operations import python, server
+from rigkit.errors import PreflightError
+from rigkit.operations import refuse, refusing_step
+
+def release(image):
+    raise PreflightError("serving_image", image, "registry 127.0.0.1:5000 hung: it accepts connections but does "
+                         "not answer", "check that 127.0.0.1:5000 is running")
+
+def bug():
+    raise KeyError("a bug keeps its traceback")
+
+STEP = {"refuse": lambda: python.call(name="Rig lock", function=refuse, field="rig_lock", value="@local",
+                                      problem="another deploy holds this rig's lock", fix="let it finish"),
+        "refusing_step": lambda: python.call(name="Smoke, ledger, prune", function=refusing_step(release),
+                                             image="127.0.0.1:5000/x@sha256:" + "1" * 64),
+        "bug": lambda: python.call(name="Smoke, ledger, prune", function=refusing_step(bug))}
+STEP[host.data.get("step")]()
+server.shell(name="After the refusal", commands=["echo never-reached"])
+'''
+
+
+def run_local_deploy(tmp_path, step: str) -> subprocess.CompletedProcess:
+    import sys
+
+    from rigkit.paths import REPO_ROOT
+
+    (tmp_path / "refusing.py").write_text("from pyinfra import host\n" + REFUSING_DEPLOY)
+    pyinfra = Path(sys.executable).with_name("pyinfra")
+    env = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
+    return subprocess.run([str(pyinfra), "-y", "--data", f"step={step}", "@local", "refusing.py"], cwd=tmp_path,
+                          env=env, capture_output=True, text=True, timeout=180)
+
+
+@pytest.mark.parametrize("step, field, step_name", [("refuse", "rig_lock", "Rig lock"),
+                                                    ("refusing_step", "serving_image", "Smoke, ledger, prune")])
+def test_a_refusal_while_running_is_one_line_and_fails_the_rig_without_a_traceback(tmp_path, step, field, step_name):
+    run = run_local_deploy(tmp_path, step)
+    output = run.stdout + run.stderr
+    assert run.returncode != 0
+    assert "Traceback" not in output and "Unexpected error in Python callback" not in output
+    assert "never-reached" not in output and "After the refusal" not in output  # the rig stopped there
+    (line,) = [line for line in output.splitlines() if f"{field}=" in line]
+    assert "[@local] refused: " in line and "Fix: " in line
+    outcome = summarize(output, ["@local"])["@local"]
+    assert outcome.status == FAILED and outcome.step == step_name
+    assert outcome.reason.startswith(f"{field}=") and outcome.reason.endswith(line.rpartition("Fix: ")[2].strip())
+
+
+def test_a_bug_inside_a_refusing_step_keeps_its_traceback(tmp_path):
+    output = "".join(run_local_deploy(tmp_path, "bug").__dict__[s] for s in ("stdout", "stderr"))
+    assert "Traceback" in output and "a bug keeps its traceback" in output
+
+
+# The summary of the new refusal lines (hand-made, named made-up: the lab captures replace them, see
+# tests/fixtures/fleet/capture.py) and a table that fits the terminal.
+
+def test_summary_of_a_hung_registry_names_the_registry_not_the_digest():
+    output = (FIXTURES / "registry-hung-refused-made-up.txt").read_text()
+    outcomes = summarize(output, ["rig4", "rig5"])
+    for outcome in outcomes.values():
+        assert outcome.status == FAILED and outcome.step == "serving | Preflight refused"
+        assert outcome.reason.startswith("serving_image='127.0.0.1:5000/rigkit/vllm-cpu-tiny@sha256:")
+        assert "registry 127.0.0.1:5000 hung" in outcome.reason and "TLS handshake timeout" in outcome.reason
+        assert "check the digest" not in outcome.reason
+
+
+def test_a_failed_pull_is_worded_by_what_docker_said_of_the_registry():
+    outcome = summarize((FIXTURES / "pull-failed-made-up.txt").read_text(), ["rig4"])["rig4"]
+    assert outcome.status == FAILED and outcome.step == "serving | Pull the image (the old stack keeps serving)"
+    assert outcome.reason.startswith("registry 127.0.0.1:5000 hung: ")
+    assert "Fix: check that 127.0.0.1:5000 is running" in outcome.reason
+    assert "(docker: Error response from daemon: " in outcome.reason
+
+
+@pytest.mark.parametrize("fixture, rigs", [("registry-hung-refused-made-up.txt", ["rig4", "rig5"]),
+                                           ("release-rolled-back.txt", ["rig4"]),
+                                           ("lock-refused.txt", ["rig4"])])
+@pytest.mark.parametrize("width", [80, 100, 160])
+def test_the_table_fits_the_terminal_and_the_full_reason_follows_it(fixture, rigs, width):
+    outcomes = list(summarize((FIXTURES / fixture).read_text(), rigs).values())
+    for outcome in outcomes:
+        outcome.release = "c34791316a6f deploy smoke=pass"
+    table = format_table(outcomes, width=width)
+    lines = table.splitlines()
+    header = lines[0].split() + (lines[1].split() if lines[1].strip() == "reason" else [])  # reason under a row
+    assert header == ["rig", "status", "step", "release", "reason"]
+    assert max(len(line) for line in lines) <= width
+    flat = "".join("".join(line.split()) for line in lines)  # a long word (a digest) is broken across lines
+    for outcome in outcomes:
+        assert "".join(outcome.reason.split()) in flat  # whole, under the table
+        row = next(line for line in lines if line.startswith(outcome.rig + " "))  # "rig4: ..." is the full reason
+        assert outcome.release in row and FAILED in row.split()
+
+
+def test_the_table_shows_the_problem_and_the_reason_below_names_field_value_and_fix():
+    outcomes = list(summarize((FIXTURES / "registry-hung-refused-made-up.txt").read_text(), ["rig4"]).values())
+    lines = format_table(outcomes, width=100).splitlines()
+    assert "image: registry" in lines[1] and "sha256" not in lines[1]  # the digest stays out of the row
+    below = [line for line in lines[2:] if line.startswith("rig4: ")]
+    assert below and below[0].startswith("rig4: serving_image='127.0.0.1:5000/")
+    ok = summarize("    [rig1] Connected\n--> Results:\n", ["rig1"])["rig1"]
+    assert format_table([ok], width=100).splitlines()[1:] == ["rig1  ok      -     -        -"]
+
+
+def test_the_table_width_is_the_terminal_s_or_the_fallback(monkeypatch):
+    from rigkit.fleet import TABLE_WIDTH_FALLBACK, table_width
+
+    monkeypatch.setenv("COLUMNS", "123")
+    assert table_width() == 123
+    monkeypatch.delenv("COLUMNS")
+    assert table_width() in (TABLE_WIDTH_FALLBACK, os.get_terminal_size(1).columns if os.isatty(1) else -1)

@@ -54,3 +54,18 @@ def test_fstab_entry_replaces_only_its_mount_point_and_keeps_comments():
 
 def test_only_kernel_visible_mount_options_are_compared():
     assert kernel_options("noatime,nofail,x-systemd.device-timeout=5,defaults,discard") == ["noatime", "discard"]
+
+
+def test_a_single_refusal_keeps_its_field_value_and_fix_several_are_named_together():
+    from rigkit.errors import RigkitError
+    from rigkit.operations import REFUSAL_FIX, refusal_of
+    from rigkit.preflight import Finding
+
+    ram = Finding("refuse", "ram", "l1_size_gb", 64, "MemAvailable 80 GiB < L1 64 + reserve 28 = 92 GiB",
+                  "set l1_size_gb to at most 52 (GiB)")
+    port = Finding("refuse", "port", "serving_port", 8101, "TCP port 8101 on the rig is already in use", "free it")
+    line = str(RigkitError(**refusal_of([ram])))
+    assert line == ("l1_size_gb=64: ram: MemAvailable 80 GiB < L1 64 + reserve 28 = 92 GiB. "
+                    "Fix: set l1_size_gb to at most 52 (GiB)")  # one Fix, no "[refuse]" bookkeeping
+    both = refusal_of([ram, port])
+    assert both["fix"] == REFUSAL_FIX and "Fix: free it" in both["problem"] and "Fix: set l1_size_gb" in both["problem"]

@@ -4,6 +4,7 @@ rule, the per-rig summary read from real pyinfra output, and the connection-data
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import time
 from pathlib import Path
@@ -15,7 +16,18 @@ from rigkit.fleet import (ABORTED, FAILED, NOT_RUN, OK, UNREACHABLE, check_conne
                           limit_from, summarize, targeted)
 from roles.rig_lock import EXIT_TIMEOUT, HOLDER_FILE, Holder, lock_script, stale_reason, this_command
 
-FIXTURES = Path(__file__).parent / "fixtures" / "fleet"
+FIXTURES = Path(__file__).parent / "fixtures" / "fleet"  # re-captured on the lab by capture.py there
+
+
+def connected(text: str) -> list[str]:
+    """The rigs a captured run connected to, in order (a re-capture may use other rig names)."""
+    return re.findall(r"^\s*\[([^\]\s]+)\] Connected", text, re.M)
+
+
+def hung_registry_fixture() -> str:
+    """The lab capture once the main session made it, the made-up lines until then."""
+    captured = FIXTURES / "registry-hung-refused.txt"
+    return (captured if captured.exists() else FIXTURES / "registry-hung-refused-made-up.txt").read_text()
 
 
 # The lock protocol, run for real: two "controllers" are two sh processes on this machine.
@@ -99,14 +111,17 @@ def test_holder_line_round_trip_and_garbage():
 # The fleet summary, from real pyinfra output captured on the lab (tests/fixtures/fleet/).
 
 def test_summary_of_a_lock_refusal_names_the_step_and_the_holder():
-    outcomes = summarize((FIXTURES / "lock-refused.txt").read_text(), ["rig4"])
-    rig = outcomes["rig4"]
+    text = (FIXTURES / "lock-refused.txt").read_text()
+    (name,) = connected(text)
+    rig = summarize(text, [name])[name]
     assert rig.status == FAILED and rig.step == "Rig lock"
     assert "another deploy holds this rig's lock" in rig.reason and "rig_lock_wait_s=3" in rig.reason
 
 
 def test_summary_of_a_stopped_rig_among_three(fixture_text=None):
-    outcomes = summarize((FIXTURES / "rig-stopped-mid-deploy.txt").read_text(), ["rig4", "rig5", "rig6"])
+    text = (FIXTURES / "rig-stopped-mid-deploy.txt").read_text()
+    outcomes = summarize(text, connected(text))
+    assert len(outcomes) == 3
     statuses = {name: o.status for name, o in outcomes.items()}
     assert sorted(s for s in statuses.values()) == [FAILED, OK, OK] or UNREACHABLE in statuses.values()
     bad = [o for o in outcomes.values() if o.status != OK]
@@ -114,8 +129,9 @@ def test_summary_of_a_stopped_rig_among_three(fixture_text=None):
 
 
 def test_summary_of_a_failed_release_that_was_rolled_back():
-    outcomes = summarize((FIXTURES / "release-rolled-back.txt").read_text(), ["rig4"])
-    rig = outcomes["rig4"]
+    text = (FIXTURES / "release-rolled-back.txt").read_text()
+    (name,) = connected(text)
+    rig = summarize(text, [name])[name]
     assert rig.status == FAILED and rig.step == "serving | Smoke, ledger, prune"
     assert "rolled back to" in rig.reason
     assert rig.notes and rig.notes[0].startswith("serving | Release")  # the ignored release error is kept
@@ -300,8 +316,9 @@ def test_a_bug_inside_a_refusing_step_keeps_its_traceback(tmp_path):
 # tests/fixtures/fleet/capture.py) and a table that fits the terminal.
 
 def test_summary_of_a_hung_registry_names_the_registry_not_the_digest():
-    output = (FIXTURES / "registry-hung-refused-made-up.txt").read_text()
-    outcomes = summarize(output, ["rig4", "rig5"])
+    output = hung_registry_fixture()
+    outcomes = summarize(output, connected(output))
+    assert outcomes
     for outcome in outcomes.values():
         assert outcome.status == FAILED and outcome.step == "serving | Preflight refused"
         assert outcome.reason.startswith("serving_image='127.0.0.1:5000/rigkit/vllm-cpu-tiny@sha256:")
@@ -310,19 +327,20 @@ def test_summary_of_a_hung_registry_names_the_registry_not_the_digest():
 
 
 def test_a_failed_pull_is_worded_by_what_docker_said_of_the_registry():
-    outcome = summarize((FIXTURES / "pull-failed-made-up.txt").read_text(), ["rig4"])["rig4"]
+    text = (FIXTURES / "pull-failed-made-up.txt").read_text()
+    (name,) = connected(text)
+    outcome = summarize(text, [name])[name]
     assert outcome.status == FAILED and outcome.step == "serving | Pull the image (the old stack keeps serving)"
     assert outcome.reason.startswith("registry 127.0.0.1:5000 hung: ")
     assert "Fix: check that 127.0.0.1:5000 is running" in outcome.reason
     assert "(docker: Error response from daemon: " in outcome.reason
 
 
-@pytest.mark.parametrize("fixture, rigs", [("registry-hung-refused-made-up.txt", ["rig4", "rig5"]),
-                                           ("release-rolled-back.txt", ["rig4"]),
-                                           ("lock-refused.txt", ["rig4"])])
+@pytest.mark.parametrize("fixture", ["registry-hung-refused-made-up.txt", "release-rolled-back.txt", "lock-refused.txt"])
 @pytest.mark.parametrize("width", [80, 100, 160])
-def test_the_table_fits_the_terminal_and_the_full_reason_follows_it(fixture, rigs, width):
-    outcomes = list(summarize((FIXTURES / fixture).read_text(), rigs).values())
+def test_the_table_fits_the_terminal_and_the_full_reason_follows_it(fixture, width):
+    text = (FIXTURES / fixture).read_text()
+    outcomes = list(summarize(text, connected(text)).values())
     for outcome in outcomes:
         outcome.release = "c34791316a6f deploy smoke=pass"
     table = format_table(outcomes, width=width)
@@ -338,11 +356,13 @@ def test_the_table_fits_the_terminal_and_the_full_reason_follows_it(fixture, rig
 
 
 def test_the_table_shows_the_problem_and_the_reason_below_names_field_value_and_fix():
-    outcomes = list(summarize((FIXTURES / "registry-hung-refused-made-up.txt").read_text(), ["rig4"]).values())
+    text = hung_registry_fixture()
+    name = connected(text)[0]
+    outcomes = [summarize(text, [name])[name]]
     lines = format_table(outcomes, width=100).splitlines()
     assert "image: registry" in lines[1] and "sha256" not in lines[1]  # the digest stays out of the row
-    below = [line for line in lines[2:] if line.startswith("rig4: ")]
-    assert below and below[0].startswith("rig4: serving_image='127.0.0.1:5000/")
+    below = [line for line in lines[2:] if line.startswith(f"{name}: ")]
+    assert below and below[0].startswith(f"{name}: serving_image='127.0.0.1:5000/")
     ok = summarize("    [rig1] Connected\n--> Results:\n", ["rig1"])["rig1"]
     assert format_table([ok], width=100).splitlines()[1:] == ["rig1  ok      -     -        -"]
 

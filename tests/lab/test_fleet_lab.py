@@ -74,23 +74,37 @@ def limit_args(rigs) -> list[str]:
     return [arg for rig in rigs for arg in ("--limit", rig.name)]
 
 
+# The summary table fits the terminal: a wide one here, so each reason sits beside its row.
+WIDE_TERMINAL = {**os.environ, "COLUMNS": "200"}
+
+
 def rigkit_deploy(args: list[str], timeout: float = 1800) -> subprocess.CompletedProcess:
     rigkit = Path(sys.executable).with_name("rigkit")
     return subprocess.run([str(rigkit), "deploy", str(LAB_INVENTORY), *args], cwd=REPO_ROOT, capture_output=True,
-                          text=True, timeout=timeout)
+                          text=True, timeout=timeout, env=WIDE_TERMINAL)
 
 
 def summary_rows(output: str) -> dict[str, list[str]]:
-    """rig -> [status, step, ...] from the table `rigkit deploy` prints last."""
+    """rig -> [status, step, reason, release] from the table `rigkit deploy` prints last; the reason in full
+    (the table wraps it, and prints a reason it cut whole below, as "rig: reason")."""
     lines = output.split("--> rigkit fleet summary:", 1)[1].strip().splitlines()
     header = lines[0]
-    starts = [header.index(word) for word in ("rig", "status", "step", "reason", "release")]
-    rows = {}
+    starts = [header.index(word) for word in ("rig", "status", "step", "release", "reason")]
+    rows: dict[str, list[str]] = {}
+    current = None  # the rig whose reason a wrapped line continues
     for line in lines[1:]:
-        if line.startswith(" ") or " of " in line and "rigs completed" in line:
-            continue
-        cells = [line[a:b].strip() for a, b in zip(starts, starts[1:] + [None])]
-        rows[cells[0]] = cells[1:]
+        if " of " in line and "rigs completed" in line:
+            break
+        name, sep, rest = line.partition(": ")
+        if sep and name in rows:  # a reason in full, under the table
+            rows[name][2], current = rest, name
+        elif line.startswith("    ") and current:
+            rows[current][2] += " " + line.strip()
+        elif line.startswith(" "):  # a note
+            current = None
+        else:
+            cells = [line[a:b].strip() for a, b in zip(starts, starts[1:] + [None])]
+            rows[cells[0]], current = [cells[1], cells[2], cells[4], cells[3]], cells[0]
     return rows
 
 
@@ -180,7 +194,8 @@ def test_a_rig_stopped_mid_deploy_is_named_and_the_others_serve(lab, fleet):
     victim, survivors = fleet[-1], fleet[:-1]
     process = subprocess.Popen([str(Path(sys.executable).with_name("rigkit")), "deploy", str(LAB_INVENTORY),
                                 *limit_args(fleet), "--data", f"serving_image={release_2}"],
-                               cwd=REPO_ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+                               cwd=REPO_ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                               env=WIDE_TERMINAL)
     try:
         deadline = time.monotonic() + 600
         # stop the rig once its release has begun: its old stack is going down or the new one coming up

@@ -42,7 +42,7 @@ from rigkit.hostdata import Settings, rig_settings
 from rigkit.knobs import ENGINE_FLAGS, SECRET_ENV_NAMES, knob_for_env, redacted
 from rigkit.ledger import LEDGER_PATH, Ledger, Rendering, parse_dotenv, release_hash
 from rigkit.nvidia_smi import SUMMARY_COMMAND, parse_cuda_version, parse_driver_version
-from rigkit.render import KNOBS_HASH_LABEL, SERVICE_NAME, STACK_NAME
+from rigkit.render import KNOBS_HASH_LABEL, LABEL_PREFIX, SERVICE_NAME, STACK_NAME
 from rigkit.stack import RELEASE_HASH_FILE, ready_url, rendering_for, stack_files
 
 SECTION_MARK = "@@rigkit-status "
@@ -65,6 +65,8 @@ STACK_SHM_PATTERNS = ("vllm_offload_*.mmap", "psm_*", "lmcache*")
 COMPOSE_KEY_KNOBS = {"image": "serving_image", "restart": "restart_policy", "mem_limit": "mem_limit_gb",
                      "memswap_limit": "mem_limit_gb", "volumes": "l2_path", "deploy": "gpu_mask"}
 FLAG_KNOBS = {flag: knob for knob, flag in ENGINE_FLAGS.items()} | {"--kv-transfer-config": "serving_profile"}
+
+PROFILE_LABEL = f"{LABEL_PREFIX}.profile"
 
 OK, DRIFT, UNHEALTHY, UNREACHABLE = "ok", "drift", "unhealthy", "unreachable"
 
@@ -147,6 +149,7 @@ class Container:
     health: Optional[str]  # healthy | unhealthy | starting; None without a healthcheck
     restarts: int
     env: dict[str, str] = field(repr=False)
+    labels: dict[str, str] = field(default_factory=dict)
 
 
 def parse_containers(section: Optional[str]) -> Optional[list[Container]]:
@@ -164,7 +167,8 @@ def parse_containers(section: Optional[str]) -> Optional[list[Container]]:
         found.append(Container(name=item.get("Name", "").lstrip("/"), image=config.get("Image", ""),
                                running=bool(state.get("Running")), status=state.get("Status", "unknown"),
                                health=(state.get("Health") or {}).get("Status"),
-                               restarts=int(item.get("RestartCount") or 0), env=env))
+                               restarts=int(item.get("RestartCount") or 0), env=env,
+                               labels=config.get("Labels") or {}))
     return found
 
 
@@ -328,11 +332,20 @@ def rendering_drift(compose: Optional[str], env: Optional[str], today: Rendering
     return explained if explained else found
 
 
-def container_env_drift(container: Container, today: Rendering) -> list[Drift]:
-    """The running container's environment against the declared values (only the variables the stack declares)."""
+def container_drift(container: Container, today: Rendering) -> list[Drift]:
+    """The container against the declared stack: its environment (only the variables the stack declares), its
+    profile label, and its knobs-hash label when nothing else explains it (a stack re-rendered by another
+    tool, e.g. validate.py's decode A/B left on the baseline)."""
     declared = today.container_env()
-    return env_values_drift("container", {name: container.env[name] for name in declared if name in container.env},
-                            declared)
+    found = env_values_drift("container", {name: container.env[name] for name in declared if name in container.env},
+                             declared)
+    profile = container.labels.get(PROFILE_LABEL)
+    if profile != today.profile:
+        found.append(Drift("container", "serving_profile", _compact(profile), _compact(today.profile)))
+    knobs_hash = container.labels.get(KNOBS_HASH_LABEL)
+    if not found and knobs_hash != today.knobs_hash:
+        found.append(Drift("container", f"label {KNOBS_HASH_LABEL}", _compact(knobs_hash), _compact(today.knobs_hash)))
+    return found
 
 
 # --- decisions: health and the whole rig ------------------------------------------------------------------
@@ -407,7 +420,7 @@ def assess(rig: str, stack: Optional[Settings], output: str) -> RigStatus:
         status.drift += files_drift(compose, env, decoded_file(sections.get("release-hash")))
         status.drift += rendering_drift(compose, env, today)
         if container is not None:
-            status.drift += container_env_drift(container, today)
+            status.drift += container_drift(container, today)
         served = container.env.get("RIGKIT_SERVED_MODEL_NAME") if container else None
         served = served or today.knob("served_model_name")
         api = parse_api(sections.get("api"))

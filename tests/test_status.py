@@ -65,10 +65,10 @@ def stack_of(port: int, l2: Path, **knobs):
     return rig_settings(data).stack
 
 
-def made_up_inspect(image: str, env: dict[str, str], running: bool = True) -> list[dict]:
+def made_up_inspect(image: str, env: dict[str, str], running: bool = True, labels: dict | None = None) -> list[dict]:
     """Made up, with the fields rigkit reads from docker 20.10's `docker inspect` of the stack's container."""
     return [{"Id": "4b1d2c3e5f60" + "0" * 52, "Name": "/rigkit-serving", "RestartCount": 0,
-             "Config": {"Image": image, "Labels": {"org.rigkit.stack": "serving"},
+             "Config": {"Image": image, "Labels": {"org.rigkit.stack": "serving", **(labels or {})},
                         "Env": [f"{k}={v}" for k, v in env.items()] + ["PATH=/usr/local/sbin:/usr/bin"]},
              "State": {"Status": "running" if running else "exited", "Running": running}}]
 
@@ -91,7 +91,8 @@ class Rig:
         (self.state_dir / "ledger.json").write_text(ledger.to_json())
         (self.l2 / "entry-1").write_bytes(b"k" * 4096)
         (root / "janitor.json").write_text(json.dumps({"state": "ok", "updated_at": time.time()}))
-        self.inspect(made_up_inspect(stack.image, rendering.container_env(), running))
+        self.labels = {"org.rigkit.profile": rendering.profile, "org.rigkit.knobs-hash": rendering.knobs_hash}
+        self.inspect(made_up_inspect(stack.image, rendering.container_env(), running, self.labels))
         self.tool("docker", 'case "$1" in info) echo 20.10.24;; ps) echo 4b1d2c3e5f60;; '
                             f'inspect) cat {root}/inspect.json;; esac')
         self.tool("nvidia-smi", f"cat {NVIDIA_SMI}")
@@ -164,6 +165,18 @@ def test_an_engine_flag_changed_in_data_is_named_from_the_compose_command(rig, a
     assert st.Drift("compose", "max_num_seqs", "'<absent>'", "'8'") in drift
 
 
+def test_a_container_started_from_another_rendering_is_drift(rig):
+    rendering = rendering_for(rig.stack)
+    rig.inspect(made_up_inspect(IMAGE_1, rendering.container_env(), True,
+                                {**rig.labels, "org.rigkit.knobs-hash": "0123456789abcdef"}))
+    drift = rig.status().drift
+    assert drift == [st.Drift("container", "label org.rigkit.knobs-hash", "'0123456789abcdef'",
+                              repr(rendering.knobs_hash))]
+    rig.inspect(made_up_inspect(IMAGE_1, rendering.container_env(), True,
+                                {"org.rigkit.profile": "cpu-lab-baseline", "org.rigkit.knobs-hash": "0123456789abcdef"}))
+    assert [(d.source, d.knob) for d in rig.status().drift] == [("container", "serving_profile")]
+
+
 def test_another_declared_image_is_drift(rig, api_port, tmp_path):
     today = stack_of(api_port, tmp_path / "l2", serving_image=IMAGE_2)
     image = [d for d in rig.status(today).drift if d.source == "image"]
@@ -175,7 +188,7 @@ def test_a_stopped_container_is_unhealthy_and_its_leftover_segments_are_named(ri
     (rig.shm / "unrelated-app").write_bytes(b"\0")
     running = rig.status()
     assert running.shm_leftovers == [] and running.state == st.OK  # a running stack's segments are in use
-    rig.inspect(made_up_inspect(IMAGE_1, rendering_for(rig.stack).container_env(), running=False))
+    rig.inspect(made_up_inspect(IMAGE_1, rendering_for(rig.stack).container_env(), False, rig.labels))
     Models.served = []
     try:
         status = rig.status()

@@ -406,12 +406,15 @@ def assess(rig: str, stack: Optional[Settings], output: str) -> RigStatus:
     status.image = container.image if container else None
     if container is None:
         status.health["container"] = "no container of the stack" if containers is not None else "unknown"
-    elif not container.running:
+    elif not container.running or container.status != "running":  # restarting, paused: not serving
         status.health["container"] = f"{container.name} {container.status}"
     elif container.health not in (None, "healthy"):
         status.health["container"] = f"{container.name} {container.health}"
     else:
-        status.health["container"] = "ok" + (f" ({container.restarts} restarts)" if container.restarts else "")
+        status.health["container"] = "ok"
+    if container is not None and container.restarts:
+        status.warnings.append(f"{container.name} restarted {container.restarts} times (its engine died and the "
+                               f"restart policy brought it back): docker logs {container.name}")
 
     compose, env = decoded_file(sections.get("compose")), decoded_file(sections.get("env"))
     if stack is not None:

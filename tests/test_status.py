@@ -201,6 +201,17 @@ def test_a_stopped_container_is_unhealthy_and_its_leftover_segments_are_named(ri
     assert st.exit_status([status]) == 1
 
 
+def test_a_restarting_container_is_unhealthy_and_restarts_are_a_warning(rig):
+    inspected = made_up_inspect(IMAGE_1, rendering_for(rig.stack).container_env(), True, rig.labels)
+    inspected[0]["RestartCount"] = 3
+    rig.inspect(inspected)
+    status = rig.status()
+    assert status.state == st.OK and any("restarted 3 times" in w for w in status.warnings)
+    inspected[0]["State"]["Status"] = "restarting"  # docker says Running while it restarts
+    rig.inspect(inspected)
+    assert rig.status().health["container"] == "rigkit-serving restarting"
+
+
 def test_an_engine_that_does_not_answer_is_unhealthy(rig):
     rig.tool("docker", 'echo "Cannot connect to the Docker daemon at unix:///var/run/docker.sock." >&2; exit 1')
     status = rig.status()

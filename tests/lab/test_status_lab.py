@@ -58,9 +58,10 @@ def test_every_rig_reads_clean_after_the_deploy(lab, deployed, serving_image):
     args = ["--limit", limit] if limit else []
     table = rigkit_status(*args)
     assert table.returncode == 0, table.stdout[-4000:] + table.stderr[-2000:]
-    lines = table.stdout.splitlines()
-    assert max(len(line) for line in lines) <= TABLE_WIDTH, table.stdout
     statuses = json.loads(rigkit_status(*args, "--json").stdout)["rigs"]
+    rows = table.stdout.splitlines()[:len(statuses) + 1]  # the header and a row per rig; details follow
+    assert max(len(line) for line in rows) <= TABLE_WIDTH, table.stdout
+    assert [row.split()[0] for row in rows[1:]] == [status["rig"] for status in statuses]
     assert len(statuses) == (len(limit.split(",")) if limit else len(lab.rigs))
     for status in statuses:
         assert status["state"] == OK and status["drift"] == [] and status["unhealthy"] == [], status

@@ -16,6 +16,7 @@ SUBCOMMANDS = {
     "resolve": ("rigkit.registry", "resolve IMAGE:TAG to IMAGE@sha256:... via the registry API"),
     "card": ("rigkit.card.cli", "re-render results cards from a run's JSON"),
     "deploy": ("rigkit.fleet", "run a deploy over a fleet and summarise each rig (status, step, reason, release)"),
+    "status": ("rigkit.status", "what each rig runs against today's data: drift, health, ledger, driver, L2, shm"),
 }
 
 

@@ -321,6 +321,11 @@ def env_name(knob_name: str) -> str:
     return env
 
 
+def knob_for_env(env: str) -> str:
+    """The knob whose container env var is ``env``; ``env`` itself when no knob feeds it (a profile's fixed env)."""
+    return next((knob.name for knob in KNOBS if knob.env == env), env)
+
+
 def env_text(value: Any) -> str:
     """A knob value as the container sees it: booleans as 1/0, unset as empty."""
     if value is None:

@@ -12,8 +12,11 @@ from typing import Optional
 GPU_MEMORY_QUERY = "nvidia-smi --query-gpu=index,memory.free,memory.total --format=csv,noheader,nounits"
 DRIVER_VERSION_QUERY = "nvidia-smi --query-gpu=driver_version --format=csv,noheader"
 DRIVER_VERSION_FILE = "/proc/driver/nvidia/version"
+# Plain `nvidia-smi`: its header names the driver and the newest CUDA version that driver supports.
+SUMMARY_COMMAND = "nvidia-smi"
 
 _VERSION = re.compile(r"\b(\d{3,}\.\d+(?:\.\d+)?)\b")
+_CUDA_VERSION = re.compile(r"CUDA Version\s*:\s*(\d+\.\d+)")
 
 
 @dataclass(frozen=True)
@@ -80,3 +83,9 @@ def parse_driver_version(text: str) -> Optional[str]:
 def driver_branch(version: str) -> str:
     """"580.159.04" -> "580": the branch that driver packages are named after."""
     return version.split(".", 1)[0]
+
+
+def parse_cuda_version(text: str) -> Optional[str]:
+    """The CUDA version the driver supports, from `nvidia-smi`'s header or `nvidia-smi -q`, else None."""
+    match = _CUDA_VERSION.search(text)
+    return match.group(1) if match else None

@@ -16,7 +16,7 @@ from jinja2 import Environment, FileSystemLoader, StrictUndefined
 
 from rigkit.errors import ConfigError, PreflightError
 from rigkit.hostdata import Settings
-from rigkit.knobs import ENGINE_FLAGS, KNOBS_BY_NAME, env_text, env_value_problem
+from rigkit.knobs import ENGINE_FLAGS, KNOBS_BY_NAME, env_text, env_value_problem, knob_for_env
 from rigkit.paths import TEMPLATES_DIR
 
 COMPOSE_PROJECT = "rigkit"
@@ -115,13 +115,9 @@ def dotenv_line(name: str, value: str, field: Optional[str] = None) -> str:
     return f"{name}='{value}'"
 
 
-def _knob_for_env(env: str) -> str:
-    return next((k.name for k in KNOBS_BY_NAME.values() if k.env == env), env)
-
-
 def render_env(settings: Settings) -> str:
     """.env content (the role writes it with mode ENV_FILE_MODE: it may hold a token)."""
-    lines = [dotenv_line(name, value, _knob_for_env(name)) for name, value in env_values(settings).items()]
+    lines = [dotenv_line(name, value, knob_for_env(name)) for name, value in env_values(settings).items()]
     return _templates.get_template("env.j2").render(profile=settings.profile.name, lines=lines)
 
 

@@ -347,6 +347,11 @@ def classify_l2(probe: L2Probe, path: str, budget_bytes: int, min_free_bytes: in
                     problems=[f[2] for f in found])
 
 
+def l2_probe_for(stack) -> str:
+    """The L2 probe of a stack (hostdata.Settings) with an L2 tier: its path, the janitor's unit and status file."""
+    return l2_probe_command(stack.knobs["l2_path"], L2_JANITOR_UNIT, STATUS_FILE)
+
+
 def read_l2(shell: Callable[[str], Optional[str]], stack) -> Optional[L2Report]:
     """The L2 tier of a rig now, read through `shell` (runs a command on the rig, returns its stdout or
     None); None when the stack (hostdata.Settings) has no L2 tier."""
@@ -355,7 +360,7 @@ def read_l2(shell: Callable[[str], Optional[str]], stack) -> Optional[L2Report]:
     path = stack.knobs["l2_path"]
     connector = stack.profile.connector
     janitor_unit = L2_JANITOR_UNIT if connector and connector.l2_needs_janitor else None
-    probe = parse_l2_probe(shell(l2_probe_command(path, L2_JANITOR_UNIT, STATUS_FILE)) or "")
+    probe = parse_l2_probe(shell(l2_probe_for(stack)) or "")
     return classify_l2(probe, path, int(stack.knobs["l2_budget_gb"] * GB), L2_JANITOR_MIN_FREE_BYTES, janitor_unit)
 
 

@@ -1,0 +1,336 @@
+"""`rigkit status`: the one script a rig runs, its sections parsed, and the drift and health decisions.
+
+The end-to-end cases run the real script under sh on this machine, its rig paths moved into a temporary
+directory and the rig's tools stubbed on PATH (docker prints a made-up `docker inspect` shaped as docker
+20.10's, nvidia-smi the real H200 capture in tests/fixtures, systemctl "active"); the API probe is the real
+one, against a tiny /v1/models server on this machine's loopback. The stack's files are exactly what
+rigkit renders for cpu-lab, as a deploy writes them to a lab rig.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import stat
+import subprocess
+import sys
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import pytest
+
+from rigkit import status as st
+from rigkit.errors import ConfigError
+from rigkit.hostdata import rig_settings
+from rigkit.ledger import Ledger, Release
+from rigkit.paths import RIG_STACK_DIR, RIG_STATE_DIR
+from rigkit.stack import rendering_for
+from rigkit.tunnel import TunnelError
+
+IMAGE_1 = "127.0.0.1:5000/rigkit/vllm-cpu-tiny@sha256:" + "1" * 64
+IMAGE_2 = "127.0.0.1:5000/rigkit/vllm-cpu-tiny@sha256:" + "2" * 64
+NVIDIA_SMI = Path(__file__).parent / "fixtures" / "nvidia-smi" / "h200-x2-ubuntu2404" / "nvidia-smi.txt"
+JANITOR_STATUS = "/run/rigkit-l2-janitor.json"
+
+
+class Models(BaseHTTPRequestHandler):
+    served = ["tiny"]
+
+    def do_GET(self):
+        body = json.dumps({"object": "list", "data": [{"id": name, "object": "model"} for name in self.served]})
+        self.send_response(200 if self.path == "/v1/models" else 404)
+        self.send_header("Content-Type", "application/json")
+        self.end_headers()
+        self.wfile.write(body.encode())
+
+    def log_message(self, *args):
+        pass
+
+
+@pytest.fixture
+def api_port():
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Models)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield server.server_address[1]
+    server.shutdown()
+    server.server_close()
+
+
+def stack_of(port: int, l2: Path, **knobs):
+    data = {"serving_profile": "cpu-lab", "serving_image": IMAGE_1, "gpus": 0, "serving_port": port,
+            "l2_path": str(l2), **knobs}
+    return rig_settings(data).stack
+
+
+def made_up_inspect(image: str, env: dict[str, str], running: bool = True, labels: dict | None = None) -> list[dict]:
+    """Made up, with the fields rigkit reads from docker 20.10's `docker inspect` of the stack's container."""
+    return [{"Id": "4b1d2c3e5f60" + "0" * 52, "Name": "/rigkit-serving", "RestartCount": 0,
+             "Config": {"Image": image, "Labels": {"org.rigkit.stack": "serving", **(labels or {})},
+                        "Env": [f"{k}={v}" for k, v in env.items()] + ["PATH=/usr/local/sbin:/usr/bin"]},
+             "State": {"Status": "running" if running else "exited", "Running": running}}]
+
+
+class Rig:
+    """A rig's filesystem under a temporary directory, as a verified deploy of ``stack`` leaves it."""
+
+    def __init__(self, root: Path, stack, running: bool = True):
+        self.root, self.stack = root, stack
+        self.stack_dir, self.state_dir = root / "stack", root / "state"
+        self.shm, self.l2, self.bin = root / "shm", Path(stack.knobs["l2_path"]), root / "bin"
+        for directory in (self.stack_dir, self.state_dir, self.shm, self.l2, self.bin):
+            directory.mkdir(parents=True, exist_ok=True)
+        rendering = rendering_for(stack)
+        (self.stack_dir / "compose.yml").write_text(rendering.compose)
+        (self.stack_dir / ".env").write_text(rendering.env)
+        (self.state_dir / "release.sha256").write_text(rendering.hash + "\n")
+        ledger = Ledger([Release(image=stack.image, profile="cpu-lab", knobs_hash=stack.knobs_hash, smoke="pass",
+                                 rendering=rendering.hash, deployed_at="2026-12-01T12:30:05+00:00")])
+        (self.state_dir / "ledger.json").write_text(ledger.to_json())
+        (self.l2 / "entry-1").write_bytes(b"k" * 4096)
+        (root / "janitor.json").write_text(json.dumps({"state": "ok", "updated_at": time.time()}))
+        self.labels = {"org.rigkit.profile": rendering.profile, "org.rigkit.knobs-hash": rendering.knobs_hash}
+        self.inspect(made_up_inspect(stack.image, rendering.container_env(), running, self.labels))
+        self.tool("docker", 'case "$1" in info) echo 20.10.24;; ps) echo 4b1d2c3e5f60;; '
+                            f'inspect) cat {root}/inspect.json;; esac')
+        self.tool("nvidia-smi", f"cat {NVIDIA_SMI}")
+        self.tool("systemctl", "echo active")
+
+    def tool(self, name: str, body: str) -> None:
+        path = self.bin / name
+        path.write_text(f"#!/bin/sh\n{body}\n")
+        path.chmod(path.stat().st_mode | stat.S_IEXEC)
+
+    def inspect(self, containers: list[dict]) -> None:
+        (self.root / "inspect.json").write_text(json.dumps(containers, indent=4) + "\n")
+
+    def run(self, script: str) -> str:
+        """The script as a rig runs it, its rig paths moved under root."""
+        for rig_path, here in ((RIG_STACK_DIR, self.stack_dir), (RIG_STATE_DIR, self.state_dir),
+                               ("/dev/shm", self.shm), (JANITOR_STATUS, self.root / "janitor.json")):
+            script = script.replace(rig_path, str(here))
+        env = {**os.environ, "PATH": f"{self.bin}:{os.environ['PATH']}"}
+        return subprocess.run(["sh", "-c", script], capture_output=True, text=True, env=env, timeout=60).stdout
+
+    def status(self, today=None):
+        today = today or self.stack
+        return st.assess("rig1", today, self.run(st.status_script(today)))
+
+
+@pytest.fixture
+def rig(tmp_path, api_port):
+    return Rig(tmp_path, stack_of(api_port, tmp_path / "l2"))
+
+
+def test_a_rig_just_deployed_reads_clean(rig):
+    status = rig.status()
+    assert status.state == st.OK, (status.drift, status.unhealthy, status.warnings)
+    assert status.drift == [] and status.unhealthy == []
+    assert status.health == {"engine": "ok", "container": "ok", "api": "ok"}
+    assert status.image == IMAGE_1
+    assert (status.driver, status.cuda) == ("580.159.04", "13.0")
+    assert status.ledger["kind"] == "deploy" and status.ledger["smoke"] == "pass"
+    assert status.ledger["deployed_at"] == "2026-12-01T12:30:05+00:00"
+    assert status.l2["store_bytes"] >= 4096 and status.l2["budget_bytes"] == 500_000_000
+    assert st.exit_status([status]) == 0
+
+
+def test_a_hand_edited_env_is_drift_naming_the_knob(rig):
+    env = rig.stack_dir / ".env"
+    env.write_text(env.read_text().replace("RIGKIT_MAX_MODEL_LEN='8192'", "RIGKIT_MAX_MODEL_LEN='4096'"))
+    status = rig.status()
+    assert status.state == st.DRIFT
+    assert st.Drift(".env", "max_model_len", "'4096'", "'8192'") in status.drift
+    assert [d.source for d in status.drift if d.source == "files"] == ["files"]  # the recorded hash no longer matches
+    assert not [d for d in status.drift if d.source == "container"]  # the container still runs what was verified
+    assert st.exit_status([status]) == 1
+
+
+def test_a_knob_changed_in_data_is_drift_in_the_env_file_and_the_container(rig, api_port, tmp_path):
+    today = stack_of(api_port, tmp_path / "l2", served_model_name="tiny-renamed")
+    status = rig.status(today)
+    assert status.state == st.DRIFT
+    named = {(d.source, d.knob) for d in status.drift}
+    assert {(".env", "served_model_name"), ("container", "served_model_name")} <= named
+    assert ("files", "release hash") not in named  # the rig's files are still the verified ones
+    assert ("compose", "label org.rigkit.knobs-hash") not in named  # explained by the knob itself
+    assert status.health["api"] == "ok"  # the API serves what the container was started with
+
+
+def test_an_engine_flag_changed_in_data_is_named_from_the_compose_command(rig, api_port, tmp_path):
+    today = stack_of(api_port, tmp_path / "l2", max_num_seqs=8)
+    drift = [d for d in rig.status(today).drift if d.source == "compose"]
+    assert st.Drift("compose", "max_num_seqs", "'<absent>'", "'8'") in drift
+
+
+def test_a_container_started_from_another_rendering_is_drift(rig):
+    rendering = rendering_for(rig.stack)
+    rig.inspect(made_up_inspect(IMAGE_1, rendering.container_env(), True,
+                                {**rig.labels, "org.rigkit.knobs-hash": "0123456789abcdef"}))
+    drift = rig.status().drift
+    assert drift == [st.Drift("container", "label org.rigkit.knobs-hash", "'0123456789abcdef'",
+                              repr(rendering.knobs_hash))]
+    rig.inspect(made_up_inspect(IMAGE_1, rendering.container_env(), True,
+                                {"org.rigkit.profile": "cpu-lab-baseline", "org.rigkit.knobs-hash": "0123456789abcdef"}))
+    assert [(d.source, d.knob) for d in rig.status().drift] == [("container", "serving_profile")]
+
+
+def test_another_declared_image_is_drift(rig, api_port, tmp_path):
+    today = stack_of(api_port, tmp_path / "l2", serving_image=IMAGE_2)
+    image = [d for d in rig.status(today).drift if d.source == "image"]
+    assert image == [st.Drift("image", "serving_image", IMAGE_1, IMAGE_2)]
+
+
+def test_a_stopped_container_is_unhealthy_and_its_leftover_segments_are_named(rig):
+    (rig.shm / "psm_3f2a1b").write_bytes(b"\0" * 1024)
+    (rig.shm / "unrelated-app").write_bytes(b"\0")
+    running = rig.status()
+    assert running.shm_leftovers == [] and running.state == st.OK  # a running stack's segments are in use
+    rig.inspect(made_up_inspect(IMAGE_1, rendering_for(rig.stack).container_env(), False, rig.labels))
+    Models.served = []
+    try:
+        status = rig.status()
+    finally:
+        Models.served = ["tiny"]
+    assert status.state == st.UNHEALTHY
+    assert status.health["container"] == "rigkit-serving exited"
+    assert status.health["api"].startswith("/v1/models lists []")
+    assert status.shm_leftovers == [{"name": "psm_3f2a1b", "bytes": 1024}]
+    assert st.exit_status([status]) == 1
+
+
+def test_a_restarting_container_is_unhealthy_and_restarts_are_a_warning(rig):
+    inspected = made_up_inspect(IMAGE_1, rendering_for(rig.stack).container_env(), True, rig.labels)
+    inspected[0]["RestartCount"] = 3
+    rig.inspect(inspected)
+    status = rig.status()
+    assert status.state == st.OK and any("restarted 3 times" in w for w in status.warnings)
+    inspected[0]["State"]["Status"] = "restarting"  # docker says Running while it restarts
+    rig.inspect(inspected)
+    assert rig.status().health["container"] == "rigkit-serving restarting"
+
+
+def test_an_engine_that_does_not_answer_is_unhealthy(rig):
+    rig.tool("docker", 'echo "Cannot connect to the Docker daemon at unix:///var/run/docker.sock." >&2; exit 1')
+    status = rig.status()
+    assert status.health["engine"].startswith("docker does not answer: Cannot connect")
+    assert status.health["container"] == "unknown" and status.state == st.UNHEALTHY
+
+
+def test_a_janitor_down_is_unhealthy(rig):
+    rig.tool("systemctl", "echo inactive")
+    status = rig.status()
+    assert status.state == st.UNHEALTHY and any("janitor" in p for p in status.unhealthy)
+
+
+def test_a_secret_is_compared_but_never_shown(rig, api_port, tmp_path):
+    planted, other = "hf_planted_7c1d0e", "hf_today_99aa00"
+    deployed = stack_of(api_port, tmp_path / "l2", hf_token=planted)
+    rig = Rig(tmp_path, deployed)
+    status = rig.status(stack_of(api_port, tmp_path / "l2", hf_token=other))
+    secret = [d for d in status.drift if d.knob == "hf_token"]
+    assert {d.source for d in secret} == {".env", "container"}
+    assert all((d.rig, d.today) == ("<secret>", "<secret>") for d in secret)
+    shown = st.format_report([status]) + json.dumps(status.as_dict())
+    assert planted not in shown and other not in shown
+    assert rig.status(deployed).state == st.OK  # the same token: no drift
+
+
+def test_an_unreachable_rig_is_reported_and_fails_the_run():
+    def ask(name, data, script):
+        raise TunnelError("ssh_hostname", "127.0.0.1:2299", "SSH connection failed (refused)", "check it")
+
+    status = st.rig_status("rig9", {}, None, ask)
+    assert status.state == st.UNREACHABLE and "SSH connection failed" in status.error
+    assert st.exit_status([status]) == 1 and "unreachable: " in st.format_report([status])
+
+
+def test_sections_are_cut_at_their_marks_and_files_read_back_exactly(tmp_path):
+    text = "tricky\nno newline at the end, and a line @@rigkit-status inside"
+    (tmp_path / "f").write_text(text)
+    script = "\n".join([f"echo '{st.SECTION_MARK}one'", st._file_section(str(tmp_path / "f")),
+                        f"echo '{st.SECTION_MARK}two'", st._file_section(str(tmp_path / "missing"))])
+    sections = st.parse_sections(subprocess.run(["sh", "-c", script], capture_output=True, text=True).stdout)
+    assert st.decoded_file(sections["one"]) == text
+    assert st.decoded_file(sections["two"]) is None
+    assert st.decoded_file(None) is None
+
+
+def test_nvidia_smi_versions_and_lab_rigs_without_it():
+    parsed = st.parse_nvidia(NVIDIA_SMI.read_text() + "exit=0")
+    assert (parsed["driver"], parsed["cuda"], parsed["error"]) == ("580.159.04", "13.0", None)
+    assert st.parse_nvidia("none") == {"driver": "none", "cuda": "none", "error": None}
+    failed = st.parse_nvidia("NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver.\nexit=9")
+    assert failed["driver"] is None and "couldn't communicate" in failed["error"]
+
+
+def test_a_long_table_fits_a_terminal():
+    statuses = [st.RigStatus(f"rig-with-a-rather-long-name-{i}", image=IMAGE_1,
+                             drift=[st.Drift(".env", knob, "'a'", "'b'") for knob in
+                                    ("served_model_name", "max_model_len", "max_num_batched_tokens")],
+                             health={"engine": "ok", "container": "rigkit-serving restarting", "api": "down"},
+                             ledger={"kind": "rollback", "smoke": "fail", "deployed_at": "2026-12-01T12:30:05+00:00",
+                                     "note": "automatic: deploy failed " * 20},
+                             driver="580.159.04", cuda="13.0") for i in range(3)]
+    for status in statuses:
+        status.unhealthy = ["container: rigkit-serving restarting"]
+    report = st.format_report(statuses)
+    table = report.split("\n")[:len(statuses) + 1]
+    assert max(len(line) for line in table) <= st.TABLE_WIDTH
+    assert table[0].split()[:3] == ["rig", "state", "image"]
+    assert "drift .env: max_model_len: rig 'a', today 'b'" in report  # the details name every knob in full
+
+
+def test_cli_values_are_read_as_pyinfra_reads_them():
+    samples = ["true", "False", "8", "-3", "0.5", '{"method": "mtp"}', '["--x"]', "tiny", "0,1", ""]
+    # pyinfra_cli patches the whole process with gevent on import: compared in a child
+    code = ("import json, sys; from pyinfra_cli.util import parse_cli_arg; "
+            "print(json.dumps([parse_cli_arg(a) for a in json.loads(sys.argv[1])]))")
+    theirs = json.loads(subprocess.run([sys.executable, "-c", code, json.dumps(samples)], capture_output=True,
+                                       text=True, check=True).stdout)
+    assert [st.cli_value(sample) for sample in samples] == theirs
+    with pytest.raises(ConfigError):
+        st.parse_data(["no-equals-sign"])
+
+
+def fake_inventory(monkeypatch, hosts):
+    import rigkit.fleet
+
+    monkeypatch.setattr(rigkit.fleet, "load_inventory", lambda inventory: hosts)
+
+
+HOST = {"ssh_hostname": "127.0.0.1", "ssh_password": "lab", "serving_profile": "cpu-lab",
+        "serving_image": IMAGE_1, "gpus": 0}
+
+
+def test_every_targeted_rig_is_asked_once_in_parallel(monkeypatch):
+    fake_inventory(monkeypatch, {f"rig{i}": {"data": HOST, "groups": ["lab"]} for i in range(1, 4)})
+    asked, together, lock, both_inside = [], [], threading.Lock(), threading.Barrier(2, timeout=5)
+
+    def ask(name, data, script):
+        with lock:
+            asked.append((name, data["served_model_name"]))
+        try:
+            both_inside.wait()  # only passes when two rigs are being asked at the same time
+            together.append(name)
+        except threading.BrokenBarrierError:
+            pass
+        raise OSError("no rig here")
+
+    statuses = st.fleet_status("inventory.py", ["rig1,rig2"], {"served_model_name": "x"}, ask)
+    assert sorted(asked) == [("rig1", "x"), ("rig2", "x")] and sorted(together) == ["rig1", "rig2"]
+    assert [s.rig for s in statuses] == ["rig1", "rig2"] and {s.state for s in statuses} == {st.UNREACHABLE}
+
+
+def test_bad_data_or_limit_is_refused_before_any_rig_is_asked(monkeypatch):
+    fake_inventory(monkeypatch, {"rig1": {"data": HOST, "groups": []}})
+
+    def ask(name, data, script):
+        raise AssertionError("a rig was asked")
+
+    with pytest.raises(ConfigError, match="max_model_len"):
+        st.fleet_status("inventory.py", [], {"max_model_len": 3}, ask)
+    with pytest.raises(ConfigError, match="matches no host"):
+        st.fleet_status("inventory.py", ["rig7"], {}, ask)

@@ -85,7 +85,7 @@ def pooled(stats: Sequence[Optional[StatModel]]) -> StatModel:
 
 def fmt_change(figure: Figure, delta: float, pct: Optional[float]) -> str:
     """This run − recorded, in the figure's unit and relative to the recorded mean."""
-    sign = "+" if delta >= 0 else "−"
+    sign = "+" if delta >= 0 else "-"
     return f"{sign}{figure.amount(abs(delta))}" + (f" ({pct:+.1f} %)" if pct is not None else "")
 
 

@@ -48,12 +48,11 @@ def render_fleet_markdown(cards: Sequence[RigCard], recorded: Sequence[RigCard] 
     if len({_prompt_key(c) for c in columns}) > 1:
         lines += ["⚠ Not like for like: the rigs ran different prompt sizes or seeds "
                   "(replay one run's setup with `--data replay=results/<run-id>`).", ""]
+    verdicts: dict[str, list[FigureVerdict]] = {}  # figure key -> one verdict per new rig
     if comparison:
         lines += render_setup_differences(comparison)
-    verdicts = {}
-    if comparison:
-        for f in comparison.figures:
-            verdicts.setdefault(f.figure, []).append(f)
+        for verdict in comparison.figures:
+            verdicts.setdefault(verdict.figure, []).append(verdict)
     extra = " replay verdict |" if comparison else ""
     lines += ["| | " + " | ".join(titles) + " | spread (min–max, CV) |" + extra,
               "|---|" + "---|" * (len(titles) + 1) + ("---|" if comparison else "")]

@@ -12,7 +12,10 @@ compose down/up on the rig), read the L2 disk tier's state on the rig (filesyste
 the janitor's floor, the store against l2_budget_gb, the janitor and its evictions: a full L2 fails
 the card), optionally soak the stack (rigkit.soak: multi-turn conversations, memory sampled on the
 rig after every turn; a failed soak fails the card), then write results/<run-id>/<rig>.card.json +
-Markdown + plots and re-render the fleet card. Every host of one pyinfra run shares the run id.
+Markdown + plots and re-render the fleet card. Every host of one pyinfra run shares the run id. A replay keeps
+the recorded run's cards in results/<run-id>/recorded/: its fleet card sets the recorded rigs beside the new
+ones, lists every setup difference and judges each figure against the recorded run (rigkit.card.replay), also
+written as replay.json and printed.
 """
 
 from __future__ import annotations
@@ -28,6 +31,8 @@ from pyinfra.operations import python
 
 from rigkit.abstats import ARM_OFF, ARM_ON
 from rigkit.card import RESULTS_DIR, fmt_l2, new_run_id, render_run, write_card
+from rigkit.card.replay import summary_lines
+from rigkit.card.store import keep_recorded, replay_comparison
 from rigkit.client import ServingClient
 from rigkit.errors import ConfigError
 from rigkit.hostdata import rig_settings, settings_for_host
@@ -111,9 +116,10 @@ def _validate() -> None:
     from rigkit.facts.docker import ComposeCommand
 
     data = host.data.dict()
+    replayed = None
     if data.get("replay"):
-        replay = Path(data["replay"])
-        data.update(replay_data(replay if replay.is_absolute() else REPO_ROOT / replay))
+        replayed = Path(data["replay"]) if Path(data["replay"]).is_absolute() else REPO_ROOT / data["replay"]
+        data.update(replay_data(replayed))
     stack = rig_settings(data).stack
     settings = ValidationSettings.from_data(data)
     knobs = stack.knobs
@@ -162,8 +168,13 @@ def _validate() -> None:
                    speculative=stack.knobs["speculative_config"] is not None)
     run_dir = REPO_ROOT / RESULTS_DIR / RUN_ID
     write_card(run_dir, card)
+    if replayed is not None:  # the replay's fleet card sets the recorded rigs beside this run's
+        keep_recorded(run_dir, replayed)
     render_run(run_dir)
     print(f"{host.name}: {'PASS' if card.passed else 'FAIL'} -> {run_dir / (host.name + '.md')}")
+    comparison = replay_comparison(run_dir) if replayed is not None else None
+    if comparison:
+        print("\n".join(summary_lines(comparison)) + f"\n  -> {run_dir / 'fleet.md'}")
 
 
 python.call(name="Validate cache tiers and write the results card", function=_validate)

@@ -68,6 +68,16 @@ def stat(samples: Iterable[float]) -> Stat:
     return Stat(len(values), mean, cv, values)
 
 
+def within_cv_bands(mean_a: float, cv_a: float, mean_b: float, cv_b: float) -> bool:
+    """The rule every comparison of two measured figures uses (decode A/B, a replay against its recorded run):
+    the figures agree when their CV bands (mean ± mean × CV) overlap, |a − b| ≤ a·CV_a + b·CV_b. Two figures
+    with no spread measured (CV 0, e.g. n = 1 or identical samples) agree only when equal."""
+    return abs(mean_a - mean_b) <= abs(mean_a) * cv_a + abs(mean_b) * cv_b
+
+
+CV_BANDS_RULE = "the two figures' CV bands (mean ± mean × CV) overlap: |a − b| ≤ a·CV_a + b·CV_b"
+
+
 @dataclass(frozen=True)
 class KindComparison:
     kind: str
@@ -86,7 +96,7 @@ class KindComparison:
     @property
     def within_bands(self) -> bool:
         """The two CV bands overlap: the difference is inside the run-to-run noise."""
-        return abs(self.delta) <= self.on.mean * self.on.cv + self.off.mean * self.off.cv
+        return within_cv_bands(self.on.mean, self.on.cv, self.off.mean, self.off.cv)
 
 
 @dataclass(frozen=True)

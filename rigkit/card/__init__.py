@@ -6,12 +6,14 @@ Layout of a run directory (results/<run-id>/):
     <rig>-ttft.png       TTFT per tier
     <rig>-decode.png     decode A/B with CV bars (when measured)
     fleet.md, fleet-ttft.png   rigs side by side and the spread across rigs
+    recorded/<rig>.card.json   a replay only: the cards of the run it repeats, copied when it ran
+    replay.json          a replay only: setup differences and a verdict per figure against recorded/
 
-`rigkit card results/<run-id>` re-renders every Markdown and PNG from the JSON files.
+`rigkit card results/<run-id>` re-renders every Markdown, PNG and replay.json from the JSON files.
 
-Modules, one concern each: schema (the JSON models), text (figures as text), rig and fleet (the
-Markdown cards), plots, store (the run directory's files), cli. The names other code uses are
-re-exported here.
+Modules, one concern each: schema (the JSON models), text (figures as text), figures (the measured figures
+a fleet card compares), replay (a replay against its recorded run), rig and fleet (the Markdown cards),
+plots, store (the run directory's files), cli. The names other code uses are re-exported here.
 """
 
 from rigkit.card.fleet import render_fleet_markdown

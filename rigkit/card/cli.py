@@ -1,11 +1,13 @@
-"""`rigkit card results/<run-id>`: re-render every Markdown and PNG of a run from its JSON files."""
+"""`rigkit card results/<run-id>`: re-render every Markdown and PNG of a run from its JSON files; a replay's
+fleet card with the recorded run it kept, whose verdicts it also prints."""
 
 from __future__ import annotations
 
 import argparse
 from pathlib import Path
 
-from rigkit.card.store import render_run
+from rigkit.card.replay import summary_lines
+from rigkit.card.store import render_run, replay_comparison
 from rigkit.errors import ConfigError
 
 
@@ -16,9 +18,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     try:
         written = render_run(args.run_dir)
+        comparison = replay_comparison(args.run_dir)
     except ConfigError as exc:
         print(f"rigkit card: {exc}")
         return 2
     for path in written:
         print(path)
+    if comparison:
+        print("\n".join(summary_lines(comparison)))
     return 0

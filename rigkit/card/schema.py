@@ -247,3 +247,53 @@ class RigCard(BaseModel):
     def tier(self, expected: str) -> Optional[TierResult]:
         return next((t for t in self.tiers if t.expected == expected), None)
 
+
+
+# --- A replay compared with the run it repeats (rigkit.card.replay builds it; written as replay.json) ---------------
+
+Verdict = Literal["reproduces", "differs", "not compared"]
+
+
+class RecordedRig(BaseModel):
+    """A rig of the recorded run, as the replay's fleet card shows it beside the new rigs."""
+
+    rig: str
+    run_id: str
+    created_at: str
+    passed: bool
+
+
+class SetupDifference(BaseModel):
+    """One setting that is not the same on every rig compared: each rig's value, as its card shows it."""
+
+    setting: str
+    recorded: dict[str, str]  # recorded rig -> value
+    new: dict[str, str]  # rig of this run -> value
+
+
+class FigureVerdict(BaseModel):
+    """One figure of one rig of this run against the recorded run (its rigs' samples pooled)."""
+
+    figure: str  # rigkit.card.figures.Figure.key
+    title: str
+    rig: str
+    recorded: StatModel
+    new: Optional[StatModel] = None
+    delta: Optional[float] = None  # new − recorded, in the figure's unit
+    delta_pct: Optional[float] = None  # of the recorded mean; None when that is 0
+    verdict: Verdict
+    text: str  # the verdict in words, with the difference and the bands
+
+
+class ReplayComparison(BaseModel):
+    schema_version: Literal[1] = SCHEMA_VERSION
+    run_id: str
+    recorded_run: str
+    recorded: list[RecordedRig]
+    rigs: list[str]
+    rule: str
+    setup_differences: list[SetupDifference]
+    figures: list[FigureVerdict]
+
+    def count(self, verdict: str) -> int:
+        return sum(f.verdict == verdict for f in self.figures)

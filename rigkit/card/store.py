@@ -4,15 +4,21 @@ from __future__ import annotations
 
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import Optional
 
 from rigkit.card.fleet import render_fleet_markdown
 from rigkit.card.plots import plot_decode, plot_ttft
+from rigkit.card.replay import compare, recorded_title
 from rigkit.card.rig import render_rig_markdown
-from rigkit.card.schema import SCHEMA_VERSION, RigCard
+from rigkit.card.schema import SCHEMA_VERSION, ReplayComparison, RigCard
 from rigkit.errors import ConfigError
 
 CARD_SUFFIX = ".card.json"
 RESULTS_DIR = Path("results")
+# A replay keeps the cards of the run it repeats here, inside its own run directory: the replay's fleet card is
+# re-rendered from its own directory alone, even once the recorded run is moved or deleted.
+RECORDED_DIR = "recorded"
+REPLAY_JSON = "replay.json"
 
 
 def write_card(run_dir: Path, card: RigCard) -> Path:
@@ -37,9 +43,31 @@ def load_cards(run_dir: Path) -> list[RigCard]:
     return cards
 
 
+def keep_recorded(run_dir: Path, recorded_run: Path) -> list[Path]:
+    """Copy the rig cards of the run a replay repeats into the replay's run directory (RECORDED_DIR)."""
+    if recorded_run.resolve() == run_dir.resolve():
+        raise ConfigError("replay", str(recorded_run), "is this run's own directory",
+                          "replay an earlier run: results/<its run-id>")
+    return [write_card(run_dir / RECORDED_DIR, card) for card in load_cards(recorded_run)]
+
+
+def load_recorded(run_dir: Path) -> list[RigCard]:
+    """The recorded run's cards a replay kept; none for a run that replays nothing."""
+    return load_cards(run_dir / RECORDED_DIR) if (run_dir / RECORDED_DIR).is_dir() else []
+
+
+def replay_comparison(run_dir: Path) -> Optional[ReplayComparison]:
+    """A replay's comparison with the run it repeats, from the run directory's JSON alone; None for a run that
+    replays nothing."""
+    recorded = load_recorded(run_dir)
+    return compare(recorded, load_cards(run_dir)) if recorded else None
+
+
 def render_run(run_dir: Path) -> list[Path]:
-    """(Re-)render every rig card and the fleet card of a run from its JSON files."""
+    """(Re-)render every rig card and the fleet card of a run from its JSON files; for a replay, also its
+    comparison with the recorded run (fleet.md and replay.json)."""
     cards = load_cards(run_dir)
+    recorded = load_recorded(run_dir)
     written = []
     for card in cards:
         md = run_dir / f"{card.rig}.md"
@@ -52,10 +80,15 @@ def render_run(run_dir: Path) -> list[Path]:
             plot_decode(card, run_dir / f"{card.rig}-decode.png")
             written.append(run_dir / f"{card.rig}-decode.png")
     fleet = run_dir / "fleet.md"
-    fleet.write_text(render_fleet_markdown(cards))
+    fleet.write_text(render_fleet_markdown(cards, recorded))
     written.append(fleet)
-    if any(c.tiers for c in cards):
-        plot_ttft(cards, run_dir / "fleet-ttft.png")
+    if recorded:
+        replay = run_dir / REPLAY_JSON
+        replay.write_text(compare(recorded, cards).model_dump_json(indent=2) + "\n")
+        written.append(replay)
+    columns = [c.model_copy(update={"rig": recorded_title(c)}) for c in recorded] + cards
+    if any(c.tiers for c in columns):
+        plot_ttft(columns, run_dir / "fleet-ttft.png")
         written.append(run_dir / "fleet-ttft.png")
     return written
 

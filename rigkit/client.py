@@ -21,6 +21,7 @@ import requests
 from rigkit import metrics
 from rigkit.errors import RigkitError
 from rigkit.files import ttft_probe
+from rigkit.tunnel import rig_local_url
 
 # Rough size of one token in characters, to draft a prompt before /tokenize refines it.
 CHARS_PER_TOKEN_GUESS = 4.0
@@ -170,6 +171,12 @@ class RigProbe:
     run: RigCommand
     base_url: str  # the serving API as a process on the rig reaches it (rigkit.tunnel.rig_local_url)
     transport: str  # what the card says measured the client TTFT
+
+    @classmethod
+    def on(cls, rig: str, run: RigCommand, bind_address: str, port: int) -> "RigProbe":
+        """The probe of `rig`, reaching the serving API bound to bind_address:port as the rig's own clients do."""
+        return cls(run=run, base_url=rig_local_url(bind_address, port),
+                   transport=f"{rig}'s loopback (rigkit's probe, run by the rig's python3 over SSH)")
 
     def command(self) -> str:
         """The rig's python3 running the probe's source as it is on the controller (nothing installed)."""

@@ -81,6 +81,7 @@ def test_direct_address_for_lan_and_wildcard_binds():
 # (real SSH protocol, real direct-tcpip channels); the forwarded service is a real HTTP server.
 import http.server  # noqa: E402
 import socket  # noqa: E402
+import subprocess  # noqa: E402
 import threading  # noqa: E402
 
 import paramiko  # noqa: E402
@@ -100,7 +101,19 @@ class _RigSSHServer(paramiko.ServerInterface):
         return paramiko.AUTH_SUCCESSFUL if ok else paramiko.AUTH_FAILED
 
     def check_channel_request(self, kind, chanid):
-        return paramiko.OPEN_FAILED_ADMINISTRATIVELY_PROHIBITED
+        return paramiko.OPEN_SUCCEEDED if kind == "session" else paramiko.OPEN_FAILED_ADMINISTRATIVELY_PROHIBITED
+
+    def check_channel_exec_request(self, channel, command):
+        """A command the client runs on the "rig": run here by a shell, stdin from the channel, stdout back."""
+        def execute():
+            stdin = channel.makefile("rb").read()  # until the client's shutdown_write
+            done = subprocess.run(command.decode(), shell=True, input=stdin, capture_output=True, timeout=60)
+            channel.sendall(done.stdout)
+            channel.send_exit_status(done.returncode)
+            channel.close()
+
+        threading.Thread(target=execute, daemon=True).start()
+        return True
 
     def check_channel_direct_tcpip_request(self, chanid, origin, destination):
         self.destinations[chanid] = destination
@@ -154,7 +167,7 @@ def ssh_rig(tmp_path):
             def channels(transport=transport, server=server):
                 while transport.is_active():
                     channel = transport.accept(1)
-                    if channel is not None:
+                    if channel is not None and channel.get_id() in server.destinations:  # else: a session
                         threading.Thread(target=_pump, args=(channel, server.destinations[channel.get_id()]),
                                          daemon=True).start()
 
@@ -232,6 +245,24 @@ def test_tunnel_reconnects_after_the_ssh_connection_drops(ssh_rig, api_on_loopba
         assert forward.reconnects == 1
         assert requests.get(f"{forward.url}/v1/models", timeout=10).status_code == 200
         assert forward.reconnects == 1  # a live connection is reused, not replaced
+
+
+def test_the_ttft_probe_runs_on_the_rig_over_the_tunnels_ssh_connection(ssh_rig):
+    """The lab's validation streams through this: the probe's source and the request reach the rig over the
+    tunnel's own SSH connection, and the rig's python3 times the stream on its loopback."""
+    from fake_openai import FakeOpenAI
+
+    data, _ = ssh_rig
+    with FakeOpenAI() as api:
+        api.first_token_delay_s = 0.2
+        port = int(api.url.rsplit(":", 1)[1])
+        with tunnel.open_tunnel(data, "127.0.0.1", port) as forward:
+            probe = client.RigProbe.on("rig1", forward.run, "127.0.0.1", port)
+            result = client.ServingClient(forward.url, model="tiny", probe=probe).stream_completion("hi", max_tokens=3)
+            assert forward.run("exit 3", "") is None
+    assert not result.aborted, result.error
+    assert result.text == " w0 w1 w2" and result.ttft_s >= 0.2
+    assert probe.base_url == f"http://127.0.0.1:{port}" and "rig1's loopback" in probe.transport
 
 
 def test_tunnel_to_an_unreachable_rig_names_the_address():

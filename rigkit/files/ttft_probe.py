@@ -24,7 +24,9 @@ def _connection(url, connect_timeout_s):
 
 
 def stream(url, body, connect_timeout_s, timeout_s):
-    """POST `body` to `url` as a server-sent event stream; the timings are measured here, by this process."""
+    """POST `body` to `url` as a server-sent event stream; the timings are measured here, by this process, from
+    just before the connection (the body is encoded first: a long prompt's JSON is the client's cost, not TTFT)."""
+    payload = json.dumps(body).encode()
     start = time.monotonic()
     first = last = None
     events, pieces, usage = 0, [], {}
@@ -33,7 +35,6 @@ def stream(url, body, connect_timeout_s, timeout_s):
     try:
         connection.connect()
         connection.sock.settimeout(timeout_s)  # from now on: the longest silence the stream may keep
-        payload = json.dumps(body).encode()
         connection.request("POST", path, body=payload,
                            headers={"Content-Type": "application/json", "Accept": "text/event-stream"})
         response = connection.getresponse()

@@ -6,7 +6,9 @@
     pyinfra inventory/X.py validate.py --data validate_decode_ab=true   # + decode A/B (restarts the stack)
     pyinfra inventory/X.py validate.py --data validate_soak_sessions=20 # + soak: 20 conversations x 5 turns
 
-Per rig: reach the serving API (SSH tunnel to the rig's loopback, or direct on a LAN bind), run
+Per rig: reach the serving API (SSH tunnel to the rig's loopback, or direct on a LAN bind) for prompts and
+/metrics, stream every completion from the rig itself (rigkit/files/ttft_probe.py run by the rig's python3 over
+pyinfra's SSH connection: the client TTFT is the one the rig's own clients see, not the tunnel's), run
 rigkit.validation's tier procedure (cold, warm-gpu, warm-connector, and warm-persistent after a
 compose down/up on the rig), read the L2 disk tier's state on the rig (filesystem size/free against
 the janitor's floor, the store against l2_budget_gb, the janitor and its evictions: a full L2 fails
@@ -33,7 +35,7 @@ from rigkit.abstats import ARM_OFF, ARM_ON
 from rigkit.card import RESULTS_DIR, fmt_l2, new_run_id, render_run, write_card
 from rigkit.card.replay import summary_lines
 from rigkit.card.store import keep_recorded, replay_comparison
-from rigkit.client import ServingClient
+from rigkit.client import RigProbe, ServingClient
 from rigkit.errors import ConfigError
 from rigkit.hostdata import rig_settings, settings_for_host
 from rigkit.knobs import SECRET_KNOBS
@@ -54,6 +56,30 @@ def _shell(command: str) -> Optional[str]:
     return output.stdout.strip() if status else None
 
 
+def _run_with_stdin(command: str, stdin: str) -> Optional[str]:
+    """rigkit.client.RigCommand over pyinfra's connection to this host."""
+    status, output = host.run_shell_command(command, _stdin=stdin)
+    return output.stdout if status else None
+
+
+def _rig_probe(knobs) -> Optional[RigProbe]:
+    """The TTFT probe on this rig, or None (said on the console) when the rig has no python3: then the
+    controller streams through the tunnel and the card names that as where the client TTFT was measured."""
+    if _shell("command -v python3") is None:
+        print(f"{host.name}: no python3 on the rig: client TTFT is measured on the controller, through the tunnel")
+        return None
+    return RigProbe.on(host.name, _run_with_stdin, knobs["bind_address"], knobs["serving_port"])
+
+
+def _print_greedy(result) -> None:
+    """Each warm tier's greedy outputs against the cold run's (the served-but-wrong check), per session."""
+    for tier in result.tiers[1:]:
+        for check in tier.result().greedy:
+            verdict = "same as cold" if check.same else f"DIFFERS from cold at character {check.first_difference}"
+            print(f"{host.name}: greedy {tier.expected.value} session {check.session}: {verdict}: "
+                  f"cold {check.cold_text!r} / {tier.expected.value} {check.text!r}")
+
+
 def _restart_stack(compose: str) -> None:
     """A full `down` then `up -d` (rigkit.stack.restart_commands)."""
     if _shell(" && ".join(restart_commands(compose))) is None:
@@ -61,7 +87,8 @@ def _restart_stack(compose: str) -> None:
                           "run deploy.py again, then validate")
 
 
-def _decode_ab(data: dict, stack, compose: str, url: str, settings: ValidationSettings):
+def _decode_ab(data: dict, stack, compose: str, url: str, settings: ValidationSettings,
+               probe: Optional[RigProbe]):
     """Decode A/B on this rig: the profile and its derived baseline (only the connector differs),
     interleaved; the rig ends as it was deployed (same files, so the release hash still holds)."""
     with_connector, baseline = ab_pair(load_profiles(), stack.profile.name)
@@ -72,7 +99,7 @@ def _decode_ab(data: dict, stack, compose: str, url: str, settings: ValidationSe
         arm = settings_for_host({**data, "serving_profile": arms[arm_name]}, profiles=profiles)
         apply_rendering(host, rendering_for(arm))
         _restart_stack(compose)
-        client = ServingClient(url, model=arm.knobs["served_model_name"])
+        client = ServingClient(url, model=arm.knobs["served_model_name"], probe=probe)
         client.wait_ready()
         return client
 
@@ -140,7 +167,8 @@ def _validate() -> None:
         # to the rig's loopback: a second tunnel, scraped with vLLM's /metrics in every window
         lmcache = [tunnels.enter_context(serving_url(data, "127.0.0.1", port, inventory_name=host.name)) + "/metrics"
                    for knob, port in stack.listen_ports.items() if knob == "lmcache_http_port"]
-        client = ServingClient(url, model=knobs["served_model_name"], extra_metrics_urls=lmcache)
+        probe = _rig_probe(knobs)
+        client = ServingClient(url, model=knobs["served_model_name"], extra_metrics_urls=lmcache, probe=probe)
         if settings.soak_sessions:  # refuse a soak that cannot fit before the tiers take their minutes
             client.wait_ready()
             check_fits(plan_from(settings), client.max_model_len)
@@ -160,7 +188,8 @@ def _validate() -> None:
             soak = run_soak(client, plan_from(settings), limits_from(settings), lambda: probe.read(_shell),
                             probe.source, seed=settings.seed, prompt_kind=settings.prompt_kind,
                             prefill_tokens_per_s=result.prefill_tokens_per_s)
-        decode_ab = _decode_ab(data, stack, compose, url, settings) if settings.decode_ab else None
+        _print_greedy(result)
+        decode_ab = _decode_ab(data, stack, compose, url, settings, probe) if settings.decode_ab else None
     repro = {"profile": stack.profile.name, "image_digest": stack.image,
              "knobs": {k: v for k, v in knobs.items() if k not in SECRET_KNOBS}, **rig_facts(l2_path)}
     card = to_card(host.name, RUN_ID, result, settings, stack.profile.connector is not None,

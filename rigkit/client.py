@@ -9,15 +9,19 @@ from __future__ import annotations
 
 import json
 import random
+import shlex
 import time
 import uuid
 from dataclasses import asdict, dataclass
-from typing import Iterator, Optional, Sequence
+from pathlib import Path
+from typing import Callable, Iterator, Optional, Sequence
 
 import requests
 
 from rigkit import metrics
 from rigkit.errors import RigkitError
+from rigkit.files import ttft_probe
+from rigkit.tunnel import rig_local_url
 
 # Rough size of one token in characters, to draft a prompt before /tokenize refines it.
 CHARS_PER_TOKEN_GUESS = 4.0
@@ -29,10 +33,11 @@ MIN_PREFILL_TIMEOUT_S = 60.0
 # Without a measured rate yet (the calibration request itself), wait this long.
 UNMEASURED_PREFILL_TIMEOUT_S = 900.0
 CONNECT_TIMEOUT_S = 10.0
-# Client TTFT vs the delta of vllm:time_to_first_token_seconds: the client also pays HTTP,
-# tokenization and the first SSE chunk, so it may differ by this much.
-TTFT_TOLERANCE_ABS_S = 0.15
-TTFT_TOLERANCE_REL = 0.25
+# Client TTFT vs the delta of vllm:time_to_first_token_seconds over the same request: a client where the
+# rig's own clients sit (its loopback) pays only HTTP, tokenization and the first SSE chunk on top of the
+# engine's figure, so the two agree within the larger of these (an SSH tunnel adds ~20-45 ms a request).
+TTFT_TOLERANCE_ABS_S = 0.005
+TTFT_TOLERANCE_REL = 0.05
 READY_POLL_S = 3.0
 READY_TIMEOUT_S = 600.0
 
@@ -139,12 +144,53 @@ class TTFTCheck:
         return None if self.server_s is None else self.client_s - self.server_s
 
 
+def ttft_agrees(client_s: float, server_s: float) -> bool:
+    """Client TTFT within max(TTFT_TOLERANCE_REL, TTFT_TOLERANCE_ABS_S) of the server's figure."""
+    return abs(client_s - server_s) <= max(TTFT_TOLERANCE_ABS_S, TTFT_TOLERANCE_REL * server_s)
+
+
 def crosscheck_ttft(client_ttft_s: float, window: metrics.Delta) -> TTFTCheck:
     """Compare a client-side TTFT with vLLM's own histogram delta over the same single request."""
     server = window.server_ttft_mean
-    within = (server is not None and window.ttft_count == 1
-              and abs(client_ttft_s - server) <= TTFT_TOLERANCE_ABS_S + TTFT_TOLERANCE_REL * server)
+    within = server is not None and window.ttft_count == 1 and ttft_agrees(client_ttft_s, server)
     return TTFTCheck(client_ttft_s, server, window.ttft_count, within)
+
+
+# Where a client that streams from the controller itself sits: behind the tunnel or the LAN.
+CONTROLLER_TRANSPORT = "the controller"
+# (command, stdin) -> the command's stdout on the rig, None when it failed
+RigCommand = Callable[[str, str], Optional[str]]
+
+
+@dataclass(frozen=True)
+class RigProbe:
+    """Streams the measured requests from the rig itself: rigkit/files/ttft_probe.py, run by the rig's python3
+    over an SSH connection the controller already holds, timing the first token on the rig's loopback, where
+    its own clients sit. The controller keeps everything else (prompts, /metrics, orchestration)."""
+
+    run: RigCommand
+    base_url: str  # the serving API as a process on the rig reaches it (rigkit.tunnel.rig_local_url)
+    transport: str  # what the card says measured the client TTFT
+
+    @classmethod
+    def on(cls, rig: str, run: RigCommand, bind_address: str, port: int) -> "RigProbe":
+        """The probe of `rig`, reaching the serving API bound to bind_address:port as the rig's own clients do."""
+        return cls(run=run, base_url=rig_local_url(bind_address, port),
+                   transport=f"{rig}'s loopback (rigkit's probe, run by the rig's python3 over SSH)")
+
+    def command(self) -> str:
+        """The rig's python3 running the probe's source as it is on the controller (nothing installed)."""
+        return "python3 -c " + shlex.quote(Path(ttft_probe.__file__).read_text())
+
+    def stream(self, path: str, body: dict, connect_timeout_s: float, timeout_s: float) -> dict:
+        request = {"url": self.base_url.rstrip("/") + path, "body": body,
+                   "connect_timeout_s": connect_timeout_s, "timeout_s": timeout_s}
+        output = self.run(self.command(), json.dumps(request))
+        try:
+            return json.loads((output or "").strip().splitlines()[-1])
+        except (ValueError, IndexError):
+            return {"error": f"the TTFT probe on the rig printed no result ({(output or '').strip()[:200]!r}): "
+                             "check that the rig has python3", "total_s": 0.0}
 
 
 class ServingError(RigkitError):
@@ -155,10 +201,12 @@ class ServingClient:
     """Talks to one vLLM OpenAI-compatible server at `base_url` (direct or through a tunnel)."""
 
     def __init__(self, base_url: str, model: Optional[str] = None, session: Optional[requests.Session] = None,
-                 extra_metrics_urls: Sequence[str] = ()):
-        """extra_metrics_urls: other /metrics to scrape with vLLM's (the LMCache MP server's HTTP port)."""
+                 extra_metrics_urls: Sequence[str] = (), probe: Optional[RigProbe] = None):
+        """extra_metrics_urls: other /metrics to scrape with vLLM's (the LMCache MP server's HTTP port).
+        probe: stream completions from the rig itself (RigProbe); None: from this process, through base_url."""
         self.base_url = base_url.rstrip("/")
         self.extra_metrics_urls = tuple(extra_metrics_urls)
+        self.probe = probe
         self.session = session or requests.Session()
         self._model = model
         self._max_model_len: Optional[int] = None
@@ -245,9 +293,15 @@ class ServingClient:
         return Prompt(spec, session_id, text, counted, True)
 
     # --- requests --------------------------------------------------------------------------
+    @property
+    def ttft_transport(self) -> str:
+        """Where the client TTFT of this client's streams is measured (the card names it)."""
+        return self.probe.transport if self.probe else f"{CONTROLLER_TRANSPORT}, through {self.base_url}"
+
     def stream_completion(self, prompt: str, max_tokens: int, timeout_s: Optional[float] = None,
-                          ignore_eos: bool = True) -> StreamResult:
-        """One streaming /v1/completions request; TTFT and decode speed measured here, client side.
+                          ignore_eos: bool = True, seed: Optional[int] = None) -> StreamResult:
+        """One streaming /v1/completions request, greedy (temperature 0; `seed` fixed when given); TTFT and
+        decode speed measured by rigkit/files/ttft_probe.py: on the rig with a probe, else in this process.
 
         ignore_eos keeps the decode length fixed so decode speeds compare (a vLLM extension).
         A timeout or disconnect is reported as an aborted prefill or decode, never raised.
@@ -256,54 +310,35 @@ class ServingClient:
         body = {"model": self.model, "prompt": prompt, "max_tokens": max_tokens, "stream": True,
                 "temperature": 0.0, "ignore_eos": ignore_eos,
                 "stream_options": {"include_usage": True, "continuous_usage_stats": False}}
-        start = time.monotonic()
-        first: Optional[float] = None
-        last: Optional[float] = None
-        chunks = 0
-        pieces: list[str] = []
-        usage: dict = {}
-        error: Optional[str] = None
-        try:
-            with self.session.post(f"{self.base_url}/v1/completions", json=body, stream=True,
-                                   timeout=(CONNECT_TIMEOUT_S, timeout_s)) as response:
-                if response.status_code != 200:
-                    raise ServingError("/v1/completions", response.status_code, response.text[:300],
-                                       "check the prompt fits --max-model-len and the engine is alive")
-                for line in response.iter_lines():
-                    if not line.startswith(b"data:"):
-                        continue
-                    payload = line[5:].strip()
-                    if payload == b"[DONE]":
-                        break
-                    event = json.loads(payload)
-                    if event.get("usage"):
-                        usage = event["usage"]
-                    for choice in event.get("choices", []):
-                        # every token event counts, even one whose text is empty (a partial
-                        # UTF-8 sequence): timing only non-empty text skews decode speed
-                        now = time.monotonic()
-                        first = first if first is not None else now
-                        last = now
-                        chunks += 1
-                        pieces.append(choice.get("text") or "")
-        except (requests.Timeout, requests.ConnectionError, requests.exceptions.ChunkedEncodingError) as exc:
-            # requests reports a read timeout inside a stream as a ConnectionError: name it plainly
-            timed_out = isinstance(exc, requests.Timeout) or "timed out" in str(exc)
-            error = (f"timeout: no data for {timeout_s:g} s (client gave up)" if timed_out
-                     else f"{type(exc).__name__}: {exc}")
-        total = time.monotonic() - start
-        completion_tokens = usage.get("completion_tokens")
-        decode_tps = None
-        if completion_tokens and completion_tokens > 1 and first is not None and last is not None and last > first:
-            decode_tps = (completion_tokens - 1) / (last - first)
-        details = usage.get("prompt_tokens_details") or {}
-        return StreamResult(
-            ttft_s=None if first is None else first - start, total_s=total,
-            prompt_tokens=usage.get("prompt_tokens"), completion_tokens=completion_tokens,
-            cached_tokens=details.get("cached_tokens"), chunks=chunks, text="".join(pieces),
-            decode_tps=decode_tps, aborted=error is not None,
-            abort_phase=None if error is None else ("prefill" if first is None else "decode"),
-            error=error, timeout_s=timeout_s)
+        if seed is not None:
+            body["seed"] = seed
+        if self.probe is not None:
+            raw = self.probe.stream("/v1/completions", body, CONNECT_TIMEOUT_S, timeout_s)
+        else:
+            raw = ttft_probe.stream(f"{self.base_url}/v1/completions", body, CONNECT_TIMEOUT_S, timeout_s)
+        return stream_result(raw, timeout_s)
+
+
+def stream_result(raw: dict, timeout_s: float) -> StreamResult:
+    """The probe's JSON answer as a StreamResult; a refused request (not 200) raises ServingError."""
+    status = raw.get("status")
+    if status is not None and status != 200:
+        raise ServingError("/v1/completions", status, raw.get("error_body", ""),
+                           "check the prompt fits --max-model-len and the engine is alive")
+    first, last, error = raw.get("first_token_s"), raw.get("last_token_s"), raw.get("error")
+    usage = raw.get("usage") or {}
+    completion_tokens = usage.get("completion_tokens")
+    decode_tps = None
+    if completion_tokens and completion_tokens > 1 and first is not None and last is not None and last > first:
+        decode_tps = (completion_tokens - 1) / (last - first)
+    details = usage.get("prompt_tokens_details") or {}
+    return StreamResult(
+        ttft_s=first, total_s=raw.get("total_s", 0.0),
+        prompt_tokens=usage.get("prompt_tokens"), completion_tokens=completion_tokens,
+        cached_tokens=details.get("cached_tokens"), chunks=raw.get("events", 0), text=raw.get("text", ""),
+        decode_tps=decode_tps, aborted=error is not None,
+        abort_phase=None if error is None else ("prefill" if first is None else "decode"),
+        error=error, timeout_s=timeout_s)
 
 
 @dataclass
@@ -315,10 +350,11 @@ class Measured:
     ttft_check: Optional[TTFTCheck]
 
 
-def measure(client: ServingClient, prompt: str, max_tokens: int, timeout_s: Optional[float] = None) -> Measured:
+def measure(client: ServingClient, prompt: str, max_tokens: int, timeout_s: Optional[float] = None,
+            seed: Optional[int] = None) -> Measured:
     """Scrape /metrics, send one streaming request, scrape again: the window proves what served it."""
     before = client.metrics()
-    result = client.stream_completion(prompt, max_tokens=max_tokens, timeout_s=timeout_s)
+    result = client.stream_completion(prompt, max_tokens=max_tokens, timeout_s=timeout_s, seed=seed)
     after = client.metrics()
     window = metrics.delta(before, after)
     check = crosscheck_ttft(result.ttft_s, window) if result.ttft_s is not None else None

@@ -25,6 +25,9 @@ class Tier(str, Enum):
     MIXED = "mixed"
     # a connector tier was expected and configured, but vLLM took no external hit
     RETRIEVED_BUT_UNUSED = "retrieved-but-unused"
+    # a warm tier whose counters prove it, but whose greedy output differs from the cold run's (LMCache#4492:
+    # wrong output after a restart): fast and wrong. Judged from the outputs, not the counters (TierResult.label).
+    SERVED_BUT_WRONG = "served-but-wrong"
 
 
 CONNECTOR_TIERS = (Tier.WARM_CONNECTOR, Tier.WARM_PERSISTENT)

@@ -167,6 +167,25 @@ class Tunnel:
         current = self._ssh.get_transport()
         return current is not None and current.is_active()
 
+    def run(self, command: str, stdin: str) -> Optional[str]:
+        """Run `command` on the rig over this tunnel's SSH connection with `stdin` fed to it: its stdout, or None
+        when it exited non-zero or the connection failed (rigkit.client.RigCommand; the lab's TTFT probe)."""
+        try:
+            channel = self.transport().open_session()
+        except (paramiko.SSHException, EOFError, OSError, TunnelError):
+            return None
+        try:
+            channel.exec_command(command)
+            channel.sendall(stdin.encode())
+            channel.shutdown_write()
+            output = channel.makefile("rb").read()
+            status = channel.recv_exit_status()
+        except (paramiko.SSHException, EOFError, OSError):
+            return None
+        finally:
+            channel.close()
+        return output.decode("utf-8", "replace") if status == 0 else None
+
     def drop_connection(self) -> None:
         """Cut the SSH connection under the tunnel, as a network failure would (tests, diagnostics)."""
         current = self._ssh.get_transport()

@@ -9,6 +9,8 @@ Procedure (each step labelled by metric deltas, see rigkit.tiers):
      (GPU hits flat, external hits grew);
   5. warm-persistent: `restart()` (compose down/up), wait ready, the prompt again (external hits grew).
 A tier whose connector is configured but takes no external hit is "retrieved-but-unused": a FAIL.
+Every request is greedy (temperature 0, the session's seed): a warm tier whose output differs from the cold
+run's for the same session is "served-but-wrong", a FAIL whatever its counters prove (LMCache#4492).
 Decode A/B (run_decode_ab) takes an `activate(arm)` callable that switches the rig to a profile.
 """
 
@@ -23,9 +25,11 @@ from pathlib import Path
 from typing import Callable, Mapping, Optional, Sequence
 
 from rigkit import abstats
-from rigkit.card import (Capacity, CapacityTier, DecodeAB, DecodeKind, L2Report, PromptRecord, RigCard, SoakReport,
-                         SpecDecode, StatModel, TierProof, TierResult, fmt_bytes, load_cards)
-from rigkit.client import Measured, Prompt, PromptSpec, ServingClient, measure, prefill_timeout
+from rigkit.card import (Capacity, CapacityTier, DecodeAB, DecodeKind, GreedyCheck, L2Report, PromptRecord, RigCard,
+                         SoakReport, SpecDecode, StatModel, TierProof, TierResult, TTFTClient, TTFTPair, fmt_bytes,
+                         load_cards)
+from rigkit.client import (TTFT_TOLERANCE_ABS_S, TTFT_TOLERANCE_REL, Measured, Prompt, PromptSpec, ServingClient,
+                           measure, prefill_timeout)
 from rigkit.errors import ConfigError
 from rigkit.files.l2_janitor import (L2_JANITOR_MIN_FREE_BYTES, L2_JANITOR_UNIT, STATE_BELOW_FLOOR, STATE_REFUSED,
                                      STATUS_FILE)
@@ -77,24 +81,47 @@ class ValidationSettings:
         return cls(**{v.name.removeprefix("validate_"): values[v.name] for v in VARIABLES})
 
 
+def compare_greedy(session_id: str, cold_text: str, text: str) -> GreedyCheck:
+    """A warm request's greedy output against the cold run's of the same session."""
+    differs = next((i for i, (a, b) in enumerate(zip(cold_text, text)) if a != b),
+                   None if len(cold_text) == len(text) else min(len(cold_text), len(text)))
+    return GreedyCheck(session=session_id[:8], same=differs is None, cold_text=cold_text, text=text,
+                       first_difference=differs)
+
+
 @dataclass
 class TierRun:
     """Raw measurements of one tier (one entry per session)."""
 
     expected: Tier
+    # the cold run whose greedy output a warm tier must repeat, session by session (None: the cold tier itself)
+    reference: Optional["TierRun"] = None
     measured: list[Measured] = field(default_factory=list)
     labels: list[TierLabel] = field(default_factory=list)
     prompts: list[Prompt] = field(default_factory=list)
 
+    def greedy(self) -> list[GreedyCheck]:
+        """Each completed request's output against the reference's completed one for the same session."""
+        if self.reference is None:
+            return []
+        cold = {p.session_id: m.result.text for p, m in zip(self.reference.prompts, self.reference.measured)
+                if not m.result.aborted}
+        return [compare_greedy(p.session_id, cold[p.session_id], m.result.text)
+                for p, m in zip(self.prompts, self.measured) if not m.result.aborted and p.session_id in cold]
+
     def result(self) -> TierResult:
+        greedy = self.greedy()
         return TierResult(
             expected=self.expected.value,
             labels=[lab.tier.value for lab in self.labels],
             passed=bool(self.labels) and all(lab.passed for lab in self.labels)
-            and not any(m.result.aborted for m in self.measured),
+            and not any(m.result.aborted for m in self.measured) and all(check.same for check in greedy),
             ttft_s=StatModel.of([m.result.ttft_s for m in self.measured if not m.result.aborted]),
             server_ttft_s=StatModel.of([m.window.server_ttft_mean for m in self.measured if not m.result.aborted]),
             ttft_within_tolerance=[m.ttft_check.within for m in self.measured if m.ttft_check],
+            ttft_pairs=[TTFTPair(client_s=m.ttft_check.client_s, server_s=m.ttft_check.server_s,
+                                 within=m.ttft_check.within) for m in self.measured if m.ttft_check],
+            greedy=greedy,
             prompt_tokens=[m.result.prompt_tokens or p.tokens for m, p in zip(self.measured, self.prompts)],
             aborted=[m.result.abort_phase or "?" for m in self.measured if m.result.aborted],
             proofs=[TierProof(label=lab.tier.value, gpu_hits=lab.gpu_hits, gpu_queries=lab.gpu_queries,
@@ -115,6 +142,7 @@ class TierValidation:
     failures: list[str]
     capacity: Optional[Capacity] = None
     fillers_sent: int = 0
+    ttft_transport: str = ""  # where the client TTFT was measured (ServingClient.ttft_transport)
 
     def tier(self, expected: Tier) -> Optional[TierRun]:
         return next((t for t in self.tiers if t.expected == expected), None)
@@ -122,7 +150,7 @@ class TierValidation:
 
 def _measure_tier(client: ServingClient, run: TierRun, prompt: Prompt, settings: ValidationSettings, timeout_s: float,
                   connector_configured: bool, after_restart: bool = False) -> None:
-    measured = measure(client, prompt.text, settings.output_tokens, timeout_s)
+    measured = measure(client, prompt.text, settings.output_tokens, timeout_s, seed=prompt.spec.seed)
     run.measured.append(measured)
     run.prompts.append(prompt)
     run.labels.append(label(measured.window, run.expected, connector_configured, after_restart))
@@ -179,7 +207,8 @@ def validate_tiers(client: ServingClient, restart: Optional[Callable[[], None]],
     prompts = [client.build_prompt(PromptSpec(settings.prompt_kind, settings.prompt_tokens, seed + i))
                for i in range(settings.sessions)]
     timeout_s = prefill_timeout(max(p.tokens for p in prompts), rate)
-    cold, warm_gpu = TierRun(Tier.COLD), TierRun(Tier.WARM_GPU)
+    cold = TierRun(Tier.COLD)
+    warm_gpu = TierRun(Tier.WARM_GPU, reference=cold)
     runs = [cold, warm_gpu]
     store_before = store_bytes() if store_bytes else None
     for prompt in prompts:
@@ -199,12 +228,13 @@ def validate_tiers(client: ServingClient, restart: Optional[Callable[[], None]],
         capacity = capacity_from(grown, tokens, "connector store growth over the cold sessions",
                                  capacity_tiers or {}, [settings.prompt_tokens, *session_sizes])
 
-    validation = TierValidation(runs, prompts, rate, pool, max_len, failures, capacity)
+    validation = TierValidation(runs, prompts, rate, pool, max_len, failures, capacity,
+                                ttft_transport=client.ttft_transport)
     if not connector_configured or not stored:
         return validation
 
     validation.fillers_sent = evict_gpu_pool(client, pool, settings, timeout_s)
-    connector = TierRun(Tier.WARM_CONNECTOR)
+    connector = TierRun(Tier.WARM_CONNECTOR, reference=cold)
     runs.append(connector)
     for prompt in stored:
         _measure_tier(client, connector, prompt, settings, timeout_s, connector_configured)
@@ -212,7 +242,7 @@ def validate_tiers(client: ServingClient, restart: Optional[Callable[[], None]],
     if restart is not None and settings.restart:
         restart()
         client.wait_ready()
-        persistent = TierRun(Tier.WARM_PERSISTENT)
+        persistent = TierRun(Tier.WARM_PERSISTENT, reference=cold)
         runs.append(persistent)
         for prompt in stored:
             _measure_tier(client, persistent, prompt, settings, timeout_s, connector_configured, after_restart=True)
@@ -428,6 +458,8 @@ def to_card(rig: str, run_id: str, validation: TierValidation, settings: Validat
                         "reached the engine (its log, the container's command line)")
     card = RigCard(rig=rig, run_id=run_id, connector_configured=connector_configured,
                    prefill_tokens_per_s=validation.prefill_tokens_per_s,
+                   ttft_client=TTFTClient(transport=validation.ttft_transport, tolerance_rel=TTFT_TOLERANCE_REL,
+                                          tolerance_abs_s=TTFT_TOLERANCE_ABS_S) if validation.ttft_transport else None,
                    tiers=[t.result() for t in validation.tiers], decode_ab=decode_ab, spec_decode=spec,
                    capacity=validation.capacity, l2=l2, soak=soak, failures=failures)
     card.repro = card.repro.model_copy(update=dict(repro or {}))

@@ -1,8 +1,8 @@
 """A fake OpenAI-compatible serving API on 127.0.0.1 (http.server in a thread), for what the smoke and the
 tier validation ask of vLLM: /health, /v1/models, chat and streaming completions, /metrics.
 
-Each answer comes from an attribute a test sets (the served names, the stream's chunk count, the /metrics
-text); ``on_completion`` sees each completion's JSON body before it is answered (to move the /metrics a
+Each answer comes from an attribute a test sets (the served names, the stream's chunk count, its timing and
+words, the /metrics text); ``on_completion`` sees each completion's JSON body before it is answered (to move the /metrics a
 recorded run would show next); ``drop_stream_after`` cuts a stream after that many chunks, as a dying
 engine does. /tokenize answers 404 (the client then estimates prompt sizes, as it does without one).
 """
@@ -12,6 +12,7 @@ from __future__ import annotations
 import http.server
 import json
 import threading
+import time
 from typing import Callable, Optional
 
 FAKE_MAX_MODEL_LEN = 8192
@@ -23,6 +24,11 @@ class FakeOpenAI:
         self.chat_text = "Hello there."
         self.stream_chunks = 16
         self.drop_stream_after: Optional[int] = None
+        # the prefill (before the first token event) and the decode gap between token events, slept by the server
+        self.first_token_delay_s = 0.0
+        self.token_gap_s = 0.0
+        # each token event's text is f" {word}{index}": a test changes the word to serve a different completion
+        self.token_word: Callable[[dict], str] = lambda body: "w"
         self.metrics_text = ""
         self.on_completion: Callable[[dict], None] = lambda body: None
         self.completions: list[dict] = []
@@ -87,12 +93,16 @@ class FakeOpenAI:
                 self.send_header("Transfer-Encoding", "chunked")
                 self.end_headers()
                 chunks = min(fake.stream_chunks, body.get("max_tokens") or fake.stream_chunks)
+                word = fake.token_word(body)
+                time.sleep(fake.first_token_delay_s)
                 for index in range(chunks):
                     if fake.drop_stream_after is not None and index >= fake.drop_stream_after:
                         self.wfile.flush()
                         self.close_connection = True
                         return  # no terminating chunk: the client sees the stream end mid-way
-                    self._event({"choices": [{"index": 0, "text": f" w{index}"}]})
+                    if index:
+                        time.sleep(fake.token_gap_s)
+                    self._event({"choices": [{"index": 0, "text": f" {word}{index}"}]})
                 if (body.get("stream_options") or {}).get("include_usage"):  # as vLLM: only when asked
                     usage = {"prompt_tokens": len(body.get("prompt", "")) // 4, "completion_tokens": chunks}
                     self._event({"choices": [], "usage": usage})

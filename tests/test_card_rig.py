@@ -109,3 +109,52 @@ def test_a_tier_proven_but_slower_than_cold_keeps_its_label_and_shows_no_gain():
     row = next(line for line in md.splitlines() if line.startswith("| Warm — persistent"))
     assert "no gain (0.37×: no faster than recomputing)" in row and "warm-persistent ✓" in row
     assert "| ~4.7× |" in md  # warm-gpu still shows its gain
+
+
+def _with_ttft_pairs(card, transport, warm_gpu_client_s=None):
+    """The sample card as validate.py writes it now: where the client TTFT was measured, and per request its
+    client and server figures; warm_gpu_client_s: warm-gpu's client figures (the tunnel's, say)."""
+    from rigkit.card.schema import TTFTClient, TTFTPair
+    from rigkit.client import ttft_agrees
+
+    card.ttft_client = TTFTClient(transport=transport, tolerance_rel=0.05, tolerance_abs_s=0.005)
+    for tier in card.tiers:
+        server = [s * 1.0 for s in tier.server_ttft_s.samples]
+        client = warm_gpu_client_s if tier.expected == "warm-gpu" and warm_gpu_client_s else server
+        tier.ttft_pairs = [TTFTPair(client_s=c, server_s=s, within=ttft_agrees(c, s)) for c, s in zip(client, server)]
+        tier.ttft_within_tolerance = [pair.within for pair in tier.ttft_pairs]
+    return card
+
+
+def test_client_ttft_on_the_rig_agreeing_with_the_histogram_gives_no_warning():
+    card = _with_ttft_pairs(make_card(), "rig1's loopback (rigkit's probe, run by the rig's python3 over SSH)")
+    md = render_rig_markdown(card)
+    assert ("Client TTFT measured on rig1's loopback (rigkit's probe, run by the rig's python3 over SSH); within "
+            "max(5 %, 5 ms) of the server histogram's figure for the same request: 12/12 requests.") in md
+    assert "⚠" not in md and card.passed
+
+
+def test_client_ttft_off_the_histogram_warns_naming_the_transport_and_keeps_the_pass():
+    # the lab rig's card through the tunnel: warm-gpu 83 ms against a histogram of ~95 ms x 0.95 here
+    card = _with_ttft_pairs(make_card(), "the controller, through http://127.0.0.1:40123",
+                            warm_gpu_client_s=[0.140, 0.096, 0.094])
+    md = render_rig_markdown(card)
+    assert ("- ⚠ warm-gpu: client TTFT outside max(5 %, 5 ms) of the server histogram on 1 of 3 requests (worst: "
+            "client 140 ms, server 95 ms, +45 ms), measured on the controller, through http://127.0.0.1:40123") in md
+    assert "11/12 requests" in md
+    assert card.passed and "**Verdict: PASS**" in md  # the labels come from counters: timing warns, never fails
+
+
+def test_a_card_written_before_the_transport_was_recorded_renders_as_before(tmp_path):
+    import json
+
+    write_card(tmp_path, make_card())
+    (path,) = tmp_path.glob("*.card.json")
+    data = json.loads(path.read_text())
+    assert data.pop("ttft_client", "absent") is None
+    for tier in data["tiers"]:
+        del tier["ttft_pairs"], tier["greedy"]
+    path.write_text(json.dumps(data))
+    (loaded,) = load_cards(tmp_path)
+    assert loaded.ttft_client is None and loaded.tiers[0].greedy == [] and loaded.tiers[0].ttft_pairs == []
+    assert "Client TTFT within tolerance of the server histogram: 12/12 requests." in render_rig_markdown(loaded)

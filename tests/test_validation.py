@@ -178,3 +178,48 @@ def test_native_tiered_disk_tier_after_a_restart_hits_only_with_a_fixed_hash_see
     if passed:
         assert persistent.labels[0].external_hits == 3024
         assert "queries re-counted: 48480 for 3030 prompt tokens" in persistent.labels[0].proof
+
+
+# --- served-but-wrong: each warm tier's greedy output against the cold run's ----------------------------
+
+def test_every_tier_request_is_greedy_with_its_sessions_seed(recorded):
+    run(recorded)
+    session = [body for body in recorded.server.completions if body["prompt"] == recorded.session_prompt]
+    assert len(session) == 4  # cold, warm-gpu, warm-connector, warm-persistent
+    assert {(body["temperature"], body["seed"]) for body in session} == {(0.0, 1234)}
+
+
+def test_a_warm_tier_proven_by_its_counters_but_answering_otherwise_is_served_but_wrong(recorded):
+    """LMCache#4492: after a restart the prefix came from the store (its counters prove warm-persistent) but the
+    answer changed. The fake serves other words once restarted, as a store holding wrong KV would."""
+    def restart_with_wrong_kv() -> None:
+        RecordedRun.restart(recorded)
+        recorded.server.token_word = lambda body: "garbled"
+
+    recorded.restart = restart_with_wrong_kv
+    validation = run(recorded)
+    persistent = validation.tier(Tier.WARM_PERSISTENT)
+    assert persistent.labels[0].tier == Tier.WARM_PERSISTENT and persistent.labels[0].passed  # counters: fine
+    result = persistent.result()
+    assert not result.passed and result.label == "served-but-wrong" and result.counters_label == "warm-persistent"
+    (check,) = result.greedy
+    assert check.cold_text.startswith(" w0 w1") and check.text.startswith(" garbled0") and check.first_difference == 1
+    assert [t.result().passed for t in validation.tiers[:3]] == [True, True, True]
+    assert [len(t.result().greedy) for t in validation.tiers] == [0, 1, 1, 1]  # cold is the reference
+    card = to_card("rig1", "run", validation, ValidationSettings.from_data({}))
+    md = render_rig_markdown(card)
+    assert not card.passed and "**Verdict: FAIL**" in md
+    assert ("tier warm-persistent: served-but-wrong: its counters prove warm-persistent, but the greedy output of "
+            "1 of 1 sessions differs from the cold run's") in md
+    assert "warm-gpu 1/1 same, warm-connector 1/1 same, warm-persistent 0/1 same" in md
+    assert "cold ' w0 w1 w2" in md and "warm-persistent ' garbled0 garbled1" in md
+
+
+def test_the_card_names_where_the_client_ttft_was_measured(recorded):
+    validation = run(recorded)
+    card = to_card("rig1", "run", validation, ValidationSettings.from_data({}))
+    assert card.ttft_client.transport == f"the controller, through {recorded.server.url}"
+    assert (card.ttft_client.tolerance_rel, card.ttft_client.tolerance_abs_s) == (0.05, 0.005)
+    assert all(len(t.ttft_pairs) == 1 for t in card.tiers)
+    assert f"Client TTFT measured on the controller, through {recorded.server.url}; within max(5 %, 5 ms)" in \
+        render_rig_markdown(card)

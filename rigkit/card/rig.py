@@ -5,8 +5,11 @@ from __future__ import annotations
 import statistics
 from typing import Optional
 
-from rigkit.card.schema import RigCard, SoakReport, SpecDecode, TierResult
-from rigkit.card.text import TIER_ORDER, TIER_TITLES, fmt_bytes, fmt_l2, fmt_stat_plain, fmt_stat_seconds
+from rigkit.card.schema import RigCard, SoakReport, SpecDecode, TierResult, TTFTClient
+from rigkit.card.text import TIER_ORDER, TIER_TITLES, fmt_bytes, fmt_l2, fmt_seconds, fmt_stat_plain, fmt_stat_seconds
+
+# A greedy output shown on the card is cut to this many characters (the JSON keeps all of it).
+GREEDY_SHOWN_CHARS = 160
 
 
 def speedup(cold: Optional[TierResult], tier: TierResult) -> str:
@@ -21,12 +24,66 @@ def speedup(cold: Optional[TierResult], tier: TierResult) -> str:
 
 
 
+def ordered(tiers: list[TierResult]) -> list[TierResult]:
+    return sorted(tiers, key=lambda t: TIER_ORDER.index(t.expected) if t.expected in TIER_ORDER else 99)
+
+
+def tier_failure(tier: TierResult) -> str:
+    wrong = tier.served_but_wrong
+    if wrong:
+        return (f"tier {tier.expected}: served-but-wrong: its counters prove {tier.counters_label}, but the greedy "
+                f"output of {len(wrong)} of {len(tier.greedy)} sessions differs from the cold run's (below)")
+    return f"tier {tier.expected}: labelled {tier.label}"
+
+
+def fmt_tolerance(client: TTFTClient) -> str:
+    return f"max({100 * client.tolerance_rel:g} %, {1000 * client.tolerance_abs_s:g} ms)"
+
+
+def ttft_warnings(card: RigCard) -> list[str]:
+    """A tier whose client TTFT strays from the server histogram: the card's timing, not its cache, is in doubt
+    (the labels come from counters), so it warns and names where the client figure was measured."""
+    if card.ttft_client is None:
+        return []
+    warnings = []
+    for tier in ordered(card.tiers):
+        misses = [pair for pair in tier.ttft_pairs if not pair.within]
+        if not misses:
+            continue
+        worst = max(misses, key=lambda pair: abs(pair.client_s - (pair.server_s or 0.0)))
+        server = (f"server {fmt_seconds(worst.server_s)}, {1000 * (worst.client_s - worst.server_s):+.0f} ms"
+                  if worst.server_s is not None else "no single-request histogram window")
+        warnings.append(f"{tier.expected}: client TTFT outside {fmt_tolerance(card.ttft_client)} of the server "
+                        f"histogram on {len(misses)} of {len(tier.ttft_pairs)} requests (worst: client "
+                        f"{fmt_seconds(worst.client_s)}, {server}), measured on {card.ttft_client.transport}")
+    return warnings
+
+
+def _clip(text: str) -> str:
+    return repr(text if len(text) <= GREEDY_SHOWN_CHARS else text[:GREEDY_SHOWN_CHARS] + "…")
+
+
+def greedy_lines(card: RigCard, output_tokens: Optional[int]) -> list[str]:
+    """Each warm tier's greedy outputs against the cold run's, and every one that differs, both texts."""
+    warm = [tier for tier in ordered(card.tiers) if tier.greedy]
+    if not warm:
+        return []
+    summary = ", ".join(f"{t.expected} {sum(c.same for c in t.greedy)}/{len(t.greedy)} same" for t in warm)
+    size = f", {output_tokens} tokens" if output_tokens else ""
+    lines = [f"Greedy output (temperature 0, each session's seed{size}) against the cold run's: {summary}."]
+    for tier in warm:
+        lines += [f"- ✗ {tier.expected}, session {check.session}, differs from character {check.first_difference}: "
+                  f"cold {_clip(check.cold_text)}, {tier.expected} {_clip(check.text)}"
+                  for check in tier.served_but_wrong]
+    return lines
+
+
 def render_rig_markdown(card: RigCard) -> str:
     lines = [f"# Results card — {card.rig} (run {card.run_id})", "",
              f"**Verdict: {'PASS' if card.passed else 'FAIL'}**" + (f" — profile `{card.repro.profile}`"
                                                                       if card.repro.profile else ""), ""]
-    failures = card.failures + [f"tier {t.expected}: labelled {t.label}" for t in card.tiers if not t.passed]
-    warnings: list[str] = []
+    failures = card.failures + [tier_failure(t) for t in card.tiers if not t.passed]
+    warnings: list[str] = ttft_warnings(card)
     if card.l2:
         (failures if card.l2.level == "fail" else warnings).extend(card.l2.problems)
     if card.soak:
@@ -65,7 +122,7 @@ def render_rig_markdown(card: RigCard) -> str:
               "| tier | TTFT (client) | vs cold | TTFT (server histogram) | label | metric proof |",
               "|---|---|---|---|---|---|"]
     cold = card.tier("cold")
-    for tier in sorted(card.tiers, key=lambda t: TIER_ORDER.index(t.expected) if t.expected in TIER_ORDER else 99):
+    for tier in ordered(card.tiers):
         mark = "✓" if tier.passed else "✗"
         proof = "; ".join(dict.fromkeys(p.text for p in tier.proofs[:1]))
         if len(tier.proofs) > 1:
@@ -75,8 +132,14 @@ def render_rig_markdown(card: RigCard) -> str:
         lines.append(f"| {TIER_TITLES.get(tier.expected, tier.expected)} | {fmt_stat_seconds(tier.ttft_s)}{aborted} | "
                      f"{speedup(cold, tier)} | {fmt_stat_seconds(tier.server_ttft_s)} | {label} {mark} | {proof} |")
     checks = [ok for tier in card.tiers for ok in tier.ttft_within_tolerance]
-    if checks:
+    if checks and card.ttft_client:
+        lines += ["", f"Client TTFT measured on {card.ttft_client.transport}; within "
+                      f"{fmt_tolerance(card.ttft_client)} of the server histogram's figure for the same request: "
+                      f"{sum(checks)}/{len(checks)} requests."]
+    elif checks:
         lines += ["", f"Client TTFT within tolerance of the server histogram: {sum(checks)}/{len(checks)} requests."]
+    greedy = greedy_lines(card, card.repro.output_tokens)
+    lines += [""] + greedy if greedy else []
     if card.prefill_tokens_per_s:
         lines += [f"Measured prefill rate: {card.prefill_tokens_per_s:,.0f} tokens/s (sets the long-prefill timeout)."]
     lines.append("")

@@ -12,6 +12,7 @@ from typing import Literal, Optional, Sequence
 from pydantic import BaseModel, Field
 
 import rigkit
+from rigkit.tiers import Tier
 
 SCHEMA_VERSION = 1
 
@@ -49,6 +50,33 @@ class TierProof(BaseModel):
     store_tier_source: Optional[str] = None
 
 
+class GreedyCheck(BaseModel):
+    """A warm request's greedy completion (temperature 0, the session's seed) against the cold run's of the same
+    session: a tier that serves the prefix wrong gives other text (served-but-wrong)."""
+
+    session: str  # the salted session's id, first 8 hex digits
+    same: bool
+    cold_text: str
+    text: str
+    first_difference: Optional[int] = None  # index of the first character that differs
+
+
+class TTFTPair(BaseModel):
+    """One measured request's client TTFT beside the server histogram's delta over the same request."""
+
+    client_s: float
+    server_s: Optional[float] = None  # None: the window held no single request
+    within: bool
+
+
+class TTFTClient(BaseModel):
+    """Where the card's client TTFT was measured, and how close to the server histogram it had to be."""
+
+    transport: str
+    tolerance_rel: float
+    tolerance_abs_s: float
+
+
 class TierResult(BaseModel):
     expected: str
     labels: list[str]  # one per repetition (one salted session each)
@@ -59,10 +87,21 @@ class TierResult(BaseModel):
     prompt_tokens: list[Optional[int]]
     aborted: list[str] = Field(default_factory=list)  # "prefill"/"decode" per aborted request
     proofs: list[TierProof]
+    ttft_pairs: list[TTFTPair] = Field(default_factory=list)  # per measured request, in order
+    greedy: list[GreedyCheck] = Field(default_factory=list)  # warm tiers: per session against the cold run
+
+    @property
+    def served_but_wrong(self) -> list[GreedyCheck]:
+        return [check for check in self.greedy if not check.same]
+
+    @property
+    def counters_label(self) -> str:
+        """The tier the metric deltas prove (rigkit.tiers.label), whatever the outputs were."""
+        return self.labels[0] if len(set(self.labels)) == 1 else "inconsistent: " + "/".join(self.labels)
 
     @property
     def label(self) -> str:
-        return self.labels[0] if len(set(self.labels)) == 1 else "inconsistent: " + "/".join(self.labels)
+        return Tier.SERVED_BUT_WRONG.value if self.served_but_wrong else self.counters_label
 
     @property
     def store_tier(self) -> Optional[str]:
@@ -231,6 +270,7 @@ class RigCard(BaseModel):
     repro: Reproducibility = Field(default_factory=Reproducibility)
     connector_configured: bool = True
     prefill_tokens_per_s: Optional[float] = None
+    ttft_client: Optional[TTFTClient] = None  # None: a card written before the client's place was recorded
     tiers: list[TierResult] = Field(default_factory=list)
     decode_ab: Optional[DecodeAB] = None
     spec_decode: Optional[SpecDecode] = None  # over the measured tier requests

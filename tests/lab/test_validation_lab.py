@@ -1,7 +1,8 @@
 """Cache validation against a real vLLM (CPU build, tiny Qwen3) with the ExampleConnector disk store.
 
 The target is a lab rig deployed by rigkit (the session's `deployed` fixture), in its own network
-namespace and reached through the SSH tunnel; it is restarted (compose down/up: a new process with an
+namespace and reached through the SSH tunnel (prompts, /metrics); every completion is streamed from the rig
+itself by rigkit's TTFT probe over the tunnel's SSH connection, as validate.py does; it is restarted (compose down/up: a new process with an
 empty GPU pool) only for the persistent tier. The lab group data shrinks the KV pool
 (num_gpu_blocks_override) so a few fillers evict a prefix.
 
@@ -25,7 +26,7 @@ from rigkit.hostdata import settings_for_host
 from rigkit.paths import RIG_STACK_DIR
 from rigkit.render import COMPOSE_PROJECT
 from rigkit.tunnel import Tunnel, open_tunnel
-from rigkit.client import PromptSpec, ServingClient, ServingError, measure
+from rigkit.client import PromptSpec, RigProbe, ServingClient, ServingError, measure
 from rigkit.tiers import Tier, label
 from rigkit.validation import TierValidation, ValidationSettings, run_decode_ab, to_card, validate_tiers
 
@@ -44,6 +45,7 @@ class ValidationTarget:
     connector_configured: bool = True
     image_digest: Optional[str] = None
     tunnel: Optional[Tunnel] = None
+    probe: Optional[RigProbe] = None  # streams from the rig: the client TTFT of the rig's own clients
 
 
 def _rig_path(rig_container: str, path: str) -> Path:
@@ -78,7 +80,8 @@ def validation_target(lab, deployed, netns_rig, lab_host_data, rig_exec,
                                      f"reconnects={tunnel.reconnects}\n{rig_diagnostics(netns_rig)}") from None
 
         yield ValidationTarget(tunnel.url, restart, _rig_path(netns_rig.container, l2_path),
-                               image_digest=lab.serving_image["releases"]["1"], tunnel=tunnel)
+                               image_digest=lab.serving_image["releases"]["1"], tunnel=tunnel,
+                               probe=RigProbe.on(netns_rig.name, tunnel.run, "127.0.0.1", netns_rig.serving_port))
 
 
 def _dir_bytes(path: Path) -> int:
@@ -87,7 +90,7 @@ def _dir_bytes(path: Path) -> int:
 
 @pytest.fixture(scope="module")
 def client(validation_target) -> ServingClient:
-    return ServingClient(validation_target.base_url)
+    return ServingClient(validation_target.base_url, probe=validation_target.probe)
 
 
 @pytest.fixture
@@ -153,11 +156,32 @@ def test_the_store_survives_a_real_down_up(tier_run):
         assert lab.external_hits > 0 and lab.gpu_hits == 0, lab.proof
 
 
-def test_client_ttft_agrees_with_the_server_histogram(tier_run):
-    checks = [m.ttft_check for run in tier_run.tiers for m in run.measured]
-    assert checks and all(c is not None and c.server_requests == 1 for c in checks)
-    outside = [(c.client_s, c.server_s) for c in checks if not c.within]
-    assert not outside, f"client vs server TTFT outside tolerance: {outside}"
+def test_client_ttft_on_the_rig_agrees_with_the_server_histogram_on_every_tier(tier_run):
+    """The probe measures where the rig's own clients sit: within max(5 %, 5 ms) of vLLM's histogram for every
+    request of every tier (through the tunnel the lab rig read warm-gpu 83 ms against a histogram of 38 ms)."""
+    assert "loopback" in tier_run.ttft_transport, tier_run.ttft_transport
+    checks = {run.expected.value: [m.ttft_check for m in run.measured] for run in tier_run.tiers}
+    print("client vs server TTFT (ms) per tier: " + "; ".join(
+        f"{tier}: " + ", ".join(f"{1000 * c.client_s:.1f}/{1000 * c.server_s:.1f}" for c in tier_checks if c and c.server_s)
+        for tier, tier_checks in checks.items()))
+    assert all(c is not None and c.server_requests == 1 for tier_checks in checks.values() for c in tier_checks)
+    outside = {tier: [(c.client_s, c.server_s) for c in tier_checks if not c.within]
+               for tier, tier_checks in checks.items()}
+    assert not any(outside.values()), f"client vs server TTFT outside max(5 %, 5 ms): {outside}"
+
+
+def test_greedy_output_of_every_warm_tier_repeats_the_cold_run(tier_run):
+    """The served-but-wrong check on the lab's CPU build: greedy (temperature 0, the session's seed) output of
+    warm-gpu, warm-connector and warm-persistent against cold, session by session; printed with `-s`."""
+    for run in tier_run.tiers[1:]:
+        for check in run.result().greedy:
+            print(f"greedy {run.expected.value} session {check.session}: {'same' if check.same else 'DIFFERS'}: "
+                  f"cold {check.cold_text!r} / warm {check.text!r}")
+    compared = {run.expected: len(run.result().greedy) for run in tier_run.tiers[1:]}
+    assert compared == {Tier.WARM_GPU: SESSIONS, Tier.WARM_CONNECTOR: SESSIONS, Tier.WARM_PERSISTENT: SESSIONS}
+    wrong = [(run.expected.value, c.session, c.first_difference) for run in tier_run.tiers for c in run.result().greedy
+             if not c.same]
+    assert not wrong, f"served-but-wrong (tier, session, first differing character): {wrong}"
 
 
 def test_capacity_is_measured_from_store_growth(tier_run):
@@ -175,6 +199,7 @@ def test_card_from_the_real_run_passes_and_renders(tier_run, settings, validatio
     assert {"lab-vllm.md", "lab-vllm-ttft.png", "fleet.md"} <= names
     md = (tmp_path / "lab-vllm.md").read_text()
     assert "warm-persistent ✓" in md and "external hits +" in md
+    assert f"Client TTFT measured on {validation_target.probe.transport}" in md
     print(md)
 
 

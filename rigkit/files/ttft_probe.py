@@ -1,0 +1,87 @@
+#!/usr/bin/env python3
+"""Runs ON the rig (or in the controller's process): one streaming completion, timed where the client sits.
+
+Reads one JSON request on stdin: {"url": ".../v1/completions", "body": {...}, "connect_timeout_s": 10,
+"timeout_s": 900}; prints one JSON line: when the first and last token events arrived (seconds after the
+request started), the usage, the text, the number of token events, and an error when the request broke.
+Run on the rig by its own python3 over SSH, the TTFT it reports is the one the rig's own clients see on its
+loopback, without the controller's tunnel. Standard library only (a rig has python3, nothing more is promised).
+"""
+
+import http.client
+import json
+import socket
+import sys
+import time
+import urllib.parse
+
+
+def _connection(url, connect_timeout_s):
+    parts = urllib.parse.urlsplit(url)
+    factory = http.client.HTTPSConnection if parts.scheme == "https" else http.client.HTTPConnection
+    connection = factory(parts.hostname, parts.port, timeout=connect_timeout_s)
+    return connection, (parts.path or "/") + ("?" + parts.query if parts.query else "")
+
+
+def stream(url, body, connect_timeout_s, timeout_s):
+    """POST `body` to `url` as a server-sent event stream; the timings are measured here, by this process, from
+    just before the connection (the body is encoded first: a long prompt's JSON is the client's cost, not TTFT)."""
+    payload = json.dumps(body).encode()
+    start = time.monotonic()
+    first = last = None
+    events, pieces, usage = 0, [], {}
+    status, error, timed_out = None, None, False
+    connection, path = _connection(url, connect_timeout_s)
+    try:
+        connection.connect()
+        connection.sock.settimeout(timeout_s)  # from now on: the longest silence the stream may keep
+        connection.request("POST", path, body=payload,
+                           headers={"Content-Type": "application/json", "Accept": "text/event-stream"})
+        response = connection.getresponse()
+        status = response.status
+        if status != 200:
+            return {"status": status, "error_body": response.read(300).decode("utf-8", "replace"),
+                    "total_s": time.monotonic() - start}
+        done = False
+        while not done:
+            line = response.readline()
+            if not line:
+                # http.client reads a chunked stream cut mid-way as a plain end: only [DONE] says it is complete
+                error = "stream closed before [DONE] (the server dropped the connection)"
+                break
+            if not line.startswith(b"data:"):
+                continue
+            data = line[5:].strip()
+            done = data == b"[DONE]"
+            if done:
+                continue
+            event = json.loads(data)
+            if event.get("usage"):
+                usage = event["usage"]
+            for choice in event.get("choices", []):
+                # every token event counts, even one whose text is empty (a partial UTF-8 sequence):
+                # timing only non-empty text skews decode speed
+                now = time.monotonic() - start
+                first = now if first is None else first
+                last = now
+                events += 1
+                pieces.append(choice.get("text") or "")
+    except socket.timeout:
+        error, timed_out = "timeout: no data for %g s (client gave up)" % timeout_s, True
+    except (OSError, http.client.HTTPException, ValueError) as exc:
+        error = "%s: %s" % (type(exc).__name__, exc)
+    finally:
+        connection.close()
+    return {"status": status, "first_token_s": first, "last_token_s": last, "total_s": time.monotonic() - start,
+            "events": events, "text": "".join(pieces), "usage": usage, "error": error, "timed_out": timed_out}
+
+
+def main():
+    request = json.loads(sys.stdin.read())
+    result = stream(request["url"], request["body"], float(request["connect_timeout_s"]), float(request["timeout_s"]))
+    print(json.dumps(result))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,74 @@
+"""rigkit/files/ttft_probe.py run as on a rig: the exact command RigProbe sends over SSH, run here by a local
+shell (the probe is standard library only), against the fake OpenAI-compatible server on loopback."""
+
+from __future__ import annotations
+
+import subprocess
+from typing import Optional
+
+import pytest
+
+from fake_openai import FakeOpenAI
+from rigkit.client import RigProbe, ServingClient, ServingError
+
+
+def local_shell(command: str, stdin: str) -> Optional[str]:
+    """What validate.py's pyinfra connection does on a rig: run `command` with `stdin`, return its stdout."""
+    done = subprocess.run(command, shell=True, input=stdin, capture_output=True, text=True, timeout=60)
+    return done.stdout if done.returncode == 0 else None
+
+
+@pytest.fixture
+def server():
+    with FakeOpenAI() as fake:
+        yield fake
+
+
+def probed(server: FakeOpenAI, run=local_shell, base_url: Optional[str] = None) -> ServingClient:
+    probe = RigProbe(run=run, base_url=base_url or server.url, transport="the rig's loopback (test)")
+    return ServingClient(server.url, model="tiny", probe=probe)
+
+
+def test_the_probe_times_the_first_token_event_not_the_headers_nor_the_end(server):
+    server.first_token_delay_s, server.token_gap_s, server.stream_chunks = 0.3, 0.1, 4
+    result = probed(server).stream_completion("hello " * 10_000, max_tokens=4, seed=7)
+    assert not result.aborted, result.error
+    assert result.chunks == 4 and result.completion_tokens == 4 and result.text == " w0 w1 w2 w3"
+    # the server sends its headers at once and the first token after 0.3 s, the last 0.3 s later
+    assert result.ttft_s >= 0.3
+    assert result.total_s - result.ttft_s >= 0.25
+    assert result.decode_tps == pytest.approx(3 / 0.3, rel=0.5)
+
+
+def test_the_probe_sends_the_greedy_request_with_its_seed_and_the_whole_prompt(server):
+    prompt = "Session abc. " + "x" * 200_000  # larger than one argv entry may be: the request goes on stdin
+    probed(server).stream_completion(prompt, max_tokens=2, seed=1234)
+    body = server.completions[-1]
+    assert body["prompt"] == prompt and body["temperature"] == 0.0 and body["seed"] == 1234
+    assert body["stream"] is True and body["max_tokens"] == 2
+
+
+def test_a_stream_cut_by_the_server_is_an_aborted_decode_on_the_rig(server):
+    server.drop_stream_after = 2
+    result = probed(server).stream_completion("hi", max_tokens=8)
+    assert result.aborted and result.abort_phase == "decode" and result.chunks == 2
+    assert "before [DONE]" in result.error
+
+
+def test_a_rig_without_python3_is_an_aborted_request_that_says_so(server):
+    def no_python(command: str, stdin: str) -> Optional[str]:
+        return local_shell(command.replace("python3 ", "python3-missing-on-this-rig ", 1), stdin)
+
+    result = probed(server, run=no_python).stream_completion("hi", max_tokens=2)
+    assert result.aborted and result.abort_phase == "prefill" and "python3" in result.error
+    assert server.completions == []
+
+
+def test_a_refused_request_raises_naming_the_status(server):
+    with pytest.raises(ServingError, match="404"):
+        probed(server, base_url=server.url + "/not-the-api").stream_completion("hi", max_tokens=2)
+
+
+def test_a_server_that_is_not_listening_is_an_aborted_prefill(server):
+    result = probed(server, base_url="http://127.0.0.1:9").stream_completion("hi", max_tokens=2)
+    assert result.aborted and result.abort_phase == "prefill" and "Connection" in result.error

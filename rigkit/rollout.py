@@ -313,6 +313,11 @@ def rollback_choice(on_failure: str, record: RolloutRecord, states: Mapping[str,
             roll_back.append(rig)
         else:
             left.append((rig, "left on the new release: it ran no verified release before this rollout"))
+    # on it before this record began (another run, another controller): whose upgrade it was is unknown
+    left += [(rig, "left on the new release: it ran it already when this rollout's record began "
+                   "(roll it back by hand if this rollout upgraded it)")
+             for rig, before in record.before.items() if before["rendering"] == wanted.get(rig)
+             and states.get(rig, RigState()).verified == wanted[rig]]
     return roll_back, left
 
 

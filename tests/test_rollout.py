@@ -162,7 +162,8 @@ def test_the_rollback_knob_acts_on_the_rigs_this_rollout_upgraded_only():
     states = {rig: RigState(hash_) for rig, hash_ in wanted.items()}
     assert rollback_choice("leave", record, states, wanted)[0] == []
     roll_back, left = rollback_choice("rollback", record, states, wanted)
-    assert roll_back == ["rig4"] and [rig for rig, _ in left] == ["rig5"]  # rig6 was on it before: not ours
+    assert roll_back == ["rig4"] and [rig for rig, _ in left] == ["rig5", "rig6"]  # rig6 was on it before
+    assert "record began" in dict(left)["rig6"]
     back, words = rollout.rolled_back_words("rig4", record, RigState("old4"))
     assert back and "as before the rollout" in words
     back, words = rollout.rolled_back_words("rig4", record, RigState("new4"))

@@ -6,11 +6,19 @@ The host's settings are built once, here, before any host is touched: bad input 
 unknown name, a bad value, no serving profile) stops the run while pyinfra prepares. A role that
 refuses the rig (rig_lock: another deploy holds it; preflight: the bare host cannot serve) names why
 in its failing operation, and the rig gets nothing else.
+
+With a rollout set in the data (rollout_canary / rollout_batch), only `rigkit deploy` batches: a plain
+pyinfra run would upgrade every rig at once, so it is refused (rigkit.rollout.refuse_unbatched).
 """
+
+import os
 
 from pyinfra import host
 
 from rigkit.hostdata import rig_settings
+from rigkit.rollout import refuse_unbatched
 from roles import deploy_rig
 
-deploy_rig(rig_settings(host.data.dict()))
+settings = rig_settings(host.data.dict())
+refuse_unbatched(settings.rollout, os.environ)
+deploy_rig(settings)

@@ -1,4 +1,4 @@
-"""Every variable a role or validate.py reads from host data, declared once: one section each, default and meaning.
+"""Every variable a role, validate.py or a rollout reads from host data, declared once: one section each.
 
 The serving knobs live in rigkit.knobs (the one registry of the stack's tunables), the validation
 settings in rigkit.validation; this file holds the roles'. rigkit.hostdata validates a host's data
@@ -158,6 +158,24 @@ SERVING_VARIABLES: list[Variable] = [
 ]
 
 
+# Rollout (`rigkit deploy`, rigkit/rollout.py): fleet-wide, so every targeted rig must carry the same values
+# (group data); `rigkit deploy --canary/--batch/--on-failure` override them. Plain `pyinfra deploy.py` runs every
+# rig at once and refuses while a rollout is set (rigkit.rollout.refuse_unbatched).
+ROLLOUT_LEAVE, ROLLOUT_ROLLBACK = "leave", "rollback"
+
+ROLLOUT_VARIABLES: list[Variable] = [
+    Variable("rollout_canary", 0, "rigkit deploy: rigs deployed first; each must pass smoke and the cache proof "
+             "before any other rig is touched (0 = no canary stage)", int, _at_least(0)),
+    Variable("rollout_batch", 0, "rigkit deploy: rigs deployed together after the canaries, batch after batch; "
+             "a batch with any failure halts the rollout (0 = the rest in one batch)", int, _at_least(0)),
+    Variable("rollout_on_failure", ROLLOUT_LEAVE, "rigkit deploy: a halted rollout's rigs already upgraded: "
+             f"{ROLLOUT_LEAVE} (on the new release, for the operator) or {ROLLOUT_ROLLBACK} (rollback.py on each, "
+             "back to its stored verified rendering)", str, one_of((ROLLOUT_LEAVE, ROLLOUT_ROLLBACK))),
+    Variable("rollout_cache_proof", True, "rigkit deploy: canaries also prove the cache after smoke (one salted "
+             "prompt: warm-gpu hit, then GPU eviction and a warm-connector hit, by metric deltas)", bool),
+]
+
+
 # Validation (validate.py): what rigkit.validation measures and how; its ValidationSettings reads these.
 CALIBRATION_MIN_TOKENS = 256
 
@@ -226,6 +244,7 @@ ROLE_SECTIONS: dict[str, list[Variable]] = {
     "nvidia_container_toolkit": NVIDIA_CONTAINER_TOOLKIT_VARIABLES,
     "l2_disk": L2_DISK_VARIABLES,
     "serving": SERVING_VARIABLES,
+    "rollout": ROLLOUT_VARIABLES,
     "validation": [*VALIDATION_VARIABLES, REPLAY],
 }
 ALL_VARIABLES: list[Variable] = [variable for section in ROLE_SECTIONS.values() for variable in section]

@@ -22,6 +22,8 @@ def settings_tables() -> str:
     for name, variables in ROLE_SECTIONS.items():
         if name == "validation":
             sections.append("### Validation (`validate.py`, rigkit/validation.py)\n\n" + docs_table(variables))
+        elif name == "rollout":
+            sections.append("### Rollout (`rigkit deploy`, rigkit/rollout.py)\n\n" + docs_table(variables))
         elif name == "host":
             sections.append("### Every host (rigkit/defaults.py)\n\n" + docs_table(variables))
         else:

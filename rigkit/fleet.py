@@ -3,6 +3,7 @@
     rigkit deploy inventory/lab.py                          # deploy.py on every rig
     rigkit deploy inventory/lab.py --limit rig4,rig5 --fail-percent 50   # a comma list is split for pyinfra
     rigkit deploy inventory/lab.py --deploy rollback.py
+    rigkit deploy inventory/lab.py --canary 1 --batch 2   # a rollout (rigkit.rollout): canaries, then batches
 
 Before pyinfra starts, every targeted host's connection data is checked (a host with no usable SSH key
 is refused, naming the field and the fix: no host is touched). pyinfra then runs as usual (its output
@@ -60,13 +61,16 @@ NOT_A_REASON = ("Connected", "Ready:", "Success", "No changes", "Error:", "Error
                 "Traceback", "File ", "^", "Unexpected error in Python callback")
 
 # pyinfra_cli monkey-patches the whole process with gevent on import: inventories load in a child.
+# argv[3]: the run's --data KEY=VALUE pairs (JSON list), parsed and applied as pyinfra applies them.
 LOAD_INVENTORY = """
 import json, sys
 from pyinfra.api import State
 from pyinfra.context import ctx_state
 from pyinfra_cli.inventory import make_inventory_from_files
+from pyinfra_cli.util import parse_cli_arg
+override = {k: parse_cli_arg(v) for k, _, v in (pair.partition("=") for pair in json.loads(sys.argv[3]))}
 with ctx_state.use(State()):
-    inventory = make_inventory_from_files(sys.argv[1], cwd=sys.argv[2])
+    inventory = make_inventory_from_files(sys.argv[1], override_data=override or None, cwd=sys.argv[2])
 print(json.dumps({h.name: {"data": h.data.dict(), "groups": sorted(h.groups)} for h in inventory}, default=str))
 """
 
@@ -254,10 +258,12 @@ def check_connection_data(name: str, data: dict, environ: Optional[dict] = None)
                           f"set ssh_key for {name} in the inventory or its group_data")
 
 
-def load_inventory(inventory: str, cwd: Path = REPO_ROOT) -> dict[str, dict]:
-    """host name -> {"data": merged host data, "groups": [...]}, loaded by pyinfra's own code in a child."""
+def load_inventory(inventory: str, cwd: Path = REPO_ROOT, data_args: Sequence[str] = ()) -> dict[str, dict]:
+    """host name -> {"data": merged host data, "groups": [...]}, loaded by pyinfra's own code in a child;
+    ``data_args``: --data KEY=VALUE pairs, which override the inventory's data as in the pyinfra run."""
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")]))}
-    result = subprocess.run([sys.executable, "-c", LOAD_INVENTORY, inventory, str(cwd)], env=env,
+    result = subprocess.run([sys.executable, "-c", LOAD_INVENTORY, inventory, str(cwd), json.dumps(list(data_args))],
+                            env=env,
                             capture_output=True, text=True, timeout=120)
     if result.returncode != 0:
         raise ConfigError("inventory", inventory, f"pyinfra could not load it: {result.stderr.strip()[-800:]}",
@@ -358,17 +364,52 @@ def fleet_deploy(inventory: str, deploy: str, pyinfra_args: Sequence[str]) -> tu
     return (1 if failed or status != 0 else 0), ordered
 
 
+def add_own_options(parser: argparse.ArgumentParser, defaults: bool = True) -> None:
+    """rigkit deploy's own options (the rest goes to pyinfra)."""
+    parser.add_argument("--deploy", default=DEFAULT_DEPLOY if defaults else None,
+                        help=f"deploy file (default {DEFAULT_DEPLOY}; rollback.py rolls back)")
+    parser.add_argument("--canary", type=int, default=None, metavar="N",
+                        help="rollout: N canary rigs first, smoke + cache proof (overrides rollout_canary)")
+    parser.add_argument("--batch", type=int, default=None, metavar="M",
+                        help="rollout: then the others M at a time (overrides rollout_batch)")
+    parser.add_argument("--on-failure", default=None, choices=("leave", "rollback"),
+                        help="rollout: after a halt, leave or roll back the rigs it upgraded (rollout_on_failure)")
+    parser.add_argument("--recheck-canaries", action="store_true", default=None,
+                        help="rollout re-run: deploy and prove the canaries again even when they passed")
+
+
+# The same options after INVENTORY, where argparse hands everything to pyinfra_args (REMAINDER).
+OWN_OPTIONS = argparse.ArgumentParser(add_help=False, allow_abbrev=False)
+add_own_options(OWN_OPTIONS, defaults=False)
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("inventory", help="pyinfra inventory file, e.g. inventory/lab.py")
-    parser.add_argument("--deploy", default=DEFAULT_DEPLOY, help=f"deploy file (default {DEFAULT_DEPLOY}; "
-                        "rollback.py rolls back)")
+    add_own_options(parser)
     parser.add_argument("pyinfra_args", nargs=argparse.REMAINDER,
                         help="passed to pyinfra as they are (--limit, --data, --fail-percent, -v, ...)")
 
 
+def own_options_from_remainder(args: argparse.Namespace) -> argparse.Namespace:
+    """rigkit deploy's options wherever they stand, pyinfra's arguments without them."""
+    own, rest = OWN_OPTIONS.parse_known_args(args.pyinfra_args)
+    for name, value in vars(own).items():
+        if value is not None:
+            setattr(args, name, value)
+    args.pyinfra_args = rest
+    return args
+
+
 def run(args: argparse.Namespace) -> int:
+    from rigkit.rollout import ALL_AT_ONCE, rollout_command, rollout_step
+
+    args = own_options_from_remainder(args)
     try:
-        status, outcomes = fleet_deploy(args.inventory, args.deploy, args.pyinfra_args)
+        rolled_out = rollout_command(args)  # None: no rollout asked, one pyinfra run over every rig
+        if rolled_out is not None:
+            return rolled_out
+        with rollout_step(ALL_AT_ONCE):
+            status, outcomes = fleet_deploy(args.inventory, args.deploy, args.pyinfra_args)
     except ConfigError as exc:
         print(f"rigkit deploy: refused before any rig was touched: {exc}", file=sys.stderr)
         return 2

@@ -10,7 +10,7 @@ from rigkit.hostdata import rig_settings
 from rigkit.knobs import KNOBS
 
 SECTION_PREFIXES = {"rig_lock": "rig_lock_", "nvidia_driver": "nvidia_driver_", "docker": "docker_",
-                    "nvidia_container_toolkit": "nvidia_ctk_", "l2_disk": "l2_"}
+                    "nvidia_container_toolkit": "nvidia_ctk_", "l2_disk": "l2_", "rollout": "rollout_"}
 
 
 def test_every_section_variable_carries_its_role_prefix():

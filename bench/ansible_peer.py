@@ -14,6 +14,7 @@ import re
 import shlex
 import subprocess
 import sys
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping, Optional, Sequence
@@ -41,6 +42,7 @@ VENV_DIR = BENCH_DIR / ".venv-ansible"
 GENERATED_DIR = ANSIBLE_DIR / "generated"  # inventory, rendered inputs, Ansible's own home (git-ignored)
 INSTALLED_STAMP = ".installed-requirements"
 GROUP = "lab"
+MASTER_EXIT_WAIT_S = 5.0
 
 # pyinfra SSH data key -> how the Ansible ssh connection gets the same behaviour. Anything else under ssh_ is
 # refused: a connection setting silently dropped would time another connection than rigkit's.
@@ -215,3 +217,6 @@ def close_masters(control_path_dir: Path) -> None:
     for socket_path in control_path_dir.iterdir():
         subprocess.run(["ssh", "-o", f"ControlPath={socket_path}", "-O", "exit", "bench-master"],
                        capture_output=True, timeout=30)
+    deadline = time.monotonic() + MASTER_EXIT_WAIT_S  # a master removes its socket as it exits
+    while any(control_path_dir.iterdir()) and time.monotonic() < deadline:
+        time.sleep(0.1)

@@ -23,6 +23,7 @@ import argparse
 import json
 import os
 import platform
+import shutil
 import statistics
 import subprocess
 import sys
@@ -342,6 +343,8 @@ def main() -> int:
     finally:
         for directory in control_root.iterdir():
             ansible_peer.close_masters(directory)
+        shutil.rmtree(control_root, ignore_errors=True)
+        ansible_peer.write_inputs(baseline)  # the generated inventory says what the rigs run again
 
     ram_gib = round(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30)
     print(f"\nmachine: {platform.node()} {platform.machine()}, {os.cpu_count()} cores, {ram_gib} GiB RAM; "

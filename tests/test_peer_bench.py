@@ -6,10 +6,13 @@ run here with the local connection (tag ``files``: it writes files only, never t
 temporary paths, and what it writes is compared byte for byte with rigkit's rendering.
 """
 
+import functools
+import http.server
 import json
 import os
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import pytest
@@ -18,6 +21,7 @@ import yaml
 from rigkit.errors import ConfigError
 from rigkit.fleet import load_inventory
 from rigkit.hostdata import rig_settings
+from rigkit.lab.rig_image import RIG_DAEMON_JSON
 from rigkit.lab.state import read_state
 from rigkit.operations.docker import merge_options, render_json
 from rigkit.paths import REPO_ROOT
@@ -136,18 +140,24 @@ def test_the_playbook_parses(playbook_bin, generated, tmp_path):
                    env=ansible_peer.playbook_env(tmp_path, tmp_path), check=True, capture_output=True)
 
 
-def run_files_locally(playbook_bin, inventory_file, root: Path) -> str:
-    """The play's ``files`` tasks for rig1 on this machine, every path under ``root``."""
-    extra = {"rigkit_daemon_json": f"{root}/etc/docker/daemon.json", "rigkit_stack_dir": f"{root}/stack",
-             "rigkit_dirs": [{"path": f"{root}/etc/docker", "mode": "0755"}, {"path": f"{root}/stack", "mode": "0700"},
-                             {"path": f"{root}/state"}],
-             "ansible_connection": "local", "ansible_python_interpreter": sys.executable}
-    (root / "extra.json").write_text(json.dumps(extra))
+def run_locally(playbook_bin, inventory_file, root: Path, options=("--tags", "files"), env=None,
+                extra=None) -> str:
+    """The play for rig1 on this machine (local connection), every path under ``root``; by default only its
+    ``files`` tasks."""
+    variables = {"rigkit_daemon_json": f"{root}/etc/docker/daemon.json", "rigkit_stack_dir": f"{root}/stack",
+                 "rigkit_dirs": [{"path": f"{root}/etc/docker", "mode": "0755"},
+                                 {"path": f"{root}/stack", "mode": "0700"}, {"path": f"{root}/state"}],
+                 "ansible_connection": "local", "ansible_python_interpreter": sys.executable, **(extra or {})}
+    (root / "extra.json").write_text(json.dumps(variables))
     result = subprocess.run(ansible_peer.playbook_argv(playbook_bin, inventory_file, ["rig1"],
-                                                       ["--tags", "files", "-e", f"@{root / 'extra.json'}"]),
-                            env=ansible_peer.playbook_env(root / "cp", root), capture_output=True, text=True)
+                                                       [*options, "-e", f"@{root / 'extra.json'}"]),
+                            env={**ansible_peer.playbook_env(root / "cp", root), **(env or {})},
+                            capture_output=True, text=True)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-2000:]
     return result.stdout
+
+
+run_files_locally = run_locally
 
 
 def test_the_play_writes_the_files_rigkit_writes(playbook_bin, generated, lab_hosts, tmp_path):
@@ -169,6 +179,92 @@ def test_the_play_writes_the_files_rigkit_writes(playbook_bin, generated, lab_ho
 
     again = run_files_locally(playbook_bin, inventory_file, tmp_path)
     assert ansible_peer.run_outcome(ansible_peer.parse_recap(again), ["rig1"]) == NO_CHANGE
+
+
+def test_a_daemon_json_that_already_says_it_is_left_as_it_is(playbook_bin, generated, tmp_path):
+    """The lab's rig image writes daemon.json on one line; rigkit's merge finds nothing to change and never
+    rewrites it, so the play must not either (a rewrite would restart every rig's engine on a no-op)."""
+    inventory_file, _ = generated
+    (tmp_path / "etc" / "docker").mkdir(parents=True)
+    lab_file = json.dumps(RIG_DAEMON_JSON) + "\n"  # as rigkit/lab/rig_image.py writes it (echo)
+    (tmp_path / "etc" / "docker" / "daemon.json").write_text(lab_file)
+    output = run_files_locally(playbook_bin, inventory_file, tmp_path)
+    assert (tmp_path / "etc" / "docker" / "daemon.json").read_text() == lab_file
+    merge_task = output[output.index("TASK [Merge the daemon options"):].split("TASK [", 2)[1]
+    assert "skipping: [rig1]" in merge_task
+
+
+# Stands in for the rig's docker and docker-compose: logs each call, keeps the image and the container state.
+DOCKER_SHIM = """#!/bin/bash
+echo "$(basename "$0") $* (in $PWD)" >> "$SHIM_DIR/calls"
+case "$(basename "$0") $1 $2" in
+  "docker image inspect") [ -e "$SHIM_DIR/image" ] ;;
+  "docker pull "*) touch "$SHIM_DIR/image" ;;
+  "docker compose version") [ -z "$SHIM_COMPOSE_V1" ] ;;
+  "docker inspect --format") cat "$SHIM_DIR/running" 2>/dev/null || { echo "no such object" >&2; exit 1; } ;;
+  "docker compose -p"|"docker-compose -p "*) echo true > "$SHIM_DIR/running" ;;
+  *) echo "shim: unexpected $*" >&2; exit 2 ;;
+esac
+"""
+
+
+@pytest.fixture
+def docker_shim(tmp_path):
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    for name in ("docker", "docker-compose"):
+        (bin_dir / name).write_text(DOCKER_SHIM)
+        (bin_dir / name).chmod(0o755)
+    return {"PATH": f"{bin_dir}:{os.environ['PATH']}", "SHIM_DIR": str(tmp_path)}
+
+
+@pytest.fixture
+def models_api(tmp_path):
+    """A loopback HTTP server answering /v1/models, the rig's API as the play's last task polls it."""
+    (tmp_path / "api" / "v1").mkdir(parents=True)
+    (tmp_path / "api" / "v1" / "models").write_text('{"data": [{"id": "tiny"}]}')
+    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(tmp_path / "api"))
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.server_address[1]}/v1/models"
+    server.shutdown()
+    server.server_close()
+
+
+def shim_calls(root: Path) -> list[str]:
+    calls = root / "calls"
+    lines = calls.read_text().splitlines() if calls.exists() else []
+    calls.unlink(missing_ok=True)
+    return lines
+
+
+def test_the_play_pulls_brings_up_and_waits_only_when_something_changed(playbook_bin, generated, lab_hosts, tmp_path,
+                                                                          docker_shim, models_api):
+    inventory_file, group = generated
+    image, stack = group["hosts"]["rig1"]["rigkit_image"], tmp_path / "stack"
+    (tmp_path / "etc" / "docker").mkdir(parents=True)
+    (tmp_path / "etc" / "docker" / "daemon.json").write_text(json.dumps(RIG_DAEMON_JSON) + "\n")
+    engine = ("--skip-tags", "engine_restart")  # never this machine's engine, whatever the play decides
+    first = run_locally(playbook_bin, inventory_file, tmp_path, engine, docker_shim, {"rigkit_ready_url": models_api})
+    calls = shim_calls(tmp_path)
+    assert [call.split(" (in ")[0] for call in calls[:-1]] == [
+        f"docker image inspect --format . {image}", f"docker pull {image}", "docker compose version",
+        "docker inspect --format {{.State.Running}} rigkit-serving"]
+    assert calls[-1] == f"docker compose -p rigkit up -d --remove-orphans (in {stack})"  # compose reads .env there
+    assert ansible_peer.run_outcome(ansible_peer.parse_recap(first), ["rig1"]) == "changed"
+
+    again = run_locally(playbook_bin, inventory_file, tmp_path, engine, docker_shim, {"rigkit_ready_url": models_api})
+    assert not [call for call in shim_calls(tmp_path) if " pull " in call or " up " in call]
+    assert ansible_peer.run_outcome(ansible_peer.parse_recap(again), ["rig1"]) == NO_CHANGE
+
+    # a knob changed, on a Debian 12 rig (compose v1): the new files, then `docker-compose up -d`
+    data = lab_hosts["rig1"]
+    changed = ansible_peer.write_inputs({"rig1": (data, knob_changed(data, "max_num_seqs", 16))}, tmp_path / "knob")
+    run_locally(playbook_bin, changed, tmp_path, engine, {**docker_shim, "SHIM_COMPOSE_V1": "1"},
+                {"rigkit_ready_url": models_api})
+    assert shim_calls(tmp_path)[-1] == f"docker-compose -p rigkit up -d --remove-orphans (in {stack})"
+    assert "--max-num-seqs 16" in (stack / "compose.yml").read_text()
 
 
 def test_a_recap_missing_a_host_or_with_a_failure_is_no_outcome():

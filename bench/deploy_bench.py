@@ -69,12 +69,14 @@ def remove_stack(rig: RigState) -> None:
 
 
 class Availability:
-    """Polls /v1/models in a thread; the longest stretch it did not answer is the downtime."""
+    """Polls /v1/models in a thread; the longest stretch it did not answer is the downtime, and ``back_at``
+    (wall-clock time, comparable with the engine's container start) when it last answered again."""
 
     def __init__(self, rig: RigState):
         self.url = f"http://127.0.0.1:{rig.serving_port}/v1/models"
         self.down_since: float | None = None
         self.longest = 0.0
+        self.back_at: float | None = None
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
 
@@ -90,6 +92,7 @@ class Availability:
             elif up and self.down_since is not None:
                 self.longest = max(self.longest, now - self.down_since)
                 self.down_since = None
+                self.back_at = time.time()
             time.sleep(POLL_S)
 
     def __enter__(self) -> "Availability":

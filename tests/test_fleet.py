@@ -25,9 +25,8 @@ def connected(text: str) -> list[str]:
 
 
 def hung_registry_fixture() -> str:
-    """The lab capture once the main session made it, the made-up lines until then."""
-    captured = FIXTURES / "registry-hung-refused.txt"
-    return (captured if captured.exists() else FIXTURES / "registry-hung-refused-made-up.txt").read_text()
+    """Captured on the lab: the registry SIGSTOPped during an upgrade (tests/fixtures/fleet/capture.py)."""
+    return (FIXTURES / "registry-hung-refused.txt").read_text()
 
 
 # The lock protocol, run for real: two "controllers" are two sh processes on this machine.
@@ -336,7 +335,7 @@ def test_a_failed_pull_is_worded_by_what_docker_said_of_the_registry():
     assert "(docker: Error response from daemon: " in outcome.reason
 
 
-@pytest.mark.parametrize("fixture", ["registry-hung-refused-made-up.txt", "release-rolled-back.txt", "lock-refused.txt"])
+@pytest.mark.parametrize("fixture", ["registry-hung-refused.txt", "release-rolled-back.txt", "lock-refused.txt"])
 @pytest.mark.parametrize("width", [80, 100, 160])
 def test_the_table_fits_the_terminal_and_the_full_reason_follows_it(fixture, width):
     text = (FIXTURES / fixture).read_text()

@@ -9,6 +9,7 @@ generated from these declarations (rigkit.docs).
 from __future__ import annotations
 
 import posixpath
+import re
 from typing import Callable
 
 from rigkit import abstats
@@ -176,6 +177,42 @@ ROLLOUT_VARIABLES: list[Variable] = [
 ]
 
 
+# The router (roles/router.py, issue 15): vllm-router on a gateway host, the hosts of the inventory group
+# ROUTER_GROUP; its workers are every other host of the run (the rigs). Read from the gateway's data.
+ROUTER_GROUP = "routers"
+ROUTER_POLICIES = ("cache_aware", "round_robin", "random", "kv_aware", "power_of_two", "consistent_hash",
+                   "sticky_least_loaded")
+
+
+def _version(value: str) -> None:
+    if not re.fullmatch(r"[0-9]+(\.[0-9]+){1,3}", value):
+        raise ValueError("must be an exact release such as 0.1.17 (the router is pinned)")
+
+
+def _tcp_port(value: int) -> None:
+    if not 1 <= value <= 65535:
+        raise ValueError("must be a TCP port, 1-65535")
+
+
+ROUTER_VARIABLES: list[Variable] = [
+    Variable("router_version", "0.1.17", "vllm-router release installed on the gateway (pinned)", str, _version),
+    Variable("router_policy", "cache_aware", "how the router picks a rig per request: "
+             + ", ".join(ROUTER_POLICIES), str, one_of(ROUTER_POLICIES)),
+    Variable("router_port", 8300, "TCP port the router serves the OpenAI API on", int, _tcp_port),
+    Variable("router_bind_address", "127.0.0.1", "address the router listens on (its admin endpoints "
+             "/add_worker and /remove_worker take no key: keep it on a trusted network)", str),
+    Variable("router_api_key", None, "secret: the key the rigs' APIs require; the router sends it to them",
+             str, optional=True),
+    Variable("router_pip_find_links", None, "a wheelhouse (URL or directory) the gateway installs vllm-router "
+             "from with --no-index, instead of the package index (offline gateways, the lab)", str, optional=True),
+]
+
+# Filled by the issue-15 roles: the rigs' API firewall, the shared KV mount and the shared KV store.
+API_FIREWALL_VARIABLES: list[Variable] = []
+KV_SHARE_VARIABLES: list[Variable] = []
+KV_STORE_VARIABLES: list[Variable] = []
+
+
 # Validation (validate.py): what rigkit.validation measures and how; its ValidationSettings reads these.
 CALIBRATION_MIN_TOKENS = 256
 
@@ -245,6 +282,10 @@ ROLE_SECTIONS: dict[str, list[Variable]] = {
     "l2_disk": L2_DISK_VARIABLES,
     "serving": SERVING_VARIABLES,
     "rollout": ROLLOUT_VARIABLES,
+    "router": ROUTER_VARIABLES,
+    "api_firewall": API_FIREWALL_VARIABLES,
+    "kv_share": KV_SHARE_VARIABLES,
+    "kv_store": KV_STORE_VARIABLES,
     "validation": [*VALIDATION_VARIABLES, REPLAY],
 }
 ALL_VARIABLES: list[Variable] = [variable for section in ROLE_SECTIONS.values() for variable in section]

@@ -101,7 +101,7 @@ STACK_PORT_PREFIX = "stack_port:"
 # What a field holds when nothing declared asks the survey to read it.
 NOT_READ: dict[str, Any] = {"port_listeners": [], "image_present": False, "l2_device": None, "l2_mount": None,
                             "l2_free_bytes": None, "nvidia_smi_cli": None, "nvidia_smi": None, "gpu_memory": [],
-                            "pci_gpus": 0, "ssh_connection": None, "net_namespace": None}
+                            "pci_gpus": 0, "api_firewall_trace": [], "ssh_connection": None, "net_namespace": None}
 
 
 def state_from(values: dict[str, Any]) -> RigState:

@@ -5,8 +5,10 @@
 Group `lab`. Per host: SSH connection data (lab key, the lab's known_hosts, strict checking, no agent;
 127.0.0.1:22NN for a rig on host networking, its own address port 22 for a rig in its own network
 namespace), `serving_port` (rigs on the host network share it, so each serves on its own port),
-`l2_device` (the rig's spare "NVMe", an unformatted loop device) and `lab_rig=True`. A netns rig's
-loopback is its own: the controller reaches its serving API only through the SSH tunnel.
+`l2_device` (the rig's spare "NVMe", an unformatted loop device), `lab_rig=True` and `lab_netns` (the rig
+has its own network namespace: only such a rig may take api_firewall, whose rules on a host-network rig would
+be this machine's firewall). A netns rig's loopback is its own: the controller reaches its serving API only
+through the SSH tunnel.
 """
 
 from rigkit.lab.state import read_state as _read_state
@@ -27,6 +29,7 @@ def _lab_hosts() -> list:
             "serving_port": rig.serving_port,
             "l2_device": rig.nvme_path,
             "lab_rig": True,
+            "lab_netns": rig.netns,
             "lab_registry": state.registry,
         })
         for rig in state.rigs

@@ -15,6 +15,7 @@ from typing import Callable
 from rigkit import abstats
 from rigkit.disk import check_account_name, check_mount_options
 from rigkit.errors import ConfigError
+from rigkit.firewall import check_sources
 from rigkit.paths import check_device_path, check_host_path, check_relative_path
 from rigkit.registry import parse_reference
 from rigkit.variables import Variable, one_of
@@ -207,8 +208,21 @@ ROUTER_VARIABLES: list[Variable] = [
              "from with --no-index, instead of the package index (offline gateways, the lab)", str, optional=True),
 ]
 
-# Filled by the issue-15 roles: the rigs' API firewall, the shared KV mount and the shared KV store.
-API_FIREWALL_VARIABLES: list[Variable] = []
+# The rigs' API firewall (roles/api_firewall.py, rigkit/firewall.py): off unless declared, because turning it on
+# for rigs that already serve LAN clients on a non-loopback bind would cut those clients off at the next deploy.
+API_FIREWALL_VARIABLES: list[Variable] = [
+    Variable("api_firewall", False, "manage nft table inet rigkit_api: the stack's TCP ports (serving_port, the "
+             "LMCache ports) only from loopback, the controller and api_allowed_sources, every other packet "
+             "untouched; false = no rules (a table an earlier deploy made is removed)", bool),
+    Variable("api_allowed_sources", [], "addresses or CIDR networks, as the rig sees them, that may reach the "
+             "stack's ports besides loopback and the controller: the router's (gateway's) address", list,
+             check_sources),
+    Variable("api_allow_controller", True, "also allow the address the deploy's SSH session comes from (the "
+             "controller, read at every deploy), so smoke and validate.py reach a non-loopback bind directly",
+             bool),
+]
+
+# Filled by the issue-15 roles: the shared KV mount and the shared KV store.
 KV_SHARE_VARIABLES: list[Variable] = []
 KV_STORE_VARIABLES: list[Variable] = []
 

@@ -26,6 +26,7 @@ from typing import Any, Iterable, Mapping, Optional
 
 from rigkit.defaults import ALL_VARIABLES, ROLE_SECTIONS, l2_cache_path
 from rigkit.errors import ConfigError
+from rigkit.firewall import refuse_on_shared_network
 from rigkit.knobs import (HASHED_ONLY_WHEN_SET, KNOBS, KNOBS_BY_NAME, L2_PATH_WITHOUT_DISK_ROLE, PORT_KNOBS,
                           RETIRED_KNOBS, SECRET_KNOBS, controller_secret_variable, flag_name, gpu_indices)
 from rigkit.profiles import Profile, get_profile, load_profiles
@@ -35,7 +36,8 @@ from rigkit.variables import Variable, refuse_unknown, resolve
 
 CONNECTION_PREFIXES = ("ssh_", "_")
 # Keys the lab inventory writes for its own bookkeeping (rigkit/lab): not settings of the stack.
-LAB_KEYS = frozenset({"lab_rig", "lab_registry", "lab_container", "nvme_path", "loop_device"})
+# lab_netns: the rig runs in its own network namespace (only such a lab rig may take api_firewall).
+LAB_KEYS = frozenset({"lab_rig", "lab_netns", "lab_registry", "lab_container", "nvme_path", "loop_device"})
 
 
 @dataclass(frozen=True)
@@ -303,4 +305,5 @@ def rig_settings(data: dict, profiles: Optional[dict[str, Profile]] = None, need
     declared = needs_stack or data.get("serving_profile") is not None
     stack = settings_for_host(data, profiles) if declared else None
     sections = {name: resolve(variables, data) for name, variables in ROLE_SECTIONS.items()}
+    refuse_on_shared_network(data, sections["api_firewall"]["api_firewall"])
     return RigSettings(stack, sections, dict(data), profiles)

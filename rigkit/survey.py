@@ -17,6 +17,7 @@ from pyinfra.facts.server import LinuxDistribution, Which
 
 from rigkit.facts.batch import FactSpec, facts_now
 from rigkit.facts.disk import BlockDeviceProbe, DiskFree, MountedFilesystem
+from rigkit.facts.firewall import ApiFirewallTrace, NetworkNamespace, SshConnection
 from rigkit.facts.docker import ComposeCommand, DockerEngine, DockerImagePresent, DockerLocalImages
 from rigkit.facts.nvidia import NvidiaGpuMemory, NvidiaPciGpus, NvidiaSmiGpus
 from rigkit.facts.server import MemInfo, PortListeners, ShmSize
@@ -48,6 +49,9 @@ class RigState:
     nvidia_smi: Optional[dict]  # nvidia-smi's GPUs or its error (rigkit.facts.nvidia.NvidiaSmiGpus)
     gpu_memory: list[str]  # nvidia-smi's per-GPU memory lines
     pci_gpus: int  # NVIDIA GPUs on the PCI bus, driver or not
+    api_firewall_trace: list[str]  # what of rigkit's API firewall the rig holds: "ruleset", "unit", "table"
+    ssh_connection: Optional[str]  # $SSH_CONNECTION of the deploy's session (api_firewall, to allow the controller)
+    net_namespace: Optional[str]  # the rig's network namespace (a lab rig with api_firewall: the lab's guard)
 
     @property
     def running_stack_ids(self) -> tuple[str, ...]:
@@ -67,6 +71,7 @@ def survey_specs(rig: RigSettings) -> dict[str, FactSpec]:
         "compose_command": FactSpec.of(ComposeCommand),
         "stack_containers": FactSpec.of(StackContainers, stack=STACK_NAME),
         "local_images": FactSpec.of(DockerLocalImages),
+        "api_firewall_trace": FactSpec.of(ApiFirewallTrace),
     }
     if stack is not None:
         specs["port_listeners"] = FactSpec.of(PortListeners, port=stack.knobs["serving_port"])
@@ -79,6 +84,11 @@ def survey_specs(rig: RigSettings) -> dict[str, FactSpec]:
     if rig.l2_disk["l2_device"]:
         specs["l2_device"] = FactSpec.of(BlockDeviceProbe, device=rig.l2_disk["l2_device"])
         specs["l2_mount"] = FactSpec.of(MountedFilesystem, mount_point=rig.l2_disk["l2_mount_point"])
+    firewall = rig.api_firewall
+    if firewall["api_firewall"] and firewall["api_allow_controller"]:
+        specs["ssh_connection"] = FactSpec.of(SshConnection)
+    if firewall["api_firewall"] and rig.data.get("lab_rig"):
+        specs["net_namespace"] = FactSpec.of(NetworkNamespace)
     if stack is not None and stack.profile.needs_gpus:
         specs.update(nvidia_smi_cli=FactSpec.of(Which, command="nvidia-smi"), nvidia_smi=FactSpec.of(NvidiaSmiGpus),
                      gpu_memory=FactSpec.of(NvidiaGpuMemory), pci_gpus=FactSpec.of(NvidiaPciGpus))
@@ -91,7 +101,7 @@ STACK_PORT_PREFIX = "stack_port:"
 # What a field holds when nothing declared asks the survey to read it.
 NOT_READ: dict[str, Any] = {"port_listeners": [], "image_present": False, "l2_device": None, "l2_mount": None,
                             "l2_free_bytes": None, "nvidia_smi_cli": None, "nvidia_smi": None, "gpu_memory": [],
-                            "pci_gpus": 0}
+                            "pci_gpus": 0, "api_firewall_trace": [], "ssh_connection": None, "net_namespace": None}
 
 
 def state_from(values: dict[str, Any]) -> RigState:
@@ -105,6 +115,7 @@ def state_from(values: dict[str, Any]) -> RigState:
     merged["local_images"] = list(merged["local_images"] or [])
     merged["stack_containers"] = list(merged["stack_containers"] or [])
     merged["port_listeners"] = list(merged["port_listeners"] or [])
+    merged["api_firewall_trace"] = list(merged["api_firewall_trace"] or [])
     return RigState(**{field.name: merged[field.name] for field in fields(RigState)})
 
 

@@ -17,8 +17,10 @@ from rigkit.hostdata import RigSettings
 from rigkit.survey import RigState, read_rig_state
 
 # rig_lock first: one deploy at a time per rig, facts read under the lock. preflight next: what the bare
-# host refuses fails the rig before any role changes it.
-PIPELINE = ("rig_lock", "preflight", "nvidia_driver", "docker", "nvidia_container_toolkit", "l2_disk", "serving")
+# host refuses fails the rig before any role changes it. api_firewall before serving: a release that binds
+# beyond loopback never listens before its firewall is loaded.
+PIPELINE = ("rig_lock", "preflight", "nvidia_driver", "docker", "nvidia_container_toolkit", "l2_disk", "api_firewall",
+            "serving")
 
 
 @dataclass

@@ -37,6 +37,8 @@ CONTAINER_LABEL = "rigkit.lab"
 RIG_PACKAGES = (
     "openssh-server", "python3", "systemd", "systemd-sysv", "dbus", "docker.io", "docker-compose",
     "e2fsprogs", "xfsprogs", "util-linux", "iproute2", "sudo", "ca-certificates", "procps", "curl",
+    # the api_firewall role's nft (a netns rig cannot reach a package mirror to install it)
+    "nftables",
 )
 # Units that make no sense (or fight the host) in a container sharing the host's network and /dev.
 MASKED_UNITS = (
@@ -44,6 +46,8 @@ MASKED_UNITS = (
     "systemd-udevd.service", "systemd-udevd-control.socket", "systemd-udevd-kernel.socket",
     "systemd-logind.service", "systemd-timesyncd.service", "systemd-networkd.service",
     "systemd-networkd.socket", "systemd-networkd-wait-online.service", "systemd-resolved.service",
+    # its ExecStop is `nft flush ruleset`: on a host-network rig that would be this machine's whole firewall
+    "nftables.service",
 )
 # A rig shares the host network: its engine must never create a bridge or touch iptables.
 RIG_DAEMON_JSON = {"bridge": "none", "iptables": False, "ip-forward": False, "ip-masq": False}

@@ -249,7 +249,7 @@ def _settings(case_dir: str, case: dict, kwargs: dict) -> RigSettings:
     """The rig's settings as the entry point builds them: deploy.py for the pipeline and the serving and
     preflight roles (a stack is required), on their own for the provisioning roles; rollback.py's for
     ``image_override``."""
-    settings = rig_settings(case.get("data", {}), needs_stack=case_dir in ("pipeline", "serving", "preflight"))
+    settings = rig_settings(case.get("data", {}), needs_stack=case_dir in ("pipeline", "serving", "preflight", "api_firewall"))
     image = kwargs.pop("image_override", None)
     return settings.for_image(image) if image else settings
 
@@ -340,7 +340,7 @@ def _as_list(value) -> list:
 
 
 def test_every_role_folder_has_cases() -> None:
-    roles = {"preflight", "nvidia_driver", "docker", "nvidia_container_toolkit", "l2_disk", "serving"}
+    roles = {"preflight", "nvidia_driver", "docker", "nvidia_container_toolkit", "l2_disk", "api_firewall", "serving"}
     folders = {path.parent.name for path in CASE_FILES}
     assert roles <= folders, f"no cases for {sorted(roles - folders)}"
 

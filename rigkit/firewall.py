@@ -1,0 +1,204 @@
+"""The rigs' API firewall: which sources may reach the stack's TCP ports, as an nftables table of rigkit's own.
+
+Pure: the ruleset text, the systemd unit that loads it at boot, the allowed sources (validated with ipaddress)
+and the lab's refusal; roles/api_firewall.py puts them on the rig. The table ``inet rigkit_api`` hooks input
+and looks only at TCP packets to the stack's ports (serving_port, the LMCache ports of a profile that runs
+LMCache): loopback, established connections and the allowed sources pass, the rest is dropped and counted.
+Every other packet leaves the table at its first rule, so SSH and all other traffic are exactly as the rig's
+own firewall (if any) has them: an accept in one nftables table never overrides a drop in another.
+
+A connection the rig makes to its own non-loopback address comes from that address, not from loopback:
+it is dropped unless that address is allowed (the lab test uses this as "another host").
+"""
+
+from __future__ import annotations
+
+import hashlib
+import ipaddress
+from typing import Iterable, Mapping, Optional, Sequence, Union
+
+from rigkit.errors import ConfigError, PreflightError
+from rigkit.systemd import exec_command_line
+
+TABLE = "rigkit_api"                      # nft table inet rigkit_api: rigkit's only table
+RULESET_PATH = "/etc/rigkit/api-firewall.nft"
+UNIT_NAME = "rigkit-api-firewall.service"
+UNIT_PATH = f"/etc/systemd/system/{UNIT_NAME}"
+NFT = "/usr/sbin/nft"
+COMMENT_PREFIX = "rigkit api_firewall "   # + the ruleset's hash: which ruleset the loaded table holds
+
+Network = Union[ipaddress.IPv4Network, ipaddress.IPv6Network]
+
+
+def parse_source(text: str) -> Network:
+    """One allowed source (an address or a network in CIDR form); ValueError naming the fix."""
+    try:
+        network = ipaddress.ip_network(text, strict=True)
+    except ValueError as exc:
+        if "host bits set" in str(exc):
+            loose = ipaddress.ip_network(text, strict=False)
+            raise ValueError(f"{text!r} has host bits set: write {loose} for the network, or "
+                             f"{text.split('/')[0]} for the one host") from None
+        raise ValueError(f"{text!r} is not an IP address or network (10.0.0.5, 10.0.0.0/24, fd00::/64)") from None
+    if network.prefixlen == 0:
+        raise ValueError(f"{text!r} allows every address: turn api_firewall off instead")
+    return network
+
+
+def check_sources(value: list) -> None:
+    """Variable check of api_allowed_sources: a list of addresses or CIDR networks."""
+    for item in value:
+        if not isinstance(item, str):
+            raise ValueError(f"{item!r} is not text: give each source as a string such as '10.0.0.5'")
+        parse_source(item)
+
+
+def controller_address(ssh_connection: Optional[str]) -> Optional[Network]:
+    """The controller as the rig sees it, from the first field of $SSH_CONNECTION (``client port server
+    port``); None when the session carries none. An IPv4-mapped IPv6 address is its IPv4 address; a
+    link-local zone (``%eth0``) is dropped (nft matches the address)."""
+    fields = (ssh_connection or "").split()
+    if not fields:
+        return None
+    try:
+        address = ipaddress.ip_address(fields[0].split("%", 1)[0])
+    except ValueError:
+        return None
+    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped:
+        address = address.ipv4_mapped
+    return ipaddress.ip_network(address)
+
+
+def controller_source(allow: bool, ssh_connection: Optional[str]) -> Optional[Network]:
+    """The controller's address to allow (api_allow_controller), read from the deploy's SSH session;
+    PreflightError when it is wanted but the session does not say where it comes from."""
+    if not allow:
+        return None
+    address = controller_address(ssh_connection)
+    if address is None:
+        raise PreflightError("api_allow_controller", True, "the deploy's SSH session on the rig carries no "
+                             f"SSH_CONNECTION address ({ssh_connection!r}), so the controller's address is unknown",
+                             "add the controller's address as the rig sees it to api_allowed_sources and set "
+                             "api_allow_controller: false")
+    return address
+
+
+def allowed_sources(declared: Iterable[str], controller: Optional[Network] = None) -> list[Network]:
+    """Every source besides loopback, each once, in a stable order (the ruleset's hash depends on it)."""
+    networks = {parse_source(text) for text in declared}
+    if controller is not None:
+        networks.add(controller)
+    return sorted(networks, key=lambda network: (network.version, network))
+
+
+def source_text(network: Network) -> str:
+    """nft's spelling: a single host as its address, a network as address/prefix."""
+    return str(network.network_address) if network.prefixlen == network.max_prefixlen else str(network)
+
+
+def _set(items: Sequence[str]) -> str:
+    return "{ " + ", ".join(items) + " }"
+
+
+def _rules(ports: Sequence[int], sources: Sequence[Network]) -> list[str]:
+    """The table's body lines (without its comment)."""
+    for port in ports:
+        if not isinstance(port, int) or isinstance(port, bool) or not 1 <= port <= 65535:
+            raise ValueError(f"not a TCP port: {port!r}")
+    v4 = [source_text(n) for n in sources if n.version == 4]
+    v6 = [source_text(n) for n in sources if n.version == 6]
+    lines = [
+        "\tchain input {",
+        "\t\ttype filter hook input priority filter; policy accept;",
+        f"\t\ttcp dport {_set([str(port) for port in sorted(set(ports))])} jump api",
+        "\t}",
+        "",
+        "\tchain api {",
+        "\t\tct state established,related accept",
+        '\t\tiif "lo" ip saddr 127.0.0.0/8 accept',
+        '\t\tiif "lo" ip6 saddr ::1 accept',
+    ]
+    if v4:
+        lines.append(f"\t\tip saddr {_set(v4)} accept")
+    if v6:
+        lines.append(f"\t\tip6 saddr {_set(v6)} accept")
+    lines += ["\t\tcounter drop", "\t}"]
+    return lines
+
+
+def ruleset_comment(ports: Sequence[int], sources: Sequence[Network]) -> str:
+    """The table's comment: names the ruleset by its hash, so a deploy tells whether the loaded table is
+    the one it wants (a table flushed by hand, or a file whose load failed, is loaded again)."""
+    digest = hashlib.sha256("\n".join(_rules(ports, sources)).encode()).hexdigest()[:16]
+    return f"{COMMENT_PREFIX}{digest}"
+
+
+def ruleset(ports: Sequence[int], sources: Sequence[Network]) -> str:
+    """The nft script: creates the table if absent, deletes it, defines it anew, in one transaction
+    (``nft -f`` is atomic), so only rigkit's table is replaced and a bad script changes nothing."""
+    return "\n".join([
+        "#!/usr/sbin/nft -f",
+        "# Rendered by rigkit (rigkit/firewall.py, api_firewall): change host or group data, not this file.",
+        f"# TCP ports {', '.join(str(port) for port in sorted(set(ports)))} only from loopback and the sources below;",
+        "# every other packet passes this table untouched.",
+        f"table inet {TABLE}",
+        f"delete table inet {TABLE}",
+        f"table inet {TABLE} {{",
+        f'\tcomment "{ruleset_comment(ports, sources)}"',
+        *_rules(ports, sources),
+        "}",
+        "",
+    ])
+
+
+def unit_text() -> str:
+    """Loads the ruleset at boot, before the network is up (as Debian's nftables.service) and after that
+    service, whose ``flush ruleset`` would otherwise drop rigkit's table."""
+    return (
+        "[Unit]\n"
+        f"Description=rigkit API firewall: the serving ports from the allowed sources only (nft table inet {TABLE})\n"
+        "DefaultDependencies=no\n"
+        "Wants=network-pre.target\n"
+        "After=nftables.service\n"
+        "Before=network-pre.target shutdown.target docker.service\n"
+        "Conflicts=shutdown.target\n\n"
+        "[Service]\n"
+        "Type=oneshot\n"
+        "RemainAfterExit=yes\n"
+        f"ExecStart={exec_command_line([NFT, '-f', RULESET_PATH])}\n\n"
+        "[Install]\n"
+        "WantedBy=sysinit.target\n"
+    )
+
+
+def exposure_notice(enabled: bool, bind_address: str, port: int) -> Optional[str]:
+    """What the deploy says about who can reach the API, or None when there is nothing to say."""
+    loopback = ipaddress.ip_address(bind_address).is_loopback
+    if enabled and loopback:
+        return (f"api_firewall: bind_address {bind_address} is loopback: only the rig itself reaches port {port} "
+                "(the firewall matters once bind_address is not loopback, e.g. 0.0.0.0 for a router)")
+    if not enabled and not loopback:
+        return (f"api_firewall: off, and the API listens on {bind_address}:{port}: every host that can route to "
+                "the rig reaches it; set api_firewall: true and api_allowed_sources to limit it")
+    return None
+
+
+def refuse_on_shared_network(data: Mapping, enabled: bool) -> None:
+    """The lab's hard rule: a lab rig on host networking shares this machine's network namespace, so its
+    nft rules would be this machine's firewall. Only a lab rig in its own namespace may take one."""
+    if enabled and data.get("lab_rig") and not data.get("lab_netns"):
+        raise ConfigError("api_firewall", True, "this lab rig runs on host networking: its network namespace is "
+                          "the controller's, so the rig's firewall rules would change this machine's firewall",
+                          "enable api_firewall only on a lab rig in its own network namespace (lab_netns: the "
+                          "netns rigs of `rigkit lab up`)")
+
+
+def refuse_same_namespace(rig_namespace: Optional[str], controller_namespace: str) -> None:
+    """The same rule checked on the rig itself when it is deployed (a lab inventory that set lab_netns
+    wrongly): the rig's network namespace (``readlink /proc/self/ns/net``) must not be the controller's.
+    Meaningful only inside the lab, where both run on one kernel (every machine's first namespace has the
+    same number)."""
+    if rig_namespace and rig_namespace == controller_namespace:
+        raise PreflightError("api_firewall", True, f"the rig's network namespace {rig_namespace} is the controller's "
+                          "own: its firewall rules would change this machine's firewall",
+                          "run this lab rig in its own network namespace, or set api_firewall: false")

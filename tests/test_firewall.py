@@ -1,0 +1,175 @@
+"""The API firewall's pure pieces (rigkit/firewall.py), its facts' shell on this machine's shell, and the lab's refusals.
+
+The ruleset itself was loaded by a real nft 1.0.6 in a private network namespace (tests/fixtures/firewall/README.md):
+the capture there is what these tests hold today's rendering to.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import os
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from rigkit.errors import ConfigError, PreflightError
+from rigkit.facts.firewall import NftTableComment, SshConnection
+from rigkit.firewall import (allowed_sources, controller_address, controller_source, exposure_notice,
+                             parse_source, refuse_same_namespace, ruleset, ruleset_comment, source_text)
+from rigkit.hostdata import rig_settings
+
+FIXTURES = Path(__file__).parent / "fixtures" / "firewall"
+SSH_CONNECTION = "10.213.3.1 40000 10.213.3.2 22"
+CPU_LAB = {"serving_profile": "cpu-lab", "serving_image": "127.0.0.1:5000/rigkit/vllm-cpu-tiny@sha256:" + "3f" * 32,
+           "gpus": 0, "serving_port": 8103, "num_gpu_blocks_override": 72}
+
+
+def captured_sources():
+    return allowed_sources(["10.0.0.0/24", "fd00::/64", "192.168.1.7"], controller_address(SSH_CONNECTION))
+
+
+def test_the_rendering_is_the_one_real_nft_accepted():
+    assert ruleset([8103, 5555, 8080], captured_sources()) == (FIXTURES / "ruleset-three-ports.nft").read_text()
+
+
+def test_only_the_stack_ports_enter_the_drop_chain_and_loopback_is_matched_by_source():
+    text = ruleset([8103, 5555], [])
+    assert "tcp dport { 5555, 8103 } jump api" in text
+    # a connection to the rig's own non-loopback address also arrives on lo: the source decides, not lo alone
+    assert 'iif "lo" accept' not in text and 'iif "lo" ip saddr 127.0.0.0/8 accept' in text
+    assert "ip saddr" not in text.replace("ip saddr 127.0.0.0/8", "")  # no sources declared: none rendered
+    assert text.splitlines()[4:7] == ["table inet rigkit_api", "delete table inet rigkit_api", "table inet rigkit_api {"]
+
+
+def test_the_hash_names_ports_and_sources():
+    sources = captured_sources()
+    assert ruleset_comment([8103], sources) != ruleset_comment([8104], sources)
+    assert ruleset_comment([8103], sources) != ruleset_comment([8103], sources[:-1])
+    assert ruleset_comment([8103], sources) == ruleset_comment([8103], list(reversed(sources))[::-1])
+
+
+def test_a_port_that_is_not_an_int_is_never_rendered():
+    with pytest.raises(ValueError):
+        ruleset(["8103; flush ruleset"], [])
+    with pytest.raises(ValueError):
+        ruleset([True], [])
+
+
+@pytest.mark.parametrize("text, words", [
+    ("10.0.0.5/24", ["host bits set", "10.0.0.0/24", "10.0.0.5 for the one host"]),
+    ("0.0.0.0/0", ["allows every address"]),
+    ("::/0", ["allows every address"]),
+    ("10.0.0.0/8; flush ruleset", ["not an IP address"]),
+    ("router.lan", ["not an IP address"]),
+])
+def test_bad_sources_are_refused_naming_the_fix(text, words):
+    with pytest.raises(ValueError) as refused:
+        parse_source(text)
+    for word in words:
+        assert word in str(refused.value)
+
+
+def test_a_bad_source_in_host_data_is_a_config_error_naming_the_field():
+    with pytest.raises(ConfigError) as refused:
+        rig_settings({**CPU_LAB, "api_firewall": True, "api_allowed_sources": ["10.0.0.1", "10.0.0.5/24"]})
+    assert refused.value.field == "api_allowed_sources" and "10.0.0.5/24" in str(refused.value)
+    with pytest.raises(ConfigError):
+        rig_settings({**CPU_LAB, "api_allowed_sources": [10]})
+
+
+@pytest.mark.parametrize("connection, expected", [
+    (SSH_CONNECTION, "10.213.3.1"),
+    ("::ffff:192.168.1.9 5000 ::ffff:192.168.1.2 22", "192.168.1.9"),
+    ("fe80::1%eth0 5000 fe80::2%eth0 22", "fe80::1"),
+    ("2001:db8::7 5000 2001:db8::2 22", "2001:db8::7"),
+    ("", None), (None, None), ("garbage 1 2 3", None),
+])
+def test_the_controller_address_from_ssh_connection(connection, expected):
+    address = controller_address(connection)
+    assert (source_text(address) if address else None) == expected
+
+
+def test_a_wanted_controller_address_that_is_unknown_is_refused():
+    with pytest.raises(PreflightError) as refused:
+        controller_source(True, None)
+    assert refused.value.field == "api_allow_controller" and "api_allowed_sources" in refused.value.fix
+    assert controller_source(False, None) is None
+    assert controller_source(True, SSH_CONNECTION) == ipaddress.ip_network("10.213.3.1/32")
+
+
+def test_sources_are_deduplicated_and_ordered_v4_first():
+    sources = allowed_sources(["fd00::/64", "10.213.3.1", "10.0.0.0/24"], controller_address(SSH_CONNECTION))
+    assert [source_text(s) for s in sources] == ["10.0.0.0/24", "10.213.3.1", "fd00::/64"]
+
+
+def test_notices_say_who_reaches_the_api():
+    assert "every host" in exposure_notice(False, "0.0.0.0", 8000)
+    assert "only the rig itself" in exposure_notice(True, "127.0.0.1", 8000)
+    assert exposure_notice(False, "127.0.0.1", 8000) is None and exposure_notice(True, "::", 8000) is None
+
+
+def test_a_lab_rig_on_host_networking_never_takes_a_firewall():
+    with pytest.raises(ConfigError) as refused:
+        rig_settings({**CPU_LAB, "api_firewall": True, "lab_rig": True})
+    assert refused.value.field == "api_firewall" and "this machine's firewall" in refused.value.problem
+    rig_settings({**CPU_LAB, "api_firewall": True, "lab_rig": True, "lab_netns": True})
+    rig_settings({**CPU_LAB, "lab_rig": True})  # off: nothing to refuse
+
+
+def test_the_lab_inventory_marks_only_netns_rigs():
+    text = (Path(__file__).parents[1] / "inventory" / "lab.py").read_text()
+    assert '"lab_netns": rig.netns' in text
+
+
+def test_a_rig_in_the_controllers_namespace_is_refused():
+    with pytest.raises(PreflightError):
+        refuse_same_namespace("net:[4026531840]", "net:[4026531840]")
+    refuse_same_namespace("net:[4026532290]", "net:[4026531840]")
+    refuse_same_namespace(None, "net:[4026531840]")
+
+
+def _run_fact_shell(command: str, path_dir: Path, env: dict) -> list[str]:
+    result = subprocess.run(["sh", "-c", command], capture_output=True, text=True, env=env, check=True)
+    return result.stdout.splitlines()
+
+
+def test_the_table_comment_is_read_from_real_nft_output(tmp_path):
+    # a stand-in nft that prints the real capture: the fact's own sed runs on it
+    fake = tmp_path / "nft"
+    fake.write_text(f"#!/bin/sh\ncat {shlex.quote(str(FIXTURES / 'nft-1.0.6-list-table.txt'))}\n")
+    fake.chmod(0o755)
+    fact = NftTableComment()
+    lines = _run_fact_shell(fact.command(), tmp_path, {"PATH": f"{tmp_path}:/usr/bin:/bin"})
+    assert fact.process(lines) == ruleset_comment([8103, 5555, 8080], captured_sources())
+    fake.write_text("#!/bin/sh\nexit 1\n")  # no such table
+    assert _run_fact_shell(fact.command(), tmp_path, {"PATH": f"{tmp_path}:/usr/bin:/bin"}) == []
+
+
+def test_ssh_connection_is_found_up_the_process_tree_when_sudo_reset_the_environment(tmp_path):
+    fact = SshConnection()
+    # env -i stands for sudo's env_reset: the child has no SSH_CONNECTION, its parent shell does
+    command = f"env -i /bin/sh -c {shlex.quote(fact.command())}"
+    env = {"PATH": "/usr/bin:/bin", "SSH_CONNECTION": SSH_CONNECTION}
+    assert fact.process(_run_fact_shell(command, tmp_path, env)) == SSH_CONNECTION
+    assert fact.process(_run_fact_shell(command, tmp_path, {"PATH": "/usr/bin:/bin"})) is None
+
+
+def test_the_role_refuses_a_lab_rig_whose_namespace_is_the_controllers(monkeypatch):
+    sys.path.insert(0, str(Path(__file__).parent / "roles"))
+    from test_roles import run_case
+
+    import roles.api_firewall
+
+    monkeypatch.setattr(roles.api_firewall, "controller_namespace", lambda: "net:[4026531840]")
+    case = {"os": "debian-12", "data": {**CPU_LAB, "api_firewall": True, "bind_address": "0.0.0.0", "lab_rig": True,
+                                        "lab_netns": True},
+            "facts": {"rigkit.facts.firewall.SshConnection": SSH_CONNECTION,
+                      "rigkit.facts.firewall.NetworkNamespace": "net:[4026531840]"}}
+    result = run_case("api_firewall", case)
+    assert result["commands"] == ["<python: refuse>"], result["commands"]
+    assert "controller's own" in result["python_args"]["refuse"]
+    monkeypatch.setattr(roles.api_firewall, "controller_namespace", lambda: os.readlink("/proc/self/ns/net") + "x")
+    assert "nft -f /etc/rigkit/api-firewall.nft" in run_case("api_firewall", case)["commands"]

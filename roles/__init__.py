@@ -19,6 +19,8 @@ from rigkit.survey import RigState, read_rig_state
 # rig_lock first: one deploy at a time per rig, facts read under the lock. preflight next: what the bare
 # host refuses fails the rig before any role changes it.
 PIPELINE = ("rig_lock", "preflight", "nvidia_driver", "docker", "nvidia_container_toolkit", "l2_disk", "serving")
+# The hosts of rigkit.defaults.KV_STORE_GROUP run no serving stack: the store role only.
+KV_STORE_PIPELINE = ("kv_store",)
 
 
 @dataclass

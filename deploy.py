@@ -9,16 +9,23 @@ in its failing operation, and the rig gets nothing else.
 
 With a rollout set in the data (rollout_canary / rollout_batch), only `rigkit deploy` batches: a plain
 pyinfra run would upgrade every rig at once, so it is refused (rigkit.rollout.refuse_unbatched).
+
+The hosts of the inventory group KV_STORE_GROUP ("kv_stores") are the fleet's Valkey store: they get the
+kv_store role only (roles.KV_STORE_PIPELINE).
 """
 
 import os
 
 from pyinfra import host
 
+from rigkit.defaults import KV_STORE_GROUP
 from rigkit.hostdata import rig_settings
 from rigkit.rollout import refuse_unbatched
-from roles import deploy_rig
+from roles import KV_STORE_PIPELINE, deploy_rig
 
-settings = rig_settings(host.data.dict())
-refuse_unbatched(settings.rollout, os.environ)
-deploy_rig(settings)
+if KV_STORE_GROUP in host.groups:  # the fleet's KV store: no serving stack, the store role only
+    deploy_rig(rig_settings(host.data.dict(), needs_stack=False), KV_STORE_PIPELINE)
+else:
+    settings = rig_settings(host.data.dict())
+    refuse_unbatched(settings.rollout, os.environ)
+    deploy_rig(settings)

@@ -8,6 +8,7 @@ generated from these declarations (rigkit.docs).
 
 from __future__ import annotations
 
+import ipaddress
 import posixpath
 import re
 from typing import Callable
@@ -224,7 +225,58 @@ API_FIREWALL_VARIABLES: list[Variable] = [
 
 # Filled by the issue-15 roles: the shared KV mount and the shared KV store.
 KV_SHARE_VARIABLES: list[Variable] = []
-KV_STORE_VARIABLES: list[Variable] = []
+
+
+# The fleet's shared KV store (roles/kv_store.py, issue 15): valkey-server on the hosts of the inventory group
+# KV_STORE_GROUP, which get that role only. Its password is the serving knob kv_store_password (a secret, read
+# from the controller's environment): the store requires it and the rigs' LMCache sends it, one value for both.
+KV_STORE_GROUP = "kv_stores"
+# Every maxmemory-policy valkey 8.1 accepts (valkey.conf), and the ones rigkit refuses, with why.
+VALKEY_POLICIES = ("allkeys-lru", "allkeys-lfu", "allkeys-random", "noeviction", "volatile-lru", "volatile-lfu",
+                   "volatile-random", "volatile-ttl")
+REFUSED_VALKEY_POLICIES = {
+    policy: "evicts only keys with a TTL, and LMCache's Valkey adapter writes its chunks without one (its "
+            "ttl_seconds is not rendered): a full store would refuse every write, as noeviction does"
+    for policy in VALKEY_POLICIES if policy.startswith("volatile-")}
+
+
+def _valkey_policy(value: str) -> None:
+    one_of(VALKEY_POLICIES)(value)
+    if value in REFUSED_VALKEY_POLICIES:
+        raise ValueError(f"{REFUSED_VALKEY_POLICIES[value]}; use allkeys-lru (or noeviction to refuse writes "
+                         "when full)")
+
+
+def _bind_addresses(value: list) -> None:
+    if not value:
+        raise ValueError("must name at least one address (valkey listens nowhere otherwise)")
+    for item in value:
+        if not isinstance(item, str):
+            raise ValueError(f"{item!r} is not text: each item must be an IP address")
+        try:
+            ipaddress.ip_address(item)
+        except ValueError:
+            raise ValueError(f"{item!r} is not an IP address (e.g. 127.0.0.1, 10.0.0.5 or ::1); a host name "
+                             "is not resolved by valkey's bind") from None
+    if len(set(value)) != len(value):
+        raise ValueError("names an address twice")
+
+
+KV_STORE_PORT = Variable("kv_store_port", 6379, "TCP port valkey-server listens on (the rigs' LMCache connects to it)",
+                         int, _tcp_port)
+KV_STORE_VARIABLES: list[Variable] = [
+    KV_STORE_PORT,
+    Variable("kv_store_bind_addresses", ["127.0.0.1"], "IP addresses valkey-server listens on: the store host's "
+             "address on the rigs' network (and 127.0.0.1 for the role's own checks); never 0.0.0.0 on a host "
+             "reachable from elsewhere", list, _bind_addresses),
+    Variable("kv_store_maxmemory_gib", 8, "memory valkey may hold, in GiB (2^30 bytes; valkey gets the bytes): "
+             "past it the policy evicts", int, _at_least(1)),
+    Variable("kv_store_maxmemory_policy", "allkeys-lru", "what a full store does: allkeys-lru (default: the "
+             "fleet's rigs each count only their own writes, so only the server sees the total and evicts the "
+             "least recently used chunk, which is a cache miss, never a wrong answer), allkeys-lfu, "
+             "allkeys-random, or noeviction (writes refused when full); volatile-* are refused", str,
+             _valkey_policy),
+]
 
 
 # Validation (validate.py): what rigkit.validation measures and how; its ValidationSettings reads these.

@@ -24,7 +24,8 @@ import re
 from dataclasses import dataclass
 from typing import Any, Iterable, Mapping, Optional
 
-from rigkit.defaults import ALL_VARIABLES, ROLE_SECTIONS, l2_cache_path
+from rigkit import kv_store
+from rigkit.defaults import ALL_VARIABLES, KV_STORE_PORT, ROLE_SECTIONS, l2_cache_path
 from rigkit.errors import ConfigError
 from rigkit.firewall import refuse_on_shared_network
 from rigkit.knobs import (HASHED_ONLY_WHEN_SET, KNOBS, KNOBS_BY_NAME, L2_PATH_WITHOUT_DISK_ROLE, PORT_KNOBS,
@@ -196,6 +197,26 @@ def _refuse_shared_ports(profile: Profile, knobs: dict[str, Any]) -> None:
         taken[port] = name
 
 
+def _point_l2_at_kv_store(knobs: dict[str, Any], role_values: dict[str, Any]) -> None:
+    """l2_kv_store_address set: LMCache's L2 is its Valkey adapter at the store (rigkit.kv_store.adapter_json),
+    on kv_store_port from the same data the store host reads, with the password it requires."""
+    address = knobs["l2_kv_store_address"]
+    if address is None:
+        return
+    if knobs["l2_adapter_json"] is not None:
+        raise ConfigError("l2_adapter_json", knobs["l2_adapter_json"], "is set and so is l2_kv_store_address: "
+                          "two L2 adapters for one tier", "set one of them (l2_kv_store_address renders the Valkey "
+                          "adapter itself)")
+    if not knobs["l2_enabled"]:
+        raise ConfigError("l2_enabled", False, "l2_kv_store_address points the L2 tier at the store, but the L2 "
+                          "tier is off", "set l2_enabled: true, or remove l2_kv_store_address")
+    if knobs["kv_store_password"] is None:
+        raise ConfigError("kv_store_password", None, "l2_kv_store_address is set but no password: the store "
+                          "refuses every unauthenticated command", "export RIGKIT_KV_STORE_PASSWORD on the "
+                          "controller (the same value the kv_store role sets)")
+    knobs["l2_adapter_json"] = kv_store.adapter_json(address, role_values.get("kv_store_port", KV_STORE_PORT.default))
+
+
 def _derive(profile: Profile, knobs: dict[str, Any], role_values: dict[str, Any]) -> dict[str, Any]:
     """Fill knobs whose default depends on others; refuse combinations no host fact can fix."""
     derived = dict(knobs)
@@ -215,6 +236,7 @@ def _derive(profile: Profile, knobs: dict[str, Any], role_values: dict[str, Any]
                           f"selects {len(gpus)} GPU(s) but profile {profile.name} needs {profile.resources.gpus}",
                           f"select at least {profile.resources.gpus} GPUs, or clear gpu_mask to use every GPU")
     _check_gpu_count(derived, gpus, role_values.get("gpus"))
+    _point_l2_at_kv_store(derived, role_values)
     _refuse_rendered_flags(profile, derived["extra_engine_args"])
     l1_gib = derived["l1_size_gb"] if profile.l1_in_limits else 0
     needed = required_mem_limit_gib(l1_gib, derived["model_size_gb"], derived["mem_headroom_gb"])
@@ -233,6 +255,20 @@ def secrets_from_controller(data: dict) -> dict[str, str]:
     """Secret knobs host data leaves unset, from the controller's environment (RIGKIT_HF_TOKEN for hf_token)."""
     found = {name: os.environ.get(controller_secret_variable(name)) for name in SECRET_KNOBS if name not in data}
     return {name: value for name, value in found.items() if value is not None}
+
+
+def required_secret(data: dict, name: str, needed_by: str) -> str:
+    """A secret knob a role needs on a host without a serving stack (the store's password), from host data or
+    the controller's environment, validated; ConfigError (the value redacted) when missing or refused."""
+    values = {**secrets_from_controller(data), **data}
+    if values.get(name) is None:
+        raise ConfigError(name, None, f"{needed_by} needs it and it is not set",
+                          f"export {controller_secret_variable(name)} on the controller (never in host data or "
+                          "--data: both end up in logs and ps)")
+    try:
+        return KNOBS_BY_NAME[name].coerce(values[name])
+    except ConfigError as exc:
+        raise ConfigError(name, "<redacted>", exc.problem, exc.fix) from None
 
 
 def settings_for_host(data: dict, profiles: Optional[dict[str, Profile]] = None,

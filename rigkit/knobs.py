@@ -16,8 +16,9 @@ import json
 import re
 from typing import Any, Optional
 
+from rigkit import kv_store
 from rigkit.paths import check_host_path
-from rigkit.variables import JsonObject, Variable, one_of
+from rigkit.variables import JsonObject, Variable, check_of, one_of
 
 # Host paths and env values travel through .env and compose; both readers (compose v1's python-dotenv,
 # compose v2's Go parser) must read back exactly what was declared.
@@ -154,7 +155,8 @@ ENGINE_FLAG_ALIASES = {"-q": "--quantization", "-sc": "--speculative-config", "-
 # Knobs that did not exist when earlier releases were recorded: at their default they stay out of the knobs
 # hash, so a rig deployed before them is still "No Change" when they are left unset.
 HASHED_ONLY_WHEN_SET = frozenset({*ENGINE_FLAGS, "extra_engine_args", "model_attention_layers",
-                                  "model_kv_heads", "model_head_dim", "lmcache_port", "lmcache_http_port"})
+                                  "model_kv_heads", "model_head_dim", "lmcache_port", "lmcache_http_port",
+                                  "l2_kv_store_address", "kv_store_password"})
 
 
 def _fraction_of_gpu(value: float) -> None:
@@ -237,6 +239,14 @@ KNOBS: list[Variable] = [
     Variable("l2_budget_gb", 100.0, "disk the L2 tier may fill, in GB (preflight refuses less free space)",
              float, _between(0.01)),
     Variable("chunk_size", 256, "LMCache chunk size in tokens", int, _between(16, 65536), env="LMCACHE_CHUNK_SIZE"),
+    Variable("l2_kv_store_address", None, "lmcache-mp: IP address of the fleet's Valkey store (a host of the "
+             "kv_stores group, one of its kv_store_bind_addresses): LMCache's L2 is then its Valkey adapter at this "
+             "address and kv_store_port, authenticated with kv_store_password (needs l2_enabled)", str,
+             _text(_ip_address), optional=True),
+    Variable("kv_store_password", None, "secret: the Valkey store's password (requirepass), which the store "
+             "requires and the rigs' LMCache sends; from the controller's RIGKIT_KV_STORE_PASSWORD, at least "
+             f"{kv_store.MIN_PASSWORD_LENGTH} characters, no quote, backslash, whitespace or control character",
+             str, _text(check_of(kv_store.password_problem)), env="RIGKIT_KV_STORE_PASSWORD", optional=True),
     Variable("lmcache_port", 5555, "TCP port of the LMCache server's ZMQ socket (lmcache server --port; the "
              "connector's lmcache.mp.port), host networking", int, _between(1024, 65535), env="LMCACHE_PORT"),
     Variable("lmcache_http_port", 8080, "TCP port of the LMCache server's HTTP API on the rig's loopback "
@@ -297,7 +307,7 @@ KNOBS_BY_NAME: dict[str, Variable] = {knob.name: knob for knob in KNOBS}
 PORT_KNOBS = ("serving_port", "lmcache_port", "lmcache_http_port")
 
 # Never printed, never in compose: only in .env (mode 0600) and the stored verified rendering (0600).
-SECRET_KNOBS = frozenset({"hf_token"})
+SECRET_KNOBS = frozenset({"hf_token", "kv_store_password"})
 SECRET_ENV_NAMES = frozenset(KNOBS_BY_NAME[name].env for name in SECRET_KNOBS)
 # The controller's environment variable a secret knob is read from when host data does not set it: it keeps
 # the secret off the command line (`--data hf_token=...` shows it to every user of the controller in `ps`).

@@ -21,6 +21,8 @@ from rigkit.survey import RigState, read_rig_state
 # beyond loopback never listens before its firewall is loaded.
 PIPELINE = ("rig_lock", "preflight", "nvidia_driver", "docker", "nvidia_container_toolkit", "l2_disk", "api_firewall",
             "serving")
+# The hosts of rigkit.defaults.KV_STORE_GROUP run no serving stack: the store role only.
+KV_STORE_PIPELINE = ("kv_store",)
 
 
 @dataclass

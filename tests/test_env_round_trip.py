@@ -35,6 +35,10 @@ json_values = st.recursive(st.none() | st.booleans() | st.integers(-10**6, 10**6
                            max_leaves=6)
 STRATEGIES = {
     "bind_address": st.ip_addresses().map(str),
+    # printable, no whitespace, quote or backslash (rigkit.kv_store.password_problem); $ # = { } ` and the rest stay
+    "kv_store_password": st.lists(st.one_of(st.characters(blacklist_categories=("Cs", "Cc", "Z")),
+                                            st.sampled_from(list("$#={}`!;&|") + ["$$", "\U0001F600"])),
+                                  min_size=16, max_size=40).map("".join),
     "l2_adapter_json": st.dictionaries(text, json_values, max_size=4).flatmap(
         lambda d: st.sampled_from([d, json.dumps(d), json.dumps(d, ensure_ascii=False, indent=1)])),
 }

@@ -1,0 +1,116 @@
+"""The fleet's shared KV store: valkey-server's configuration and LMCache's Valkey L2 adapter, as plain values.
+
+roles/kv_store.py writes ``config_text`` on the store host (a host of rigkit.defaults.KV_STORE_GROUP) and
+checks the server answers as declared; rigkit.hostdata points a rig's LMCache at it (``adapter_json``).
+
+Reachable by the rigs only: valkey binds to the declared addresses alone, keeps protected-mode on and
+requires the password (requirepass) on every connection. A firewall rule limiting the port to the rigs'
+addresses is not managed yet (README, not built).
+
+LMCache's Valkey L2 adapter (lmcache/v1/distributed/l2_adapters/valkey_l2_adapter.py, LMCache commits
+22d15507 and d4eb1aa2): ``--l2-adapter '{"type": "valkey", "startup_nodes": "HOST:PORT", "password": ...}'``;
+its ``max_capacity_gb`` left at 0 defers eviction to the server, which LMCache recommends unless one writer
+owns the store alone. It takes the password only inside that JSON, so the rig's entrypoint splices it in
+from the environment at start (profiles.yaml, lmcache-mp): compose.yml and the rendered JSON never hold it.
+"""
+
+from __future__ import annotations
+
+from typing import Mapping, Optional
+
+from rigkit.sizing import GIB
+
+# valkey-server as Debian 13 packages it (valkey 8.1): the main file includes rigkit's, last, so rigkit's
+# directives win over the package's defaults without rigkit owning the package's file.
+VALKEY_PACKAGES = ("valkey-server", "valkey-tools")
+VALKEY_SERVICE = "valkey-server.service"
+VALKEY_USER = "valkey"
+VALKEY_MAIN_CONF = "/etc/valkey/valkey.conf"
+RIGKIT_CONF = "/etc/valkey/rigkit.conf"
+# root:valkey 0640: valkey reads it, no other user does (it holds the password).
+RIGKIT_CONF_MODE = "640"
+INCLUDE_LINE = f"include {RIGKIT_CONF}"
+
+# Short passwords fall to guessing: valkey answers AUTH in microseconds and never locks an account out.
+MIN_PASSWORD_LENGTH = 16
+# Valkey's own answer to a command on a connection that has not authenticated.
+NOAUTH_REPLY = "NOAUTH"
+
+
+def password_problem(text: str) -> Optional[str]:
+    """Why ``text`` cannot be the store's password, or None.
+
+    valkey.conf would take most characters inside double quotes with escapes, but the role reads the password
+    back from the file for its checks (``auth_from_config_script``) and .env carries it to the rigs: a quote, a
+    backslash, whitespace or a control character would need escaping in one of them, so such values are refused.
+    """
+    if len(text) < MIN_PASSWORD_LENGTH:
+        return f"has {len(text)} characters, fewer than {MIN_PASSWORD_LENGTH} (valkey never slows down guessing)"
+    for char in text:
+        if char in "\"'\\":
+            return "contains a quote or a backslash, which valkey.conf and .env would each need escaped"
+        if char.isspace() or not char.isprintable():
+            return f"contains whitespace or a control character ({char!r})"
+    return None
+
+
+def config_text(settings: Mapping, password: str) -> str:
+    """rigkit's valkey.conf directives for the ``kv_store`` section (validated) and the checked password."""
+    problem = password_problem(password)
+    if problem:  # hostdata checks it first; this guards the one writer of the file
+        raise ValueError(f"kv_store_password {problem}")
+    lines = [
+        "# rigkit: written by roles/kv_store.py (included last by valkey.conf); edits are overwritten",
+        "bind " + " ".join(settings["kv_store_bind_addresses"]),
+        f"port {settings['kv_store_port']}",
+        # refuses clients from other addresses while no password is set: a second guard behind requirepass
+        "protected-mode yes",
+        f'requirepass "{password}"',
+        f"maxmemory {maxmemory_bytes(settings)}",
+        f"maxmemory-policy {settings['kv_store_maxmemory_policy']}",
+        # a cache tier: nothing to persist, and a fork for a snapshot would double the store's memory
+        'save ""',
+        "appendonly no",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def maxmemory_bytes(settings: Mapping) -> int:
+    """kv_store_maxmemory_gib in bytes, as valkey's maxmemory reads a bare number."""
+    return settings["kv_store_maxmemory_gib"] * GIB
+
+
+# Prints the password of rigkit.conf: the checks' valkey-cli reads it from the environment (REDISCLI_AUTH,
+# VALKEYCLI_AUTH), so it is never in a command line, in ps or in pyinfra's output.
+AUTH_FROM_CONFIG = f"sed -n 's/^requirepass \"\\(.*\\)\"$/\\1/p' {RIGKIT_CONF}"
+
+
+def check_address(settings: Mapping) -> str:
+    """The address the role's own checks connect to: loopback when valkey binds it, else its first address."""
+    addresses = settings["kv_store_bind_addresses"]
+    return next((a for a in addresses if a in ("127.0.0.1", "::1")), addresses[0])
+
+
+def answers_as_declared(settings: Mapping, answers: Mapping) -> list[str]:
+    """What the store answered that differs from its declaration (empty: it answers as declared).
+
+    ``answers``: rigkit.facts.kv_store.StoreAnswers (the unauthenticated PING, then the authenticated PING
+    and CONFIG GET maxmemory / maxmemory-policy)."""
+    problems = []
+    if NOAUTH_REPLY not in answers["unauthenticated"]:
+        problems.append(f"a PING without the password got {answers['unauthenticated']!r}, not {NOAUTH_REPLY}")
+    if answers["authenticated"] != "PONG":
+        problems.append(f"a PING with the password got {answers['authenticated']!r}, not PONG")
+    wanted = {"maxmemory": str(maxmemory_bytes(settings)),
+              "maxmemory-policy": settings["kv_store_maxmemory_policy"]}
+    for name, value in wanted.items():
+        if answers["config"].get(name) != value:
+            problems.append(f"CONFIG GET {name} is {answers['config'].get(name)!r}, not {value!r}")
+    return problems
+
+
+def adapter_json(address: str, port: int) -> str:
+    """LMCache's Valkey L2 adapter config for the store at ``address``:``port``, without the password
+    (the entrypoint adds it from RIGKIT_KV_STORE_PASSWORD). LMCache splits ``startup_nodes`` at its last
+    ':' (an IPv6 address needs no brackets)."""
+    return '{"type":"valkey","startup_nodes":"%s:%d"}' % (address, port)

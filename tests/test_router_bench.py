@@ -198,7 +198,10 @@ def test_the_bench_runs_through_the_real_router_which_keeps_a_session_under_cach
     assert sessions_on_one_rig(records, ROUND_ROBIN) == (0, 2)
     assert later_turns_hit_rate(records, CACHE_AWARE) > 0.3
     assert later_turns_hit_rate(records, ROUND_ROBIN) == 0.0
-    assert per_turn(records, CACHE_AWARE)[0].hit_rate == 0.0  # salted: a first turn never hits
+    # salted per target: no target's first turn hits what an earlier target left on the workers
+    assert [per_turn(records, target)[0].hit_rate for target in (CACHE_AWARE, ROUND_ROBIN, DIRECT)] == [0.0] * 3
+    salts = ("User: Session cache_aware-", "User: Session round_robin-", "User: Session direct-", "Session latency-")
+    assert all(body["prompt"].startswith(salts) for worker in fake_workers for body in worker.completions)
     assert later_turns_hit_rate(records, DIRECT) == pytest.approx(later_turns_hit_rate(records, CACHE_AWARE), rel=0.2)
 
     # each pair's direct request went to the rig the router chose: a worker got the latency prompt once to warm it,

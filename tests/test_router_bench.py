@@ -6,7 +6,6 @@ OpenAI workers (tests/fake_openai.py) whose /metrics move per request through a 
 import os
 import re
 import sys
-from pathlib import Path
 
 import pytest
 

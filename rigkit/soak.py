@@ -241,15 +241,32 @@ def check_fits(plan: Plan, max_model_len: Optional[int]) -> None:
                       "validate_soak_reply_tokens")
 
 
+def next_message(client: ServingClient, prompt_kind: str, message_tokens: int, rng: random.Random,
+                 session_id: Optional[str] = None) -> str:
+    """A new user message of about `message_tokens`, salted (client.build_prompt): a new salt on every message,
+    so no earlier run (nor another run's conversation) can have cached any of the conversation."""
+    return client.build_prompt(PromptSpec(prompt_kind, message_tokens, rng.randrange(2**31)), session_id).text
+
+
+def turn_prompt(transcript: Sequence[str], message: str) -> str:
+    """A turn's prompt: the whole conversation so far plus the new user message."""
+    return "".join(transcript) + f"User: {message}\nAssistant:"
+
+
+def transcript_entry(message: str, reply: str) -> str:
+    """What a turn adds to the conversation: its user message and the reply."""
+    return f"User: {message}\nAssistant:{reply}\n"
+
+
 def _turn(client: ServingClient, transcript: list[str], message: str, plan: Plan, timeout_s: float,
           session: int, turn: int) -> SoakTurn:
     """One turn: the conversation so far plus `message`; the reply is appended to `transcript`."""
-    prompt = "".join(transcript) + f"User: {message}\nAssistant:"
+    prompt = turn_prompt(transcript, message)
     before = client.metrics()
     # ignore_eos off: a real reply ends when the model ends it, so an empty reply can happen and is counted
     result = client.stream_completion(prompt, max_tokens=plan.reply_tokens, timeout_s=timeout_s, ignore_eos=False)
     window = metrics.delta(before, client.metrics())
-    transcript.append(f"User: {message}\nAssistant:{result.text}\n")
+    transcript.append(transcript_entry(message, result.text))
     tokens = result.completion_tokens or 0
     # the server's own decode time first: a tunnel may deliver the stream in bursts
     tps = (window.server_decode_tps(tokens) if tokens else None) or result.decode_tps
@@ -273,8 +290,7 @@ def run_soak(client: ServingClient, plan: Plan, limits: Limits, read_memory: Cal
     failed_in_a_row = 0
     for session, turn in turn_order(plan.sessions, plan.turns, plan.open_sessions):
         try:
-            # a new salt on every message: no earlier run can have cached any of the conversation
-            message = client.build_prompt(PromptSpec(prompt_kind, plan.message_tokens, rng.randrange(2**31))).text
+            message = next_message(client, prompt_kind, plan.message_tokens, rng)
             record = _turn(client, transcripts[session], message, plan, timeout_s, session, turn)
         except (RigkitError, requests.RequestException, ValueError) as exc:
             record = SoakTurn(session=session, turn=turn, error=f"{type(exc).__name__}: {exc}")

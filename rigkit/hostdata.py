@@ -24,9 +24,10 @@ import re
 from dataclasses import dataclass
 from typing import Any, Iterable, Mapping, Optional
 
-from rigkit.defaults import ALL_VARIABLES, ROLE_SECTIONS, l2_cache_path
+from rigkit.defaults import ALL_VARIABLES, KV_SHARE_VARIABLES, ROLE_SECTIONS, l2_cache_path
 from rigkit.errors import ConfigError
-from rigkit.knobs import (HASHED_ONLY_WHEN_SET, KNOBS, KNOBS_BY_NAME, L2_PATH_WITHOUT_DISK_ROLE, PORT_KNOBS,
+from rigkit.kv_share import check_share_settings, shared_l2_path
+from rigkit.knobs import (HASHED_ONLY_WHEN_SET, KNOBS, KNOBS_BY_NAME, L2_PATH_WITHOUT_DISK_ROLE, NOT_HASHED, PORT_KNOBS,
                           RETIRED_KNOBS, SECRET_KNOBS, controller_secret_variable, flag_name, gpu_indices)
 from rigkit.profiles import Profile, get_profile, load_profiles
 from rigkit.registry import require_digest
@@ -60,6 +61,20 @@ class Settings:
     def l2_active(self) -> bool:
         mode = self.profile.l2_mode
         return mode == "always" or (mode == "optional" and bool(self.knobs["l2_enabled"]))
+
+    @property
+    def env_knobs(self) -> list[str]:
+        """Knobs whose env var the container gets: the profile's, and the hash seed once its store is shared."""
+        names = self.profile.env_knobs
+        return names + ["kv_hash_seed"] if self.knobs["kv_share"] and "kv_hash_seed" not in names else names
+
+    @property
+    def runs_l2_janitor(self) -> bool:
+        """This rig keeps the connector's store under l2_budget_gb: a store of its own that the connector never
+        evicts from, or the shared store when this rig is its one janitor (rigkit.kv_share)."""
+        connector = self.profile.connector
+        needs = self.l2_active and connector is not None and connector.l2_needs_janitor
+        return needs and (not self.knobs["kv_share"] or self.knobs["kv_share_janitor"])
 
     @property
     def listen_ports(self) -> dict[str, int]:
@@ -96,8 +111,8 @@ class Settings:
     @property
     def knobs_hash(self) -> str:
         """Changes whenever anything rendered would change: profile, image or any knob."""
-        knobs = {name: value for name, value in self.knobs.items()
-                 if not (name in HASHED_ONLY_WHEN_SET and value == KNOBS_BY_NAME[name].default)}
+        knobs = {name: value for name, value in self.knobs.items() if name not in NOT_HASHED
+                 and not (name in HASHED_ONLY_WHEN_SET and value == KNOBS_BY_NAME[name].default)}
         payload = json.dumps({"profile": self.profile.name, "image": self.image, "knobs": knobs},
                              sort_keys=True, default=str)
         return hashlib.sha256(payload.encode()).hexdigest()[:16]
@@ -194,11 +209,15 @@ def _refuse_shared_ports(profile: Profile, knobs: dict[str, Any]) -> None:
         taken[port] = name
 
 
-def _derive(profile: Profile, knobs: dict[str, Any], role_values: dict[str, Any]) -> dict[str, Any]:
+def _derive(profile: Profile, knobs: dict[str, Any], role_values: dict[str, Any],
+            share: dict[str, Any], profiles: Mapping[str, Profile]) -> dict[str, Any]:
     """Fill knobs whose default depends on others; refuse combinations no host fact can fix."""
     derived = dict(knobs)
     _refuse_shared_ports(profile, derived)
-    if derived["l2_path"] is None:
+    shared = shared_l2_path(profile, derived, share, profiles)
+    if shared is not None:
+        derived["l2_path"] = shared
+    elif derived["l2_path"] is None:
         derived["l2_path"] = _l2_path(role_values)
     if derived["model"] is None:
         raise ConfigError("model", None, f"profile {profile.name} has no default model",
@@ -261,7 +280,9 @@ def settings_for_host(data: dict, profiles: Optional[dict[str, Profile]] = None,
         raise ConfigError("serving_image", None, f"profile {profile.name} pins no image",
                           f"set serving_image to {profile.image_repo}@sha256:<64 hex> "
                           f"(`rigkit resolve {profile.image_repo}:TAG` prints it)")
-    return Settings(profile=profile, image=image, knobs=_derive(profile, knobs, resolve(variables, data)))
+    share = resolve(KV_SHARE_VARIABLES, data)  # where a shared store lives, whichever variables are validated
+    return Settings(profile=profile, image=image,
+                    knobs=_derive(profile, knobs, resolve(variables, data), share, profiles))
 
 
 @dataclass(frozen=True)
@@ -303,4 +324,5 @@ def rig_settings(data: dict, profiles: Optional[dict[str, Profile]] = None, need
     declared = needs_stack or data.get("serving_profile") is not None
     stack = settings_for_host(data, profiles) if declared else None
     sections = {name: resolve(variables, data) for name, variables in ROLE_SECTIONS.items()}
+    check_share_settings(sections["kv_share"])
     return RigSettings(stack, sections, dict(data), profiles)

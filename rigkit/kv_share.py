@@ -14,7 +14,6 @@ Pure decisions; the roles and entry points call them.
 from __future__ import annotations
 
 import posixpath
-import shlex
 from typing import Any, Iterable, Mapping, Optional
 
 from rigkit.defaults import KV_SHARE_VARIABLES, kv_share_store_path
@@ -25,8 +24,6 @@ from rigkit.variables import resolve
 
 SHARE_KNOBS = [KNOBS_BY_NAME[name] for name in ("kv_share", "kv_share_janitor", "kv_hash_seed")]
 NFS_FSTYPES = ("nfs", "nfs4")
-# Written and removed by the role's check: proves this rig may write the store, not only read it.
-WRITE_PROBE_NAME = ".rigkit-write-probe"
 
 
 def check_share_settings(section: Mapping[str, Any]) -> None:
@@ -68,15 +65,6 @@ def fstab_entry_line(section: Mapping[str, Any]) -> str:
     """The export's /etc/fstab line, every field quoted by fstab rules (no fsck pass for a network mount)."""
     return fstab_line(section["kv_share_source"], section["kv_share_mount_point"], section["kv_share_fstype"],
                       section["kv_share_mount_options"], dump=0, pass_number=0)
-
-
-def mount_check_command(mount_point: str) -> str:
-    """Prints whether ``mount_point`` is a mount point and whether this rig can write there (two words)."""
-    point = shlex.quote(mount_point)
-    probe = shlex.quote(posixpath.join(mount_point, WRITE_PROBE_NAME))
-    return (f"if mountpoint -q {point}; then m=mounted; else m=not-mounted; fi; "
-            f"if [ \"$m\" = mounted ] && touch {probe} 2>/dev/null && rm -f {probe}; then w=writable; "
-            f"else w=read-only; fi; echo \"$m $w\"")
 
 
 # The fleet view: rigs sharing one store.

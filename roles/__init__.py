@@ -18,7 +18,9 @@ from rigkit.survey import RigState, read_rig_state
 
 # rig_lock first: one deploy at a time per rig, facts read under the lock. preflight next: what the bare
 # host refuses fails the rig before any role changes it.
-PIPELINE = ("rig_lock", "preflight", "nvidia_driver", "docker", "nvidia_container_toolkit", "l2_disk", "serving")
+# kv_share before serving: the shared store must be mounted before the stack's container binds it.
+PIPELINE = ("rig_lock", "preflight", "nvidia_driver", "docker", "nvidia_container_toolkit", "l2_disk", "kv_share",
+            "serving")
 
 
 @dataclass

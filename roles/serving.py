@@ -48,7 +48,7 @@ from rigkit.release import (Outcome, Refuse, judge_release, judge_rollback, neve
                             rollback_target)
 from rigkit.render import COMPOSE_FILE_NAME, CONTAINER_NAME, ENV_FILE_MODE, ENV_FILE_NAME
 from rigkit.sizing import GB
-from rigkit.smoke import SmokeReport, check_container, check_http
+from rigkit.smoke import HASH_SEED_ENV, SmokeReport, check_container, check_hash_seed, check_http
 from rigkit.stack import FILES_DIR, WAIT_READY_SCRIPT, WAIT_READY_SOURCE, ready_url, rendering_for
 from rigkit.survey import RigState
 from rigkit.systemd import exec_command_line
@@ -98,9 +98,10 @@ def preflight_facts(settings: Settings, state: RigState) -> HostFacts:
                                 if probe_registry else None)
 
 
-def smoke(rendering: Rendering, data: dict) -> SmokeReport:
+def smoke(rendering: Rendering, data: dict, hash_seed: int) -> SmokeReport:
     """Every smoke check against the running stack (HTTP through the tunnel, container via the rig),
-    expecting what ``rendering`` declares."""
+    expecting what ``rendering`` declares; a stack that hashes with a fixed seed must have the fleet's
+    ``hash_seed`` (kv_hash_seed)."""
     report = SmokeReport()
     with serving_url(data, rendering.knob("bind_address"), int(rendering.knob("serving_port")), host.name) as url:
         report.checks += check_http(url, rendering.knob("served_model_name"))
@@ -108,6 +109,8 @@ def smoke(rendering: Rendering, data: dict) -> SmokeReport:
     _, inspect_out = host.run_shell_command(f"docker inspect {CONTAINER_NAME}")
     expected_command = [rendering.connector] if rendering.connector else []
     report.checks += check_container(env_out.stdout, inspect_out.stdout, rendering.container_env(), expected_command)
+    if HASH_SEED_ENV in rendering.container_env():
+        report.checks.append(check_hash_seed(env_out.stdout, hash_seed))
     return report
 
 
@@ -123,7 +126,8 @@ def after_release(rendering: Rendering, rig: RigSettings, compose: Optional[str]
     rig's compose command is read when a rollback needs it (an earlier role of the run may have installed it).
     """
     ledger = release_steps.read_ledger(host)
-    verify = (lambda brought_up: smoke(brought_up, dict(rig.data))) if run_smoke else None
+    seed = rig.stack.knobs["kv_hash_seed"]
+    verify = (lambda brought_up: smoke(brought_up, dict(rig.data), seed)) if run_smoke else None
     if release_op is not None and release_op.did_error():
         outcome = never_ready(release_op.stdout_lines + release_op.stderr_lines)
     else:
@@ -188,14 +192,20 @@ def serving(rig: RigSettings, run: Run, kind: str = "deploy", restore_rendering:
         files.directory(name="L2 cache directory", path=settings.knobs["l2_path"])
     files.put(name="Wait-ready helper", src=str(WAIT_READY_SOURCE), dest=WAIT_READY_SCRIPT, mode="755",
               **PARENT_ENSURED)
-    if settings.l2_active and settings.profile.connector.l2_needs_janitor:
+    if settings.runs_l2_janitor:
         l2_janitor(settings)
+    elif settings.l2_active and settings.knobs["kv_share"]:
+        # a shared store has one janitor (kv_share_janitor): this rig's own, from before, must not evict there
+        systemd.service(name="L2 janitor left to the shared store's janitor rig", service=L2_JANITOR_UNIT,
+                        running=False, enabled=False)
     files.put(name="Render compose.yml", src=StringIO(rendering.compose),
               dest=f"{RIG_STACK_DIR}/{COMPOSE_FILE_NAME}", mode="644", **PARENT_ENSURED)
     secret_file(name="Render .env (0600: may hold a token)", text=rendering.env,
                 dest=f"{RIG_STACK_DIR}/{ENV_FILE_NAME}", mode=f"{ENV_FILE_MODE:o}")
     image_pulled(name=PULL_STEP, image=settings.image)
-    disk_mount = rig.l2_disk["l2_mount_point"] if rig.l2_disk["l2_device"] else None
+    # the store must be on the filesystem meant for it: the shared mount, else the L2 disk when one is declared
+    disk_mount = (rig.kv_share["kv_share_mount_point"] if settings.knobs["kv_share"]
+                  else rig.l2_disk["l2_mount_point"] if rig.l2_disk["l2_device"] else None)
     # A failed release must reach after_release (which rolls it back), so its error is not fatal here.
     release = stack_release(name=f"Release {settings.image}", image=settings.image,
                             knobs_hash=rendering.knobs_hash,

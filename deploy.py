@@ -7,18 +7,24 @@ unknown name, a bad value, no serving profile) stops the run while pyinfra prepa
 refuses the rig (rig_lock: another deploy holds it; preflight: the bare host cannot serve) names why
 in its failing operation, and the rig gets nothing else.
 
+Rigs sharing a KV store (kv_share) must declare one kv_hash_seed and one kv_share_janitor (rigkit.kv_share):
+checked over the whole inventory, here and by `rigkit deploy` before it starts pyinfra.
+
 With a rollout set in the data (rollout_canary / rollout_batch), only `rigkit deploy` batches: a plain
 pyinfra run would upgrade every rig at once, so it is refused (rigkit.rollout.refuse_unbatched).
 """
 
 import os
 
-from pyinfra import host
+from pyinfra import host, inventory
 
 from rigkit.hostdata import rig_settings
+from rigkit.kv_share import check_inventory
 from rigkit.rollout import refuse_unbatched
 from roles import deploy_rig
 
 settings = rig_settings(host.data.dict())
+# rigs sharing a KV store agree on its hash seed and its one janitor: every host of the inventory, targeted or not
+check_inventory((other.name, other.groups, other.data.dict()) for other in inventory)
 refuse_unbatched(settings.rollout, os.environ)
 deploy_rig(settings)

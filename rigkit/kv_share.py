@@ -16,7 +16,7 @@ from __future__ import annotations
 import posixpath
 from typing import Any, Iterable, Mapping, Optional
 
-from rigkit.defaults import KV_SHARE_VARIABLES, kv_share_store_path
+from rigkit.defaults import KV_SHARE_VARIABLES, ROUTER_GROUP, kv_share_store_path
 from rigkit.disk import fstab_line
 from rigkit.errors import ConfigError
 from rigkit.knobs import KNOBS_BY_NAME
@@ -104,3 +104,9 @@ def check_shared_stores(hosts: Iterable[tuple[str, Mapping[str, Any]]]) -> None:
             raise ConfigError("kv_share_janitor", ", ".join(janitors) or None,
                               f"rigs {', '.join(sorted(members))} share the store {source}; {problem}",
                               "set kv_share_janitor: true on exactly one rig of the store")
+
+
+def check_inventory(hosts: Iterable[tuple[str, Iterable[str], Mapping[str, Any]]]) -> None:
+    """check_shared_stores over an inventory's (name, groups, data), its gateways (ROUTER_GROUP) left out:
+    they serve no engine."""
+    check_shared_stores((name, data) for name, groups, data in hosts if ROUTER_GROUP not in set(groups))

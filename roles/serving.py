@@ -38,6 +38,7 @@ from rigkit import release_steps
 from rigkit.facts.docker import ManifestProbe
 from rigkit.files.l2_janitor import L2_JANITOR_INTERVAL_S, L2_JANITOR_MIN_FREE_BYTES, L2_JANITOR_UNIT
 from rigkit.hostdata import RigSettings, Settings
+from rigkit.knobs import KNOBS_BY_NAME
 from rigkit.ledger import Release, Rendering
 from rigkit.operations import refusal_of, refuse, refusing_step
 from rigkit.operations.files import secret_file
@@ -53,6 +54,7 @@ from rigkit.stack import FILES_DIR, WAIT_READY_SCRIPT, WAIT_READY_SOURCE, ready_
 from rigkit.survey import RigState
 from rigkit.systemd import exec_command_line
 from rigkit.tunnel import serving_url
+from rigkit.variables import resolve
 from roles import Run
 
 logger = logging.getLogger("rigkit.serving")
@@ -98,10 +100,10 @@ def preflight_facts(settings: Settings, state: RigState) -> HostFacts:
                                 if probe_registry else None)
 
 
-def smoke(rendering: Rendering, data: dict, hash_seed: int) -> SmokeReport:
+def smoke(rendering: Rendering, data: dict) -> SmokeReport:
     """Every smoke check against the running stack (HTTP through the tunnel, container via the rig),
-    expecting what ``rendering`` declares; a stack that hashes with a fixed seed must have the fleet's
-    ``hash_seed`` (kv_hash_seed)."""
+    expecting what ``rendering`` declares; a stack that hashes with a fixed seed must have the seed the
+    rig's data declares now (kv_hash_seed, the fleet's one), whatever release it runs."""
     report = SmokeReport()
     with serving_url(data, rendering.knob("bind_address"), int(rendering.knob("serving_port")), host.name) as url:
         report.checks += check_http(url, rendering.knob("served_model_name"))
@@ -110,7 +112,8 @@ def smoke(rendering: Rendering, data: dict, hash_seed: int) -> SmokeReport:
     expected_command = [rendering.connector] if rendering.connector else []
     report.checks += check_container(env_out.stdout, inspect_out.stdout, rendering.container_env(), expected_command)
     if HASH_SEED_ENV in rendering.container_env():
-        report.checks.append(check_hash_seed(env_out.stdout, hash_seed))
+        seed = resolve([KNOBS_BY_NAME["kv_hash_seed"]], data)["kv_hash_seed"]
+        report.checks.append(check_hash_seed(env_out.stdout, seed))
     return report
 
 
@@ -126,8 +129,7 @@ def after_release(rendering: Rendering, rig: RigSettings, compose: Optional[str]
     rig's compose command is read when a rollback needs it (an earlier role of the run may have installed it).
     """
     ledger = release_steps.read_ledger(host)
-    seed = rig.stack.knobs["kv_hash_seed"]
-    verify = (lambda brought_up: smoke(brought_up, dict(rig.data), seed)) if run_smoke else None
+    verify = (lambda brought_up: smoke(brought_up, dict(rig.data))) if run_smoke else None
     if release_op is not None and release_op.did_error():
         outcome = never_ready(release_op.stdout_lines + release_op.stderr_lines)
     else:

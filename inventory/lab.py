@@ -9,8 +9,11 @@ namespace), `serving_port` (rigs on the host network share it, so each serves on
 has its own network namespace: only such a rig may take api_firewall, whose rules on a host-network rig would
 be this machine's firewall). A netns rig's loopback is its own: the controller reaches its serving API only
 through the SSH tunnel.
+The shared KV tier's stand-in for a NAS: the host directory every rig has bind-mounted at the same path
+(`kv_share_fstype` none); `--data kv_share=true` puts cpu-lab's store there, the first rig its one janitor.
 """
 
+from rigkit.lab.rigs import KV_SHARE_DIR as _KV_SHARE_DIR, KV_SHARE_IN_RIG as _KV_SHARE_IN_RIG
 from rigkit.lab.state import read_state as _read_state
 
 
@@ -31,8 +34,12 @@ def _lab_hosts() -> list:
             "lab_rig": True,
             "lab_netns": rig.netns,
             "lab_registry": state.registry,
+            "kv_share_source": f"lab:{_KV_SHARE_DIR}",
+            "kv_share_mount_point": _KV_SHARE_IN_RIG,
+            "kv_share_fstype": "none",
+            "kv_share_janitor": index == 0,
         })
-        for rig in state.rigs
+        for index, rig in enumerate(state.rigs)
     ]
 
 

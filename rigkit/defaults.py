@@ -223,9 +223,6 @@ API_FIREWALL_VARIABLES: list[Variable] = [
              bool),
 ]
 
-# Filled by the issue-15 roles: the shared KV mount and the shared KV store.
-KV_SHARE_VARIABLES: list[Variable] = []
-
 
 # The fleet's shared KV store (roles/kv_store.py, issue 15): valkey-server on the hosts of the inventory group
 # KV_STORE_GROUP, which get that role only. Its password is the serving knob kv_store_password (a secret, read
@@ -276,6 +273,37 @@ KV_STORE_VARIABLES: list[Variable] = [
              "least recently used chunk, which is a cache miss, never a wrong answer), allkeys-lfu, "
              "allkeys-random, or noeviction (writes refused when full); volatile-* are refused", str,
              _valkey_policy),
+]
+
+# The shared KV mount (roles/kv_share.py): an export every rig of the store mounts at the same point; a profile
+# puts its connector store there with the kv_share knob (rigkit.knobs), hashing with the fleet's kv_hash_seed.
+KV_SHARE_FSTYPES = ("nfs4", "nfs", "none")  # none: a directory the host already shares (the lab's bind mount)
+KV_SHARE_NFS_CLIENT_PACKAGE = "nfs-common"
+
+
+def _share_source(value: str) -> None:
+    if any(char.isspace() for char in value) or "$" in value:
+        raise ValueError("must not contain whitespace or '$' (it is one fstab field and names the store fleet-wide)")
+
+
+def _share_mount_point(value: str) -> None:
+    check_host_path(value)
+    if ":" in value:
+        raise ValueError("must not contain ':' (compose volume syntax)")
+
+
+KV_SHARE_VARIABLES: list[Variable] = [
+    Variable("kv_share_source", None, "the export the rigs share, e.g. nas:/export/rigkit-kv (with kv_share_fstype "
+             "none: the name of the directory every rig already sees at kv_share_mount_point); rigs naming the same "
+             "source share one store; None = no shared tier", str, _share_source, optional=True),
+    Variable("kv_share_mount_point", "/mnt/rigkit-kv-share", "where every rig mounts the export (the same path on "
+             "every rig)", str, _share_mount_point),
+    Variable("kv_share_fstype", "nfs4", "nfs4 or nfs (mounted from /etc/fstab, nfs-common installed), or none "
+             "(already mounted: only checked to be a mount point and writable)", str, one_of(KV_SHARE_FSTYPES)),
+    Variable("kv_share_mount_options", "_netdev,nofail,noatime", "fstab mount options of the export", str,
+             check_mount_options),
+    Variable("kv_share_store_dir", "kv", "the connector store's directory, relative to kv_share_mount_point (a "
+             "directory of its own: the janitor never works on a mount point)", str, check_relative_path),
 ]
 
 
@@ -355,6 +383,11 @@ ROLE_SECTIONS: dict[str, list[Variable]] = {
     "validation": [*VALIDATION_VARIABLES, REPLAY],
 }
 ALL_VARIABLES: list[Variable] = [variable for section in ROLE_SECTIONS.values() for variable in section]
+
+
+def kv_share_store_path(kv_share: dict) -> str:
+    """Absolute path of the shared connector store on every rig (kv_share mounts it, serving mounts it in)."""
+    return posixpath.join(kv_share["kv_share_mount_point"], kv_share["kv_share_store_dir"])
 
 
 def l2_cache_path(l2_disk: dict) -> str:

@@ -346,8 +346,12 @@ def run_pyinfra_streaming(argv: list[str]) -> tuple[int, str]:
 
 
 def fleet_deploy(inventory: str, deploy: str, pyinfra_args: Sequence[str]) -> tuple[int, list[RigOutcome]]:
-    hosts = load_inventory(inventory)
+    from rigkit.kv_share import check_inventory
+    from rigkit.rollout import data_pairs
+
     pyinfra_args = split_limits(pyinfra_args)
+    hosts = load_inventory(inventory, data_args=data_pairs(pyinfra_args))  # the data the pyinfra run will see
+    check_inventory((name, host["groups"], host["data"]) for name, host in hosts.items())
     names = targeted(hosts, limit_from(pyinfra_args))
     if not names:
         raise ConfigError("--limit", " ".join(limit_from(pyinfra_args)), f"matches no host of {inventory}",

@@ -25,10 +25,11 @@ from dataclasses import dataclass
 from typing import Any, Iterable, Mapping, Optional
 
 from rigkit import kv_store
-from rigkit.defaults import ALL_VARIABLES, KV_STORE_PORT, ROLE_SECTIONS, l2_cache_path
+from rigkit.defaults import ALL_VARIABLES, KV_SHARE_VARIABLES, KV_STORE_PORT, ROLE_SECTIONS, l2_cache_path
 from rigkit.errors import ConfigError
 from rigkit.firewall import refuse_on_shared_network
-from rigkit.knobs import (HASHED_ONLY_WHEN_SET, KNOBS, KNOBS_BY_NAME, L2_PATH_WITHOUT_DISK_ROLE, PORT_KNOBS,
+from rigkit.kv_share import check_share_settings, shared_l2_path
+from rigkit.knobs import (HASHED_ONLY_WHEN_SET, KNOBS, KNOBS_BY_NAME, L2_PATH_WITHOUT_DISK_ROLE, NOT_HASHED, PORT_KNOBS,
                           RETIRED_KNOBS, SECRET_KNOBS, controller_secret_variable, flag_name, gpu_indices)
 from rigkit.profiles import Profile, get_profile, load_profiles
 from rigkit.registry import require_digest
@@ -65,6 +66,20 @@ class Settings:
         return mode == "always" or (mode == "optional" and bool(self.knobs["l2_enabled"]))
 
     @property
+    def env_knobs(self) -> list[str]:
+        """Knobs whose env var the container gets: the profile's, and the hash seed once its store is shared."""
+        names = self.profile.env_knobs
+        return names + ["kv_hash_seed"] if self.knobs["kv_share"] and "kv_hash_seed" not in names else names
+
+    @property
+    def runs_l2_janitor(self) -> bool:
+        """This rig keeps the connector's store under l2_budget_gb: a store of its own that the connector never
+        evicts from, or the shared store when this rig is its one janitor (rigkit.kv_share)."""
+        connector = self.profile.connector
+        needs = self.l2_active and connector is not None and connector.l2_needs_janitor
+        return needs and (not self.knobs["kv_share"] or self.knobs["kv_share_janitor"])
+
+    @property
     def listen_ports(self) -> dict[str, int]:
         """knob name -> TCP port of every port the stack listens on (host networking)."""
         return listen_ports(self.profile, self.knobs)
@@ -99,8 +114,8 @@ class Settings:
     @property
     def knobs_hash(self) -> str:
         """Changes whenever anything rendered would change: profile, image or any knob."""
-        knobs = {name: value for name, value in self.knobs.items()
-                 if not (name in HASHED_ONLY_WHEN_SET and value == KNOBS_BY_NAME[name].default)}
+        knobs = {name: value for name, value in self.knobs.items() if name not in NOT_HASHED
+                 and not (name in HASHED_ONLY_WHEN_SET and value == KNOBS_BY_NAME[name].default)}
         payload = json.dumps({"profile": self.profile.name, "image": self.image, "knobs": knobs},
                              sort_keys=True, default=str)
         return hashlib.sha256(payload.encode()).hexdigest()[:16]
@@ -217,11 +232,15 @@ def _point_l2_at_kv_store(knobs: dict[str, Any], role_values: dict[str, Any]) ->
     knobs["l2_adapter_json"] = kv_store.adapter_json(address, role_values.get("kv_store_port", KV_STORE_PORT.default))
 
 
-def _derive(profile: Profile, knobs: dict[str, Any], role_values: dict[str, Any]) -> dict[str, Any]:
+def _derive(profile: Profile, knobs: dict[str, Any], role_values: dict[str, Any],
+            share: dict[str, Any], profiles: Mapping[str, Profile]) -> dict[str, Any]:
     """Fill knobs whose default depends on others; refuse combinations no host fact can fix."""
     derived = dict(knobs)
     _refuse_shared_ports(profile, derived)
-    if derived["l2_path"] is None:
+    shared = shared_l2_path(profile, derived, share, profiles)
+    if shared is not None:
+        derived["l2_path"] = shared
+    elif derived["l2_path"] is None:
         derived["l2_path"] = _l2_path(role_values)
     if derived["model"] is None:
         raise ConfigError("model", None, f"profile {profile.name} has no default model",
@@ -299,7 +318,9 @@ def settings_for_host(data: dict, profiles: Optional[dict[str, Profile]] = None,
         raise ConfigError("serving_image", None, f"profile {profile.name} pins no image",
                           f"set serving_image to {profile.image_repo}@sha256:<64 hex> "
                           f"(`rigkit resolve {profile.image_repo}:TAG` prints it)")
-    return Settings(profile=profile, image=image, knobs=_derive(profile, knobs, resolve(variables, data)))
+    share = resolve(KV_SHARE_VARIABLES, data)  # where a shared store lives, whichever variables are validated
+    return Settings(profile=profile, image=image,
+                    knobs=_derive(profile, knobs, resolve(variables, data), share, profiles))
 
 
 @dataclass(frozen=True)
@@ -342,4 +363,5 @@ def rig_settings(data: dict, profiles: Optional[dict[str, Profile]] = None, need
     stack = settings_for_host(data, profiles) if declared else None
     sections = {name: resolve(variables, data) for name, variables in ROLE_SECTIONS.items()}
     refuse_on_shared_network(data, sections["api_firewall"]["api_firewall"])
+    check_share_settings(sections["kv_share"])
     return RigSettings(stack, sections, dict(data), profiles)

@@ -156,7 +156,12 @@ ENGINE_FLAG_ALIASES = {"-q": "--quantization", "-sc": "--speculative-config", "-
 # hash, so a rig deployed before them is still "No Change" when they are left unset.
 HASHED_ONLY_WHEN_SET = frozenset({*ENGINE_FLAGS, "extra_engine_args", "model_attention_layers",
                                   "model_kv_heads", "model_head_dim", "lmcache_port", "lmcache_http_port",
-                                  "l2_kv_store_address", "kv_store_password"})
+                                  "l2_kv_store_address", "kv_store_password", "kv_share", "kv_hash_seed"})
+# Knobs that steer rigkit on the rig, never the container: changing them restarts no engine.
+NOT_HASHED = frozenset({"kv_share_janitor"})
+
+# PYTHONHASHSEED takes 0 (no randomisation) to 4294967295 (Python's own bound).
+HASH_SEED_RANGE = (0, 2**32 - 1)
 
 
 def _fraction_of_gpu(value: float) -> None:
@@ -252,6 +257,15 @@ KNOBS: list[Variable] = [
     Variable("lmcache_http_port", 8080, "TCP port of the LMCache server's HTTP API on the rig's loopback "
              "(/metrics, /healthcheck; lmcache server --http-port)", int, _between(1024, 65535),
              env="LMCACHE_HTTP_PORT"),
+    # The shared KV tier (issue 15): the connector's store on the kv_share role's mount, read by several rigs.
+    Variable("kv_share", False, "the profile's connector store lives on the shared mount (the kv_share role's "
+             "kv_share_mount_point/kv_share_store_dir) instead of the L2 disk; only profiles with a shared-capable "
+             "tier (profiles.yaml: shareable) take it", bool),
+    Variable("kv_share_janitor", False, "with kv_share: this rig runs the L2 janitor on the shared store (exactly "
+             "one rig per store: the others never evict what their peers wrote)", bool),
+    Variable("kv_hash_seed", 0, "PYTHONHASHSEED of the engine wherever a store's keys come from Python's hash() "
+             "(native-tiered's fs tier) or the store is shared (kv_share): one value fleet-wide, set in group data",
+             int, _between(*HASH_SEED_RANGE), env="PYTHONHASHSEED"),
     Variable("kv_bytes_per_token", None, "KV cache cost per token in bytes, for capacity sizing "
              "(empty = the profile's)", int, _between(1), optional=True),
     # Container limits.

@@ -56,6 +56,9 @@ class Connector(_Strict):
     # True when the L1 tier is a file in /dev/shm the engine fills at start: vLLM 0.32/0.33's OffloadingConnector
     # maps /dev/shm/vllm_offload_<id>.mmap with MAP_POPULATE (its SharedMmapRegion), so a smaller /dev/shm cannot start
     l1_in_shm: bool = False
+    # True when the connector's disk store can be shared by the engines of several rigs (kv_share: its keys
+    # are the same for the same tokens on every engine, given one kv_hash_seed), so it may live on a shared mount.
+    shareable: bool = False
     prelude: str = ""
 
     @field_validator("knobs")

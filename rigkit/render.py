@@ -92,7 +92,7 @@ def entrypoint_script(settings: Settings) -> str:
 def env_values(settings: Settings) -> dict[str, str]:
     """NAME -> value of every env var the profile's knobs feed (what .env holds)."""
     values = {}
-    for name in settings.profile.env_knobs:
+    for name in settings.env_knobs:
         value = settings.knobs[name]
         if name == "l2_adapter_json" and value is None:
             value = default_l2_adapter()

@@ -600,6 +600,7 @@ def rollout_command(args: Any) -> Optional[int]:
     """`rigkit deploy` with a rollout asked (flags or data): run it and print its summary; None when no rollout
     is asked (rigkit.fleet then runs every rig at once). ConfigError before any rig is touched."""
     from rigkit import fleet
+    from rigkit.kv_share import check_inventory
     from rigkit.variables import resolve
 
     flags = {"rollout_canary": args.canary, "rollout_batch": args.batch, "rollout_on_failure": args.on_failure}
@@ -612,6 +613,7 @@ def rollout_command(args: Any) -> Optional[int]:
         return None  # rollout data applies to deploys, not to rollback.py
     pyinfra_args = fleet.split_limits(args.pyinfra_args)
     hosts = fleet.load_inventory(args.inventory, data_args=data_pairs(pyinfra_args))
+    check_inventory((name, host["groups"], host["data"]) for name, host in hosts.items())
     names = fleet.targeted(hosts, fleet.limit_from(pyinfra_args))
     if not names:
         return None  # fleet_deploy refuses it, naming the inventory's hosts

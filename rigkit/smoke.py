@@ -114,6 +114,20 @@ def container_command_line(inspect_json: str) -> str:
     return " ".join((config.get("Entrypoint") or []) + (config.get("Cmd") or []))
 
 
+HASH_SEED_ENV = "PYTHONHASHSEED"
+
+
+def check_hash_seed(env_output: str, declared_seed: int) -> SmokeCheck:
+    """The container hashes with the fleet's one seed (kv_hash_seed): an engine with another seed, or none
+    (Python then draws one per process), never finds the blocks its peers or its own last run stored."""
+    actual = parse_env_output(env_output).get(HASH_SEED_ENV)
+    if actual != str(declared_seed):
+        seen = "unset (a random seed per process)" if actual is None else repr(actual)
+        return SmokeCheck("hash_seed", False, f"{HASH_SEED_ENV} is {seen} in the container but kv_hash_seed "
+                          f"declares {declared_seed}: its store keys would not match the other engines'")
+    return SmokeCheck("hash_seed", True, f"{HASH_SEED_ENV}={actual} as kv_hash_seed declares")
+
+
 def check_container(env_output: str, inspect_json: str, expected_env: dict[str, str],
                     expected_in_command: Iterable[str]) -> list[SmokeCheck]:
     def env() -> str:

@@ -45,6 +45,7 @@ class RigState:
     l2_device: Optional[dict]  # blkid probe of l2_device; None when it is not a block device (or none declared)
     l2_mount: Optional[dict]  # what is mounted at l2_mount_point
     l2_free_bytes: Optional[int]  # free bytes on the filesystem holding l2_path
+    kv_share_mount: Optional[dict]  # what is mounted at kv_share_mount_point (read when the store is shared)
     nvidia_smi_cli: Optional[str]  # path of nvidia-smi, None without one
     nvidia_smi: Optional[dict]  # nvidia-smi's GPUs or its error (rigkit.facts.nvidia.NvidiaSmiGpus)
     gpu_memory: list[str]  # nvidia-smi's per-GPU memory lines
@@ -81,6 +82,8 @@ def survey_specs(rig: RigSettings) -> dict[str, FactSpec]:
         specs["image_present"] = FactSpec.of(DockerImagePresent, image=stack.image)
         if stack.l2_active:
             specs["l2_free_bytes"] = FactSpec.of(DiskFree, path=stack.knobs["l2_path"])
+    if stack is not None and stack.knobs["kv_share"]:
+        specs["kv_share_mount"] = FactSpec.of(MountedFilesystem, mount_point=rig.kv_share["kv_share_mount_point"])
     if rig.l2_disk["l2_device"]:
         specs["l2_device"] = FactSpec.of(BlockDeviceProbe, device=rig.l2_disk["l2_device"])
         specs["l2_mount"] = FactSpec.of(MountedFilesystem, mount_point=rig.l2_disk["l2_mount_point"])
@@ -100,7 +103,7 @@ STACK_PORT_PREFIX = "stack_port:"
 
 # What a field holds when nothing declared asks the survey to read it.
 NOT_READ: dict[str, Any] = {"port_listeners": [], "image_present": False, "l2_device": None, "l2_mount": None,
-                            "l2_free_bytes": None, "nvidia_smi_cli": None, "nvidia_smi": None, "gpu_memory": [],
+                            "l2_free_bytes": None, "kv_share_mount": None, "nvidia_smi_cli": None, "nvidia_smi": None, "gpu_memory": [],
                             "pci_gpus": 0, "api_firewall_trace": [], "ssh_connection": None, "net_namespace": None}
 
 

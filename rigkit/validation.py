@@ -388,8 +388,7 @@ def read_l2(shell: Callable[[str], Optional[str]], stack) -> Optional[L2Report]:
     if not stack.l2_active:
         return None
     path = stack.knobs["l2_path"]
-    connector = stack.profile.connector
-    janitor_unit = L2_JANITOR_UNIT if connector and connector.l2_needs_janitor else None
+    janitor_unit = L2_JANITOR_UNIT if stack.runs_l2_janitor else None
     probe = parse_l2_probe(shell(l2_probe_for(stack)) or "")
     return classify_l2(probe, path, int(stack.knobs["l2_budget_gb"] * GB), L2_JANITOR_MIN_FREE_BYTES, janitor_unit)
 

@@ -18,9 +18,10 @@ from rigkit.survey import RigState, read_rig_state
 
 # rig_lock first: one deploy at a time per rig, facts read under the lock. preflight next: what the bare
 # host refuses fails the rig before any role changes it. api_firewall before serving: a release that binds
-# beyond loopback never listens before its firewall is loaded.
+# beyond loopback never listens before its firewall is loaded. kv_share before serving: the shared store must be
+# mounted before the stack's container binds it.
 PIPELINE = ("rig_lock", "preflight", "nvidia_driver", "docker", "nvidia_container_toolkit", "l2_disk", "api_firewall",
-            "serving")
+            "kv_share", "serving")
 # The hosts of rigkit.defaults.KV_STORE_GROUP run no serving stack: the store role only.
 KV_STORE_PIPELINE = ("kv_store",)
 

@@ -9,7 +9,7 @@ Runs right after rig_lock (roles.PIPELINE), from facts read under the lock, and 
   driver roles skip them; GPU memory where nvidia-smi already answers;
 - ``l2_device`` missing, holding what l2_disk must not format, or another device on ``l2_mount_point``
   (l2_disk's own ``checked_device``);
-- L2 free space below ``l2_budget_gb`` once the L2 filesystem is mounted.
+- L2 free space below ``l2_budget_gb`` once the L2 filesystem (or, with ``kv_share``, the shared mount) is mounted.
 A refusal is one failing operation ("Preflight refused before any change") naming the field, the value and
 the fix; that rig gets nothing else, the other rigs carry on. What needs the engine (compose, the image, the
 registry) stays in the serving role's preflight, which repeats these checks.
@@ -37,6 +37,8 @@ from roles.l2_disk import checked_device
 def _l2_device(rig: RigSettings, state: RigState) -> tuple[Optional[Finding], bool]:
     """(l2_disk's refusal of the declared device, whether l2_path's filesystem can be measured now)."""
     disk = rig.l2_disk
+    if rig.declared_stack is not None and rig.declared_stack.knobs["kv_share"]:
+        return None, state.kv_share_mount is not None  # the store is on the shared mount, once kv_share mounted it
     if not disk["l2_device"]:
         return None, True  # no L2 disk role on this rig: l2_path's filesystem is what it is
     try:

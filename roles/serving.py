@@ -38,6 +38,7 @@ from rigkit import release_steps
 from rigkit.facts.docker import ManifestProbe
 from rigkit.files.l2_janitor import L2_JANITOR_INTERVAL_S, L2_JANITOR_MIN_FREE_BYTES, L2_JANITOR_UNIT
 from rigkit.hostdata import RigSettings, Settings
+from rigkit.knobs import KNOBS_BY_NAME
 from rigkit.ledger import Release, Rendering
 from rigkit.operations import refusal_of, refuse, refusing_step
 from rigkit.operations.files import secret_file
@@ -48,11 +49,12 @@ from rigkit.release import (Outcome, Refuse, judge_release, judge_rollback, neve
                             rollback_target)
 from rigkit.render import COMPOSE_FILE_NAME, CONTAINER_NAME, ENV_FILE_MODE, ENV_FILE_NAME
 from rigkit.sizing import GB
-from rigkit.smoke import SmokeReport, check_container, check_http
+from rigkit.smoke import HASH_SEED_ENV, SmokeReport, check_container, check_hash_seed, check_http
 from rigkit.stack import FILES_DIR, WAIT_READY_SCRIPT, WAIT_READY_SOURCE, ready_url, rendering_for
 from rigkit.survey import RigState
 from rigkit.systemd import exec_command_line
 from rigkit.tunnel import serving_url
+from rigkit.variables import resolve
 from roles import Run
 
 logger = logging.getLogger("rigkit.serving")
@@ -100,7 +102,8 @@ def preflight_facts(settings: Settings, state: RigState) -> HostFacts:
 
 def smoke(rendering: Rendering, data: dict) -> SmokeReport:
     """Every smoke check against the running stack (HTTP through the tunnel, container via the rig),
-    expecting what ``rendering`` declares."""
+    expecting what ``rendering`` declares; a stack that hashes with a fixed seed must have the seed the
+    rig's data declares now (kv_hash_seed, the fleet's one), whatever release it runs."""
     report = SmokeReport()
     with serving_url(data, rendering.knob("bind_address"), int(rendering.knob("serving_port")), host.name) as url:
         report.checks += check_http(url, rendering.knob("served_model_name"))
@@ -108,6 +111,9 @@ def smoke(rendering: Rendering, data: dict) -> SmokeReport:
     _, inspect_out = host.run_shell_command(f"docker inspect {CONTAINER_NAME}")
     expected_command = [rendering.connector] if rendering.connector else []
     report.checks += check_container(env_out.stdout, inspect_out.stdout, rendering.container_env(), expected_command)
+    if HASH_SEED_ENV in rendering.container_env():
+        seed = resolve([KNOBS_BY_NAME["kv_hash_seed"]], data)["kv_hash_seed"]
+        report.checks.append(check_hash_seed(env_out.stdout, seed))
     return report
 
 
@@ -188,14 +194,20 @@ def serving(rig: RigSettings, run: Run, kind: str = "deploy", restore_rendering:
         files.directory(name="L2 cache directory", path=settings.knobs["l2_path"])
     files.put(name="Wait-ready helper", src=str(WAIT_READY_SOURCE), dest=WAIT_READY_SCRIPT, mode="755",
               **PARENT_ENSURED)
-    if settings.l2_active and settings.profile.connector.l2_needs_janitor:
+    if settings.runs_l2_janitor:
         l2_janitor(settings)
+    elif settings.l2_active and settings.knobs["kv_share"]:
+        # a shared store has one janitor (kv_share_janitor): this rig's own, from before, must not evict there
+        systemd.service(name="L2 janitor left to the shared store's janitor rig", service=L2_JANITOR_UNIT,
+                        running=False, enabled=False)
     files.put(name="Render compose.yml", src=StringIO(rendering.compose),
               dest=f"{RIG_STACK_DIR}/{COMPOSE_FILE_NAME}", mode="644", **PARENT_ENSURED)
     secret_file(name="Render .env (0600: may hold a token)", text=rendering.env,
                 dest=f"{RIG_STACK_DIR}/{ENV_FILE_NAME}", mode=f"{ENV_FILE_MODE:o}")
     image_pulled(name=PULL_STEP, image=settings.image)
-    disk_mount = rig.l2_disk["l2_mount_point"] if rig.l2_disk["l2_device"] else None
+    # the store must be on the filesystem meant for it: the shared mount, else the L2 disk when one is declared
+    disk_mount = (rig.kv_share["kv_share_mount_point"] if settings.knobs["kv_share"]
+                  else rig.l2_disk["l2_mount_point"] if rig.l2_disk["l2_device"] else None)
     # A failed release must reach after_release (which rolls it back), so its error is not fatal here.
     release = stack_release(name=f"Release {settings.image}", image=settings.image,
                             knobs_hash=rendering.knobs_hash,

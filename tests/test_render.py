@@ -17,6 +17,7 @@ from rigkit.hostdata import settings_for_host
 from rigkit.knobs import KNOBS_BY_NAME
 from rigkit.paths import PROFILES_FILE
 from rigkit.profiles import ab_pair, load_profiles, parse_profiles
+from rigkit.stack import rendering_for
 from rigkit.render import (L2_CONTAINER_PATH, compose_argv, detect_compose_command, dotenv_line, env_values,
                            render_compose, render_env)
 
@@ -337,8 +338,11 @@ def test_native_tiered_writes_its_disk_tier_on_the_l2_mount_with_a_fixed_hash_se
     assert config == {"kv_connector": "OffloadingConnector", "kv_role": "kv_both",
                       "kv_connector_extra_config": {"spec_name": "TieringOffloadingSpec", "cpu_bytes_to_use": 2 * 2**30,
                                                     "secondary_tiers": [{"type": "fs", "root_dir": "/kv-store"}]}}
-    assert "PYTHONHASHSEED=0" in service["environment"]
+    # the seed is the kv_hash_seed knob, declared once (fleet-wide), read from .env like every knob
+    assert rendering_for(s).container_env()["PYTHONHASHSEED"] == "0"
+    assert rendering_for(settings("native-tiered", l1_size_gb=2, kv_hash_seed=7)).container_env()["PYTHONHASHSEED"] == "7"
     assert service["volumes"] == [{"type": "bind", "source": s.knobs["l2_path"], "target": "/kv-store"}]
     assert s.profile.connector.l2_needs_janitor and s.l2_active
     baseline = rendered(settings("native-tiered-baseline", l1_size_gb=2))["services"]["serving"]
-    assert "PYTHONHASHSEED=0" in baseline["environment"] and "--kv-transfer-config" not in baseline["command"][0]
+    baseline_env = rendering_for(settings("native-tiered-baseline", l1_size_gb=2)).container_env()
+    assert baseline_env["PYTHONHASHSEED"] == "0" and "--kv-transfer-config" not in baseline["command"][0]

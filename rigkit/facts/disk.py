@@ -66,3 +66,16 @@ class DiskFree(FactBase):
     def process(self, output):
         text = "".join(output).strip()
         return int(text) if text.isdigit() else None
+
+
+class MountWritable(FactBase):
+    """Whether ``path`` is a mount point and whether this host may write there: {"mounted", "writable"}."""
+
+    def command(self, path: str) -> str:
+        quoted = shlex.quote(path)
+        return (f"if mountpoint -q {quoted}; then echo mounted; else echo not-mounted; fi; "
+                f"if [ -w {quoted} ]; then echo writable; else echo read-only; fi")
+
+    def process(self, output: list[str]) -> dict:
+        words = [line.strip() for line in output]
+        return {"mounted": "mounted" in words, "writable": "writable" in words}

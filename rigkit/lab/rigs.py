@@ -53,6 +53,10 @@ SSH_DIR = LAB_DIR / "ssh"
 LAB_KEY = SSH_DIR / "id_ed25519"
 KNOWN_HOSTS = SSH_DIR / "known_hosts"
 RIGS_DIR = LAB_DIR / "rigs"
+# The stand-in for a NAS: one host directory bind-mounted into every rig at the same path (kv_share_fstype
+# none); `lab down` removes it with the rest of LAB_DIR.
+KV_SHARE_DIR = LAB_DIR / "kv-share"
+KV_SHARE_IN_RIG = "/mnt/rigkit-kv-share"
 
 
 def rig_name(index: int) -> str:
@@ -235,6 +239,12 @@ def _prepare_rig_files(index: int, ssh_port: int, serving_port: int,
     return rig, rig_dir, host_public
 
 
+def has_kv_share(inspect_info: dict) -> bool:
+    """The rig container (its `docker inspect`) has the lab's shared KV directory at KV_SHARE_IN_RIG."""
+    return any(mount.get("Source") == str(KV_SHARE_DIR) and mount.get("Destination") == KV_SHARE_IN_RIG
+               for mount in inspect_info.get("Mounts") or [])
+
+
 def _run_container(rig: RigState, rig_dir: Path, image: str) -> None:
     mounts = {
         f"{LAB_KEY}.pub": "/root/.ssh/authorized_keys:ro",
@@ -242,6 +252,7 @@ def _run_container(rig: RigState, rig_dir: Path, image: str) -> None:
         str(rig_dir / "hostkeys"): "/etc/ssh/rigkit:ro",
         str(rig_dir / "nvme.env"): f"{NVME_ENV_IN_RIG}:ro",
         rig.docker_dir: "/var/lib/docker",
+        str(KV_SHARE_DIR): KV_SHARE_IN_RIG,
     }
     if rig.netns:
         # sshd may start before the veth has the rig's address: let it bind that address anyway
@@ -266,7 +277,7 @@ def _ensure_container(rig: RigState, rig_dir: Path, image: str, progress: Progre
     if info is not None:
         labels = info["Config"].get("Labels") or {}
         same = (labels.get(RIG_IMAGE_LABEL) == image and labels.get(RIG_LOOP_LABEL) == rig.loop_device
-                and labels.get(RIG_SHM_LABEL) == RIG_SHM_SIZE)
+                and labels.get(RIG_SHM_LABEL) == RIG_SHM_SIZE and has_kv_share(info))
         if same and info["State"]["Running"]:
             progress(f"{rig.name}: running, reused")
             return
@@ -275,7 +286,7 @@ def _ensure_container(rig: RigState, rig_dir: Path, image: str, progress: Progre
             run(["docker", "start", rig.container], f"rig {rig.name}: docker start",
                 "`rigkit lab down` then `rigkit lab up`")
             return
-        progress(f"{rig.name}: image, loop device or shm size changed, recreating the container")
+        progress(f"{rig.name}: image, loop device, shm size or shared KV directory changed, recreating the container")
         run(["docker", "rm", "-f", rig.container], f"rig {rig.name}: docker rm", "remove it by hand")
     for port in () if rig.netns else (rig.ssh_port, rig.serving_port):
         if not _port_free(port):
@@ -371,6 +382,7 @@ def ensure_rigs(count: int, images: dict[str, str], progress: Progress, netns_co
     prepared = [_prepare_rig_files(i, ssh_ports[i - 1], serving_ports[i - 1], modes[i], suites[i - 1])
                 for i in range(1, count + 1)]
     _release_unused_rig_dirs({rig.name for rig, _, _ in prepared}, progress)
+    KV_SHARE_DIR.mkdir(exist_ok=True)
     KNOWN_HOSTS.write_text("".join(known_hosts_line(rig.ssh_port, public, rig.ssh_host)
                                    for rig, _, public in prepared))
 

@@ -11,7 +11,7 @@ from pyinfra.facts.files import FileContents
 from pyinfra.operations import files
 
 from rigkit.disk import fstab_field
-from rigkit.facts.disk import BlockDeviceProbe, MountedFilesystem
+from rigkit.facts.disk import BlockDeviceProbe, MountedFilesystem, MountWritable
 from rigkit.operations import fail
 
 
@@ -92,19 +92,20 @@ def kernel_options(options: str) -> list[str]:
 
 
 @operation()
-def mounted(mount_point: str, device: str, options: str):
+def mounted(mount_point: str, device: Optional[str], options: str):
     """
     Mount ``mount_point`` from its fstab entry; remount when a wanted option is missing.
 
     + mount_point: where the filesystem goes
-    + device: the device that must be the one mounted there
+    + device: the device that must be the one mounted there; None for a network export (its fstab entry
+      names it)
     + options: the fstab options (userspace-only ones like nofail are not compared)
     """
     mount = host.get_fact(MountedFilesystem, mount_point=mount_point)
     if mount is None:
         yield StringCommand("mount", QuoteString(mount_point))
         return
-    probe = host.get_fact(BlockDeviceProbe, device=device)
+    probe = host.get_fact(BlockDeviceProbe, device=device) if device else None
     if probe is not None and mount["source"] != probe["path"]:
         raise fail("l2_mount_point", mount_point, f"{mount['source']} is mounted there, not {probe['path']}",
                    "unmount it, or choose another l2_mount_point")
@@ -113,3 +114,25 @@ def mounted(mount_point: str, device: str, options: str):
         host.noop(f"{mount_point} is mounted from {mount['source']} with {','.join(wanted) or 'its defaults'}")
         return
     yield StringCommand("mount", "-o", QuoteString(",".join(["remount", *wanted])), QuoteString(mount_point))
+
+
+@operation()
+def mount_writable(mount_point: str, field: str):
+    """
+    Check: ``mount_point`` is a mount point (not the directory under it) and this host may write there.
+
+    + mount_point: the mount to check, read while the deploy runs (an earlier operation may mount it)
+    + field: the variable that names it, in errors
+    """
+    yield from ()  # a check: it never yields a command
+    if not host.state.is_executing:
+        host.noop(f"{mount_point} is checked while the deploy runs")
+        return
+    found = host.get_fact(MountWritable, path=mount_point)
+    if not found["mounted"]:
+        raise fail(field, mount_point, "is not a mount point: the store would fill this rig's own disk and no "
+                   "other rig would see it", f"mount the shared export there (findmnt {mount_point})")
+    if not found["writable"]:
+        raise fail(field, mount_point, "is mounted but this rig cannot write there (read-only, or squashed root)",
+                   "export it read-write to the rigs (e.g. no_root_squash for root engines)")
+    host.noop(f"{mount_point} is mounted and writable")

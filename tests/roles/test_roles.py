@@ -340,7 +340,7 @@ def _as_list(value) -> list:
 
 
 def test_every_role_folder_has_cases() -> None:
-    roles = {"preflight", "nvidia_driver", "docker", "nvidia_container_toolkit", "l2_disk", "api_firewall", "serving"}
+    roles = {"preflight", "nvidia_driver", "docker", "nvidia_container_toolkit", "l2_disk", "api_firewall", "kv_share", "serving"}
     folders = {path.parent.name for path in CASE_FILES}
     assert roles <= folders, f"no cases for {sorted(roles - folders)}"
 

@@ -1,0 +1,44 @@
+"""kv_share: the shared KV mount, the client side of the export the rigs' connector stores share.
+
+Ensures, on a rig whose data declares ``kv_share_source``:
+- nfs4/nfs: ``nfs-common`` installed; /etc/fstab mounts ``kv_share_source`` at ``kv_share_mount_point`` with
+  ``kv_share_mount_options`` (one line, every field quoted by fstab rules, other lines kept); it is mounted,
+  and remounted when a wanted option is missing;
+- none (a directory the rig already shares, the lab's bind mount): nothing is mounted or written;
+- either way, at the end: ``kv_share_mount_point`` is a mount point and the rig may write there.
+With the ``kv_share`` knob on, the serving role then puts the connector's store in
+``kv_share_mount_point/kv_share_store_dir`` and mounts it into the container (rigkit.kv_share). Hosts
+without ``kv_share_source`` skip the role and say so.
+"""
+
+from __future__ import annotations
+
+from pyinfra import host
+from pyinfra.api.deploy import deploy
+from pyinfra.operations import files
+
+from rigkit.defaults import KV_SHARE_NFS_CLIENT_PACKAGE
+from rigkit.hostdata import RigSettings
+from rigkit.kv_share import NFS_FSTYPES, fstab_entry_line
+from rigkit.operations import say
+from rigkit.operations.apt import packages_installed
+from rigkit.operations.disk import fstab_entry, mount_writable, mounted
+from roles import Run
+
+
+@deploy("kv_share")
+def kv_share(rig: RigSettings, run: Run) -> None:
+    settings = rig.kv_share
+    if settings["kv_share_source"] is None:
+        say(host, "kv_share: skipped, no kv_share_source declared for this host")
+        return
+    mount_point = settings["kv_share_mount_point"]
+    if settings["kv_share_fstype"] in NFS_FSTYPES:
+        packages_installed(name="NFS client", packages=[KV_SHARE_NFS_CLIENT_PACKAGE])
+        files.directory(name="Shared KV mount point", path=mount_point)
+        fstab_entry(name="fstab entry of the shared KV export", mount_point=mount_point,
+                    entry=fstab_entry_line(settings))
+        mounted(name="Shared KV export mounted (remounted on changed options)", mount_point=mount_point,
+                device=None, options=settings["kv_share_mount_options"])
+    mount_writable(name="Shared KV mount is a mount point and writable", mount_point=mount_point,
+                   field="kv_share_mount_point")

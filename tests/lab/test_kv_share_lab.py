@@ -1,0 +1,108 @@
+"""The shared KV tier on lab rigs (issue 15): one host directory bind-mounted into every rig at the same path is
+the stand-in for a NAS export (kv_share_fstype none). One deploy of rig1 and rig2 with `--data kv_share=true`
+puts cpu-lab's ExampleConnector store there; what rig1's engine stores, rig2's container sees and its engine
+hits; smoke's seed check passed on both (the deploy verified them); a rig declaring another kv_hash_seed on the
+same store is refused before any host is touched. The rigs are deployed back to their own store at the end.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from rigkit.client import PromptSpec, ServingClient, measure
+from rigkit.lab.rigs import KV_SHARE_DIR, KV_SHARE_IN_RIG
+from rigkit.paths import REPO_ROOT
+from rigkit.render import CONTAINER_NAME, L2_CONTAINER_PATH
+from rigkit.tunnel import serving_url
+
+pytestmark = [pytest.mark.lab]
+
+LAB_INVENTORY = REPO_ROOT / "inventory" / "lab.py"
+RIGKIT = Path(sys.executable).with_name("rigkit")
+SHARE = ["--data", "kv_share=true"]
+STORE_IN_RIG = f"{KV_SHARE_IN_RIG}/kv"  # kv_share_mount_point/kv_share_store_dir (its default)
+# ~3,500 tokens, as the lab's tier tests: one ExampleConnector entry, external hits in the thousands
+PROMPT_TOKENS = 3500
+
+
+def rigkit_deploy(args: list[str], inventory: Path = LAB_INVENTORY, timeout: float = 1800) -> subprocess.CompletedProcess:
+    return subprocess.run([str(RIGKIT), "deploy", str(inventory), *args], cwd=REPO_ROOT, capture_output=True,
+                          text=True, timeout=timeout)
+
+
+def pair(lab):
+    """rig1 and rig2: host networking, a Debian 12 and (by default) a Debian 13 rig."""
+    rigs = [rig for rig in lab.rigs if not rig.netns][:2]
+    if len(rigs) < 2:
+        pytest.fail("the shared-store test needs two rigs on host networking")
+    return rigs
+
+
+@pytest.fixture(scope="module")
+def shared(lab, deployed, rig_exec):
+    """rig1 and rig2 deployed once with kv_share=true; deployed back onto their own stores afterwards."""
+    rigs = pair(lab)
+    limit = ["--limit", ",".join(rig.name for rig in rigs)]
+    result = rigkit_deploy([*limit, *SHARE])
+    assert result.returncode == 0, result.stdout[-6000:] + result.stderr[-3000:]
+    yield rigs, result
+    back = rigkit_deploy(limit)
+    assert back.returncode == 0, back.stdout[-4000:] + back.stderr[-2000:]
+
+
+def test_both_rigs_bind_the_one_host_directory_as_their_store(lab, shared, rig_exec):
+    rigs, _ = shared
+    marker = f"rigkit-lab-marker-{rigs[0].name}"
+    rig_exec(rigs[0], f"echo shared > {STORE_IN_RIG}/{marker}")
+    try:
+        assert (KV_SHARE_DIR / "kv" / marker).read_text() == "shared\n"  # the host directory itself
+        for rig in rigs:
+            assert rig_exec(rig, f"mountpoint -q {KV_SHARE_IN_RIG} && cat {STORE_IN_RIG}/{marker}").stdout == "shared\n"
+            inspect = rig_exec(rig, f"docker inspect -f '{{{{json .Mounts}}}}' {CONTAINER_NAME}").stdout
+            assert f'"Source":"{STORE_IN_RIG}"' in inspect and f'"Destination":"{L2_CONTAINER_PATH}"' in inspect
+    finally:
+        (KV_SHARE_DIR / "kv" / marker).unlink(missing_ok=True)
+
+
+def test_smoke_checked_the_fleet_seed_on_both_rigs(lab, shared, rig_exec):
+    rigs, result = shared
+    for rig in rigs:  # the deploy passed its smoke, whose hash_seed check compares this with kv_hash_seed
+        assert rig_exec(rig, f"docker exec {CONTAINER_NAME} printenv PYTHONHASHSEED").stdout.strip() == "0"
+    assert "smoke FAIL" not in result.stdout + result.stderr
+
+
+def test_an_entry_rig1s_engine_stores_is_seen_and_hit_by_rig2(lab, shared, lab_host_data, rig_exec):
+    (first, second), _ = shared
+    listing = f"docker exec {CONTAINER_NAME} ls -1 {L2_CONTAINER_PATH}"
+    before = set(rig_exec(second, listing).stdout.split())
+    with serving_url(lab_host_data[first.name], "127.0.0.1", first.serving_port, first.name) as url:
+        client = ServingClient(url)
+        prompt = client.build_prompt(PromptSpec("narrative", PROMPT_TOKENS, seed=15))
+        client.stream_completion(prompt.text, max_tokens=4)
+    new = set(rig_exec(second, listing).stdout.split()) - before
+    assert new, "rig1's request stored nothing rig2's container sees"
+    with serving_url(lab_host_data[second.name], "127.0.0.1", second.serving_port, second.name) as url:
+        window = measure(ServingClient(url), prompt.text, max_tokens=4).window
+    # rig2 never saw the prompt: its GPU cache has none of it, the entry rig1 stored serves it
+    assert window.external_prefix_cache_hits > PROMPT_TOKENS / 2, window
+    assert window.prefix_cache_hits < window.external_prefix_cache_hits, window
+
+
+def test_a_rig_with_another_hash_seed_on_the_store_is_refused_before_any_host_is_touched(lab, shared, rig_exec,
+                                                                                         tmp_path):
+    rigs, _ = shared
+    odd = rigs[-1].name
+    inventory = tmp_path / "odd_seed.py"
+    # the lab inventory, one rig declaring its own seed (host data, as a careless group file would)
+    inventory.write_text(f"import runpy\nlab = [(name, {{**data, **({{'kv_hash_seed': 7}} if name == {odd!r} "
+                         f"else {{}})}}) for name, data in runpy.run_path({str(LAB_INVENTORY)!r})['lab']]\n")
+    ledgers = {rig.name: rig_exec(rig, "cat /var/lib/rigkit/ledger.json").stdout for rig in rigs}
+    result = rigkit_deploy([*SHARE], inventory=inventory, timeout=300)
+    assert result.returncode == 2, result.stdout[-2000:] + result.stderr[-2000:]
+    assert f"{odd}.kv_hash_seed" in result.stderr and "Fix:" in result.stderr
+    assert "Connecting to hosts" not in result.stdout  # pyinfra never started
+    assert {rig.name: rig_exec(rig, "cat /var/lib/rigkit/ledger.json").stdout for rig in rigs} == ledgers

@@ -150,7 +150,12 @@ def router_session(hosts: Mapping[str, Mapping], rigs: Sequence[str],
     """The inventory's routers for one rollout, each reached through its gateway's tunnel for the whole rollout;
     a RouterDrain that does nothing when the inventory declares none."""
     with ExitStack() as stack:
-        admins = {gateway: RouterAdmin(stack.enter_context(router_url(gateway, hosts[gateway]["data"])))
-                  for gateway in gateways(hosts)}
-        worker_of = {rig: rig_worker_url(rig, hosts[rig]["data"]) for rig in rigs} if admins else {}
-        yield RouterDrain(admins, worker_of, lambda rig: rig_in_flight(rig, hosts[rig]["data"]), out_of_router)
+        try:
+            admins = {gateway: RouterAdmin(stack.enter_context(router_url(gateway, hosts[gateway]["data"])))
+                      for gateway in gateways(hosts)}
+            worker_of = {rig: rig_worker_url(rig, hosts[rig]["data"]) for rig in rigs} if admins else {}
+            drain = RouterDrain(admins, worker_of, lambda rig: rig_in_flight(rig, hosts[rig]["data"]), out_of_router)
+        except RigkitError as exc:  # a router the rollout cannot reach or read: refused before any rig is touched
+            raise ConfigError(exc.field, exc.value, f"{exc.problem} (the rollout drains rigs through it)",
+                              exc.fix) from None
+        yield drain

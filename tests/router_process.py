@@ -8,6 +8,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 from typing import Sequence
@@ -75,3 +76,21 @@ class RouterProcess:
                 worker = labels.split('worker="', 1)[1].split('"', 1)[0]
                 counts[worker] = float(value)
         return counts
+
+
+class Loops:
+    """Methods run in daemon threads until the block ends (the client loops and watchers of the router tests)."""
+
+    def __init__(self, *targets):
+        self.stopping = threading.Event()
+        self._threads = [threading.Thread(target=target, daemon=True) for target in targets]
+
+    def __enter__(self):
+        for thread in self._threads:
+            thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stopping.set()
+        for thread in self._threads:
+            thread.join(timeout=90)

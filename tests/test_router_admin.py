@@ -5,14 +5,13 @@ the router counts every request that did not complete."""
 
 from __future__ import annotations
 
-import threading
 import time
 
 import pytest
 import requests
 
 from fake_openai import FakeOpenAI
-from router_process import RouterProcess
+from router_process import Loops, RouterProcess
 from rigkit import metrics, router_admin
 from rigkit.router_admin import RouterAdmin, RouterError, drain, drained, restore, wait_idle
 
@@ -36,18 +35,17 @@ def in_flight_of(fake_url: str):
     return lambda: metrics.requests_in_flight(requests.get(f"{fake_url}/metrics", timeout=2).text)
 
 
-class ClientLoop:
+class ClientLoop(Loops):
     """Completions through the router, back to back from two threads, until stopped; a request fails when it
     errs, answers non-200 or its stream ends without [DONE]."""
 
-    def __init__(self, url: str, threads: int = 2):
+    def __init__(self, url: str):
         self.url, self.ok, self.failed = url, 0, []
-        self._stop = threading.Event()
-        self._threads = [threading.Thread(target=self._run, daemon=True) for _ in range(threads)]
+        super().__init__(self._run, self._run)
 
     def _run(self) -> None:
         body = {"model": "tiny", "prompt": "drain me", "max_tokens": CHUNKS, "stream": True}
-        while not self._stop.is_set():
+        while not self.stopping.is_set():
             try:
                 response = requests.post(f"{self.url}/v1/completions", json=body, timeout=30)
                 if response.status_code == 200 and "data: [DONE]" in response.text:
@@ -56,16 +54,6 @@ class ClientLoop:
                     self.failed.append(f"{response.status_code} {response.text[-120:]!r}")
             except requests.RequestException as exc:
                 self.failed.append(f"{type(exc).__name__}: {exc}")
-
-    def __enter__(self) -> "ClientLoop":
-        for thread in self._threads:
-            thread.start()
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self._stop.set()
-        for thread in self._threads:
-            thread.join(timeout=30)
 
 
 def wait_for(condition, timeout_s: float = 20.0, what: str = "") -> None:

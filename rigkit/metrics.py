@@ -27,6 +27,9 @@ GENERATION_TOKENS = "vllm:generation_tokens_total"
 TTFT = "vllm:time_to_first_token_seconds"
 DECODE_TIME = "vllm:request_decode_time_seconds"
 KV_CACHE_USAGE = "vllm:kv_cache_usage_perc"
+# gauges: requests the engine is running / holding in its queue (a drained rig is idle when both read 0)
+REQUESTS_RUNNING = "vllm:num_requests_running"
+REQUESTS_WAITING = "vllm:num_requests_waiting"
 CACHE_CONFIG_INFO = "vllm:cache_config_info"
 LMCACHE_PREFIX = "lmcache_mp_"
 # Speculative decoding (vLLM 0.26 vllm/v1/spec_decode/metrics.py SpecDecodingProm; only served with a speculative
@@ -213,6 +216,17 @@ def require_prefix_counters(snapshot: Snapshot) -> Snapshot:
     return snapshot
 
 
+def requests_in_flight(text: str) -> float:
+    """Requests a vLLM /metrics text says are running or waiting, summed over engines; MetricsError when it
+    carries neither gauge (then nothing can say the engine is idle)."""
+    seen = [sample.value for family in _families(text) for sample in family.samples
+            if sample.name in (REQUESTS_RUNNING, REQUESTS_WAITING) and not math.isnan(sample.value)]
+    if not seen:
+        raise MetricsError(REQUESTS_RUNNING, None, "the vLLM request gauges are missing from /metrics",
+                           "point the client at a vLLM serving API's /metrics")
+    return sum(seen)
+
+
 _COUNTER_FIELDS = ("prefix_cache_queries", "prefix_cache_hits", "external_prefix_cache_queries",
                    "external_prefix_cache_hits", "prompt_tokens", "generation_tokens", "ttft_sum", "ttft_count",
                    "decode_time_sum", "decode_time_count", "spec_decode_drafts", "spec_decode_draft_tokens",
@@ -290,4 +304,5 @@ def as_dict(snapshot: Snapshot) -> dict:
     return out
 
 
-__all__ = ["Snapshot", "Delta", "MetricsError", "parse", "parse_families", "delta", "require_prefix_counters", "as_dict"]
+__all__ = ["Snapshot", "Delta", "MetricsError", "parse", "parse_families", "delta", "require_prefix_counters", "as_dict",
+           "requests_in_flight"]

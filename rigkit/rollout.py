@@ -193,6 +193,8 @@ class RolloutRecord:
     upgraded: list[str] = field(default_factory=list)  # rigs this rollout brought onto their wanted rendering
     proven: list[str] = field(default_factory=list)  # canaries whose cache proof passed on the wanted rendering
     halted: str = ""  # the last run's halt, in words ("" while running or after it completed)
+    # rig -> the routers this rollout took it out of and has not put it back into (rigkit.rollout_drain)
+    out_of_router: dict[str, list[str]] = field(default_factory=dict)
 
     def to_json(self) -> str:
         return json.dumps({"schema": RECORD_SCHEMA, **asdict(self)}, indent=2, sort_keys=True) + "\n"
@@ -354,7 +356,7 @@ def _wrapped(text: str, width: int, indent: str = "  ") -> list[str]:
 
 def format_summary(settings: RolloutSettings, stages: Sequence[Stage], results: Sequence[StageResult],
                    states: Mapping[str, RigState], left: Sequence[tuple[str, str]] = (),
-                   rollback_lines: Sequence[str] = (), width: int = 100) -> str:
+                   rollback_lines: Sequence[str] = (), width: int = 100, router_lines: Sequence[str] = ()) -> str:
     """What happened, stage by stage, and what to do next; no line longer than ``width``."""
     lines = [f"--> rigkit rollout: {settings.describe()}"]
     done = {result.stage.label: result for result in results}
@@ -378,6 +380,7 @@ def format_summary(settings: RolloutSettings, stages: Sequence[Stage], results: 
             elif stage.canary and rig not in result.work.prove and settings.cache_proof:
                 what += "; cache proof passed in an earlier run (--recheck-canaries proves it again)"
             lines += _wrapped(f"{rig}: {what}; now {states[rig].release_words()}", width)
+    lines += [line for text in router_lines for line in _wrapped(text, width)]
     if halted is None:
         lines.append(f"rollout complete: {sum(len(s.rigs) for s in stages)} rigs on the new release")
         return "\n".join(lines)
@@ -536,64 +539,112 @@ def run_stage_deploy(label: str, deploy: str, rigs: Sequence[str], inventory: st
 def run_rollout(inventory: str, deploy: str, pyinfra_args: Sequence[str], hosts: Mapping[str, Mapping],
                 names: Sequence[str], settings: RolloutSettings, recheck_canaries: bool = False,
                 records: Path = ROLLOUTS_DIR) -> tuple[int, str]:
-    """The rollout over ``names`` (targeted, connection data checked); (exit status, summary)."""
-    from rigkit.fleet import OK
+    """The rollout over ``names`` (targeted rigs, connection data checked); (exit status, summary). With a router
+    in the inventory each rig leaves it for its deploy (rigkit.rollout_drain)."""
+    from rigkit import rollout_drain
     from rigkit.hostdata import rig_settings
     from rigkit.stack import rendering_for
 
     rigs = {name: rig_settings(dict(hosts[name]["data"])) for name in names}  # bad input: nothing touched yet
     wanted = {name: rendering_for(rig.stack).hash for name, rig in rigs.items()}
-    states = read_states(hosts, names)
-    unreadable = {name: state.unreadable for name, state in states.items() if state.unreadable}
-    if unreadable:
-        rig, why = next(iter(unreadable.items()))
-        raise ConfigError(f"{rig}", why, "cannot be read before the rollout starts (it would fail in its batch)",
-                          f"bring {', '.join(unreadable)} back, or leave it out with --limit")
+    stages = plan_stages(names, settings.canary, settings.batch)
     path = record_path(inventory, records)
     existing = RolloutRecord.from_json(path.read_text()) if path.exists() else None
-    record = resume_record(existing, inventory, wanted, states)
-    record.halted = ""
-    save_record(record, path)
-    stages = plan_stages(names, settings.canary, settings.batch)
-    passthrough = without_limits(pyinfra_args)
-    results: list[StageResult] = []
-    for stage in stages:
-        work = stage_work(stage, states, wanted, record.proven, recheck_canaries, settings.cache_proof)
-        result = StageResult(stage, work)
-        results.append(result)
-        outcomes = run_stage_deploy(stage.label, deploy, work.deploy, inventory, passthrough) if work.deploy else {}
-        states.update(read_states(hosts, stage.rigs))
-        record.upgraded += newly_upgraded(record, stage.rigs, states, wanted)
+    out_of_router = existing.out_of_router if existing is not None else {}
+    with rollout_drain.router_session(hosts, names, out_of_router) as router:
+        router.refuse_full_drain(stages)  # before any rig is touched
+        states = read_states(hosts, names)
+        unreadable = {name: state.unreadable for name, state in states.items() if state.unreadable}
+        if unreadable:
+            rig, why = next(iter(unreadable.items()))
+            raise ConfigError(f"{rig}", why, "cannot be read before the rollout starts (it would fail in its "
+                              "batch)", f"bring {', '.join(unreadable)} back, or leave it out with --limit")
+        record = resume_record(existing, inventory, wanted, states)
+        record.halted, record.out_of_router = "", router.out
         save_record(record, path)
-        for rig in work.prove:
-            if (rig in outcomes and outcomes[rig].status != OK) or states[rig].verified != wanted[rig]:
-                continue  # failed already: stage_failures names why
-            print(f"--> rigkit rollout, {stage.label}: cache proof on {rig}", flush=True)
-            result.proofs[rig] = proof = prove_rig(rig, hosts[rig]["data"], rigs[rig].stack)
-            if proof.passed and rig not in record.proven:
-                record.proven.append(rig)
+        passthrough = without_limits(pyinfra_args)
+        results: list[StageResult] = []
+        for stage in stages:
+            work = stage_work(stage, states, wanted, record.proven, recheck_canaries, settings.cache_proof)
+            results.append(result := _run_stage(stage, work, router, record, path, hosts, rigs, states, wanted,
+                                                inventory, deploy, passthrough))
+            if result.failures:
+                break
+        halted = next((result for result in results if result.failures), None)
+        left: list[tuple[str, str]] = []
+        rollback_lines: list[str] = []
+        if halted is not None:
+            roll_back, left = rollback_choice(settings.on_failure, record, states, wanted)
+            # through a router one rig at a time, each drained and restored; without one, in one run
+            for group in ([[rig] for rig in roll_back] if router.active else [roll_back] if roll_back else []):
+                rollback_lines += _roll_back(group, router, record, hosts, states, inventory, passthrough)
+            record.halted = f"{halted.stage.label}: " + "; ".join(f"{f.rig} at {f.step}" for f in halted.failures)
             save_record(record, path)
-        result.failures = stage_failures(work, outcomes, states, wanted, result.proofs)
-        if result.failures:
-            break
-    halted = next((result for result in results if result.failures), None)
-    left: list[tuple[str, str]] = []
-    rollback_lines: list[str] = []
-    if halted is not None:
-        roll_back, left = rollback_choice(settings.on_failure, record, states, wanted)
-        if roll_back:
-            run_stage_deploy("rollback", "rollback.py", roll_back, inventory, passthrough)
-            states.update(read_states(hosts, roll_back))
-            for rig in roll_back:
-                back, words = rolled_back_words(rig, record, states[rig])
-                rollback_lines.append(words)
-                if back:  # no longer on the release: a re-run deploys and proves it again
-                    record.upgraded.remove(rig)
-                    record.proven = [r for r in record.proven if r != rig]
-        record.halted = f"{halted.stage.label}: " + "; ".join(f"{f.rig} at {f.step}" for f in halted.failures)
-        save_record(record, path)
-    summary = format_summary(settings, stages, results, states, left, rollback_lines, summary_width())
+        summary = format_summary(settings, stages, results, states, left, rollback_lines, summary_width(),
+                                 router_lines=([router.describe()] if router.active else []) + router.lines)
     return (1 if halted is not None else 0), summary
+
+
+def _run_stage(stage: Stage, work: StageWork, router: Any, record: RolloutRecord, path: Path,
+               hosts: Mapping[str, Mapping], rigs: Mapping[str, Any], states: dict[str, RigState],
+               wanted: Mapping[str, str], inventory: str, deploy: str, passthrough: Sequence[str]) -> StageResult:
+    """One stage: drain, deploy (which smokes), read, prove the canaries, restore the rigs that passed."""
+    from rigkit.fleet import OK
+    from rigkit.rollout_drain import DRAIN_STEP, RESTORE_STEP
+
+    not_drained = {rig: why for rig in work.deploy if (why := router.drain(rig))}
+    record.out_of_router = router.out
+    save_record(record, path)
+    work = replace(work, deploy=tuple(r for r in work.deploy if r not in not_drained),
+                   prove=tuple(r for r in work.prove if r not in not_drained))
+    result = StageResult(stage, work)
+    outcomes = run_stage_deploy(stage.label, deploy, work.deploy, inventory, passthrough) if work.deploy else {}
+    states.update(read_states(hosts, stage.rigs))
+    record.upgraded += newly_upgraded(record, stage.rigs, states, wanted)
+    save_record(record, path)
+    for rig in work.prove:
+        if (rig in outcomes and outcomes[rig].status != OK) or states[rig].verified != wanted[rig]:
+            continue  # failed already: stage_failures names why
+        print(f"--> rigkit rollout, {stage.label}: cache proof on {rig}", flush=True)
+        result.proofs[rig] = proof = prove_rig(rig, hosts[rig]["data"], rigs[rig].stack)
+        if proof.passed and rig not in record.proven:
+            record.proven.append(rig)
+        save_record(record, path)
+    result.failures = [Failure(rig, DRAIN_STEP, why) for rig, why in not_drained.items()]
+    result.failures += stage_failures(work, outcomes, states, wanted, result.proofs)
+    failed = {failure.rig: failure.step for failure in result.failures}
+    for rig in stage.rigs:
+        if rig in failed:
+            router.keep_out(rig, f"it failed at {failed[rig]}")
+        elif why := router.restore(rig):
+            result.failures.append(Failure(rig, RESTORE_STEP, why))
+    record.out_of_router = router.out
+    save_record(record, path)
+    return result
+
+
+def _roll_back(group: Sequence[str], router: Any, record: RolloutRecord, hosts: Mapping[str, Mapping],
+               states: dict[str, RigState], inventory: str, passthrough: Sequence[str]) -> list[str]:
+    """rollback.py on ``group`` (drained first, restored when back on its release); the summary's lines."""
+    lines = []
+    not_drained = {rig: why for rig in group if (why := router.drain(rig))}
+    lines += [f"{rig}: not rolled back ({why})" for rig, why in not_drained.items()]
+    group = [rig for rig in group if rig not in not_drained]
+    if group:
+        run_stage_deploy("rollback", "rollback.py", group, inventory, passthrough)
+        states.update(read_states(hosts, group))
+    for rig in group:
+        back, words = rolled_back_words(rig, record, states[rig])
+        lines.append(words)
+        if back:  # no longer on the release: a re-run deploys and proves it again
+            record.upgraded.remove(rig)
+            record.proven = [r for r in record.proven if r != rig]
+            if why := router.restore(rig):
+                router.keep_out(rig, f"the router did not take it back: {why}")
+        else:
+            router.keep_out(rig, "its rollback failed")
+    record.out_of_router = router.out
+    return lines
 
 
 def rollout_command(args: Any) -> Optional[int]:
@@ -601,6 +652,7 @@ def rollout_command(args: Any) -> Optional[int]:
     is asked (rigkit.fleet then runs every rig at once). ConfigError before any rig is touched."""
     from rigkit import fleet
     from rigkit.kv_share import check_inventory
+    from rigkit.router_admin import rigs_only
     from rigkit.variables import resolve
 
     flags = {"rollout_canary": args.canary, "rollout_batch": args.batch, "rollout_on_failure": args.on_failure}
@@ -614,7 +666,7 @@ def rollout_command(args: Any) -> Optional[int]:
     pyinfra_args = fleet.split_limits(args.pyinfra_args)
     hosts = fleet.load_inventory(args.inventory, data_args=data_pairs(pyinfra_args))
     check_inventory((name, host["groups"], host["data"]) for name, host in hosts.items())
-    names = fleet.targeted(hosts, fleet.limit_from(pyinfra_args))
+    names = rigs_only(hosts, fleet.targeted(hosts, fleet.limit_from(pyinfra_args)))  # a router host is no rig
     if not names:
         return None  # fleet_deploy refuses it, naming the inventory's hosts
     sections = {name: resolve(ROLLOUT_VARIABLES, dict(hosts[name]["data"])) for name in names}

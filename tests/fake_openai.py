@@ -19,7 +19,8 @@ FAKE_MAX_MODEL_LEN = 8192
 
 
 class FakeOpenAI:
-    def __init__(self):
+    def __init__(self, port: int = 0):
+        """port: 0 picks a free one; a given one lets a test stop a server and start another where it was."""
         self.served_names = ["tiny"]
         self.chat_text = "Hello there."
         self.stream_chunks = 16
@@ -32,7 +33,12 @@ class FakeOpenAI:
         self.metrics_text = ""
         self.on_completion: Callable[[dict], None] = lambda body: None
         self.completions: list[dict] = []
-        self._server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
+        # completions being answered now; with ``running_gauge`` /metrics ends with it as vLLM's
+        # vllm:num_requests_running (what a drain waits on)
+        self.in_flight = 0
+        self.running_gauge = False
+        self._in_flight_lock = threading.Lock()
+        self._server = http.server.ThreadingHTTPServer(("127.0.0.1", port), self._handler())
         self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
 
     @property
@@ -71,7 +77,10 @@ class FakeOpenAI:
                              for name in fake.served_names]
                     self._send(200, json.dumps({"object": "list", "data": cards}).encode())
                 elif self.path == "/metrics":
-                    self._send(200, fake.metrics_text.encode(), "text/plain; version=0.0.4")
+                    text = fake.metrics_text
+                    if fake.running_gauge:
+                        text += f'vllm:num_requests_running{{engine="0",model_name="tiny"}} {fake.in_flight}.0\n'
+                    self._send(200, text.encode(), "text/plain; version=0.0.4")
                 else:
                     self._send(404, b"{}")
 
@@ -82,8 +91,14 @@ class FakeOpenAI:
                     self._send(200, json.dumps({"choices": [{"index": 0, "message": message}]}).encode())
                 elif self.path == "/v1/completions":
                     fake.completions.append(body)
-                    fake.on_completion(body)
-                    self._stream(body)
+                    with fake._in_flight_lock:
+                        fake.in_flight += 1
+                    try:
+                        fake.on_completion(body)
+                        self._stream(body)
+                    finally:
+                        with fake._in_flight_lock:
+                            fake.in_flight -= 1
                 else:
                     self._send(404, b"{}")
 

@@ -1,0 +1,161 @@
+"""The rollout through the router: each rig leaves the router before its deploy and comes back after it.
+
+When the inventory declares a router (hosts of group ROUTER_GROUP, rigkit.router_admin), `rigkit deploy
+--canary/--batch` (rigkit.rollout) does, per rig of a stage: remove it from every router routing to it, wait
+until it finished the requests it had (its vllm:num_requests_running/_waiting read 0), deploy (the serving role
+smokes it), for a canary prove its cache (the proof's counters then see no routed traffic), and add it back only
+when all of that passed. A rig whose deploy, smoke, proof or drain failed stays out of the router, said in the
+summary; the rollout's record keeps it (RolloutRecord.out_of_router), so the re-run that gets it verified puts it
+back. The rollback (--on-failure rollback) goes rig by rig, drained and restored the same way.
+
+Refused before any rig is touched: a stage that would take every rig a router routes to out at once (no rig left
+to serve). A drain that would take out a router's last rig is refused when it comes (the others failed and are
+out): that rig keeps serving its release, and the summary says why.
+
+Plain pyinfra runs (deploy.py, rollback.py, with or without --limit) and `rigkit deploy` without a rollout do not
+touch the router: they restart the rigs they run on while the router may still send them requests (it notices a
+dead worker only at its next health check, every 60 s by default). Upgrades through a router go through
+`rigkit deploy --batch 1`.
+"""
+
+from __future__ import annotations
+
+from contextlib import ExitStack, contextmanager
+from typing import Any, Callable, ContextManager, Iterator, Mapping, Optional, Sequence
+
+from rigkit.errors import ConfigError, RigkitError
+from rigkit.router_admin import RouterAdmin, gateways, rig_worker_url, router_url, wait_idle
+
+NO_RIG_LEFT = "no rig left to serve"
+# the steps a summary names when the router is why a rig halted the rollout
+DRAIN_STEP = "drain from the router"
+RESTORE_STEP = "back into the router"
+
+
+def refuse_full_drain(stages: Sequence[Any], worker_of: Mapping[str, str], routed: Mapping[str, Sequence[str]]) -> None:
+    """ConfigError when a stage (rigkit.rollout.Stage) would drain every worker a router routes to at once."""
+    for gateway, workers in routed.items():
+        for stage in stages:
+            out = [rig for rig in stage.rigs if worker_of[rig] in workers]
+            if out and len(out) >= len(workers):
+                knob = "rollout_canary" if stage.canary else "rollout_batch"
+                raise ConfigError(knob, len(stage.rigs),
+                                  f"{stage.label} ({', '.join(stage.rigs)}) would take all {len(workers)} rigs the "
+                                  f"router on {gateway} routes to out of it at once: {NO_RIG_LEFT}",
+                                  f"pass --canary/--batch below {len(workers)} (--batch 1 keeps the most rigs "
+                                  "serving), or put more rigs behind the router")
+
+
+class RouterDrain:
+    """The routers of one rollout: which rigs they route to, drains and restores, and the words for the summary.
+    Without a router every call is a no-op (``active`` is False)."""
+
+    def __init__(self, admins: Mapping[str, RouterAdmin], worker_of: Mapping[str, str],
+                 in_flight: Callable[[str], ContextManager[Callable[[], float]]],
+                 out_of_router: Optional[Mapping[str, Sequence[str]]] = None):
+        self.admins = dict(admins)
+        self.worker_of = dict(worker_of)
+        self.in_flight = in_flight
+        self.routed = {gateway: admin.list_workers() for gateway, admin in self.admins.items()}
+        # rig -> the routers it was taken out of (by this rollout or the killed/halted run before it)
+        self.out = {rig: list(gws) for rig, gws in (out_of_router or {}).items() if gws}
+        self.lines: list[str] = []
+
+    @property
+    def active(self) -> bool:
+        return bool(self.admins)
+
+    def describe(self) -> str:
+        return "; ".join(f"router on {gateway}: {len(workers)} rigs routed, each drained before its deploy and "
+                         "back after its smoke" for gateway, workers in self.routed.items())
+
+    def refuse_full_drain(self, stages: Sequence[Any]) -> None:
+        refuse_full_drain(stages, self.worker_of, self.routed)
+
+    def drain(self, rig: str) -> Optional[str]:
+        """Take ``rig`` out of every router routing to it and wait until it is idle; why not, or None."""
+        if not self.active:
+            return None
+        worker = self.worker_of[rig]
+        routing = [gateway for gateway, workers in self.routed.items() if worker in workers]
+        if not routing:
+            if rig not in self.out:
+                self.lines.append(f"{rig}: not routed to by the router ({worker}): deployed without a drain")
+            return None
+        last = [gateway for gateway in routing if len(self.routed[gateway]) == 1]
+        if last:
+            return (f"it is the only rig the router on {last[0]} still routes to (the others are out of it): "
+                    f"draining it would leave {NO_RIG_LEFT}; it keeps serving its release")
+        print(f"--> rigkit rollout: {rig} out of the router ({worker}), waiting for its requests to finish",
+              flush=True)
+        removed: list[str] = []
+        try:
+            for gateway in routing:
+                self.admins[gateway].remove(worker)
+                removed.append(gateway)
+                self.routed[gateway].remove(worker)
+            with self.in_flight(rig) as reading:
+                wait_idle(reading, worker)
+        except RigkitError as exc:
+            self.out[rig] = removed
+            return f"{exc}" + ("" if self.restore(rig, quiet=True) is None else "; it stays out of the router")
+        self.out[rig] = routing
+        return None
+
+    def restore(self, rig: str, quiet: bool = False) -> Optional[str]:
+        """Put ``rig`` back into the routers it was taken out of; why not, or None."""
+        if rig not in self.out:
+            return None
+        worker = self.worker_of[rig]
+        for gateway in list(self.out.get(rig, ())):
+            if gateway not in self.admins:  # a router this inventory no longer declares
+                self.out[rig].remove(gateway)
+                continue
+            try:
+                self.admins[gateway].add(worker)
+            except RigkitError as exc:
+                return str(exc)
+            self.routed[gateway].append(worker)
+            self.out[rig].remove(gateway)
+        if rig in self.out:
+            del self.out[rig]
+            if not quiet:
+                self.lines.append(f"{rig}: back in the router ({worker})")
+        return None
+
+    def keep_out(self, rig: str, why: str) -> None:
+        if rig in self.out:
+            self.lines.append(f"{rig}: left out of the router ({why}); the re-run that gets it verified puts it "
+                              f"back, or by hand: POST /add_worker?url={self.worker_of[rig]} on its router")
+
+
+@contextmanager
+def rig_in_flight(rig: str, data: Mapping[str, Any]) -> Iterator[Callable[[], float]]:
+    """A reading of the rig's requests in flight from its /metrics, through the SSH tunnel to its API."""
+    import requests
+
+    from rigkit.hostdata import rig_settings
+    from rigkit.metrics import requests_in_flight
+    from rigkit.tunnel import serving_url
+
+    knobs = rig_settings(dict(data)).stack.knobs
+    with serving_url(data, knobs["bind_address"], knobs["serving_port"], inventory_name=rig) as url:
+        with requests.Session() as session:
+            yield lambda: requests_in_flight(session.get(f"{url}/metrics", timeout=5).text)
+
+
+@contextmanager
+def router_session(hosts: Mapping[str, Mapping], rigs: Sequence[str],
+                   out_of_router: Optional[Mapping[str, Sequence[str]]] = None) -> Iterator[RouterDrain]:
+    """The inventory's routers for one rollout, each reached through its gateway's tunnel for the whole rollout;
+    a RouterDrain that does nothing when the inventory declares none."""
+    with ExitStack() as stack:
+        try:
+            admins = {gateway: RouterAdmin(stack.enter_context(router_url(gateway, hosts[gateway]["data"])))
+                      for gateway in gateways(hosts)}
+            worker_of = {rig: rig_worker_url(rig, hosts[rig]["data"]) for rig in rigs} if admins else {}
+            drain = RouterDrain(admins, worker_of, lambda rig: rig_in_flight(rig, hosts[rig]["data"]), out_of_router)
+        except RigkitError as exc:  # a router the rollout cannot reach or read: refused before any rig is touched
+            raise ConfigError(exc.field, exc.value, f"{exc.problem} (the rollout drains rigs through it)",
+                              exc.fix) from None
+        yield drain

@@ -1,7 +1,10 @@
 """The Ansible peer of bench/peer_bench.py on real lab rigs (issue 14): the play finds nothing to change on a rig
-rigkit deployed (the same compose.yml, .env and daemon.json bytes, compose v1 and v2 rigs, a netns rig), pyinfra's
-floor runs on the lab inventory, and a knob change brought up by Ansible is recreated and serving, measured by the
-bench's own code (engine start seen), then set back by rigkit's deploy, which serves its own rendering again.
+rigkit deployed (the same compose.yml, .env and daemon.json bytes, compose v1 and v2 rigs, a netns rig), and
+pyinfra's floor runs on the lab inventory.
+
+The bench's knob change (Ansible brings up max_num_seqs=16, rigkit sets it back: two vLLM restarts, ~2.5 min) is
+not repeated here: `bench/peer_bench.py` runs and checks it (recreated, serving, engine start seen) every time the
+bench runs, and the suite keeps its vLLM starts for the product's own paths.
 """
 
 from __future__ import annotations
@@ -45,29 +48,3 @@ def test_after_rigkits_deploy_the_play_changes_nothing_on_any_rig(lab, peer):
     assert list(control.iterdir()) == []  # every ControlPersist master the runs left has exited
     assert peer_bench.rigkit_deploy(lab.rigs).outcome == peer_bench.NO_CHANGE
     assert peer_bench.pyinfra_floor(lab.rigs).seconds > 0
-
-
-def test_a_knob_change_by_ansible_serves_and_rigkit_sets_it_back(lab, peer):
-    playbook, rigs, _, directory = peer
-    host_network = [rig for rig in lab.rigs if not rig.netns]
-    # compose v2 (`docker compose`) where the lab has a Debian 13 rig: the play's other compose command
-    rig = next((r for r in host_network if r.distro == "trixie"), host_network[0])
-    data, baseline = rigs[rig.name]
-    changed = peer_bench.knob_changed(data, "max_num_seqs", 16)
-    inventory_file = ansible_peer.write_inputs({rig.name: (data, changed)}, directory / "knob")
-    control = directory / "cp-knob"
-    control.mkdir()
-    try:
-        by_ansible = peer_bench.knob_change(
-            peer_bench.ANSIBLE, "sets max_num_seqs=16", rig,
-            lambda: peer_bench.ansible_deploy(playbook, inventory_file, [rig], control), changed.stack.knobs_hash)
-    finally:
-        ansible_peer.close_masters(control)
-    assert by_ansible.recreated and by_ansible.serving, by_ansible
-    assert by_ansible.engine_start_s is not None and 0 < by_ansible.engine_start_s < by_ansible.wall_s
-
-    by_rigkit = peer_bench.knob_change(peer_bench.RIGKIT, "sets it back", rig,
-                                       lambda: peer_bench.rigkit_deploy([rig]), baseline.stack.knobs_hash)
-    assert by_rigkit.recreated and by_rigkit.serving, by_rigkit
-    assert by_rigkit.engine_start_s is not None and 0 < by_rigkit.engine_start_s < by_rigkit.wall_s
-    assert peer_bench.rigkit_deploy([rig]).outcome == peer_bench.NO_CHANGE

@@ -9,6 +9,7 @@ from typing import Optional, Sequence
 from rigkit.card.figures import Figure, decode_figures, hit_figures, ttft_figures
 from rigkit.card.replay import RULE, VERDICT_MARKS, compare, fmt_change, fmt_setup_value, recorded_title
 from rigkit.card.schema import FigureVerdict, ReplayComparison, RigCard, SoakReport
+from rigkit.card.shared import shared_lines
 from rigkit.card.text import L2_MARKS, TIER_ORDER, fmt_bytes
 
 
@@ -100,7 +101,9 @@ def render_fleet_markdown(cards: Sequence[RigCard], recorded: Sequence[RigCard] 
                       f"recorded it on that date (kept in `recorded/` of this run's directory); {RULE}. A verdict gives "
                       "this run − recorded, in the figure's unit and relative to the recorded mean, and the half-widths "
                       "of both bands (`replay.json` has every number). Spread: over every column, recorded ones included."]
-    lines += ["", "Per-rig cards: " + ", ".join(f"[{c.rig}]({c.rig}.md)" for c in cards), ""]
+    lines.append("")
+    lines += shared_lines([pair for c in cards for pair in c.shared], cards)
+    lines += ["Per-rig cards: " + ", ".join(f"[{c.rig}]({c.rig}.md)" for c in cards), ""]
     return "\n".join(lines)
 
 

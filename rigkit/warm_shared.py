@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Mapping, Optional, Sequence
 
-from rigkit.card import RESULTS_DIR, SharedPair, TTFTClient, new_run_id
+from rigkit.card import RESULTS_DIR, PromptRecord, SharedPair, TTFTClient, new_run_id
 from rigkit.client import (TTFT_TOLERANCE_ABS_S, TTFT_TOLERANCE_REL, PromptSpec, RigProbe, ServingClient, measure,
                            prefill_timeout)
 from rigkit.errors import ConfigError, RigkitError
@@ -76,7 +76,9 @@ def ask(prefilled: Prefilled, rig: str, client: ServingClient, output_tokens: in
         asked.measured.append(measured)
         asked.prompts.append(prompt)
         asked.labels.append(label_shared(measured.window))
-    return SharedPair(source=prefilled.rig, target=rig, prefill=prefilled.run.result(), asked=asked.result())
+    return SharedPair(source=prefilled.rig, target=rig, prefill=prefilled.run.result(), asked=asked.result(),
+                      prompts=[PromptRecord(kind=p.spec.kind, target_tokens=p.spec.target_tokens, seed=p.spec.seed,
+                                            tokens=p.tokens) for p in prefilled.run.prompts])
 
 
 def ordered_pairs(groups: Sequence[Sequence[str]]) -> list[tuple[str, str]]:

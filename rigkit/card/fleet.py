@@ -46,7 +46,7 @@ def render_fleet_markdown(cards: Sequence[RigCard], recorded: Sequence[RigCard] 
     lines = [title + (f" (replay of run {comparison.recorded_run})" if comparison else ""), "",
              f"{sum(c.passed for c in cards)}/{len(cards)} rigs pass."
              + (f" Recorded run: {sum(c.passed for c in recorded)}/{len(recorded)} passed." if recorded else ""), ""]
-    if len({_prompt_key(c) for c in columns}) > 1:
+    if len({_prompt_key(c) for c in columns if c.tiers}) > 1:  # a card holding warm-shared pairs only ran no tier
         lines += ["⚠ Not like for like: the rigs ran different prompt sizes or seeds "
                   "(replay one run's setup with `--data replay=results/<run-id>`).", ""]
     verdicts: dict[str, list[FigureVerdict]] = {}  # figure key -> one verdict per new rig
@@ -102,7 +102,7 @@ def render_fleet_markdown(cards: Sequence[RigCard], recorded: Sequence[RigCard] 
                       "this run − recorded, in the figure's unit and relative to the recorded mean, and the half-widths "
                       "of both bands (`replay.json` has every number). Spread: over every column, recorded ones included."]
     lines.append("")
-    lines += shared_lines([pair for c in cards for pair in c.shared], cards)
+    lines += shared_lines(sorted((pair for c in cards for pair in c.shared), key=lambda p: (p.source, p.target)), cards)
     lines += ["Per-rig cards: " + ", ".join(f"[{c.rig}]({c.rig}.md)" for c in cards), ""]
     return "\n".join(lines)
 

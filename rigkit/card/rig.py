@@ -117,9 +117,11 @@ def render_rig_markdown(card: RigCard) -> str:
 
     tokens = [t for tier in card.tiers for t in tier.prompt_tokens if t]
     size = f"{round(statistics.fmean(tokens)):,}-token salted session" if tokens else "salted session"
-    lines += [f"## ② Cache behaviour — {size}", "",
-              "| tier | TTFT (client) | vs cold | TTFT (server histogram) | label | metric proof |",
-              "|---|---|---|---|---|---|"]
+    lines += [f"## ② Cache behaviour — {size}", ""]
+    lines += (["| tier | TTFT (client) | vs cold | TTFT (server histogram) | label | metric proof |",
+               "|---|---|---|---|---|---|"] if card.tiers else
+              ["Tiers not measured in this run (validate.py wrote no card for this rig; the pairs below are "
+               "rigkit validate-shared's)."])
     cold = card.tier("cold")
     for tier in ordered(card.tiers):
         mark = "✓" if tier.passed else "✗"

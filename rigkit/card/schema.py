@@ -113,25 +113,6 @@ class TierResult(BaseModel):
         return f"LMCache {tier}" + (", inferred" if source == "inferred" else "")
 
 
-class SharedPair(BaseModel):
-    """The warm-shared tier for one ordered pair of rigs sharing a KV tier (rigkit.warm_shared): salted prompts
-    prefilled on `source` (each labelled cold by the source's counters), then asked of `target` (this card's rig),
-    labelled by the target's own counters (rigkit.tiers.label_shared), its greedy output against the source's."""
-
-    source: str
-    target: str
-    prefill: TierResult  # on the source: expected cold (a warm prefill means the salt was not fresh)
-    asked: TierResult  # on the target: expected warm-shared
-
-    @property
-    def passed(self) -> bool:
-        return self.prefill.passed and self.asked.passed
-
-    @property
-    def label(self) -> str:
-        return self.asked.label
-
-
 class DecodeKind(BaseModel):
     kind: str
     on: StatModel
@@ -279,6 +260,26 @@ class SoakReport(BaseModel):
     @property
     def empty_fraction(self) -> Optional[float]:
         return self.empty_replies / self.answered if self.answered else None
+
+
+class SharedPair(BaseModel):
+    """The warm-shared tier for one ordered pair of rigs sharing a KV tier (rigkit.warm_shared): salted prompts
+    prefilled on `source` (each labelled cold by the source's counters), then asked of `target` (this card's rig),
+    labelled by the target's own counters (rigkit.tiers.label_shared), its greedy output against the source's."""
+
+    source: str
+    target: str
+    prefill: TierResult  # on the source: expected cold (a warm prefill means the salt was not fresh)
+    asked: TierResult  # on the target: expected warm-shared
+    prompts: list[PromptRecord] = Field(default_factory=list)  # kind, size and body seed of each salted prompt
+
+    @property
+    def passed(self) -> bool:
+        return self.prefill.passed and self.asked.passed
+
+    @property
+    def label(self) -> str:
+        return self.asked.label
 
 
 class RigCard(BaseModel):

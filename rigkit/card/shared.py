@@ -8,6 +8,8 @@ from typing import Optional, Sequence
 from rigkit.card.schema import RigCard, SharedPair, StatModel
 from rigkit.card.text import fmt_gain, fmt_stat_seconds
 
+# A failed pair's greedy outputs are cut to this many characters in its failure line (the JSON keeps them whole).
+CLIPPED_CHARS = 60
 HEADER = ["| A → B | label (B's counters) | B's metric proof | TTFT on B (client) | B cold | vs cold | greedy vs A |",
           "|---|---|---|---|---|---|---|"]
 LEGEND = ("Each pair: fresh salted prompts prefilled on A (cold by A's counters), then asked of B; labelled by B's "
@@ -56,6 +58,15 @@ def shared_lines(pairs: Sequence[SharedPair], cards: Sequence[RigCard]) -> list[
 
 
 def shared_failures(card: RigCard) -> list[str]:
-    return [f"warm-shared {pair.source} → {pair.target}: labelled {pair.label}"
-            + ("" if pair.prefill.passed else f" (its prefill on {pair.source}: {pair.prefill.label})")
-            for pair in card.shared if not pair.passed]
+    """One line per failed pair: its label, and why when the counters alone do not say it."""
+    failures = []
+    for pair in card.shared:
+        if pair.passed:
+            continue
+        why = [f"its prefill on {pair.source} was labelled {pair.prefill.label}"] if not pair.prefill.passed else []
+        why += [f"the greedy output differs from {pair.source}'s from character {check.first_difference} "
+                f"({pair.source} {check.cold_text[:CLIPPED_CHARS]!r}, {pair.target} {check.text[:CLIPPED_CHARS]!r})"
+                for check in pair.asked.served_but_wrong[:1]]
+        failures.append(f"warm-shared {pair.source} → {pair.target}: labelled {pair.label}"
+                        + (f" ({'; '.join(why)})" if why else ""))
+    return failures

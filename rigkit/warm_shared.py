@@ -129,7 +129,7 @@ def sharing_groups(sources: Mapping[str, Optional[str]]) -> list[list[str]]:
     return pairs
 
 
-def _client_on(stack: ExitStack, name: str, data: Mapping, knobs: Mapping) -> ServingClient:
+def rig_client(stack: ExitStack, name: str, data: Mapping, knobs: Mapping) -> ServingClient:
     """A client of the rig's API (through a tunnel when it binds the rig's loopback) whose completions stream
     from the rig itself (rigkit's TTFT probe over an SSH connection of its own), as validate.py measures."""
     from rigkit.tunnel import Tunnel, connect_ssh, serving_url
@@ -165,7 +165,7 @@ def validate_shared(inventory: str, limits: Sequence[str], override: Mapping, ru
     for name in sharing:
         check_connection_data(name, datas[name])
     with ExitStack() as stack:
-        clients = {name: _client_on(stack, name, datas[name], rigs[name].stack.knobs) for name in sharing}
+        clients = {name: rig_client(stack, name, datas[name], rigs[name].stack.knobs) for name in sharing}
         pairs = run(clients, settings, groups)
         transports = {name: client.ttft_transport for name, client in clients.items()}
     record_shared(run_dir, pairs, {name: TTFTClient(transport=transport, tolerance_rel=TTFT_TOLERANCE_REL,

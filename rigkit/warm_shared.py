@@ -28,7 +28,7 @@ import sys
 from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Mapping, Optional, Sequence
+from typing import Mapping, Optional, Sequence
 
 from rigkit.card import RESULTS_DIR, PromptRecord, SharedPair, TTFTClient, new_run_id
 from rigkit.client import (TTFT_TOLERANCE_ABS_S, TTFT_TOLERANCE_REL, PromptSpec, RigProbe, ServingClient, measure,
@@ -145,8 +145,7 @@ def rig_client(stack: ExitStack, name: str, data: Mapping, knobs: Mapping) -> Se
     return ServingClient(url, model=knobs["served_model_name"], probe=probe)
 
 
-def validate_shared(inventory: str, limits: Sequence[str], override: Mapping, run_dir: Path,
-                    run: Callable[..., list[SharedPair]] = run_pairs) -> list[SharedPair]:
+def validate_shared(inventory: str, limits: Sequence[str], override: Mapping, run_dir: Path) -> list[SharedPair]:
     """Every pair of the targeted sharing rigs, recorded in run_dir's cards; ConfigError before any rig is asked."""
     from rigkit.card.store import record_shared, render_run
     from rigkit.defaults import ROUTER_GROUP
@@ -166,7 +165,7 @@ def validate_shared(inventory: str, limits: Sequence[str], override: Mapping, ru
         check_connection_data(name, datas[name])
     with ExitStack() as stack:
         clients = {name: rig_client(stack, name, datas[name], rigs[name].stack.knobs) for name in sharing}
-        pairs = run(clients, settings, groups)
+        pairs = run_pairs(clients, settings, groups)
         transports = {name: client.ttft_transport for name, client in clients.items()}
     record_shared(run_dir, pairs, {name: TTFTClient(transport=transport, tolerance_rel=TTFT_TOLERANCE_REL,
                                                     tolerance_abs_s=TTFT_TOLERANCE_ABS_S)

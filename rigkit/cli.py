@@ -17,6 +17,8 @@ SUBCOMMANDS = {
     "card": ("rigkit.card.cli", "re-render results cards from a run's JSON"),
     "deploy": ("rigkit.fleet", "run a deploy over a fleet and summarise each rig (status, step, reason, release)"),
     "status": ("rigkit.status", "what each rig runs against today's data: drift, health, ledger, driver, L2, shm"),
+    "validate-shared": ("rigkit.warm_shared", "the warm-shared tier: prefill on each sharing rig, ask every other, "
+                        "label by the asked rig's counters, into the cards"),
 }
 
 

@@ -5,6 +5,9 @@ TTFT alone cannot tell the tiers apart. The label comes from which counters move
 the request: `vllm:prefix_cache_hits_total` (GPU pool) and
 `vllm:external_prefix_cache_hits_total` (the KV connector: LMCache L1/L2, ExampleConnector
 store). Timing is reported beside the label, never used to make it.
+
+The warm-shared tier (label_shared) is judged on the rig that was ASKED: a salted prompt prefilled on rig A,
+then sent to rig B, is proven shared only by B's own counters (B's GPU hits flat, B's external hits grown).
 """
 
 from __future__ import annotations
@@ -25,6 +28,10 @@ class Tier(str, Enum):
     MIXED = "mixed"
     # a connector tier was expected and configured, but vLLM took no external hit
     RETRIEVED_BUT_UNUSED = "retrieved-but-unused"
+    # rig B served a prompt only rig A had prefilled, from the KV tier they share (label_shared)
+    WARM_SHARED = "warm-shared"
+    # rig B's own GPU pool served (part of) the prompt: B already had it, so the window proves nothing shared
+    NOT_SHARED = "not-shared"
     # a warm tier whose counters prove it, but whose greedy output differs from the cold run's (LMCache#4492:
     # wrong output after a restart): fast and wrong. Judged from the outputs, not the counters (TierResult.label).
     SERVED_BUT_WRONG = "served-but-wrong"
@@ -97,6 +104,34 @@ def _lmcache_store_tier(measured: Delta, after_restart: bool) -> tuple[str, str,
     return tier, BY_COUNTERS, text + f": served from {tier}"
 
 
+def _proof(measured: Delta, gpu_hits: float, ext_hits: float, over_counted: str) -> tuple[str, float | None]:
+    """The metric proof of a window, in words, and the tokens the LMCache server found (None: not scraped)."""
+    ext_tokens = measured.tokens_from("external_kv_transfer")
+    proof = (f"GPU prefix hits +{gpu_hits:.0f}{_queried(measured.prefix_cache_queries, measured)}, "
+             f"external hits +{ext_hits:.0f}{_queried(measured.external_prefix_cache_queries, measured)}, "
+             f"external_kv_transfer tokens +{ext_tokens:.0f}{over_counted}")
+    cached = {source: tokens for source, tokens in measured.prompt_tokens_cached_by_source.items() if tokens > 0}
+    if cached:  # where this vLLM exports it (0.32 does, 0.26 does not): which store served, disk for a disk tier
+        proof += ", cached by source " + ", ".join(f"{source} +{tokens:.0f}" for source, tokens in sorted(cached.items()))
+    retrieved = measured.lmcache_counter(LMCACHE_LOOKUP_HITS)
+    if retrieved is not None:
+        proof += f", LMCache lookup hits +{retrieved:.0f}"
+        if retrieved > 0 and ext_hits == 0:
+            proof += " (retrieved by the connector, used 0% by vLLM)"
+    return proof, retrieved
+
+
+def _tier_label(measured: Delta, tier: Tier, expected: Tier, gpu_hits: float, ext_hits: float, proof: str,
+                retrieved: float | None, store_tier: str | None = None, store_source: str | None = None) -> TierLabel:
+    if measured.reset:
+        proof += " (counters reset: server restarted inside the window)"
+    return TierLabel(tier=tier, expected=expected, passed=tier == expected, gpu_hits=gpu_hits,
+                     gpu_queries=measured.prefix_cache_queries, external_hits=ext_hits,
+                     external_queries=measured.external_prefix_cache_queries,
+                     external_kv_transfer_tokens=measured.tokens_from("external_kv_transfer"), proof=proof,
+                     connector_retrieved_tokens=retrieved, store_tier=store_tier, store_tier_source=store_source)
+
+
 def label(measured: Delta, expected: Tier, connector_configured: bool, after_restart: bool = False) -> TierLabel:
     """The tier `measured` proves, judged against the tier the procedure `expected`.
 
@@ -114,26 +149,31 @@ def label(measured: Delta, expected: Tier, connector_configured: bool, after_res
         tier = Tier.RETRIEVED_BUT_UNUSED
     else:
         tier = Tier.COLD
-    ext_tokens = measured.tokens_from("external_kv_transfer")
-    proof = (f"GPU prefix hits +{gpu_hits:.0f}{_queried(measured.prefix_cache_queries, measured)}, "
-             f"external hits +{ext_hits:.0f}{_queried(measured.external_prefix_cache_queries, measured)}, "
-             f"external_kv_transfer tokens +{ext_tokens:.0f}{over_counted}")
-    cached = {source: tokens for source, tokens in measured.prompt_tokens_cached_by_source.items() if tokens > 0}
-    if cached:  # where this vLLM exports it (0.32 does, 0.26 does not): which store served, disk for a disk tier
-        proof += ", cached by source " + ", ".join(f"{source} +{tokens:.0f}" for source, tokens in sorted(cached.items()))
-    retrieved = measured.lmcache_counter(LMCACHE_LOOKUP_HITS)
+    proof, retrieved = _proof(measured, gpu_hits, ext_hits, over_counted)
     store_tier = store_source = None
-    if retrieved is not None:
-        proof += f", LMCache lookup hits +{retrieved:.0f}"
-        if retrieved > 0 and ext_hits == 0:
-            proof += " (retrieved by the connector, used 0% by vLLM)"
-        if tier in CONNECTOR_TIERS:
-            store_tier, store_source, text = _lmcache_store_tier(measured, after_restart)
-            proof += text
-    if measured.reset:
-        proof += " (counters reset: server restarted inside the window)"
-    return TierLabel(tier=tier, expected=expected, passed=tier == expected, gpu_hits=gpu_hits,
-                     gpu_queries=measured.prefix_cache_queries, external_hits=ext_hits,
-                     external_queries=measured.external_prefix_cache_queries,
-                     external_kv_transfer_tokens=ext_tokens, proof=proof, connector_retrieved_tokens=retrieved,
-                     store_tier=store_tier, store_tier_source=store_source)
+    if retrieved is not None and tier in CONNECTOR_TIERS:
+        store_tier, store_source, text = _lmcache_store_tier(measured, after_restart)
+        proof += text
+    return _tier_label(measured, tier, expected, gpu_hits, ext_hits, proof, retrieved, store_tier, store_source)
+
+
+def label_shared(measured: Delta, shared_configured: bool = True) -> TierLabel:
+    """What rig B's window proves about a salted prompt that only rig A had prefilled (expected: warm-shared).
+
+    A GPU prefix hit on B, whole or partial, means B already held (part of) the prompt in its own pool (a reused
+    salt, a request routed to B before): not-shared, whatever the external counters say. With no GPU hit, B's
+    external hits prove the shared tier served it; none at all, where B shares a tier, is retrieved-but-unused.
+    """
+    gpu_hits, ext_hits, over_counted = _served(measured)
+    if gpu_hits > 0:
+        tier = Tier.NOT_SHARED
+    elif ext_hits > 0:
+        tier = Tier.WARM_SHARED
+    elif shared_configured:
+        tier = Tier.RETRIEVED_BUT_UNUSED
+    else:
+        tier = Tier.COLD
+    proof, retrieved = _proof(measured, gpu_hits, ext_hits, over_counted)
+    if tier == Tier.NOT_SHARED:
+        proof += f" (B's own GPU pool served {gpu_hits:.0f} tokens: B already had the prompt, no shared hit)"
+    return _tier_label(measured, tier, Tier.WARM_SHARED, gpu_hits, ext_hits, proof, retrieved)

@@ -179,6 +179,14 @@ def evict_gpu_pool(client: ServingClient, pool: Snapshot, settings: ValidationSe
     return count
 
 
+def check_prompt_fits(settings: ValidationSettings, max_model_len: Optional[int]) -> None:
+    """ConfigError when a session prompt and its reply do not fit the server's max-model-len (None: unknown)."""
+    if max_model_len and settings.prompt_tokens + settings.output_tokens + CONTEXT_SLACK_TOKENS > max_model_len:
+        raise ConfigError("validate_prompt_tokens", settings.prompt_tokens,
+                          f"does not fit max-model-len {max_model_len} with the reply",
+                          f"set validate_prompt_tokens <= {max_model_len - settings.output_tokens - CONTEXT_SLACK_TOKENS}")
+
+
 def validate_tiers(client: ServingClient, restart: Optional[Callable[[], None]], settings: ValidationSettings,
                    connector_configured: bool = True,
                    store_bytes: Optional[Callable[[], int]] = None,
@@ -188,10 +196,7 @@ def validate_tiers(client: ServingClient, restart: Optional[Callable[[], None]],
     client.wait_ready()
     pool = require_prefix_counters(client.metrics())
     max_len = client.max_model_len
-    if max_len and settings.prompt_tokens + settings.output_tokens + CONTEXT_SLACK_TOKENS > max_len:
-        raise ConfigError("validate_prompt_tokens", settings.prompt_tokens,
-                          f"does not fit max-model-len {max_len} with the reply",
-                          f"set validate_prompt_tokens <= {max_len - settings.output_tokens - CONTEXT_SLACK_TOKENS}")
+    check_prompt_fits(settings, max_len)
     seed = settings.seed if settings.seed is not None else random.randrange(2**31)
     failures: list[str] = []
 

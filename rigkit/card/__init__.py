@@ -19,15 +19,15 @@ plots, store (the run directory's files), cli. The names other code uses are re-
 from rigkit.card.fleet import render_fleet_markdown
 from rigkit.card.rig import render_rig_markdown, render_soak
 from rigkit.card.schema import (SCHEMA_VERSION, Capacity, CapacityTier, DecodeAB, DecodeKind, GreedyCheck, L2Report,
-                                PromptRecord, Reproducibility, RigCard, SoakReport, SoakTurn, SpecDecode, StatModel,
-                                TierProof, TierResult, TTFTClient, TTFTPair)
+                                PromptRecord, Reproducibility, RigCard, SharedPair, SoakReport, SoakTurn, SpecDecode,
+                                StatModel, TierProof, TierResult, TTFTClient, TTFTPair)
 from rigkit.card.store import RESULTS_DIR, load_cards, new_run_id, render_run, write_card
 from rigkit.card.text import fmt_bytes, fmt_l2
 
 __all__ = [
     "SCHEMA_VERSION", "Capacity", "CapacityTier", "DecodeAB", "DecodeKind", "GreedyCheck", "L2Report", "PromptRecord",
-    "Reproducibility", "RigCard", "SoakReport", "SoakTurn", "SpecDecode", "StatModel", "TierProof", "TierResult",
-    "TTFTClient", "TTFTPair",
+    "Reproducibility", "RigCard", "SharedPair", "SoakReport", "SoakTurn", "SpecDecode", "StatModel", "TierProof",
+    "TierResult", "TTFTClient", "TTFTPair",
     "RESULTS_DIR", "load_cards", "new_run_id", "render_run", "write_card",
     "fmt_bytes", "fmt_l2", "render_fleet_markdown", "render_rig_markdown", "render_soak",
 ]

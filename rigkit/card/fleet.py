@@ -9,6 +9,7 @@ from typing import Optional, Sequence
 from rigkit.card.figures import Figure, decode_figures, hit_figures, ttft_figures
 from rigkit.card.replay import RULE, VERDICT_MARKS, compare, fmt_change, fmt_setup_value, recorded_title
 from rigkit.card.schema import FigureVerdict, ReplayComparison, RigCard, SoakReport
+from rigkit.card.shared import shared_lines
 from rigkit.card.text import L2_MARKS, TIER_ORDER, fmt_bytes
 
 
@@ -45,7 +46,7 @@ def render_fleet_markdown(cards: Sequence[RigCard], recorded: Sequence[RigCard] 
     lines = [title + (f" (replay of run {comparison.recorded_run})" if comparison else ""), "",
              f"{sum(c.passed for c in cards)}/{len(cards)} rigs pass."
              + (f" Recorded run: {sum(c.passed for c in recorded)}/{len(recorded)} passed." if recorded else ""), ""]
-    if len({_prompt_key(c) for c in columns}) > 1:
+    if len({_prompt_key(c) for c in columns if c.tiers}) > 1:  # a card holding warm-shared pairs only ran no tier
         lines += ["⚠ Not like for like: the rigs ran different prompt sizes or seeds "
                   "(replay one run's setup with `--data replay=results/<run-id>`).", ""]
     verdicts: dict[str, list[FigureVerdict]] = {}  # figure key -> one verdict per new rig
@@ -100,7 +101,9 @@ def render_fleet_markdown(cards: Sequence[RigCard], recorded: Sequence[RigCard] 
                       f"recorded it on that date (kept in `recorded/` of this run's directory); {RULE}. A verdict gives "
                       "this run − recorded, in the figure's unit and relative to the recorded mean, and the half-widths "
                       "of both bands (`replay.json` has every number). Spread: over every column, recorded ones included."]
-    lines += ["", "Per-rig cards: " + ", ".join(f"[{c.rig}]({c.rig}.md)" for c in cards), ""]
+    lines.append("")
+    lines += shared_lines(sorted((pair for c in cards for pair in c.shared), key=lambda p: (p.source, p.target)), cards)
+    lines += ["Per-rig cards: " + ", ".join(f"[{c.rig}]({c.rig}.md)" for c in cards), ""]
     return "\n".join(lines)
 
 

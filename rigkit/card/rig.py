@@ -6,7 +6,9 @@ import statistics
 from typing import Optional
 
 from rigkit.card.schema import RigCard, SoakReport, SpecDecode, TierResult, TTFTClient
-from rigkit.card.text import TIER_ORDER, TIER_TITLES, fmt_bytes, fmt_l2, fmt_seconds, fmt_stat_plain, fmt_stat_seconds
+from rigkit.card.shared import shared_failures, shared_lines
+from rigkit.card.text import (TIER_ORDER, TIER_TITLES, fmt_bytes, fmt_gain, fmt_l2, fmt_seconds, fmt_stat_plain,
+                              fmt_stat_seconds)
 
 # A greedy output shown on the card is cut to this many characters (the JSON keeps all of it).
 GREEDY_SHOWN_CHARS = 160
@@ -15,12 +17,9 @@ GREEDY_SHOWN_CHARS = 160
 def speedup(cold: Optional[TierResult], tier: TierResult) -> str:
     """TTFT gain over cold. A tier its counters prove keeps its label when it is no faster than recomputing
     (the H200's disk tier: 124 ms against a cold 87 ms): the gain column says so."""
-    if cold is None or not cold.ttft_s.n or not tier.ttft_s.n or not tier.ttft_s.mean:
+    if cold is None or not cold.ttft_s.n or not tier.ttft_s.n:
         return "—"
-    if tier is cold:
-        return "1×"
-    ratio = cold.ttft_s.mean / tier.ttft_s.mean
-    return f"~{ratio:.1f}×" if ratio > 1 else f"no gain ({ratio:.2f}×: no faster than recomputing)"
+    return "1×" if tier is cold else fmt_gain(cold.ttft_s.mean, tier.ttft_s.mean)
 
 
 
@@ -82,7 +81,7 @@ def render_rig_markdown(card: RigCard) -> str:
     lines = [f"# Results card — {card.rig} (run {card.run_id})", "",
              f"**Verdict: {'PASS' if card.passed else 'FAIL'}**" + (f" — profile `{card.repro.profile}`"
                                                                       if card.repro.profile else ""), ""]
-    failures = card.failures + [tier_failure(t) for t in card.tiers if not t.passed]
+    failures = card.failures + [tier_failure(t) for t in card.tiers if not t.passed] + shared_failures(card)
     warnings: list[str] = ttft_warnings(card)
     if card.l2:
         (failures if card.l2.level == "fail" else warnings).extend(card.l2.problems)
@@ -118,9 +117,11 @@ def render_rig_markdown(card: RigCard) -> str:
 
     tokens = [t for tier in card.tiers for t in tier.prompt_tokens if t]
     size = f"{round(statistics.fmean(tokens)):,}-token salted session" if tokens else "salted session"
-    lines += [f"## ② Cache behaviour — {size}", "",
-              "| tier | TTFT (client) | vs cold | TTFT (server histogram) | label | metric proof |",
-              "|---|---|---|---|---|---|"]
+    lines += [f"## ② Cache behaviour — {size}", ""]
+    lines += (["| tier | TTFT (client) | vs cold | TTFT (server histogram) | label | metric proof |",
+               "|---|---|---|---|---|---|"] if card.tiers else
+              ["Tiers not measured in this run (validate.py wrote no card for this rig; the pairs below are "
+               "rigkit validate-shared's)."])
     cold = card.tier("cold")
     for tier in ordered(card.tiers):
         mark = "✓" if tier.passed else "✗"
@@ -143,6 +144,7 @@ def render_rig_markdown(card: RigCard) -> str:
     if card.prefill_tokens_per_s:
         lines += [f"Measured prefill rate: {card.prefill_tokens_per_s:,.0f} tokens/s (sets the long-prefill timeout)."]
     lines.append("")
+    lines += shared_lines(card.shared, [card])
 
     lines += ["## ③ Capacity & sizing", ""]
     cap = card.capacity

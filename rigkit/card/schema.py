@@ -262,6 +262,26 @@ class SoakReport(BaseModel):
         return self.empty_replies / self.answered if self.answered else None
 
 
+class SharedPair(BaseModel):
+    """The warm-shared tier for one ordered pair of rigs sharing a KV tier (rigkit.warm_shared): salted prompts
+    prefilled on `source` (each labelled cold by the source's counters), then asked of `target` (this card's rig),
+    labelled by the target's own counters (rigkit.tiers.label_shared), its greedy output against the source's."""
+
+    source: str
+    target: str
+    prefill: TierResult  # on the source: expected cold (a warm prefill means the salt was not fresh)
+    asked: TierResult  # on the target: expected warm-shared
+    prompts: list[PromptRecord] = Field(default_factory=list)  # kind, size and body seed of each salted prompt
+
+    @property
+    def passed(self) -> bool:
+        return self.prefill.passed and self.asked.passed
+
+    @property
+    def label(self) -> str:
+        return self.asked.label
+
+
 class RigCard(BaseModel):
     schema_version: Literal[1] = SCHEMA_VERSION
     rig: str
@@ -277,12 +297,14 @@ class RigCard(BaseModel):
     capacity: Optional[Capacity] = None
     l2: Optional[L2Report] = None
     soak: Optional[SoakReport] = None
+    # the warm-shared tier: prompts another rig prefilled, asked of this one (rigkit validate-shared)
+    shared: list[SharedPair] = Field(default_factory=list)
     failures: list[str] = Field(default_factory=list)
 
     @property
     def passed(self) -> bool:
         return (not self.failures and all(t.passed for t in self.tiers) and (self.l2 is None or self.l2.level != "fail")
-                and (self.soak is None or self.soak.passed))
+                and (self.soak is None or self.soak.passed) and all(pair.passed for pair in self.shared))
 
     def tier(self, expected: str) -> Optional[TierResult]:
         return next((t for t in self.tiers if t.expected == expected), None)

@@ -10,7 +10,7 @@ from rigkit.card.fleet import render_fleet_markdown
 from rigkit.card.plots import plot_decode, plot_ttft
 from rigkit.card.replay import compare, recorded_title
 from rigkit.card.rig import render_rig_markdown
-from rigkit.card.schema import SCHEMA_VERSION, ReplayComparison, RigCard
+from rigkit.card.schema import SCHEMA_VERSION, ReplayComparison, RigCard, SharedPair, TTFTClient
 from rigkit.errors import ConfigError
 
 CARD_SUFFIX = ".card.json"
@@ -41,6 +41,19 @@ def load_cards(run_dir: Path) -> list[RigCard]:
             raise ConfigError(str(path), None, f"not a schema v{SCHEMA_VERSION} rig card ({exc})",
                               "re-run validate.py for that rig or fix the JSON") from None
     return cards
+
+
+def record_shared(run_dir: Path, pairs: list[SharedPair], ttft_clients: dict[str, TTFTClient]) -> list[Path]:
+    """Put each warm-shared pair into its target rig's card (the rig whose counters labelled it), replacing the
+    pairs that card held; a rig validate.py wrote no card for in this run gets one holding its pairs only."""
+    written = []
+    for target in dict.fromkeys(pair.target for pair in pairs):
+        path = run_dir / f"{target}{CARD_SUFFIX}"
+        card = (RigCard.model_validate_json(path.read_text()) if path.is_file() else
+                RigCard(rig=target, run_id=run_dir.name, ttft_client=ttft_clients.get(target)))
+        card.shared = [pair for pair in pairs if pair.target == target]
+        written.append(write_card(run_dir, card))
+    return written
 
 
 def keep_recorded(run_dir: Path, recorded_run: Path) -> list[Path]:

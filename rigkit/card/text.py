@@ -23,6 +23,14 @@ def fmt_seconds(value: Optional[float]) -> str:
     return f"{value * 1000:.0f} ms" if value < 1 else f"{value:.2f} s"
 
 
+def fmt_gain(cold_s: Optional[float], warm_s: Optional[float]) -> str:
+    """TTFT gain of a warm figure over a cold one; a warm tier no faster than recomputing says so."""
+    if not cold_s or not warm_s:
+        return "—"
+    ratio = cold_s / warm_s
+    return f"~{ratio:.1f}×" if ratio > 1 else f"no gain ({ratio:.2f}×: no faster than recomputing)"
+
+
 def fmt_stat_seconds(stat: StatModel) -> str:
     if not stat.n:
         return "— (n=0)"

@@ -2,7 +2,9 @@
 the stand-in for a NAS export (kv_share_fstype none). One deploy of rig1 and rig2 with `--data kv_share=true`
 puts cpu-lab's ExampleConnector store there; what rig1's engine stores, rig2's container sees and its engine
 hits; smoke's seed check passed on both (the deploy verified them); a rig declaring another kv_hash_seed on the
-same store is refused before any host is touched. The rigs are deployed back to their own store at the end.
+same store is refused before any host is touched; the warm-shared tier (rigkit/warm_shared.py): rig2 serves what
+rig1 prefilled by its own external hits, and with the store wiped between prefill and ask it is not warm. The rigs
+are deployed back to their own store at the end.
 """
 
 from __future__ import annotations
@@ -12,6 +14,16 @@ import sys
 from pathlib import Path
 
 import pytest
+import shlex
+from contextlib import ExitStack
+
+from rigkit.facts.docker import ComposeCommand
+from rigkit.fleet import load_inventory
+from rigkit.hostdata import rig_settings
+from rigkit.stack import in_stack
+from rigkit.tiers import Tier
+from rigkit.validation import ValidationSettings
+from rigkit.warm_shared import ask, prefill, prompt_specs, rig_client, validate_shared
 
 from rigkit.client import PromptSpec, ServingClient, measure
 from rigkit.lab.rigs import KV_SHARE_DIR, KV_SHARE_IN_RIG
@@ -106,3 +118,49 @@ def test_a_rig_with_another_hash_seed_on_the_store_is_refused_before_any_host_is
     assert f"{odd}.kv_hash_seed" in result.stderr and "Fix:" in result.stderr
     assert "Connecting to hosts" not in result.stdout  # pyinfra never started
     assert {rig.name: rig_exec(rig, "cat /var/lib/rigkit/ledger.json").stdout for rig in rigs} == ledgers
+
+# The warm-shared tier (rigkit/warm_shared.py) on the same deploy: a second module would deploy rig1 and rig2 again.
+WARM_RIGS = ("rig1", "rig2")
+SHARE_DATA = {"kv_share": True, "validate_sessions": 1}
+
+
+def test_rig2_serves_what_rig1_prefilled_by_its_own_external_hits_and_the_card_shows_the_pair(shared, tmp_path):
+    pairs = validate_shared(str(LAB_INVENTORY), [",".join(WARM_RIGS)], SHARE_DATA, tmp_path)
+    by_pair = {(p.source, p.target): p for p in pairs}
+    assert set(by_pair) == {("rig1", "rig2"), ("rig2", "rig1")}
+    shared = by_pair[("rig1", "rig2")]
+    assert shared.label == Tier.WARM_SHARED.value and shared.passed, shared.asked.proofs
+    (proof,) = shared.asked.proofs
+    assert proof.gpu_hits == 0 and proof.external_hits > 0, proof.text
+    assert shared.prefill.labels == ["cold"] and all(check.same for check in shared.asked.greedy)
+    # rig2's cold figure: its own prefill for rig1 (the same size); measured 129 ms against 354 ms cold by hand
+    assert shared.asked.ttft_s.mean < by_pair[("rig2", "rig1")].prefill.ttft_s.mean
+    fleet = (tmp_path / "fleet.md").read_text()
+    assert "| rig1 → rig2 | warm-shared ✓ |" in fleet and "| rig2 → rig1 |" in fleet, fleet
+
+
+def test_with_the_shared_store_wiped_between_prefill_and_ask_rig2_is_not_warm(shared, rig_exec, lab):
+    """The store is wiped with both stacks down: wiping an ExampleConnector store under its running engine killed
+    the engine in the lab (README), a connector fault, not this tier. rig2 never had the prompt either way."""
+    hosts = load_inventory(str(LAB_INVENTORY))
+    datas = {name: {**hosts[name]["data"], **SHARE_DATA} for name in WARM_RIGS}
+    stacks = {name: rig_settings(datas[name]).stack for name in WARM_RIGS}
+    settings = ValidationSettings.from_data(datas["rig1"])
+    composes = {name: in_stack(rig_exec(lab.rig(name), ComposeCommand().command()).stdout.strip()) for name in WARM_RIGS}
+    with ExitStack() as stack:
+        clients = {name: rig_client(stack, name, datas[name], stacks[name].knobs) for name in WARM_RIGS}
+        for client in clients.values():
+            client.wait_ready()
+        prefilled = prefill("rig1", clients["rig1"], prompt_specs(settings, 4242), settings.output_tokens, 900)
+        for name in WARM_RIGS:
+            rig_exec(lab.rig(name), f"{composes[name]} down --remove-orphans")
+        store = stacks["rig1"].knobs["l2_path"]  # the shared store, at the same path on every sharing rig
+        rig_exec(lab.rig("rig1"), f"find {shlex.quote(store)} -mindepth 1 -delete")
+        for name in WARM_RIGS:
+            rig_exec(lab.rig(name), f"{composes[name]} up -d")
+        clients["rig2"].wait_ready()
+        pair = ask(prefilled, "rig2", clients["rig2"], settings.output_tokens, 900)
+        clients["rig1"].wait_ready()  # both stacks back for the tests after this one
+    assert pair.prefill.labels == ["cold"]
+    assert pair.asked.labels == [Tier.RETRIEVED_BUT_UNUSED.value] and not pair.passed, pair.asked.proofs
+    assert pair.asked.proofs[0].external_hits == 0

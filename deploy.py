@@ -1,4 +1,4 @@
-"""rigkit's one deploy: every role in pipeline order (roles.PIPELINE) on each rig.
+"""rigkit's one deploy: every role in pipeline order (roles.PIPELINE) on each rig, the router on each gateway.
 
     pyinfra -y inventory/lab.py deploy.py
 
@@ -6,6 +6,10 @@ The host's settings are built once, here, before any host is touched: bad input 
 unknown name, a bad value, no serving profile) stops the run while pyinfra prepares. A role that
 refuses the rig (rig_lock: another deploy holds it; preflight: the bare host cannot serve) names why
 in its failing operation, and the rig gets nothing else.
+
+A host of the inventory group ROUTER_GROUP ("routers") is a gateway: it gets the router role only, and the
+router's workers are every other host of the inventory (the rigs, also those a --limit leaves out: the router
+routes to the whole fleet). Its settings and every rig's are validated here too.
 
 With a rollout set in the data (rollout_canary / rollout_batch), only `rigkit deploy` batches: a plain
 pyinfra run would upgrade every rig at once, so it is refused (rigkit.rollout.refuse_unbatched).
@@ -16,9 +20,23 @@ import os
 from pyinfra import host
 
 from rigkit.hostdata import rig_settings
+from rigkit.operations.router import rigs_before_router
 from rigkit.rollout import refuse_unbatched
-from roles import deploy_rig
+from rigkit.router import is_gateway, workers
+from roles import Run, deploy_rig
+from roles.router import router
 
-settings = rig_settings(host.data.dict())
+gateway = is_gateway(host.groups)
+settings = rig_settings(host.data.dict(), needs_stack=not gateway)
 refuse_unbatched(settings.rollout, os.environ)
-deploy_rig(settings)
+if gateway:  # every rig's data validated here too: a bad value stops the run before any host is touched
+    rigs = {rig.name: rig.data.dict() for rig in host.inventory if not is_gateway(rig.groups)}
+    router_workers = workers({name: (data, rig_settings(data).stack.knobs) for name, data in rigs.items()})
+else:
+    deploy_rig(settings)
+# The router waits at start for its workers (rigkit.router.ROUTER_WORKER_STARTUP_TIMEOUT_S): every rig is
+# released and smoked first, then the router is started and checked against them.
+if any(is_gateway(other.groups) for other in host.inventory):
+    rigs_before_router(name="Rigs first, then the router")
+if gateway:
+    router(settings, Run(), router_workers)

@@ -32,6 +32,8 @@ class FakeOpenAI:
         self.metrics_text = ""
         self.on_completion: Callable[[dict], None] = lambda body: None
         self.completions: list[dict] = []
+        # the Authorization header of each chat completion (None when absent): what a router sent its workers
+        self.chat_authorizations: list = []
         self._server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
         self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
 
@@ -78,6 +80,7 @@ class FakeOpenAI:
             def do_POST(self) -> None:
                 body = json.loads(self.rfile.read(int(self.headers["Content-Length"])) or b"{}")
                 if self.path == "/v1/chat/completions":
+                    fake.chat_authorizations.append(self.headers.get("Authorization"))
                     message = {"role": "assistant", "content": fake.chat_text}
                     self._send(200, json.dumps({"choices": [{"index": 0, "message": message}]}).encode())
                 elif self.path == "/v1/completions":

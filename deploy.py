@@ -1,4 +1,4 @@
-"""rigkit's one deploy: every role in pipeline order (roles.PIPELINE) on each rig.
+"""rigkit's one deploy: every role in pipeline order (roles.PIPELINE) on each rig, the router on each gateway.
 
     pyinfra -y inventory/lab.py deploy.py
 
@@ -9,6 +9,10 @@ in its failing operation, and the rig gets nothing else.
 
 Rigs sharing a KV store (kv_share) must declare one kv_hash_seed and one kv_share_janitor (rigkit.kv_share):
 checked over the whole inventory, here and by `rigkit deploy` before it starts pyinfra.
+
+A host of the inventory group ROUTER_GROUP ("routers") is a gateway: it gets the router role only, and the
+router's workers are every other host of the inventory (the rigs, also those a --limit leaves out: the router
+routes to the whole fleet). Its settings and every rig's are validated here too.
 
 With a rollout set in the data (rollout_canary / rollout_batch), only `rigkit deploy` batches: a plain
 pyinfra run would upgrade every rig at once, so it is refused (rigkit.rollout.refuse_unbatched).
@@ -24,14 +28,30 @@ from pyinfra import host, inventory
 from rigkit.defaults import KV_STORE_GROUP
 from rigkit.hostdata import rig_settings
 from rigkit.kv_share import check_inventory
+from rigkit.operations.router import rigs_before_router
 from rigkit.rollout import refuse_unbatched
-from roles import KV_STORE_PIPELINE, deploy_rig
+from rigkit.router import is_gateway, workers
+from roles import KV_STORE_PIPELINE, Run, deploy_rig
+from roles.router import router
 
+gateway = is_gateway(host.groups)
 if KV_STORE_GROUP in host.groups:  # the fleet's KV store: no serving stack, the store role only
     deploy_rig(rig_settings(host.data.dict(), needs_stack=False), KV_STORE_PIPELINE)
+elif gateway:  # every rig's data validated here too: a bad value stops the run before any host is touched
+    settings = rig_settings(host.data.dict(), needs_stack=False)
+    refuse_unbatched(settings.rollout, os.environ)
+    rigs = {rig.name: rig.data.dict() for rig in host.inventory
+            if not is_gateway(rig.groups) and KV_STORE_GROUP not in rig.groups}
+    router_workers = workers({name: (data, rig_settings(data).stack.knobs) for name, data in rigs.items()})
 else:
     settings = rig_settings(host.data.dict())
     # rigs sharing a KV store agree on its hash seed and its one janitor: every host of the inventory, targeted or not
     check_inventory((other.name, other.groups, other.data.dict()) for other in inventory)
     refuse_unbatched(settings.rollout, os.environ)
     deploy_rig(settings)
+# The router waits at start for its workers (rigkit.router.ROUTER_WORKER_STARTUP_TIMEOUT_S): every rig is
+# released and smoked first, then the router is started and checked against them.
+if any(is_gateway(other.groups) for other in host.inventory):
+    rigs_before_router(name="Rigs first, then the router")
+if gateway:
+    router(settings, Run(), router_workers)

@@ -201,10 +201,16 @@ ROUTER_VARIABLES: list[Variable] = [
     Variable("router_policy", "cache_aware", "how the router picks a rig per request: "
              + ", ".join(ROUTER_POLICIES), str, one_of(ROUTER_POLICIES)),
     Variable("router_port", 8300, "TCP port the router serves the OpenAI API on", int, _tcp_port),
+    Variable("router_metrics_port", 8301, "TCP port of the router's Prometheus /metrics, on router_bind_address "
+             "(vllm-router's own default, 29000, is fixed whatever else runs on the gateway)", int, _tcp_port),
     Variable("router_bind_address", "127.0.0.1", "address the router listens on (its admin endpoints "
              "/add_worker and /remove_worker take no key: keep it on a trusted network)", str),
-    Variable("router_api_key", None, "secret: the key the rigs' APIs require; the router sends it to them",
+    Variable("router_api_key", None, "secret: vllm-router's --api-key, read from a 0600 file on the gateway "
+             "(0.1.17 uses it for data-parallel worker queries only; a request carries its client's own "
+             "Authorization header through to the rig)",
              str, optional=True),
+    Variable("router_worker_address", None, "a rig's data: the address the gateway reaches its API at (default: "
+             "its bind_address, or ssh_hostname when it binds every address)", str, optional=True),
     Variable("router_pip_find_links", None, "a wheelhouse (URL or directory) the gateway installs vllm-router "
              "from with --no-index, instead of the package index (offline gateways, the lab)", str, optional=True),
 ]

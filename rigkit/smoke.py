@@ -53,6 +53,24 @@ def _check(name: str, func: Callable[[], str]) -> SmokeCheck:
         return SmokeCheck(name, False, f"{type(exc).__name__}: {exc}")
 
 
+def chat_answered(session: requests.Session, base_url: str, served_name: str, timeout: float) -> str:
+    """One chat completion at ``base_url`` (a rig, or the router in front of them) returns text."""
+    response = session.post(f"{base_url}/v1/chat/completions", timeout=timeout, json={
+        "model": served_name, "max_tokens": 16, "temperature": 0,
+        "messages": [{"role": "user", "content": SMOKE_PROMPT}]})
+    response.raise_for_status()
+    text = response.json()["choices"][0]["message"]["content"] or ""
+    if not text.strip():
+        raise ValueError("chat completion returned empty text")
+    return f"{len(text)} chars"
+
+
+def check_router(base_url: str, served_name: str, timeout: float = 60.0) -> list[SmokeCheck]:
+    """Smoke through the router: a chat completion is answered by one of its rigs."""
+    session = requests.Session()
+    return [_check("chat through the router", lambda: chat_answered(session, base_url, served_name, timeout))]
+
+
 def check_http(base_url: str, served_name: str, timeout: float = 60.0) -> list[SmokeCheck]:
     session = requests.Session()
 
@@ -68,14 +86,7 @@ def check_http(base_url: str, served_name: str, timeout: float = 60.0) -> list[S
         return ",".join(names)
 
     def chat() -> str:
-        response = session.post(f"{base_url}/v1/chat/completions", timeout=timeout, json={
-            "model": served_name, "max_tokens": 16, "temperature": 0,
-            "messages": [{"role": "user", "content": SMOKE_PROMPT}]})
-        response.raise_for_status()
-        text = response.json()["choices"][0]["message"]["content"] or ""
-        if not text.strip():
-            raise ValueError("chat completion returned empty text")
-        return f"{len(text)} chars"
+        return chat_answered(session, base_url, served_name, timeout)
 
     def stream() -> str:
         chunks = 0

@@ -38,6 +38,8 @@ class FakeOpenAI:
         self.in_flight = 0
         self.running_gauge = False
         self._in_flight_lock = threading.Lock()
+        # the Authorization header of each chat completion (None when absent): what a router sent its workers
+        self.chat_authorizations: list = []
         self._server = http.server.ThreadingHTTPServer(("127.0.0.1", port), self._handler())
         self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
 
@@ -87,6 +89,7 @@ class FakeOpenAI:
             def do_POST(self) -> None:
                 body = json.loads(self.rfile.read(int(self.headers["Content-Length"])) or b"{}")
                 if self.path == "/v1/chat/completions":
+                    fake.chat_authorizations.append(self.headers.get("Authorization"))
                     message = {"role": "assistant", "content": fake.chat_text}
                     self._send(200, json.dumps({"choices": [{"index": 0, "message": message}]}).encode())
                 elif self.path == "/v1/completions":

@@ -1,0 +1,193 @@
+"""The router in front of the rigs (roles/router.py): its workers, its command line and its systemd unit.
+
+Pure decisions. The gateway is a host of the inventory group ROUTER_GROUP; every other host of the run is a
+rig, and each rig is one worker: ``http://<address the gateway reaches its API at>:<serving_port>``.
+
+vllm-router 0.1.17 reads its workers' API key only from ``--api-key`` (router_args.py; no environment
+variable), and a command line is visible to every user in ``ps`` and in ``systemctl show``. So the unit runs
+ROUTER_LAUNCHER (rigkit/files/router_launch.py), which reads the key from a 0600 file and hands it to the
+router's own launcher in the same process: the key is in no unit file, no command line and no diff.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Any, Mapping, Optional, Sequence
+from urllib.parse import urlsplit
+
+from rigkit.defaults import ROUTER_GROUP
+from rigkit.errors import ConfigError
+from rigkit.knobs import controller_secret_variable
+from rigkit.paths import RIG_LIB_DIR
+from rigkit.stack import FILES_DIR
+from rigkit.systemd import exec_command_line
+from rigkit.tunnel import WILDCARD_ADDRESSES, is_loopback_bind, url_host
+
+ROUTER_VENV = "/opt/rigkit-router"
+ROUTER_PYTHON = f"{ROUTER_VENV}/bin/python"
+ROUTER_PIP = f"{ROUTER_VENV}/bin/pip"
+ROUTER_UNIT = "rigkit-router.service"
+ROUTER_UNIT_PATH = f"/etc/systemd/system/{ROUTER_UNIT}"
+ROUTER_LAUNCHER_SOURCE = FILES_DIR / "router_launch.py"
+ROUTER_LAUNCHER = f"{RIG_LIB_DIR}/router_launch.py"
+ROUTER_CHECK_SOURCE = FILES_DIR / "router_check.py"
+ROUTER_CHECK = f"{RIG_LIB_DIR}/router_check.py"
+ROUTER_CONFIG_DIR = "/etc/rigkit/router"
+ROUTER_API_KEY_FILE = f"{ROUTER_CONFIG_DIR}/api_key"
+ROUTER_PACKAGE = "vllm-router"
+# apt packages the gateway needs: a venv for the router (Debian's python3 has no venv module without it)
+ROUTER_APT_PACKAGES = ["python3-venv"]
+
+# The router waits at start until every worker answers /health (vllm-router's default is 600 s). The deploy
+# runs the rigs' roles (release, smoke) before the router's, so the workers serve by the time it starts:
+# a short bound makes a router started over a dead rig fail within a minute, and the role's own check
+# (/list_workers against the declared workers) names what is missing.
+ROUTER_WORKER_STARTUP_TIMEOUT_S = 60
+ROUTER_WORKER_STARTUP_CHECK_INTERVAL_S = 2
+# How long the role waits for the router's /health after a (re)start: the worker wait and ~1.2 s to be ready.
+ROUTER_READY_TIMEOUT_S = ROUTER_WORKER_STARTUP_TIMEOUT_S + 30
+
+
+@dataclass(frozen=True)
+class Worker:
+    """One rig behind the router."""
+
+    rig: str
+    url: str
+    model: str  # the rig's served_model_name: what a request through the router names
+
+    @classmethod
+    def of(cls, value: "Worker | Mapping[str, str]") -> "Worker":
+        return value if isinstance(value, Worker) else cls(**value)
+
+
+def is_gateway(groups: Sequence[str]) -> bool:
+    """A host of ROUTER_GROUP runs the router role only; every other host is a rig."""
+    return ROUTER_GROUP in groups
+
+
+def worker_address(name: str, data: Mapping[str, Any], bind_address: str) -> str:
+    """Where the gateway reaches rig ``name``'s API: router_worker_address when declared, else the address
+    it binds (its SSH address for a wildcard bind). A rig bound to its own loopback is reachable only from its
+    own network namespace: that is fine when its SSH address is a loopback address too (the gateway shares
+    the host, as in the lab), refused otherwise."""
+    declared = data.get("router_worker_address")
+    if declared:
+        return str(declared)
+    ssh_address = str(data.get("ssh_hostname") or name)
+    if bind_address in WILDCARD_ADDRESSES:
+        return ssh_address
+    if not is_loopback_bind(bind_address):
+        return bind_address
+    if is_loopback_bind(ssh_address):
+        return ssh_address
+    raise ConfigError(f"{name}.bind_address", bind_address,
+                      f"the rig's API listens on its own loopback, which the router cannot reach at {ssh_address}",
+                      "set bind_address to an address the gateway reaches (0.0.0.0 behind the API firewall), "
+                      f"or router_worker_address for {name}, or leave {name} out of the router's inventory")
+
+
+def worker_url(address: str, port: int) -> str:
+    return f"http://{url_host(address)}:{port}"
+
+
+def workers(rigs: Mapping[str, tuple[Mapping[str, Any], Mapping[str, Any]]]) -> list[Worker]:
+    """The router's workers: rig name -> (host data, the rig's validated knobs), in inventory order.
+    ConfigError when there is none, or two rigs give the same URL (the router would list it once)."""
+    if not rigs:
+        raise ConfigError("inventory", None, f"the run has a gateway (group {ROUTER_GROUP}) but no rig to route to",
+                          f"add the rigs to the same inventory as the hosts of group {ROUTER_GROUP}")
+    found: dict[str, str] = {}
+    out = []
+    for name, (data, knobs) in rigs.items():
+        url = worker_url(worker_address(name, data, knobs["bind_address"]), knobs["serving_port"])
+        if url in found:
+            raise ConfigError(f"{name}.serving_port", knobs["serving_port"],
+                              f"{name} and {found[url]} both reach the router as {url}",
+                              "give each rig on one address its own serving_port, or set router_worker_address")
+        found[url] = name
+        out.append(Worker(name, url, knobs["served_model_name"]))
+    return out
+
+
+def pip_find_links(value: Optional[str]) -> Optional[str]:
+    """router_pip_find_links checked: an http(s) URL or an absolute directory, nothing a shell would read."""
+    if value is None:
+        return None
+    scheme = urlsplit(value).scheme
+    if not (scheme in ("http", "https") or (not scheme and value.startswith("/"))):
+        raise ConfigError("router_pip_find_links", value, "is neither an http(s) URL nor an absolute directory",
+                          "set it to the wheelhouse's URL (http://HOST:PORT/) or its absolute path on the gateway")
+    if any(char.isspace() or char in "'\"\\`$;&|<>(){}*?!#" for char in value):
+        raise ConfigError("router_pip_find_links", value, "holds a blank or a shell character",
+                          "give the wheelhouse a plain URL or path")
+    return value
+
+
+def pip_install_args(find_links: Optional[str]) -> Optional[str]:
+    """pip's extra arguments: a wheelhouse means no package index at all (an offline gateway installs the same)."""
+    return None if find_links is None else f"--no-index --find-links {find_links}"
+
+
+def api_key(router: Mapping[str, Any], environ: Mapping[str, str] = os.environ) -> Optional[str]:
+    """router_api_key from host data, else the controller's RIGKIT_ROUTER_API_KEY (off every command line)."""
+    key = router["router_api_key"] or environ.get(controller_secret_variable("router_api_key")) or None
+    if key is not None and (any(char.isspace() for char in key) or "\x00" in key):
+        raise ConfigError("router_api_key", "<redacted>", "holds a blank, a newline or a NUL",
+                          "use a key of visible characters only")
+    return key
+
+
+def router_url(router: Mapping[str, Any]) -> str:
+    """The router's base URL as a process on the gateway reaches it."""
+    bind = router["router_bind_address"]
+    return worker_url("127.0.0.1" if bind in WILDCARD_ADDRESSES else bind, router["router_port"])
+
+
+def refuse_shared_port(router: Mapping[str, Any]) -> None:
+    if router["router_metrics_port"] == router["router_port"]:
+        raise ConfigError("router_metrics_port", router["router_metrics_port"], "is router_port too: the router "
+                          "would fail at start", f"set router_metrics_port to another port, e.g. {router['router_port'] + 1}")
+
+
+def command_line(router: Mapping[str, Any], workers_: Sequence[Worker], with_api_key: bool) -> list[str]:
+    """The router's argv: the launcher (which adds --api-key from ROUTER_API_KEY_FILE), then vllm-router's flags."""
+    refuse_shared_port(router)
+    argv = [ROUTER_PYTHON, ROUTER_LAUNCHER]
+    if with_api_key:
+        argv += ["--api-key-file", ROUTER_API_KEY_FILE]
+    argv += ["--host", router["router_bind_address"], "--port", str(router["router_port"]),
+             "--prometheus-host", router["router_bind_address"],
+             "--prometheus-port", str(router["router_metrics_port"]),
+             "--policy", router["router_policy"],
+             "--worker-startup-timeout-secs", str(ROUTER_WORKER_STARTUP_TIMEOUT_S),
+             "--worker-startup-check-interval", str(ROUTER_WORKER_STARTUP_CHECK_INTERVAL_S),
+             "--worker-urls", *[worker.url for worker in workers_]]
+    return argv
+
+
+def unit_text(router: Mapping[str, Any], workers_: Sequence[Worker], with_api_key: bool) -> str:
+    """rigkit-router.service: the router under systemd, restarted when it dies."""
+    try:
+        exec_start = exec_command_line(command_line(router, workers_, with_api_key))
+    except ValueError as exc:
+        raise ConfigError("router_bind_address", router["router_bind_address"], str(exc),
+                          "give plain addresses and URLs") from None
+    return (
+        f"[Unit]\nDescription=rigkit router: vllm-router {router['router_version']} in front of "
+        f"{len(workers_)} rig(s)\nAfter=network-online.target\nWants=network-online.target\n\n"
+        "[Service]\n"
+        f"ExecStart={exec_start}\n"
+        "Restart=always\nRestartSec=2\n\n[Install]\nWantedBy=multi-user.target\n"
+    )
+
+
+def worker_mismatch(declared: Sequence[Worker], listed: Sequence[str]) -> Optional[str]:
+    """What differs between the declared workers and the router's /list_workers; None when they agree."""
+    wanted = {worker.url: worker.rig for worker in declared}
+    missing = [f"{rig} ({url})" for url, rig in wanted.items() if url not in listed]
+    extra = [url for url in listed if url not in wanted]
+    parts = ([f"missing {', '.join(missing)}"] if missing else []) + ([f"not declared {', '.join(extra)}"]
+                                                                       if extra else [])
+    return "; ".join(parts) or None

@@ -189,15 +189,13 @@ def rigs_only(hosts: Mapping[str, Mapping], names: Sequence[str]) -> list[str]:
 
 
 def rig_worker_url(rig: str, data: Mapping[str, Any]) -> str:
-    """The rig's serving API as a router on the gateway reaches it: its bind address (a wildcard bind: the rig's
-    ssh_hostname); a loopback bind only reaches a router sharing the rig's network (the lab's host-networked rigs)."""
+    """The rig's serving API as the router on the gateway lists it: rigkit.router's one derivation (the router
+    role starts the router with these URLs, so a drain names the worker exactly as the router knows it)."""
     from rigkit.hostdata import rig_settings
-    from rigkit.tunnel import direct_address, is_loopback_bind, url_host
+    from rigkit.router import worker_address, worker_url
 
     knobs = rig_settings(dict(data)).stack.knobs
-    bind, port = knobs["bind_address"], knobs["serving_port"]
-    host = "127.0.0.1" if is_loopback_bind(bind) else direct_address(bind, data, rig)
-    return f"http://{url_host(host)}:{port}"
+    return worker_url(worker_address(rig, data, knobs["bind_address"]), knobs["serving_port"])
 
 
 @contextmanager

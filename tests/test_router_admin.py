@@ -13,6 +13,7 @@ import requests
 from fake_openai import FakeOpenAI
 from router_process import Loops, RouterProcess
 from rigkit import metrics, router_admin
+from rigkit.errors import ConfigError
 from rigkit.router_admin import RouterAdmin, RouterError, drain, drained, restore, wait_idle
 
 # short streams, each a few tens of ms, so a drain finds requests in flight
@@ -188,7 +189,10 @@ def test_where_the_router_and_the_rigs_are_from_the_inventory():
     assert router_admin.rigs_only(hosts, ["rig1", "gw", "rig2"]) == ["rig1", "rig2"]
     rig = {"serving_profile": "cpu-lab", "serving_image": "r/x@sha256:" + "1" * 64, "serving_port": 8101,
            "ssh_hostname": "10.0.0.5"}
-    assert router_admin.rig_worker_url("rig1", rig) == "http://127.0.0.1:8101"
+    # the URL the router role starts the router with (rigkit.router): a loopback bind only where SSH is loopback too
+    assert router_admin.rig_worker_url("rig1", {**rig, "ssh_hostname": "127.0.0.1"}) == "http://127.0.0.1:8101"
+    with pytest.raises(ConfigError, match="cannot reach"):
+        router_admin.rig_worker_url("rig1", rig)
     assert router_admin.rig_worker_url("rig1", {**rig, "bind_address": "0.0.0.0"}) == "http://10.0.0.5:8101"
     assert router_admin.rig_worker_url("rig1", {**rig, "bind_address": "10.1.0.5"}) == "http://10.1.0.5:8101"
     with router_admin.router_url("@local", {"router_port": 8399}) as url:

@@ -311,6 +311,14 @@ def targeted(hosts: dict[str, dict], patterns: Sequence[str]) -> list[str]:
                    for p in patterns)]
 
 
+def rigs_among(hosts: dict[str, dict], names: Sequence[str]) -> list[str]:
+    """``names`` without the fleet's service hosts (the router's gateways, the KV store): they serve no stack."""
+    from rigkit.defaults import KV_STORE_GROUP, ROUTER_GROUP
+
+    return [name for name in names
+            if not {ROUTER_GROUP, KV_STORE_GROUP} & set(hosts[name].get("groups", []))]
+
+
 def read_release(name: str, data: dict) -> str:
     from rigkit.ledger import LEDGER_PATH
     from rigkit.tunnel import connect_ssh

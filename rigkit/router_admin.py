@@ -183,9 +183,10 @@ def gateways(hosts: Mapping[str, Mapping]) -> list[str]:
 
 
 def rigs_only(hosts: Mapping[str, Mapping], names: Sequence[str]) -> list[str]:
-    """``names`` without the router hosts: every other host is a rig (a worker)."""
-    routers = set(gateways(hosts))
-    return [name for name in names if name not in routers]
+    """``names`` without the fleet's service hosts (gateways, the KV store): the rest are rigs (workers)."""
+    from rigkit.fleet import rigs_among
+
+    return rigs_among(dict(hosts), names)
 
 
 def rig_worker_url(rig: str, data: Mapping[str, Any]) -> str:

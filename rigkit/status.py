@@ -523,13 +523,13 @@ def parse_data(pairs: Sequence[str]) -> dict[str, Any]:
 def fleet_status(inventory: str, limits: Sequence[str] = (), override: Optional[dict] = None,
                  ask: Callable[[str, Mapping[str, Any], str], str] = ask_rig) -> list[RigStatus]:
     """Every targeted rig's status, asked in parallel; ConfigError (before any rig is asked) on bad input."""
-    from rigkit.fleet import check_connection_data, load_inventory, targeted
+    from rigkit.fleet import check_connection_data, load_inventory, rigs_among, targeted
 
     hosts = load_inventory(inventory)
     patterns = [p for limit in limits for p in limit.split(",") if p]
-    names = targeted(hosts, patterns)
+    names = rigs_among(hosts, targeted(hosts, patterns))  # a gateway or the KV store serves no stack
     if not names:
-        raise ConfigError("--limit", ",".join(patterns), f"matches no host of {inventory}",
+        raise ConfigError("--limit", ",".join(patterns), f"matches no rig of {inventory}",
                           f"use host or group names from the inventory: {', '.join(sorted(hosts))}")
     datas = {name: {**hosts[name]["data"], **(override or {})} for name in names}
     stacks = {}

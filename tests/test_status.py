@@ -332,5 +332,19 @@ def test_bad_data_or_limit_is_refused_before_any_rig_is_asked(monkeypatch):
 
     with pytest.raises(ConfigError, match="max_model_len"):
         st.fleet_status("inventory.py", [], {"max_model_len": 3}, ask)
-    with pytest.raises(ConfigError, match="matches no host"):
+    with pytest.raises(ConfigError, match="matches no rig"):
         st.fleet_status("inventory.py", ["rig7"], {}, ask)
+
+
+def test_the_gateway_and_the_kv_store_are_not_asked_as_rigs(monkeypatch):
+    fake_inventory(monkeypatch, {"rig1": {"data": HOST, "groups": ["lab"]}, "gw": {"data": {}, "groups": ["routers"]},
+                                 "store": {"data": {}, "groups": ["kv_stores"]}})
+    asked = []
+
+    def ask(name, data, script):
+        asked.append(name)
+        raise OSError("no rig here")
+
+    assert [s.rig for s in st.fleet_status("inventory.py", [], {}, ask)] == ["rig1"] and asked == ["rig1"]
+    with pytest.raises(ConfigError, match="matches no rig"):
+        st.fleet_status("inventory.py", ["gw"], {}, ask)

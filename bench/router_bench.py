@@ -267,9 +267,18 @@ def scrape(rig_clients: Mapping[str, ServingClient]) -> dict[str, metrics.Snapsh
 
 def served_request(client: ServingClient, rig_clients: Mapping[str, ServingClient], prompt: str, max_tokens: int,
                    timeout_s: float) -> tuple[Optional[str], float, float, StreamResult]:
-    """One streamed request through `client` with every rig's /metrics scraped around it."""
-    before = scrape(rig_clients)
-    result = client.stream_completion(prompt, max_tokens=max_tokens, timeout_s=timeout_s)
+    """One streamed request through `client` with every rig's /metrics scraped around it. A connection closed
+    before any response is asked again once, saying so: seen once in the lab through vllm-router 0.1.17
+    (RemoteDisconnected between turns: a pooled connection closed while idle), no policy's doing."""
+    for attempt in (1, 2):
+        before = scrape(rig_clients)
+        try:
+            result = client.stream_completion(prompt, max_tokens=max_tokens, timeout_s=timeout_s)
+            break
+        except requests.ConnectionError as exc:
+            if attempt == 2:
+                raise
+            print(f"{client.base_url}: connection closed before a response ({exc}); asked again once")
     after = scrape(rig_clients)
     rig, cached, prompt_tokens = served_by({name: metrics.delta(before[name], after[name]) for name in rig_clients})
     return rig, cached, prompt_tokens, result

@@ -17,6 +17,7 @@ from rigkit import abstats
 from rigkit.disk import check_account_name, check_mount_options
 from rigkit.errors import ConfigError
 from rigkit.firewall import check_sources
+from rigkit.knobs import check_port
 from rigkit.paths import check_device_path, check_host_path, check_relative_path
 from rigkit.registry import parse_reference
 from rigkit.variables import Variable, one_of
@@ -191,18 +192,13 @@ def _version(value: str) -> None:
         raise ValueError("must be an exact release such as 0.1.17 (the router is pinned)")
 
 
-def _tcp_port(value: int) -> None:
-    if not 1 <= value <= 65535:
-        raise ValueError("must be a TCP port, 1-65535")
-
-
 ROUTER_VARIABLES: list[Variable] = [
     Variable("router_version", "0.1.17", "vllm-router release installed on the gateway (pinned)", str, _version),
     Variable("router_policy", "cache_aware", "how the router picks a rig per request: "
              + ", ".join(ROUTER_POLICIES), str, one_of(ROUTER_POLICIES)),
-    Variable("router_port", 8300, "TCP port the router serves the OpenAI API on", int, _tcp_port),
+    Variable("router_port", 8300, "TCP port the router serves the OpenAI API on", int, check_port),
     Variable("router_metrics_port", 8301, "TCP port of the router's Prometheus /metrics, on router_bind_address "
-             "(vllm-router's own default, 29000, is fixed whatever else runs on the gateway)", int, _tcp_port),
+             "(vllm-router's own default, 29000, is fixed whatever else runs on the gateway)", int, check_port),
     Variable("router_bind_address", "127.0.0.1", "address the router listens on (its admin endpoints "
              "/add_worker and /remove_worker take no key: keep it on a trusted network)", str),
     Variable("router_api_key", None, "secret: vllm-router's --api-key, read from a 0600 file on the gateway "
@@ -266,7 +262,7 @@ def _bind_addresses(value: list) -> None:
 
 
 KV_STORE_PORT = Variable("kv_store_port", 6379, "TCP port valkey-server listens on (the rigs' LMCache connects to it)",
-                         int, _tcp_port)
+                         int, check_port)
 KV_STORE_VARIABLES: list[Variable] = [
     KV_STORE_PORT,
     Variable("kv_store_bind_addresses", ["127.0.0.1"], "IP addresses valkey-server listens on: the store host's "

@@ -80,7 +80,7 @@ def _between(low: float, high: Optional[float] = None):
 PORT_RANGE = (1, 65535)
 
 
-def _port(value: int) -> None:
+def check_port(value: int) -> None:
     low, high = PORT_RANGE
     if not low <= value <= high:
         raise ValueError(f"must be a TCP port, {low} to {high}")
@@ -216,7 +216,7 @@ KNOBS: list[Variable] = [
              optional=False),
     Variable("served_model_name", None, "name the API serves the model under (/v1/models)", str,
              _text(), env="RIGKIT_SERVED_MODEL_NAME", optional=True),
-    Variable("serving_port", 8000, "TCP port of the OpenAI API", int, _port, env="RIGKIT_SERVING_PORT"),
+    Variable("serving_port", 8000, "TCP port of the OpenAI API", int, check_port, env="RIGKIT_SERVING_PORT"),
     Variable("bind_address", "127.0.0.1", "address the API listens on (host networking)", str,
              _text(_ip_address), env="RIGKIT_BIND_ADDRESS"),
     Variable("max_model_len", None, "--max-model-len (context limit; empty = the model's)", int,

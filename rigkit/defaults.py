@@ -16,7 +16,7 @@ from typing import Callable
 from rigkit import abstats
 from rigkit.disk import check_account_name, check_mount_options
 from rigkit.errors import ConfigError
-from rigkit.firewall import check_sources
+from rigkit.firewall import API_FIREWALL, sources_check
 from rigkit.knobs import check_port
 from rigkit.paths import check_device_path, check_host_path, check_relative_path
 from rigkit.registry import parse_reference
@@ -219,7 +219,7 @@ API_FIREWALL_VARIABLES: list[Variable] = [
              "untouched; false = no rules (a table an earlier deploy made is removed)", bool),
     Variable("api_allowed_sources", [], "addresses or CIDR networks, as the rig sees them, that may reach the "
              "stack's ports besides loopback and the controller: the router's (gateway's) address", list,
-             check_sources),
+             sources_check(API_FIREWALL)),
     Variable("api_allow_controller", True, "also allow the address the deploy's SSH session comes from (the "
              "controller, read at every deploy), so smoke and validate.py reach a non-loopback bind directly",
              bool),

@@ -17,7 +17,7 @@ import pytest
 
 from rigkit.errors import ConfigError, PreflightError
 from rigkit.facts.firewall import NftTableComment, SshConnection
-from rigkit.firewall import (allowed_sources, controller_address, controller_source, exposure_notice,
+from rigkit.firewall import (API_FIREWALL, allowed_sources, controller_address, controller_source, exposure_notice,
                              parse_source, refuse_same_namespace, ruleset, ruleset_comment, source_text)
 from rigkit.hostdata import rig_settings
 
@@ -32,11 +32,11 @@ def captured_sources():
 
 
 def test_the_rendering_is_the_one_real_nft_accepted():
-    assert ruleset([8103, 5555, 8080], captured_sources()) == (FIXTURES / "ruleset-three-ports.nft").read_text()
+    assert ruleset(API_FIREWALL, [8103, 5555, 8080], captured_sources()) == (FIXTURES / "ruleset-three-ports.nft").read_text()
 
 
 def test_only_the_stack_ports_enter_the_drop_chain_and_loopback_is_matched_by_source():
-    text = ruleset([8103, 5555], [])
+    text = ruleset(API_FIREWALL, [8103, 5555], [])
     assert "tcp dport { 5555, 8103 } jump api" in text
     # a connection to the rig's own non-loopback address also arrives on lo: the source decides, not lo alone
     assert 'iif "lo" accept' not in text and 'iif "lo" ip saddr 127.0.0.0/8 accept' in text
@@ -46,16 +46,16 @@ def test_only_the_stack_ports_enter_the_drop_chain_and_loopback_is_matched_by_so
 
 def test_the_hash_names_ports_and_sources():
     sources = captured_sources()
-    assert ruleset_comment([8103], sources) != ruleset_comment([8104], sources)
-    assert ruleset_comment([8103], sources) != ruleset_comment([8103], sources[:-1])
-    assert ruleset_comment([8103], sources) == ruleset_comment([8103], list(reversed(sources))[::-1])
+    assert ruleset_comment(API_FIREWALL, [8103], sources) != ruleset_comment(API_FIREWALL, [8104], sources)
+    assert ruleset_comment(API_FIREWALL, [8103], sources) != ruleset_comment(API_FIREWALL, [8103], sources[:-1])
+    assert ruleset_comment(API_FIREWALL, [8103], sources) == ruleset_comment(API_FIREWALL, [8103], list(reversed(sources))[::-1])
 
 
 def test_a_port_that_is_not_an_int_is_never_rendered():
     with pytest.raises(ValueError):
-        ruleset(["8103; flush ruleset"], [])
+        ruleset(API_FIREWALL, ["8103; flush ruleset"], [])
     with pytest.raises(ValueError):
-        ruleset([True], [])
+        ruleset(API_FIREWALL, [True], [])
 
 
 @pytest.mark.parametrize("text, words", [
@@ -126,9 +126,9 @@ def test_the_lab_inventory_marks_only_netns_rigs():
 
 def test_a_rig_in_the_controllers_namespace_is_refused():
     with pytest.raises(PreflightError):
-        refuse_same_namespace("net:[4026531840]", "net:[4026531840]")
-    refuse_same_namespace("net:[4026532290]", "net:[4026531840]")
-    refuse_same_namespace(None, "net:[4026531840]")
+        refuse_same_namespace(API_FIREWALL, "net:[4026531840]", "net:[4026531840]")
+    refuse_same_namespace(API_FIREWALL, "net:[4026532290]", "net:[4026531840]")
+    refuse_same_namespace(API_FIREWALL, None, "net:[4026531840]")
 
 
 def _run_fact_shell(command: str, path_dir: Path, env: dict) -> list[str]:
@@ -142,10 +142,10 @@ def test_the_table_comment_is_read_from_real_nft_output(tmp_path):
     fake.write_text(f"#!/bin/sh\ncat {shlex.quote(str(FIXTURES / 'nft-1.0.6-list-table.txt'))}\n")
     fake.chmod(0o755)
     fact = NftTableComment()
-    lines = _run_fact_shell(fact.command(), tmp_path, {"PATH": f"{tmp_path}:/usr/bin:/bin"})
-    assert fact.process(lines) == ruleset_comment([8103, 5555, 8080], captured_sources())
+    lines = _run_fact_shell(fact.command(API_FIREWALL.table), tmp_path, {"PATH": f"{tmp_path}:/usr/bin:/bin"})
+    assert fact.process(lines) == ruleset_comment(API_FIREWALL, [8103, 5555, 8080], captured_sources())
     fake.write_text("#!/bin/sh\nexit 1\n")  # no such table
-    assert _run_fact_shell(fact.command(), tmp_path, {"PATH": f"{tmp_path}:/usr/bin:/bin"}) == []
+    assert _run_fact_shell(fact.command(API_FIREWALL.table), tmp_path, {"PATH": f"{tmp_path}:/usr/bin:/bin"}) == []
 
 
 def test_ssh_connection_is_found_up_the_process_tree_when_sudo_reset_the_environment(tmp_path):

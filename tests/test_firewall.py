@@ -1,7 +1,9 @@
-"""The API firewall's pure pieces (rigkit/firewall.py), its facts' shell on this machine's shell, and the lab's refusals.
+"""rigkit's firewalls (rigkit/firewall.py): the API firewall's and the store firewall's pure pieces, the facts'
+shell on this machine's shell, and the lab's refusals.
 
-The ruleset itself was loaded by a real nft 1.0.6 in a private network namespace (tests/fixtures/firewall/README.md):
-the capture there is what these tests hold today's rendering to.
+The API ruleset was loaded by a real nft 1.0.6 in a private network namespace (tests/fixtures/firewall/README.md):
+the capture there is what these tests hold today's rendering to. The nft tests at the end run a real nft
+(on PATH or $RIGKIT_TEST_NFT) inside ``unshare -rn`` on both renderings; they are skipped, saying so, without one.
 """
 
 from __future__ import annotations
@@ -9,6 +11,7 @@ from __future__ import annotations
 import ipaddress
 import os
 import shlex
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -18,8 +21,10 @@ import pytest
 from rigkit.errors import ConfigError, PreflightError
 from rigkit.facts.firewall import NftTableComment, SshConnection
 from rigkit.firewall import (API_FIREWALL, allowed_sources, controller_address, controller_source, exposure_notice,
-                             parse_source, refuse_same_namespace, ruleset, ruleset_comment, source_text)
+                             parse_source, refuse_on_shared_network, refuse_same_namespace, ruleset, ruleset_comment,
+                             source_text, unit_text)
 from rigkit.hostdata import rig_settings
+from rigkit.kv_store import KV_STORE_FIREWALL
 
 FIXTURES = Path(__file__).parent / "fixtures" / "firewall"
 SSH_CONNECTION = "10.213.3.1 40000 10.213.3.2 22"
@@ -173,3 +178,99 @@ def test_the_role_refuses_a_lab_rig_whose_namespace_is_the_controllers(monkeypat
     assert "controller's own" in result["python_args"]["refuse"]
     monkeypatch.setattr(roles.api_firewall, "controller_namespace", lambda: os.readlink("/proc/self/ns/net") + "x")
     assert "nft -f /etc/rigkit/api-firewall.nft" in run_case("api_firewall", case)["commands"]
+
+
+# --- the store firewall: the same machinery, another declaration ----------------------------------------------
+
+def store_ruleset(sources=()) -> str:
+    return ruleset(KV_STORE_FIREWALL, [6390], list(sources))
+
+
+def test_the_store_firewall_has_its_own_table_chain_file_unit_and_comment():
+    api, store = API_FIREWALL, KV_STORE_FIREWALL
+    for field in ("setting", "table", "chain", "ruleset_path", "unit_name", "unit_path", "comment_prefix"):
+        assert getattr(api, field) != getattr(store, field), field
+    text = store_ruleset(allowed_sources(["10.213.3.2"], None, store))
+    assert text.splitlines()[4:7] == ["table inet rigkit_kv_store", "delete table inet rigkit_kv_store",
+                                      "table inet rigkit_kv_store {"]
+    assert "tcp dport { 6390 } jump kv_store" in text and "rigkit_api" not in text
+    assert f'comment "{ruleset_comment(store, [6390], allowed_sources(["10.213.3.2"], None, store))}"' in text
+    assert ruleset_comment(store, [6390], []) != ruleset_comment(api, [6390], [])  # one hash never names both
+    unit = unit_text(store)
+    assert "nft table inet rigkit_kv_store" in unit and "Before=network-pre.target shutdown.target valkey-server.service" in unit
+    assert f'"-f" "{store.ruleset_path}"' in unit and "rigkit_api" not in unit
+
+
+def test_the_api_rendering_is_still_the_captured_one_and_names_only_its_own_table():
+    text = ruleset(API_FIREWALL, [8103, 5555, 8080], captured_sources())
+    assert "kv_store" not in text and "kv_store" not in unit_text(API_FIREWALL)
+
+
+def test_a_bad_store_source_names_the_store_setting():
+    with pytest.raises(ValueError) as refused:
+        parse_source("0.0.0.0/0", KV_STORE_FIREWALL)
+    assert "turn kv_store_firewall off" in str(refused.value)
+
+
+def test_a_lab_rig_on_host_networking_never_takes_the_store_firewall():
+    with pytest.raises(ConfigError) as refused:
+        refuse_on_shared_network(KV_STORE_FIREWALL, {"lab_rig": True}, True)
+    assert refused.value.field == "kv_store_firewall" and "kv_store_firewall: false" in refused.value.fix
+    refuse_on_shared_network(KV_STORE_FIREWALL, {"lab_rig": True, "lab_netns": True}, True)
+    refuse_on_shared_network(KV_STORE_FIREWALL, {"lab_rig": True}, False)
+
+
+def test_the_lab_store_inventory_turns_the_store_firewall_off():
+    text = (Path(__file__).parent / "lab" / "inventories" / "kv_store_rig2.py").read_text()
+    assert '"kv_store_firewall": False' in text
+
+
+# --- a real nft, in a private network namespace (this machine's firewall is never touched) -------------------
+
+def _nft() -> str | None:
+    return os.environ.get("RIGKIT_TEST_NFT") or shutil.which("nft")
+
+
+NFT_BIN = _nft()
+needs_nft = pytest.mark.skipif(NFT_BIN is None or shutil.which("unshare") is None,
+                               reason="no nft on PATH or in $RIGKIT_TEST_NFT (e.g. Debian's nft unpacked from its "
+                                      "package), or no unshare")
+
+
+def _in_private_netns(script: str) -> subprocess.CompletedProcess:
+    """``script`` under sh in a new user and network namespace: nft there sees only that namespace's tables."""
+    return subprocess.run(["unshare", "-rn", "sh", "-c", script], capture_output=True, text=True, timeout=60,
+                          env={**os.environ, "NFT": NFT_BIN})
+
+
+@needs_nft
+@pytest.mark.parametrize("firewall, ports", [(API_FIREWALL, [8103, 5555, 8080]), (KV_STORE_FIREWALL, [6390])])
+def test_real_nft_accepts_the_rendering(tmp_path, firewall, ports):
+    path = tmp_path / "ruleset.nft"
+    path.write_text(ruleset(firewall, ports, captured_sources()))
+    result = _in_private_netns(f'"$NFT" -c -f {shlex.quote(str(path))}')
+    assert result.returncode == 0, result.stderr
+
+
+@needs_nft
+def test_real_nft_refuses_a_broken_rendering(tmp_path):
+    # the check above can fail: the store's ruleset with its chain's closing brace dropped is refused
+    path = tmp_path / "broken.nft"
+    path.write_text(store_ruleset().replace("\t\tcounter drop\n\t}\n", "\t\tcounter drop\n", 1))
+    assert _in_private_netns(f'"$NFT" -c -f {shlex.quote(str(path))}').returncode != 0
+
+
+@needs_nft
+def test_both_tables_load_side_by_side_and_each_reload_or_removal_leaves_the_other(tmp_path):
+    api, store = tmp_path / "api.nft", tmp_path / "store.nft"
+    api.write_text(ruleset(API_FIREWALL, [8103], captured_sources()))
+    store.write_text(store_ruleset(allowed_sources(["10.213.3.2"], None, KV_STORE_FIREWALL)))
+    a, s = shlex.quote(str(api)), shlex.quote(str(store))
+    result = _in_private_netns(f'set -e; "$NFT" -f {a}; "$NFT" -f {s}; "$NFT" -f {a}; "$NFT" list tables; echo --; '
+                               f'"$NFT" delete table inet {API_FIREWALL.table}; "$NFT" list tables; echo --; '
+                               f'"$NFT" list table inet {KV_STORE_FIREWALL.table}')
+    assert result.returncode == 0, result.stderr
+    both, after_delete, store_table = result.stdout.split("--\n")
+    assert sorted(both.split("\n")[:-1]) == ["table inet rigkit_api", "table inet rigkit_kv_store"]
+    assert after_delete.strip() == "table inet rigkit_kv_store"
+    assert "tcp dport 6390 jump kv_store" in store_table and "10.213.3.2" in store_table

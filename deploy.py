@@ -18,7 +18,7 @@ With a rollout set in the data (rollout_canary / rollout_batch), only `rigkit de
 pyinfra run would upgrade every rig at once, so it is refused (rigkit.rollout.refuse_unbatched).
 
 The hosts of the inventory group KV_STORE_GROUP ("kv_stores") are the fleet's Valkey store: they get the
-kv_store role only (roles.KV_STORE_PIPELINE).
+kv_store role only, whose firewall lets every rig of the inventory in (the same rigs the router routes to).
 """
 
 import os
@@ -30,19 +30,23 @@ from rigkit.hostdata import rig_settings
 from rigkit.kv_share import check_inventory
 from rigkit.operations.router import rigs_before_router
 from rigkit.rollout import refuse_unbatched
-from rigkit.router import is_gateway, workers
-from roles import KV_STORE_PIPELINE, Run, deploy_rig
+from rigkit.fleet import inventory_rigs
+from rigkit.router import is_gateway, rig_address, workers
+from roles import Run, deploy_rig
+from roles.kv_store import kv_store
 from roles.router import router
+
 
 gateway = is_gateway(host.groups)
 if KV_STORE_GROUP in host.groups:  # the fleet's KV store: no serving stack, the store role only
-    deploy_rig(rig_settings(host.data.dict(), needs_stack=False), KV_STORE_PIPELINE)
+    settings = rig_settings(host.data.dict(), needs_stack=False)
+    rigs = inventory_rigs(host.inventory) if settings.kv_store["kv_store_firewall"] else {}
+    kv_store(settings, Run(), {name: rig_address(name, data, knobs["bind_address"])
+                               for name, (data, knobs) in rigs.items()})
 elif gateway:  # every rig's data validated here too: a bad value stops the run before any host is touched
     settings = rig_settings(host.data.dict(), needs_stack=False)
     refuse_unbatched(settings.rollout, os.environ)
-    rigs = {rig.name: rig.data.dict() for rig in host.inventory
-            if not is_gateway(rig.groups) and KV_STORE_GROUP not in rig.groups}
-    router_workers = workers({name: (data, rig_settings(data).stack.knobs) for name, data in rigs.items()})
+    router_workers = workers(inventory_rigs(host.inventory))
 else:
     settings = rig_settings(host.data.dict())
     # rigs sharing a KV store agree on its hash seed and its one janitor: every host of the inventory, targeted or not

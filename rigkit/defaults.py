@@ -16,8 +16,9 @@ from typing import Callable
 from rigkit import abstats
 from rigkit.disk import check_account_name, check_mount_options
 from rigkit.errors import ConfigError
-from rigkit.firewall import check_sources
+from rigkit.firewall import API_FIREWALL, sources_check
 from rigkit.knobs import check_port
+from rigkit.kv_store import KV_STORE_FIREWALL
 from rigkit.paths import check_device_path, check_host_path, check_relative_path
 from rigkit.registry import parse_reference
 from rigkit.variables import Variable, one_of
@@ -219,7 +220,7 @@ API_FIREWALL_VARIABLES: list[Variable] = [
              "untouched; false = no rules (a table an earlier deploy made is removed)", bool),
     Variable("api_allowed_sources", [], "addresses or CIDR networks, as the rig sees them, that may reach the "
              "stack's ports besides loopback and the controller: the router's (gateway's) address", list,
-             check_sources),
+             sources_check(API_FIREWALL)),
     Variable("api_allow_controller", True, "also allow the address the deploy's SSH session comes from (the "
              "controller, read at every deploy), so smoke and validate.py reach a non-loopback bind directly",
              bool),
@@ -275,6 +276,15 @@ KV_STORE_VARIABLES: list[Variable] = [
              "least recently used chunk, which is a cache miss, never a wrong answer), allkeys-lfu, "
              "allkeys-random, or noeviction (writes refused when full); volatile-* are refused", str,
              _valkey_policy),
+    # On by default, unlike api_firewall: the store has no clients but the rigs, so limiting it to them cuts
+    # nobody off (a lab rig on host networking must set it false: rigkit.firewall.refuse_on_shared_network).
+    Variable("kv_store_firewall", True, "manage nft table inet rigkit_kv_store: kv_store_port only from loopback "
+             "and the rigs (kv_store_allowed_sources), every other packet untouched; false = no rules (a table an "
+             "earlier deploy made is removed)", bool),
+    Variable("kv_store_allowed_sources", None, "addresses or CIDR networks, as the store sees them, that may reach "
+             "kv_store_port besides loopback; None = every rig of the inventory (the hosts neither routers nor "
+             "kv_stores), at its address resolved on the controller (router_worker_address, else its one bind "
+             "address, else ssh_hostname)", list, sources_check(KV_STORE_FIREWALL)),
 ]
 
 # The shared KV mount (roles/kv_share.py): an export every rig of the store mounts at the same point; a profile

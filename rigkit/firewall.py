@@ -1,10 +1,14 @@
-"""The rigs' API firewall: which sources may reach the stack's TCP ports, as an nftables table of rigkit's own.
+"""rigkit's firewalls: which sources may reach some TCP ports of a host, each as an nftables table of rigkit's own.
+
+Each firewall is one ``Firewall`` declaration (its table, ruleset file, boot unit and the setting that turns it
+on): API_FIREWALL here (the rigs' API, roles/api_firewall.py), rigkit.kv_store.KV_STORE_FIREWALL (the store's
+port, roles/kv_store.py). They share everything else, so a host holding both keeps two independent tables.
 
 Pure: the ruleset text, the systemd unit that loads it at boot, the allowed sources (validated with ipaddress)
-and the lab's refusal; roles/api_firewall.py puts them on the rig. The table ``inet rigkit_api`` hooks input
-and looks only at TCP packets to the stack's ports (serving_port, the LMCache ports of a profile that runs
-LMCache): loopback, established connections and the allowed sources pass, the rest is dropped and counted.
-Every other packet leaves the table at its first rule, so SSH and all other traffic are exactly as the rig's
+and the lab's refusal; roles/firewall.py puts them on the host. A table hooks input and looks only at TCP
+packets to its ports (for the API: serving_port, the LMCache ports of a profile that runs LMCache):
+loopback, established connections and the allowed sources pass, the rest is dropped and counted.
+Every other packet leaves the table at its first rule, so SSH and all other traffic are exactly as the host's
 own firewall (if any) has them: an accept in one nftables table never overrides a drop in another.
 
 A connection the rig makes to its own non-loopback address comes from that address, not from loopback:
@@ -15,22 +19,47 @@ from __future__ import annotations
 
 import hashlib
 import ipaddress
-from typing import Iterable, Mapping, Optional, Sequence, Union
+from dataclasses import dataclass
+from typing import Callable, Iterable, Mapping, Optional, Sequence, Union
 
 from rigkit.errors import ConfigError, PreflightError
 from rigkit.systemd import exec_command_line
 
-TABLE = "rigkit_api"                      # nft table inet rigkit_api: rigkit's only table
-RULESET_PATH = "/etc/rigkit/api-firewall.nft"
-UNIT_NAME = "rigkit-api-firewall.service"
-UNIT_PATH = f"/etc/systemd/system/{UNIT_NAME}"
 NFT = "/usr/sbin/nft"
-COMMENT_PREFIX = "rigkit api_firewall "   # + the ruleset's hash: which ruleset the loaded table holds
+SYSTEMD_UNIT_DIR = "/etc/systemd/system"
+
+
+@dataclass(frozen=True)
+class Firewall:
+    """One firewall rigkit manages: what a ruleset, its boot unit, the role and its refusals are named by."""
+
+    setting: str         # the bool variable turning it on; names it in the ruleset, its comment and refusals
+    title: str           # what the unit and the role's operations call it ("API firewall")
+    table: str           # nft table inet <table>: this firewall's own, no other is touched
+    chain: str           # the chain the guarded ports jump to
+    ruleset_path: str    # the nft script on the host
+    unit_name: str       # the systemd unit that loads it at boot
+    guards: str          # what its ports are, for the unit's description ("the serving ports")
+    before: str          # the unit that must not start before the table is loaded (the guarded service)
+
+    @property
+    def unit_path(self) -> str:
+        return f"{SYSTEMD_UNIT_DIR}/{self.unit_name}"
+
+    @property
+    def comment_prefix(self) -> str:
+        """The table comment's start; the ruleset's hash follows: which ruleset the loaded table holds."""
+        return f"rigkit {self.setting} "
+
+
+API_FIREWALL = Firewall(setting="api_firewall", title="API firewall", table="rigkit_api", chain="api",
+                        ruleset_path="/etc/rigkit/api-firewall.nft", unit_name="rigkit-api-firewall.service",
+                        guards="the serving ports", before="docker.service")
 
 Network = Union[ipaddress.IPv4Network, ipaddress.IPv6Network]
 
 
-def parse_source(text: str) -> Network:
+def parse_source(text: str, firewall: Firewall = API_FIREWALL) -> Network:
     """One allowed source (an address or a network in CIDR form); ValueError naming the fix."""
     try:
         network = ipaddress.ip_network(text, strict=True)
@@ -41,16 +70,19 @@ def parse_source(text: str) -> Network:
                              f"{text.split('/')[0]} for the one host") from None
         raise ValueError(f"{text!r} is not an IP address or network (10.0.0.5, 10.0.0.0/24, fd00::/64)") from None
     if network.prefixlen == 0:
-        raise ValueError(f"{text!r} allows every address: turn api_firewall off instead")
+        raise ValueError(f"{text!r} allows every address: turn {firewall.setting} off instead")
     return network
 
 
-def check_sources(value: list) -> None:
-    """Variable check of api_allowed_sources: a list of addresses or CIDR networks."""
-    for item in value:
-        if not isinstance(item, str):
-            raise ValueError(f"{item!r} is not text: give each source as a string such as '10.0.0.5'")
-        parse_source(item)
+def sources_check(firewall: Firewall) -> Callable[[list], None]:
+    """The variable check of a firewall's allowed sources (api_allowed_sources): a list of addresses or networks."""
+    def check(value: list) -> None:
+        for item in value:
+            if not isinstance(item, str):
+                raise ValueError(f"{item!r} is not text: give each source as a string such as '10.0.0.5'")
+            parse_source(item, firewall)
+
+    return check
 
 
 def controller_address(ssh_connection: Optional[str]) -> Optional[Network]:
@@ -83,9 +115,10 @@ def controller_source(allow: bool, ssh_connection: Optional[str]) -> Optional[Ne
     return address
 
 
-def allowed_sources(declared: Iterable[str], controller: Optional[Network] = None) -> list[Network]:
+def allowed_sources(declared: Iterable[str], controller: Optional[Network] = None,
+                    firewall: Firewall = API_FIREWALL) -> list[Network]:
     """Every source besides loopback, each once, in a stable order (the ruleset's hash depends on it)."""
-    networks = {parse_source(text) for text in declared}
+    networks = {parse_source(text, firewall) for text in declared}
     if controller is not None:
         networks.add(controller)
     return sorted(networks, key=lambda network: (network.version, network))
@@ -100,7 +133,7 @@ def _set(items: Sequence[str]) -> str:
     return "{ " + ", ".join(items) + " }"
 
 
-def _rules(ports: Sequence[int], sources: Sequence[Network]) -> list[str]:
+def _rules(firewall: Firewall, ports: Sequence[int], sources: Sequence[Network]) -> list[str]:
     """The table's body lines (without its comment)."""
     for port in ports:
         if not isinstance(port, int) or isinstance(port, bool) or not 1 <= port <= 65535:
@@ -110,10 +143,10 @@ def _rules(ports: Sequence[int], sources: Sequence[Network]) -> list[str]:
     lines = [
         "\tchain input {",
         "\t\ttype filter hook input priority filter; policy accept;",
-        f"\t\ttcp dport {_set([str(port) for port in sorted(set(ports))])} jump api",
+        f"\t\ttcp dport {_set([str(port) for port in sorted(set(ports))])} jump {firewall.chain}",
         "\t}",
         "",
-        "\tchain api {",
+        f"\tchain {firewall.chain} {{",
         "\t\tct state established,related accept",
         '\t\tiif "lo" ip saddr 127.0.0.0/8 accept',
         '\t\tiif "lo" ip6 saddr ::1 accept',
@@ -126,46 +159,48 @@ def _rules(ports: Sequence[int], sources: Sequence[Network]) -> list[str]:
     return lines
 
 
-def ruleset_comment(ports: Sequence[int], sources: Sequence[Network]) -> str:
+def ruleset_comment(firewall: Firewall, ports: Sequence[int], sources: Sequence[Network]) -> str:
     """The table's comment: names the ruleset by its hash, so a deploy tells whether the loaded table is
     the one it wants (a table flushed by hand, or a file whose load failed, is loaded again)."""
-    digest = hashlib.sha256("\n".join(_rules(ports, sources)).encode()).hexdigest()[:16]
-    return f"{COMMENT_PREFIX}{digest}"
+    digest = hashlib.sha256("\n".join(_rules(firewall, ports, sources)).encode()).hexdigest()[:16]
+    return f"{firewall.comment_prefix}{digest}"
 
 
-def ruleset(ports: Sequence[int], sources: Sequence[Network]) -> str:
+def ruleset(firewall: Firewall, ports: Sequence[int], sources: Sequence[Network]) -> str:
     """The nft script: creates the table if absent, deletes it, defines it anew, in one transaction
-    (``nft -f`` is atomic), so only rigkit's table is replaced and a bad script changes nothing."""
+    (``nft -f`` is atomic), so only this firewall's table is replaced and a bad script changes nothing."""
+    table = firewall.table
     return "\n".join([
         "#!/usr/sbin/nft -f",
-        "# Rendered by rigkit (rigkit/firewall.py, api_firewall): change host or group data, not this file.",
+        f"# Rendered by rigkit (rigkit/firewall.py, {firewall.setting}): change host or group data, not this file.",
         f"# TCP ports {', '.join(str(port) for port in sorted(set(ports)))} only from loopback and the sources below;",
         "# every other packet passes this table untouched.",
-        f"table inet {TABLE}",
-        f"delete table inet {TABLE}",
-        f"table inet {TABLE} {{",
-        f'\tcomment "{ruleset_comment(ports, sources)}"',
-        *_rules(ports, sources),
+        f"table inet {table}",
+        f"delete table inet {table}",
+        f"table inet {table} {{",
+        f'\tcomment "{ruleset_comment(firewall, ports, sources)}"',
+        *_rules(firewall, ports, sources),
         "}",
         "",
     ])
 
 
-def unit_text() -> str:
-    """Loads the ruleset at boot, before the network is up (as Debian's nftables.service) and after that
-    service, whose ``flush ruleset`` would otherwise drop rigkit's table."""
+def unit_text(firewall: Firewall) -> str:
+    """Loads the ruleset at boot, before the network is up (as Debian's nftables.service) and before the
+    guarded service, after nftables.service, whose ``flush ruleset`` would otherwise drop rigkit's table."""
     return (
         "[Unit]\n"
-        f"Description=rigkit API firewall: the serving ports from the allowed sources only (nft table inet {TABLE})\n"
+        f"Description=rigkit {firewall.title}: {firewall.guards} from the allowed sources only "
+        f"(nft table inet {firewall.table})\n"
         "DefaultDependencies=no\n"
         "Wants=network-pre.target\n"
         "After=nftables.service\n"
-        "Before=network-pre.target shutdown.target docker.service\n"
+        f"Before=network-pre.target shutdown.target {firewall.before}\n"
         "Conflicts=shutdown.target\n\n"
         "[Service]\n"
         "Type=oneshot\n"
         "RemainAfterExit=yes\n"
-        f"ExecStart={exec_command_line([NFT, '-f', RULESET_PATH])}\n\n"
+        f"ExecStart={exec_command_line([NFT, '-f', firewall.ruleset_path])}\n\n"
         "[Install]\n"
         "WantedBy=sysinit.target\n"
     )
@@ -183,22 +218,22 @@ def exposure_notice(enabled: bool, bind_address: str, port: int) -> Optional[str
     return None
 
 
-def refuse_on_shared_network(data: Mapping, enabled: bool) -> None:
+def refuse_on_shared_network(firewall: Firewall, data: Mapping, enabled: bool) -> None:
     """The lab's hard rule: a lab rig on host networking shares this machine's network namespace, so its
     nft rules would be this machine's firewall. Only a lab rig in its own namespace may take one."""
     if enabled and data.get("lab_rig") and not data.get("lab_netns"):
-        raise ConfigError("api_firewall", True, "this lab rig runs on host networking: its network namespace is "
+        raise ConfigError(firewall.setting, True, "this lab rig runs on host networking: its network namespace is "
                           "the controller's, so the rig's firewall rules would change this machine's firewall",
-                          "enable api_firewall only on a lab rig in its own network namespace (lab_netns: the "
-                          "netns rigs of `rigkit lab up`)")
+                          f"enable {firewall.setting} only on a lab rig in its own network namespace (lab_netns: "
+                          f"the netns rigs of `rigkit lab up`), or set {firewall.setting}: false")
 
 
-def refuse_same_namespace(rig_namespace: Optional[str], controller_namespace: str) -> None:
+def refuse_same_namespace(firewall: Firewall, rig_namespace: Optional[str], controller_namespace: str) -> None:
     """The same rule checked on the rig itself when it is deployed (a lab inventory that set lab_netns
     wrongly): the rig's network namespace (``readlink /proc/self/ns/net``) must not be the controller's.
     Meaningful only inside the lab, where both run on one kernel (every machine's first namespace has the
     same number)."""
     if rig_namespace and rig_namespace == controller_namespace:
-        raise PreflightError("api_firewall", True, f"the rig's network namespace {rig_namespace} is the controller's "
-                          "own: its firewall rules would change this machine's firewall",
-                          "run this lab rig in its own network namespace, or set api_firewall: false")
+        raise PreflightError(firewall.setting, True, f"the rig's network namespace {rig_namespace} is the "
+                             "controller's own: its firewall rules would change this machine's firewall",
+                             f"run this lab rig in its own network namespace, or set {firewall.setting}: false")

@@ -319,6 +319,17 @@ def rigs_among(hosts: dict[str, dict], names: Sequence[str]) -> list[str]:
             if not {ROUTER_GROUP, KV_STORE_GROUP} & set(hosts[name].get("groups", []))]
 
 
+def inventory_rigs(hosts: Iterable) -> dict[str, tuple[dict, dict]]:
+    """Every rig of a pyinfra inventory (``rigs_among``; also the hosts a --limit leaves out), name -> (host data,
+    its validated serving knobs): the router's workers and the store firewall's sources. A bad value of any
+    rig is a ConfigError before any host is touched."""
+    from rigkit.hostdata import rig_settings
+
+    found = {other.name: {"groups": list(other.groups), "data": other.data.dict()} for other in hosts}
+    return {name: (found[name]["data"], rig_settings(found[name]["data"]).stack.knobs)
+            for name in rigs_among(found, list(found))}
+
+
 def read_release(name: str, data: dict) -> str:
     from rigkit.ledger import LEDGER_PATH
     from rigkit.tunnel import connect_ssh

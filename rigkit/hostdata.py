@@ -27,7 +27,7 @@ from typing import Any, Iterable, Mapping, Optional
 from rigkit import kv_store
 from rigkit.defaults import ALL_VARIABLES, KV_SHARE_VARIABLES, KV_STORE_PORT, ROLE_SECTIONS, l2_cache_path
 from rigkit.errors import ConfigError
-from rigkit.firewall import refuse_on_shared_network
+from rigkit.firewall import API_FIREWALL, refuse_on_shared_network
 from rigkit.kv_share import check_share_settings, shared_l2_path
 from rigkit.knobs import (HASHED_ONLY_WHEN_SET, KNOBS, KNOBS_BY_NAME, L2_PATH_WITHOUT_DISK_ROLE, NOT_HASHED, PORT_KNOBS,
                           RETIRED_KNOBS, SECRET_KNOBS, controller_secret_variable, flag_name, gpu_indices)
@@ -362,6 +362,6 @@ def rig_settings(data: dict, profiles: Optional[dict[str, Profile]] = None, need
     declared = needs_stack or data.get("serving_profile") is not None
     stack = settings_for_host(data, profiles) if declared else None
     sections = {name: resolve(variables, data) for name, variables in ROLE_SECTIONS.items()}
-    refuse_on_shared_network(data, sections["api_firewall"]["api_firewall"])
+    refuse_on_shared_network(API_FIREWALL, data, sections["api_firewall"]["api_firewall"])
     check_share_settings(sections["kv_share"])
     return RigSettings(stack, sections, dict(data), profiles)

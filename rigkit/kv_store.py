@@ -4,8 +4,10 @@ roles/kv_store.py writes ``config_text`` on the store host (a host of rigkit.def
 checks the server answers as declared; rigkit.hostdata points a rig's LMCache at it (``adapter_json``).
 
 Reachable by the rigs only: valkey binds to the declared addresses alone, keeps protected-mode on and
-requires the password (requirepass) on every connection. A firewall rule limiting the port to the rigs'
-addresses is not managed yet (README, not built).
+requires the password (requirepass) on every connection, and the store firewall (KV_STORE_FIREWALL, nft table
+``inet rigkit_kv_store``, on by default with ``kv_store_firewall``) lets only loopback and ``store_sources``
+reach kv_store_port: the rigs of the inventory, resolved to addresses on the controller, or the declared
+``kv_store_allowed_sources``.
 
 LMCache's Valkey L2 adapter (lmcache/v1/distributed/l2_adapters/valkey_l2_adapter.py, LMCache commits
 22d15507 and d4eb1aa2): ``--l2-adapter '{"type": "valkey", "startup_nodes": "HOST:PORT", "password": ...}'``;
@@ -16,8 +18,12 @@ from the environment at start (profiles.yaml, lmcache-mp): compose.yml and the r
 
 from __future__ import annotations
 
-from typing import Mapping, Optional
+import ipaddress
+import socket
+from typing import Callable, Mapping, Optional, Sequence
 
+from rigkit.errors import ConfigError
+from rigkit.firewall import Firewall, Network, allowed_sources
 from rigkit.sizing import GIB
 
 # valkey-server as Debian 13 packages it (valkey 8.1): the main file includes rigkit's, last, so rigkit's
@@ -30,6 +36,13 @@ RIGKIT_CONF = "/etc/valkey/rigkit.conf"
 # root:valkey 0640: valkey reads it, no other user does (it holds the password).
 RIGKIT_CONF_MODE = "640"
 INCLUDE_LINE = f"include {RIGKIT_CONF}"
+
+# The store's own firewall: independent of the API firewall's table, file and unit (the lab puts the store on a
+# rig, so one host may hold both), loaded before valkey starts at boot.
+KV_STORE_FIREWALL = Firewall(setting="kv_store_firewall", title="KV store firewall", table="rigkit_kv_store",
+                             chain="kv_store", ruleset_path="/etc/rigkit/kv-store-firewall.nft",
+                             unit_name="rigkit-kv-store-firewall.service", guards="the store's port",
+                             before=VALKEY_SERVICE)
 
 # Short passwords fall to guessing: valkey answers AUTH in microseconds and never locks an account out.
 MIN_PASSWORD_LENGTH = 16
@@ -114,3 +127,63 @@ def adapter_json(address: str, port: int) -> str:
     (the entrypoint adds it from RIGKIT_KV_STORE_PASSWORD). LMCache splits ``startup_nodes`` at its last
     ':' (an IPv6 address needs no brackets)."""
     return '{"type":"valkey","startup_nodes":"%s:%d"}' % (address, port)
+
+
+def resolve_address(address: str) -> list[str]:
+    """Every IP address ``address`` (an IP address or a host name) resolves to on the controller;
+    OSError when a name does not resolve."""
+    return sorted({info[4][0].split("%", 1)[0] for info in socket.getaddrinfo(address, None, proto=socket.IPPROTO_TCP)})
+
+
+def _loopback(addresses: Sequence[str]) -> bool:
+    return any(ipaddress.ip_address(address).is_loopback for address in addresses)
+
+
+def store_sources(settings: Mapping, store: tuple[str, str], rigs: Mapping[str, str],
+                  resolve: Callable[[str], list[str]] = resolve_address) -> list[Network]:
+    """The sources the store firewall allows besides loopback, each once and ordered (rigkit.firewall).
+
+    ``kv_store_allowed_sources`` when declared; else every rig of the inventory at its address (``rigs``: rig
+    name -> rigkit.router.rig_address), resolved here on the controller. ``store``: (the store host's name, its
+    SSH address). ConfigError, naming the rig and the fix, for an address that does not resolve, or that is
+    loopback while the store is elsewhere (the rig would come from an address nobody declared); a loopback rig
+    on the store's own loopback needs no source. Plus the address the role's own check connects to when it is
+    not loopback: a connection to the host's own address comes from that address."""
+    declared = settings["kv_store_allowed_sources"]
+    texts = list(declared) if declared is not None else _rig_sources(settings, store, rigs, resolve)
+    own = check_address(settings)
+    if own not in ("0.0.0.0", "::") and not ipaddress.ip_address(own).is_loopback:
+        texts.append(own)
+    return allowed_sources(texts, None, KV_STORE_FIREWALL)
+
+
+def _rig_sources(settings: Mapping, store: tuple[str, str], rigs: Mapping[str, str],
+                 resolve: Callable[[str], list[str]]) -> list[str]:
+    store_name, store_address = store
+    fix = ("or declare kv_store_allowed_sources on the store host: the rigs' addresses as the store sees them")
+    if not rigs and any(not ipaddress.ip_address(a).is_loopback for a in settings["kv_store_bind_addresses"]):
+        raise ConfigError("kv_store_allowed_sources", None, f"kv_store_firewall is on and the inventory has no rig "
+                          f"to allow: {store_name} would take connections to kv_store_port from its own loopback only",
+                          f"deploy the store in the same inventory as its rigs, {fix}")
+    store_ips = _resolved(store_name, store_address, resolve, "the store host", fix)
+    sources: list[str] = []
+    for name, address in rigs.items():
+        ips = _resolved(name, address, resolve, "rig", "set an IP ssh_hostname or router_worker_address for "
+                        f"{name}, " + fix)
+        if _loopback(ips):
+            if _loopback(store_ips):
+                continue  # the rig shares the store's loopback (the lab's host network): loopback passes already
+            raise ConfigError("kv_store_allowed_sources", address, f"rig {name}'s address {address} is loopback while "
+                              f"the store {store_name} is at {store_address}: the rig reaches the store from an "
+                              "address the inventory does not name", f"set router_worker_address for {name} to its "
+                              f"address on the store's network, {fix}")
+        sources += ips
+    return sources
+
+
+def _resolved(name: str, address: str, resolve: Callable[[str], list[str]], what: str, fix: str) -> list[str]:
+    try:
+        return resolve(address)
+    except OSError as exc:
+        raise ConfigError("kv_store_allowed_sources", address, f"{what} {name}'s address {address} does not resolve "
+                          f"on the controller ({exc})", fix) from None

@@ -67,23 +67,32 @@ def is_gateway(groups: Sequence[str]) -> bool:
     return ROUTER_GROUP in groups
 
 
-def worker_address(name: str, data: Mapping[str, Any], bind_address: str) -> str:
-    """Where the gateway reaches rig ``name``'s API: router_worker_address when declared, else the address
-    it binds (its SSH address for a wildcard bind). A rig bound to its own loopback is reachable only from its
-    own network namespace: that is fine when its SSH address is a loopback address too (the gateway shares
-    the host, as in the lab), refused otherwise."""
+def ssh_address(name: str, data: Mapping[str, Any]) -> str:
+    """The address the inventory reaches host ``name`` at over SSH: ssh_hostname, else the inventory name."""
+    return str(data.get("ssh_hostname") or name)
+
+
+def rig_address(name: str, data: Mapping[str, Any], bind_address: str) -> str:
+    """The address the fleet knows rig ``name`` by: router_worker_address when declared, else the address its
+    API binds when that is one address beyond loopback, else its SSH address. The router reaches the rig's API
+    there (``worker_address``); the KV store allows it as the rig's source (rigkit.kv_store.store_sources)."""
     declared = data.get("router_worker_address")
     if declared:
         return str(declared)
-    ssh_address = str(data.get("ssh_hostname") or name)
-    if bind_address in WILDCARD_ADDRESSES:
-        return ssh_address
-    if not is_loopback_bind(bind_address):
+    if bind_address not in WILDCARD_ADDRESSES and not is_loopback_bind(bind_address):
         return bind_address
-    if is_loopback_bind(ssh_address):
-        return ssh_address
+    return ssh_address(name, data)
+
+
+def worker_address(name: str, data: Mapping[str, Any], bind_address: str) -> str:
+    """Where the gateway reaches rig ``name``'s API: its ``rig_address``. A rig bound to its own loopback is
+    reachable only from its own network namespace: that is fine when its SSH address is a loopback address too
+    (the gateway shares the host, as in the lab), refused otherwise."""
+    address = rig_address(name, data, bind_address)
+    if data.get("router_worker_address") or not is_loopback_bind(bind_address) or is_loopback_bind(address):
+        return address
     raise ConfigError(f"{name}.bind_address", bind_address,
-                      f"the rig's API listens on its own loopback, which the router cannot reach at {ssh_address}",
+                      f"the rig's API listens on its own loopback, which the router cannot reach at {address}",
                       "set bind_address to an address the gateway reaches (0.0.0.0 behind the API firewall), "
                       f"or router_worker_address for {name}, or leave {name} out of the router's inventory")
 

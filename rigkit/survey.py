@@ -17,11 +17,12 @@ from pyinfra.facts.server import LinuxDistribution, Which
 
 from rigkit.facts.batch import FactSpec, facts_now
 from rigkit.facts.disk import BlockDeviceProbe, DiskFree, MountedFilesystem
-from rigkit.facts.firewall import ApiFirewallTrace, NetworkNamespace, SshConnection
+from rigkit.facts.firewall import FirewallTrace, NetworkNamespace, SshConnection, trace_kwargs
 from rigkit.facts.docker import ComposeCommand, DockerEngine, DockerImagePresent, DockerLocalImages
 from rigkit.facts.nvidia import NvidiaGpuMemory, NvidiaPciGpus, NvidiaSmiGpus
 from rigkit.facts.server import MemInfo, PortListeners, ShmSize
 from rigkit.facts.stack import StackContainers
+from rigkit.firewall import API_FIREWALL
 from rigkit.hostdata import RigSettings
 from rigkit.render import STACK_NAME
 
@@ -72,7 +73,7 @@ def survey_specs(rig: RigSettings) -> dict[str, FactSpec]:
         "compose_command": FactSpec.of(ComposeCommand),
         "stack_containers": FactSpec.of(StackContainers, stack=STACK_NAME),
         "local_images": FactSpec.of(DockerLocalImages),
-        "api_firewall_trace": FactSpec.of(ApiFirewallTrace),
+        "api_firewall_trace": FactSpec.of(FirewallTrace, **trace_kwargs(API_FIREWALL)),
     }
     if stack is not None:
         specs["port_listeners"] = FactSpec.of(PortListeners, port=stack.knobs["serving_port"])

@@ -22,8 +22,6 @@ from rigkit.survey import RigState, read_rig_state
 # mounted before the stack's container binds it.
 PIPELINE = ("rig_lock", "preflight", "nvidia_driver", "docker", "nvidia_container_toolkit", "l2_disk", "api_firewall",
             "kv_share", "serving")
-# The hosts of rigkit.defaults.KV_STORE_GROUP run no serving stack: the store role only.
-KV_STORE_PIPELINE = ("kv_store",)
 
 
 @dataclass

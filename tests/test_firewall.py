@@ -1,7 +1,9 @@
-"""The API firewall's pure pieces (rigkit/firewall.py), its facts' shell on this machine's shell, and the lab's refusals.
+"""rigkit's firewalls (rigkit/firewall.py): the API firewall's and the store firewall's pure pieces, the facts'
+shell on this machine's shell, and the lab's refusals.
 
-The ruleset itself was loaded by a real nft 1.0.6 in a private network namespace (tests/fixtures/firewall/README.md):
-the capture there is what these tests hold today's rendering to.
+The API ruleset was loaded by a real nft 1.0.6 in a private network namespace (tests/fixtures/firewall/README.md):
+the capture there is what these tests hold today's rendering to. The nft tests at the end run a real nft
+(on PATH or $RIGKIT_TEST_NFT) inside ``unshare -rn`` on both renderings; they are skipped, saying so, without one.
 """
 
 from __future__ import annotations
@@ -9,6 +11,7 @@ from __future__ import annotations
 import ipaddress
 import os
 import shlex
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -17,9 +20,11 @@ import pytest
 
 from rigkit.errors import ConfigError, PreflightError
 from rigkit.facts.firewall import NftTableComment, SshConnection
-from rigkit.firewall import (allowed_sources, controller_address, controller_source, exposure_notice,
-                             parse_source, refuse_same_namespace, ruleset, ruleset_comment, source_text)
+from rigkit.firewall import (API_FIREWALL, allowed_sources, controller_address, controller_source, exposure_notice,
+                             parse_source, refuse_on_shared_network, refuse_same_namespace, ruleset, ruleset_comment,
+                             source_text, unit_text)
 from rigkit.hostdata import rig_settings
+from rigkit.kv_store import KV_STORE_FIREWALL
 
 FIXTURES = Path(__file__).parent / "fixtures" / "firewall"
 SSH_CONNECTION = "10.213.3.1 40000 10.213.3.2 22"
@@ -32,11 +37,11 @@ def captured_sources():
 
 
 def test_the_rendering_is_the_one_real_nft_accepted():
-    assert ruleset([8103, 5555, 8080], captured_sources()) == (FIXTURES / "ruleset-three-ports.nft").read_text()
+    assert ruleset(API_FIREWALL, [8103, 5555, 8080], captured_sources()) == (FIXTURES / "ruleset-three-ports.nft").read_text()
 
 
 def test_only_the_stack_ports_enter_the_drop_chain_and_loopback_is_matched_by_source():
-    text = ruleset([8103, 5555], [])
+    text = ruleset(API_FIREWALL, [8103, 5555], [])
     assert "tcp dport { 5555, 8103 } jump api" in text
     # a connection to the rig's own non-loopback address also arrives on lo: the source decides, not lo alone
     assert 'iif "lo" accept' not in text and 'iif "lo" ip saddr 127.0.0.0/8 accept' in text
@@ -46,16 +51,16 @@ def test_only_the_stack_ports_enter_the_drop_chain_and_loopback_is_matched_by_so
 
 def test_the_hash_names_ports_and_sources():
     sources = captured_sources()
-    assert ruleset_comment([8103], sources) != ruleset_comment([8104], sources)
-    assert ruleset_comment([8103], sources) != ruleset_comment([8103], sources[:-1])
-    assert ruleset_comment([8103], sources) == ruleset_comment([8103], list(reversed(sources))[::-1])
+    assert ruleset_comment(API_FIREWALL, [8103], sources) != ruleset_comment(API_FIREWALL, [8104], sources)
+    assert ruleset_comment(API_FIREWALL, [8103], sources) != ruleset_comment(API_FIREWALL, [8103], sources[:-1])
+    assert ruleset_comment(API_FIREWALL, [8103], sources) == ruleset_comment(API_FIREWALL, [8103], list(reversed(sources))[::-1])
 
 
 def test_a_port_that_is_not_an_int_is_never_rendered():
     with pytest.raises(ValueError):
-        ruleset(["8103; flush ruleset"], [])
+        ruleset(API_FIREWALL, ["8103; flush ruleset"], [])
     with pytest.raises(ValueError):
-        ruleset([True], [])
+        ruleset(API_FIREWALL, [True], [])
 
 
 @pytest.mark.parametrize("text, words", [
@@ -126,9 +131,9 @@ def test_the_lab_inventory_marks_only_netns_rigs():
 
 def test_a_rig_in_the_controllers_namespace_is_refused():
     with pytest.raises(PreflightError):
-        refuse_same_namespace("net:[4026531840]", "net:[4026531840]")
-    refuse_same_namespace("net:[4026532290]", "net:[4026531840]")
-    refuse_same_namespace(None, "net:[4026531840]")
+        refuse_same_namespace(API_FIREWALL, "net:[4026531840]", "net:[4026531840]")
+    refuse_same_namespace(API_FIREWALL, "net:[4026532290]", "net:[4026531840]")
+    refuse_same_namespace(API_FIREWALL, None, "net:[4026531840]")
 
 
 def _run_fact_shell(command: str, path_dir: Path, env: dict) -> list[str]:
@@ -142,10 +147,10 @@ def test_the_table_comment_is_read_from_real_nft_output(tmp_path):
     fake.write_text(f"#!/bin/sh\ncat {shlex.quote(str(FIXTURES / 'nft-1.0.6-list-table.txt'))}\n")
     fake.chmod(0o755)
     fact = NftTableComment()
-    lines = _run_fact_shell(fact.command(), tmp_path, {"PATH": f"{tmp_path}:/usr/bin:/bin"})
-    assert fact.process(lines) == ruleset_comment([8103, 5555, 8080], captured_sources())
+    lines = _run_fact_shell(fact.command(API_FIREWALL.table), tmp_path, {"PATH": f"{tmp_path}:/usr/bin:/bin"})
+    assert fact.process(lines) == ruleset_comment(API_FIREWALL, [8103, 5555, 8080], captured_sources())
     fake.write_text("#!/bin/sh\nexit 1\n")  # no such table
-    assert _run_fact_shell(fact.command(), tmp_path, {"PATH": f"{tmp_path}:/usr/bin:/bin"}) == []
+    assert _run_fact_shell(fact.command(API_FIREWALL.table), tmp_path, {"PATH": f"{tmp_path}:/usr/bin:/bin"}) == []
 
 
 def test_ssh_connection_is_found_up_the_process_tree_when_sudo_reset_the_environment(tmp_path):
@@ -173,3 +178,99 @@ def test_the_role_refuses_a_lab_rig_whose_namespace_is_the_controllers(monkeypat
     assert "controller's own" in result["python_args"]["refuse"]
     monkeypatch.setattr(roles.api_firewall, "controller_namespace", lambda: os.readlink("/proc/self/ns/net") + "x")
     assert "nft -f /etc/rigkit/api-firewall.nft" in run_case("api_firewall", case)["commands"]
+
+
+# --- the store firewall: the same machinery, another declaration ----------------------------------------------
+
+def store_ruleset(sources=()) -> str:
+    return ruleset(KV_STORE_FIREWALL, [6390], list(sources))
+
+
+def test_the_store_firewall_has_its_own_table_chain_file_unit_and_comment():
+    api, store = API_FIREWALL, KV_STORE_FIREWALL
+    for field in ("setting", "table", "chain", "ruleset_path", "unit_name", "unit_path", "comment_prefix"):
+        assert getattr(api, field) != getattr(store, field), field
+    text = store_ruleset(allowed_sources(["10.213.3.2"], None, store))
+    assert text.splitlines()[4:7] == ["table inet rigkit_kv_store", "delete table inet rigkit_kv_store",
+                                      "table inet rigkit_kv_store {"]
+    assert "tcp dport { 6390 } jump kv_store" in text and "rigkit_api" not in text
+    assert f'comment "{ruleset_comment(store, [6390], allowed_sources(["10.213.3.2"], None, store))}"' in text
+    assert ruleset_comment(store, [6390], []) != ruleset_comment(api, [6390], [])  # one hash never names both
+    unit = unit_text(store)
+    assert "nft table inet rigkit_kv_store" in unit and "Before=network-pre.target shutdown.target valkey-server.service" in unit
+    assert f'"-f" "{store.ruleset_path}"' in unit and "rigkit_api" not in unit
+
+
+def test_the_api_rendering_is_still_the_captured_one_and_names_only_its_own_table():
+    text = ruleset(API_FIREWALL, [8103, 5555, 8080], captured_sources())
+    assert "kv_store" not in text and "kv_store" not in unit_text(API_FIREWALL)
+
+
+def test_a_bad_store_source_names_the_store_setting():
+    with pytest.raises(ValueError) as refused:
+        parse_source("0.0.0.0/0", KV_STORE_FIREWALL)
+    assert "turn kv_store_firewall off" in str(refused.value)
+
+
+def test_a_lab_rig_on_host_networking_never_takes_the_store_firewall():
+    with pytest.raises(ConfigError) as refused:
+        refuse_on_shared_network(KV_STORE_FIREWALL, {"lab_rig": True}, True)
+    assert refused.value.field == "kv_store_firewall" and "kv_store_firewall: false" in refused.value.fix
+    refuse_on_shared_network(KV_STORE_FIREWALL, {"lab_rig": True, "lab_netns": True}, True)
+    refuse_on_shared_network(KV_STORE_FIREWALL, {"lab_rig": True}, False)
+
+
+def test_the_lab_store_inventory_turns_the_store_firewall_off():
+    text = (Path(__file__).parent / "lab" / "inventories" / "kv_store_rig2.py").read_text()
+    assert '"kv_store_firewall": False' in text
+
+
+# --- a real nft, in a private network namespace (this machine's firewall is never touched) -------------------
+
+def _nft() -> str | None:
+    return os.environ.get("RIGKIT_TEST_NFT") or shutil.which("nft")
+
+
+NFT_BIN = _nft()
+needs_nft = pytest.mark.skipif(NFT_BIN is None or shutil.which("unshare") is None,
+                               reason="no nft on PATH or in $RIGKIT_TEST_NFT (e.g. Debian's nft unpacked from its "
+                                      "package), or no unshare")
+
+
+def _in_private_netns(script: str) -> subprocess.CompletedProcess:
+    """``script`` under sh in a new user and network namespace: nft there sees only that namespace's tables."""
+    return subprocess.run(["unshare", "-rn", "sh", "-c", script], capture_output=True, text=True, timeout=60,
+                          env={**os.environ, "NFT": NFT_BIN})
+
+
+@needs_nft
+@pytest.mark.parametrize("firewall, ports", [(API_FIREWALL, [8103, 5555, 8080]), (KV_STORE_FIREWALL, [6390])])
+def test_real_nft_accepts_the_rendering(tmp_path, firewall, ports):
+    path = tmp_path / "ruleset.nft"
+    path.write_text(ruleset(firewall, ports, captured_sources()))
+    result = _in_private_netns(f'"$NFT" -c -f {shlex.quote(str(path))}')
+    assert result.returncode == 0, result.stderr
+
+
+@needs_nft
+def test_real_nft_refuses_a_broken_rendering(tmp_path):
+    # the check above can fail: the store's ruleset with its chain's closing brace dropped is refused
+    path = tmp_path / "broken.nft"
+    path.write_text(store_ruleset().replace("\t\tcounter drop\n\t}\n", "\t\tcounter drop\n", 1))
+    assert _in_private_netns(f'"$NFT" -c -f {shlex.quote(str(path))}').returncode != 0
+
+
+@needs_nft
+def test_both_tables_load_side_by_side_and_each_reload_or_removal_leaves_the_other(tmp_path):
+    api, store = tmp_path / "api.nft", tmp_path / "store.nft"
+    api.write_text(ruleset(API_FIREWALL, [8103], captured_sources()))
+    store.write_text(store_ruleset(allowed_sources(["10.213.3.2"], None, KV_STORE_FIREWALL)))
+    a, s = shlex.quote(str(api)), shlex.quote(str(store))
+    result = _in_private_netns(f'set -e; "$NFT" -f {a}; "$NFT" -f {s}; "$NFT" -f {a}; "$NFT" list tables; echo --; '
+                               f'"$NFT" delete table inet {API_FIREWALL.table}; "$NFT" list tables; echo --; '
+                               f'"$NFT" list table inet {KV_STORE_FIREWALL.table}')
+    assert result.returncode == 0, result.stderr
+    both, after_delete, store_table = result.stdout.split("--\n")
+    assert sorted(both.split("\n")[:-1]) == ["table inet rigkit_api", "table inet rigkit_kv_store"]
+    assert after_delete.strip() == "table inet rigkit_kv_store"
+    assert "tcp dport 6390 jump kv_store" in store_table and "10.213.3.2" in store_table

@@ -180,3 +180,95 @@ def test_the_real_server_refuses_a_wrong_password(store, tmp_path: Path) -> None
     answers, _ = _ask(section, wrong)
     assert "WRONGPASS" in answers["authenticated"] or "invalid" in answers["authenticated"]
     assert kv_store.answers_as_declared(section, answers)
+
+
+# --- the store firewall's sources (rigkit.kv_store.store_sources) --------------------------------------------
+
+STORE_HOST = ("store1", "10.213.3.1")
+NAMES = {"rig1.lan": ["10.213.3.2"], "rig3.lan": ["10.213.3.4", "fd00::4"], "10.213.3.2": ["10.213.3.2"],
+         "127.0.0.1": ["127.0.0.1"], "10.213.3.1": ["10.213.3.1"]}
+
+
+def made_up_resolver(name: str) -> list[str]:
+    """A made-up name table standing in for the controller's resolver (the real one: test below)."""
+    if name not in NAMES:
+        raise socket.gaierror(socket.EAI_NONAME, "Name or service not known")
+    return NAMES[name]
+
+
+def sources(settings: dict, rigs: dict, store=STORE_HOST) -> list[str]:
+    from rigkit.firewall import source_text
+    return [source_text(n) for n in kv_store.store_sources(settings, store, rigs, made_up_resolver)]
+
+
+def test_by_default_every_rig_of_the_inventory_is_allowed_at_its_resolved_address_once() -> None:
+    section = store_section(kv_store_bind_addresses=["127.0.0.1", "10.213.3.1"])
+    rigs = {"rig1": "rig1.lan", "rig2": "10.213.3.2", "rig3": "rig3.lan"}
+    assert sources(section, rigs) == ["10.213.3.2", "10.213.3.4", "fd00::4"]
+
+
+def test_declared_sources_replace_the_rigs_and_the_checks_own_address_is_added() -> None:
+    section = store_section(kv_store_bind_addresses=["10.213.3.1"], kv_store_allowed_sources=["192.168.20.0/24"])
+    # valkey binds no loopback: the role's check connects to 10.213.3.1 from 10.213.3.1, which must pass
+    assert sources(section, {"rig1": "rig1.lan"}) == ["10.213.3.1", "192.168.20.0/24"]
+    assert sources(store_section(kv_store_allowed_sources=[]), {"rig1": "rig1.lan"}) == []
+
+
+def test_a_rig_name_that_does_not_resolve_is_refused_naming_the_rig_and_the_fix() -> None:
+    with pytest.raises(ConfigError) as refused:
+        sources(store_section(kv_store_bind_addresses=["10.213.3.1"]), {"rig1": "rig1.lan", "rig7": "rig7.lan"})
+    assert refused.value.field == "kv_store_allowed_sources" and refused.value.value == "rig7.lan"
+    assert "rig rig7" in refused.value.problem and "does not resolve" in refused.value.problem
+    assert "router_worker_address for rig7" in refused.value.fix and "kv_store_allowed_sources" in refused.value.fix
+
+
+def test_a_loopback_rig_is_refused_when_the_store_is_elsewhere_and_needs_no_source_on_the_same_loopback() -> None:
+    section = store_section(kv_store_bind_addresses=["127.0.0.1", "10.213.3.1"])
+    with pytest.raises(ConfigError) as refused:
+        sources(section, {"rig2": "127.0.0.1"})
+    assert "rig rig2" in refused.value.problem and "loopback" in refused.value.problem
+    # the lab: rigs on the host network and the store on one of them, all at 127.0.0.1
+    assert sources(section, {"rig1": "127.0.0.1", "rig3": "10.213.3.2"}, store=("rig2", "127.0.0.1")) == ["10.213.3.2"]
+
+
+def test_no_rig_to_allow_is_refused_unless_valkey_listens_on_loopback_only() -> None:
+    with pytest.raises(ConfigError) as refused:
+        sources(store_section(kv_store_bind_addresses=["10.213.3.1"]), {})
+    assert "no rig" in refused.value.problem
+    assert sources(store_section(), {}) == []
+
+
+def test_a_bad_declared_source_is_refused_with_the_store_setting_named() -> None:
+    with pytest.raises(ConfigError) as refused:
+        store_section(kv_store_allowed_sources=["10.0.0.5/24"])
+    assert refused.value.field == "kv_store_allowed_sources" and "10.0.0.0/24" in str(refused.value)
+    with pytest.raises(ConfigError) as refused:
+        store_section(kv_store_allowed_sources=["::/0"])
+    assert "turn kv_store_firewall off" in str(refused.value)
+
+
+def test_the_real_resolver_gives_each_address_once() -> None:
+    assert kv_store.resolve_address("10.213.3.2") == ["10.213.3.2"]  # one per socket type without dedup
+    assert kv_store.resolve_address("::1") == ["::1"]
+    assert "127.0.0.1" in kv_store.resolve_address("localhost")  # /etc/hosts: no DNS needed
+
+
+def test_the_rigs_are_the_inventorys_hosts_that_are_neither_router_nor_store_at_the_routers_address() -> None:
+    from pyinfra.api import Inventory
+
+    from rigkit.fleet import inventory_rigs
+    from rigkit.router import rig_address
+
+    rig = {"serving_profile": "cpu-lab", "serving_image": "127.0.0.1:5000/rigkit/vllm-cpu-tiny@sha256:" + "3f" * 32,
+           "gpus": 0, "num_gpu_blocks_override": 72}
+    inventory = Inventory((["rig1", "rig3", "gw", "store1"], {}),
+                          rigs=(["rig1", "rig3"], {}), routers=(["gw"], {}), kv_stores=(["store1"], {}),
+                          override_data=None)
+    inventory.get_host("rig1").data.__dict__["override_datas"].update(
+        {**rig, "bind_address": "0.0.0.0", "ssh_hostname": "10.213.3.2"})
+    inventory.get_host("rig3").data.__dict__["override_datas"].update(
+        {**rig, "bind_address": "10.213.3.4", "ssh_hostname": "rig3.lan"})
+    rigs = inventory_rigs(inventory)
+    assert list(rigs) == ["rig1", "rig3"]
+    addresses = {name: rig_address(name, data, knobs["bind_address"]) for name, (data, knobs) in rigs.items()}
+    assert addresses == {"rig1": "10.213.3.2", "rig3": "10.213.3.4"}  # the wildcard bind's SSH address, the one bind

@@ -1,5 +1,5 @@
-"""Facts for the API firewall: rigkit's nft table, what of it a rig holds, where the deploy's SSH session comes
-from, and the rig's network namespace (the lab's guard)."""
+"""Facts for rigkit's firewalls (rigkit.firewall): a firewall's nft table, what of it a host holds, where the
+deploy's SSH session comes from, and the host's network namespace (the lab's guard)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from typing import Optional
 
 from pyinfra.api import FactBase
 
-from rigkit.firewall import RULESET_PATH, TABLE, UNIT_PATH
+from rigkit.firewall import Firewall
 
 TABLE_MARKER = "table"
 
@@ -20,7 +20,7 @@ class NftTableComment(FactBase):
     def requires_command(self, *args, **kwargs) -> str:
         return "nft"
 
-    def command(self, table: str = TABLE) -> str:
+    def command(self, table: str) -> str:
         name = shlex.quote(table)
         return (f"if t=$(nft list table inet {name} 2>/dev/null); then echo {TABLE_MARKER}; "
                 "printf '%s\\n' \"$t\" | sed -n 's/^[[:space:]]*comment \"\\(.*\\)\"$/\\1/p' | head -n 1; fi")
@@ -31,17 +31,24 @@ class NftTableComment(FactBase):
         return output[1] if len(output) > 1 else ""
 
 
-class ApiFirewallTrace(FactBase):
-    """What of rigkit's API firewall is on the rig: a subset of ["ruleset", "unit", "table"] (empty: none)."""
+class FirewallTrace(FactBase):
+    """What of one of rigkit's firewalls is on the host: a subset of ["ruleset", "unit", "table"] (empty: none).
+    Read with ``trace_kwargs(firewall)``: the fact is keyed by the firewall's table."""
 
     default = list
 
-    def command(self) -> str:
-        return (f"[ -e {RULESET_PATH} ] && echo ruleset; [ -e {UNIT_PATH} ] && echo unit; "
-                f"command -v nft >/dev/null 2>&1 && nft list table inet {TABLE} >/dev/null 2>&1 && echo table; true")
+    def command(self, table: str, ruleset_path: str, unit_path: str) -> str:
+        ruleset, unit, name = shlex.quote(ruleset_path), shlex.quote(unit_path), shlex.quote(table)
+        return (f"[ -e {ruleset} ] && echo ruleset; [ -e {unit} ] && echo unit; "
+                f"command -v nft >/dev/null 2>&1 && nft list table inet {name} >/dev/null 2>&1 && echo table; true")
 
     def process(self, output: list[str]) -> list[str]:
         return [line for line in output if line in ("ruleset", "unit", "table")]
+
+
+def trace_kwargs(firewall: Firewall) -> dict[str, str]:
+    """FirewallTrace's arguments for ``firewall``."""
+    return {"table": firewall.table, "ruleset_path": firewall.ruleset_path, "unit_path": firewall.unit_path}
 
 
 # The deploy's own SSH session sets SSH_CONNECTION; sudo (pyinfra's _sudo) resets the environment, so the

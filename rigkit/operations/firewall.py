@@ -1,4 +1,5 @@
-"""firewall: rigkit's own nft table loaded from its ruleset file, or removed; no other table is touched."""
+"""firewall: one of rigkit's nft tables (rigkit.firewall.Firewall.table) loaded from its ruleset file, or removed;
+no other table is touched."""
 
 from __future__ import annotations
 
@@ -6,11 +7,10 @@ from pyinfra import host
 from pyinfra.api import QuoteString, StringCommand, operation
 
 from rigkit.facts.firewall import NftTableComment
-from rigkit.firewall import TABLE
 
 
 @operation()
-def ruleset_loaded(path: str, comment: str, table: str = TABLE):
+def ruleset_loaded(path: str, comment: str, table: str):
     """
     Load the nft script ``path`` unless table ``inet <table>`` already carries ``comment`` (the ruleset's hash).
 
@@ -30,11 +30,11 @@ def ruleset_loaded(path: str, comment: str, table: str = TABLE):
 
 
 @operation()
-def table_removed(table: str = TABLE):
+def table_removed(table: str):
     """
     Delete nft table ``inet <table>`` when it is loaded (every other table stays).
 
-    + table: rigkit's table
+    + table: the firewall's table (rigkit.firewall.Firewall.table)
     """
     if host.get_fact(NftTableComment, table=table) is None:
         host.noop(f"nft table inet {table} is not loaded")

@@ -18,7 +18,9 @@ import re
 import pytest
 import requests
 
-from rigkit.firewall import RULESET_PATH, TABLE, UNIT_NAME
+from rigkit.firewall import API_FIREWALL
+
+RULESET_PATH, TABLE, UNIT_NAME = API_FIREWALL.ruleset_path, API_FIREWALL.table, API_FIREWALL.unit_name
 from rigkit.lab.pyinfra_output import parse_results
 from rigkit.tunnel import serving_url
 

@@ -3,6 +3,8 @@
 Group ``kv_stores`` (rigkit.defaults.KV_STORE_GROUP), one host: the lab rig on trixie, with its SSH data from
 inventory/lab.py and the store's settings below. The rigs share the host network, so the store listens on a
 port no lab service uses (not valkey's usual 6379). The password comes from RIGKIT_KV_STORE_PASSWORD.
+kv_store_firewall is off: this rig is on host networking, so its nft rules would be this machine's firewall
+(rigkit.firewall.refuse_on_shared_network refuses the default, on).
 """
 
 import runpy
@@ -11,7 +13,7 @@ from rigkit.lab.state import read_state
 from rigkit.paths import REPO_ROOT
 
 STORE_DATA = {"kv_store_port": 6390, "kv_store_bind_addresses": ["127.0.0.1"], "kv_store_maxmemory_gib": 1,
-              "kv_store_maxmemory_policy": "allkeys-lfu"}
+              "kv_store_maxmemory_policy": "allkeys-lfu", "kv_store_firewall": False}
 STORE_SUITE = "trixie"
 
 

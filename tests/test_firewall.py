@@ -3,7 +3,8 @@ shell on this machine's shell, and the lab's refusals.
 
 The API ruleset was loaded by a real nft 1.0.6 in a private network namespace (tests/fixtures/firewall/README.md):
 the capture there is what these tests hold today's rendering to. The nft tests at the end run a real nft
-(on PATH or $RIGKIT_TEST_NFT) inside ``unshare -rn`` on both renderings; they are skipped, saying so, without one.
+($RIGKIT_TEST_NFT, on PATH, or the one bin/setup unpacks: rigkit/lab/unpacked_tools.py) inside ``unshare -rn`` on
+both renderings; they are skipped, saying so, without one.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from rigkit.firewall import (API_FIREWALL, allowed_sources, controller_address, 
                              source_text, unit_text)
 from rigkit.hostdata import rig_settings
 from rigkit.kv_store import KV_STORE_FIREWALL
+from rigkit.lab.unpacked_tools import unpacked_tool
 
 FIXTURES = Path(__file__).parent / "fixtures" / "firewall"
 SSH_CONNECTION = "10.213.3.1 40000 10.213.3.2 22"
@@ -228,13 +230,13 @@ def test_the_lab_store_inventory_turns_the_store_firewall_off():
 # --- a real nft, in a private network namespace (this machine's firewall is never touched) -------------------
 
 def _nft() -> str | None:
-    return os.environ.get("RIGKIT_TEST_NFT") or shutil.which("nft")
+    return os.environ.get("RIGKIT_TEST_NFT") or shutil.which("nft") or unpacked_tool("nft")
 
 
 NFT_BIN = _nft()
 needs_nft = pytest.mark.skipif(NFT_BIN is None or shutil.which("unshare") is None,
-                               reason="no nft on PATH or in $RIGKIT_TEST_NFT (e.g. Debian's nft unpacked from its "
-                                      "package), or no unshare")
+                               reason="no nft in $RIGKIT_TEST_NFT, on PATH or unpacked by bin/setup "
+                                      "(rigkit/lab/unpacked_tools.py), or no unshare")
 
 
 def _in_private_netns(script: str) -> subprocess.CompletedProcess:

@@ -2,7 +2,8 @@
 
 The server tests run the real valkey-server (or redis-server, which reads the same directives) on this machine's
 loopback with the configuration rigkit renders, and ask it with the role's own check command; they are skipped,
-saying so, when neither binary is on PATH or in $RIGKIT_TEST_VALKEY_BIN (a directory).
+saying so, when neither binary is in $RIGKIT_TEST_VALKEY_BIN (a directory), on PATH, or unpacked by bin/setup
+(rigkit/lab/unpacked_tools.py).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from rigkit import kv_store
 from rigkit.errors import ConfigError
 from rigkit.facts.kv_store import StoreAnswers
 from rigkit.hostdata import rig_settings, settings_for_host
+from rigkit.lab.unpacked_tools import unpacked_tool
 from rigkit.render import compose_document, render_env
 from rigkit.sizing import GIB
 
@@ -112,12 +114,14 @@ def _server_binaries() -> tuple[str, str] | None:
         found = shutil.which(server, path=path), shutil.which(cli, path=path)
         if all(found):
             return found
-    return None
+    unpacked = unpacked_tool("redis-server"), unpacked_tool("redis-cli")
+    return unpacked if all(unpacked) else None
 
 
 BINARIES = _server_binaries()
-needs_server = pytest.mark.skipif(BINARIES is None, reason="no valkey-server/redis-server on PATH or in "
-                                                            "$RIGKIT_TEST_VALKEY_BIN")
+needs_server = pytest.mark.skipif(BINARIES is None, reason="no valkey-server/redis-server in "
+                                                            "$RIGKIT_TEST_VALKEY_BIN, on PATH or unpacked by bin/setup "
+                                                            "(rigkit/lab/unpacked_tools.py)")
 
 
 def _free_port() -> int:

@@ -552,3 +552,44 @@ def test_a_lab_up_that_names_no_distribution_keeps_each_rig_s():
                                                                                             "bookworm"]
     assert rigs.distros_of([rig(2, "trixie")]) == ["bookworm", "trixie"]
     assert rigs.distros_of([]) == []
+
+
+REMOVE_TREE_IN_FEW_FDS = """
+import resource, sys
+from pathlib import Path
+resource.setrlimit(resource.RLIMIT_NOFILE, (64, 64))
+from rigkit.lab.proc import remove_tree
+remove_tree(Path(sys.argv[1]), "test: remove the tree")
+"""
+
+
+def test_remove_tree_takes_a_tree_deeper_than_the_descriptors_it_may_hold(tmp_path):
+    # shutil.rmtree holds two descriptors per level: with 64 allowed it fails on this tree (Errno 24)
+    tree = tmp_path / "lab"
+    deepest = tree.joinpath(*["d"] * 120)
+    deepest.mkdir(parents=True)
+    (deepest / "leaf").write_text("x")
+    result = subprocess.run([sys.executable, "-c", REMOVE_TREE_IN_FEW_FDS, str(tree)], capture_output=True,
+                            text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    assert not tree.exists() and tmp_path.exists()
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="mounting a tmpfs needs root")
+def test_remove_tree_never_crosses_into_a_mount_and_names_it(tmp_path):
+    from rigkit.lab.proc import LabStepError, remove_tree
+
+    tree = tmp_path / "lab"
+    mounted = tree / "rigs" / "still-mounted"
+    mounted.mkdir(parents=True)
+    (tree / "state.json").write_text("{}")
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(mounted)], check=True)
+    try:
+        (mounted / "precious").write_text("kept")
+        with pytest.raises(LabStepError) as refused:
+            remove_tree(tree, "test: remove the tree")
+        assert f"findmnt -R {tree}" in str(refused.value)
+        assert (mounted / "precious").read_text() == "kept"
+        assert not (tree / "state.json").exists()
+    finally:
+        subprocess.run(["umount", str(mounted)], check=True)

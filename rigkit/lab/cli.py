@@ -11,7 +11,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import shutil
 import subprocess
 import sys
 import time
@@ -21,7 +20,7 @@ from typing import Optional, Sequence
 
 from rigkit.errors import PreflightError, RigkitError
 from rigkit.lab import engine, registry_server, rig_image, rigs
-from rigkit.lab.proc import Progress, print_progress
+from rigkit.lab.proc import Progress, print_progress, remove_tree
 from rigkit.lab.state import LabState, read_state_or_none, write_state
 from rigkit.paths import CACHE_DIR, LAB_DIR, LAB_STATE_FILE
 
@@ -99,10 +98,10 @@ def lab_down(progress: Progress = print_progress, purge_cache: bool = False) -> 
         _remove_lab_images(progress)
     if LAB_DIR.exists():
         progress(f"files: removing {LAB_DIR}")
-        shutil.rmtree(LAB_DIR)
+        remove_tree(LAB_DIR, "lab down: remove the lab's files")
     if purge_cache and CACHE_DIR.exists():
         progress(f"cache: removing {CACHE_DIR}")
-        shutil.rmtree(CACHE_DIR)
+        remove_tree(CACHE_DIR, "lab down: remove the cache")
     progress("lab down: done")
 
 

@@ -38,6 +38,17 @@ def run(cmd: Sequence[str], step: str, fix: str, *, input_text: str | None = Non
     return result
 
 
+def remove_tree(path: Path, step: str) -> None:
+    """rm -rf, never across a mount (a mount left under ``path`` stays, and is named): GNU rm walks a tree of
+    any depth with a bounded number of descriptors, where shutil.rmtree holds two per directory level."""
+    run(["rm", "-rf", "--one-file-system", "--", str(path)], step,
+        f"see what is still mounted under it: findmnt -R {path}; unmount it, then run `rigkit lab down` again")
+    if path.exists():
+        raise LabStepError(step, f"rm -rf {path}", "left the directory in place",
+                           f"see what is still mounted under it: findmnt -R {path}; unmount it, then run "
+                           "`rigkit lab down` again")
+
+
 def start_daemon(cmd: Sequence[str], log_file: Path, pid_file: Path) -> int:
     """Start a daemon as a plain background process in its own session; record its PID."""
     log_file.parent.mkdir(parents=True, exist_ok=True)

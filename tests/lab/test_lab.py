@@ -4,8 +4,10 @@ digest, vLLM runs inside a rig's own engine, and `lab down` leaves nothing behin
 from __future__ import annotations
 
 import json
+import os
 import socket
 import subprocess
+import sys
 import time
 import uuid
 from pathlib import Path
@@ -216,13 +218,18 @@ def _pid_alive(pid: int | None) -> bool:
     return bool(pid) and Path(f"/proc/{pid}").exists()
 
 
+def _reap_if_child(pid: int | None) -> None:
+    try:
+        if pid:
+            os.waitpid(pid, os.WNOHANG)
+    except ChildProcessError:
+        pass
+
+
 @pytest.mark.lab_down_last
 def test_lab_down_leaves_no_container_loop_device_mount_or_file(lab, rig_exec, tmp_path):
-    import os
-
     if os.environ.get("RIGKIT_KEEP_LAB") == "1":
         pytest.skip("RIGKIT_KEEP_LAB=1: the lab stays up")
-    from rigkit.lab.cli import lab_down
 
     # a rig that formatted and mounted its NVMe (as the L2 role does) must not block the teardown
     rig = lab.rigs[0]
@@ -238,7 +245,15 @@ def test_lab_down_leaves_no_container_loop_device_mount_or_file(lab, rig_exec, t
     bystander = subprocess.run(["losetup", "--find", "--show", str(bystander_image)], check=True,
                                capture_output=True, text=True).stdout.strip()
     try:
-        lab_down()
+        # the CLI in its own process, as an operator runs it: whatever it holds open ends with it
+        print("deepest path under the lab before `lab down`:", subprocess.run(
+            ["sh", "-c", f"find {LAB_DIR} -xdev -printf '%d %p\\n' | sort -n | tail -1"], capture_output=True,
+            text=True).stdout.strip())
+        down = subprocess.run([str(Path(sys.executable).with_name("rigkit")), "lab", "down"], capture_output=True,
+                              text=True, timeout=900)
+        assert down.returncode == 0, f"rigkit lab down failed:\n{down.stdout[-4000:]}\n{down.stderr[-4000:]}"
+        for pid in (lab.registry_pid, engine_pid):
+            _reap_if_child(pid)  # this process started them (the lab fixture): their zombies are its to collect
 
         if engine.engine_answers():
             left = subprocess.run(["docker", "ps", "-aq", "--filter", f"label=rigkit.lab={LAB_DIR}"],

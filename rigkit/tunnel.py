@@ -247,13 +247,10 @@ def _make_handler(tunnel: Tunnel):
                         if not data:
                             break
                         self.request.sendall(data)
-            except (OSError, EOFError):  # paramiko says EOFError when the SSH transport died under the channel
+            except OSError:
                 pass
             finally:
-                try:
-                    channel.close()
-                except (OSError, EOFError):
-                    pass  # the transport went first: nothing is left to close
+                channel.close()
 
     return Handler
 

@@ -41,12 +41,10 @@ def run(cmd: Sequence[str], step: str, fix: str, *, input_text: str | None = Non
 def remove_tree(path: Path, step: str) -> None:
     """rm -rf, never across a mount (a mount left under ``path`` stays, and is named): GNU rm walks a tree of
     any depth with a bounded number of descriptors, where shutil.rmtree holds two per directory level."""
-    run(["rm", "-rf", "--one-file-system", "--", str(path)], step,
-        f"see what is still mounted under it: findmnt -R {path}; unmount it, then run `rigkit lab down` again")
+    fix = f"see what is still mounted under it: findmnt -R {path}; unmount it, then run `rigkit lab down` again"
+    run(["rm", "-rf", "--one-file-system", "--", str(path)], step, fix)
     if path.exists():
-        raise LabStepError(step, f"rm -rf {path}", "left the directory in place",
-                           f"see what is still mounted under it: findmnt -R {path}; unmount it, then run "
-                           "`rigkit lab down` again")
+        raise LabStepError(step, f"rm -rf {path}", "left the directory in place", fix)
 
 
 def start_daemon(cmd: Sequence[str], log_file: Path, pid_file: Path) -> int:

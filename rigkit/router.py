@@ -22,7 +22,7 @@ from rigkit.knobs import controller_secret_variable
 from rigkit.paths import RIG_LIB_DIR
 from rigkit.stack import FILES_DIR
 from rigkit.systemd import exec_command_line
-from rigkit.tunnel import WILDCARD_ADDRESSES, is_loopback_bind, url_host
+from rigkit.tunnel import WILDCARD_ADDRESSES, is_loopback_bind, ssh_address, url_host
 
 ROUTER_VENV = "/opt/rigkit-router"
 ROUTER_PYTHON = f"{ROUTER_VENV}/bin/python"
@@ -65,11 +65,6 @@ class Worker:
 def is_gateway(groups: Sequence[str]) -> bool:
     """A host of ROUTER_GROUP runs the router role only; every other host is a rig."""
     return ROUTER_GROUP in groups
-
-
-def ssh_address(name: str, data: Mapping[str, Any]) -> str:
-    """The address the inventory reaches host ``name`` at over SSH: ssh_hostname, else the inventory name."""
-    return str(data.get("ssh_hostname") or name)
 
 
 def rig_address(name: str, data: Mapping[str, Any], bind_address: str) -> str:

@@ -61,6 +61,11 @@ def is_loopback_bind(bind: str) -> bool:
         return False
 
 
+def ssh_address(name: str, host_data: Mapping[str, Any]) -> str:
+    """The address the inventory reaches host ``name`` at over SSH: ssh_hostname, else the inventory name."""
+    return str(host_data.get("ssh_hostname") or name)
+
+
 def direct_address(bind: str, host_data: Mapping[str, Any], inventory_name: Optional[str] = None) -> str:
     """Where to connect when the API is bound to a non-loopback address."""
     if bind in WILDCARD_ADDRESSES:

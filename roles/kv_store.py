@@ -52,7 +52,7 @@ from rigkit.operations import refuse
 from rigkit.operations.apt import packages_installed
 from rigkit.operations.files import secret_file
 from rigkit.operations.kv_store import store_verified
-from rigkit.router import ssh_address
+from rigkit.tunnel import ssh_address
 from roles import Run
 from roles.firewall import controller_namespace, firewall_applied, firewall_removed
 

@@ -21,6 +21,7 @@ import requests
 from rigkit import metrics
 from rigkit.errors import RigkitError
 from rigkit.files import ttft_probe
+from rigkit.http_session import server_session
 from rigkit.tunnel import rig_local_url
 
 # Rough size of one token in characters, to draft a prompt before /tokenize refines it.
@@ -207,7 +208,7 @@ class ServingClient:
         self.base_url = base_url.rstrip("/")
         self.extra_metrics_urls = tuple(extra_metrics_urls)
         self.probe = probe
-        self.session = session or requests.Session()
+        self.session = session or server_session()
         self._model = model
         self._max_model_len: Optional[int] = None
 

@@ -22,6 +22,7 @@ from typing import Optional
 import requests
 
 from rigkit.errors import ConfigError, RigkitError
+from rigkit.http_session import server_session
 
 DIGEST_RE = re.compile(r"sha256:[0-9a-f]{64}")
 DIGEST_FORM = "sha256:<64 hex>"
@@ -178,7 +179,7 @@ def resolve(image_with_tag: str, timeout: float = RESOLVE_TIMEOUT_S,
         return require_digest(image_with_tag, "image")
     tag = reference.tag or "latest"
     url = f"{api_base(reference.registry)}/v2/{reference.repository}/manifests/{tag}"
-    session = session or requests.Session()
+    session = session or server_session()
     headers = {"Accept": MANIFEST_ACCEPT}
     fix = f"check the name and tag, and that {reference.registry} is reachable"
     try:

@@ -132,15 +132,14 @@ class RouterDrain:
 @contextmanager
 def rig_in_flight(rig: str, data: Mapping[str, Any]) -> Iterator[Callable[[], float]]:
     """A reading of the rig's requests in flight from its /metrics, through the SSH tunnel to its API."""
-    import requests
-
     from rigkit.hostdata import rig_settings
+    from rigkit.http_session import server_session
     from rigkit.metrics import requests_in_flight
     from rigkit.tunnel import serving_url
 
     knobs = rig_settings(dict(data)).stack.knobs
     with serving_url(data, knobs["bind_address"], knobs["serving_port"], inventory_name=rig) as url:
-        with requests.Session() as session:
+        with server_session() as session:
             yield lambda: requests_in_flight(session.get(f"{url}/metrics", timeout=5).text)
 
 

@@ -28,6 +28,7 @@ import requests
 
 from rigkit.defaults import ROUTER_GROUP, ROUTER_VARIABLES
 from rigkit.errors import RigkitError
+from rigkit.http_session import server_session
 
 ADMIN_TIMEOUT_S = 10.0
 # /add_worker returns once the router's own health check of the worker passed; the rig has just passed its
@@ -59,7 +60,7 @@ class RouterAdmin:
 
     def __init__(self, url: str, session: Optional[requests.Session] = None, timeout_s: float = ADMIN_TIMEOUT_S):
         self.url = url.rstrip("/")
-        self.session = session or requests.Session()
+        self.session = session or server_session()
         self.timeout_s = timeout_s
 
     def _call(self, method: str, path: str, timeout_s: Optional[float] = None, **params: str) -> requests.Response:

@@ -13,6 +13,7 @@ from typing import Callable, Iterable
 
 import requests
 
+from rigkit.http_session import server_session
 from rigkit.knobs import redacted
 from rigkit.metrics import parse_families
 
@@ -67,12 +68,12 @@ def chat_answered(session: requests.Session, base_url: str, served_name: str, ti
 
 def check_router(base_url: str, served_name: str, timeout: float = 60.0) -> list[SmokeCheck]:
     """Smoke through the router: a chat completion is answered by one of its rigs."""
-    session = requests.Session()
+    session = server_session()
     return [_check("chat through the router", lambda: chat_answered(session, base_url, served_name, timeout))]
 
 
 def check_http(base_url: str, served_name: str, timeout: float = 60.0) -> list[SmokeCheck]:
-    session = requests.Session()
+    session = server_session()
 
     def health() -> str:
         response = session.get(f"{base_url}/health", timeout=timeout)

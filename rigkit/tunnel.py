@@ -252,10 +252,13 @@ def _make_handler(tunnel: Tunnel):
                         if not data:
                             break
                         self.request.sendall(data)
-            except OSError:
+            except (OSError, EOFError):  # paramiko says EOFError when the SSH transport died under the channel
                 pass
             finally:
-                channel.close()
+                try:
+                    channel.close()
+                except (OSError, EOFError):
+                    pass  # the transport went first: nothing is left to close
 
     return Handler
 

@@ -342,3 +342,35 @@ def test_rig_local_url_is_a_valid_url_for_every_bind_address(bind, url):
 
     assert tunnel.rig_local_url(bind, 8000, "/v1/models") == url
     assert urllib.parse.urlsplit(url).port == 8000
+
+
+class _ChannelOfADeadTransport:
+    """A paramiko channel whose SSH transport died: paramiko raises EOFError on send and on close."""
+
+    def __init__(self):
+        self.reader, self.writer = socket.socketpair()
+        self.writer.sendall(b"x")  # readable, so the pump tries to use it
+
+    def fileno(self):
+        return self.reader.fileno()
+
+    def recv(self, size):
+        return self.reader.recv(size)
+
+    def sendall(self, data):
+        raise EOFError()
+
+    def close(self):
+        self.reader.close()
+        self.writer.close()
+        raise EOFError()
+
+
+def test_a_connection_whose_ssh_transport_died_ends_quietly(monkeypatch):
+    channel = _ChannelOfADeadTransport()
+    monkeypatch.setattr(tunnel, "_open_channel", lambda tunnel_, peer: channel)
+    client_end, server_end = socket.socketpair()
+    client_end.sendall(b"GET / HTTP/1.1\r\n\r\n")
+    with client_end, server_end:
+        tunnel._make_handler(tunnel=None)(server_end, ("127.0.0.1", 1), None)  # raises nothing
+    assert channel.reader.fileno() == -1  # closed all the same

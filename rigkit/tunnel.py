@@ -69,7 +69,7 @@ def ssh_address(name: str, host_data: Mapping[str, Any]) -> str:
 def direct_address(bind: str, host_data: Mapping[str, Any], inventory_name: Optional[str] = None) -> str:
     """Where to connect when the API is bound to a non-loopback address."""
     if bind in WILDCARD_ADDRESSES:
-        return str(host_data.get("ssh_hostname") or inventory_name or bind)
+        return ssh_address(inventory_name or bind, host_data)
     return bind
 
 
@@ -88,7 +88,7 @@ def _accept_new_policy(known_hosts_file: Optional[str]) -> paramiko.MissingHostK
 
 def connect_ssh(host_data: Mapping[str, Any], inventory_name: Optional[str] = None) -> paramiko.SSHClient:
     """An SSH client connected with pyinfra's connection data for one host."""
-    hostname = host_data.get("ssh_hostname") or inventory_name
+    hostname = ssh_address(inventory_name or "", host_data)
     if not hostname:
         raise TunnelError("ssh_hostname", None, "no address to reach the rig",
                           "set ssh_hostname in the inventory for this host")

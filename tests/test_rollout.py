@@ -17,10 +17,13 @@ from rigkit.client import ServingClient
 from rigkit.errors import ConfigError
 from rigkit.hostdata import rig_settings
 from rigkit.ledger import Ledger, Release
-from rigkit.rollout import (CANARY, Proof, RigState, RolloutRecord, RolloutSettings, Stage, StageResult, StageWork,
-                            format_summary, parse_rig_state, plan_stages, proof_verdict, prove_cache,
-                            refuse_unbatched, resume_record, rollback_choice, rollout_settings, stage_failures,
-                            stage_work)
+from rigkit import rollout_plan, rollout_state, rollout_stage, rollout_summary
+from rigkit.rollout_plan import CANARY, RolloutSettings, Stage, plan_stages, refuse_unbatched, rollout_settings
+from rigkit.rollout_proof import Proof, prove_cache
+from rigkit.rollout_record import RolloutRecord, record_path, resume_record
+from rigkit.rollout_stage import StageResult, StageWork, rollback_choice, stage_failures, stage_work
+from rigkit.rollout_state import RigState, parse_rig_state
+from rigkit.rollout_summary import format_summary
 from rigkit.stack import rendering_for
 from rigkit.variables import resolve
 from rigkit.defaults import ROLLOUT_VARIABLES
@@ -54,7 +57,7 @@ def test_canaries_first_then_batches_in_inventory_order():
     assert [s.rigs for s in plan_stages(["a", "b", "c"], canary=2, batch=0)] == [("a", "b"), ("c",)]
     assert [s.rigs for s in plan_stages(["a", "b", "c"], canary=0, batch=2)] == [("a", "b"), ("c",)]
     assert [(s.label, s.rigs) for s in plan_stages(["a"], canary=3, batch=1)] == [(CANARY, ("a",))]
-    assert [(s.label, s.rigs) for s in plan_stages(["a", "b"], 0, 0)] == [(rollout.ALL_AT_ONCE, ("a", "b"))]
+    assert [(s.label, s.rigs) for s in plan_stages(["a", "b"], 0, 0)] == [(rollout_plan.ALL_AT_ONCE, ("a", "b"))]
 
 
 def test_settings_agree_across_rigs_or_are_refused_and_a_flag_wins():
@@ -82,7 +85,7 @@ def test_plain_pyinfra_refuses_a_rollout_it_would_run_all_at_once():
     with pytest.raises(ConfigError) as refused:
         refuse_unbatched(section(rollout_canary=1), {})
     assert "rigkit deploy" in str(refused.value) and "rollout_canary=0" in str(refused.value)
-    refuse_unbatched(section(rollout_canary=1), {rollout.ROLLOUT_STEP_ENV: "canary"})  # driven by rigkit deploy
+    refuse_unbatched(section(rollout_canary=1), {rollout_plan.ROLLOUT_STEP_ENV: "canary"})  # driven by rigkit deploy
     refuse_unbatched(section(), {})  # no rollout set: deploy.py as always
 
 
@@ -101,12 +104,12 @@ def test_rigkit_deploy_options_are_read_after_the_inventory_too():
 
 def test_rig_state_from_the_ledger_and_the_verified_hash():
     ledger = Ledger([Release(image=OLD, profile="cpu-lab", knobs_hash="k", smoke="pass", rendering="a" * 64)])
-    state = parse_rig_state("a" * 64 + "\n" + rollout.STATE_SEPARATOR + "\n" + ledger.to_json())
+    state = parse_rig_state("a" * 64 + "\n" + rollout_state.STATE_SEPARATOR + "\n" + ledger.to_json())
     assert state.verified == "a" * 64 and state.current.image == OLD
     assert state.release_words() == "111111111111 deploy smoke=pass"
-    fresh = parse_rig_state(rollout.STATE_SEPARATOR + "\n")
+    fresh = parse_rig_state(rollout_state.STATE_SEPARATOR + "\n")
     assert fresh.verified == "" and fresh.current is None and not fresh.unreadable
-    assert parse_rig_state(rollout.STATE_SEPARATOR + '{"schema": 9}').unreadable
+    assert parse_rig_state(rollout_state.STATE_SEPARATOR + '{"schema": 9}').unreadable
 
 
 def test_a_resumed_rollout_neither_redeploys_nor_reproves_a_canary_that_passed():
@@ -164,9 +167,9 @@ def test_the_rollback_knob_acts_on_the_rigs_this_rollout_upgraded_only():
     roll_back, left = rollback_choice("rollback", record, states, wanted)
     assert roll_back == ["rig4"] and [rig for rig, _ in left] == ["rig5", "rig6"]  # rig6 was on it before
     assert "record began" in dict(left)["rig6"]
-    back, words = rollout.rolled_back_words("rig4", record, RigState("old4"))
+    back, words = rollout_stage.rolled_back_words("rig4", record, RigState("old4"))
     assert back and "as before the rollout" in words
-    back, words = rollout.rolled_back_words("rig4", record, RigState("new4"))
+    back, words = rollout_stage.rolled_back_words("rig4", record, RigState("new4"))
     assert not back and f"rollback_to={OLD}" in words
 
 
@@ -186,7 +189,7 @@ def test_the_summary_names_batch_rig_step_and_why_and_fits_the_terminal(width):
     assert 'rig4 failed at step "serving | Smoke, ledger, prune": ' in flat and "never became ready" in flat
     assert "batch 2 (3/3): rig6: not reached, untouched" in flat
     assert "rig5: left on the new release" in flat and "run the same command again" in flat
-    assert rollout.summary_width(300) == 120 and rollout.summary_width(40) == 80
+    assert rollout_summary.summary_width(300) == 120 and rollout_summary.summary_width(40) == 80
 
 
 # --- the cache proof: validate.py's procedure, cut short, on recorded /metrics ---------------------------------
@@ -239,7 +242,7 @@ class FakeFleet:
     def pyinfra(self, argv: list[str]):
         import os
 
-        assert os.environ.get(rollout.ROLLOUT_STEP_ENV), "every pyinfra run is marked as driven by rigkit deploy"
+        assert os.environ.get(rollout_plan.ROLLOUT_STEP_ENV), "every pyinfra run is marked as driven by rigkit deploy"
         rigs = [argv[i + 1] for i, arg in enumerate(argv) if arg == "--limit"]
         deploy = argv[-1]
         self.runs.append((deploy, rigs))
@@ -307,7 +310,7 @@ def test_a_killed_rollout_continues_where_the_fleet_stands(monkeypatch, tmp_path
     assert fake.deployed() == ["rig4", "rig5", "rig6", "rig7"]  # neither the canary nor rig5 again
     assert fake.proved == ["rig4"]
     assert "cache proof passed in an earlier run" in summary and "rollout complete" in summary
-    record = RolloutRecord.from_json(rollout.record_path("inventory/fleet.py", tmp_path).read_text())
+    record = RolloutRecord.from_json(record_path("inventory/fleet.py", tmp_path).read_text())
     assert record.upgraded == RIGS and record.proven == ["rig4"]
     fake.output = STOPPED_MID_DEPLOY
     status, _ = roll(tmp_path, recheck=True)  # asked: the canary is deployed and proven again

@@ -165,7 +165,7 @@ SERVING_VARIABLES: list[Variable] = [
 
 # Rollout (`rigkit deploy`, rigkit/rollout.py): fleet-wide, so every targeted rig must carry the same values
 # (group data); `rigkit deploy --canary/--batch/--on-failure` override them. Plain `pyinfra deploy.py` runs every
-# rig at once and refuses while a rollout is set (rigkit.rollout.refuse_unbatched).
+# rig at once and refuses while a rollout is set (rigkit.rollout_plan.refuse_unbatched).
 ROLLOUT_LEAVE, ROLLOUT_ROLLBACK = "leave", "rollback"
 
 ROLLOUT_VARIABLES: list[Variable] = [

@@ -424,7 +424,8 @@ def own_options_from_remainder(args: argparse.Namespace) -> argparse.Namespace:
 
 
 def run(args: argparse.Namespace) -> int:
-    from rigkit.rollout import ALL_AT_ONCE, rollout_command, rollout_step
+    from rigkit.rollout import rollout_command, rollout_step
+    from rigkit.rollout_plan import ALL_AT_ONCE
 
     args = own_options_from_remainder(args)
     try:

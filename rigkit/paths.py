@@ -15,7 +15,8 @@ PROFILES_FILE = REPO_ROOT / "profiles.yaml"
 LAB_DIR = Path(os.environ.get("RIGKIT_LAB_DIR", "/var/lib/rigkit-lab"))
 LAB_STATE_FILE = LAB_DIR / "state.json"
 CACHE_DIR = Path(os.environ.get("RIGKIT_CACHE_DIR", "/var/cache/rigkit"))
-# On the controller: one record per inventory of the rollout `rigkit deploy --canary/--batch` runs (rigkit.rollout).
+# On the controller: one record per inventory of the rollout `rigkit deploy --canary/--batch` runs
+# (rigkit.rollout_record).
 ROLLOUTS_DIR = Path(os.environ.get("RIGKIT_ROLLOUTS_DIR", REPO_ROOT / "rollouts"))
 
 # On a rig: the compose project (compose.yml + .env) and rigkit's own state (ledger, helper scripts).

@@ -33,7 +33,7 @@ RESTORE_STEP = "back into the router"
 
 
 def refuse_full_drain(stages: Sequence[Any], worker_of: Mapping[str, str], routed: Mapping[str, Sequence[str]]) -> None:
-    """ConfigError when a stage (rigkit.rollout.Stage) would drain every worker a router routes to at once."""
+    """ConfigError when a stage (rigkit.rollout_plan.Stage) would drain every worker a router routes to at once."""
     for gateway, workers in routed.items():
         for stage in stages:
             out = [rig for rig in stage.rigs if worker_of[rig] in workers]

@@ -12,7 +12,8 @@ import pytest
 from test_rollout import NEW, STOPPED_MID_DEPLOY, FakeFleet, host_data, rendering_hash
 from rigkit import rollout, rollout_drain
 from rigkit.errors import ConfigError
-from rigkit.rollout import RolloutRecord, RolloutSettings
+from rigkit.rollout_plan import RolloutSettings
+from rigkit.rollout_record import RolloutRecord, record_path
 
 GATEWAY = "gw"
 ALL_OK = STOPPED_MID_DEPLOY.replace("rig6", "rig8")  # the capture's failed rig renamed away: rig4, rig5 deploy fine
@@ -125,7 +126,7 @@ def test_a_failed_rig_stays_out_and_the_rollback_goes_rig_by_rig_through_the_rou
     assert worker("rig6") not in fake.router.workers
     flat = " ".join(summary.split())
     assert "rig6: left out of the router (it failed at" in flat and "add_worker?url=" + worker("rig6") in flat
-    record = RolloutRecord.from_json(rollout.record_path("inventory/fleet.py", tmp_path).read_text())
+    record = RolloutRecord.from_json(record_path("inventory/fleet.py", tmp_path).read_text())
     assert record.out_of_router == {"rig6": [GATEWAY]}
 
 
@@ -138,7 +139,7 @@ def test_the_re_run_that_gets_a_left_out_rig_verified_puts_it_back(monkeypatch, 
     assert status == 0, summary
     assert fake.steps() == [("deploy.py", "rig6"), ("add", worker("rig6"))]  # out already: no second drain
     assert worker("rig6") in fake.router.workers
-    record = RolloutRecord.from_json(rollout.record_path("inventory/fleet.py", tmp_path).read_text())
+    record = RolloutRecord.from_json(record_path("inventory/fleet.py", tmp_path).read_text())
     assert record.out_of_router == {}
 
 

@@ -23,7 +23,7 @@ import pytest
 
 from rigkit.paths import REPO_ROOT
 from rigkit.render import CONTAINER_NAME
-from rigkit.rollout import MAX_WIDTH
+from rigkit.rollout_summary import MAX_WIDTH
 from rigkit.stack import RELEASE_HASH_FILE
 from test_fleet_lab import LAB_INVENTORY, broken_release, ledger, models, rig_exec, serving_image_of  # noqa: F401
 

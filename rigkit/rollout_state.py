@@ -1,0 +1,73 @@
+"""What a rig says before and after each stage of a rollout, read over SSH in one round trip: the verified
+rendering it runs (rigkit.stack.RELEASE_HASH_FILE) and its ledger's current release."""
+
+from __future__ import annotations
+
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Mapping, Optional, Sequence
+
+from rigkit.ledger import Ledger, Release
+
+STATE_SEPARATOR = "--rigkit-ledger--"
+SHORT_DIGEST = 12
+
+
+@dataclass(frozen=True)
+class RigState:
+    """What a rig says before and after each stage: the verified rendering it runs ("" when none: never
+    deployed, or a release killed before it was verified), its ledger's current release; or why it is unreadable."""
+
+    verified: str = ""
+    current: Optional[Release] = None
+    unreadable: str = ""
+
+    def release_words(self) -> str:
+        if self.unreadable:
+            return f"unreadable ({self.unreadable})"
+        if self.current is None:
+            return "no release"
+        digest = self.current.image.rpartition("@")[2].removeprefix("sha256:")[:SHORT_DIGEST]
+        return f"{digest} {self.current.kind} smoke={self.current.smoke or '-'}"
+
+
+def state_command() -> str:
+    from rigkit.ledger import LEDGER_PATH
+    from rigkit.stack import RELEASE_HASH_FILE
+
+    return f"cat {RELEASE_HASH_FILE} 2>/dev/null; echo {STATE_SEPARATOR}; cat {LEDGER_PATH} 2>/dev/null; true"
+
+
+def parse_rig_state(output: str) -> RigState:
+    """state_command's output as a RigState."""
+    verified, separator, ledger_text = output.partition(STATE_SEPARATOR)
+    if not separator:
+        return RigState(unreadable="the state command printed nothing")
+    try:
+        current = Ledger.from_json(ledger_text).current
+    except (ValueError, TypeError) as exc:
+        return RigState(verified=verified.strip(), unreadable=f"its ledger does not parse: {exc}")
+    return RigState(verified=verified.strip(), current=current)
+
+
+def read_states(hosts: Mapping[str, Mapping], rigs: Sequence[str]) -> dict[str, RigState]:
+    """Every rig's state, in parallel, one SSH round trip each."""
+    from rigkit.tunnel import connect_ssh
+
+    command = state_command()
+
+    def read(rig: str) -> RigState:
+        try:
+            client = connect_ssh(hosts[rig]["data"], rig)
+        except Exception as exc:  # a rig that is down is a state, not a crash of the rollout
+            return RigState(unreadable=str(exc))
+        try:
+            _, stdout, _ = client.exec_command(command, timeout=30)
+            return parse_rig_state(stdout.read().decode())
+        except Exception as exc:
+            return RigState(unreadable=f"{type(exc).__name__}: {exc}")
+        finally:
+            client.close()
+
+    with ThreadPoolExecutor(max_workers=max(1, min(16, len(rigs)))) as pool:
+        return dict(zip(rigs, pool.map(read, rigs)))

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from rigkit.render import render_compose, render_env
+from rigkit.render import entrypoint_script, env_values, render_compose, render_env
 
 DOCKER_COMPOSE = shutil.which("docker-compose")
 needs_compose = pytest.mark.skipif(DOCKER_COMPOSE is None, reason="docker-compose not installed (bin/setup installs it)")
@@ -23,11 +23,19 @@ needs_compose = pytest.mark.skipif(DOCKER_COMPOSE is None, reason="docker-compos
 SHIM = """#!/bin/bash
 python3 -c 'import json, sys; print(json.dumps(sys.argv[1:]))' "$@" >> "$ARGV_LOG.$(basename "$0")"
 """
-# `lmcache server` records its argv, then answers /healthcheck on its --http-port for LMCACHE_SHIM_LIVES_S
-# seconds (or exits at once with LMCACHE_SHIM_LIVES_S=0, as a server that fails to start)
-LMCACHE_SHIM = SHIM + """[ "${LMCACHE_SHIM_LIVES_S:-2}" = "0" ] && { echo "lmcache shim: failed to start" >&2; exit 1; }
-exec python3 - "$@" <<'PY'
-import http.server, os, sys, threading
+# `lmcache server`, a Python script as pip installs it: records its argv (as the program sees it, in
+# $ARGV_LOG.lmcache) and its command line (as ps shows it, in $ARGV_LOG.lmcache.cmdline), then answers /healthcheck
+# on its --http-port for LMCACHE_SHIM_LIVES_S seconds (or exits at once with LMCACHE_SHIM_LIVES_S=0, as a server
+# that fails to start)
+LMCACHE_SHIM = """#!/usr/bin/python3
+import http.server, json, os, sys, threading
+log = os.environ["ARGV_LOG"] + ".lmcache"
+with open("/proc/self/cmdline", "rb") as cmdline, open(log + ".cmdline", "a") as out:
+    out.write(json.dumps(cmdline.read().decode().rstrip("\\0").split("\\0")) + "\\n")
+with open(log, "a") as out:
+    out.write(json.dumps(sys.argv[1:]) + "\\n")
+if os.environ.get("LMCACHE_SHIM_LIVES_S", "2") == "0":
+    sys.exit("lmcache shim: failed to start")
 port = int(sys.argv[sys.argv.index("--http-port") + 1])
 class Health(http.server.BaseHTTPRequestHandler):
     def do_GET(self):
@@ -38,7 +46,6 @@ class Health(http.server.BaseHTTPRequestHandler):
 server = http.server.HTTPServer(("127.0.0.1", port), Health)
 threading.Timer(float(os.environ.get("LMCACHE_SHIM_LIVES_S", "2")), server.shutdown).start()
 server.serve_forever()
-PY
 """
 
 
@@ -112,3 +119,30 @@ def flags(argv: list[str]) -> dict[str, object]:
         parsed[flag] = value
         index += 1
     return parsed
+
+
+def start_entrypoint(tmp_path: Path, s, vllm_shim: str = SHIM, **env_extra) -> subprocess.CompletedProcess:
+    """Run the real entrypoint script in bash with the env compose would give it; programs are shims
+    that record their argv (no GPU, no vLLM needed to see what the container would launch)."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    for name, shim in (("vllm", vllm_shim), ("lmcache", LMCACHE_SHIM), ("python", SHIM)):
+        (bin_dir / name).write_text(shim)
+        (bin_dir / name).chmod(0o755)
+    script = entrypoint_script(s).replace("/opt/vllm/bin/python", str(bin_dir / "python"))
+    env = {"PATH": f"{bin_dir}:/usr/bin:/bin", "ARGV_LOG": str(tmp_path / "argv"), **env_values(s),
+           **s.profile.fixed_env, **env_extra}
+    return subprocess.run(["bash", "-c", script], env=env, capture_output=True, text=True, timeout=30)
+
+
+def run_entrypoint(tmp_path: Path, s) -> dict[str, list[str]]:
+    result = start_entrypoint(tmp_path, s)
+    log = tmp_path / "argv"
+    assert result.returncode == 0, result.stderr
+    deadline = time.monotonic() + 5
+    expected = {"vllm", "lmcache"} if s.profile.name == "lmcache-mp" else {
+        "python" if s.profile.name == "cpu-lab" else "vllm"}
+    # the lmcache server is started in the background: give its shim a moment
+    while time.monotonic() < deadline and not all(Path(f"{log}.{name}").exists() for name in expected):
+        time.sleep(0.05)
+    return {name: json.loads(Path(f"{log}.{name}").read_text().splitlines()[0]) for name in expected}

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 
+from engine_argv import free_port, run_entrypoint
 from rigkit import kv_store
 from rigkit.errors import ConfigError
 from rigkit.facts.kv_store import StoreAnswers
@@ -74,15 +75,14 @@ def test_the_lmcache_rig_points_its_l2_at_the_store_without_the_password_in_comp
     assert "LMCACHE_L2_ADAPTER='{\"type\":\"valkey\",\"startup_nodes\":\"10.213.3.1:6390\"}'" in env.splitlines()
 
 
-def test_the_entrypoint_adds_the_password_to_the_adapter_json_from_the_environment() -> None:
-    settings = settings_for_host(LMCACHE_RIG)
-    prelude = settings.profile.connector.prelude
-    splice = prelude[prelude.index("l2_adapter="):prelude.index("l2_args=(--l2-adapter")]
-    script = splice + 'printf "%s" "$l2_adapter"\n'
-    env = {"PATH": os.environ["PATH"], "LMCACHE_L2_ADAPTER": settings.knobs["l2_adapter_json"],
-           "RIGKIT_KV_STORE_PASSWORD": PLANTED}
-    out = subprocess.run(["bash", "-c", script], env=env, capture_output=True, text=True, check=True).stdout
-    assert json.loads(out) == {"type": "valkey", "startup_nodes": "10.213.3.1:6390", "password": PLANTED}
+def test_lmcache_gets_the_password_in_its_adapter_json_but_no_command_line_shows_it(tmp_path: Path) -> None:
+    settings = settings_for_host({**LMCACHE_RIG, "lmcache_http_port": free_port()})
+    launched = run_entrypoint(tmp_path, settings)
+    adapter = launched["lmcache"][launched["lmcache"].index("--l2-adapter") + 1]
+    assert json.loads(adapter) == {"type": "valkey", "startup_nodes": "10.213.3.1:6390", "password": PLANTED}
+    command_line = (tmp_path / "argv.lmcache.cmdline").read_text()  # /proc/PID/cmdline: what ps shows every user
+    assert "server" in command_line and "10.213.3.1:6390" in command_line
+    assert PLANTED not in command_line and PLANTED not in json.dumps(launched["vllm"])
 
 
 @pytest.mark.parametrize("change, field", [

@@ -12,7 +12,7 @@ import pytest
 import yaml
 
 from rigkit.errors import ConfigError, PreflightError
-from engine_argv import LMCACHE_SHIM, SHIM, free_port
+from engine_argv import SHIM, free_port, run_entrypoint, start_entrypoint
 from rigkit.hostdata import settings_for_host
 from rigkit.knobs import KNOBS_BY_NAME
 from rigkit.paths import PROFILES_FILE
@@ -198,34 +198,6 @@ def test_detect_compose_command():
     assert compose_argv("docker-compose") == ["docker-compose"]
     with pytest.raises(PreflightError):
         compose_argv(None)
-
-
-def start_entrypoint(tmp_path: Path, s, vllm_shim: str = SHIM, **env_extra) -> subprocess.CompletedProcess:
-    """Run the real entrypoint script in bash with the env compose would give it; programs are shims
-    that record their argv (no GPU, no vLLM needed to see what the container would launch)."""
-    from rigkit.render import entrypoint_script
-    bin_dir = tmp_path / "bin"
-    bin_dir.mkdir()
-    for name, shim in (("vllm", vllm_shim), ("lmcache", LMCACHE_SHIM), ("python", SHIM)):
-        (bin_dir / name).write_text(shim)
-        (bin_dir / name).chmod(0o755)
-    script = entrypoint_script(s).replace("/opt/vllm/bin/python", str(bin_dir / "python"))
-    env = {"PATH": f"{bin_dir}:/usr/bin:/bin", "ARGV_LOG": str(tmp_path / "argv"), **env_values(s),
-           **s.profile.fixed_env, **env_extra}
-    return subprocess.run(["bash", "-c", script], env=env, capture_output=True, text=True, timeout=30)
-
-
-def run_entrypoint(tmp_path: Path, s) -> dict[str, list[str]]:
-    result = start_entrypoint(tmp_path, s)
-    log = tmp_path / "argv"
-    assert result.returncode == 0, result.stderr
-    deadline = time.monotonic() + 5
-    expected = {"vllm", "lmcache"} if s.profile.name == "lmcache-mp" else {
-        "python" if s.profile.name == "cpu-lab" else "vllm"}
-    # the lmcache server is started in the background: give its shim a moment
-    while time.monotonic() < deadline and not all(Path(f"{log}.{name}").exists() for name in expected):
-        time.sleep(0.05)
-    return {name: json.loads(Path(f"{log}.{name}").read_text().splitlines()[0]) for name in expected}
 
 
 def option(argv: list[str], flag: str):

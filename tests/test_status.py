@@ -16,7 +16,7 @@ from rigkit import status as st
 from rigkit.errors import ConfigError
 from rigkit.stack import rendering_for
 from rigkit.tunnel import TunnelError
-from status_sandbox import IMAGE_1, IMAGE_2, NVIDIA_SMI, Models, Rig, api_port, made_up_inspect, rig, stack_of  # noqa: F401
+from status_sandbox import IMAGE_1, IMAGE_2, Models, Rig, api_port, made_up_inspect, rig, stack_of  # noqa: F401
 
 
 def test_a_rig_just_deployed_reads_clean(rig):
@@ -140,25 +140,6 @@ def test_an_unreachable_rig_is_reported_and_fails_the_run():
     status = st.rig_status("rig9", {}, None, ask)
     assert status.state == st.UNREACHABLE and "SSH connection failed" in status.error
     assert st.exit_status([status]) == 1 and "unreachable: " in st.format_report([status])
-
-
-def test_sections_are_cut_at_their_marks_and_files_read_back_exactly(tmp_path):
-    text = "tricky\nno newline at the end, and a line @@rigkit-status inside"
-    (tmp_path / "f").write_text(text)
-    script = "\n".join([f"echo '{st.SECTION_MARK}one'", st._file_section(str(tmp_path / "f")),
-                        f"echo '{st.SECTION_MARK}two'", st._file_section(str(tmp_path / "missing"))])
-    sections = st.parse_sections(subprocess.run(["sh", "-c", script], capture_output=True, text=True).stdout)
-    assert st.decoded_file(sections["one"]) == text
-    assert st.decoded_file(sections["two"]) is None
-    assert st.decoded_file(None) is None
-
-
-def test_nvidia_smi_versions_and_lab_rigs_without_it():
-    parsed = st.parse_nvidia(NVIDIA_SMI.read_text() + "exit=0")
-    assert (parsed["driver"], parsed["cuda"], parsed["error"]) == ("580.159.04", "13.0", None)
-    assert st.parse_nvidia("none") == {"driver": "none", "cuda": "none", "error": None}
-    failed = st.parse_nvidia("NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver.\nexit=9")
-    assert failed["driver"] is None and "couldn't communicate" in failed["error"]
 
 
 def test_a_long_table_fits_a_terminal():

@@ -10,6 +10,7 @@ import json
 from rigkit import status as st
 from rigkit.stack import rendering_for
 from rigkit.status_drift import Drift
+from rigkit.status_rig import DRIFT, OK
 from status_sandbox import IMAGE_1, IMAGE_2, Rig, api_port, made_up_inspect, rig, stack_of  # noqa: F401
 
 
@@ -17,7 +18,7 @@ def test_a_hand_edited_env_is_drift_naming_the_knob(rig):
     env = rig.stack_dir / ".env"
     env.write_text(env.read_text().replace("RIGKIT_MAX_MODEL_LEN='8192'", "RIGKIT_MAX_MODEL_LEN='4096'"))
     status = rig.status()
-    assert status.state == st.DRIFT
+    assert status.state == DRIFT
     assert Drift(".env", "max_model_len", "'4096'", "'8192'") in status.drift
     assert [d.source for d in status.drift if d.source == "files"] == ["files"]  # the recorded hash no longer matches
     assert not [d for d in status.drift if d.source == "container"]  # the container still runs what was verified
@@ -27,7 +28,7 @@ def test_a_hand_edited_env_is_drift_naming_the_knob(rig):
 def test_a_knob_changed_in_data_is_drift_in_the_env_file_and_the_container(rig, api_port, tmp_path):
     today = stack_of(api_port, tmp_path / "l2", served_model_name="tiny-renamed")
     status = rig.status(today)
-    assert status.state == st.DRIFT
+    assert status.state == DRIFT
     named = {(d.source, d.knob) for d in status.drift}
     assert {(".env", "served_model_name"), ("container", "served_model_name")} <= named
     assert ("files", "release hash") not in named  # the rig's files are still the verified ones
@@ -69,4 +70,4 @@ def test_a_secret_is_compared_but_never_shown(rig, api_port, tmp_path):
     assert all((d.rig, d.today) == ("<secret>", "<secret>") for d in secret)
     shown = st.format_report([status]) + json.dumps(status.as_dict())
     assert planted not in shown and other not in shown
-    assert rig.status(deployed).state == st.OK  # the same token: no drift
+    assert rig.status(deployed).state == OK  # the same token: no drift

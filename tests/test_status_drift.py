@@ -48,7 +48,7 @@ def test_a_container_started_from_another_rendering_is_drift(rig):
                                 {**rig.labels, "org.rigkit.knobs-hash": "0123456789abcdef"}))
     drift = rig.status().drift
     assert drift == [Drift("container", "label org.rigkit.knobs-hash", "'0123456789abcdef'",
-                              repr(rendering.knobs_hash))]
+                           repr(rendering.knobs_hash))]
     rig.inspect(made_up_inspect(IMAGE_1, rendering.container_env(), True,
                                 {"org.rigkit.profile": "cpu-lab-baseline", "org.rigkit.knobs-hash": "0123456789abcdef"}))
     assert [(d.source, d.knob) for d in rig.status().drift] == [("container", "serving_profile")]

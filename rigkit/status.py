@@ -4,9 +4,10 @@
     rigkit status inventory/lab.py --limit rig2 --json    # the whole structure
     rigkit status inventory/lab.py --data served_model_name=x   # as a deploy with that --data would see it
 
-Every rig is asked in parallel (threads), in one SSH round trip: one shell script (``status_script``)
-prints sections (the engine, the stack's containers, the stack's files and release hash, the ledger,
-nvidia-smi, the L2 tier, /dev/shm, the API on the rig's loopback) that pure functions parse and judge:
+Every rig is asked in parallel (threads), in one SSH round trip: one shell script
+(``rigkit.status_probe.status_script``) prints sections (the engine, the stack's containers, the stack's
+files and release hash, the ledger, nvidia-smi, the L2 tier, /dev/shm, the API on the rig's loopback)
+that pure functions parse and judge:
 
 - drift: the running image against the declared one; the rig's compose.yml and .env against what today's
   data renders, per knob; the files against the release hash recorded when they were verified (an edit by
@@ -17,6 +18,10 @@ nvidia-smi, the L2 tier, /dev/shm, the API on the rig's loopback) that pure func
 
 The exit status is 0 when every rig is reachable, healthy and without drift, 1 otherwise, 2 when the
 inventory or its data is refused (before any rig is asked).
+
+By subject: rigkit.status_probe (the script and its sections parsed), rigkit.status_drift (drift),
+rigkit.status_rig (one rig judged: health, drift, its state), rigkit.status_fleet (the rigs asked over SSH,
+in parallel), rigkit.status_report (the table and each rig's details); this module is the command.
 """
 
 from __future__ import annotations
@@ -24,14 +29,12 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from typing import Any, Optional, Sequence
+from typing import Any, Sequence
 
 from rigkit.errors import ConfigError
 from rigkit.status_fleet import fleet_status
+from rigkit.status_report import format_report
 from rigkit.status_rig import OK, RigStatus
-
-TABLE_WIDTH = 100
-LAST_COLUMN_MIN = 16
 
 
 def cli_value(text: str) -> Any:
@@ -57,87 +60,6 @@ def parse_data(pairs: Sequence[str]) -> dict[str, Any]:
             raise ConfigError("--data", pair, "is not KEY=VALUE", "write --data name=value, as pyinfra takes it")
         data[key] = cli_value(value)
     return data
-
-
-def _cut(text: str, width: int) -> str:
-    return text if len(text) <= width else text[:max(width - 1, 0)] + "…"
-
-
-def fit_table(rows: Sequence[Sequence[str]], width: int = TABLE_WIDTH, gap: int = 2) -> list[str]:
-    """Rows as aligned lines no longer than ``width``: the last column (the one the details repeat in full)
-    gives up characters first, down to LAST_COLUMN_MIN, then the widest others."""
-    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
-    floor = [min(w, max(len(rows[0][i]), 4)) for i, w in enumerate(widths)]
-    floor[-1] = min(widths[-1], max(floor[-1], LAST_COLUMN_MIN))
-    while sum(widths) + gap * (len(widths) - 1) > width and widths != floor:
-        if widths[-1] > floor[-1]:
-            widths[-1] -= 1
-            continue
-        i = max(range(len(widths)), key=lambda k: widths[k] - floor[k])
-        widths[i] -= 1
-    return [(" " * gap).join(_cut(cell, widths[i]).ljust(widths[i]) for i, cell in enumerate(row)).rstrip()
-            for row in rows]
-
-
-def _digest(image: Optional[str]) -> str:
-    return image.rpartition("@")[2].removeprefix("sha256:")[:12] if image else "-"
-
-
-def _release_cell(ledger: Optional[dict]) -> str:
-    if not ledger:
-        return "-"
-    if "error" in ledger:
-        return "unreadable"
-    when = (ledger.get("deployed_at") or "")[5:16].replace("T", " ")
-    return f"{ledger['kind']} {ledger.get('smoke') or '-'} {when}".strip()
-
-
-def _l2_cell(l2: Optional[dict]) -> str:
-    if not l2:
-        return "-"
-    if l2.get("store_bytes") is None:
-        return l2["state"]
-    used = f"{100 * l2['store_bytes'] / l2['budget_bytes']:.0f}%"
-    return used if l2["state"] == "ok" else f"{used} {l2['state']}"
-
-
-def _gpu_cell(status: RigStatus) -> str:
-    if status.driver in (None, "none"):
-        return status.driver or "?"
-    return f"{status.driver}/{status.cuda or '?'}"
-
-
-def _problems_cell(status: RigStatus) -> str:
-    """What is wrong, shortest first: unhealthy parts, then the knobs that drifted (details name them all)."""
-    if not status.reachable:
-        return " ".join(status.error.split())
-    bad = [f"{what} down" for what, text in status.health.items() if not text.startswith("ok")]
-    if status.l2 and status.l2["level"] == "fail":
-        bad.append(f"L2 {status.l2['state']}")
-    knobs = list(dict.fromkeys(d.knob for d in status.drift))
-    return ", ".join(bad + knobs) or "-"
-
-
-def format_report(statuses: Sequence[RigStatus], width: int = TABLE_WIDTH) -> str:
-    """The table (at most ``width`` columns), then each rig's details: every drift, problem and warning."""
-    header = ("rig", "state", "image", "last release", "gpu", "L2", "what")
-    rows = [header] + [(s.rig, s.state, _digest(s.image), _release_cell(s.ledger), _gpu_cell(s), _l2_cell(s.l2),
-                        _problems_cell(s)) for s in statuses]
-    lines = fit_table(rows, width)
-    for status in statuses:
-        details = ([f"unreachable: {status.error}"] if not status.reachable else [])
-        details += [f"drift {d.line()}" for d in status.drift]
-        details += [f"unhealthy {problem}" for problem in status.unhealthy]
-        details += [f"warning {warning}" for warning in status.warnings]
-        if status.ledger and status.ledger.get("note") and status.state != OK:
-            details.append(f"last release note: {status.ledger['note']}")
-        if details:
-            lines.append(f"{status.rig}:")
-            lines += [f"  {line}" for line in details]
-    bad = [s.rig for s in statuses if s.state != OK]
-    lines.append(f"{len(statuses) - len(bad)} of {len(statuses)} rigs ok"
-                 + (f"; not ok: {', '.join(bad)}" if bad else ""))
-    return "\n".join(lines)
 
 
 def exit_status(statuses: Sequence[RigStatus]) -> int:

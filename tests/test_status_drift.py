@@ -7,9 +7,10 @@ from __future__ import annotations
 
 import json
 
-from rigkit import status as st
 from rigkit.stack import rendering_for
+from rigkit.status import exit_status
 from rigkit.status_drift import Drift
+from rigkit.status_report import format_report
 from rigkit.status_rig import DRIFT, OK
 from status_sandbox import IMAGE_1, IMAGE_2, Rig, api_port, made_up_inspect, rig, stack_of  # noqa: F401
 
@@ -22,7 +23,7 @@ def test_a_hand_edited_env_is_drift_naming_the_knob(rig):
     assert Drift(".env", "max_model_len", "'4096'", "'8192'") in status.drift
     assert [d.source for d in status.drift if d.source == "files"] == ["files"]  # the recorded hash no longer matches
     assert not [d for d in status.drift if d.source == "container"]  # the container still runs what was verified
-    assert st.exit_status([status]) == 1
+    assert exit_status([status]) == 1
 
 
 def test_a_knob_changed_in_data_is_drift_in_the_env_file_and_the_container(rig, api_port, tmp_path):
@@ -68,6 +69,6 @@ def test_a_secret_is_compared_but_never_shown(rig, api_port, tmp_path):
     secret = [d for d in status.drift if d.knob == "hf_token"]
     assert {d.source for d in secret} == {".env", "container"}
     assert all((d.rig, d.today) == ("<secret>", "<secret>") for d in secret)
-    shown = st.format_report([status]) + json.dumps(status.as_dict())
+    shown = format_report([status]) + json.dumps(status.as_dict())
     assert planted not in shown and other not in shown
     assert rig.status(deployed).state == OK  # the same token: no drift

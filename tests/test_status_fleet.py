@@ -8,9 +8,10 @@ import threading
 
 import pytest
 
-from rigkit import status as st
 from rigkit.errors import ConfigError
+from rigkit.status import exit_status
 from rigkit.status_fleet import fleet_status, rig_status
+from rigkit.status_report import format_report
 from rigkit.status_rig import UNREACHABLE
 from rigkit.tunnel import TunnelError
 from status_sandbox import IMAGE_1
@@ -22,7 +23,7 @@ def test_an_unreachable_rig_is_reported_and_fails_the_run():
 
     status = rig_status("rig9", {}, None, ask)
     assert status.state == UNREACHABLE and "SSH connection failed" in status.error
-    assert st.exit_status([status]) == 1 and "unreachable: " in st.format_report([status])
+    assert exit_status([status]) == 1 and "unreachable: " in format_report([status])
 
 
 def fake_inventory(monkeypatch, hosts):

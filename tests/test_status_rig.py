@@ -6,8 +6,8 @@ Each case runs the real script on a rig made on this machine (tests/status_sandb
 
 from __future__ import annotations
 
-from rigkit import status as st
 from rigkit.stack import rendering_for
+from rigkit.status import exit_status
 from rigkit.status_rig import OK, UNHEALTHY
 from status_sandbox import IMAGE_1, Models, api_port, made_up_inspect, rig  # noqa: F401
 
@@ -22,7 +22,7 @@ def test_a_rig_just_deployed_reads_clean(rig):
     assert status.ledger["kind"] == "deploy" and status.ledger["smoke"] == "pass"
     assert status.ledger["deployed_at"] == "2026-12-01T12:30:05+00:00"
     assert status.l2["store_bytes"] >= 4096 and status.l2["budget_bytes"] == 500_000_000
-    assert st.exit_status([status]) == 0
+    assert exit_status([status]) == 0
 
 
 def test_a_stopped_container_is_unhealthy_and_its_leftover_segments_are_named(rig):
@@ -40,7 +40,7 @@ def test_a_stopped_container_is_unhealthy_and_its_leftover_segments_are_named(ri
     assert status.health["container"] == "rigkit-serving exited"
     assert status.health["api"].startswith("/v1/models lists []")
     assert status.shm_leftovers == [{"name": "psm_3f2a1b", "bytes": 1024}]
-    assert st.exit_status([status]) == 1
+    assert exit_status([status]) == 1
 
 
 def test_a_restarting_container_is_unhealthy_and_restarts_are_a_warning(rig):

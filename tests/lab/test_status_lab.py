@@ -22,8 +22,9 @@ import pytest
 from rigkit.paths import REPO_ROOT
 from rigkit.render import CONTAINER_NAME
 from rigkit.stack import stack_files
-from rigkit.status import OK, TABLE_WIDTH
 from rigkit.status_probe import STACK_SHM_PATTERNS
+from rigkit.status_report import TABLE_WIDTH
+from rigkit.status_rig import OK
 
 pytestmark = [pytest.mark.lab, pytest.mark.vllm]
 

@@ -22,7 +22,9 @@ import pytest
 from rigkit.paths import REPO_ROOT
 from rigkit.render import CONTAINER_NAME
 from rigkit.stack import stack_files
-from rigkit.status import OK, STACK_SHM_PATTERNS, TABLE_WIDTH
+from rigkit.status_probe import STACK_SHM_PATTERNS
+from rigkit.status_report import TABLE_WIDTH
+from rigkit.status_rig import OK
 
 pytestmark = [pytest.mark.lab, pytest.mark.vllm]
 

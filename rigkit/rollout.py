@@ -51,7 +51,7 @@ from rigkit.rollout_proof import prove_rig
 from rigkit.rollout_record import RolloutRecord, record_path, resume_record, save_record
 from rigkit.rollout_stage import (Failure, StageResult, StageWork, newly_upgraded, rollback_choice, rolled_back_words,
                                   stage_failures, stage_work)
-from rigkit.rollout_state import RigState, read_states
+from rigkit.rollout_state import ReleaseState, read_states
 from rigkit.rollout_summary import format_summary, summary_width
 
 
@@ -159,7 +159,7 @@ def run_rollout(inventory: str, deploy: str, pyinfra_args: Sequence[str], hosts:
 
 
 def _run_stage(stage: Stage, work: StageWork, router: Any, record: RolloutRecord, path: Path,
-               hosts: Mapping[str, Mapping], rigs: Mapping[str, Any], states: dict[str, RigState],
+               hosts: Mapping[str, Mapping], rigs: Mapping[str, Any], states: dict[str, ReleaseState],
                wanted: Mapping[str, str], inventory: str, deploy: str, passthrough: Sequence[str]) -> StageResult:
     """One stage: drain, deploy (which smokes), read, prove the canaries, restore the rigs that passed."""
     from rigkit.fleet import OK
@@ -197,7 +197,7 @@ def _run_stage(stage: Stage, work: StageWork, router: Any, record: RolloutRecord
 
 
 def _roll_back(group: Sequence[str], router: Any, record: RolloutRecord, hosts: Mapping[str, Mapping],
-               states: dict[str, RigState], inventory: str, passthrough: Sequence[str]) -> list[str]:
+               states: dict[str, ReleaseState], inventory: str, passthrough: Sequence[str]) -> list[str]:
     """rollback.py on ``group`` (drained first, restored when back on its release); the summary's lines."""
     lines = []
     not_drained = {rig: why for rig in group if (why := router.drain(rig))}

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Mapping, Optional
 
 from rigkit.paths import ROLLOUTS_DIR
-from rigkit.rollout_state import RigState
+from rigkit.rollout_state import ReleaseState
 
 RECORD_SCHEMA = 1
 
@@ -49,7 +49,7 @@ class RolloutRecord:
 
 
 def resume_record(existing: Optional[RolloutRecord], inventory: str, wanted: Mapping[str, str],
-                  states: Mapping[str, RigState]) -> RolloutRecord:
+                  states: Mapping[str, ReleaseState]) -> RolloutRecord:
     """The record of the same rollout (same wanted renderings), or a new one holding every rig's state now."""
     target = fingerprint(wanted)
     if existing is not None and existing.target == target:
@@ -59,7 +59,7 @@ def resume_record(existing: Optional[RolloutRecord], inventory: str, wanted: Map
     return RolloutRecord(target=target, inventory=inventory, before={rig: _before(states[rig]) for rig in wanted})
 
 
-def _before(state: RigState) -> dict[str, str]:
+def _before(state: ReleaseState) -> dict[str, str]:
     return {"rendering": state.verified, "image": state.current.image if state.current else ""}
 
 

@@ -11,7 +11,7 @@ from rigkit.defaults import ROLLOUT_LEAVE, ROLLOUT_ROLLBACK
 from rigkit.rollout_plan import Stage
 from rigkit.rollout_proof import Proof
 from rigkit.rollout_record import RolloutRecord
-from rigkit.rollout_state import SHORT_DIGEST, RigState
+from rigkit.rollout_state import SHORT_DIGEST, ReleaseState
 
 # Why a rig of a stage failed: the words the summary prints.
 NOT_ON_RELEASE = "its deploy reported success but the rig does not run the wanted rendering (verified {got})"
@@ -25,7 +25,7 @@ class StageWork:
     already: tuple[str, ...]  # rigs already verified on their wanted rendering (left alone)
 
 
-def stage_work(stage: Stage, states: Mapping[str, RigState], wanted: Mapping[str, str], proven: Sequence[str],
+def stage_work(stage: Stage, states: Mapping[str, ReleaseState], wanted: Mapping[str, str], proven: Sequence[str],
                recheck_canaries: bool = False, cache_proof: bool = True) -> StageWork:
     """What a stage still has to do, from where its rigs stand: a rig on its wanted rendering is not deployed
     again, a canary that passed its proof is not proven again, unless ``recheck_canaries``."""
@@ -47,7 +47,7 @@ class Failure:
     why: str
 
 
-def stage_failures(work: StageWork, outcomes: Mapping[str, Any], states: Mapping[str, RigState],
+def stage_failures(work: StageWork, outcomes: Mapping[str, Any], states: Mapping[str, ReleaseState],
                    wanted: Mapping[str, str], proofs: Mapping[str, Proof]) -> list[Failure]:
     """Every rig of the stage that halts the rollout: its run failed (``outcomes``: rigkit.fleet.RigOutcome by
     rig), it does not run its wanted rendering afterwards, or its cache proof failed."""
@@ -68,14 +68,14 @@ def stage_failures(work: StageWork, outcomes: Mapping[str, Any], states: Mapping
     return failures
 
 
-def newly_upgraded(record: RolloutRecord, rigs: Sequence[str], states: Mapping[str, RigState],
+def newly_upgraded(record: RolloutRecord, rigs: Sequence[str], states: Mapping[str, ReleaseState],
                    wanted: Mapping[str, str]) -> list[str]:
     """Rigs of ``rigs`` now verified on their wanted rendering that ran another one when the rollout began."""
     return [rig for rig in rigs if states[rig].verified == wanted[rig]
             and record.before[rig]["rendering"] != wanted[rig] and rig not in record.upgraded]
 
 
-def rollback_choice(on_failure: str, record: RolloutRecord, states: Mapping[str, RigState],
+def rollback_choice(on_failure: str, record: RolloutRecord, states: Mapping[str, ReleaseState],
                     wanted: Mapping[str, str]) -> tuple[list[str], list[tuple[str, str]]]:
     """(rigs to roll back, [(rig, why it is left)]) for the rigs this rollout upgraded, after a halt."""
     upgraded = [rig for rig in record.upgraded if states[rig].verified == wanted[rig]]
@@ -91,11 +91,11 @@ def rollback_choice(on_failure: str, record: RolloutRecord, states: Mapping[str,
     left += [(rig, "left on the new release: it ran it already when this rollout's record began "
                    "(roll it back by hand if this rollout upgraded it)")
              for rig, before in record.before.items() if before["rendering"] == wanted.get(rig)
-             and states.get(rig, RigState()).verified == wanted[rig]]
+             and states.get(rig, ReleaseState()).verified == wanted[rig]]
     return roll_back, left
 
 
-def rolled_back_words(rig: str, record: RolloutRecord, state: RigState) -> tuple[bool, str]:
+def rolled_back_words(rig: str, record: RolloutRecord, state: ReleaseState) -> tuple[bool, str]:
     """Whether rollback.py brought ``rig`` back to the rendering it verified before the rollout, in words."""
     before = record.before[rig]
     if state.verified and state.verified == before["rendering"]:

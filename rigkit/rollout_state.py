@@ -14,7 +14,7 @@ SHORT_DIGEST = 12
 
 
 @dataclass(frozen=True)
-class RigState:
+class ReleaseState:
     """What a rig says before and after each stage: the verified rendering it runs ("" when none: never
     deployed, or a release killed before it was verified), its ledger's current release; or why it is unreadable."""
 
@@ -38,34 +38,34 @@ def state_command() -> str:
     return f"cat {RELEASE_HASH_FILE} 2>/dev/null; echo {STATE_SEPARATOR}; cat {LEDGER_PATH} 2>/dev/null; true"
 
 
-def parse_rig_state(output: str) -> RigState:
-    """state_command's output as a RigState."""
+def parse_release_state(output: str) -> ReleaseState:
+    """state_command's output as a ReleaseState."""
     verified, separator, ledger_text = output.partition(STATE_SEPARATOR)
     if not separator:
-        return RigState(unreadable="the state command printed nothing")
+        return ReleaseState(unreadable="the state command printed nothing")
     try:
         current = Ledger.from_json(ledger_text).current
     except (ValueError, TypeError) as exc:
-        return RigState(verified=verified.strip(), unreadable=f"its ledger does not parse: {exc}")
-    return RigState(verified=verified.strip(), current=current)
+        return ReleaseState(verified=verified.strip(), unreadable=f"its ledger does not parse: {exc}")
+    return ReleaseState(verified=verified.strip(), current=current)
 
 
-def read_states(hosts: Mapping[str, Mapping], rigs: Sequence[str]) -> dict[str, RigState]:
+def read_states(hosts: Mapping[str, Mapping], rigs: Sequence[str]) -> dict[str, ReleaseState]:
     """Every rig's state, in parallel, one SSH round trip each."""
     from rigkit.tunnel import connect_ssh
 
     command = state_command()
 
-    def read(rig: str) -> RigState:
+    def read(rig: str) -> ReleaseState:
         try:
             client = connect_ssh(hosts[rig]["data"], rig)
         except Exception as exc:  # a rig that is down is a state, not a crash of the rollout
-            return RigState(unreadable=str(exc))
+            return ReleaseState(unreadable=str(exc))
         try:
             _, stdout, _ = client.exec_command(command, timeout=30)
-            return parse_rig_state(stdout.read().decode())
+            return parse_release_state(stdout.read().decode())
         except Exception as exc:
-            return RigState(unreadable=f"{type(exc).__name__}: {exc}")
+            return ReleaseState(unreadable=f"{type(exc).__name__}: {exc}")
         finally:
             client.close()
 

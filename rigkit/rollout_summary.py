@@ -8,7 +8,7 @@ from typing import Mapping, Optional, Sequence
 
 from rigkit.rollout_plan import RolloutSettings, Stage
 from rigkit.rollout_stage import StageResult
-from rigkit.rollout_state import RigState
+from rigkit.rollout_state import ReleaseState
 
 # The summary wraps to the terminal, kept between these widths.
 MIN_WIDTH, MAX_WIDTH = 80, 120
@@ -25,7 +25,7 @@ def _wrapped(text: str, width: int, indent: str = "  ") -> list[str]:
 
 
 def format_summary(settings: RolloutSettings, stages: Sequence[Stage], results: Sequence[StageResult],
-                   states: Mapping[str, RigState], left: Sequence[tuple[str, str]] = (),
+                   states: Mapping[str, ReleaseState], left: Sequence[tuple[str, str]] = (),
                    rollback_lines: Sequence[str] = (), width: int = 100, router_lines: Sequence[str] = ()) -> str:
     """What happened, stage by stage, and what to do next; no line longer than ``width``."""
     lines = [f"--> rigkit rollout: {settings.describe()}"]

@@ -14,7 +14,7 @@ from rigkit.hostdata import rig_settings
 from rigkit.rollout_plan import ROLLOUT_STEP_ENV, RolloutSettings
 from rigkit.rollout_proof import Proof
 from rigkit.rollout_record import RolloutRecord, record_path
-from rigkit.rollout_state import RigState
+from rigkit.rollout_state import ReleaseState
 from rigkit.stack import rendering_for
 
 FLEET_FIXTURES = Path(__file__).parent / "fixtures" / "fleet"
@@ -77,7 +77,7 @@ class FakeFleet:
         return 0, self.output
 
     def read(self, hosts, rigs):
-        return {rig: RigState(self.verified[rig]) for rig in rigs}
+        return {rig: ReleaseState(self.verified[rig]) for rig in rigs}
 
     def prove(self, rig, data, stack):
         self.proved.append(rig)

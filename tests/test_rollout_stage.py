@@ -9,19 +9,19 @@ from rigkit.rollout_plan import CANARY, Stage
 from rigkit.rollout_proof import Proof
 from rigkit.rollout_record import RolloutRecord
 from rigkit.rollout_stage import StageWork, rollback_choice, rolled_back_words, stage_failures, stage_work
-from rigkit.rollout_state import RigState
+from rigkit.rollout_state import ReleaseState
 
 
 def test_a_resumed_rollout_neither_redeploys_nor_reproves_a_canary_that_passed():
     wanted = {"rig4": "new4", "rig5": "new5", "rig6": "new6"}
     canary, batch = Stage(CANARY, ("rig4",)), Stage("batch 1", ("rig5", "rig6"))
     # killed after the canary's deploy, before its proof: proof only
-    states = {"rig4": RigState("new4"), "rig5": RigState("new5"), "rig6": RigState("old6")}
+    states = {"rig4": ReleaseState("new4"), "rig5": ReleaseState("new5"), "rig6": ReleaseState("old6")}
     assert stage_work(canary, states, wanted, proven=[]) == StageWork((), ("rig4",), ("rig4",))
     assert stage_work(canary, states, wanted, proven=["rig4"]) == StageWork((), (), ("rig4",))
     assert stage_work(canary, states, wanted, ["rig4"], recheck_canaries=True) == StageWork(("rig4",), ("rig4",), ())
     # a canary rolled back since it passed is deployed and proven again
-    back = {**states, "rig4": RigState("old4")}
+    back = {**states, "rig4": ReleaseState("old4")}
     assert stage_work(canary, back, wanted, proven=["rig4"]) == StageWork(("rig4",), ("rig4",), ())
     assert stage_work(canary, back, wanted, [], cache_proof=False).prove == ()
     # a batch: only the rigs not on their wanted rendering
@@ -31,7 +31,7 @@ def test_a_resumed_rollout_neither_redeploys_nor_reproves_a_canary_that_passed()
 def test_a_failed_rig_a_rig_off_its_release_and_a_failed_proof_each_halt():
     outcomes = fleet.summarize(ROLLED_BACK, ["rig4"])
     wanted = {"rig4": "new4", "rig5": "new5", "rig6": "new6"}
-    states = {"rig4": RigState("old4"), "rig5": RigState("other"), "rig6": RigState("new6")}
+    states = {"rig4": ReleaseState("old4"), "rig5": ReleaseState("other"), "rig6": ReleaseState("new6")}
     work = StageWork(("rig4", "rig5"), ("rig6",), ())
     failures = stage_failures(work, {**outcomes, "rig5": fleet.RigOutcome("rig5")}, states, wanted,
                               {"rig6": Proof(False, "warm-connector expected, measured cold")})
@@ -39,7 +39,7 @@ def test_a_failed_rig_a_rig_off_its_release_and_a_failed_proof_each_halt():
                                                    ("rig6", "cache proof")]
     assert "rolled back to" in failures[0].why and "does not run the wanted rendering" in failures[1].why
     assert stage_failures(work, {"rig4": fleet.RigOutcome("rig4"), "rig5": fleet.RigOutcome("rig5")},
-                          {r: RigState(h) for r, h in wanted.items()}, wanted, {"rig6": Proof(True, "ok")}) == []
+                          {r: ReleaseState(h) for r, h in wanted.items()}, wanted, {"rig6": Proof(True, "ok")}) == []
 
 
 def test_the_rollback_knob_acts_on_the_rigs_this_rollout_upgraded_only():
@@ -48,12 +48,12 @@ def test_the_rollback_knob_acts_on_the_rigs_this_rollout_upgraded_only():
                                                   "rig5": {"rendering": "", "image": ""},
                                                   "rig6": {"rendering": "new6", "image": NEW}},
                            upgraded=["rig4", "rig5"])
-    states = {rig: RigState(hash_) for rig, hash_ in wanted.items()}
+    states = {rig: ReleaseState(hash_) for rig, hash_ in wanted.items()}
     assert rollback_choice("leave", record, states, wanted)[0] == []
     roll_back, left = rollback_choice("rollback", record, states, wanted)
     assert roll_back == ["rig4"] and [rig for rig, _ in left] == ["rig5", "rig6"]  # rig6 was on it before
     assert "record began" in dict(left)["rig6"]
-    back, words = rolled_back_words("rig4", record, RigState("old4"))
+    back, words = rolled_back_words("rig4", record, ReleaseState("old4"))
     assert back and "as before the rollout" in words
-    back, words = rolled_back_words("rig4", record, RigState("new4"))
+    back, words = rolled_back_words("rig4", record, ReleaseState("new4"))
     assert not back and f"rollback_to={OLD}" in words

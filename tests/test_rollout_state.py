@@ -4,14 +4,14 @@ from __future__ import annotations
 
 from test_rollout import OLD
 from rigkit.ledger import Ledger, Release
-from rigkit.rollout_state import STATE_SEPARATOR, parse_rig_state
+from rigkit.rollout_state import STATE_SEPARATOR, parse_release_state
 
 
 def test_rig_state_from_the_ledger_and_the_verified_hash():
     ledger = Ledger([Release(image=OLD, profile="cpu-lab", knobs_hash="k", smoke="pass", rendering="a" * 64)])
-    state = parse_rig_state("a" * 64 + "\n" + STATE_SEPARATOR + "\n" + ledger.to_json())
+    state = parse_release_state("a" * 64 + "\n" + STATE_SEPARATOR + "\n" + ledger.to_json())
     assert state.verified == "a" * 64 and state.current.image == OLD
     assert state.release_words() == "111111111111 deploy smoke=pass"
-    fresh = parse_rig_state(STATE_SEPARATOR + "\n")
+    fresh = parse_release_state(STATE_SEPARATOR + "\n")
     assert fresh.verified == "" and fresh.current is None and not fresh.unreadable
-    assert parse_rig_state(STATE_SEPARATOR + '{"schema": 9}').unreadable
+    assert parse_release_state(STATE_SEPARATOR + '{"schema": 9}').unreadable

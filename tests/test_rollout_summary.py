@@ -10,7 +10,7 @@ from rigkit.ledger import Release
 from rigkit.rollout_plan import RolloutSettings, plan_stages
 from rigkit.rollout_proof import Proof
 from rigkit.rollout_stage import StageResult, StageWork, stage_failures
-from rigkit.rollout_state import RigState
+from rigkit.rollout_state import ReleaseState
 from rigkit.rollout_summary import format_summary, summary_width
 
 
@@ -18,10 +18,10 @@ from rigkit.rollout_summary import format_summary, summary_width
 def test_the_summary_names_batch_rig_step_and_why_and_fits_the_terminal(width):
     outcomes = fleet.summarize(ROLLED_BACK, ["rig4"])
     stages = plan_stages(["rig5", "rig4", "rig6"], canary=1, batch=1)
-    failure = stage_failures(StageWork(("rig4",), (), ()), outcomes, {"rig4": RigState("old")}, {"rig4": "new"}, {})
+    failure = stage_failures(StageWork(("rig4",), (), ()), outcomes, {"rig4": ReleaseState("old")}, {"rig4": "new"}, {})
     results = [StageResult(stages[0], StageWork(("rig5",), ("rig5",), ()), {"rig5": Proof(True, "cache proof passed")}),
                StageResult(stages[1], StageWork(("rig4",), (), ()), failures=failure)]
-    states = {rig: RigState("h", Release(OLD, "cpu-lab", "k", smoke="pass")) for rig in ["rig4", "rig5", "rig6"]}
+    states = {rig: ReleaseState("h", Release(OLD, "cpu-lab", "k", smoke="pass")) for rig in ["rig4", "rig5", "rig6"]}
     text = format_summary(RolloutSettings(1, 1, "leave", True), stages, results, states,
                           left=[("rig5", "left on the new release (rollout_on_failure=leave)")], width=width)
     assert max(len(line) for line in text.splitlines()) <= width, text

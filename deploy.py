@@ -30,7 +30,7 @@ from rigkit.hostdata import rig_settings
 from rigkit.kv_share import check_inventory
 from rigkit.operations.router import rigs_before_router
 from rigkit.rollout_plan import refuse_unbatched
-from rigkit.fleet import inventory_rigs
+from rigkit.inventory import inventory_rigs
 from rigkit.router import is_gateway, rig_address, workers
 from roles import Run, deploy_rig
 from roles.kv_store import kv_store

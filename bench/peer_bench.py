@@ -43,7 +43,7 @@ import ansible_peer  # noqa: E402
 from deploy_bench import INVENTORY, REPO_ROOT, Availability, pyinfra, rig_shell  # noqa: E402
 
 from rigkit.errors import ConfigError  # noqa: E402
-from rigkit.fleet import load_inventory  # noqa: E402
+from rigkit.inventory import load_inventory  # noqa: E402
 from rigkit.hostdata import RigSettings, rig_settings  # noqa: E402
 from rigkit.knobs import KNOBS_BY_NAME  # noqa: E402
 from rigkit.lab.state import RigState, read_state  # noqa: E402

@@ -46,6 +46,7 @@ from typing import Any, Callable, Iterator, Mapping, Optional, Sequence
 from rigkit.defaults import ROLLOUT_VARIABLES
 from rigkit.errors import ConfigError
 from rigkit.paths import ROLLOUTS_DIR
+from rigkit.pyinfra_args import data_pairs, without_limits
 from rigkit.rollout_plan import ROLLOUT_STEP_ENV, RolloutSettings, Stage, plan_stages, rollout_settings
 from rigkit.rollout_proof import prove_rig
 from rigkit.rollout_record import RolloutRecord, record_path, resume_record, save_record
@@ -69,44 +70,18 @@ def rollout_step(label: str) -> Iterator[None]:
             os.environ[ROLLOUT_STEP_ENV] = previous
 
 
-def without_limits(pyinfra_args: Sequence[str]) -> list[str]:
-    """The operator's pyinfra arguments minus --limit (each stage passes its own rigs)."""
-    from rigkit.fleet import split_limits
-
-    args, out = split_limits(pyinfra_args), []
-    skip = False
-    for arg in args:
-        if skip:
-            skip = False
-        elif arg == "--limit":
-            skip = True
-        else:
-            out.append(arg)
-    return out
-
-
-def data_pairs(pyinfra_args: Sequence[str]) -> list[str]:
-    """The KEY=VALUE of every --data, as pyinfra reads them."""
-    pairs = []
-    for i, arg in enumerate(pyinfra_args):
-        if arg == "--data" and i + 1 < len(pyinfra_args):
-            pairs.append(pyinfra_args[i + 1])
-        elif arg.startswith("--data="):
-            pairs.append(arg.split("=", 1)[1])
-    return pairs
-
-
 def run_stage_deploy(label: str, deploy: str, rigs: Sequence[str], inventory: str, passthrough: Sequence[str],
                      run: Optional[Callable] = None) -> dict[str, Any]:
-    """pyinfra on ``rigs`` only; rigkit.fleet.RigOutcome by rig."""
+    """pyinfra on ``rigs`` only; rigkit.fleet_outcome.RigOutcome by rig."""
     from rigkit import fleet
+    from rigkit.fleet_outcome import summarize
 
     run = fleet.run_pyinfra_streaming if run is None else run
     limits = [arg for rig in rigs for arg in ("--limit", rig)]
     print(f"\n--> rigkit rollout, {label}: {deploy} on {', '.join(rigs)}", flush=True)
     with rollout_step(label):
         _, output = run([fleet.pyinfra_executable(), "-y", *passthrough, *limits, inventory, deploy])
-    return fleet.summarize(output, rigs)
+    return summarize(output, rigs)
 
 
 def run_rollout(inventory: str, deploy: str, pyinfra_args: Sequence[str], hosts: Mapping[str, Mapping],
@@ -162,7 +137,7 @@ def _run_stage(stage: Stage, work: StageWork, router: Any, record: RolloutRecord
                hosts: Mapping[str, Mapping], rigs: Mapping[str, Any], states: dict[str, ReleaseState],
                wanted: Mapping[str, str], inventory: str, deploy: str, passthrough: Sequence[str]) -> StageResult:
     """One stage: drain, deploy (which smokes), read, prove the canaries, restore the rigs that passed."""
-    from rigkit.fleet import OK
+    from rigkit.fleet_outcome import OK
     from rigkit.rollout_drain import DRAIN_STEP, RESTORE_STEP
 
     not_drained = {rig: why for rig in work.deploy if (why := router.drain(rig))}
@@ -224,7 +199,9 @@ def rollout_command(args: Any) -> Optional[int]:
     """`rigkit deploy` with a rollout asked (flags or data): run it and print its summary; None when no rollout
     is asked (rigkit.fleet then runs every rig at once). ConfigError before any rig is touched."""
     from rigkit import fleet
+    from rigkit.inventory import check_connection_data, load_inventory, targeted
     from rigkit.kv_share import check_inventory
+    from rigkit.pyinfra_args import limit_from, split_limits
     from rigkit.router_admin import rigs_only
     from rigkit.variables import resolve
 
@@ -236,10 +213,10 @@ def rollout_command(args: Any) -> Optional[int]:
                               "run it without --canary/--batch/--on-failure/--recheck-canaries (with --limit to "
                               "choose the rigs)")
         return None  # rollout data applies to deploys, not to rollback.py
-    pyinfra_args = fleet.split_limits(args.pyinfra_args)
-    hosts = fleet.load_inventory(args.inventory, data_args=data_pairs(pyinfra_args))
+    pyinfra_args = split_limits(args.pyinfra_args)
+    hosts = load_inventory(args.inventory, data_args=data_pairs(pyinfra_args))
     check_inventory((name, host["groups"], host["data"]) for name, host in hosts.items())
-    names = rigs_only(hosts, fleet.targeted(hosts, fleet.limit_from(pyinfra_args)))  # a router host is no rig
+    names = rigs_only(hosts, targeted(hosts, limit_from(pyinfra_args)))  # a router host is no rig
     if not names:
         return None  # fleet_deploy refuses it, naming the inventory's hosts
     sections = {name: resolve(ROLLOUT_VARIABLES, dict(hosts[name]["data"])) for name in names}
@@ -247,7 +224,7 @@ def rollout_command(args: Any) -> Optional[int]:
     if not settings.active:
         return None
     for name in names:
-        fleet.check_connection_data(name, hosts[name]["data"])
+        check_connection_data(name, hosts[name]["data"])
     status, summary = run_rollout(args.inventory, args.deploy, pyinfra_args, hosts, names, settings,
                                   recheck_canaries=bool(args.recheck_canaries))
     print("\n" + summary)

@@ -49,9 +49,9 @@ class Failure:
 
 def stage_failures(work: StageWork, outcomes: Mapping[str, Any], states: Mapping[str, ReleaseState],
                    wanted: Mapping[str, str], proofs: Mapping[str, Proof]) -> list[Failure]:
-    """Every rig of the stage that halts the rollout: its run failed (``outcomes``: rigkit.fleet.RigOutcome by
+    """Every rig of the stage that halts the rollout: its run failed (``outcomes``: rigkit.fleet_outcome.RigOutcome by
     rig), it does not run its wanted rendering afterwards, or its cache proof failed."""
-    from rigkit.fleet import OK
+    from rigkit.fleet_outcome import OK
 
     failures = []
     for rig in dict.fromkeys(work.deploy + work.prove):

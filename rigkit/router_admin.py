@@ -185,7 +185,7 @@ def gateways(hosts: Mapping[str, Mapping]) -> list[str]:
 
 def rigs_only(hosts: Mapping[str, Mapping], names: Sequence[str]) -> list[str]:
     """``names`` without the fleet's service hosts (gateways, the KV store): the rest are rigs (workers)."""
-    from rigkit.fleet import rigs_among
+    from rigkit.inventory import rigs_among
 
     return rigs_among(dict(hosts), names)
 

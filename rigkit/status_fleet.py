@@ -49,7 +49,7 @@ def rig_status(name: str, data: Mapping[str, Any], stack: Optional[Settings],
 def fleet_status(inventory: str, limits: Sequence[str] = (), override: Optional[dict] = None,
                  ask: Callable[[str, Mapping[str, Any], str], str] = ask_rig) -> list[RigStatus]:
     """Every targeted rig's status, asked in parallel; ConfigError (before any rig is asked) on bad input."""
-    from rigkit.fleet import check_connection_data, load_inventory, rigs_among, targeted
+    from rigkit.inventory import check_connection_data, load_inventory, rigs_among, targeted
 
     hosts = load_inventory(inventory)
     patterns = [p for limit in limits for p in limit.split(",") if p]

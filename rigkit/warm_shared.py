@@ -149,7 +149,7 @@ def validate_shared(inventory: str, limits: Sequence[str], override: Mapping, ru
     """Every pair of the targeted sharing rigs, recorded in run_dir's cards; ConfigError before any rig is asked."""
     from rigkit.card.store import record_shared, render_run
     from rigkit.defaults import ROUTER_GROUP
-    from rigkit.fleet import check_connection_data, load_inventory, targeted
+    from rigkit.inventory import check_connection_data, load_inventory, targeted
     from rigkit.hostdata import rig_settings
 
     hosts = load_inventory(inventory)

@@ -260,7 +260,7 @@ def test_the_real_resolver_gives_each_address_once() -> None:
 def test_the_rigs_are_the_inventorys_hosts_that_are_neither_router_nor_store_at_the_routers_address() -> None:
     from pyinfra.api import Inventory
 
-    from rigkit.fleet import inventory_rigs
+    from rigkit.inventory import inventory_rigs
     from rigkit.router import rig_address
 
     rig = {"serving_profile": "cpu-lab", "serving_image": "127.0.0.1:5000/rigkit/vllm-cpu-tiny@sha256:" + "3f" * 32,

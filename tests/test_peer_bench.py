@@ -19,7 +19,7 @@ import pytest
 import yaml
 
 from rigkit.errors import ConfigError
-from rigkit.fleet import load_inventory
+from rigkit.inventory import load_inventory
 from rigkit.hostdata import rig_settings
 from rigkit.lab.rig_image import RIG_DAEMON_JSON
 from rigkit.lab.state import read_state

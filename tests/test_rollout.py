@@ -1,4 +1,4 @@
-"""rigkit.rollout: the pyinfra argument helpers, then the whole rollout over four rigs whose pyinfra runs answer
+"""rigkit.rollout: rigkit deploy's options read after the inventory, then the whole rollout over four rigs whose pyinfra runs answer
 with real captured output (tests/fixtures/fleet/rig-stopped-mid-deploy.txt: rig4 and rig5 deployed, rig6 failed).
 The parts have their own tests: test_rollout_plan, _state, _record, _stage, _proof, _summary, _drain."""
 
@@ -9,8 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from rigkit import fleet, rollout
+from rigkit import fleet, fleet_outcome, rollout
 from rigkit.hostdata import rig_settings
+from rigkit.pyinfra_args import data_pairs
 from rigkit.rollout_plan import ROLLOUT_STEP_ENV, RolloutSettings
 from rigkit.rollout_proof import Proof
 from rigkit.rollout_record import RolloutRecord, record_path
@@ -41,8 +42,7 @@ def test_rigkit_deploy_options_are_read_after_the_inventory_too():
         ["inv.py", "--limit", "rig4", "--canary", "1", "--data", "a=b", "--batch", "2", "--deploy", "rollback.py"]))
     assert (args.canary, args.batch, args.deploy) == (1, 2, "rollback.py")
     assert args.pyinfra_args == ["--limit", "rig4", "--data", "a=b"]
-    assert rollout.data_pairs(args.pyinfra_args) == ["a=b"]
-    assert rollout.without_limits(["--limit", "rig4,rig5", "-v", "--limit=rig6"]) == ["-v"]
+    assert data_pairs(args.pyinfra_args) == ["a=b"]
 
 
 # --- the whole rollout with fake rigs: real pyinfra output, real renderings -----------------------------------------
@@ -68,9 +68,9 @@ class FakeFleet:
         rigs = [argv[i + 1] for i, arg in enumerate(argv) if arg == "--limit"]
         deploy = argv[-1]
         self.runs.append((deploy, rigs))
-        outcomes = fleet.summarize(self.output, rigs)
+        outcomes = fleet_outcome.summarize(self.output, rigs)
         for rig in rigs:
-            if outcomes[rig].status == fleet.OK:
+            if outcomes[rig].status == fleet_outcome.OK:
                 self.verified[rig] = rendering_hash(rig, OLD if deploy == "rollback.py" else NEW)
         if self.kill_in and self.kill_in in rigs:
             raise KeyboardInterrupt  # the controller is killed once the batch's rigs are upgraded

@@ -4,7 +4,7 @@ knob after a halt, as plain functions over the rigs' states (a failed run: real 
 from __future__ import annotations
 
 from test_rollout import NEW, OLD, ROLLED_BACK
-from rigkit import fleet
+from rigkit import fleet_outcome
 from rigkit.rollout_plan import CANARY, Stage
 from rigkit.rollout_proof import Proof
 from rigkit.rollout_record import RolloutRecord
@@ -29,16 +29,16 @@ def test_a_resumed_rollout_neither_redeploys_nor_reproves_a_canary_that_passed()
 
 
 def test_a_failed_rig_a_rig_off_its_release_and_a_failed_proof_each_halt():
-    outcomes = fleet.summarize(ROLLED_BACK, ["rig4"])
+    outcomes = fleet_outcome.summarize(ROLLED_BACK, ["rig4"])
     wanted = {"rig4": "new4", "rig5": "new5", "rig6": "new6"}
     states = {"rig4": ReleaseState("old4"), "rig5": ReleaseState("other"), "rig6": ReleaseState("new6")}
     work = StageWork(("rig4", "rig5"), ("rig6",), ())
-    failures = stage_failures(work, {**outcomes, "rig5": fleet.RigOutcome("rig5")}, states, wanted,
+    failures = stage_failures(work, {**outcomes, "rig5": fleet_outcome.RigOutcome("rig5")}, states, wanted,
                               {"rig6": Proof(False, "warm-connector expected, measured cold")})
     assert [(f.rig, f.step) for f in failures] == [("rig4", "serving | Smoke, ledger, prune"), ("rig5", "verify"),
                                                    ("rig6", "cache proof")]
     assert "rolled back to" in failures[0].why and "does not run the wanted rendering" in failures[1].why
-    assert stage_failures(work, {"rig4": fleet.RigOutcome("rig4"), "rig5": fleet.RigOutcome("rig5")},
+    assert stage_failures(work, {"rig4": fleet_outcome.RigOutcome("rig4"), "rig5": fleet_outcome.RigOutcome("rig5")},
                           {r: ReleaseState(h) for r, h in wanted.items()}, wanted, {"rig6": Proof(True, "ok")}) == []
 
 

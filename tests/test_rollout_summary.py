@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from test_rollout import OLD, ROLLED_BACK
-from rigkit import fleet
+from rigkit import fleet_outcome
 from rigkit.ledger import Release
 from rigkit.rollout_plan import RolloutSettings, plan_stages
 from rigkit.rollout_proof import Proof
@@ -16,7 +16,7 @@ from rigkit.rollout_summary import format_summary, summary_width
 
 @pytest.mark.parametrize("width", [80, 120])
 def test_the_summary_names_batch_rig_step_and_why_and_fits_the_terminal(width):
-    outcomes = fleet.summarize(ROLLED_BACK, ["rig4"])
+    outcomes = fleet_outcome.summarize(ROLLED_BACK, ["rig4"])
     stages = plan_stages(["rig5", "rig4", "rig6"], canary=1, batch=1)
     failure = stage_failures(StageWork(("rig4",), (), ()), outcomes, {"rig4": ReleaseState("old")}, {"rig4": "new"}, {})
     results = [StageResult(stages[0], StageWork(("rig5",), ("rig5",), ()), {"rig5": Proof(True, "cache proof passed")}),

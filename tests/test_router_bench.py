@@ -11,7 +11,7 @@ import pytest
 
 from rigkit import metrics
 from rigkit.errors import ConfigError
-from rigkit.fleet import load_inventory
+from rigkit.inventory import load_inventory
 from rigkit.paths import REPO_ROOT
 from rigkit.soak import Plan
 from tests.fake_openai import FakeOpenAI

@@ -27,9 +27,9 @@ def test_an_unreachable_rig_is_reported_and_fails_the_run():
 
 
 def fake_inventory(monkeypatch, hosts):
-    import rigkit.fleet
+    import rigkit.inventory
 
-    monkeypatch.setattr(rigkit.fleet, "load_inventory", lambda inventory: hosts)
+    monkeypatch.setattr(rigkit.inventory, "load_inventory", lambda inventory: hosts)
 
 
 HOST = {"ssh_hostname": "127.0.0.1", "ssh_password": "lab", "serving_profile": "cpu-lab",

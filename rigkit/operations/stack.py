@@ -57,7 +57,7 @@ def stack_release(image: str, knobs_hash: str, digest: str, url: str, timeout_s:
     yield from release_commands(compose or COMPOSE_NOT_YET, image, False, url, timeout_s)
 
 
-# The pull's step name (roles/serving.py): rigkit.fleet words a failed pull by what docker said of the registry.
+# The pull's step name (roles/serving.py): rigkit.fleet_outcome words a failed pull by what docker said of the registry.
 PULL_STEP = "Pull the image (the old stack keeps serving)"
 
 

@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 import requests
 
-from rigkit.fleet import FAILED, OK, UNREACHABLE
+from rigkit.fleet_outcome import FAILED, OK, UNREACHABLE
 from rigkit.ledger import LEDGER_PATH
 from rigkit.paths import REPO_ROOT
 from rigkit.render import CONTAINER_NAME

@@ -18,7 +18,7 @@ import shlex
 from contextlib import ExitStack
 
 from rigkit.facts.docker import ComposeCommand
-from rigkit.fleet import load_inventory
+from rigkit.inventory import load_inventory
 from rigkit.hostdata import rig_settings
 from rigkit.stack import in_stack
 from rigkit.tiers import Tier

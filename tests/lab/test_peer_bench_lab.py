@@ -13,7 +13,7 @@ import sys
 
 import pytest
 
-from rigkit.fleet import load_inventory
+from rigkit.inventory import load_inventory
 from rigkit.hostdata import rig_settings
 from rigkit.paths import REPO_ROOT
 

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from rigkit.fleet import FAILED
+from rigkit.fleet_outcome import FAILED
 from rigkit.lab.registry_server import registry_answers, registry_pid
 from rigkit.paths import REPO_ROOT
 from rigkit.render import CONTAINER_NAME

@@ -12,7 +12,7 @@ import sys
 
 import pytest
 
-from rigkit.fleet import load_inventory
+from rigkit.inventory import load_inventory
 from rigkit.paths import REPO_ROOT
 from rigkit.soak import Plan
 

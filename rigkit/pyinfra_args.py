@@ -1,0 +1,62 @@
+"""The pyinfra arguments rigkit deploy passes through, read and rewritten as pyinfra 3 reads them: --limit
+patterns (one per --limit) and --data KEY=VALUE pairs."""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+
+def limit_from(pyinfra_args: Sequence[str]) -> list[str]:
+    patterns: list[str] = []
+    for i, arg in enumerate(pyinfra_args):
+        if arg == "--limit" and i + 1 < len(pyinfra_args):
+            patterns += pyinfra_args[i + 1].split(",")
+        elif arg.startswith("--limit="):
+            patterns += arg.split("=", 1)[1].split(",")
+    return [p for p in patterns if p]
+
+
+def split_limits(pyinfra_args: Sequence[str]) -> list[str]:
+    """`--limit a,b` as `--limit a --limit b`: pyinfra 3 takes one pattern per --limit, and a comma
+    list silently matches no host (the run then deploys nothing and exits 0)."""
+    out: list[str] = []
+    args = list(pyinfra_args)
+    i = 0
+    while i < len(args):
+        arg = args[i]
+        if arg == "--limit" and i + 1 < len(args):
+            value, i = args[i + 1], i + 2
+        elif arg.startswith("--limit="):
+            value, i = arg.split("=", 1)[1], i + 1
+        else:
+            out.append(arg)
+            i += 1
+            continue
+        for pattern in (p for p in value.split(",") if p):
+            out += ["--limit", pattern]
+    return out
+
+
+def without_limits(pyinfra_args: Sequence[str]) -> list[str]:
+    """The operator's pyinfra arguments minus --limit (each stage passes its own rigs)."""
+    args, out = split_limits(pyinfra_args), []
+    skip = False
+    for arg in args:
+        if skip:
+            skip = False
+        elif arg == "--limit":
+            skip = True
+        else:
+            out.append(arg)
+    return out
+
+
+def data_pairs(pyinfra_args: Sequence[str]) -> list[str]:
+    """The KEY=VALUE of every --data, as pyinfra reads them."""
+    pairs = []
+    for i, arg in enumerate(pyinfra_args):
+        if arg == "--data" and i + 1 < len(pyinfra_args):
+            pairs.append(pyinfra_args[i + 1])
+        elif arg.startswith("--data="):
+            pairs.append(arg.split("=", 1)[1])
+    return pairs

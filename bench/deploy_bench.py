@@ -35,6 +35,7 @@ from rigkit.lab.pyinfra_output import parse_results  # noqa: E402
 from rigkit.lab.state import RigState, read_state  # noqa: E402
 from rigkit.ledger import LEDGER_PATH  # noqa: E402
 from rigkit.paths import RIG_STACK_DIR, RIG_STATE_DIR  # noqa: E402
+from rigkit.pyinfra_args import pyinfra_executable  # noqa: E402
 from rigkit.render import CONTAINER_NAME  # noqa: E402
 
 INVENTORY = REPO_ROOT / "inventory" / "lab.py"
@@ -48,7 +49,7 @@ def rig_shell(rig: RigState, command: str) -> str:
 
 
 def pyinfra(rigs: list[RigState], deploy: str, *data: str) -> tuple[float, str]:
-    args = [str(Path(sys.executable).with_name("pyinfra")), "-y"]
+    args = [pyinfra_executable(), "-y"]
     for rig in rigs:
         args += ["--limit", rig.name]
     for item in data:

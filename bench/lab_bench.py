@@ -22,6 +22,7 @@ sys.path.insert(0, str(REPO_ROOT))
 
 from rigkit.lab.cli import lab_down, lab_up  # noqa: E402
 from rigkit.lab.pyinfra_output import parse_results  # noqa: E402
+from rigkit.pyinfra_args import pyinfra_executable  # noqa: E402
 
 PROBE_DEPLOY = REPO_ROOT / "tests" / "lab" / "deploys" / "probe.py"
 PROBE_PATH = "/etc/rigkit-lab-probe"
@@ -39,9 +40,8 @@ def timed(action) -> float:
 
 
 def pyinfra_run(rig_name: str) -> tuple[float, str]:
-    pyinfra = Path(sys.executable).with_name("pyinfra")
     started = time.monotonic()
-    result = subprocess.run([str(pyinfra), "-y", "--limit", rig_name, str(INVENTORY), str(PROBE_DEPLOY)],
+    result = subprocess.run([pyinfra_executable(), "-y", "--limit", rig_name, str(INVENTORY), str(PROBE_DEPLOY)],
                             cwd=REPO_ROOT, capture_output=True, text=True)
     elapsed = time.monotonic() - started
     if result.returncode != 0:

@@ -47,6 +47,7 @@ from rigkit.inventory import load_inventory  # noqa: E402
 from rigkit.hostdata import RigSettings, rig_settings  # noqa: E402
 from rigkit.knobs import KNOBS_BY_NAME  # noqa: E402
 from rigkit.lab.state import RigState, read_state  # noqa: E402
+from rigkit.pyinfra_args import pyinfra_executable  # noqa: E402
 from rigkit.render import CONTAINER_NAME, KNOBS_HASH_LABEL  # noqa: E402
 from rigkit.stack import rendering_for  # noqa: E402
 
@@ -233,7 +234,7 @@ def timed(argv: Sequence[str], env: Optional[Mapping[str, str]] = None, cwd: Pat
 
 def pyinfra_floor(rigs: Sequence[RigState]) -> Sample:
     limits = [arg for rig in rigs for arg in ("--limit", rig.name)]
-    pyinfra_bin = str(Path(sys.executable).with_name("pyinfra"))
+    pyinfra_bin = pyinfra_executable()
     seconds, _ = timed([pyinfra_bin, "-y", *limits, str(INVENTORY), "fact", FLOOR_FACT])
     return Sample(seconds, "fact")
 

@@ -8,23 +8,18 @@ from __future__ import annotations
 
 import argparse
 import subprocess
-import sys
 import time
-from pathlib import Path
 
 from rigkit.ledger import LEDGER_PATH, Ledger
 from rigkit.paths import REPO_ROOT
+from rigkit.pyinfra_args import pyinfra_executable
 
 LAB_INVENTORY = "inventory/lab.py"
 
 
-def pyinfra_command() -> str:
-    return str(Path(sys.executable).with_name("pyinfra"))
-
-
 def run_pyinfra(*args: str) -> int:
     """Run pyinfra in the repository with its output streamed (it shows each operation as it goes)."""
-    command = [pyinfra_command(), "-y", *args]
+    command = [pyinfra_executable(), "-y", *args]
     print(f"[demo] $ {' '.join(command)}", flush=True)
     return subprocess.call(command, cwd=REPO_ROOT)
 

@@ -23,7 +23,6 @@ import argparse
 import json
 import subprocess
 import sys
-from pathlib import Path
 from typing import Sequence
 
 from rigkit.errors import ConfigError
@@ -31,7 +30,7 @@ from rigkit.fleet_outcome import OK, UNREACHABLE, RigOutcome, summarize
 from rigkit.fleet_table import format_table
 from rigkit.inventory import check_connection_data, load_inventory, targeted
 from rigkit.paths import REPO_ROOT
-from rigkit.pyinfra_args import data_pairs, limit_from, split_limits
+from rigkit.pyinfra_args import data_pairs, limit_from, pyinfra_executable, split_limits
 
 DEFAULT_DEPLOY = "deploy.py"
 
@@ -63,11 +62,6 @@ def read_release(name: str, data: dict) -> str:
         return f"? ({type(exc).__name__}: {exc})"
     finally:
         client.close()
-
-
-def pyinfra_executable() -> str:
-    candidate = Path(sys.executable).with_name("pyinfra")
-    return str(candidate if candidate.exists() else "pyinfra")
 
 
 def run_pyinfra_streaming(argv: list[str]) -> tuple[int, str]:

@@ -1,9 +1,17 @@
-"""The pyinfra arguments rigkit deploy passes through, read and rewritten as pyinfra 3 reads them: --limit
-patterns (one per --limit) and --data KEY=VALUE pairs."""
+"""Running pyinfra: its executable, and the arguments rigkit deploy passes through, read and rewritten as
+pyinfra 3 reads them: --limit patterns (one per --limit) and --data KEY=VALUE pairs."""
 
 from __future__ import annotations
 
+import sys
+from pathlib import Path
 from typing import Sequence
+
+
+def pyinfra_executable() -> str:
+    """The pyinfra installed beside this Python (the project's venv), else the one on PATH."""
+    candidate = Path(sys.executable).with_name("pyinfra")
+    return str(candidate if candidate.exists() else "pyinfra")
 
 
 def limit_from(pyinfra_args: Sequence[str]) -> list[str]:

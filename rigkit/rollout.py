@@ -46,7 +46,7 @@ from typing import Any, Callable, Iterator, Mapping, Optional, Sequence
 from rigkit.defaults import ROLLOUT_VARIABLES
 from rigkit.errors import ConfigError
 from rigkit.paths import ROLLOUTS_DIR
-from rigkit.pyinfra_args import data_pairs, without_limits
+from rigkit.pyinfra_args import data_pairs, pyinfra_executable, without_limits
 from rigkit.rollout_plan import ROLLOUT_STEP_ENV, RolloutSettings, Stage, plan_stages, rollout_settings
 from rigkit.rollout_proof import prove_rig
 from rigkit.rollout_record import RolloutRecord, record_path, resume_record, save_record
@@ -80,7 +80,7 @@ def run_stage_deploy(label: str, deploy: str, rigs: Sequence[str], inventory: st
     limits = [arg for rig in rigs for arg in ("--limit", rig)]
     print(f"\n--> rigkit rollout, {label}: {deploy} on {', '.join(rigs)}", flush=True)
     with rollout_step(label):
-        _, output = run([fleet.pyinfra_executable(), "-y", *passthrough, *limits, inventory, deploy])
+        _, output = run([pyinfra_executable(), "-y", *passthrough, *limits, inventory, deploy])
     return summarize(output, rigs)
 
 

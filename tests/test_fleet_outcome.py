@@ -139,14 +139,12 @@ server.shell(name="After the refusal", commands=["echo never-reached"])
 
 
 def run_local_deploy(tmp_path, step: str) -> subprocess.CompletedProcess:
-    import sys
-
     from rigkit.paths import REPO_ROOT
+    from rigkit.pyinfra_args import pyinfra_executable
 
     (tmp_path / "refusing.py").write_text("from pyinfra import host\n" + REFUSING_DEPLOY)
-    pyinfra = Path(sys.executable).with_name("pyinfra")
     env = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
-    return subprocess.run([str(pyinfra), "-y", "--data", f"step={step}", "@local", "refusing.py"], cwd=tmp_path,
+    return subprocess.run([pyinfra_executable(), "-y", "--data", f"step={step}", "@local", "refusing.py"], cwd=tmp_path,
                           env=env, capture_output=True, text=True, timeout=180)
 
 

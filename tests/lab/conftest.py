@@ -31,7 +31,6 @@ import os
 import runpy
 import shlex
 import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Sequence
@@ -42,6 +41,7 @@ import pytest
 from rigkit.lab.proc import print_progress
 from rigkit.lab.state import LabState, RigState, write_state
 from rigkit.paths import REPO_ROOT
+from rigkit.pyinfra_args import pyinfra_executable
 
 LAB_INVENTORY = REPO_ROOT / "inventory" / "lab.py"
 DEPLOYS_DIR = Path(__file__).resolve().parent / "deploys"
@@ -71,11 +71,6 @@ def inventory_host_data() -> dict[str, dict]:
 
 def keep_lab() -> bool:
     return os.environ.get("RIGKIT_KEEP_LAB") == "1"
-
-
-def pyinfra_executable() -> str:
-    candidate = Path(sys.executable).with_name("pyinfra")
-    return str(candidate if candidate.exists() else REPO_ROOT / ".venv" / "bin" / "pyinfra")
 
 
 def run_pyinfra(args: Sequence[str] = (), inventory: Path | str = LAB_INVENTORY,

@@ -26,15 +26,12 @@ import requests
 from rigkit.fleet_outcome import FAILED, OK, UNREACHABLE
 from rigkit.ledger import LEDGER_PATH
 from rigkit.paths import REPO_ROOT
+from rigkit.pyinfra_args import pyinfra_executable
 from rigkit.render import CONTAINER_NAME
 from rigkit.tunnel import serving_url
 from roles.rig_lock import HOLDER_PATH
 
 LAB_INVENTORY = REPO_ROOT / "inventory" / "lab.py"
-
-
-def pyinfra_executable() -> str:
-    return str(Path(sys.executable).with_name("pyinfra"))
 
 
 def rig_exec(rig, cmd: str, check: bool = True) -> subprocess.CompletedProcess:

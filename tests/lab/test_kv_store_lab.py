@@ -19,6 +19,7 @@ import pytest
 from rigkit.kv_store import RIGKIT_CONF
 from rigkit.lab.pyinfra_output import parse_results
 from rigkit.paths import REPO_ROOT
+from rigkit.pyinfra_args import pyinfra_executable
 from rigkit.sizing import GIB
 from test_secrets_lab import files_holding
 
@@ -32,7 +33,7 @@ CLEANUP = ("systemctl stop valkey-server 2>/dev/null; DEBIAN_FRONTEND=noninterac
 
 def deploy(password: str, *args: str) -> subprocess.CompletedProcess:
     env = {**os.environ, "RIGKIT_KV_STORE_PASSWORD": password}
-    return subprocess.run([str(REPO_ROOT / ".venv" / "bin" / "pyinfra"), "-y", *args, str(INVENTORY), "deploy.py"],
+    return subprocess.run([pyinfra_executable(), "-y", *args, str(INVENTORY), "deploy.py"],
                           cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=900)
 
 

@@ -13,12 +13,11 @@ import json
 import runpy
 import socket
 import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 
 from rigkit.paths import REPO_ROOT
+from rigkit.pyinfra_args import pyinfra_executable
 from rigkit.defaults import L2_DISK_VARIABLES
 
 pytestmark = [pytest.mark.lab]
@@ -48,7 +47,7 @@ def daemon_change_arg() -> str:
 
 def pyinfra(args: list[str], timeout: float = 900) -> subprocess.CompletedProcess:
     """pyinfra on the lab inventory; without -y (a --dry run with -y skips change detection)."""
-    return subprocess.run([str(Path(sys.executable).with_name("pyinfra")), *args, str(LAB_INVENTORY), "deploy.py"],
+    return subprocess.run([pyinfra_executable(), *args, str(LAB_INVENTORY), "deploy.py"],
                           cwd=REPO_ROOT, capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL)
 
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -18,6 +17,7 @@ import pytest
 from rigkit.lab.pyinfra_output import parse_results
 from rigkit.lab.state import LabState, RigState
 from rigkit.paths import REPO_ROOT
+from rigkit.pyinfra_args import pyinfra_executable
 from rigkit.defaults import L2_DISK_VARIABLES as L2_VARIABLES
 
 pytestmark = pytest.mark.lab
@@ -33,11 +33,6 @@ MOUNT_POINT = L2_DEFAULTS["l2_mount_point"]
 CACHE_DIR = f"{MOUNT_POINT}/{L2_DEFAULTS['l2_cache_dir']}"
 CHECK_IMAGE = "rigkit-lab/true:1"  # made inside the rig from its own /usr/bin/true: no registry needed
 MARKER = f"{CACHE_DIR}/kept-across-runs"
-
-
-def pyinfra_executable() -> str:
-    candidate = Path(sys.executable).with_name("pyinfra")
-    return str(candidate if candidate.exists() else REPO_ROOT / ".venv" / "bin" / "pyinfra")
 
 
 def write_inventory(directory: Path, lab: LabState, rig: RigState) -> Path:

@@ -12,12 +12,11 @@ from __future__ import annotations
 import os
 import secrets
 import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 
 from rigkit.paths import REPO_ROOT, RIG_RELEASES_DIR, RIG_STACK_DIR
+from rigkit.pyinfra_args import pyinfra_executable
 from rigkit.render import CONTAINER_NAME
 from test_serving_lab import assert_ok, ledger
 
@@ -25,7 +24,6 @@ pytestmark = [pytest.mark.lab, pytest.mark.vllm]
 
 RELEASE_TIMEOUT_S = 1800
 LAB_INVENTORY = REPO_ROOT / "inventory" / "lab.py"
-PYINFRA = Path(sys.executable).with_name("pyinfra")
 NOT_SEARCHED = ("/proc", "/sys", "/dev", "/run", "/var/lib/docker")
 
 
@@ -33,7 +31,7 @@ def pyinfra(rig, *flags: str, deploy: str = "deploy.py", token: str | None = Non
     env = {key: value for key, value in os.environ.items() if key != "RIGKIT_HF_TOKEN"}
     if token is not None:
         env["RIGKIT_HF_TOKEN"] = token
-    return subprocess.run([str(PYINFRA), *flags, "--limit", rig.name, str(LAB_INVENTORY), deploy], cwd=REPO_ROOT,
+    return subprocess.run([pyinfra_executable(), *flags, "--limit", rig.name, str(LAB_INVENTORY), deploy], cwd=REPO_ROOT,
                           env=env, capture_output=True, text=True, timeout=RELEASE_TIMEOUT_S)
 
 

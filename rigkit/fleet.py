@@ -20,7 +20,6 @@ summary table).
 from __future__ import annotations
 
 import argparse
-import json
 import subprocess
 import sys
 from typing import Sequence
@@ -29,6 +28,7 @@ from rigkit.errors import ConfigError
 from rigkit.fleet_outcome import OK, UNREACHABLE, RigOutcome, summarize
 from rigkit.fleet_table import format_table
 from rigkit.inventory import check_connection_data, load_inventory, targeted
+from rigkit.ledger import Ledger
 from rigkit.paths import REPO_ROOT
 from rigkit.pyinfra_args import data_pairs, limit_from, pyinfra_executable, split_limits
 
@@ -37,14 +37,8 @@ DEFAULT_DEPLOY = "deploy.py"
 
 def ledger_release(ledger_text: str) -> str:
     """'<digest prefix> <kind> smoke=<verdict>' of a ledger's newest release ('' without one)."""
-    if not ledger_text.strip():
-        return ""
-    releases = json.loads(ledger_text).get("releases") or []
-    if not releases:
-        return ""
-    current = releases[-1]
-    digest = current["image"].rpartition("@")[2].removeprefix("sha256:")[:12]
-    return f"{digest} {current.get('kind', 'deploy')} smoke={current.get('smoke') or '-'}"
+    current = Ledger.from_json(ledger_text).current
+    return current.summary() if current else ""
 
 
 def read_release(name: str, data: dict) -> str:

@@ -33,6 +33,14 @@ SMOKE_FAIL = "fail"
 def now_iso() -> str:
     return datetime.now(timezone.utc).isoformat(timespec="seconds")
 
+# characters of an image digest or a rendering hash shown in one-line summaries
+SHORT_DIGEST = 12
+
+
+def short_digest(image: str) -> str:
+    """The first SHORT_DIGEST hex digits of ``repository@sha256:...``."""
+    return image.rpartition("@")[2].removeprefix("sha256:")[:SHORT_DIGEST]
+
 
 @dataclass
 class Release:
@@ -44,6 +52,10 @@ class Release:
     kind: str = "deploy"  # deploy | rollback
     note: str = ""
     rendering: Optional[str] = None  # release_hash of its compose.yml + .env (None in ledgers older than it)
+
+    def summary(self) -> str:
+        """'<digest prefix> <kind> smoke=<verdict>': the release in one line (deploy and rollout summaries)."""
+        return f"{short_digest(self.image)} {self.kind} smoke={self.smoke or '-'}"
 
 
 def same_release(a: Release, b: Release) -> bool:

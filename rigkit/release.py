@@ -18,7 +18,7 @@ import copy
 from dataclasses import dataclass, field
 from typing import Optional, Sequence, Union
 
-from rigkit.ledger import SMOKE_FAIL, SMOKE_PASS, Ledger, Release, Rendering
+from rigkit.ledger import SHORT_DIGEST, SMOKE_FAIL, SMOKE_PASS, Ledger, Release, Rendering
 from rigkit.smoke import SmokeReport
 
 # Of the wait's output, what a release that never became ready keeps in its ledger note.
@@ -176,7 +176,7 @@ def stored_rendering(rendering_hash: Optional[str],
         return None, STORED_MISSING
     rendering = Rendering(*texts)
     if rendering.hash != rendering_hash:
-        return None, f"stored rendering damaged (its files hash to {rendering.hash[:12]})"
+        return None, f"stored rendering damaged (its files hash to {rendering.hash[:SHORT_DIGEST]})"
     return rendering, ""
 
 
@@ -185,9 +185,9 @@ def restore(target: Release, stored_texts: Optional[tuple[str, str]], todays: Op
     missing, damaged or of another image, ``todays`` (the image rendered from today's data), said so."""
     rendering, why = stored_rendering(target.rendering, stored_texts)
     if rendering is not None and rendering.image != target.image:
-        rendering, why = None, f"the stored rendering {rendering.hash[:12]} is of {rendering.image}"
+        rendering, why = None, f"the stored rendering {rendering.hash[:SHORT_DIGEST]} is of {rendering.image}"
     if rendering is not None:
-        return Restore(rendering, f"restored the verified rendering {rendering.hash[:12]}")
+        return Restore(rendering, f"restored the verified rendering {rendering.hash[:SHORT_DIGEST]}")
     return Restore(todays, REPLACEMENT_NOTE.format(why=why),
                    warning=f"rollback to {target.image}: {why}; re-rendering it with today's data, "
                            "which may differ from what was verified")

@@ -8,10 +8,11 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
 from rigkit.defaults import ROLLOUT_LEAVE, ROLLOUT_ROLLBACK
+from rigkit.ledger import SHORT_DIGEST
 from rigkit.rollout_plan import Stage
 from rigkit.rollout_proof import Proof
 from rigkit.rollout_record import RolloutRecord
-from rigkit.rollout_state import SHORT_DIGEST, ReleaseState
+from rigkit.rollout_state import ReleaseState
 
 # Why a rig of a stage failed: the words the summary prints.
 NOT_ON_RELEASE = "its deploy reported success but the rig does not run the wanted rendering (verified {got})"

@@ -10,7 +10,6 @@ from typing import Mapping, Optional, Sequence
 from rigkit.ledger import Ledger, Release
 
 STATE_SEPARATOR = "--rigkit-ledger--"
-SHORT_DIGEST = 12
 
 
 @dataclass(frozen=True)
@@ -27,8 +26,7 @@ class ReleaseState:
             return f"unreadable ({self.unreadable})"
         if self.current is None:
             return "no release"
-        digest = self.current.image.rpartition("@")[2].removeprefix("sha256:")[:SHORT_DIGEST]
-        return f"{digest} {self.current.kind} smoke={self.current.smoke or '-'}"
+        return self.current.summary()
 
 
 def state_command() -> str:

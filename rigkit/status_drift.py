@@ -14,7 +14,7 @@ from typing import Any, Mapping, Optional
 import yaml
 
 from rigkit.knobs import ENGINE_FLAGS, SECRET_ENV_NAMES, knob_for_env, redacted
-from rigkit.ledger import Rendering, parse_dotenv, release_hash
+from rigkit.ledger import SHORT_DIGEST, Rendering, parse_dotenv, release_hash
 from rigkit.render import KNOBS_HASH_LABEL, LABEL_PREFIX, SERVICE_NAME
 from rigkit.status_probe import Container
 
@@ -68,10 +68,10 @@ def files_drift(compose: Optional[str], env: Optional[str], recorded_hash: Optio
     recorded = (recorded_hash or "").strip()
     actual = release_hash(compose, env)
     if not recorded:
-        return [Drift("files", "release hash", "none recorded (the last release was not verified)", actual[:12])]
+        return [Drift("files", "release hash", "none recorded (the last release was not verified)", actual[:SHORT_DIGEST])]
     if recorded != actual:
-        return [Drift("files", "release hash", f"hash {actual[:12]} (changed since verified)",
-                      f"verified {recorded[:12]}")]
+        return [Drift("files", "release hash", f"hash {actual[:SHORT_DIGEST]} (changed since verified)",
+                      f"verified {recorded[:SHORT_DIGEST]}")]
     return []
 
 

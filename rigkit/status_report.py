@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Optional, Sequence
 
+from rigkit.ledger import short_digest
 from rigkit.status_rig import OK, RigStatus
 
 TABLE_WIDTH = 100
@@ -31,7 +32,7 @@ def fit_table(rows: Sequence[Sequence[str]], width: int = TABLE_WIDTH, gap: int 
 
 
 def _digest(image: Optional[str]) -> str:
-    return image.rpartition("@")[2].removeprefix("sha256:")[:12] if image else "-"
+    return short_digest(image) if image else "-"
 
 
 def _release_cell(ledger: Optional[dict]) -> str:

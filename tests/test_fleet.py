@@ -5,9 +5,11 @@ test_fleet_table)."""
 from __future__ import annotations
 
 from rigkit.fleet import ledger_release
+from rigkit.ledger import Ledger, Release
 
 
 def test_ledger_release():
-    ledger = '{"schema": 1, "releases": [{"image": "r@sha256:' + "ab" * 32 + '", "kind": "rollback", "smoke": "pass"}]}'
-    assert ledger_release(ledger) == "abababababab rollback smoke=pass"
+    ledger = Ledger([Release("r@sha256:" + "cd" * 32, "p", "k"),
+                     Release("r@sha256:" + "ab" * 32, "p", "k", kind="rollback", smoke="pass")])
+    assert ledger_release(ledger.to_json()) == "abababababab rollback smoke=pass"
     assert ledger_release("") == ""

@@ -9,7 +9,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
-from typing import Iterable, Optional, Sequence
+from typing import Iterable, Mapping, Optional, Sequence
 
 from rigkit.errors import ConfigError
 from rigkit.paths import REPO_ROOT
@@ -77,7 +77,7 @@ def targeted(hosts: dict[str, dict], patterns: Sequence[str]) -> list[str]:
                    for p in patterns)]
 
 
-def rigs_among(hosts: dict[str, dict], names: Sequence[str]) -> list[str]:
+def rigs_among(hosts: Mapping[str, Mapping], names: Sequence[str]) -> list[str]:
     """``names`` without the fleet's service hosts (the router's gateways, the KV store): they serve no stack."""
     from rigkit.defaults import KV_STORE_GROUP, ROUTER_GROUP
 

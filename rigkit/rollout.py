@@ -199,10 +199,9 @@ def rollout_command(args: Any) -> Optional[int]:
     """`rigkit deploy` with a rollout asked (flags or data): run it and print its summary; None when no rollout
     is asked (rigkit.fleet then runs every rig at once). ConfigError before any rig is touched."""
     from rigkit import fleet
-    from rigkit.inventory import check_connection_data, load_inventory, targeted
+    from rigkit.inventory import check_connection_data, load_inventory, rigs_among, targeted
     from rigkit.kv_share import check_inventory
     from rigkit.pyinfra_args import limit_from, split_limits
-    from rigkit.router_admin import rigs_only
     from rigkit.variables import resolve
 
     flags = {"rollout_canary": args.canary, "rollout_batch": args.batch, "rollout_on_failure": args.on_failure}
@@ -216,7 +215,7 @@ def rollout_command(args: Any) -> Optional[int]:
     pyinfra_args = split_limits(args.pyinfra_args)
     hosts = load_inventory(args.inventory, data_args=data_pairs(pyinfra_args))
     check_inventory((name, host["groups"], host["data"]) for name, host in hosts.items())
-    names = rigs_only(hosts, targeted(hosts, limit_from(pyinfra_args)))  # a router host is no rig
+    names = rigs_among(hosts, targeted(hosts, limit_from(pyinfra_args)))  # a router host is no rig
     if not names:
         return None  # fleet_deploy refuses it, naming the inventory's hosts
     sections = {name: resolve(ROLLOUT_VARIABLES, dict(hosts[name]["data"])) for name in names}

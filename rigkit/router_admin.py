@@ -22,7 +22,7 @@ from __future__ import annotations
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any, Callable, Iterator, Mapping, Optional, Sequence
+from typing import Any, Callable, Iterator, Mapping, Optional
 
 import requests
 
@@ -181,13 +181,6 @@ def drained(admin: RouterAdmin, worker_url: str, in_flight: Optional[Callable[[]
 def gateways(hosts: Mapping[str, Mapping]) -> list[str]:
     """The inventory's router hosts (group ROUTER_GROUP), in inventory order."""
     return [name for name, info in hosts.items() if ROUTER_GROUP in info.get("groups", ())]
-
-
-def rigs_only(hosts: Mapping[str, Mapping], names: Sequence[str]) -> list[str]:
-    """``names`` without the fleet's service hosts (gateways, the KV store): the rest are rigs (workers)."""
-    from rigkit.inventory import rigs_among
-
-    return rigs_among(dict(hosts), names)
 
 
 def rig_worker_url(rig: str, data: Mapping[str, Any]) -> str:

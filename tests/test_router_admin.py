@@ -14,6 +14,7 @@ from fake_openai import FakeOpenAI
 from router_process import Loops, RouterProcess
 from rigkit import metrics, router_admin
 from rigkit.errors import ConfigError
+from rigkit.inventory import rigs_among
 from rigkit.router_admin import RouterAdmin, RouterError, drain, drained, restore, wait_idle
 
 # short streams, each a few tens of ms, so a drain finds requests in flight
@@ -186,7 +187,7 @@ def test_where_the_router_and_the_rigs_are_from_the_inventory():
     hosts = {"rig1": {"data": {}, "groups": ["lab"]}, "gw": {"data": {}, "groups": ["routers"]},
              "rig2": {"data": {}, "groups": []}}
     assert router_admin.gateways(hosts) == ["gw"]
-    assert router_admin.rigs_only(hosts, ["rig1", "gw", "rig2"]) == ["rig1", "rig2"]
+    assert rigs_among(hosts, ["rig1", "gw", "rig2"]) == ["rig1", "rig2"]
     rig = {"serving_profile": "cpu-lab", "serving_image": "r/x@sha256:" + "1" * 64, "serving_port": 8101,
            "ssh_hostname": "10.0.0.5"}
     # the URL the router role starts the router with (rigkit.router): a loopback bind only where SSH is loopback too

@@ -28,14 +28,15 @@ from rigkit import abstats
 from rigkit.card import (Capacity, CapacityTier, DecodeAB, DecodeKind, GreedyCheck, L2Report, PromptRecord, RigCard,
                          SoakReport, SpecDecode, StatModel, TierProof, TierResult, TTFTClient, TTFTPair, fmt_bytes,
                          load_cards)
-from rigkit.client import (TTFT_TOLERANCE_ABS_S, TTFT_TOLERANCE_REL, Measured, Prompt, PromptSpec, ServingClient,
-                           measure, prefill_timeout)
+from rigkit.client import Measured, ServingClient, measure, prefill_timeout
 from rigkit.errors import ConfigError
 from rigkit.files.l2_janitor import (L2_JANITOR_MIN_FREE_BYTES, L2_JANITOR_UNIT, STATE_BELOW_FLOOR, STATE_REFUSED,
                                      STATUS_FILE)
 from rigkit.metrics import Delta, Snapshot, require_prefix_counters
+from rigkit.prompts import Prompt, PromptSpec
 from rigkit.sizing import GB
 from rigkit.tiers import Tier, TierLabel, label
+from rigkit.ttft import TTFT_TOLERANCE_ABS_S, TTFT_TOLERANCE_REL
 from rigkit.defaults import CALIBRATION_MIN_TOKENS, VALIDATION_VARIABLES as VARIABLES
 
 # Pushing exactly the pool's size through it may leave a block or two of the prefix: overshoot.

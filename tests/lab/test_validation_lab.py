@@ -26,7 +26,9 @@ from rigkit.hostdata import settings_for_host
 from rigkit.paths import RIG_STACK_DIR
 from rigkit.render import COMPOSE_PROJECT
 from rigkit.tunnel import Tunnel, open_tunnel
-from rigkit.client import PromptSpec, RigProbe, ServingClient, ServingError, measure
+from rigkit.client import ServingClient, ServingError, measure
+from rigkit.prompts import PromptSpec
+from rigkit.ttft import RigProbe
 from rigkit.tiers import Tier, label
 from rigkit.validation import TierValidation, ValidationSettings, run_decode_ab, to_card, validate_tiers
 

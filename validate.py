@@ -35,10 +35,12 @@ from rigkit.abstats import ARM_OFF, ARM_ON
 from rigkit.card import RESULTS_DIR, fmt_l2, new_run_id, render_run, write_card
 from rigkit.card.replay import summary_lines
 from rigkit.card.store import keep_recorded, replay_comparison
+from rigkit.decode_ab import run_decode_ab
 from rigkit.client import ServingClient
 from rigkit.errors import ConfigError
 from rigkit.hostdata import rig_settings, settings_for_host
 from rigkit.knobs import SECRET_KNOBS
+from rigkit.l2_state import read_l2
 from rigkit.paths import REPO_ROOT, RIG_STACK_DIR
 from rigkit.release_steps import apply_rendering
 from rigkit.sizing import GB
@@ -47,7 +49,8 @@ from rigkit.stack import rendering_for, restart_commands
 from rigkit.ttft import RigProbe
 from rigkit.tunnel import serving_url
 from rigkit.profiles import ab_pair, load_profiles
-from rigkit.validation import ValidationSettings, read_l2, replay_data, run_decode_ab, to_card, validate_tiers
+from rigkit.validation import ValidationSettings, validate_tiers
+from rigkit.validation_card import replay_data, to_card
 
 RUN_ID = os.environ.setdefault("RIGKIT_RUN_ID", new_run_id())
 

@@ -93,7 +93,7 @@ def _file_section(path: str) -> str:
 
 def status_script(stack: Optional[Settings]) -> str:
     """The one shell script a rig runs: sections, each under a ``SECTION_MARK name`` line."""
-    from rigkit.validation import l2_probe_for
+    from rigkit.l2_state import l2_probe_for
 
     compose_path, env_path = stack_files()
     sections = {
@@ -459,7 +459,7 @@ def assess(rig: str, stack: Optional[Settings], output: str) -> RigStatus:
 
 def l2_report(stack: Settings, probe_output: str) -> dict[str, Any]:
     """The L2 tier judged as validation judges it, from the probe's output in the script."""
-    from rigkit.validation import read_l2
+    from rigkit.l2_state import read_l2
 
     report = read_l2(lambda command: probe_output, stack)
     return report.model_dump() if report is not None else None

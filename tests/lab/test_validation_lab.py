@@ -22,6 +22,7 @@ from typing import Callable, Iterator, Optional
 import pytest
 
 from rigkit.card import render_run, write_card
+from rigkit.decode_ab import run_decode_ab
 from rigkit.hostdata import settings_for_host
 from rigkit.paths import RIG_STACK_DIR
 from rigkit.render import COMPOSE_PROJECT
@@ -30,7 +31,8 @@ from rigkit.client import ServingClient, ServingError, measure
 from rigkit.prompts import PromptSpec
 from rigkit.ttft import RigProbe
 from rigkit.tiers import Tier, label
-from rigkit.validation import TierValidation, ValidationSettings, run_decode_ab, to_card, validate_tiers
+from rigkit.validation import TierValidation, ValidationSettings, validate_tiers
+from rigkit.validation_card import to_card
 
 pytestmark = [pytest.mark.lab, pytest.mark.vllm]
 

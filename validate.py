@@ -35,18 +35,22 @@ from rigkit.abstats import ARM_OFF, ARM_ON
 from rigkit.card import RESULTS_DIR, fmt_l2, new_run_id, render_run, write_card
 from rigkit.card.replay import summary_lines
 from rigkit.card.store import keep_recorded, replay_comparison
-from rigkit.client import RigProbe, ServingClient
+from rigkit.decode_ab import run_decode_ab
+from rigkit.client import ServingClient
 from rigkit.errors import ConfigError
 from rigkit.hostdata import rig_settings, settings_for_host
 from rigkit.knobs import SECRET_KNOBS
+from rigkit.l2_state import read_l2
 from rigkit.paths import REPO_ROOT, RIG_STACK_DIR
 from rigkit.release_steps import apply_rendering
 from rigkit.sizing import GB
 from rigkit.soak import check_fits, limits_from, memory_probe, plan_from, run_soak
 from rigkit.stack import rendering_for, restart_commands
+from rigkit.ttft import RigProbe
 from rigkit.tunnel import serving_url
 from rigkit.profiles import ab_pair, load_profiles
-from rigkit.validation import ValidationSettings, read_l2, replay_data, run_decode_ab, to_card, validate_tiers
+from rigkit.validation import ValidationSettings, validate_tiers
+from rigkit.validation_card import replay_data, to_card
 
 RUN_ID = os.environ.setdefault("RIGKIT_RUN_ID", new_run_id())
 
@@ -57,7 +61,7 @@ def _shell(command: str) -> Optional[str]:
 
 
 def _run_with_stdin(command: str, stdin: str) -> Optional[str]:
-    """rigkit.client.RigCommand over pyinfra's connection to this host."""
+    """rigkit.ttft.RigCommand over pyinfra's connection to this host."""
     status, output = host.run_shell_command(command, _stdin=stdin)
     return output.stdout if status else None
 

@@ -54,11 +54,12 @@ sys.path.insert(0, str(BENCH_DIR))
 from router_launcher import started_router  # noqa: E402
 
 from rigkit import metrics  # noqa: E402
-from rigkit.client import ServingClient, StreamResult, new_session_id, prefill_timeout  # noqa: E402
+from rigkit.client import ServingClient, StreamResult, prefill_timeout  # noqa: E402
 from rigkit.defaults import ROUTER_GROUP  # noqa: E402
 from rigkit.errors import ConfigError, RigkitError  # noqa: E402
 from rigkit.inventory import load_inventory  # noqa: E402
 from rigkit.hostdata import rig_settings  # noqa: E402
+from rigkit.prompts import new_session_id  # noqa: E402
 from rigkit.soak import Plan, check_fits, conversation_tokens, next_message, transcript_entry, turn_order, turn_prompt  # noqa: E402
 from rigkit.tunnel import serving_url  # noqa: E402
 

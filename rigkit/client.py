@@ -1,20 +1,11 @@
-"""OpenAI-compatible streaming client for measurements: salted prompts, client-side TTFT, decode tok/s.
-
-Every measured prompt starts with a random session id (the salt), so no earlier run and no
-other rig's run can have cached it; the body after the salt is generated from a recorded
-seed, so a run can be replayed elsewhere with the same sizes and content.
-"""
+"""OpenAI-compatible streaming client for measurements: salted prompts (rigkit.prompts) sized with the server's
+tokenizer, client-side TTFT (rigkit.ttft), decode tok/s."""
 
 from __future__ import annotations
 
-import json
-import random
-import shlex
 import time
-import uuid
 from dataclasses import asdict, dataclass
-from pathlib import Path
-from typing import Callable, Iterator, Optional, Sequence
+from typing import Optional, Sequence
 
 import requests
 
@@ -22,10 +13,9 @@ from rigkit import metrics
 from rigkit.errors import RigkitError
 from rigkit.files import ttft_probe
 from rigkit.http_session import server_session
-from rigkit.tunnel import rig_local_url
+from rigkit.prompts import CHARS_PER_TOKEN_GUESS, Prompt, PromptSpec, draft_text, new_session_id
+from rigkit.ttft import CONTROLLER_TRANSPORT, RigProbe, TTFTCheck, crosscheck_ttft
 
-# Rough size of one token in characters, to draft a prompt before /tokenize refines it.
-CHARS_PER_TOKEN_GUESS = 4.0
 # The first long prefill must never be cut: its timeout is this many times the time the
 # measured prefill rate predicts (prefill slows down with length: attention is superlinear) ...
 PREFILL_TIMEOUT_FACTOR = 5.0
@@ -34,75 +24,8 @@ MIN_PREFILL_TIMEOUT_S = 60.0
 # Without a measured rate yet (the calibration request itself), wait this long.
 UNMEASURED_PREFILL_TIMEOUT_S = 900.0
 CONNECT_TIMEOUT_S = 10.0
-# Client TTFT vs the delta of vllm:time_to_first_token_seconds over the same request: a client where the
-# rig's own clients sit (its loopback) pays only HTTP, tokenization and the first SSE chunk on top of the
-# engine's figure, so the two agree within the larger of these (an SSH tunnel adds ~20-45 ms a request).
-TTFT_TOLERANCE_ABS_S = 0.005
-TTFT_TOLERANCE_REL = 0.05
 READY_POLL_S = 3.0
 READY_TIMEOUT_S = 600.0
-
-_NARRATIVE_WORDS = (
-    "the old lighthouse keeper walked along harbour wall while gulls circled above grey water "
-    "she remembered winter storm that broke northern pier and ships waited outside reef for "
-    "three days until wind turned river carried timber from hills village baker opened shutters "
-    "before dawn children ran past market square with letters for captain who never returned "
-    "evening lamps burned across valley and travellers spoke quietly about roads bridges rain"
-).split()
-_CODE_NAMES = ("buffer", "index", "total", "window", "offset", "record", "queue", "cache", "limit", "node",
-               "parser", "result", "config", "stream", "batch", "retry", "token", "value", "count", "entry")
-
-
-@dataclass(frozen=True)
-class PromptSpec:
-    """What is needed to rebuild a prompt elsewhere: its kind, target size and body seed."""
-
-    kind: str  # "narrative" or "code"
-    target_tokens: int
-    seed: int
-
-
-@dataclass(frozen=True)
-class Prompt:
-    spec: PromptSpec
-    session_id: str
-    text: str
-    # exact count from the server's tokenizer when /tokenize answered, else the estimate
-    tokens: int
-    tokens_exact: bool
-
-
-def _body_units(kind: str, rng: random.Random) -> Iterator[str]:
-    if kind == "code":
-        while True:
-            a, b, c = rng.sample(_CODE_NAMES, 3)
-            n = rng.randint(2, 97)
-            yield (f"def update_{a}_{b}({a}, {b}):\n    {c} = {a} * {n} + {b}\n"
-                   f"    if {c} > {n * 3}:\n        return {c} - {b}\n    return {c}\n\n")
-    while True:
-        words = [rng.choice(_NARRATIVE_WORDS) for _ in range(rng.randint(8, 16))]
-        yield " ".join(words).capitalize() + ". "
-
-
-def _header(kind: str, session_id: str) -> str:
-    task = "Continue this code" if kind == "code" else "Continue this story"
-    return f"Session {session_id}. {task}.\n\n"
-
-
-def draft_text(spec: PromptSpec, session_id: str, chars: int) -> str:
-    rng = random.Random(spec.seed)
-    parts = [_header(spec.kind, session_id)]
-    size = len(parts[0])
-    for unit in _body_units(spec.kind, rng):
-        if size >= chars:
-            break
-        parts.append(unit)
-        size += len(unit)
-    return "".join(parts)
-
-
-def new_session_id() -> str:
-    return uuid.uuid4().hex
 
 
 @dataclass
@@ -131,67 +54,6 @@ def prefill_timeout(prompt_tokens: int, prefill_tokens_per_s: Optional[float]) -
     if not prefill_tokens_per_s:
         return UNMEASURED_PREFILL_TIMEOUT_S
     return max(MIN_PREFILL_TIMEOUT_S, PREFILL_TIMEOUT_FACTOR * prompt_tokens / prefill_tokens_per_s)
-
-
-@dataclass(frozen=True)
-class TTFTCheck:
-    client_s: float
-    server_s: Optional[float]
-    server_requests: float
-    within: bool
-
-    @property
-    def difference_s(self) -> Optional[float]:
-        return None if self.server_s is None else self.client_s - self.server_s
-
-
-def ttft_agrees(client_s: float, server_s: float) -> bool:
-    """Client TTFT within max(TTFT_TOLERANCE_REL, TTFT_TOLERANCE_ABS_S) of the server's figure."""
-    return abs(client_s - server_s) <= max(TTFT_TOLERANCE_ABS_S, TTFT_TOLERANCE_REL * server_s)
-
-
-def crosscheck_ttft(client_ttft_s: float, window: metrics.Delta) -> TTFTCheck:
-    """Compare a client-side TTFT with vLLM's own histogram delta over the same single request."""
-    server = window.server_ttft_mean
-    within = server is not None and window.ttft_count == 1 and ttft_agrees(client_ttft_s, server)
-    return TTFTCheck(client_ttft_s, server, window.ttft_count, within)
-
-
-# Where a client that streams from the controller itself sits: behind the tunnel or the LAN.
-CONTROLLER_TRANSPORT = "the controller"
-# (command, stdin) -> the command's stdout on the rig, None when it failed
-RigCommand = Callable[[str, str], Optional[str]]
-
-
-@dataclass(frozen=True)
-class RigProbe:
-    """Streams the measured requests from the rig itself: rigkit/files/ttft_probe.py, run by the rig's python3
-    over an SSH connection the controller already holds, timing the first token on the rig's loopback, where
-    its own clients sit. The controller keeps everything else (prompts, /metrics, orchestration)."""
-
-    run: RigCommand
-    base_url: str  # the serving API as a process on the rig reaches it (rigkit.tunnel.rig_local_url)
-    transport: str  # what the card says measured the client TTFT
-
-    @classmethod
-    def on(cls, rig: str, run: RigCommand, bind_address: str, port: int) -> "RigProbe":
-        """The probe of `rig`, reaching the serving API bound to bind_address:port as the rig's own clients do."""
-        return cls(run=run, base_url=rig_local_url(bind_address, port),
-                   transport=f"{rig}'s loopback (rigkit's probe, run by the rig's python3 over SSH)")
-
-    def command(self) -> str:
-        """The rig's python3 running the probe's source as it is on the controller (nothing installed)."""
-        return "python3 -c " + shlex.quote(Path(ttft_probe.__file__).read_text())
-
-    def stream(self, path: str, body: dict, connect_timeout_s: float, timeout_s: float) -> dict:
-        request = {"url": self.base_url.rstrip("/") + path, "body": body,
-                   "connect_timeout_s": connect_timeout_s, "timeout_s": timeout_s}
-        output = self.run(self.command(), json.dumps(request))
-        try:
-            return json.loads((output or "").strip().splitlines()[-1])
-        except (ValueError, IndexError):
-            return {"error": f"the TTFT probe on the rig printed no result ({(output or '').strip()[:200]!r}): "
-                             "check that the rig has python3", "total_s": 0.0}
 
 
 class ServingError(RigkitError):

@@ -26,9 +26,10 @@ import requests
 
 from rigkit import metrics
 from rigkit.card import SoakReport, SoakTurn
-from rigkit.client import PromptSpec, ServingClient, prefill_timeout
+from rigkit.client import ServingClient, prefill_timeout
 from rigkit.errors import ConfigError, RigkitError
 from rigkit.nvidia_smi import GPU_MEMORY_QUERY, parse_gpu_memory
+from rigkit.prompts import PromptSpec
 from rigkit.render import CONTAINER_NAME
 
 if TYPE_CHECKING:

@@ -52,7 +52,7 @@ def _file_section(path: str) -> str:
 
 def status_script(stack: Optional[Settings]) -> str:
     """The one shell script a rig runs: sections, each under a ``SECTION_MARK name`` line."""
-    from rigkit.validation import l2_probe_for
+    from rigkit.l2_state import l2_probe_for
 
     compose_path, env_path = stack_files()
     sections = {

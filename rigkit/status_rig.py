@@ -125,7 +125,7 @@ def assess(rig: str, stack: Optional[Settings], output: str) -> RigStatus:
 
 def l2_report(stack: Settings, probe_output: str) -> dict[str, Any]:
     """The L2 tier judged as validation judges it, from the probe's output in the script."""
-    from rigkit.validation import read_l2
+    from rigkit.l2_state import read_l2
 
     report = read_l2(lambda command: probe_output, stack)
     return report.model_dump() if report is not None else None

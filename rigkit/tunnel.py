@@ -174,7 +174,7 @@ class Tunnel:
 
     def run(self, command: str, stdin: str) -> Optional[str]:
         """Run `command` on the rig over this tunnel's SSH connection with `stdin` fed to it: its stdout, or None
-        when it exited non-zero or the connection failed (rigkit.client.RigCommand; the lab's TTFT probe)."""
+        when it exited non-zero or the connection failed (rigkit.ttft.RigCommand; the lab's TTFT probe)."""
         try:
             channel = self.transport().open_session()
         except (paramiko.SSHException, EOFError, OSError, TunnelError):

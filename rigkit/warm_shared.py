@@ -31,11 +31,12 @@ from pathlib import Path
 from typing import Mapping, Optional, Sequence
 
 from rigkit.card import RESULTS_DIR, PromptRecord, SharedPair, TTFTClient, new_run_id
-from rigkit.client import (TTFT_TOLERANCE_ABS_S, TTFT_TOLERANCE_REL, PromptSpec, RigProbe, ServingClient, measure,
-                           prefill_timeout)
+from rigkit.client import ServingClient, measure, prefill_timeout
 from rigkit.errors import ConfigError, RigkitError
 from rigkit.metrics import require_prefix_counters
+from rigkit.prompts import PromptSpec
 from rigkit.tiers import Tier, label, label_shared
+from rigkit.ttft import TTFT_TOLERANCE_ABS_S, TTFT_TOLERANCE_REL, RigProbe
 from rigkit.validation import TierRun, ValidationSettings, check_prompt_fits
 
 # How a rig declares the shared tier (issue 15's shared mount, rigkit.kv_share): its `kv_share` knob puts its

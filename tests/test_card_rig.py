@@ -115,7 +115,7 @@ def _with_ttft_pairs(card, transport, warm_gpu_client_s=None):
     """The sample card as validate.py writes it now: where the client TTFT was measured, and per request its
     client and server figures; warm_gpu_client_s: warm-gpu's client figures (the tunnel's, say)."""
     from rigkit.card.schema import TTFTClient, TTFTPair
-    from rigkit.client import ttft_agrees
+    from rigkit.ttft import ttft_agrees
 
     card.ttft_client = TTFTClient(transport=transport, tolerance_rel=0.05, tolerance_abs_s=0.005)
     for tier in card.tiers:

@@ -8,7 +8,7 @@ import pytest
 
 from rigkit import metrics
 from rigkit.hostdata import settings_for_host
-from rigkit.sizing import capacity_line, gpu_kv_bytes_per_token, required_mem_limit_gib, session_gb, sessions_fitting
+from rigkit.sizing import capacity_from, capacity_line, gpu_kv_bytes_per_token, required_mem_limit_gib, session_gb, sessions_fitting
 
 KV = 131_000  # lmcache-mp, as in profiles.yaml
 
@@ -114,3 +114,15 @@ def test_engine_settings_leave_the_memory_limit_to_l1_model_and_headroom():
     engine = stack("lmcache-mp", l1_size_gb=60, kv_cache_dtype="int8_per_token_head", tensor_parallel_size=2,
                    speculative_config={"method": "mtp", "num_speculative_tokens": 3}, **SHAPE)
     assert engine.knobs["mem_limit_gb"] == plain.knobs["mem_limit_gb"] == 110
+
+
+def test_capacity_from_measured_growth_and_sessions_per_tier():
+    # the user's card: 36,721 tokens -> 4.6 GB on disk; an L1 of 30 GB and an L2 of 1 TB
+    capacity = capacity_from(4_600_000_000, 36_721, "L2 dir growth", {"L1 30 GB": 30 * 10**9, "L2 1 TB": 10**12},
+                             [50_000, 262_144])
+    assert capacity.kb_per_token == pytest.approx(125.3, abs=0.1)
+    l1, l2 = capacity.tiers
+    assert l1.sessions["50000"] == pytest.approx(30e9 / (4.6e9 / 36_721 * 50_000))
+    assert 4 < l1.sessions["50000"] < 5 and 150 < l2.sessions["50000"] < 165
+    empty = capacity_from(0, 36_721, "L2 dir growth", {}, [50_000])
+    assert empty.kb_per_token is None and "no growth" in empty.source

@@ -9,7 +9,8 @@ from typing import Optional
 import pytest
 
 from fake_openai import FakeOpenAI
-from rigkit.client import RigProbe, ServingClient, ServingError
+from rigkit.client import ServingClient, ServingError
+from rigkit.ttft import RigProbe
 
 
 def local_shell(command: str, stdin: str) -> Optional[str]:

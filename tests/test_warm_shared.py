@@ -22,9 +22,10 @@ from rigkit.card import RigCard, TTFTClient, load_cards, render_run, write_card
 from rigkit.card.fleet import render_fleet_markdown
 from rigkit.card.rig import render_rig_markdown
 from rigkit.card.store import record_shared
-from rigkit.client import PromptSpec, ServingClient
+from rigkit.client import ServingClient
 from rigkit.errors import ConfigError
 from rigkit.metrics import Delta, delta, parse
+from rigkit.prompts import PromptSpec
 from rigkit.tiers import Tier, label, label_shared
 from rigkit.validation import ValidationSettings
 from rigkit.warm_shared import ask, ordered_pairs, pair_line, prefill, run_pairs, sharing_groups

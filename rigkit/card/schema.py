@@ -194,7 +194,7 @@ L2Level = Literal["ok", "warn", "fail"]
 
 
 class L2Report(BaseModel):
-    """The L2 disk tier as validation found it (rigkit.validation.classify_l2 fills it)."""
+    """The L2 disk tier as validation found it (rigkit.l2_state.classify_l2 fills it)."""
 
     path: str
     mount: Optional[str] = None

@@ -25,9 +25,10 @@ from rigkit.tiers import Tier
 from rigkit.validation import ValidationSettings
 from rigkit.warm_shared import ask, prefill, prompt_specs, rig_client, validate_shared
 
-from rigkit.client import PromptSpec, ServingClient, measure
+from rigkit.client import ServingClient, measure
 from rigkit.lab.rigs import KV_SHARE_DIR, KV_SHARE_IN_RIG
 from rigkit.paths import REPO_ROOT
+from rigkit.prompts import PromptSpec
 from rigkit.render import CONTAINER_NAME, L2_CONTAINER_PATH
 from rigkit.tunnel import serving_url
 

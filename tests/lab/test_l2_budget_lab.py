@@ -7,10 +7,11 @@ import time
 
 import pytest
 
-from rigkit.client import PromptSpec, ServingClient
+from rigkit.client import ServingClient
 from rigkit.files.l2_janitor import L2_JANITOR_INTERVAL_S
 from rigkit.hostdata import settings_for_host
 from rigkit.lab.pyinfra_output import parse_results
+from rigkit.prompts import PromptSpec
 from rigkit.sizing import GB
 from rigkit.tunnel import serving_url
 

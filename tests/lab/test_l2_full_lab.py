@@ -18,14 +18,15 @@ from typing import Callable
 import pytest
 
 from rigkit.card import L2Report, fmt_l2
-from rigkit.client import PromptSpec, ServingClient
+from rigkit.client import ServingClient
 from rigkit.files.l2_janitor import (ENTRY_GRACE_S, L2_JANITOR_INTERVAL_S, L2_JANITOR_MIN_FREE_BYTES, L2_JANITOR_UNIT,
                                      STATE_BELOW_FLOOR, STATE_OK, STATUS_FILE)
 from rigkit.hostdata import settings_for_host
+from rigkit.l2_state import read_l2
 from rigkit.lab.pyinfra_output import parse_results
+from rigkit.prompts import PromptSpec
 from rigkit.sizing import GB
 from rigkit.tunnel import serving_url
-from rigkit.validation import read_l2
 
 pytestmark = [pytest.mark.lab, pytest.mark.vllm]
 

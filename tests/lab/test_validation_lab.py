@@ -22,13 +22,17 @@ from typing import Callable, Iterator, Optional
 import pytest
 
 from rigkit.card import render_run, write_card
+from rigkit.decode_ab import run_decode_ab
 from rigkit.hostdata import settings_for_host
 from rigkit.paths import RIG_STACK_DIR
 from rigkit.render import COMPOSE_PROJECT
 from rigkit.tunnel import Tunnel, open_tunnel
-from rigkit.client import PromptSpec, RigProbe, ServingClient, ServingError, measure
+from rigkit.client import ServingClient, ServingError, measure
+from rigkit.prompts import PromptSpec
+from rigkit.ttft import RigProbe
 from rigkit.tiers import Tier, label
-from rigkit.validation import TierValidation, ValidationSettings, run_decode_ab, to_card, validate_tiers
+from rigkit.validation import TierValidation, ValidationSettings, validate_tiers
+from rigkit.validation_card import to_card
 
 pytestmark = [pytest.mark.lab, pytest.mark.vllm]
 

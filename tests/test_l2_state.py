@@ -1,4 +1,4 @@
-"""Validation's L2 report: the probe command (run here for real on a small tmpfs), its parser, and the
+"""rigkit.l2_state, the L2 tier's state: the probe command (run here for real on a small tmpfs), its parser, and the
 classification of the L2 state from numbers (full, low, janitor down, over budget, unknown, ok)."""
 
 import json
@@ -10,8 +10,8 @@ import pytest
 from rigkit.card import fmt_l2
 from rigkit.files import l2_janitor
 from rigkit.hostdata import settings_for_host
-from rigkit.validation import (L2_JANITOR_STALE_S, L2_OVER_BUDGET_TOLERANCE, L2Probe, classify_l2, l2_probe_command,
-                               parse_l2_probe, read_l2)
+from rigkit.l2_state import (L2_JANITOR_STALE_S, L2_OVER_BUDGET_TOLERANCE, L2Probe, classify_l2, l2_probe_command,
+                             parse_l2_probe, read_l2)
 
 MB = 10**6
 UNIT = "rigkit-l2-janitor.service"

@@ -1,0 +1,71 @@
+#!/usr/bin/env python3
+"""Where the client TTFT's gap to vLLM's histogram comes from, on a lab rig (the lab up and deployed).
+
+Every request is streamed by rigkit's probe on the rig's loopback (rigkit.ttft.RigProbe), so no tunnel is in the
+client figure; each is one /metrics window, so the server figure is vLLM's own time_to_first_token for it. Three
+prompts side by side, each cold then warm-gpu: ~4,900 tokens as text (what validation sends), the same size as
+token ids (no tokenizing in the API server), and a ~33-token text (the engine's part small).
+
+    .venv/bin/python bench/ttft_gap.py [--rig rig1] [--reps 4]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from rigkit.client import ServingClient, measure  # noqa: E402
+from rigkit.lab.state import read_state  # noqa: E402
+from rigkit.prompts import PromptSpec, new_session_id  # noqa: E402
+from rigkit.ttft import RigProbe  # noqa: E402
+from rigkit.tunnel import open_tunnel  # noqa: E402
+
+LONG_TOKENS = 4900
+TIERS = ("cold", "warm-gpu")
+
+
+def prompt_bodies(client: ServingClient, rep: int) -> dict[str, object]:
+    long_text = client.build_prompt(PromptSpec("narrative", LONG_TOKENS, 1000 + rep), new_session_id()).text
+    other = client.build_prompt(PromptSpec("narrative", LONG_TOKENS, 2000 + rep), new_session_id()).text
+    ids = client.session.post(f"{client.base_url}/tokenize", json={"model": client.model, "prompt": other},
+                              timeout=30).json()["tokens"]
+    return {"text ~4,900": long_text, "ids ~4,900": ids, "text ~33": f"Session {new_session_id()}. Hello there."}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rig", default="rig1")
+    parser.add_argument("--reps", type=int, default=4)
+    args = parser.parse_args()
+    lab = read_state()
+    rig = lab.rig(args.rig)
+    data = {"ssh_hostname": rig.ssh_host, "ssh_port": rig.ssh_port, "ssh_user": "root", "ssh_key": lab.ssh_key,
+            "ssh_known_hosts_file": lab.known_hosts, "ssh_strict_host_key_checking": "yes",
+            "ssh_allow_agent": False, "ssh_look_for_keys": False}
+    gaps: dict[tuple[str, str], list[tuple[float, float]]] = {}
+    with open_tunnel(data, "127.0.0.1", rig.serving_port) as tunnel:
+        client = ServingClient(tunnel.url, probe=RigProbe.on(rig.name, tunnel.run, "127.0.0.1", rig.serving_port))
+        for rep in range(args.reps):
+            for prompt, body in prompt_bodies(client, rep).items():
+                for tier in TIERS:
+                    measured = measure(client, body, max_tokens=4)
+                    pair = (measured.result.ttft_s * 1000, measured.window.server_ttft_mean * 1000)
+                    gaps.setdefault((prompt, tier), []).append(pair)
+                    print(f"  {rep} {prompt:12} {tier:8} client {pair[0]:7.1f} ms  server {pair[1]:7.1f} ms",
+                          flush=True)
+    print(f"\n{args.rig}, {args.reps} sessions each, medians (client - server = the gap):")
+    print(f"{'prompt':12} {'tier':8} {'client ms':>10} {'server ms':>10} {'gap ms':>7} {'gap min-max':>12}")
+    for (prompt, tier), pairs in gaps.items():
+        gap = [client_ms - server_ms for client_ms, server_ms in pairs]
+        print(f"{prompt:12} {tier:8} {statistics.median(c for c, _ in pairs):10.1f} "
+              f"{statistics.median(s for _, s in pairs):10.1f} {statistics.median(gap):7.1f} "
+              f"{min(gap):5.1f}-{max(gap):.1f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

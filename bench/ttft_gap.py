@@ -43,11 +43,8 @@ def main() -> int:
     args = parser.parse_args()
     lab = read_state()
     rig = lab.rig(args.rig)
-    data = {"ssh_hostname": rig.ssh_host, "ssh_port": rig.ssh_port, "ssh_user": "root", "ssh_key": lab.ssh_key,
-            "ssh_known_hosts_file": lab.known_hosts, "ssh_strict_host_key_checking": "yes",
-            "ssh_allow_agent": False, "ssh_look_for_keys": False}
     gaps: dict[tuple[str, str], list[tuple[float, float]]] = {}
-    with open_tunnel(data, "127.0.0.1", rig.serving_port) as tunnel:
+    with open_tunnel(lab.ssh_data(rig), "127.0.0.1", rig.serving_port) as tunnel:
         client = ServingClient(tunnel.url, probe=RigProbe.on(rig.name, tunnel.run, "127.0.0.1", rig.serving_port))
         for rep in range(args.reps):
             for prompt, body in prompt_bodies(client, rep).items():

@@ -21,14 +21,7 @@ def _lab_hosts() -> list:
     state = _read_state()  # no lab: ConfigError "... run `rigkit lab up` first"
     return [
         (rig.name, {
-            "ssh_hostname": rig.ssh_host,
-            "ssh_port": rig.ssh_port,
-            "ssh_user": "root",
-            "ssh_key": state.ssh_key,
-            "ssh_known_hosts_file": state.known_hosts,
-            "ssh_strict_host_key_checking": "yes",
-            "ssh_allow_agent": False,
-            "ssh_look_for_keys": False,
+            **state.ssh_data(rig),
             "serving_port": rig.serving_port,
             "l2_device": rig.nvme_path,
             "lab_rig": True,

@@ -28,10 +28,7 @@ def rig_summary(rig, state) -> dict:
     """Release and smoke verdict from the rig's own ledger, read over SSH as on a real fleet."""
     from rigkit.tunnel import connect_ssh
 
-    ssh = connect_ssh({"ssh_hostname": rig.ssh_host, "ssh_port": rig.ssh_port, "ssh_user": "root",
-                       "ssh_key": state.ssh_key, "ssh_known_hosts_file": state.known_hosts,
-                       "ssh_strict_host_key_checking": "yes", "ssh_allow_agent": False,
-                       "ssh_look_for_keys": False}, rig.name)
+    ssh = connect_ssh(state.ssh_data(rig), rig.name)
     try:
         _, stdout, _ = ssh.exec_command(f"cat {LEDGER_PATH} 2>/dev/null")
         ledger = Ledger.from_json(stdout.read().decode())

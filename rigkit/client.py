@@ -14,7 +14,7 @@ from rigkit.errors import RigkitError
 from rigkit.files import ttft_probe
 from rigkit.http_session import server_session
 from rigkit.prompts import CHARS_PER_TOKEN_GUESS, Prompt, PromptSpec, draft_text, new_session_id
-from rigkit.ttft import CONTROLLER_TRANSPORT, RigProbe, TTFTCheck, crosscheck_ttft
+from rigkit.ttft import API_OVERHEAD_MODEL, CONTROLLER_TRANSPORT, RigProbe, TTFTCheck, crosscheck_ttft
 
 # The first long prefill must never be cut: its timeout is this many times the time the
 # measured prefill rate predicts (prefill slows down with length: attention is superlinear) ...
@@ -44,6 +44,9 @@ class StreamResult:
     abort_phase: Optional[str] = None
     error: Optional[str] = None
     timeout_s: Optional[float] = None
+    # the same request's cost in the API server outside the engine's TTFT clock (ttft_probe.api_overhead)
+    api_overhead_s: Optional[float] = None
+    api_overhead_error: Optional[str] = None
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -162,9 +165,11 @@ class ServingClient:
         return self.probe.transport if self.probe else f"{CONTROLLER_TRANSPORT}, through {self.base_url}"
 
     def stream_completion(self, prompt: str, max_tokens: int, timeout_s: Optional[float] = None,
-                          ignore_eos: bool = True, seed: Optional[int] = None) -> StreamResult:
+                          ignore_eos: bool = True, seed: Optional[int] = None,
+                          api_overhead: bool = False) -> StreamResult:
         """One streaming /v1/completions request, greedy (temperature 0; `seed` fixed when given); TTFT and
         decode speed measured by rigkit/files/ttft_probe.py: on the rig with a probe, else in this process.
+        api_overhead: first measure the API server's cost of the same body (ttft.API_OVERHEAD_MODEL's 404).
 
         ignore_eos keeps the decode length fixed so decode speeds compare (a vLLM extension).
         A timeout or disconnect is reported as an aborted prefill or decode, never raised.
@@ -175,10 +180,13 @@ class ServingClient:
                 "stream_options": {"include_usage": True, "continuous_usage_stats": False}}
         if seed is not None:
             body["seed"] = seed
+        # a served name would stream a real completion inside the measured window
+        overhead_model = API_OVERHEAD_MODEL if api_overhead and self.model != API_OVERHEAD_MODEL else None
         if self.probe is not None:
-            raw = self.probe.stream("/v1/completions", body, CONNECT_TIMEOUT_S, timeout_s)
+            raw = self.probe.stream("/v1/completions", body, CONNECT_TIMEOUT_S, timeout_s, overhead_model)
         else:
-            raw = ttft_probe.stream(f"{self.base_url}/v1/completions", body, CONNECT_TIMEOUT_S, timeout_s)
+            raw = ttft_probe.probe({"url": f"{self.base_url}/v1/completions", "body": body, "timeout_s": timeout_s,
+                                    "connect_timeout_s": CONNECT_TIMEOUT_S, "overhead_model": overhead_model})
         return stream_result(raw, timeout_s)
 
 
@@ -201,7 +209,8 @@ def stream_result(raw: dict, timeout_s: float) -> StreamResult:
         cached_tokens=details.get("cached_tokens"), chunks=raw.get("events", 0), text=raw.get("text", ""),
         decode_tps=decode_tps, aborted=error is not None,
         abort_phase=None if error is None else ("prefill" if first is None else "decode"),
-        error=error, timeout_s=timeout_s)
+        error=error, timeout_s=timeout_s, api_overhead_s=raw.get("overhead_s"),
+        api_overhead_error=raw.get("overhead_error"))
 
 
 @dataclass
@@ -217,8 +226,8 @@ def measure(client: ServingClient, prompt: str, max_tokens: int, timeout_s: Opti
             seed: Optional[int] = None) -> Measured:
     """Scrape /metrics, send one streaming request, scrape again: the window proves what served it."""
     before = client.metrics()
-    result = client.stream_completion(prompt, max_tokens=max_tokens, timeout_s=timeout_s, seed=seed)
+    result = client.stream_completion(prompt, max_tokens=max_tokens, timeout_s=timeout_s, seed=seed, api_overhead=True)
     after = client.metrics()
     window = metrics.delta(before, after)
-    check = crosscheck_ttft(result.ttft_s, window) if result.ttft_s is not None else None
+    check = crosscheck_ttft(result.ttft_s, window, result.api_overhead_s) if result.ttft_s is not None else None
     return Measured(result, window, check)

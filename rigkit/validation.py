@@ -106,7 +106,8 @@ class TierRun:
             server_ttft_s=StatModel.of([m.window.server_ttft_mean for m in self.measured if not m.result.aborted]),
             ttft_within_tolerance=[m.ttft_check.within for m in self.measured if m.ttft_check],
             ttft_pairs=[TTFTPair(client_s=m.ttft_check.client_s, server_s=m.ttft_check.server_s,
-                                 within=m.ttft_check.within) for m in self.measured if m.ttft_check],
+                                 within=m.ttft_check.within, api_overhead_s=m.ttft_check.api_overhead_s)
+                        for m in self.measured if m.ttft_check],
             greedy=greedy,
             prompt_tokens=[m.result.prompt_tokens or p.tokens for m, p in zip(self.measured, self.prompts)],
             aborted=[m.result.abort_phase or "?" for m in self.measured if m.result.aborted],

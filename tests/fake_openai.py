@@ -4,7 +4,10 @@ tier validation ask of vLLM: /health, /v1/models, chat and streaming completions
 Each answer comes from an attribute a test sets (the served names, the stream's chunk count, its timing and
 words, the /metrics text); ``on_completion`` sees each completion's JSON body before it is answered (to move the /metrics a
 recorded run would show next); ``drop_stream_after`` cuts a stream after that many chunks, as a dying
-engine does. /tokenize answers 404 (the client then estimates prompt sizes, as it does without one).
+engine does. /tokenize answers 404 (the client then estimates prompt sizes, as it does without one). A
+completion for a model not in ``served_names`` gets vLLM's 404 before any engine work (it lands in
+``refused_completions``); ``api_overhead_s`` is slept before every completion is answered, refused or not, as
+the API server's own cost outside the engine's TTFT clock.
 """
 
 from __future__ import annotations
@@ -28,11 +31,13 @@ class FakeOpenAI:
         # the prefill (before the first token event) and the decode gap between token events, slept by the server
         self.first_token_delay_s = 0.0
         self.token_gap_s = 0.0
+        self.api_overhead_s = 0.0
         # each token event's text is f" {word}{index}": a test changes the word to serve a different completion
         self.token_word: Callable[[dict], str] = lambda body: "w"
         self.metrics_text = ""
         self.on_completion: Callable[[dict], None] = lambda body: None
         self.completions: list[dict] = []
+        self.refused_completions: list[dict] = []
         # completions being answered now; with ``running_gauge`` /metrics ends with it as vLLM's
         # vllm:num_requests_running (what a drain waits on)
         self.in_flight = 0
@@ -92,7 +97,14 @@ class FakeOpenAI:
                     fake.chat_authorizations.append(self.headers.get("Authorization"))
                     message = {"role": "assistant", "content": fake.chat_text}
                     self._send(200, json.dumps({"choices": [{"index": 0, "message": message}]}).encode())
+                elif self.path == "/v1/completions" and body.get("model") not in fake.served_names:
+                    time.sleep(fake.api_overhead_s)
+                    fake.refused_completions.append(body)
+                    error = {"object": "error", "message": f"The model `{body.get('model')}` does not exist.",
+                             "type": "NotFoundError", "param": None, "code": 404}
+                    self._send(404, json.dumps(error).encode())
                 elif self.path == "/v1/completions":
+                    time.sleep(fake.api_overhead_s)
                     fake.completions.append(body)
                     with fake._in_flight_lock:
                         fake.in_flight += 1

@@ -4,6 +4,7 @@ verdict; where a failure also shows on the fleet card or survives the JSON round
 from card_samples import judged_soak, l2_report, make_card, tier_result
 from rigkit.card.fleet import render_fleet_markdown
 from rigkit.card.rig import render_rig_markdown
+from rigkit.card.text import fmt_seconds
 from rigkit.card.store import load_cards, write_card
 
 
@@ -143,6 +144,23 @@ def test_client_ttft_off_the_histogram_warns_naming_the_transport_and_keeps_the_
             "client 140 ms, server 95 ms, +45 ms), measured on the controller, through http://127.0.0.1:40123") in md
     assert "11/12 requests" in md
     assert card.passed and "**Verdict: PASS**" in md  # the labels come from counters: timing warns, never fails
+
+
+def test_the_card_states_the_api_overhead_it_took_off_and_warns_on_the_figure_it_compared():
+    from rigkit.card.schema import TTFTPair
+
+    card = _with_ttft_pairs(make_card(), "rig1's loopback (test)")
+    for tier in card.tiers:  # each request's client figure 10 ms above the histogram, all of it the API's
+        tier.ttft_pairs = [TTFTPair(client_s=p.server_s + 0.010, server_s=p.server_s, within=True,
+                                    api_overhead_s=0.010) for p in tier.ttft_pairs]
+    warm_gpu = next(tier for tier in card.tiers if tier.expected == "warm-gpu")
+    miss = warm_gpu.ttft_pairs[0]
+    warm_gpu.ttft_pairs[0] = miss.model_copy(update={"client_s": miss.server_s + 0.030, "within": False})
+    md = render_rig_markdown(card)
+    assert ("each request's API overhead was subtracted (the same body under a model name the server refuses with "
+            "404, timed just before it): median 10 ms over 12 requests") in md
+    assert (f"(worst: client {fmt_seconds(miss.server_s + 0.030)} less 10 ms API overhead, server "
+            f"{fmt_seconds(miss.server_s)}, +20 ms)") in md
 
 
 def test_a_card_written_before_the_transport_was_recorded_renders_as_before(tmp_path):

@@ -27,3 +27,14 @@ def test_ttft_crosscheck_refuses_a_window_with_other_requests():
     check = crosscheck_ttft(1.0, _window(2.0, 2))
     assert not check.within and check.server_requests == 2
     assert not crosscheck_ttft(1.0, _window(0.0, 0)).within
+
+
+def test_the_measured_api_overhead_is_taken_off_the_client_figure_before_the_comparison():
+    # the lab's loopback figures: warm-gpu 44 ms client against 33 ms in the histogram, 10 ms of it the API's
+    raw = crosscheck_ttft(0.044, _window(0.033, 1))
+    assert not raw.within and raw.difference_s == pytest.approx(0.011)
+    less_overhead = crosscheck_ttft(0.044, _window(0.033, 1), api_overhead_s=0.010)
+    assert less_overhead.within and less_overhead.compared_s == pytest.approx(0.034)
+    assert less_overhead.difference_s == pytest.approx(0.001) and less_overhead.client_s == 0.044
+    # an overhead that explains nothing does not hide a real gap
+    assert not crosscheck_ttft(0.083, _window(0.038, 1), api_overhead_s=0.010).within

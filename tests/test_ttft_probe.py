@@ -10,7 +10,7 @@ import pytest
 
 from fake_openai import FakeOpenAI
 from rigkit.client import ServingClient, ServingError
-from rigkit.ttft import RigProbe
+from rigkit.ttft import API_OVERHEAD_MODEL, RigProbe
 
 
 def local_shell(command: str, stdin: str) -> Optional[str]:
@@ -73,3 +73,36 @@ def test_a_refused_request_raises_naming_the_status(server):
 def test_a_server_that_is_not_listening_is_an_aborted_prefill(server):
     result = probed(server, base_url="http://127.0.0.1:9").stream_completion("hi", max_tokens=2)
     assert result.aborted and result.abort_phase == "prefill" and "Connection" in result.error
+
+
+def test_the_api_overhead_is_the_same_body_refused_under_a_model_the_server_does_not_serve(server):
+    server.api_overhead_s, server.first_token_delay_s, server.stream_chunks = 0.2, 0.3, 2
+    result = probed(server).stream_completion("hello " * 1000, max_tokens=2, seed=3, api_overhead=True)
+    assert not result.aborted, result.error
+    assert 0.2 <= result.api_overhead_s < 0.45 and result.api_overhead_error is None
+    assert result.ttft_s >= 0.5  # the overhead request comes before the measured stream, not inside its clock
+    [refused] = server.refused_completions
+    assert refused["model"] == API_OVERHEAD_MODEL and refused["prompt"] == server.completions[-1]["prompt"]
+    assert len(server.completions) == 1  # the engine saw one request: the window's metrics move once
+
+
+def test_without_the_flag_no_overhead_request_is_sent(server):
+    result = probed(server).stream_completion("hi", max_tokens=2)
+    assert result.api_overhead_s is None and server.refused_completions == []
+
+
+def test_an_overhead_request_the_server_does_not_refuse_is_no_figure_and_says_why(server):
+    server.served_names = ["tiny", API_OVERHEAD_MODEL]  # a server that serves any name (a proxy, say)
+    result = probed(server).stream_completion("hi", max_tokens=2, api_overhead=True)
+    assert result.api_overhead_s is None and "not 404" in result.api_overhead_error
+    assert not result.aborted
+
+
+def test_measure_compares_the_client_figure_less_the_overhead_on_the_controller_too(server):
+    from rigkit.client import measure
+
+    server.api_overhead_s, server.first_token_delay_s = 0.15, 0.2
+    measured = measure(ServingClient(server.url, model="tiny"), "hi", max_tokens=2)
+    assert measured.ttft_check is not None
+    assert measured.ttft_check.api_overhead_s == measured.result.api_overhead_s >= 0.15
+    assert measured.ttft_check.compared_s == pytest.approx(measured.result.ttft_s - measured.result.api_overhead_s)

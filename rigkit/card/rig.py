@@ -39,6 +39,17 @@ def fmt_tolerance(client: TTFTClient) -> str:
     return f"max({100 * client.tolerance_rel:g} %, {1000 * client.tolerance_abs_s:g} ms)"
 
 
+def api_overhead_note(card: RigCard) -> str:
+    """How much of each client TTFT was the API server's own work outside the histogram's clock."""
+    overheads = [pair.api_overhead_s for tier in card.tiers for pair in tier.ttft_pairs
+                 if pair.api_overhead_s is not None]
+    if not overheads:
+        return ""
+    return (f" Before comparing, each request's API overhead was subtracted (the same body under a model name "
+            f"the server refuses with 404, timed just before it): median {fmt_seconds(statistics.median(overheads))}"
+            f" over {len(overheads)} requests; the table shows the client figure as measured.")
+
+
 def ttft_warnings(card: RigCard) -> list[str]:
     """A tier whose client TTFT strays from the server histogram: the card's timing, not its cache, is in doubt
     (the labels come from counters), so it warns and names where the client figure was measured."""
@@ -49,12 +60,15 @@ def ttft_warnings(card: RigCard) -> list[str]:
         misses = [pair for pair in tier.ttft_pairs if not pair.within]
         if not misses:
             continue
-        worst = max(misses, key=lambda pair: abs(pair.client_s - (pair.server_s or 0.0)))
-        server = (f"server {fmt_seconds(worst.server_s)}, {1000 * (worst.client_s - worst.server_s):+.0f} ms"
+        worst = max(misses, key=lambda pair: abs(pair.compared_s - (pair.server_s or 0.0)))
+        server = (f"server {fmt_seconds(worst.server_s)}, {1000 * (worst.compared_s - worst.server_s):+.0f} ms"
                   if worst.server_s is not None else "no single-request histogram window")
+        overhead = ("" if worst.api_overhead_s is None
+                    else f" less {fmt_seconds(worst.api_overhead_s)} API overhead")
         warnings.append(f"{tier.expected}: client TTFT outside {fmt_tolerance(card.ttft_client)} of the server "
                         f"histogram on {len(misses)} of {len(tier.ttft_pairs)} requests (worst: client "
-                        f"{fmt_seconds(worst.client_s)}, {server}), measured on {card.ttft_client.transport}")
+                        f"{fmt_seconds(worst.client_s)}{overhead}, {server}), measured on "
+                        f"{card.ttft_client.transport}")
     return warnings
 
 
@@ -136,7 +150,7 @@ def render_rig_markdown(card: RigCard) -> str:
     if checks and card.ttft_client:
         lines += ["", f"Client TTFT measured on {card.ttft_client.transport}; within "
                       f"{fmt_tolerance(card.ttft_client)} of the server histogram's figure for the same request: "
-                      f"{sum(checks)}/{len(checks)} requests."]
+                      f"{sum(checks)}/{len(checks)} requests.{api_overhead_note(card)}"]
     elif checks:
         lines += ["", f"Client TTFT within tolerance of the server histogram: {sum(checks)}/{len(checks)} requests."]
     greedy = greedy_lines(card, card.repro.output_tokens)

@@ -67,6 +67,13 @@ class TTFTPair(BaseModel):
     client_s: float
     server_s: Optional[float] = None  # None: the window held no single request
     within: bool
+    # the API server's cost of the same request outside the histogram's clock (rigkit.ttft), subtracted from
+    # client_s before the comparison; None: not measured (a card written before it was, or the 404 failed)
+    api_overhead_s: Optional[float] = None
+
+    @property
+    def compared_s(self) -> float:
+        return self.client_s - (self.api_overhead_s or 0.0)
 
 
 class TTFTClient(BaseModel):

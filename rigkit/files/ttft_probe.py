@@ -2,8 +2,11 @@
 """Runs ON the rig (or in the controller's process): one streaming completion, timed where the client sits.
 
 Reads one JSON request on stdin: {"url": ".../v1/completions", "body": {...}, "connect_timeout_s": 10,
-"timeout_s": 900}; prints one JSON line: when the first and last token events arrived (seconds after the
-request started), the usage, the text, the number of token events, and an error when the request broke.
+"timeout_s": 900, "overhead_model": optional}; prints one JSON line: when the first and last token events
+arrived (seconds after the request started), the usage, the text, the number of token events, and an error
+when the request broke. With "overhead_model" (a name the server does not serve), the same body is first sent
+under that name and the time until its 404 is read is reported as "overhead_s": the API server's cost of
+receiving, parsing and answering this request with no engine work (see api_overhead).
 Run on the rig by its own python3 over SSH, the TTFT it reports is the one the rig's own clients see on its
 loopback, without the controller's tunnel. Standard library only (a rig has python3, nothing more is promised).
 """
@@ -76,10 +79,48 @@ def stream(url, body, connect_timeout_s, timeout_s):
             "events": events, "text": "".join(pieces), "usage": usage, "error": error, "timed_out": timed_out}
 
 
+def api_overhead(url, body, model, connect_timeout_s):
+    """Seconds from just before the connection until the server's refusal of `body` sent under `model`, a name it
+    does not serve, is read: {"overhead_s": s} on a 404, else {"overhead_s": None, "overhead_error": why}.
+
+    vLLM reads and validates the whole body (CompletionRequest) before its serving layer checks the model name,
+    and the check comes before the renderer stamps the request's arrival time, the start of
+    vllm:time_to_first_token_seconds (vllm 0.32: entrypoints/openai/completion/serving.py checks the model first,
+    renderers/base.py sets arrival_time): a 404 costs the HTTP and parsing a real request pays outside the
+    histogram's clock, with no engine work and no metric moving."""
+    payload = json.dumps(dict(body, model=model)).encode()
+    start = time.monotonic()
+    connection, path = _connection(url, connect_timeout_s)
+    try:
+        connection.connect()
+        connection.request("POST", path, body=payload,
+                           headers={"Content-Type": "application/json", "Accept": "text/event-stream"})
+        response = connection.getresponse()
+        response.read()
+        elapsed = time.monotonic() - start
+    except (OSError, http.client.HTTPException) as exc:
+        return {"overhead_s": None, "overhead_error": "%s: %s" % (type(exc).__name__, exc)}
+    finally:
+        connection.close()
+    if response.status != 404:
+        return {"overhead_s": None,
+                "overhead_error": "the server answered %d, not 404, for model %r" % (response.status, model)}
+    return {"overhead_s": elapsed}
+
+
+def probe(request):
+    """The answer to one request (the stdin JSON the module docstring describes)."""
+    connect_timeout_s = float(request["connect_timeout_s"])
+    overhead = {}
+    if request.get("overhead_model"):
+        overhead = api_overhead(request["url"], request["body"], request["overhead_model"], connect_timeout_s)
+    result = stream(request["url"], request["body"], connect_timeout_s, float(request["timeout_s"]))
+    result.update(overhead)
+    return result
+
+
 def main():
-    request = json.loads(sys.stdin.read())
-    result = stream(request["url"], request["body"], float(request["connect_timeout_s"]), float(request["timeout_s"]))
-    print(json.dumps(result))
+    print(json.dumps(probe(json.loads(sys.stdin.read()))))
     return 0
 
 

@@ -42,22 +42,27 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rig", default="rig1")
     parser.add_argument("--reps", type=int, default=4)
+    parser.add_argument("--port", type=int, help="another vLLM on the rig's loopback (default: the rig's serving port)")
+    parser.add_argument("--max-tokens", type=int, default=4,
+                        help="completion length: the lab's engine decodes the next token in the API process "
+                             "while it sends the first (1: nothing to decode after it)")
     args = parser.parse_args()
     lab = read_state()
     rig = lab.rig(args.rig)
     gaps: dict[tuple[str, str], list[tuple[float, float, float]]] = {}
-    with open_tunnel(lab.ssh_data(rig), "127.0.0.1", rig.serving_port) as tunnel:
-        client = ServingClient(tunnel.url, probe=RigProbe.on(rig.name, tunnel.run, "127.0.0.1", rig.serving_port))
+    port = args.port or rig.serving_port
+    with open_tunnel(lab.ssh_data(rig), "127.0.0.1", port) as tunnel:
+        client = ServingClient(tunnel.url, probe=RigProbe.on(rig.name, tunnel.run, "127.0.0.1", port))
         for rep in range(args.reps):
             for prompt, body in prompt_bodies(client, rep).items():
                 for tier in TIERS:
-                    measured = measure(client, body, max_tokens=4)
+                    measured = measure(client, body, max_tokens=args.max_tokens)
                     figures = (measured.result.ttft_s * 1000, measured.window.server_ttft_mean * 1000,
                                (measured.result.api_overhead_s or 0.0) * 1000)
                     gaps.setdefault((prompt, tier), []).append(figures)
                     print(f"  {rep} {prompt:12} {tier:8} client {figures[0]:7.1f} ms  server {figures[1]:7.1f} ms"
                           f"  API overhead {figures[2]:5.1f} ms", flush=True)
-    print(f"\n{args.rig}, {args.reps} sessions each, medians (client - server = the gap; less the API overhead = left):")
+    print(f"\n{args.rig}:{port}, {args.reps} sessions each, {args.max_tokens} tokens each, medians (client - server = the gap; less the API overhead = left):")
     print(f"{'prompt':12} {'tier':8} {'client ms':>10} {'server ms':>10} {'gap ms':>7} {'overhead':>9} "
           f"{'left ms':>8} {'left min-max':>13}")
     for (prompt, tier), figures in gaps.items():

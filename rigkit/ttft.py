@@ -40,9 +40,14 @@ class TTFTCheck:
         return None if self.server_s is None else self.compared_s - self.server_s
 
 
+def ttft_tolerance_s(server_s: float) -> float:
+    """How far a client figure may be from the server's: max(TTFT_TOLERANCE_REL, TTFT_TOLERANCE_ABS_S)."""
+    return max(TTFT_TOLERANCE_ABS_S, TTFT_TOLERANCE_REL * server_s)
+
+
 def ttft_agrees(client_s: float, server_s: float) -> bool:
-    """Client TTFT within max(TTFT_TOLERANCE_REL, TTFT_TOLERANCE_ABS_S) of the server's figure."""
-    return abs(client_s - server_s) <= max(TTFT_TOLERANCE_ABS_S, TTFT_TOLERANCE_REL * server_s)
+    """Client TTFT within ttft_tolerance_s of the server's figure."""
+    return abs(client_s - server_s) <= ttft_tolerance_s(server_s)
 
 
 def crosscheck_ttft(client_ttft_s: float, window: metrics.Delta, api_overhead_s: Optional[float] = None) -> TTFTCheck:

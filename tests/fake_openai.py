@@ -36,6 +36,7 @@ class FakeOpenAI:
         self.token_word: Callable[[dict], str] = lambda body: "w"
         self.metrics_text = ""
         self.on_completion: Callable[[dict], None] = lambda body: None
+        self.on_refused: Callable[[dict], None] = lambda body: None
         self.completions: list[dict] = []
         self.refused_completions: list[dict] = []
         # completions being answered now; with ``running_gauge`` /metrics ends with it as vLLM's
@@ -99,6 +100,7 @@ class FakeOpenAI:
                     self._send(200, json.dumps({"choices": [{"index": 0, "message": message}]}).encode())
                 elif self.path == "/v1/completions" and body.get("model") not in fake.served_names:
                     time.sleep(fake.api_overhead_s)
+                    fake.on_refused(body)
                     fake.refused_completions.append(body)
                     error = {"object": "error", "message": f"The model `{body.get('model')}` does not exist.",
                              "type": "NotFoundError", "param": None, "code": 404}

@@ -4,12 +4,14 @@ shell (the probe is standard library only), against the fake OpenAI-compatible s
 from __future__ import annotations
 
 import subprocess
+import time
 from typing import Optional
 
 import pytest
 
 from fake_openai import FakeOpenAI
 from rigkit.client import ServingClient, ServingError
+from rigkit.files.ttft_probe import OVERHEAD_SAMPLES, api_overhead
 from rigkit.ttft import API_OVERHEAD_MODEL, RigProbe
 
 
@@ -81,8 +83,9 @@ def test_the_api_overhead_is_the_same_body_refused_under_a_model_the_server_does
     assert not result.aborted, result.error
     assert 0.2 <= result.api_overhead_s < 0.45 and result.api_overhead_error is None
     assert result.ttft_s >= 0.5  # the overhead request comes before the measured stream, not inside its clock
-    [refused] = server.refused_completions
-    assert refused["model"] == API_OVERHEAD_MODEL and refused["prompt"] == server.completions[-1]["prompt"]
+    assert len(server.refused_completions) == OVERHEAD_SAMPLES  # their median is the figure
+    assert all(refused["model"] == API_OVERHEAD_MODEL and refused["prompt"] == server.completions[-1]["prompt"]
+               for refused in server.refused_completions)
     assert len(server.completions) == 1  # the engine saw one request: the window's metrics move once
 
 
@@ -106,3 +109,10 @@ def test_measure_compares_the_client_figure_less_the_overhead_on_the_controller_
     assert measured.ttft_check is not None
     assert measured.ttft_check.api_overhead_s == measured.result.api_overhead_s >= 0.15
     assert measured.ttft_check.compared_s == pytest.approx(measured.result.ttft_s - measured.result.api_overhead_s)
+
+
+def test_the_overhead_is_the_median_of_its_samples_so_one_stray_sample_does_not_move_it(server):
+    delays = iter([0.05, 0.4, 0.05])  # the second 404 is slow (a busy host)
+    server.on_refused = lambda body: time.sleep(next(delays))
+    measured = api_overhead(f"{server.url}/v1/completions", {"prompt": "hi"}, API_OVERHEAD_MODEL, 10, samples=3)
+    assert 0.05 <= measured["overhead_s"] < 0.3 and max(measured["overhead_samples_s"]) >= 0.4

@@ -129,7 +129,8 @@ def run_rollout(inventory: str, deploy: str, pyinfra_args: Sequence[str], hosts:
             record.halted = f"{halted.stage.label}: " + "; ".join(f"{f.rig} at {f.step}" for f in halted.failures)
             save_record(record, path)
         summary = format_summary(settings, stages, results, states, left, rollback_lines, summary_width(),
-                                 router_lines=([router.describe()] if router.active else []) + router.lines)
+                                 router_lines=([router.describe()] if router.active else []) + router.lines,
+                                 commands=router.add_back)
     return (1 if halted is not None else 0), summary
 
 

@@ -24,12 +24,15 @@ from contextlib import ExitStack, contextmanager
 from typing import Any, Callable, ContextManager, Iterator, Mapping, Optional, Sequence
 
 from rigkit.errors import ConfigError, RigkitError
-from rigkit.router_admin import RouterAdmin, gateways, rig_worker_url, router_url, wait_idle
+from rigkit.router_admin import (LOCAL_HOST, RouterAdmin, add_worker_command, gateway_router_url, gateways,
+                                 rig_worker_url, router_url, wait_idle)
 
 NO_RIG_LEFT = "no rig left to serve"
 # the steps a summary names when the router is why a rig halted the rollout
 DRAIN_STEP = "drain from the router"
 RESTORE_STEP = "back into the router"
+# how a rig a rollout left out of the router gets back in (RouterDrain.keep_out), before the by-hand command
+RERUN_PUTS_BACK = "the re-run that gets it verified puts it back, or by hand"
 
 
 def refuse_full_drain(stages: Sequence[Any], worker_of: Mapping[str, str], routed: Mapping[str, Sequence[str]]) -> None:
@@ -60,6 +63,8 @@ class RouterDrain:
         # rig -> the routers it was taken out of (by this rollout or the killed/halted run before it)
         self.out = {rig: list(gws) for rig, gws in (out_of_router or {}).items() if gws}
         self.lines: list[str] = []
+        # the by-hand commands that put a rig left out back into its router (keep_out), one a line
+        self.add_back: list[str] = []
 
     @property
     def active(self) -> bool:
@@ -123,10 +128,19 @@ class RouterDrain:
                 self.lines.append(f"{rig}: back in the router ({worker})")
         return None
 
-    def keep_out(self, rig: str, why: str) -> None:
+    def keep_out(self, rig: str, why: str, back: str = RERUN_PUTS_BACK) -> None:
+        """Say that ``rig`` stays out of the routers it was taken out of, why, and ``back``: how it returns; the
+        exact command that adds it back on each gateway goes to ``add_back`` (printed whole, one a line)."""
         if rig in self.out:
-            self.lines.append(f"{rig}: left out of the router ({why}); the re-run that gets it verified puts it "
-                              f"back, or by hand: POST /add_worker?url={self.worker_of[rig]} on its router")
+            self.lines.append(f"{rig}: left out of the router ({why}); {back}: the command below")
+            self.add_back += self.add_back_commands(rig)
+
+    def add_back_commands(self, rig: str) -> list[str]:
+        """The command that puts ``rig`` back into each router it is out of, with where to run it as a comment."""
+        worker = self.worker_of[rig]
+        return [f"{add_worker_command(self.admins[gateway].gateway_url, worker)}  # on "
+                f"{'this controller' if gateway == LOCAL_HOST else gateway}"
+                for gateway in self.out.get(rig, ()) if gateway in self.admins]
 
 
 @contextmanager
@@ -150,7 +164,8 @@ def router_session(hosts: Mapping[str, Mapping], rigs: Sequence[str],
     a RouterDrain that does nothing when the inventory declares none."""
     with ExitStack() as stack:
         try:
-            admins = {gateway: RouterAdmin(stack.enter_context(router_url(gateway, hosts[gateway]["data"])))
+            admins = {gateway: RouterAdmin(stack.enter_context(router_url(gateway, hosts[gateway]["data"])),
+                                           gateway_url=gateway_router_url(hosts[gateway]["data"]))
                       for gateway in gateways(hosts)}
             worker_of = {rig: rig_worker_url(rig, hosts[rig]["data"]) for rig in rigs} if admins else {}
             drain = RouterDrain(admins, worker_of, lambda rig: rig_in_flight(rig, hosts[rig]["data"]), out_of_router)

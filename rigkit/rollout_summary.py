@@ -24,10 +24,18 @@ def _wrapped(text: str, width: int, indent: str = "  ") -> list[str]:
                          break_long_words=True, break_on_hyphens=False) or [indent]
 
 
+def command_lines(commands: Sequence[str]) -> list[str]:
+    """Commands for the operator, each whole on its own line (never wrapped: it is copied as it stands)."""
+    return ["By hand (each line is one command; the comment names where to run it):",
+            *(f"    {command}" for command in commands)] if commands else []
+
+
 def format_summary(settings: RolloutSettings, stages: Sequence[Stage], results: Sequence[StageResult],
                    states: Mapping[str, ReleaseState], left: Sequence[tuple[str, str]] = (),
-                   rollback_lines: Sequence[str] = (), width: int = 100, router_lines: Sequence[str] = ()) -> str:
-    """What happened, stage by stage, and what to do next; no line longer than ``width``."""
+                   rollback_lines: Sequence[str] = (), width: int = 100, router_lines: Sequence[str] = (),
+                   commands: Sequence[str] = ()) -> str:
+    """What happened, stage by stage, and what to do next; no line longer than ``width`` but ``commands`` (by-hand
+    commands, printed whole: rigkit.rollout_drain.RouterDrain.add_back)."""
     lines = [f"--> rigkit rollout: {settings.describe()}"]
     done = {result.stage.label: result for result in results}
     halted = next((result for result in results if result.failures), None)
@@ -63,6 +71,7 @@ def format_summary(settings: RolloutSettings, stages: Sequence[Stage], results: 
     for rig, why in left:
         lines += _wrapped(f"{rig}: {why}", width)
     lines += [line for text in rollback_lines for line in _wrapped(text, width)]
+    lines += command_lines(commands)
     lines += _wrapped("Next: fix what the failed rig reports (its own log: docker logs rigkit-serving), then run "
                       "the same command again: the rollout continues from where the fleet stands; rigs already "
                       "verified on the new release are not deployed again.", width, "")

@@ -33,6 +33,7 @@ from rigkit.paths import REPO_ROOT
 from rigkit.pyinfra_args import data_pairs, limit_from, pyinfra_executable, split_limits
 
 DEFAULT_DEPLOY = "deploy.py"
+ROLLBACK_DEPLOY = "rollback.py"
 
 
 def ledger_release(ledger_text: str) -> str:
@@ -95,7 +96,7 @@ def fleet_deploy(inventory: str, deploy: str, pyinfra_args: Sequence[str]) -> tu
 def add_own_options(parser: argparse.ArgumentParser, defaults: bool = True) -> None:
     """rigkit deploy's own options (the rest goes to pyinfra)."""
     parser.add_argument("--deploy", default=DEFAULT_DEPLOY if defaults else None,
-                        help=f"deploy file (default {DEFAULT_DEPLOY}; rollback.py rolls back)")
+                        help=f"deploy file (default {DEFAULT_DEPLOY}; {ROLLBACK_DEPLOY} rolls back)")
     parser.add_argument("--canary", type=int, default=None, metavar="N",
                         help="rollout: N canary rigs first, smoke + cache proof (overrides rollout_canary)")
     parser.add_argument("--batch", type=int, default=None, metavar="M",

@@ -45,8 +45,8 @@ def refuse_full_drain(stages: Sequence[Any], worker_of: Mapping[str, str], route
                 raise ConfigError(knob, len(stage.rigs),
                                   f"{stage.label} ({', '.join(stage.rigs)}) would take all {len(workers)} rigs the "
                                   f"router on {gateway} routes to out of it at once: {NO_RIG_LEFT}",
-                                  f"pass --canary/--batch below {len(workers)} (--batch 1 keeps the most rigs "
-                                  "serving), or put more rigs behind the router")
+                                  f"pass {'--canary' if stage.canary else '--batch'} below {len(workers)} "
+                                  "(--batch 1 keeps the most rigs serving), or put more rigs behind the router")
 
 
 class RouterDrain:
@@ -106,6 +106,22 @@ class RouterDrain:
             return f"{exc}" + ("" if self.restore(rig, quiet=True) is None else "; it stays out of the router")
         self.out[rig] = routing
         return None
+
+    def drain_each(self, rigs: Sequence[str]) -> dict[str, str]:
+        """Drain each of ``rigs`` in turn; why, by rig, for each that could not be (it is not to be run on)."""
+        return {rig: why for rig in rigs if (why := self.drain(rig))}
+
+    def settle(self, rigs: Sequence[str], failed: Mapping[str, str], back: str = RERUN_PUTS_BACK) -> dict[str, str]:
+        """After a stage's run: each rig of ``failed`` (rig -> the step it failed at) stays out of the router, every
+        other of ``rigs`` goes back in; why, by rig, for each the router did not take back (it stays out too)."""
+        not_back = {}
+        for rig in rigs:
+            if rig in failed:
+                self.keep_out(rig, f"it failed at {failed[rig]}", back)
+            elif why := self.restore(rig):
+                not_back[rig] = why
+                self.keep_out(rig, f"the router did not take it back: {why}", back)
+        return not_back
 
     def restore(self, rig: str, quiet: bool = False) -> Optional[str]:
         """Put ``rig`` back into the routers it was taken out of; why not, or None."""

@@ -32,7 +32,8 @@ a canary that passed is neither deployed nor proven again unless --recheck-canar
 This module runs it (the pyinfra runs, the stages, the rollback); the parts are plain modules of their own:
 rigkit.rollout_plan (settings, stages), rollout_state (what a rig says), rollout_record (the local record),
 rollout_stage (the decisions per stage), rollout_proof (the cache proof), rollout_summary (the words printed),
-rollout_drain (the router).
+rollout_drain (the router). `rigkit deploy --deploy rollback.py --batch N` is a rolling rollback through the router,
+built from the same parts: rigkit.rollout_rollback.
 """
 
 from __future__ import annotations
@@ -224,12 +225,16 @@ def rollout_command(args: Any) -> Optional[int]:
     is asked (rigkit.fleet then runs every rig at once). ConfigError before any rig is touched."""
     flags = {"rollout_canary": args.canary, "rollout_batch": args.batch, "rollout_on_failure": args.on_failure}
     asked = any(value is not None for value in flags.values()) or bool(args.recheck_canaries)
+    if Path(args.deploy).name == ROLLBACK_DEPLOY:
+        from rigkit.rollout_rollback import rolling_rollback_command
+
+        return rolling_rollback_command(args)  # --batch (or rollout_batch data) only
     if Path(args.deploy).name != DEFAULT_DEPLOY:
         if asked:
-            raise ConfigError("--deploy", args.deploy, "a rollout batches deploy.py only",
+            raise ConfigError("--deploy", args.deploy, f"a rollout batches {DEFAULT_DEPLOY} and {ROLLBACK_DEPLOY} only",
                               "run it without --canary/--batch/--on-failure/--recheck-canaries (with --limit to "
                               "choose the rigs)")
-        return None  # rollout data applies to deploys, not to rollback.py
+        return None  # rollout data applies to deploy.py and rollback.py only
     rigs = targeted_rigs(args.inventory, args.pyinfra_args)
     if not rigs.names:
         return None  # fleet_deploy refuses it, naming the inventory's hosts

@@ -31,16 +31,17 @@ def command_lines(commands: Sequence[str]) -> list[str]:
 
 
 def stage_lines(stages: Sequence[Stage], results: Sequence[StageResult], states: Mapping[str, ReleaseState],
-                done_words: Callable[[StageResult, str], str], width: int) -> list[str]:
-    """Each stage, passed, HALTED or not reached, and under a stage that ran each of its rigs that did not fail:
-    ``done_words(result, rig)``, then what it serves now."""
+                done_words: Callable[[StageResult, str], str], width: int,
+                untouched: str = "each serves its old release") -> list[str]:
+    """Each stage, passed, HALTED or not reached (``untouched``: what its rigs serve), and under a stage that ran
+    each of its rigs that did not fail: ``done_words(result, rig)``, then what it serves now."""
     lines: list[str] = []
     done = {result.stage.label: result for result in results}
     for index, stage in enumerate(stages, 1):
         head = f"{stage.label} ({index}/{len(stages)}): {', '.join(stage.rigs)}"
         result = done.get(stage.label)
         if result is None:
-            lines += wrapped(f"{head}: not reached, untouched (each serves its old release)", width, "")
+            lines += wrapped(f"{head}: not reached, untouched ({untouched})", width, "")
             continue
         lines += wrapped(f"{head}: {'HALTED' if result.failures else 'passed'}", width, "")
         failed = {failure.rig for failure in result.failures}
@@ -74,25 +75,36 @@ def _deploy_words(settings: RolloutSettings) -> Callable[[StageResult, str], str
     return words
 
 
+def summary_text(headline: str, stages: Sequence[Stage], results: Sequence[StageResult],
+                 states: Mapping[str, ReleaseState], done_words: Callable[[StageResult, str], str], complete: str,
+                 next_words: str, width: int, router_lines: Sequence[str] = (), halt_notes: Sequence[str] = (),
+                 commands: Sequence[str] = (), untouched: str = "each serves its old release") -> str:
+    """A run of stages in words: ``headline``, each stage (stage_lines), the router's lines, then ``complete``, or
+    where it halted and why (halt_lines), ``halt_notes``, the by-hand ``commands`` and ``next_words``. No line longer
+    than ``width`` but the commands (printed whole: rigkit.rollout_drain.RouterDrain.add_back)."""
+    lines = [headline]
+    lines += stage_lines(stages, results, states, done_words, width, untouched)
+    lines += [line for text in router_lines for line in wrapped(text, width)]
+    halted = next((result for result in results if result.failures), None)
+    if halted is None:
+        return "\n".join(lines + [complete])
+    lines += halt_lines(stages, halted, states, width)
+    lines += [line for text in halt_notes for line in wrapped(text, width)]
+    lines += command_lines(commands)
+    lines += wrapped(next_words, width, "")
+    return "\n".join(lines)
+
+
 def format_summary(settings: RolloutSettings, stages: Sequence[Stage], results: Sequence[StageResult],
                    states: Mapping[str, ReleaseState], left: Sequence[tuple[str, str]] = (),
                    rollback_lines: Sequence[str] = (), width: int = 100, router_lines: Sequence[str] = (),
                    commands: Sequence[str] = ()) -> str:
-    """What happened, stage by stage, and what to do next; no line longer than ``width`` but ``commands`` (by-hand
-    commands, printed whole: rigkit.rollout_drain.RouterDrain.add_back)."""
-    lines = [f"--> rigkit rollout: {settings.describe()}"]
-    lines += stage_lines(stages, results, states, _deploy_words(settings), width)
-    lines += [line for text in router_lines for line in wrapped(text, width)]
-    halted = next((result for result in results if result.failures), None)
-    if halted is None:
-        lines.append(f"rollout complete: {sum(len(s.rigs) for s in stages)} rigs on the new release")
-        return "\n".join(lines)
-    lines += halt_lines(stages, halted, states, width)
-    for rig, why in left:
-        lines += wrapped(f"{rig}: {why}", width)
-    lines += [line for text in rollback_lines for line in wrapped(text, width)]
-    lines += command_lines(commands)
-    lines += wrapped("Next: fix what the failed rig reports (its own log: docker logs rigkit-serving), then run "
-                     "the same command again: the rollout continues from where the fleet stands; rigs already "
-                     "verified on the new release are not deployed again.", width, "")
-    return "\n".join(lines)
+    """What the rollout did, stage by stage, and what to do next (summary_text); after a halt, the rigs it ``left``
+    on the new release and why, and what its rollback did (``rollback_lines``)."""
+    return summary_text(f"--> rigkit rollout: {settings.describe()}", stages, results, states,
+                        _deploy_words(settings),
+                        f"rollout complete: {sum(len(s.rigs) for s in stages)} rigs on the new release",
+                        "Next: fix what the failed rig reports (its own log: docker logs rigkit-serving), then run "
+                        "the same command again: the rollout continues from where the fleet stands; rigs already "
+                        "verified on the new release are not deployed again.", width, router_lines,
+                        [f"{rig}: {why}" for rig, why in left] + list(rollback_lines), commands)

@@ -103,6 +103,7 @@ def run_rollout(inventory: str, deploy: str, pyinfra_args: Sequence[str], hosts:
     out_of_router = existing.out_of_router if existing is not None else {}
     with rollout_drain.router_session(hosts, names, out_of_router) as router:
         router.refuse_full_drain(stages)  # before any rig is touched
+        routed = [router.describe()] if router.active else []  # as it began
         states = refuse_unreadable(read_states(hosts, names))
         record = resume_record(existing, inventory, wanted, states)
         record.halted, record.out_of_router = "", router.out
@@ -126,7 +127,7 @@ def run_rollout(inventory: str, deploy: str, pyinfra_args: Sequence[str], hosts:
             record.halted = f"{halted.stage.label}: " + "; ".join(f"{f.rig} at {f.step}" for f in halted.failures)
             save_record(record, path)
         summary = format_summary(settings, stages, results, states, left, rollback_lines, summary_width(),
-                                 router_lines=([router.describe()] if router.active else []) + router.lines,
+                                 router_lines=routed + router.lines,
                                  commands=router.add_back)
     return (1 if halted is not None else 0), summary
 

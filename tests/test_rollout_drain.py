@@ -130,6 +130,7 @@ def test_a_failed_rig_stays_out_and_the_rollback_goes_rig_by_rig_through_the_rou
     assert worker("rig6") not in fake.router.workers
     flat = " ".join(summary.split())
     assert "rig6: left out of the router (it failed at" in flat
+    assert "router on gw: 3 rigs routed" in flat  # as the rollout began, not as it ended (rig6 out)
     # the command that puts it back, whole on its own line (never wrapped: it is copied as it stands)
     assert f"    curl -X POST '{GATEWAY_ROUTER}/add_worker?url={worker('rig6')}'  # on gw" in summary.splitlines()
     record = RolloutRecord.from_json(record_path("inventory/fleet.py", tmp_path).read_text())

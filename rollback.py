@@ -17,7 +17,7 @@ from pyinfra.facts.files import FileContents
 
 from rigkit.errors import ConfigError
 from rigkit.hostdata import rig_settings
-from rigkit.ledger import LEDGER_PATH, Ledger, Release
+from rigkit.ledger import LEDGER_PATH, ROLLBACK_KIND, Ledger, Release
 from rigkit.registry import require_digest
 from roles import Run
 from roles.rig_lock import rig_lock
@@ -44,4 +44,4 @@ run = Run()
 rig_lock(settings, run)  # one deploy or rollback at a time per rig; the ledger is read under the lock
 if not run.refused_by:
     target = rollback_target(settings.serving["rollback_to"])
-    serving(settings.for_image(target.image), run, kind="rollback", restore_rendering=target.rendering)
+    serving(settings.for_image(target.image), run, kind=ROLLBACK_KIND, restore_rendering=target.rendering)

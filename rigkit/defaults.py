@@ -163,8 +163,9 @@ SERVING_VARIABLES: list[Variable] = [
 ]
 
 
-# Rollout (`rigkit deploy`, rigkit/rollout.py): fleet-wide, so every targeted rig must carry the same values
-# (group data); `rigkit deploy --canary/--batch/--on-failure` override them. Plain `pyinfra deploy.py` runs every
+# Rollout (`rigkit deploy`, rigkit/rollout.py; rollout_batch also paces a rolling rollback, rigkit/rollout_rollback.py):
+# fleet-wide, so every targeted rig must carry the same values (group data); `rigkit deploy
+# --canary/--batch/--on-failure` override them. Plain `pyinfra deploy.py` runs every
 # rig at once and refuses while a rollout is set (rigkit.rollout_plan.refuse_unbatched).
 ROLLOUT_LEAVE, ROLLOUT_ROLLBACK = "leave", "rollback"
 
@@ -172,7 +173,9 @@ ROLLOUT_VARIABLES: list[Variable] = [
     Variable("rollout_canary", 0, "rigkit deploy: rigs deployed first; each must pass smoke and the cache proof "
              "before any other rig is touched (0 = no canary stage)", int, _at_least(0)),
     Variable("rollout_batch", 0, "rigkit deploy: rigs deployed together after the canaries, batch after batch; "
-             "a batch with any failure halts the rollout (0 = the rest in one batch)", int, _at_least(0)),
+             "a batch with any failure halts the rollout (0 = the rest in one batch); with --deploy rollback.py, "
+             "rigs rolled back together through the router (0 = every rig at once, the plain run)", int,
+             _at_least(0)),
     Variable("rollout_on_failure", ROLLOUT_LEAVE, "rigkit deploy: a halted rollout's rigs already upgraded: "
              f"{ROLLOUT_LEAVE} (on the new release, for the operator) or {ROLLOUT_ROLLBACK} (rollback.py on each, "
              "back to its stored verified rendering)", str, one_of((ROLLOUT_LEAVE, ROLLOUT_ROLLBACK))),

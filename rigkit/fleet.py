@@ -4,6 +4,7 @@
     rigkit deploy inventory/lab.py --limit rig4,rig5 --fail-percent 50   # a comma list is split for pyinfra
     rigkit deploy inventory/lab.py --deploy rollback.py
     rigkit deploy inventory/lab.py --canary 1 --batch 2   # a rollout (rigkit.rollout): canaries, then batches
+    rigkit deploy inventory/lab.py --deploy rollback.py --batch 1   # a rolling rollback (rigkit.rollout_rollback)
 
 Before pyinfra starts, every targeted host's connection data is checked (a host with no usable SSH key
 is refused, naming the field and the fix: no host is touched). pyinfra then runs as usual (its output
@@ -33,6 +34,7 @@ from rigkit.paths import REPO_ROOT
 from rigkit.pyinfra_args import data_pairs, limit_from, pyinfra_executable, split_limits
 
 DEFAULT_DEPLOY = "deploy.py"
+ROLLBACK_DEPLOY = "rollback.py"
 
 
 def ledger_release(ledger_text: str) -> str:
@@ -95,11 +97,12 @@ def fleet_deploy(inventory: str, deploy: str, pyinfra_args: Sequence[str]) -> tu
 def add_own_options(parser: argparse.ArgumentParser, defaults: bool = True) -> None:
     """rigkit deploy's own options (the rest goes to pyinfra)."""
     parser.add_argument("--deploy", default=DEFAULT_DEPLOY if defaults else None,
-                        help=f"deploy file (default {DEFAULT_DEPLOY}; rollback.py rolls back)")
+                        help=f"deploy file (default {DEFAULT_DEPLOY}; {ROLLBACK_DEPLOY} rolls back)")
     parser.add_argument("--canary", type=int, default=None, metavar="N",
                         help="rollout: N canary rigs first, smoke + cache proof (overrides rollout_canary)")
     parser.add_argument("--batch", type=int, default=None, metavar="M",
-                        help="rollout: then the others M at a time (overrides rollout_batch)")
+                        help="rollout: then the others M at a time (overrides rollout_batch); with --deploy "
+                             f"{ROLLBACK_DEPLOY}: roll back M rigs at a time, each out of the router meanwhile")
     parser.add_argument("--on-failure", default=None, choices=("leave", "rollback"),
                         help="rollout: after a halt, leave or roll back the rigs it upgraded (rollout_on_failure)")
     parser.add_argument("--recheck-canaries", action="store_true", default=None,

@@ -28,6 +28,8 @@ SCHEMA_VERSION = 1
 
 SMOKE_PASS = "pass"
 SMOKE_FAIL = "fail"
+# a ledger entry's kind: a release deploy.py brought up, or one a rollback (rollback.py's, or automatic) restored
+DEPLOY_KIND, ROLLBACK_KIND = "deploy", "rollback"
 
 
 def now_iso() -> str:
@@ -49,7 +51,7 @@ class Release:
     knobs_hash: str
     deployed_at: str = field(default_factory=now_iso)
     smoke: Optional[str] = None  # SMOKE_PASS | SMOKE_FAIL | None (not checked yet)
-    kind: str = "deploy"  # deploy | rollback
+    kind: str = DEPLOY_KIND  # DEPLOY_KIND | ROLLBACK_KIND
     note: str = ""
     rendering: Optional[str] = None  # release_hash of its compose.yml + .env (None in ledgers older than it)
 
@@ -109,7 +111,7 @@ class Ledger:
         """What rollback.py restores: the newest verified release before the latest deploy, other than it.
 
         Rollbacks do not move the target, so a second rollback.py run finds the rig already there."""
-        deploys = [i for i, release in enumerate(self.releases) if release.kind == "deploy"]
+        deploys = [i for i, release in enumerate(self.releases) if release.kind == DEPLOY_KIND]
         if not deploys:
             return None
         undone = self.releases[deploys[-1]]

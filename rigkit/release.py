@@ -18,7 +18,7 @@ import copy
 from dataclasses import dataclass, field
 from typing import Optional, Sequence, Union
 
-from rigkit.ledger import SHORT_DIGEST, SMOKE_FAIL, SMOKE_PASS, Ledger, Release, Rendering
+from rigkit.ledger import ROLLBACK_KIND, SHORT_DIGEST, SMOKE_FAIL, SMOKE_PASS, Ledger, Release, Rendering
 from rigkit.smoke import SmokeReport
 
 # Of the wait's output, what a release that never became ready keeps in its ledger note.
@@ -209,7 +209,7 @@ def judge_rollback(ledger: Ledger, failed: Release, kind: str, rollback: RollBac
     saying whether it serves the target again. A rollback whose smoke failed is recorded and its hash
     written, but its rendering is not stored as verified."""
     ledger = copy.deepcopy(ledger)
-    ledger.record(entry_of(rollback.rendering, "rollback", rollback.note))
+    ledger.record(entry_of(rollback.rendering, ROLLBACK_KIND, rollback.note))
     if not outcome.ready:
         ledger.record_smoke(SMOKE_FAIL, f"{rollback.note}; the rollback failed too: {outcome.why_not_ready}"
                             [:ROLLBACK_FAILED_NOTE_CHARS])

@@ -32,19 +32,21 @@ a canary that passed is neither deployed nor proven again unless --recheck-canar
 This module runs it (the pyinfra runs, the stages, the rollback); the parts are plain modules of their own:
 rigkit.rollout_plan (settings, stages), rollout_state (what a rig says), rollout_record (the local record),
 rollout_stage (the decisions per stage), rollout_proof (the cache proof), rollout_summary (the words printed),
-rollout_drain (the router).
+rollout_drain (the router). `rigkit deploy --deploy rollback.py --batch N` is a rolling rollback through the router,
+built from the same parts: rigkit.rollout_rollback.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Callable, Iterator, Mapping, Optional, Sequence
 
 from rigkit.defaults import ROLLOUT_VARIABLES
 from rigkit.errors import ConfigError
+from rigkit.fleet import DEFAULT_DEPLOY, ROLLBACK_DEPLOY
 from rigkit.paths import ROLLOUTS_DIR
 from rigkit.pyinfra_args import data_pairs, pyinfra_executable, without_limits
 from rigkit.rollout_plan import ROLLOUT_STEP_ENV, RolloutSettings, Stage, plan_stages, rollout_settings
@@ -52,7 +54,7 @@ from rigkit.rollout_proof import prove_rig
 from rigkit.rollout_record import RolloutRecord, record_path, resume_record, save_record
 from rigkit.rollout_stage import (Failure, StageResult, StageWork, newly_upgraded, rollback_choice, rolled_back_words,
                                   stage_failures, stage_work)
-from rigkit.rollout_state import ReleaseState, read_states
+from rigkit.rollout_state import ReleaseState, read_states, refuse_unreadable
 from rigkit.rollout_summary import format_summary, summary_width
 
 
@@ -101,12 +103,8 @@ def run_rollout(inventory: str, deploy: str, pyinfra_args: Sequence[str], hosts:
     out_of_router = existing.out_of_router if existing is not None else {}
     with rollout_drain.router_session(hosts, names, out_of_router) as router:
         router.refuse_full_drain(stages)  # before any rig is touched
-        states = read_states(hosts, names)
-        unreadable = {name: state.unreadable for name, state in states.items() if state.unreadable}
-        if unreadable:
-            rig, why = next(iter(unreadable.items()))
-            raise ConfigError(f"{rig}", why, "cannot be read before the rollout starts (it would fail in its "
-                              "batch)", f"bring {', '.join(unreadable)} back, or leave it out with --limit")
+        routed = [router.describe()] if router.active else []  # as it began
+        states = refuse_unreadable(read_states(hosts, names))
         record = resume_record(existing, inventory, wanted, states)
         record.halted, record.out_of_router = "", router.out
         save_record(record, path)
@@ -129,7 +127,8 @@ def run_rollout(inventory: str, deploy: str, pyinfra_args: Sequence[str], hosts:
             record.halted = f"{halted.stage.label}: " + "; ".join(f"{f.rig} at {f.step}" for f in halted.failures)
             save_record(record, path)
         summary = format_summary(settings, stages, results, states, left, rollback_lines, summary_width(),
-                                 router_lines=([router.describe()] if router.active else []) + router.lines)
+                                 router_lines=routed + router.lines,
+                                 commands=router.add_back)
     return (1 if halted is not None else 0), summary
 
 
@@ -140,7 +139,7 @@ def _run_stage(stage: Stage, work: StageWork, router: Any, record: RolloutRecord
     from rigkit.fleet_outcome import OK
     from rigkit.rollout_drain import DRAIN_STEP, RESTORE_STEP
 
-    not_drained = {rig: why for rig in work.deploy if (why := router.drain(rig))}
+    not_drained = router.drain_each(work.deploy)
     record.out_of_router = router.out
     save_record(record, path)
     work = replace(work, deploy=tuple(r for r in work.deploy if r not in not_drained),
@@ -160,12 +159,8 @@ def _run_stage(stage: Stage, work: StageWork, router: Any, record: RolloutRecord
         save_record(record, path)
     result.failures = [Failure(rig, DRAIN_STEP, why) for rig, why in not_drained.items()]
     result.failures += stage_failures(work, outcomes, states, wanted, result.proofs)
-    failed = {failure.rig: failure.step for failure in result.failures}
-    for rig in stage.rigs:
-        if rig in failed:
-            router.keep_out(rig, f"it failed at {failed[rig]}")
-        elif why := router.restore(rig):
-            result.failures.append(Failure(rig, RESTORE_STEP, why))
+    not_back = router.settle(stage.rigs, {failure.rig: failure.step for failure in result.failures})
+    result.failures += [Failure(rig, RESTORE_STEP, why) for rig, why in not_back.items()]
     record.out_of_router = router.out
     save_record(record, path)
     return result
@@ -175,11 +170,11 @@ def _roll_back(group: Sequence[str], router: Any, record: RolloutRecord, hosts: 
                states: dict[str, ReleaseState], inventory: str, passthrough: Sequence[str]) -> list[str]:
     """rollback.py on ``group`` (drained first, restored when back on its release); the summary's lines."""
     lines = []
-    not_drained = {rig: why for rig in group if (why := router.drain(rig))}
+    not_drained = router.drain_each(group)
     lines += [f"{rig}: not rolled back ({why})" for rig, why in not_drained.items()]
     group = [rig for rig in group if rig not in not_drained]
     if group:
-        run_stage_deploy("rollback", "rollback.py", group, inventory, passthrough)
+        run_stage_deploy("rollback", ROLLBACK_DEPLOY, group, inventory, passthrough)
         states.update(read_states(hosts, group))
     for rig in group:
         back, words = rolled_back_words(rig, record, states[rig])
@@ -195,36 +190,60 @@ def _roll_back(group: Sequence[str], router: Any, record: RolloutRecord, hosts: 
     return lines
 
 
-def rollout_command(args: Any) -> Optional[int]:
-    """`rigkit deploy` with a rollout asked (flags or data): run it and print its summary; None when no rollout
-    is asked (rigkit.fleet then runs every rig at once). ConfigError before any rig is touched."""
-    from rigkit import fleet
-    from rigkit.inventory import check_connection_data, load_inventory, rigs_among, targeted
+@dataclass(frozen=True)
+class TargetedRigs:
+    """What `rigkit deploy` targets, read before any rig is touched."""
+
+    pyinfra_args: list[str]  # pyinfra's arguments, each --limit split
+    hosts: dict[str, dict]  # the inventory's hosts with the --data pyinfra will see
+    names: list[str]  # the targeted rigs (a router host is no rig), in inventory order
+    sections: dict[str, dict]  # each targeted rig's resolved `rollout` section
+
+    def check_connections(self) -> None:
+        from rigkit.inventory import check_connection_data
+
+        for name in self.names:
+            check_connection_data(name, self.hosts[name]["data"])
+
+
+def targeted_rigs(inventory: str, pyinfra_args: Sequence[str]) -> TargetedRigs:
+    """The rigs `rigkit deploy INVENTORY [pyinfra args]` targets; rigs sharing a KV store checked (rigkit.kv_share)."""
+    from rigkit.inventory import load_inventory, rigs_among, targeted
     from rigkit.kv_share import check_inventory
     from rigkit.pyinfra_args import limit_from, split_limits
     from rigkit.variables import resolve
 
+    pyinfra_args = split_limits(pyinfra_args)
+    hosts = load_inventory(inventory, data_args=data_pairs(pyinfra_args))
+    check_inventory((name, host["groups"], host["data"]) for name, host in hosts.items())
+    names = rigs_among(hosts, targeted(hosts, limit_from(pyinfra_args)))
+    return TargetedRigs(pyinfra_args, hosts, names,
+                        {name: resolve(ROLLOUT_VARIABLES, dict(hosts[name]["data"])) for name in names})
+
+
+def rollout_command(args: Any) -> Optional[int]:
+    """`rigkit deploy` with a rollout asked (flags or data): run it and print its summary; None when no rollout
+    is asked (rigkit.fleet then runs every rig at once). ConfigError before any rig is touched."""
     flags = {"rollout_canary": args.canary, "rollout_batch": args.batch, "rollout_on_failure": args.on_failure}
     asked = any(value is not None for value in flags.values()) or bool(args.recheck_canaries)
-    if Path(args.deploy).name != fleet.DEFAULT_DEPLOY:
+    if Path(args.deploy).name == ROLLBACK_DEPLOY:
+        from rigkit.rollout_rollback import rolling_rollback_command
+
+        return rolling_rollback_command(args)  # --batch (or rollout_batch data) only
+    if Path(args.deploy).name != DEFAULT_DEPLOY:
         if asked:
-            raise ConfigError("--deploy", args.deploy, "a rollout batches deploy.py only",
+            raise ConfigError("--deploy", args.deploy, f"a rollout batches {DEFAULT_DEPLOY} and {ROLLBACK_DEPLOY} only",
                               "run it without --canary/--batch/--on-failure/--recheck-canaries (with --limit to "
                               "choose the rigs)")
-        return None  # rollout data applies to deploys, not to rollback.py
-    pyinfra_args = split_limits(args.pyinfra_args)
-    hosts = load_inventory(args.inventory, data_args=data_pairs(pyinfra_args))
-    check_inventory((name, host["groups"], host["data"]) for name, host in hosts.items())
-    names = rigs_among(hosts, targeted(hosts, limit_from(pyinfra_args)))  # a router host is no rig
-    if not names:
+        return None  # rollout data applies to deploy.py and rollback.py only
+    rigs = targeted_rigs(args.inventory, args.pyinfra_args)
+    if not rigs.names:
         return None  # fleet_deploy refuses it, naming the inventory's hosts
-    sections = {name: resolve(ROLLOUT_VARIABLES, dict(hosts[name]["data"])) for name in names}
-    settings = rollout_settings(sections, flags)
+    settings = rollout_settings(rigs.sections, flags)
     if not settings.active:
         return None
-    for name in names:
-        check_connection_data(name, hosts[name]["data"])
-    status, summary = run_rollout(args.inventory, args.deploy, pyinfra_args, hosts, names, settings,
+    rigs.check_connections()
+    status, summary = run_rollout(args.inventory, args.deploy, rigs.pyinfra_args, rigs.hosts, rigs.names, settings,
                                   recheck_canaries=bool(args.recheck_canaries))
     print("\n" + summary)
     return status

@@ -15,7 +15,8 @@ out): that rig keeps serving its release, and the summary says why.
 Plain pyinfra runs (deploy.py, rollback.py, with or without --limit) and `rigkit deploy` without a rollout do not
 touch the router: they restart the rigs they run on while the router may still send them requests (it notices a
 dead worker only at its next health check, every 60 s by default). Upgrades through a router go through
-`rigkit deploy --batch 1`.
+`rigkit deploy --batch 1`, rollbacks through `rigkit deploy --deploy rollback.py --batch 1` (rigkit.rollout_rollback:
+the same drain, a rig back in the router only once its rollback is verified).
 """
 
 from __future__ import annotations
@@ -24,12 +25,15 @@ from contextlib import ExitStack, contextmanager
 from typing import Any, Callable, ContextManager, Iterator, Mapping, Optional, Sequence
 
 from rigkit.errors import ConfigError, RigkitError
-from rigkit.router_admin import RouterAdmin, gateways, rig_worker_url, router_url, wait_idle
+from rigkit.router_admin import (LOCAL_HOST, RouterAdmin, add_worker_command, gateway_router_url, gateways,
+                                 rig_worker_url, router_url, wait_idle)
 
 NO_RIG_LEFT = "no rig left to serve"
 # the steps a summary names when the router is why a rig halted the rollout
 DRAIN_STEP = "drain from the router"
 RESTORE_STEP = "back into the router"
+# how a rig a rollout left out of the router gets back in (RouterDrain.keep_out), before the by-hand command
+RERUN_PUTS_BACK = "the re-run that gets it verified puts it back, or by hand"
 
 
 def refuse_full_drain(stages: Sequence[Any], worker_of: Mapping[str, str], routed: Mapping[str, Sequence[str]]) -> None:
@@ -42,8 +46,8 @@ def refuse_full_drain(stages: Sequence[Any], worker_of: Mapping[str, str], route
                 raise ConfigError(knob, len(stage.rigs),
                                   f"{stage.label} ({', '.join(stage.rigs)}) would take all {len(workers)} rigs the "
                                   f"router on {gateway} routes to out of it at once: {NO_RIG_LEFT}",
-                                  f"pass --canary/--batch below {len(workers)} (--batch 1 keeps the most rigs "
-                                  "serving), or put more rigs behind the router")
+                                  f"pass {'--canary' if stage.canary else '--batch'} below {len(workers)} "
+                                  "(--batch 1 keeps the most rigs serving), or put more rigs behind the router")
 
 
 class RouterDrain:
@@ -60,13 +64,15 @@ class RouterDrain:
         # rig -> the routers it was taken out of (by this rollout or the killed/halted run before it)
         self.out = {rig: list(gws) for rig, gws in (out_of_router or {}).items() if gws}
         self.lines: list[str] = []
+        # the by-hand commands that put a rig left out back into its router (keep_out), one a line
+        self.add_back: list[str] = []
 
     @property
     def active(self) -> bool:
         return bool(self.admins)
 
-    def describe(self) -> str:
-        return "; ".join(f"router on {gateway}: {len(workers)} rigs routed, each drained before its deploy and "
+    def describe(self, run: str = "deploy") -> str:
+        return "; ".join(f"router on {gateway}: {len(workers)} rigs routed, each drained before its {run} and "
                          "back after its smoke" for gateway, workers in self.routed.items())
 
     def refuse_full_drain(self, stages: Sequence[Any]) -> None:
@@ -102,6 +108,22 @@ class RouterDrain:
         self.out[rig] = routing
         return None
 
+    def drain_each(self, rigs: Sequence[str]) -> dict[str, str]:
+        """Drain each of ``rigs`` in turn; why, by rig, for each that could not be (it is not to be run on)."""
+        return {rig: why for rig in rigs if (why := self.drain(rig))}
+
+    def settle(self, rigs: Sequence[str], failed: Mapping[str, str], back: str = RERUN_PUTS_BACK) -> dict[str, str]:
+        """After a stage's run: each rig of ``failed`` (rig -> the step it failed at) stays out of the router, every
+        other of ``rigs`` goes back in; why, by rig, for each the router did not take back (it stays out too)."""
+        not_back = {}
+        for rig in rigs:
+            if rig in failed:
+                self.keep_out(rig, f"it failed at {failed[rig]}", back)
+            elif why := self.restore(rig):
+                not_back[rig] = why
+                self.keep_out(rig, f"the router did not take it back: {why}", back)
+        return not_back
+
     def restore(self, rig: str, quiet: bool = False) -> Optional[str]:
         """Put ``rig`` back into the routers it was taken out of; why not, or None."""
         if rig not in self.out:
@@ -123,10 +145,19 @@ class RouterDrain:
                 self.lines.append(f"{rig}: back in the router ({worker})")
         return None
 
-    def keep_out(self, rig: str, why: str) -> None:
+    def keep_out(self, rig: str, why: str, back: str = RERUN_PUTS_BACK) -> None:
+        """Say that ``rig`` stays out of the routers it was taken out of, why, and ``back``: how it returns; the
+        exact command that adds it back on each gateway goes to ``add_back`` (printed whole, one a line)."""
         if rig in self.out:
-            self.lines.append(f"{rig}: left out of the router ({why}); the re-run that gets it verified puts it "
-                              f"back, or by hand: POST /add_worker?url={self.worker_of[rig]} on its router")
+            self.lines.append(f"{rig}: left out of the router ({why}); {back}: the command below")
+            self.add_back += self.add_back_commands(rig)
+
+    def add_back_commands(self, rig: str) -> list[str]:
+        """The command that puts ``rig`` back into each router it is out of, with where to run it as a comment."""
+        worker = self.worker_of[rig]
+        return [f"{add_worker_command(self.admins[gateway].gateway_url, worker)}  # on "
+                f"{'this controller' if gateway == LOCAL_HOST else gateway}"
+                for gateway in self.out.get(rig, ()) if gateway in self.admins]
 
 
 @contextmanager
@@ -150,7 +181,8 @@ def router_session(hosts: Mapping[str, Mapping], rigs: Sequence[str],
     a RouterDrain that does nothing when the inventory declares none."""
     with ExitStack() as stack:
         try:
-            admins = {gateway: RouterAdmin(stack.enter_context(router_url(gateway, hosts[gateway]["data"])))
+            admins = {gateway: RouterAdmin(stack.enter_context(router_url(gateway, hosts[gateway]["data"])),
+                                           gateway_url=gateway_router_url(hosts[gateway]["data"]))
                       for gateway in gateways(hosts)}
             worker_of = {rig: rig_worker_url(rig, hosts[rig]["data"]) for rig in rigs} if admins else {}
             drain = RouterDrain(admins, worker_of, lambda rig: rig_in_flight(rig, hosts[rig]["data"]), out_of_router)

@@ -32,24 +32,28 @@ class RolloutSettings:
         return f"canary {self.canary}, {batch}, on failure: {self.on_failure}"
 
 
+def fleet_value(variable: Any, per_rig: Mapping[str, Mapping[str, Any]], override: Any = None) -> Any:
+    """One rollout variable's value for the fleet (a rigkit.variables.Variable): the flag (``override``, None = not
+    given) wins; else every targeted rig's resolved `rollout` section (``per_rig``) must carry the same value: a
+    rollout is one plan for the fleet."""
+    name = variable.name
+    if override is not None:
+        return variable.coerce(override)
+    seen = {rig: section[name] for rig, section in per_rig.items()}
+    distinct = sorted({json.dumps(v) for v in seen.values()})
+    if len(distinct) > 1:
+        first, other = next(iter(seen)), next(r for r, v in seen.items() if v != next(iter(seen.values())))
+        raise ConfigError(name, seen[other], f"differs between rigs ({first}: {seen[first]!r}, {other}: "
+                          f"{seen[other]!r}): a rollout is one plan for the whole fleet",
+                          f"set {name} once in group data, or pass it as a rigkit deploy flag")
+    return next(iter(seen.values())) if seen else variable.default
+
+
 def rollout_settings(per_rig: Mapping[str, Mapping[str, Any]], overrides: Mapping[str, Any]) -> RolloutSettings:
     """The rollout's settings from each targeted rig's resolved `rollout` section; a flag (``overrides``, by
-    variable name, None = not given) wins. Without a flag every rig must carry the same value: a rollout is
-    one plan for the fleet."""
-    values = {}
-    for variable in ROLLOUT_VARIABLES:
-        name = variable.name
-        if overrides.get(name) is not None:
-            values[name] = variable.coerce(overrides[name])
-            continue
-        seen = {rig: section[name] for rig, section in per_rig.items()}
-        distinct = sorted({json.dumps(v) for v in seen.values()})
-        if len(distinct) > 1:
-            first, other = next(iter(seen)), next(r for r, v in seen.items() if v != next(iter(seen.values())))
-            raise ConfigError(name, seen[other], f"differs between rigs ({first}: {seen[first]!r}, {other}: "
-                              f"{seen[other]!r}): a rollout is one plan for the whole fleet",
-                              f"set {name} once in group data, or pass it as a rigkit deploy flag")
-        values[name] = next(iter(seen.values())) if seen else variable.default
+    variable name, None = not given) wins (fleet_value)."""
+    values = {variable.name: fleet_value(variable, per_rig, overrides.get(variable.name))
+              for variable in ROLLOUT_VARIABLES}
     return RolloutSettings(values["rollout_canary"], values["rollout_batch"], values["rollout_on_failure"],
                            values["rollout_cache_proof"])
 

@@ -5,7 +5,7 @@ rollback knob (rollout_on_failure) brings back."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Mapping, Sequence
+from typing import Any, Mapping, Optional, Sequence
 
 from rigkit.defaults import ROLLOUT_LEAVE, ROLLOUT_ROLLBACK
 from rigkit.ledger import SHORT_DIGEST
@@ -48,19 +48,26 @@ class Failure:
     why: str
 
 
+def run_failure(rig: str, outcome: Optional[Any], state: ReleaseState) -> Optional[Failure]:
+    """Why ``rig`` halts whatever it was to run: its pyinfra run failed (``outcome``: rigkit.fleet_outcome.RigOutcome,
+    None when it was in no run), or it could not be read afterwards; None when neither."""
+    from rigkit.fleet_outcome import OK
+
+    if outcome is not None and outcome.status != OK:
+        return Failure(rig, outcome.step or outcome.status, outcome.reason or outcome.status)
+    if state.unreadable:
+        return Failure(rig, "read the rig", state.unreadable)
+    return None
+
+
 def stage_failures(work: StageWork, outcomes: Mapping[str, Any], states: Mapping[str, ReleaseState],
                    wanted: Mapping[str, str], proofs: Mapping[str, Proof]) -> list[Failure]:
     """Every rig of the stage that halts the rollout: its run failed (``outcomes``: rigkit.fleet_outcome.RigOutcome by
     rig), it does not run its wanted rendering afterwards, or its cache proof failed."""
-    from rigkit.fleet_outcome import OK
-
     failures = []
     for rig in dict.fromkeys(work.deploy + work.prove):
-        outcome = outcomes.get(rig)
-        if outcome is not None and outcome.status != OK:
-            failures.append(Failure(rig, outcome.step or outcome.status, outcome.reason or outcome.status))
-        elif states[rig].unreadable:
-            failures.append(Failure(rig, "read the rig", states[rig].unreadable))
+        if failure := run_failure(rig, outcomes.get(rig), states[rig]):
+            failures.append(failure)
         elif states[rig].verified != wanted[rig]:
             got = states[rig].verified[:SHORT_DIGEST] or "none"
             failures.append(Failure(rig, "verify", NOT_ON_RELEASE.format(got=got)))

@@ -7,6 +7,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Mapping, Optional, Sequence
 
+from rigkit.errors import ConfigError
 from rigkit.ledger import Ledger, Release
 
 STATE_SEPARATOR = "--rigkit-ledger--"
@@ -69,3 +70,14 @@ def read_states(hosts: Mapping[str, Mapping], rigs: Sequence[str]) -> dict[str, 
 
     with ThreadPoolExecutor(max_workers=max(1, min(16, len(rigs)))) as pool:
         return dict(zip(rigs, pool.map(read, rigs)))
+
+
+def refuse_unreadable(states: dict[str, ReleaseState]) -> dict[str, ReleaseState]:
+    """``states`` when every rig could be read; else ConfigError naming the first that could not and why: read
+    before a rollout (or a rolling rollback) starts, such a rig would fail in its batch."""
+    unreadable = {name: state.unreadable for name, state in states.items() if state.unreadable}
+    if unreadable:
+        rig, why = next(iter(unreadable.items()))
+        raise ConfigError(f"{rig}", why, "cannot be read before the rollout starts (it would fail in its batch)",
+                          f"bring {', '.join(unreadable)} back, or leave it out with --limit")
+    return states

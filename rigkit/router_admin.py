@@ -19,6 +19,7 @@ loopback (router_bind_address) and the controller reaches it through rigkit.tunn
 
 from __future__ import annotations
 
+import shlex
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -55,11 +56,20 @@ class Worker:
     load: int  # requests the router has in flight on it (cache_aware, power_of_two; 0 under round_robin)
 
 
-class RouterAdmin:
-    """One router's admin endpoints at ``url`` (direct or through the tunnel to its gateway)."""
+def add_worker_command(router_on_gateway: str, worker_url: str) -> str:
+    """The shell command that puts ``worker_url`` back into the router, run on its gateway (``router_on_gateway``:
+    the router's URL as the gateway reaches it, rigkit.router.router_url); the router health-checks it first."""
+    return f"curl -X POST {shlex.quote(f'{router_on_gateway}/add_worker?url={worker_url}')}"
 
-    def __init__(self, url: str, session: Optional[requests.Session] = None, timeout_s: float = ADMIN_TIMEOUT_S):
+
+class RouterAdmin:
+    """One router's admin endpoints at ``url`` (direct or through the tunnel to its gateway); ``gateway_url`` is the
+    router as its gateway reaches it (the by-hand commands printed run there), ``url`` when not given."""
+
+    def __init__(self, url: str, session: Optional[requests.Session] = None, timeout_s: float = ADMIN_TIMEOUT_S,
+                 gateway_url: Optional[str] = None):
         self.url = url.rstrip("/")
+        self.gateway_url = (gateway_url or url).rstrip("/")
         self.session = session or server_session()
         self.timeout_s = timeout_s
 
@@ -117,8 +127,8 @@ class RouterAdmin:
             answered = exc.problem
         if worker_url not in self.list_workers():
             raise RouterError("worker", worker_url, f"not added back to the router ({answered})",
-                              f"check the rig's API, then: curl -X POST '{self.url}/add_worker?url={worker_url}' "
-                              "on the gateway")
+                              f"check the rig's API, then on the gateway: "
+                              f"{add_worker_command(self.gateway_url, worker_url)}")
 
 
 def wait_idle(in_flight: Callable[[], float], worker_url: str, timeout_s: float = IDLE_TIMEOUT_S,
@@ -193,18 +203,27 @@ def rig_worker_url(rig: str, data: Mapping[str, Any]) -> str:
     return worker_url(worker_address(rig, data, knobs["bind_address"]), knobs["serving_port"])
 
 
+def gateway_router_url(data: Mapping[str, Any]) -> str:
+    """The router's base URL as a process on its gateway reaches it (rigkit.router.router_url, from the gateway's
+    data): where the by-hand commands printed for it point."""
+    from rigkit.router import router_url as on_gateway
+    from rigkit.variables import resolve
+
+    return on_gateway(resolve(ROUTER_VARIABLES, dict(data)))
+
+
 @contextmanager
 def router_url(gateway: str, data: Mapping[str, Any]) -> Iterator[str]:
     """The router's base URL from the controller: through an SSH tunnel to the gateway when the router binds the
     gateway's loopback (its admin endpoints take no key and are never exposed), direct otherwise; a gateway named
     @local is the controller itself."""
-    from rigkit.tunnel import rig_local_url, serving_url
+    from rigkit.tunnel import serving_url
     from rigkit.variables import resolve
 
+    if gateway == LOCAL_HOST:
+        yield gateway_router_url(data)
+        return
     section = resolve(ROUTER_VARIABLES, dict(data))
     bind, port = section["router_bind_address"], section["router_port"]
-    if gateway == LOCAL_HOST:
-        yield rig_local_url(bind, port)
-        return
     with serving_url(data, bind, port, inventory_name=gateway) as url:
         yield url

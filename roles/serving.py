@@ -39,7 +39,7 @@ from rigkit.facts.docker import ManifestProbe
 from rigkit.files.l2_janitor import L2_JANITOR_INTERVAL_S, L2_JANITOR_MIN_FREE_BYTES, L2_JANITOR_UNIT
 from rigkit.hostdata import RigSettings, Settings
 from rigkit.knobs import KNOBS_BY_NAME
-from rigkit.ledger import Release, Rendering
+from rigkit.ledger import DEPLOY_KIND, ROLLBACK_KIND, Release, Rendering
 from rigkit.operations import refusal_of, refuse, refusing_step
 from rigkit.operations.files import secret_file
 from rigkit.operations.stack import PULL_STEP, engine_checked, image_pulled, stack_release
@@ -161,7 +161,7 @@ def _todays_rendering(rig: RigSettings, image: str) -> Optional[Rendering]:
 
 
 @deploy("serving")
-def serving(rig: RigSettings, run: Run, kind: str = "deploy", restore_rendering: Optional[str] = None) -> None:
+def serving(rig: RigSettings, run: Run, kind: str = DEPLOY_KIND, restore_rendering: Optional[str] = None) -> None:
     """Deploy the rig's release; with kind="rollback" and restore_rendering (a release hash from the
     ledger), bring back that stored rendering of the settings' image instead of rendering it anew."""
     settings, role = rig.stack, rig.serving
@@ -182,7 +182,7 @@ def serving(rig: RigSettings, run: Run, kind: str = "deploy", restore_rendering:
     if engine_later:
         engine_checked(name="Engine, compose and image checks (the engine is installed by now)", settings=settings)
     rendering, note = rendering_for(settings), ""
-    if kind == "rollback":
+    if kind == ROLLBACK_KIND:
         target = Release(image=settings.image, profile=settings.profile.name, knobs_hash=settings.knobs_hash,
                          rendering=restore_rendering)
         restored = release_steps.restored_rendering(host, target, rendering)

@@ -16,6 +16,7 @@ from rigkit.rollout_plan import RolloutSettings
 from rigkit.rollout_record import RolloutRecord, record_path
 
 GATEWAY = "gw"
+GATEWAY_ROUTER = "http://127.0.0.1:8300"  # the router as its gateway reaches it (router_port's default)
 ALL_OK = STOPPED_MID_DEPLOY.replace("rig6", "rig8")  # the capture's failed rig renamed away: rig4, rig5 deploy fine
 
 
@@ -29,10 +30,13 @@ class FakeRouter:
     def __init__(self, events: list, rigs):
         self.events, self.workers = events, [worker(rig) for rig in rigs]
 
-    def admin(self, url):
+    def admin(self, url, gateway_url=None):
         router = self
 
         class Admin:
+            def __init__(self):
+                self.gateway_url = gateway_url  # as router_session derives it from the gateway's data
+
             def list_workers(self):
                 return list(router.workers)
 
@@ -125,7 +129,10 @@ def test_a_failed_rig_stays_out_and_the_rollback_goes_rig_by_rig_through_the_rou
                             *drained("rig5", "rollback.py"), ("add", worker("rig5"))]
     assert worker("rig6") not in fake.router.workers
     flat = " ".join(summary.split())
-    assert "rig6: left out of the router (it failed at" in flat and "add_worker?url=" + worker("rig6") in flat
+    assert "rig6: left out of the router (it failed at" in flat
+    assert "router on gw: 3 rigs routed" in flat  # as the rollout began, not as it ended (rig6 out)
+    # the command that puts it back, whole on its own line (never wrapped: it is copied as it stands)
+    assert f"    curl -X POST '{GATEWAY_ROUTER}/add_worker?url={worker('rig6')}'  # on gw" in summary.splitlines()
     record = RolloutRecord.from_json(record_path("inventory/fleet.py", tmp_path).read_text())
     assert record.out_of_router == {"rig6": [GATEWAY]}
 

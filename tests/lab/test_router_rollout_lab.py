@@ -1,5 +1,5 @@
 """The fleet behind the router on the lab: the netns rig exposed to it behind the API firewall, then a rolling
-upgrade of all three rigs through it that loses no request (issue 15).
+upgrade of all three rigs through it and a rolling rollback of two of them, neither losing a request (issue 15).
 
 rig1 and rig2 share this machine's network (their APIs on 127.0.0.1:<serving_port>); rig3 lives in its own
 network namespace, so the router on the controller can reach it only once its API binds beyond loopback. The
@@ -22,10 +22,18 @@ request counter (vllm_router_processed_requests_total) as often:
 - each rig leaves the router once, no two windows overlap, and while a rig is out the router sends it nothing
   (its counter does not move); each rig serves release 2 afterwards and gets requests again.
 
+The rolling rollback (rigkit.rollout_rollback), under the same loop and watcher: `rigkit deploy --deploy rollback.py
+--batch 1 --limit rig1 --limit rig2` takes rig1 and rig2 back to release 1 (the verified rendering each ran before
+the upgrade), one at a time. No request fails; each of the two leaves the router once, in turn, gets nothing while
+out and requests again once back, its ledger's current entry a rollback whose smoke passed; rig3 never leaves the
+router, keeps getting requests and stays on release 2.
+
 The tests run in file order: the firewall's, on rig3 as exposed on release 1 (a re-run of that deploy changes
-nothing), then the upgrade. vLLM starts: one for rig3's new bind, three for the upgrade (one per rig, in turn), and
-three in parallel at the end with the usual data (plain deploy.py): release 1 everywhere, rig3 on its loopback with
-its firewall removed, as the lab tests after this module expect.
+nothing), then the upgrade, then the rollback (it starts from where the upgrade left the rigs and says so when they
+are not there). vLLM starts: one for rig3's new bind, three for the upgrade (one per rig, in turn), two for the
+rollback (rig1, rig2, in turn), and at the end, in parallel, those the usual data (plain deploy.py) needs: release 1
+everywhere, rig3 on its loopback with its firewall removed, as the lab tests after this module expect (rig1 and rig2,
+rolled back to the rendering they ran before, restart only if that differs from what the usual data renders).
 """
 
 from __future__ import annotations
@@ -43,9 +51,10 @@ import requests
 from router_process import Loops, RouterProcess
 from rigkit.firewall import API_FIREWALL
 from rigkit.lab.pyinfra_output import parse_results
+from rigkit.ledger import ROLLBACK_KIND, SMOKE_PASS
 from rigkit.paths import REPO_ROOT
 from rigkit.tunnel import serving_url
-from test_fleet_lab import LAB_INVENTORY, models, serving_image_of
+from test_fleet_lab import LAB_INVENTORY, ledger, models, serving_image_of
 
 pytestmark = [pytest.mark.lab, pytest.mark.vllm]
 
@@ -252,25 +261,32 @@ class Traffic(Loops):
         return runs
 
 
-def test_a_rolling_upgrade_through_the_router_loses_no_request(lab, rigs, router, inventory, rig_exec, tmp_path):
-    release_2 = lab.serving_image["releases"]["2"]
+def rigkit_deploy_under_traffic(router: RouterProcess, rigs, inventory: Path, args, rollouts: Path):
+    """`rigkit deploy INVENTORY *args` while Traffic runs through the router, requests served before it starts and
+    after it ends, asserted to succeed and to lose no request; (traffic, the router's count per worker before it
+    started, the command's result)."""
     rigkit = Path(sys.executable).with_name("rigkit")
     with Traffic(router, models(rigs[0])[0]) as traffic:
-        traffic.served(10)  # traffic on every rig before the rollout
+        traffic.served(10)  # traffic on every rig before the command
         routed_before = router.processed()
-        result = subprocess.run([str(rigkit), "deploy", str(inventory), "--batch", "1", "--data",
-                                 f"serving_image={release_2}"], cwd=REPO_ROOT, capture_output=True, text=True,
-                                timeout=3600, env={**os.environ, "RIGKIT_ROLLOUTS_DIR": str(tmp_path)})
+        result = subprocess.run([str(rigkit), "deploy", str(inventory), *args], cwd=REPO_ROOT, capture_output=True,
+                                text=True, timeout=3600, env={**os.environ, "RIGKIT_ROLLOUTS_DIR": str(rollouts)})
         traffic.served(10)  # and after it
     output = result.stdout[-6000:] + result.stderr[-3000:]
     assert result.returncode == 0, output
-    summary = " ".join(result.stdout.rsplit("--> rigkit rollout:", 1)[1].split())
-    assert f"router on @local: {len(rigs)} rigs routed" in summary, summary
-    # round_robin reached each rig, rig3 through its firewall, before any rig left
-    assert all(routed_before.get(worker_url(rig), 0.0) > 0 for rig in rigs), routed_before
     assert traffic.failed == [], (traffic.failed[:10], output)
     assert traffic.ok > 50, traffic.ok
+    return traffic, routed_before, result
 
+
+def summary_of(result_stdout: str, head: str) -> str:
+    """The summary the command printed last (from its line starting ``head``), its white space folded."""
+    return " ".join(result_stdout.rsplit(head, 1)[1].split())
+
+
+def assert_out_in_turn(traffic: Traffic, rigs) -> None:
+    """Each of ``rigs`` left the router exactly once, got no request while out (once its drain settled) and got
+    requests after it came back; no two of them were out at once."""
     windows = {}
     for rig in rigs:
         worker = worker_url(rig)
@@ -287,14 +303,54 @@ def test_a_rolling_upgrade_through_the_router_loses_no_request(lab, rigs, router
         during = [traffic.watch[index][2].get(worker, 0.0) for index in window[window.index(settled):]]
         assert all(count == before for count in during), f"{rig.name} got requests while out: {before} {during}"
         assert traffic.watch[-1][2].get(worker, 0.0) > before, f"{rig.name} got no request after it came back"
-        assert serving_image_of(rig) == release_2
         windows[rig.name] = (traffic.watch[first][0], traffic.watch[last][0])
     spans = sorted(windows.values())
     assert all(end < start for (_, end), (start, _) in zip(spans, spans[1:])), \
         f"two rigs out of the router at once: {windows}"
+
+
+def test_a_rolling_upgrade_through_the_router_loses_no_request(lab, rigs, router, inventory, rig_exec, tmp_path):
+    release_2 = lab.serving_image["releases"]["2"]
+    traffic, routed_before, result = rigkit_deploy_under_traffic(
+        router, rigs, inventory, ["--batch", "1", "--data", f"serving_image={release_2}"], tmp_path)
+    summary = summary_of(result.stdout, "--> rigkit rollout:")
+    assert f"router on @local: {len(rigs)} rigs routed" in summary, summary
+    # round_robin reached each rig, rig3 through its firewall, before any rig left
+    assert all(routed_before.get(worker_url(rig), 0.0) > 0 for rig in rigs), routed_before
+    assert_out_in_turn(traffic, rigs)
+    assert [serving_image_of(rig) for rig in rigs] == [release_2] * len(rigs)
     # the rollout's deploy kept the netns rig exposed as before (its firewall loaded, its API on 0.0.0.0)
     for rig in rigs:
         if rig.netns:
             assert api_exposure(rig, rig_exec) == (True, "0.0.0.0"), rig.name
     for rig in rigs:
         assert f"{rig.name}: back in the router ({worker_url(rig)})" in summary, summary
+
+
+# --- a rolling rollback of two of them through the router (after the upgrade: file order) -------------------------
+
+def test_a_rolling_rollback_through_the_router_loses_no_request(lab, rigs, router, inventory, tmp_path):
+    """The upgrade above left the three rigs on release 2: rig1 and rig2 roll back (`rigkit deploy --deploy
+    rollback.py --batch 1 --limit`) under the same request loop, each out of the router in turn; rig3 keeps
+    serving release 2 and never leaves the router."""
+    release_1, release_2 = lab.serving_image["releases"]["1"], lab.serving_image["releases"]["2"]
+    assert [serving_image_of(rig) for rig in rigs] == [release_2] * len(rigs), \
+        "runs after test_a_rolling_upgrade_through_the_router_loses_no_request, which leaves every rig on release 2"
+    back, kept = rigs[:2], rigs[2:]
+    limits = [arg for rig in back for arg in ("--limit", rig.name)]
+    traffic, routed_before, result = rigkit_deploy_under_traffic(
+        router, rigs, inventory, ["--deploy", "rollback.py", "--batch", "1", *limits], tmp_path)
+    summary = summary_of(result.stdout, "--> rigkit rollback:")
+    assert f"router on @local: {len(rigs)} rigs routed, each drained before its rollback" in summary, summary
+    assert f"rollback complete: {len(back)} rigs on a verified rollback" in summary, summary
+    assert_out_in_turn(traffic, back)
+    for rig in back:
+        assert f"{rig.name}: back in the router ({worker_url(rig)})" in summary, summary
+        assert serving_image_of(rig) == release_1, rig.name
+        current = ledger(rig)[-1]
+        assert (current["kind"], current["smoke"], current["image"]) == (ROLLBACK_KIND, SMOKE_PASS, release_1), current
+    for rig in kept:  # never out of the router, served all along, still on release 2
+        worker = worker_url(rig)
+        assert traffic.windows(worker) == [], f"{rig.name} left the router"
+        assert traffic.watch[-1][2].get(worker, 0.0) > routed_before.get(worker, 0.0), f"{rig.name} got no request"
+        assert serving_image_of(rig) == release_2, rig.name

@@ -10,6 +10,7 @@ newest verified release). The rollback restores that release's stored compose.ym
 (rigkit.ledger.rendering_dir), not the old image re-rendered with today's data; only when they are
 missing is it re-rendered, with a warning and a ledger note. It is a release like any other: same
 wait and smoke, recorded in the ledger with kind "rollback". A second run finds the rig there: No Change.
+A gateway (group routers) or the KV store (group kv_stores) of the same inventory has no release: it is left alone.
 """
 
 from pyinfra import host
@@ -17,6 +18,7 @@ from pyinfra.facts.files import FileContents
 
 from rigkit.errors import ConfigError
 from rigkit.hostdata import rig_settings
+from rigkit.inventory import is_service_host
 from rigkit.ledger import LEDGER_PATH, ROLLBACK_KIND, Ledger, Release
 from rigkit.registry import require_digest
 from roles import Run
@@ -39,9 +41,12 @@ def rollback_target(wanted: str | None) -> Release:
     return target
 
 
-settings = rig_settings(host.data.dict())
-run = Run()
-rig_lock(settings, run)  # one deploy or rollback at a time per rig; the ledger is read under the lock
-if not run.refused_by:
-    target = rollback_target(settings.serving["rollback_to"])
-    serving(settings.for_image(target.image), run, kind=ROLLBACK_KIND, restore_rendering=target.rendering)
+if is_service_host(host.groups):  # a gateway or the KV store: deploy.py gives it its role, it has no release
+    host.noop(f"{host.name} is a gateway or a KV store host, not a rig: it has no release to roll back")
+else:
+    settings = rig_settings(host.data.dict())
+    run = Run()
+    rig_lock(settings, run)  # one deploy or rollback at a time per rig; the ledger is read under the lock
+    if not run.refused_by:
+        target = rollback_target(settings.serving["rollback_to"])
+        serving(settings.for_image(target.image), run, kind=ROLLBACK_KIND, restore_rendering=target.rendering)

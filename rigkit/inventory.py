@@ -77,12 +77,16 @@ def targeted(hosts: dict[str, dict], patterns: Sequence[str]) -> list[str]:
                    for p in patterns)]
 
 
-def rigs_among(hosts: Mapping[str, Mapping], names: Sequence[str]) -> list[str]:
-    """``names`` without the fleet's service hosts (the router's gateways, the KV store): they serve no stack."""
+def is_service_host(groups: Iterable[str]) -> bool:
+    """A host of the fleet's service groups (the router's gateways, the KV store): it serves no stack."""
     from rigkit.defaults import KV_STORE_GROUP, ROUTER_GROUP
 
-    return [name for name in names
-            if not {ROUTER_GROUP, KV_STORE_GROUP} & set(hosts[name].get("groups", []))]
+    return bool({ROUTER_GROUP, KV_STORE_GROUP} & set(groups))
+
+
+def rigs_among(hosts: Mapping[str, Mapping], names: Sequence[str]) -> list[str]:
+    """``names`` without the fleet's service hosts (is_service_host)."""
+    return [name for name in names if not is_service_host(hosts[name].get("groups", []))]
 
 
 def inventory_rigs(hosts: Iterable) -> dict[str, tuple[dict, dict]]:

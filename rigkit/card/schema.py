@@ -13,6 +13,7 @@ from pydantic import BaseModel, Field
 
 import rigkit
 from rigkit.tiers import Tier
+from rigkit.ttft import less_api_overhead
 
 SCHEMA_VERSION = 1
 
@@ -73,7 +74,7 @@ class TTFTPair(BaseModel):
 
     @property
     def compared_s(self) -> float:
-        return self.client_s - (self.api_overhead_s or 0.0)
+        return less_api_overhead(self.client_s, self.api_overhead_s)
 
 
 class TTFTClient(BaseModel):

@@ -19,6 +19,9 @@ import time
 import urllib.parse
 
 
+HEADERS = {"Content-Type": "application/json", "Accept": "text/event-stream"}
+
+
 def _connection(url, connect_timeout_s):
     parts = urllib.parse.urlsplit(url)
     factory = http.client.HTTPSConnection if parts.scheme == "https" else http.client.HTTPConnection
@@ -39,7 +42,7 @@ def stream(url, body, connect_timeout_s, timeout_s):
         connection.connect()
         connection.sock.settimeout(timeout_s)  # from now on: the longest silence the stream may keep
         connection.request("POST", path, body=payload,
-                           headers={"Content-Type": "application/json", "Accept": "text/event-stream"})
+                           headers=HEADERS)
         response = connection.getresponse()
         status = response.status
         if status != 200:
@@ -101,7 +104,7 @@ def api_overhead(url, body, model, connect_timeout_s, samples=OVERHEAD_SAMPLES):
         try:
             connection.connect()
             connection.request("POST", path, body=payload,
-                               headers={"Content-Type": "application/json", "Accept": "text/event-stream"})
+                               headers=HEADERS)
             response = connection.getresponse()
             response.read()
             timings.append(time.monotonic() - start)

@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import os
 import runpy
+import shlex
 import signal
 import subprocess
 import sys
@@ -337,12 +338,15 @@ def test_host_without_ssh_key_is_refused_before_pyinfra_runs(lab, tmp_path):
     inventory = tmp_path / "no_key.py"
     inventory.write_text(f"lab = [({rig.name!r}, {{'ssh_hostname': {rig.ssh_host!r}, 'ssh_port': {rig.ssh_port}, "
                          f"'ssh_user': 'root', 'ssh_key': {str(tmp_path / 'missing-key')!r}}})]\n")
-    since = rig_exec(rig, "date +%s").stdout.strip()
+    # A cursor, not a time: a second-granular --since also counted the previous test's login in the same second.
+    cursor = rig_exec(rig, "journalctl -u ssh -n 1 --show-cursor -q --no-pager -o cat | sed -n 's/^-- cursor: //p'"
+                      ).stdout.strip()
     rigkit = Path(sys.executable).with_name("rigkit")
     result = subprocess.run([str(rigkit), "deploy", str(inventory)], cwd=REPO_ROOT, capture_output=True, text=True,
                             timeout=300)
     assert result.returncode == 2, result.stdout[-2000:] + result.stderr[-2000:]
     assert f"{rig.name}.ssh_key" in result.stderr and "Fix:" in result.stderr
     assert "Connecting to hosts" not in result.stdout  # pyinfra never started
-    logins = rig_exec(rig, f"journalctl -u ssh --since @{since} --no-pager -q | grep -c Accepted || true").stdout
+    after = f"--after-cursor={shlex.quote(cursor)}" if cursor else ""
+    logins = rig_exec(rig, f"journalctl -u ssh {after} --no-pager -q | grep -c Accepted || true").stdout
     assert logins.strip() in ("", "0")

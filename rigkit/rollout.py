@@ -51,7 +51,7 @@ from rigkit.paths import ROLLOUTS_DIR
 from rigkit.pyinfra_args import data_pairs, pyinfra_executable, without_limits
 from rigkit.rollout_plan import ROLLOUT_STEP_ENV, RolloutSettings, Stage, plan_stages, rollout_settings
 from rigkit.rollout_proof import prove_rig
-from rigkit.rollout_record import RolloutRecord, record_path, resume_record, save_record
+from rigkit.rollout_record import RolloutRecord, load_record, record_path, resume_record, save_record
 from rigkit.rollout_stage import (Failure, StageResult, StageWork, newly_upgraded, rollback_choice, rolled_back_words,
                                   stage_failures, stage_work)
 from rigkit.rollout_state import ReleaseState, read_states, refuse_unreadable
@@ -99,7 +99,7 @@ def run_rollout(inventory: str, deploy: str, pyinfra_args: Sequence[str], hosts:
     wanted = {name: rendering_for(rig.stack).hash for name, rig in rigs.items()}
     stages = plan_stages(names, settings.canary, settings.batch)
     path = record_path(inventory, records)
-    existing = RolloutRecord.from_json(path.read_text()) if path.exists() else None
+    existing = load_record(path)
     out_of_router = existing.out_of_router if existing is not None else {}
     with rollout_drain.router_session(hosts, names, out_of_router) as router:
         router.refuse_full_drain(stages)  # before any rig is touched

@@ -6,7 +6,8 @@ until it finished the requests it had (its vllm:num_requests_running/_waiting re
 smokes it), for a canary prove its cache (the proof's counters then see no routed traffic), and add it back only
 when all of that passed. A rig whose deploy, smoke, proof or drain failed stays out of the router, said in the
 summary; the rollout's record keeps it (RolloutRecord.out_of_router), so the re-run that gets it verified puts it
-back. The rollback (--on-failure rollback) goes rig by rig, drained and restored the same way.
+back (a rolling rollback's re-run too). The rollback (--on-failure rollback) goes rig by rig, drained and restored
+the same way.
 
 Refused before any rig is touched: a stage that would take every rig a router routes to out at once (no rig left
 to serve). A drain that would take out a router's last rig is refused when it comes (the others failed and are
@@ -112,16 +113,16 @@ class RouterDrain:
         """Drain each of ``rigs`` in turn; why, by rig, for each that could not be (it is not to be run on)."""
         return {rig: why for rig in rigs if (why := self.drain(rig))}
 
-    def settle(self, rigs: Sequence[str], failed: Mapping[str, str], back: str = RERUN_PUTS_BACK) -> dict[str, str]:
+    def settle(self, rigs: Sequence[str], failed: Mapping[str, str]) -> dict[str, str]:
         """After a stage's run: each rig of ``failed`` (rig -> the step it failed at) stays out of the router, every
         other of ``rigs`` goes back in; why, by rig, for each the router did not take back (it stays out too)."""
         not_back = {}
         for rig in rigs:
             if rig in failed:
-                self.keep_out(rig, f"it failed at {failed[rig]}", back)
+                self.keep_out(rig, f"it failed at {failed[rig]}")
             elif why := self.restore(rig):
                 not_back[rig] = why
-                self.keep_out(rig, f"the router did not take it back: {why}", back)
+                self.keep_out(rig, f"the router did not take it back: {why}")
         return not_back
 
     def restore(self, rig: str, quiet: bool = False) -> Optional[str]:
@@ -145,11 +146,11 @@ class RouterDrain:
                 self.lines.append(f"{rig}: back in the router ({worker})")
         return None
 
-    def keep_out(self, rig: str, why: str, back: str = RERUN_PUTS_BACK) -> None:
-        """Say that ``rig`` stays out of the routers it was taken out of, why, and ``back``: how it returns; the
-        exact command that adds it back on each gateway goes to ``add_back`` (printed whole, one a line)."""
+    def keep_out(self, rig: str, why: str) -> None:
+        """Say that ``rig`` stays out of the routers it was taken out of, why, and how it returns; the exact command
+        that adds it back on each gateway goes to ``add_back`` (printed whole, one a line)."""
         if rig in self.out:
-            self.lines.append(f"{rig}: left out of the router ({why}); {back}: the command below")
+            self.lines.append(f"{rig}: left out of the router ({why}); {RERUN_PUTS_BACK}: the command below")
             self.add_back += self.add_back_commands(rig)
 
     def add_back_commands(self, rig: str) -> list[str]:

@@ -1,6 +1,8 @@
 """The rollout's local record (ROLLOUTS_DIR/<inventory>.json, written after every stage): what the ledgers cannot
 say. Which release each rig verified before this rollout started, which rigs it upgraded, which canaries passed
-the cache proof, which rigs it left out of a router. A re-run of the same rollout continues from it."""
+the cache proof, which rigs it left out of a router. A re-run of the same rollout continues from it. The rigs left
+out of a router outlive the rollout: a rolling rollback (rigkit.rollout_rollback) keeps them in the same record, and
+any later rollout or rolling rollback that gets such a rig verified puts it back."""
 
 from __future__ import annotations
 
@@ -65,6 +67,10 @@ def _before(state: ReleaseState) -> dict[str, str]:
 
 def record_path(inventory: str, directory: Path = ROLLOUTS_DIR) -> Path:
     return directory / f"{Path(inventory).stem}.json"
+
+
+def load_record(path: Path) -> Optional[RolloutRecord]:
+    return RolloutRecord.from_json(path.read_text()) if path.exists() else None
 
 
 def save_record(record: RolloutRecord, path: Path) -> None:

@@ -19,8 +19,9 @@ deploy's and does not apply.
 3. A rig is back when its run succeeded and its ledger's current entry is a rollback whose smoke passed and whose
    rendering is the verified one the rig runs (rollback_failure); it goes back into the router. Any other rig halts
    the rollback: it stays out of the router, and the summary names the step and why, and prints the command that
-   adds it back. Nothing puts it back by itself (no local record is kept: a re-run finds it out of the router and
-   rolls it back without a drain). Later batches are untouched: each serves the release it had.
+   adds it back. The rollout's local record (rigkit.rollout_record, out_of_router) keeps it, written after each
+   drain and each batch: the re-run that gets its rollback verified puts it back (it finds it out of the router
+   already, so rolls it back without another drain). Later batches are untouched: each serves the release it had.
 
 The pieces are the rollout's: its drain (rigkit.rollout_drain), its pyinfra runs (rigkit.rollout.run_stage_deploy),
 the rigs' states (rigkit.rollout_state), the stages and failures (rigkit.rollout_plan, rigkit.rollout_stage) and the
@@ -29,15 +30,18 @@ summary's lines (rigkit.rollout_summary). Without a router in the inventory the 
 
 from __future__ import annotations
 
-from typing import Any, Mapping, Optional, Sequence
+from pathlib import Path
+from typing import Any, Callable, Mapping, Optional, Sequence
 
 from rigkit.defaults import ROLLOUT_VARIABLES
 from rigkit.errors import ConfigError
 from rigkit.fleet import ROLLBACK_DEPLOY
 from rigkit.ledger import ROLLBACK_KIND, SHORT_DIGEST, SMOKE_PASS
+from rigkit.paths import ROLLOUTS_DIR
 from rigkit.pyinfra_args import without_limits
 from rigkit.rollout import run_stage_deploy, targeted_rigs
 from rigkit.rollout_plan import Stage, fleet_value, plan_stages
+from rigkit.rollout_record import RolloutRecord, load_record, record_path, save_record
 from rigkit.rollout_stage import Failure, StageResult, StageWork, run_failure
 from rigkit.rollout_state import ReleaseState, read_states, refuse_unreadable
 from rigkit.rollout_summary import summary_text, summary_width
@@ -58,9 +62,6 @@ NO_RELEASE = "its ledger holds no release"
 NOT_A_ROLLBACK = "its ledger's current entry is a {kind}, not a rollback ({release})"
 SMOKE_NOT_PASSED = "its rollback's smoke is {smoke}, not {passed} ({note})"
 NOT_VERIFIED = "its rollback's rendering {entry} is not the verified rendering the rig runs ({verified})"
-# how a rig a rolling rollback left out of the router gets back in (RouterDrain.keep_out)
-PUT_BACK_BY_HAND = "nothing puts it back by itself; once it serves, by hand"
-
 
 def refuse_rollout_options(options: Mapping[str, Any]) -> None:
     """ConfigError for the first of ``options`` (option -> its value, None or False when not given) that a rollback
@@ -103,7 +104,8 @@ def format_rollback_summary(batch: int, stages: Sequence[Stage], results: Sequen
                             states: Mapping[str, ReleaseState], router_lines: Sequence[str] = (),
                             commands: Sequence[str] = (), width: int = 100) -> str:
     """What the rolling rollback did, batch by batch, and what to do next (rigkit.rollout_summary.summary_text)."""
-    put_back = "; once it serves, put it back into the router with the command above" if commands else ""
+    put_back = ("; the same command run again puts it back into the router once its rollback is verified, or by "
+                "hand with the command above" if commands else "")
     return summary_text(f"--> rigkit rollback: {ROLLBACK_DEPLOY} in batches of {batch}, halting at the first rig not "
                         "back on a verified rollback", stages, results, states,
                         lambda result, rig: "rolled back and verified",
@@ -116,23 +118,32 @@ def format_rollback_summary(batch: int, stages: Sequence[Stage], results: Sequen
 
 
 def run_rolling_rollback(inventory: str, pyinfra_args: Sequence[str], hosts: Mapping[str, Mapping],
-                         names: Sequence[str], batch: int) -> tuple[int, str]:
+                         names: Sequence[str], batch: int, records: Path = ROLLOUTS_DIR) -> tuple[int, str]:
     """rollback.py over ``names`` (targeted rigs, connection data checked), ``batch`` at a time, each rig out of the
-    inventory's routers while it rolls back; (exit status, summary). ConfigError before any rig is touched."""
+    inventory's routers while it rolls back; (exit status, summary). ConfigError before any rig is touched. The rigs
+    out of a router are kept in the rollout's record (its other fields as they were; a new record names no
+    rollout)."""
     from rigkit import rollout_drain
     from rigkit.hostdata import rig_settings
 
     for name in names:
         rig_settings(dict(hosts[name]["data"]))  # bad input: nothing touched yet
     stages = plan_stages(names, 0, batch)
-    with rollout_drain.router_session(hosts, names) as router:
+    path = record_path(inventory, records)
+    record = load_record(path) or RolloutRecord(target="", inventory=inventory)
+    with rollout_drain.router_session(hosts, names, record.out_of_router) as router:
         router.refuse_full_drain(stages)  # before any rig is touched
         routed = [router.describe("rollback")] if router.active else []  # as it began
+
+        def remember() -> None:
+            record.out_of_router = router.out
+            save_record(record, path)
+
         states = refuse_unreadable(read_states(hosts, names))
         passthrough = without_limits(pyinfra_args)
         results: list[StageResult] = []
         for stage in stages:
-            results.append(result := _roll_back_stage(stage, router, hosts, states, inventory, passthrough))
+            results.append(result := _roll_back_stage(stage, router, remember, hosts, states, inventory, passthrough))
             if result.failures:
                 break
         summary = format_rollback_summary(batch, stages, results, states, width=summary_width(),
@@ -140,19 +151,22 @@ def run_rolling_rollback(inventory: str, pyinfra_args: Sequence[str], hosts: Map
     return (1 if results[-1].failures else 0), summary
 
 
-def _roll_back_stage(stage: Stage, router: Any, hosts: Mapping[str, Mapping], states: dict[str, ReleaseState],
-                     inventory: str, passthrough: Sequence[str]) -> StageResult:
-    """One batch: drain, rollback.py, read, back into the router only the rigs whose rollback is verified."""
+def _roll_back_stage(stage: Stage, router: Any, remember: Callable[[], None], hosts: Mapping[str, Mapping],
+                     states: dict[str, ReleaseState], inventory: str, passthrough: Sequence[str]) -> StageResult:
+    """One batch: drain, rollback.py, read, back into the router only the rigs whose rollback is verified; the rigs
+    out of the router remembered after the drain and after the batch."""
     from rigkit.rollout_drain import DRAIN_STEP, RESTORE_STEP
 
     not_drained = router.drain_each(stage.rigs)
+    remember()
     ran = tuple(rig for rig in stage.rigs if rig not in not_drained)
     outcomes = run_stage_deploy(stage.label, ROLLBACK_DEPLOY, ran, inventory, passthrough) if ran else {}
     states.update(read_states(hosts, ran) if ran else {})
     failures = [Failure(rig, DRAIN_STEP, why) for rig, why in not_drained.items()]
     failures += [failure for rig in ran if (failure := rollback_failure(rig, outcomes.get(rig), states[rig]))]
-    not_back = router.settle(stage.rigs, {failure.rig: failure.step for failure in failures}, PUT_BACK_BY_HAND)
+    not_back = router.settle(stage.rigs, {failure.rig: failure.step for failure in failures})
     failures += [Failure(rig, RESTORE_STEP, why) for rig, why in not_back.items()]
+    remember()
     return StageResult(stage, StageWork(ran, (), ()), failures=failures)
 
 

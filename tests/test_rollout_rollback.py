@@ -16,6 +16,7 @@ from rigkit.errors import ConfigError
 from rigkit.ledger import DEPLOY_KIND, ROLLBACK_KIND, SMOKE_FAIL, SMOKE_PASS, Release
 from rigkit.rollout_rollback import (NO_RELEASE, VERIFY_STEP, refuse_rollout_options, rollback_batch,
                                      rollback_failure, run_rolling_rollback)
+from rigkit.rollout_record import RolloutRecord, record_path
 from rigkit.rollout_state import ReleaseState
 from rigkit.defaults import ROLLOUT_VARIABLES
 from rigkit.variables import resolve
@@ -149,11 +150,13 @@ class RollingBack(RoutedFleet):
         return {rig: ReleaseState(self.verified[rig], self.current[rig]) for rig in rigs}
 
 
-def roll_back(rigs, batch=1, limit=None, **data):
-    """The rolling rollback over ``limit`` (all of ``rigs`` by default), the router on GATEWAY routing to ``rigs``."""
+def roll_back(records, rigs, batch=1, limit=None, **data):
+    """The rolling rollback over ``limit`` (all of ``rigs`` by default), the router on GATEWAY routing to ``rigs``,
+    its record in ``records``."""
     hosts = {rig: {"data": host_data(rig, NEW, **data), "groups": ["lab"]} for rig in rigs}
     hosts[GATEWAY] = {"data": {"ssh_hostname": "127.0.0.1"}, "groups": ["routers"]}
-    return run_rolling_rollback("inventory/fleet.py", ["--data", "rollback_to=" + OLD], hosts, limit or rigs, batch)
+    return run_rolling_rollback("inventory/fleet.py", ["--data", "rollback_to=" + OLD], hosts, limit or rigs, batch,
+                                records)
 
 
 @pytest.fixture(autouse=True)
@@ -167,9 +170,9 @@ def drained(rig: str) -> list:
     return [("remove", worker(rig)), ("idle", rig), ("rollback.py", rig)]
 
 
-def test_each_rig_leaves_the_router_for_its_rollback_and_returns_once_it_is_verified(monkeypatch):
+def test_each_rig_leaves_the_router_for_its_rollback_and_returns_once_it_is_verified(monkeypatch, tmp_path):
     fake = RollingBack(monkeypatch, ["rig4", "rig5", "rig6"])
-    status, summary = roll_back(["rig4", "rig5", "rig6"])
+    status, summary = roll_back(tmp_path, ["rig4", "rig5", "rig6"])
     assert status == 0, summary
     assert fake.steps() == [*drained("rig4"), ("add", worker("rig4")), *drained("rig5"), ("add", worker("rig5")),
                             *drained("rig6"), ("add", worker("rig6"))]
@@ -182,19 +185,19 @@ def test_each_rig_leaves_the_router_for_its_rollback_and_returns_once_it_is_veri
     assert "rollback complete: 3 rigs on a verified rollback" in flat
 
 
-def test_the_pyinfra_arguments_pass_through_with_one_limit_a_batch(monkeypatch):
+def test_the_pyinfra_arguments_pass_through_with_one_limit_a_batch(monkeypatch, tmp_path):
     fake = RollingBack(monkeypatch, ["rig4", "rig5"])
     argv: list = []
     monkeypatch.setattr(fleet, "run_pyinfra_streaming", lambda args: argv.append(args) or fake.pyinfra(args))
-    roll_back(["rig4", "rig5"])
+    roll_back(tmp_path, ["rig4", "rig5"])
     assert [args[-2:] for args in argv] == [["inventory/fleet.py", "rollback.py"]] * 2
     assert [args[args.index("--limit"):-2] for args in argv] == [["--limit", "rig4"], ["--limit", "rig5"]]
     assert all(["--data", "rollback_to=" + OLD] == args[2:4] for args in argv)
 
 
-def test_a_failed_rollback_halts_keeps_the_rig_out_and_prints_the_command_that_adds_it_back(monkeypatch):
+def test_a_failed_rollback_halts_keeps_the_rig_out_and_prints_the_command_that_adds_it_back(monkeypatch, tmp_path):
     fake = RollingBack(monkeypatch, ["rig4", "rig5", "rig6"], fails={"rig5"})
-    status, summary = roll_back(["rig4", "rig5", "rig6"])
+    status, summary = roll_back(tmp_path, ["rig4", "rig5", "rig6"])
     assert status == 1
     assert fake.steps() == [*drained("rig4"), ("add", worker("rig4")), *drained("rig5")]  # rig6: untouched
     assert sorted(fake.router.workers) == [worker("rig4"), worker("rig6")]
@@ -204,59 +207,77 @@ def test_a_failed_rollback_halts_keeps_the_rig_out_and_prints_the_command_that_a
     assert "batch 3 (3/3): rig6: not reached, untouched (each serves the release it had)" in flat
     assert "router on gw: 3 rigs routed" in flat  # as the rollback began
     assert "rig5: left out of the router (it failed at serving | Pull the image" in flat
-    assert "nothing puts it back by itself" in flat
+    assert "the re-run that gets it verified puts it back, or by hand" in flat
     assert f"    curl -X POST '{GATEWAY_ROUTER}/add_worker?url={worker('rig5')}'  # on gw" in summary.splitlines()
+
+
+def test_the_re_run_puts_the_rig_a_halted_rollback_left_out_back_once_its_rollback_is_verified(monkeypatch, tmp_path):
+    fake = RollingBack(monkeypatch, ["rig4", "rig5", "rig6"], fails={"rig5"})
+    assert roll_back(tmp_path, ["rig4", "rig5", "rig6"])[0] == 1
+    assert RolloutRecord.from_json(record_path("inventory/fleet.py", tmp_path).read_text()).out_of_router == {
+        "rig5": [GATEWAY]}
+    fake.fails.clear()
+    fake.events.clear()
+    status, summary = roll_back(tmp_path, ["rig4", "rig5", "rig6"])
+    assert status == 0, summary
+    # rig4 finds its rollback done (rolled back again, No Change on a real rig); rig5 is out already: no drain
+    assert fake.steps() == [*drained("rig4"), ("add", worker("rig4")), ("rollback.py", "rig5"), ("add", worker("rig5")),
+                            *drained("rig6"), ("add", worker("rig6"))]
+    assert sorted(fake.router.workers) == [worker(rig) for rig in ["rig4", "rig5", "rig6"]]
+    assert RolloutRecord.from_json(record_path("inventory/fleet.py", tmp_path).read_text()).out_of_router == {}
+    assert "rig5: back in the router" in " ".join(summary.split())
 
 
 @pytest.mark.parametrize("entry_, why", [
     (Release(NEW, "cpu-lab", "k", kind=DEPLOY_KIND, smoke=SMOKE_PASS), "current entry is a deploy, not a rollback"),
     (Release(OLD, "cpu-lab", "k", kind=ROLLBACK_KIND, smoke=SMOKE_FAIL), "smoke is fail, not pass"),
 ])
-def test_a_run_that_succeeded_on_a_ledger_without_a_verified_rollback_halts_too(monkeypatch, entry_, why):
+def test_a_run_that_succeeded_on_a_ledger_without_a_verified_rollback_halts_too(monkeypatch, tmp_path, entry_, why):
     fake = RollingBack(monkeypatch, ["rig4", "rig5"], entries={"rig4": entry_})
-    status, summary = roll_back(["rig4", "rig5"])
+    status, summary = roll_back(tmp_path, ["rig4", "rig5"])
     assert status == 1
     assert fake.steps() == drained("rig4") and worker("rig4") not in fake.router.workers
     assert why in " ".join(summary.split())
 
 
-def test_a_batch_that_would_drain_every_routed_rig_or_an_unreadable_rig_refuses_before_any_rig_is_touched(monkeypatch):
+def test_a_batch_that_would_drain_every_routed_rig_or_an_unreadable_rig_refuses_before_any_rig_is_touched(
+        monkeypatch, tmp_path):
     fake = RollingBack(monkeypatch, ["rig4", "rig5"])
     with pytest.raises(ConfigError) as every:
-        roll_back(["rig4", "rig5"], batch=2)
+        roll_back(tmp_path, ["rig4", "rig5"], batch=2)
     assert every.value.field == "rollout_batch" and "no rig left to serve" in str(every.value)
     assert every.value.fix.startswith("pass --batch below 2")
     monkeypatch.setattr(rollout_rollback, "read_states", lambda hosts, rigs: {
         rig: ReleaseState(unreadable="timed out") if rig == "rig5" else ReleaseState() for rig in rigs})
     with pytest.raises(ConfigError) as unreadable:
-        roll_back(["rig4", "rig5"])
+        roll_back(tmp_path, ["rig4", "rig5"])
     assert unreadable.value.field == "rig5" and "cannot be read before" in str(unreadable.value)
     assert fake.events == [] and fake.runs == []
 
 
-def test_bad_data_refuses_before_any_rig_is_touched_with_or_without_a_router(monkeypatch):
+def test_bad_data_refuses_before_any_rig_is_touched_with_or_without_a_router(monkeypatch, tmp_path):
     fake = RollingBack(monkeypatch, ["rig4", "rig5"])
     with pytest.raises(ConfigError) as routed:
-        roll_back(["rig4", "rig5"], serving_port="eighty")
+        roll_back(tmp_path, ["rig4", "rig5"], serving_port="eighty")
     hosts = {"rig4": {"data": host_data("rig4", NEW)}, "rig5": {"data": host_data("rig5", NEW, serving_port="eighty")}}
     with pytest.raises(ConfigError) as alone:
-        run_rolling_rollback("inventory/fleet.py", [], hosts, ["rig4", "rig5"], 1)
+        run_rolling_rollback("inventory/fleet.py", [], hosts, ["rig4", "rig5"], 1, tmp_path)
     assert routed.value.field == alone.value.field == "serving_port"
     assert fake.events == [] and fake.runs == []
 
 
-def test_a_limit_rolls_back_the_rigs_it_names_and_the_others_keep_serving(monkeypatch):
+def test_a_limit_rolls_back_the_rigs_it_names_and_the_others_keep_serving(monkeypatch, tmp_path):
     fake = RollingBack(monkeypatch, ["rig4", "rig5", "rig6"])
-    status, summary = roll_back(["rig4", "rig5", "rig6"], limit=["rig4", "rig5"])
+    status, summary = roll_back(tmp_path, ["rig4", "rig5", "rig6"], limit=["rig4", "rig5"])
     assert status == 0, summary
     assert fake.steps() == [*drained("rig4"), ("add", worker("rig4")), *drained("rig5"), ("add", worker("rig5"))]
     assert fake.verified["rig6"] == rendering_hash("rig6", NEW) and worker("rig6") in fake.router.workers
 
 
-def test_without_a_router_the_batches_run_without_drains(monkeypatch):
+def test_without_a_router_the_batches_run_without_drains(monkeypatch, tmp_path):
     fake = RollingBack(monkeypatch, ["rig4", "rig5"])
     hosts = {rig: {"data": host_data(rig, NEW), "groups": ["lab"]} for rig in ["rig4", "rig5"]}
-    status, summary = run_rolling_rollback("inventory/fleet.py", [], hosts, ["rig4", "rig5"], 1)
+    status, summary = run_rolling_rollback("inventory/fleet.py", [], hosts, ["rig4", "rig5"], 1, tmp_path)
     assert status == 0 and fake.steps() == [("rollback.py", "rig4"), ("rollback.py", "rig5")]
     assert "router" not in summary
 

@@ -22,7 +22,7 @@ from rigkit.knobs import controller_secret_variable
 from rigkit.paths import RIG_LIB_DIR
 from rigkit.stack import FILES_DIR
 from rigkit.systemd import exec_command_line
-from rigkit.tunnel import WILDCARD_ADDRESSES, is_loopback_bind, ssh_address, url_host
+from rigkit.tunnel import WILDCARD_ADDRESSES, is_loopback_bind, rig_local_url, ssh_address, url_host
 
 ROUTER_VENV = "/opt/rigkit-router"
 ROUTER_PYTHON = f"{ROUTER_VENV}/bin/python"
@@ -145,8 +145,7 @@ def api_key(router: Mapping[str, Any], environ: Mapping[str, str] = os.environ) 
 
 def router_url(router: Mapping[str, Any]) -> str:
     """The router's base URL as a process on the gateway reaches it."""
-    bind = router["router_bind_address"]
-    return worker_url("127.0.0.1" if bind in WILDCARD_ADDRESSES else bind, router["router_port"])
+    return rig_local_url(router["router_bind_address"], router["router_port"])
 
 
 def refuse_shared_port(router: Mapping[str, Any]) -> None:

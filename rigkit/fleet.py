@@ -23,6 +23,7 @@ from __future__ import annotations
 import argparse
 import subprocess
 import sys
+from pathlib import Path
 from typing import Sequence
 
 from rigkit.errors import ConfigError
@@ -74,6 +75,7 @@ def run_pyinfra_streaming(argv: list[str]) -> tuple[int, str]:
 
 def fleet_deploy(inventory: str, deploy: str, pyinfra_args: Sequence[str]) -> tuple[int, list[RigOutcome]]:
     from rigkit.kv_share import check_inventory
+    from rigkit.rollout_drain import plain_run_note
 
     pyinfra_args = split_limits(pyinfra_args)
     hosts = load_inventory(inventory, data_args=data_pairs(pyinfra_args))  # the data the pyinfra run will see
@@ -84,6 +86,8 @@ def fleet_deploy(inventory: str, deploy: str, pyinfra_args: Sequence[str]) -> tu
                           f"use host or group names from the inventory: {', '.join(sorted(hosts))}")
     for name in names:  # refused here: nothing has run on any rig yet
         check_connection_data(name, hosts[name]["data"])
+    if Path(deploy).name in (DEFAULT_DEPLOY, ROLLBACK_DEPLOY) and (note := plain_run_note(hosts, names)):
+        print(f"--> rigkit deploy: {note}", flush=True)
     status, output = run_pyinfra_streaming([pyinfra_executable(), "-y", *pyinfra_args, inventory, deploy])
     outcomes = summarize(output, names)
     for outcome in outcomes.values():

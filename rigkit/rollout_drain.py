@@ -15,8 +15,8 @@ out): that rig keeps serving its release, and the summary says why.
 
 Plain pyinfra runs (deploy.py, rollback.py, with or without --limit) and `rigkit deploy` without a rollout do not
 touch the router: they restart the rigs they run on while the router may still send them requests (it notices a
-dead worker only at its next health check, every 60 s by default). Upgrades through a router go through
-`rigkit deploy --batch 1`, rollbacks through `rigkit deploy --deploy rollback.py --batch 1` (rigkit.rollout_rollback:
+dead worker only at its next health check, every 60 s by default); `rigkit deploy` says so first (plain_run_note).
+Upgrades through a router go through `rigkit deploy --batch 1`, rollbacks through `rigkit deploy --deploy rollback.py --batch 1` (rigkit.rollout_rollback:
 the same drain, a rig back in the router only once its rollback is verified).
 """
 
@@ -35,6 +35,19 @@ DRAIN_STEP = "drain from the router"
 RESTORE_STEP = "back into the router"
 # how a rig a rollout left out of the router gets back in (RouterDrain.keep_out), before the by-hand command
 RERUN_PUTS_BACK = "the re-run that gets it verified puts it back, or by hand"
+
+
+def plain_run_note(hosts: Mapping[str, Mapping], targeted: Sequence[str]) -> Optional[str]:
+    """What a run without --batch on ``targeted`` does not do when the inventory has a router and rigs among them:
+    drain them (None otherwise). Said before the run; a first deploy that installs the router is not stopped."""
+    from rigkit.inventory import rigs_among
+
+    routers, rigs = gateways(hosts), rigs_among(hosts, targeted)
+    if not routers or not rigs:
+        return None
+    return (f"the router on {', '.join(routers)} is not drained by a run without --batch: a rig it restarts "
+            f"({', '.join(rigs)}) still gets requests until the router's next health check, and those fail; "
+            "--batch 1 takes each rig out of the router first and puts it back after its smoke")
 
 
 def refuse_full_drain(stages: Sequence[Any], worker_of: Mapping[str, str], routed: Mapping[str, Sequence[str]]) -> None:

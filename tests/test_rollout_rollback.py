@@ -320,3 +320,32 @@ def test_the_command_rolls_back_by_the_data_s_batch_and_a_flag_overrides_it(monk
     assert asked == [(["rig4", "rig5"], 1, ["--limit", "rig4", "--limit", "rig5"]), (["rig5"], 2, ["--limit", "rig5"])]
     # --batch 0 asks for the plain run: rollback.py on every rig at once, the router untouched
     assert rollout_rollback.rolling_rollback_command(deploy_args(inventory, "--batch", "0")) is None
+
+
+def test_the_plain_run_through_a_router_says_before_pyinfra_starts_that_nothing_is_drained(monkeypatch, inventory,
+                                                                                            capsys):
+    printed_before: list = []
+
+    def pyinfra(argv):
+        printed_before.append(capsys.readouterr().out)
+        return 0, ""
+
+    monkeypatch.setattr(fleet, "run_pyinfra_streaming", pyinfra)
+    monkeypatch.setattr(fleet, "read_release", lambda name, data: "")
+    fleet.run(deploy_args(inventory, "--batch", "0", "--limit", "rig4"))
+    flat = " ".join(printed_before[0].split())
+    assert f"the router on {GATEWAY} is not drained by a run without --batch: a rig it restarts (rig4)" in flat
+    assert "--batch 1 takes each rig out of the router first" in flat
+
+
+@pytest.mark.parametrize("groups, targeted, said", [
+    ({"rig4": ["fleet"], "rig5": ["fleet"], "gw": ["routers"]}, ["rig4", "rig5", "gw"], "(rig4, rig5)"),
+    ({"rig4": ["fleet"], "gw": ["routers"]}, ["gw"], None),  # only the gateway: no rig restarts
+    ({"rig4": ["fleet"], "rig5": ["fleet"]}, ["rig4", "rig5"], None),  # no router
+    ({"rig4": ["fleet"], "store": ["kv_stores"], "gw": ["routers"]}, ["store", "rig4"], "(rig4)"),
+])
+def test_the_plain_run_note_names_the_rigs_a_router_would_still_send_requests_to(groups, targeted, said):
+    from rigkit.rollout_drain import plain_run_note
+
+    note = plain_run_note({name: {"groups": g, "data": {}} for name, g in groups.items()}, targeted)
+    assert (note is None) if said is None else (said in note and "router on gw" in note)

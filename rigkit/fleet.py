@@ -5,12 +5,15 @@
     rigkit deploy inventory/lab.py --deploy rollback.py
     rigkit deploy inventory/lab.py --canary 1 --batch 2   # a rollout (rigkit.rollout): canaries, then batches
     rigkit deploy inventory/lab.py --deploy rollback.py --batch 1   # a rolling rollback (rigkit.rollout_rollback)
+    rigkit deploy inventory/lab.py --dry                    # what each rig would change; nothing changes
 
 Before pyinfra starts, every targeted host's connection data is checked (a host with no usable SSH key
 is refused, naming the field and the fix: no host is touched). pyinfra then runs as usual (its output
 streams through; any pyinfra option passes through, --fail-percent included); afterwards each reachable
 rig's release ledger is read, and a table names every rig with its status, the step that failed, the
-reason and the release it serves now. The exit status is non-zero when any rig did not complete.
+reason and the release it serves now. The exit status is non-zero when any rig did not complete. A dry run
+(--dry) runs pyinfra without -y, so it shows its table of what would change; with a rollout asked, it first says
+the stages the rollout would run, then checks every targeted rig at once: nothing is drained or recorded.
 
 This module is the command (its options, the pyinfra run, the releases read afterwards); the parts are plain
 modules of their own: rigkit.inventory (the hosts, the --limit, the connection data), rigkit.pyinfra_args (the
@@ -27,12 +30,12 @@ from pathlib import Path
 from typing import Sequence
 
 from rigkit.errors import ConfigError
-from rigkit.fleet_outcome import OK, UNREACHABLE, RigOutcome, summarize
+from rigkit.fleet_outcome import DRY_RUN, OK, UNREACHABLE, RigOutcome, summarize
 from rigkit.fleet_table import format_table
 from rigkit.inventory import check_connection_data, load_inventory, targeted
 from rigkit.ledger import Ledger
 from rigkit.paths import REPO_ROOT
-from rigkit.pyinfra_args import data_pairs, limit_from, pyinfra_executable, split_limits
+from rigkit.pyinfra_args import data_pairs, is_dry_run, limit_from, pyinfra_command, split_limits
 
 DEFAULT_DEPLOY = "deploy.py"
 ROLLBACK_DEPLOY = "rollback.py"
@@ -86,15 +89,16 @@ def fleet_deploy(inventory: str, deploy: str, pyinfra_args: Sequence[str]) -> tu
                           f"use host or group names from the inventory: {', '.join(sorted(hosts))}")
     for name in names:  # refused here: nothing has run on any rig yet
         check_connection_data(name, hosts[name]["data"])
-    if Path(deploy).name in (DEFAULT_DEPLOY, ROLLBACK_DEPLOY) and (note := plain_run_note(hosts, names)):
+    if (Path(deploy).name in (DEFAULT_DEPLOY, ROLLBACK_DEPLOY) and not is_dry_run(pyinfra_args)
+            and (note := plain_run_note(hosts, names))):
         print(f"--> rigkit deploy: {note}", flush=True)
-    status, output = run_pyinfra_streaming([pyinfra_executable(), "-y", *pyinfra_args, inventory, deploy])
-    outcomes = summarize(output, names)
+    status, output = run_pyinfra_streaming(pyinfra_command(pyinfra_args, inventory, deploy))
+    outcomes = summarize(output, names, dry_run=is_dry_run(pyinfra_args))
     for outcome in outcomes.values():
         if outcome.status != UNREACHABLE and outcome.rig in hosts:
             outcome.release = read_release(outcome.rig, hosts[outcome.rig]["data"])
     ordered = [outcomes[n] for n in names] + [o for n, o in outcomes.items() if n not in names]
-    failed = any(o.status != OK for o in ordered)
+    failed = any(o.status not in (OK, DRY_RUN) for o in ordered)
     return (1 if failed or status != 0 else 0), ordered
 
 
@@ -151,7 +155,9 @@ def run(args: argparse.Namespace) -> int:
         return 2
     print("\n--> rigkit fleet summary:")
     print(format_table(outcomes))
-    bad = [o.rig for o in outcomes if o.status != OK]
-    print(f"{len(outcomes) - len(bad)} of {len(outcomes)} rigs completed" + (f"; not completed: {', '.join(bad)}"
-                                                                             if bad else ""))
+    bad = [o.rig for o in outcomes if o.status not in (OK, DRY_RUN)]
+    dry = is_dry_run(args.pyinfra_args)
+    print(f"{len(outcomes) - len(bad)} of {len(outcomes)} rigs "
+          + ("checked by a dry run (nothing changed)" if dry else "completed")
+          + (f"; not {'checked' if dry else 'completed'}: {', '.join(bad)}" if bad else ""))
     return status

@@ -13,6 +13,10 @@ from rigkit.registry import registry_failure
 
 REASON_CHARS = 1200  # a reason is kept whole up to this (under the table); the table's column is cut
 OK, FAILED, UNREACHABLE, ABORTED, NOT_RUN = "ok", "failed", "unreachable", "aborted", "not run"
+DRY_RUN = "dry run"  # reached, prepared, nothing changed (pyinfra --dry): its changes are in pyinfra's table above
+DRY_RUN_REASON = "nothing changed: --dry shows what would, in pyinfra's \"Detected changes\" table above"
+# the line that ends a run: its results, or a dry run's table of what would change
+RESULTS_LINE, DETECTED_CHANGES_LINE = "--> Results:", "--> Detected changes:"
 
 ANSI_RE = re.compile(r"\x1b\[[0-9;]*m")
 HOST_LINE_RE = re.compile(r"^\s*\[(?P<host>[^\]\s]+)\]\s*(?P<text>.*)$")
@@ -67,10 +71,11 @@ def _reason_from(lines: list[str], operation: Optional[str] = None) -> str:
     return ""
 
 
-def summarize(output: str, hosts: Iterable[str] = ()) -> dict[str, RigOutcome]:
+def summarize(output: str, hosts: Iterable[str] = (), dry_run: bool = False) -> dict[str, RigOutcome]:
     """Per-rig outcome from pyinfra's output (stdout and stderr together, in order).
 
-    ``hosts`` are the rigs the run targeted: one that never shows up is reported as not reached.
+    ``hosts`` are the rigs the run targeted: one that never shows up is reported as not reached. A ``dry_run``
+    (pyinfra --dry without -y) ends at its table of detected changes; a rig it prepared without error is DRY_RUN.
     """
     outcomes: dict[str, RigOutcome] = {name: RigOutcome(name) for name in hosts}
     recent: dict[str, list[str]] = {}
@@ -83,7 +88,7 @@ def summarize(output: str, hosts: Iterable[str] = ()) -> dict[str, RigOutcome]:
         if op:
             operation = op.group("name")
             continue
-        if line.startswith("--> Results:"):
+        if line.startswith(DETECTED_CHANGES_LINE if dry_run else RESULTS_LINE):
             finished = True
         stopped = RUN_ERROR_RE.match(line)
         if stopped:
@@ -117,4 +122,6 @@ def summarize(output: str, hosts: Iterable[str] = ()) -> dict[str, RigOutcome]:
         elif outcome.status == OK and (run_error or not finished):
             outcome.status, outcome.step = ABORTED, operation or "prepare"
             outcome.reason = _short(run_error or "the run stopped before this rig finished")
+        elif outcome.status == OK and dry_run:
+            outcome.status, outcome.step, outcome.reason = DRY_RUN, "-", DRY_RUN_REASON
     return outcomes

@@ -68,3 +68,15 @@ def data_pairs(pyinfra_args: Sequence[str]) -> list[str]:
         elif arg.startswith("--data="):
             pairs.append(arg.split("=", 1)[1])
     return pairs
+
+
+def is_dry_run(pyinfra_args: Sequence[str]) -> bool:
+    """pyinfra's --dry among the arguments: it connects and says what would change, and changes nothing."""
+    return "--dry" in pyinfra_args
+
+
+def pyinfra_command(pyinfra_args: Sequence[str], inventory: str, deploy: str) -> list[str]:
+    """pyinfra on ``deploy`` without its confirmation prompt (-y), except for a dry run: pyinfra 3 skips its
+    change detection under -y, so a dry run would show nothing (with --dry it exits before the prompt)."""
+    confirm = [] if is_dry_run(pyinfra_args) else ["-y"]
+    return [pyinfra_executable(), *confirm, *pyinfra_args, inventory, deploy]

@@ -48,14 +48,15 @@ from rigkit.defaults import ROLLOUT_VARIABLES
 from rigkit.errors import ConfigError
 from rigkit.fleet import DEFAULT_DEPLOY, ROLLBACK_DEPLOY
 from rigkit.paths import ROLLOUTS_DIR
-from rigkit.pyinfra_args import data_pairs, pyinfra_executable, without_limits
+from rigkit.pyinfra_args import data_pairs, is_dry_run, pyinfra_executable, without_limits
 from rigkit.rollout_plan import ROLLOUT_STEP_ENV, RolloutSettings, Stage, plan_stages, rollout_settings
 from rigkit.rollout_proof import prove_rig
 from rigkit.rollout_record import RolloutRecord, load_record, record_path, resume_record, save_record
 from rigkit.rollout_stage import (Failure, StageResult, StageWork, newly_upgraded, rollback_choice, rolled_back_words,
                                   stage_failures, stage_work)
 from rigkit.rollout_state import ReleaseState, read_states, refuse_unreadable
-from rigkit.rollout_summary import format_summary, summary_width
+from rigkit.rollout_summary import dry_run_text, format_summary, summary_width
+from rigkit.router_admin import gateways
 
 
 @contextlib.contextmanager
@@ -243,6 +244,10 @@ def rollout_command(args: Any) -> Optional[int]:
     if not settings.active:
         return None
     rigs.check_connections()
+    if is_dry_run(rigs.pyinfra_args):
+        print(dry_run_text("rollout", plan_stages(rigs.names, settings.canary, settings.batch),
+                           gateways(rigs.hosts), summary_width()), flush=True)
+        return None  # rigkit.fleet runs pyinfra --dry on every targeted rig at once
     status, summary = run_rollout(args.inventory, args.deploy, rigs.pyinfra_args, rigs.hosts, rigs.names, settings,
                                   recheck_canaries=bool(args.recheck_canaries))
     print("\n" + summary)

@@ -38,13 +38,14 @@ from rigkit.errors import ConfigError
 from rigkit.fleet import ROLLBACK_DEPLOY
 from rigkit.ledger import ROLLBACK_KIND, SHORT_DIGEST, SMOKE_PASS
 from rigkit.paths import ROLLOUTS_DIR
-from rigkit.pyinfra_args import without_limits
+from rigkit.pyinfra_args import is_dry_run, without_limits
 from rigkit.rollout import run_stage_deploy, targeted_rigs
 from rigkit.rollout_plan import Stage, fleet_value, plan_stages
 from rigkit.rollout_record import RolloutRecord, load_record, record_path, save_record
 from rigkit.rollout_stage import Failure, StageResult, StageWork, run_failure
 from rigkit.rollout_state import ReleaseState, read_states, refuse_unreadable
-from rigkit.rollout_summary import summary_text, summary_width
+from rigkit.rollout_summary import dry_run_text, summary_text, summary_width
+from rigkit.router_admin import gateways
 
 # `rigkit deploy` options a rolling rollback refuses: why each makes no sense with rollback.py
 REFUSED_OPTIONS = {
@@ -183,6 +184,10 @@ def rolling_rollback_command(args: Any) -> Optional[int]:
     if not batch:
         return None
     rigs.check_connections()
+    if is_dry_run(rigs.pyinfra_args):
+        print(dry_run_text("rollback", plan_stages(rigs.names, 0, batch), gateways(rigs.hosts), summary_width()),
+              flush=True)
+        return None  # rigkit.fleet runs pyinfra --dry on every targeted rig at once
     status, summary = run_rolling_rollback(args.inventory, rigs.pyinfra_args, rigs.hosts, rigs.names, batch)
     print("\n" + summary)
     return status

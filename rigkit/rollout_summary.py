@@ -30,6 +30,16 @@ def command_lines(commands: Sequence[str]) -> list[str]:
             *(f"    {command}" for command in commands)] if commands else []
 
 
+def dry_run_text(run: str, stages: Sequence[Stage], routers: Sequence[str], width: int = 100) -> str:
+    """What a rollout or a rolling rollback (``run``) would go through, said before its --dry run, which pyinfra
+    makes on every targeted rig at once: a stage-by-stage dry run would drain rigs and record a rollout."""
+    plan = "; ".join(f"{stage.label}: {', '.join(stage.rigs)}" for stage in stages)
+    router = f", each rig out of the router on {', '.join(routers)} meanwhile" if routers else ""
+    return "\n".join(wrapped(f"--> rigkit {run}, dry run: pyinfra --dry shows what each targeted rig would change, "
+                             f"all at once; no rig is drained, changed or recorded. The {run} would go: {plan}"
+                             f"{router}.", width, indent=""))
+
+
 def stage_lines(stages: Sequence[Stage], results: Sequence[StageResult], states: Mapping[str, ReleaseState],
                 done_words: Callable[[StageResult, str], str], width: int,
                 untouched: str = "each serves its old release") -> list[str]:

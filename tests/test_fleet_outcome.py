@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from rigkit.fleet_outcome import ABORTED, FAILED, NOT_RUN, OK, UNREACHABLE, summarize
+from rigkit.fleet_outcome import ABORTED, DRY_RUN, FAILED, NOT_RUN, OK, UNREACHABLE, summarize
+from rigkit.pyinfra_args import pyinfra_command
 
 FIXTURES = Path(__file__).parent / "fixtures" / "fleet"  # re-captured on the lab by capture.py there
 
@@ -166,6 +167,46 @@ def test_a_refusal_while_running_is_one_line_and_fails_the_rig_without_a_traceba
 def test_a_bug_inside_a_refusing_step_keeps_its_traceback(tmp_path):
     output = "".join(run_local_deploy(tmp_path, "bug").__dict__[s] for s in ("stdout", "stderr"))
     assert "Traceback" in output and "a bug keeps its traceback" in output
+
+
+# A dry run as rigkit deploy runs it (rigkit.pyinfra_args.pyinfra_command), by the real pyinfra on @local: a file
+# that would be written under tmp_path, never written.
+
+CHANGING_DEPLOY = '''
+from pyinfra import host
+from pyinfra.operations import files
+
+files.put(name="Write the marker", src=__file__, dest=host.data.get("marker"))
+'''
+
+
+def run_dry(tmp_path, *extra: str) -> str:
+    from rigkit.paths import REPO_ROOT
+    from rigkit.pyinfra_args import pyinfra_command
+
+    (tmp_path / "changing.py").write_text(CHANGING_DEPLOY)
+    argv = pyinfra_command(["--dry", *extra, "--data", f"marker={tmp_path / 'marker'}"], "@local", "changing.py")
+    run = subprocess.run(argv, cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(REPO_ROOT)}, capture_output=True,
+                         text=True, timeout=180)
+    assert run.returncode == 0, run.stdout + run.stderr
+    return run.stdout + run.stderr
+
+
+def test_a_dry_run_shows_what_would_change_and_reads_as_a_dry_run_for_every_rig(tmp_path):
+    output = run_dry(tmp_path)
+    assert not (tmp_path / "marker").exists()
+    (row,) = [line for line in output.splitlines() if "Write the marker" in line]
+    assert "1 (@local)" in row  # pyinfra's table of detected changes: it would write the file
+    outcome = summarize(output, ["@local"], dry_run=True)["@local"]
+    assert (outcome.status, outcome.step) == (DRY_RUN, "-") and "nothing changed" in outcome.reason
+    # read as a real run's output, it never finished: the summary said every rig of a dry run was aborted
+    assert summarize(output, ["@local"])["@local"].status == ABORTED
+
+
+def test_with_y_the_same_dry_run_shows_nothing(tmp_path):
+    # why pyinfra_command leaves -y out of a dry run: under it pyinfra 3 skips its change detection
+    output = run_dry(tmp_path, "-y")
+    assert "Write the marker" not in output and "Skipping change detection" in output
 
 
 # The summary of the new refusal lines (hand-made, named made-up: the lab captures replace them, see

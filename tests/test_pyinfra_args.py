@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from rigkit.pyinfra_args import data_pairs, split_limits, without_limits
+from rigkit.pyinfra_args import data_pairs, pyinfra_command, split_limits, without_limits
 
 
 def test_comma_limits_become_one_pattern_per_limit():
@@ -17,3 +17,11 @@ def test_a_stage_s_arguments_keep_everything_but_the_limits():
 
 def test_data_pairs_are_read_in_both_spellings():
     assert data_pairs(["--data", "a=b", "-v", "--data=c=d=e"]) == ["a=b", "c=d=e"]
+
+
+def test_pyinfra_runs_without_its_prompt_except_a_dry_run_which_exits_before_it():
+    # -y would skip a dry run's change detection (tests/test_fleet_outcome.py runs both)
+    assert pyinfra_command(["--dry", "--limit", "rig1"], "inv.py", "deploy.py")[1:] == [
+        "--dry", "--limit", "rig1", "inv.py", "deploy.py"]
+    assert pyinfra_command(["--limit", "rig1"], "inv.py", "deploy.py")[1:] == ["-y", "--limit", "rig1", "inv.py",
+                                                                              "deploy.py"]

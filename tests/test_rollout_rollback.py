@@ -284,11 +284,11 @@ def test_without_a_router_the_batches_run_without_drains(monkeypatch, tmp_path):
 
 # --- the command: `rigkit deploy INVENTORY --deploy rollback.py` ---------------------------------------------------
 
-def deploy_args(inventory, *argv) -> argparse.Namespace:
+def deploy_args(inventory, *argv, deploy="rollback.py") -> argparse.Namespace:
     """rigkit deploy's arguments as fleet.run reads them (its own options wherever they stand)."""
     parser = argparse.ArgumentParser()
     fleet.add_arguments(parser)
-    return fleet.own_options_from_remainder(parser.parse_args([str(inventory), "--deploy", "rollback.py", *argv]))
+    return fleet.own_options_from_remainder(parser.parse_args([str(inventory), "--deploy", deploy, *argv]))
 
 
 @pytest.fixture()
@@ -298,7 +298,7 @@ def inventory(tmp_path):
     key.write_text("not a key: nothing connects in these tests\n")
     rigs = [(rig, host_data(rig, NEW, ssh_key=str(key), rollout_batch=1)) for rig in ["rig4", "rig5"]]
     path = tmp_path / "routed.py"
-    path.write_text(f"fleet = {rigs!r}\nrouters = [('{GATEWAY}', {{'ssh_hostname': '127.0.0.1'}})]\n")
+    path.write_text(f"fleet = {rigs!r}\nrouters = [('{GATEWAY}', {{'ssh_hostname': '127.0.0.1', 'ssh_key': {str(key)!r}}})]\n")
     return path
 
 
@@ -349,3 +349,25 @@ def test_the_plain_run_note_names_the_rigs_a_router_would_still_send_requests_to
 
     note = plain_run_note({name: {"groups": g, "data": {}} for name, g in groups.items()}, targeted)
     assert (note is None) if said is None else (said in note and "router on gw" in note)
+
+
+@pytest.mark.parametrize("deploy, run", [("deploy.py", "rollout"), ("rollback.py", "rollback")])
+def test_a_dry_run_of_a_rollout_or_rolling_rollback_drains_nothing_and_runs_pyinfra_dry_on_every_rig_at_once(
+        monkeypatch, inventory, capsys, deploy, run):
+    from rigkit import rollout, rollout_drain
+
+    for module, name in [(rollout_drain, "router_session"), (rollout, "run_rollout"),
+                         (rollout_rollback, "run_rolling_rollback")]:
+        monkeypatch.setattr(module, name, lambda *a, **k: pytest.fail("a dry run drained, changed or recorded"))
+    runs: list = []
+    # the lines a dry run prints for these hosts (tests/test_fleet_outcome.py reads a real one)
+    dry = "".join(f"    [{host}] Connected\n" for host in ("rig4", "rig5", GATEWAY)) + "--> Detected changes:\n"
+    monkeypatch.setattr(fleet, "run_pyinfra_streaming", lambda argv: runs.append(argv) or (0, dry))
+    monkeypatch.setattr(fleet, "read_release", lambda name, data: "")
+    assert fleet.run(deploy_args(inventory, "--batch", "1", "--dry", deploy=deploy)) == 0
+    assert len(runs) == 1 and "--dry" in runs[0] and "--limit" not in runs[0] and runs[0][-1] == deploy
+    flat = " ".join(capsys.readouterr().out.split())
+    assert f"--> rigkit {run}, dry run: pyinfra --dry shows what each targeted rig would change" in flat
+    assert f"The {run} would go: batch 1: rig4; batch 2: rig5, each rig out of the router on {GATEWAY} meanwhile" in flat
+    assert "is not drained by a run without --batch" not in flat
+    assert "3 of 3 rigs checked by a dry run (nothing changed)" in flat

@@ -203,6 +203,14 @@ def test_a_dry_run_shows_what_would_change_and_reads_as_a_dry_run_for_every_rig(
     assert summarize(output, ["@local"])["@local"].status == ABORTED
 
 
+def test_a_captured_dry_run_of_an_upgrade_reads_as_a_dry_run_on_each_rig():
+    text = (FIXTURES / "dry-run-upgrade.txt").read_text()  # deploy.py --dry of release 2 on two lab rigs
+    rigs = connected(text)
+    assert len(rigs) == 2 and any("serving | Release" in line and f"2 ({', '.join(rigs)})" in line
+                                  for line in text.splitlines())
+    assert {o.status for o in summarize(text, rigs, dry_run=True).values()} == {DRY_RUN}
+
+
 def test_with_y_the_same_dry_run_shows_nothing(tmp_path):
     # why pyinfra_command leaves -y out of a dry run: under it pyinfra 3 skips its change detection
     output = run_dry(tmp_path, "-y")

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import runpy
 import shlex
 import signal
@@ -91,7 +92,7 @@ def summary_rows(output: str) -> dict[str, list[str]]:
     rows: dict[str, list[str]] = {}
     current = None  # the rig whose reason a wrapped line continues
     for line in lines[1:]:
-        if " of " in line and "rigs completed" in line:
+        if re.match(r"\d+ of \d+ rigs ", line):
             break
         name, sep, rest = line.partition(": ")
         if sep and name in rows:  # a reason in full, under the table
@@ -183,6 +184,31 @@ def test_two_deploys_on_one_rig_never_interleave(lab):
 
 
 # Faults during a fleet deploy.
+
+@pytest.mark.vllm
+def test_a_dry_run_of_a_rollout_shows_what_would_change_and_changes_nothing(lab, fleet):
+    from rigkit.fleet_outcome import DRY_RUN
+    from rigkit.rollout_record import record_path
+
+    release_2 = lab.serving_image["releases"]["2"]
+    record = record_path(str(LAB_INVENTORY))
+    record_before = record.read_bytes() if record.exists() else None
+    before = {rig.name: (serving_image_of(rig), len(ledger(rig))) for rig in fleet}
+    result = rigkit_deploy([*limit_args(fleet), "--batch", "1", "--dry", "--data", f"serving_image={release_2}"])
+    assert_ok(result)
+    output = result.stdout + result.stderr
+    flat = " ".join(output.split())
+    plan = "; ".join(f"batch {i}: {rig.name}" for i, rig in enumerate(fleet, 1))
+    assert f"The rollout would go: {plan}." in flat, flat[:2000]
+    assert "--> Detected changes:" in output
+    (release_row,) = [line for line in output.splitlines() if "serving | Release" in line]
+    assert f"{len(fleet)} (" in release_row, release_row  # pyinfra's table: every rig would get the release
+    rows = summary_rows(result.stdout)
+    assert all(rows[rig.name][0] == DRY_RUN for rig in fleet), rows
+    assert f"{len(fleet)} of {len(fleet)} rigs checked by a dry run (nothing changed)" in output
+    assert {rig.name: (serving_image_of(rig), len(ledger(rig))) for rig in fleet} == before
+    assert (record.read_bytes() if record.exists() else None) == record_before
+
 
 @pytest.mark.vllm
 def test_a_rig_stopped_mid_deploy_is_named_and_the_others_serve(lab, fleet):

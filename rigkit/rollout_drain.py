@@ -16,8 +16,8 @@ out): that rig keeps serving its release, and the summary says why.
 Plain pyinfra runs (deploy.py, rollback.py, with or without --limit) and `rigkit deploy` without a rollout do not
 touch the router: they restart the rigs they run on while the router may still send them requests (it notices a
 dead worker only at its next health check, every 60 s by default); `rigkit deploy` says so first (plain_run_note).
-Upgrades through a router go through `rigkit deploy --batch 1`, rollbacks through `rigkit deploy --deploy rollback.py --batch 1` (rigkit.rollout_rollback:
-the same drain, a rig back in the router only once its rollback is verified).
+Upgrades through a router go through `rigkit deploy --batch 1`, rollbacks through `rigkit deploy --deploy rollback.py
+--batch 1` (rigkit.rollout_rollback: the same drain, a rig back in the router only once its rollback is verified).
 """
 
 from __future__ import annotations

@@ -298,7 +298,8 @@ def inventory(tmp_path):
     key.write_text("not a key: nothing connects in these tests\n")
     rigs = [(rig, host_data(rig, NEW, ssh_key=str(key), rollout_batch=1)) for rig in ["rig4", "rig5"]]
     path = tmp_path / "routed.py"
-    path.write_text(f"fleet = {rigs!r}\nrouters = [('{GATEWAY}', {{'ssh_hostname': '127.0.0.1', 'ssh_key': {str(key)!r}}})]\n")
+    gateway = {"ssh_hostname": "127.0.0.1", "ssh_key": str(key)}
+    path.write_text(f"fleet = {rigs!r}\nrouters = [({GATEWAY!r}, {gateway!r})]\n")
     return path
 
 
@@ -368,6 +369,7 @@ def test_a_dry_run_of_a_rollout_or_rolling_rollback_drains_nothing_and_runs_pyin
     assert len(runs) == 1 and "--dry" in runs[0] and "--limit" not in runs[0] and runs[0][-1] == deploy
     flat = " ".join(capsys.readouterr().out.split())
     assert f"--> rigkit {run}, dry run: pyinfra --dry shows what each targeted rig would change" in flat
-    assert f"The {run} would go: batch 1: rig4; batch 2: rig5, each rig out of the router on {GATEWAY} meanwhile" in flat
+    plan = f"batch 1: rig4; batch 2: rig5, each rig out of the router on {GATEWAY} meanwhile"
+    assert f"The {run} would go: {plan}" in flat
     assert "is not drained by a run without --batch" not in flat
     assert "3 of 3 rigs checked by a dry run (nothing changed)" in flat

@@ -11,13 +11,13 @@ import sys
 
 SUBCOMMANDS = {
     "lab": ("rigkit.lab.cli", "bring the local lab up, show it, tear it down"),
-    "demo": ("rigkit.demo", "lab up, deploy to every lab rig, run the checks, summarise"),
-    "check-compose": ("rigkit.compose_guard", "list variables a compose entrypoint reads but does not declare"),
-    "resolve": ("rigkit.registry", "resolve IMAGE:TAG to IMAGE@sha256:... via the registry API"),
-    "card": ("rigkit.card.cli", "re-render results cards from a run's JSON"),
-    "deploy": ("rigkit.fleet", "run a deploy over a fleet and summarise each rig (status, step, reason, release)"),
-    "status": ("rigkit.status", "what each rig runs against today's data: drift, health, ledger, driver, L2, shm"),
-    "validate-shared": ("rigkit.warm_shared", "the warm-shared tier: prefill on each sharing rig, ask every other, "
+    "demo": ("rigkit.lab.demo", "lab up, deploy to every lab rig, run the checks, summarise"),
+    "check-compose": ("rigkit.serving.compose_guard", "list variables a compose entrypoint reads but does not declare"),
+    "resolve": ("rigkit.remote.registry", "resolve IMAGE:TAG to IMAGE@sha256:... via the registry API"),
+    "card": ("rigkit.validation.card.cli", "re-render results cards from a run's JSON"),
+    "deploy": ("rigkit.fleet.deploy", "run a deploy over a fleet and summarise each rig (status, step, reason, release)"),
+    "status": ("rigkit.status.command", "what each rig runs against today's data: drift, health, ledger, driver, L2, shm"),
+    "validate-shared": ("rigkit.validation.warm_shared", "the warm-shared tier: prefill on each sharing rig, ask every other, "
                         "label by the asked rig's counters, into the cards"),
 }
 

@@ -23,8 +23,8 @@ from rigkit.facts.nvidia import NvidiaGpuMemory, NvidiaPciGpus, NvidiaSmiGpus
 from rigkit.facts.server import MemInfo, PortListeners, ShmSize
 from rigkit.facts.stack import StackContainers
 from rigkit.firewall import API_FIREWALL
-from rigkit.hostdata import RigSettings
-from rigkit.render import STACK_NAME
+from rigkit.settings.hostdata import RigSettings
+from rigkit.serving.render import STACK_NAME
 
 
 @dataclass(frozen=True)

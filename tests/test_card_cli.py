@@ -1,9 +1,9 @@
-"""rigkit.card.cli: `rigkit card results/<run-id>` re-renders from the JSON alone, and refuses a directory
+"""rigkit.validation.card.cli: `rigkit card results/<run-id>` re-renders from the JSON alone, and refuses a directory
 without cards."""
 
 from card_samples import make_card
 from rigkit import cli
-from rigkit.card.store import write_card
+from rigkit.validation.card.store import write_card
 
 
 def test_cli_rerenders_from_json_only(tmp_path, capsys):

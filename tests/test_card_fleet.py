@@ -1,7 +1,7 @@
-"""rigkit.card.fleet: the fleet card puts the rigs side by side with their spread, and says when they differ."""
+"""rigkit.validation.card.fleet: the fleet card puts the rigs side by side with their spread, and says when they differ."""
 
 from card_samples import make_card
-from rigkit.card.fleet import render_fleet_markdown
+from rigkit.validation.card.fleet import render_fleet_markdown
 
 
 def test_fleet_card_puts_rigs_side_by_side_with_spread():

@@ -1,4 +1,4 @@
-"""rigkit.card.replay: a replay's fleet card against the run it repeats. Verdicts are judged on two real lab cards
+"""rigkit.validation.card.replay: a replay's fleet card against the run it repeats. Verdicts are judged on two real lab cards
 (tests/fixtures/cards: the same rig, two runs 34 minutes apart); the setups they compare are made up from them,
 in functions named so (the lab cards record no driver, GPU, RAM or L2 device)."""
 
@@ -12,11 +12,11 @@ from pathlib import Path
 import pytest
 
 from rigkit import cli
-from rigkit.abstats import CV_BANDS_RULE
-from rigkit.card.fleet import render_fleet_markdown
-from rigkit.card.replay import RULE, compare, setup_of
-from rigkit.card.schema import PromptRecord, ReplayComparison, Reproducibility, RigCard
-from rigkit.card.store import RECORDED_DIR, REPLAY_JSON, keep_recorded, load_cards, render_run, write_card
+from rigkit.validation.abstats import CV_BANDS_RULE
+from rigkit.validation.card.fleet import render_fleet_markdown
+from rigkit.validation.card.replay import RULE, compare, setup_of
+from rigkit.validation.card.schema import PromptRecord, ReplayComparison, Reproducibility, RigCard
+from rigkit.validation.card.store import RECORDED_DIR, REPLAY_JSON, keep_recorded, load_cards, render_run, write_card
 from rigkit.errors import ConfigError
 
 CARDS = Path(__file__).parent / "fixtures" / "cards"

@@ -1,11 +1,11 @@
-"""rigkit.card.rig: one rig's Markdown card (tables with n, CV and metric proof; L2 line; soak section) and its
+"""rigkit.validation.card.rig: one rig's Markdown card (tables with n, CV and metric proof; L2 line; soak section) and its
 verdict; where a failure also shows on the fleet card or survives the JSON round trip, that is checked here too."""
 
 from card_samples import judged_soak, l2_report, make_card, tier_result
-from rigkit.card.fleet import render_fleet_markdown
-from rigkit.card.rig import render_rig_markdown
-from rigkit.card.text import fmt_seconds
-from rigkit.card.store import load_cards, write_card
+from rigkit.validation.card.fleet import render_fleet_markdown
+from rigkit.validation.card.rig import render_rig_markdown
+from rigkit.validation.card.text import fmt_seconds
+from rigkit.validation.card.store import load_cards, write_card
 
 
 def test_rig_markdown_has_the_three_tables_with_n_cv_and_proof():
@@ -115,8 +115,8 @@ def test_a_tier_proven_but_slower_than_cold_keeps_its_label_and_shows_no_gain():
 def _with_ttft_pairs(card, transport, warm_gpu_client_s=None):
     """The sample card as validate.py writes it now: where the client TTFT was measured, and per request its
     client and server figures; warm_gpu_client_s: warm-gpu's client figures (the tunnel's, say)."""
-    from rigkit.card.schema import TTFTClient, TTFTPair
-    from rigkit.ttft import ttft_agrees
+    from rigkit.validation.card.schema import TTFTClient, TTFTPair
+    from rigkit.validation.ttft import ttft_agrees
 
     card.ttft_client = TTFTClient(transport=transport, tolerance_rel=0.05, tolerance_abs_s=0.005)
     for tier in card.tiers:
@@ -147,7 +147,7 @@ def test_client_ttft_off_the_histogram_warns_naming_the_transport_and_keeps_the_
 
 
 def test_the_card_states_the_api_overhead_it_took_off_and_warns_on_the_figure_it_compared():
-    from rigkit.card.schema import TTFTPair
+    from rigkit.validation.card.schema import TTFTPair
 
     card = _with_ttft_pairs(make_card(), "rig1's loopback (test)")
     for tier in card.tiers:  # each request's client figure 10 ms above the histogram, all of it the API's

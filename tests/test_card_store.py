@@ -1,11 +1,11 @@
-"""rigkit.card.store: a run directory's JSON round trip, the schema version guard, the re-render with real PNGs."""
+"""rigkit.validation.card.store: a run directory's JSON round trip, the schema version guard, the re-render with real PNGs."""
 
 import json
 
 import pytest
 
 from card_samples import make_card
-from rigkit.card.store import load_cards, render_run, write_card
+from rigkit.validation.card.store import load_cards, render_run, write_card
 from rigkit.errors import ConfigError
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"

@@ -13,9 +13,11 @@ import time
 
 import pytest
 
-from rigkit import client, tunnel
-from rigkit.client import prefill_timeout
-from rigkit.ttft import RigProbe
+from rigkit.remote import client
+
+from rigkit.remote import tunnel
+from rigkit.remote.client import prefill_timeout
+from rigkit.validation.ttft import RigProbe
 from ssh_rig import ssh_rig  # noqa: F401 (fixture)
 
 

@@ -2,12 +2,12 @@
 
 import pytest
 
-from rigkit import compose_guard
+from rigkit.serving import compose_guard
 from rigkit.cli import main as rigkit_main
-from rigkit.compose_guard import runtime_reads, undeclared_variables
-from rigkit.hostdata import settings_for_host
-from rigkit.profiles import load_profiles
-from rigkit.render import render_compose
+from rigkit.serving.compose_guard import runtime_reads, undeclared_variables
+from rigkit.settings.hostdata import settings_for_host
+from rigkit.settings.profiles import load_profiles
+from rigkit.serving.render import render_compose
 
 DIGEST = "@sha256:" + "5" * 64
 

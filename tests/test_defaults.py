@@ -1,13 +1,13 @@
-"""rigkit.defaults: every role variable declared once, prefixed by its role, documented, its default valid."""
+"""rigkit.settings.defaults: every role variable declared once, prefixed by its role, documented, its default valid."""
 
 from __future__ import annotations
 
 import pytest
 
-from rigkit.defaults import ALL_VARIABLES, ROLE_SECTIONS
+from rigkit.settings.defaults import ALL_VARIABLES, ROLE_SECTIONS
 from rigkit.errors import ConfigError
-from rigkit.hostdata import rig_settings
-from rigkit.knobs import KNOBS
+from rigkit.settings.hostdata import rig_settings
+from rigkit.settings.knobs import KNOBS
 
 SECTION_PREFIXES = {"rig_lock": "rig_lock_", "nvidia_driver": "nvidia_driver_", "docker": "docker_",
                     "nvidia_container_toolkit": "nvidia_ctk_", "l2_disk": "l2_", "rollout": "rollout_"}
@@ -50,7 +50,7 @@ def test_role_variables_refuse_what_their_target_cannot_take():
     import pytest
 
     from rigkit.errors import ConfigError
-    from rigkit.hostdata import rig_settings
+    from rigkit.settings.hostdata import rig_settings
 
     for bad in ({"docker_users": ["ok", "bad name;rm"]}, {"docker_verify_image": "Busybox:Latest"},
                 {"docker_daemon_options": {"data-root": "/etc"}}, {"nvidia_ctk_verify_image": "@sha256:" + "a" * 64}):

@@ -1,4 +1,4 @@
-"""The engine knobs (rigkit/knobs.py ENGINE_FLAGS, extra_engine_args): validated before any host is touched,
+"""The engine knobs (rigkit/settings/knobs.py ENGINE_FLAGS, extra_engine_args): validated before any host is touched,
 rendered as one vLLM flag each only when set, every extra argument reaching vLLM as exactly one argv element."""
 
 import json
@@ -7,11 +7,11 @@ import pytest
 from engine_argv import flags, launched_argv, needs_compose
 
 from rigkit.errors import ConfigError
-from rigkit.hostdata import settings_for_host
-from rigkit.knobs import ENGINE_FLAGS, HASHED_ONLY_WHEN_SET, KNOBS_BY_NAME
+from rigkit.settings.hostdata import settings_for_host
+from rigkit.settings.knobs import ENGINE_FLAGS, HASHED_ONLY_WHEN_SET, KNOBS_BY_NAME
 from rigkit.preflight import HostFacts, preflight, refusals
-from rigkit.profiles import ab_pair, load_profiles
-from rigkit.render import entrypoint_script, render_compose, render_env
+from rigkit.settings.profiles import ab_pair, load_profiles
+from rigkit.serving.render import entrypoint_script, render_compose, render_env
 
 IMAGES = {"cpu-lab": "127.0.0.1:5000/rigkit/vllm-cpu-tiny@sha256:" + "1" * 64,
           "lmcache-mp": "lmcache/vllm-openai@sha256:" + "2" * 64,

@@ -1,5 +1,5 @@
 """Property: every legal value of every string knob that .env carries is read back exactly by rigkit's own
-.env reader (rigkit.ledger.parse_dotenv) and by compose v1's parser (python-dotenv, as docker-compose reads
+.env reader (rigkit.serving.ledger.parse_dotenv) and by compose v1's parser (python-dotenv, as docker-compose reads
 the project .env: interpolation on). Compose v2's reader is checked elsewhere."""
 
 from __future__ import annotations
@@ -14,11 +14,11 @@ import pytest
 from hypothesis import HealthCheck, assume, given, settings, strategies as st
 
 from rigkit.errors import ConfigError
-from rigkit.hostdata import settings_for_host
-from rigkit.knobs import KNOBS
-from rigkit.ledger import parse_dotenv
-from rigkit.render import render_env
-from rigkit.variables import JsonObject
+from rigkit.settings.hostdata import settings_for_host
+from rigkit.settings.knobs import KNOBS
+from rigkit.serving.ledger import parse_dotenv
+from rigkit.serving.render import render_env
+from rigkit.settings.variables import JsonObject
 
 # Debian's docker-compose (v1) runs on the system python and its python3-dotenv.
 SYSTEM_DIST_PACKAGES = Path("/usr/lib/python3/dist-packages")

@@ -24,7 +24,7 @@ from rigkit.facts.firewall import NftTableComment, SshConnection
 from rigkit.firewall import (API_FIREWALL, allowed_sources, controller_address, controller_source, exposure_notice,
                              parse_source, refuse_on_shared_network, refuse_same_namespace, ruleset, ruleset_comment,
                              source_text, unit_text)
-from rigkit.hostdata import rig_settings
+from rigkit.settings.hostdata import rig_settings
 from rigkit.kv_store import KV_STORE_FIREWALL
 from rigkit.lab.unpacked_tools import unpacked_tool
 

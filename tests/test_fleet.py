@@ -1,11 +1,11 @@
-"""rigkit.fleet, the `rigkit deploy` command: the release each rig serves, as its ledger says (the command's
+"""rigkit.fleet.deploy, the `rigkit deploy` command: the release each rig serves, as its ledger says (the command's
 options are tested in test_rollout, the parts in test_inventory, test_pyinfra_args, test_fleet_outcome and
 test_fleet_table)."""
 
 from __future__ import annotations
 
-from rigkit.fleet import ledger_release
-from rigkit.ledger import Ledger, Release
+from rigkit.fleet.deploy import ledger_release
+from rigkit.serving.ledger import Ledger, Release
 
 
 def test_ledger_release():

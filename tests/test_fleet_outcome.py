@@ -1,4 +1,4 @@
-"""rigkit.fleet_outcome: the per-rig outcome read from pyinfra's output, mostly real output captured on the lab
+"""rigkit.fleet.outcome: the per-rig outcome read from pyinfra's output, mostly real output captured on the lab
 (tests/fixtures/fleet/), and refusals while the deploy runs, run by the real pyinfra on @local."""
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from rigkit.fleet_outcome import ABORTED, DRY_RUN, FAILED, NOT_RUN, OK, UNREACHABLE, summarize
-from rigkit.pyinfra_args import pyinfra_command
+from rigkit.fleet.outcome import ABORTED, DRY_RUN, FAILED, NOT_RUN, OK, UNREACHABLE, summarize
+from rigkit.fleet.pyinfra_args import pyinfra_command
 
 FIXTURES = Path(__file__).parent / "fixtures" / "fleet"  # re-captured on the lab by capture.py there
 
@@ -82,7 +82,7 @@ def test_bad_input_that_stops_the_whole_run_is_the_reason_for_every_rig():
         "    [rig2] Connected",
         "--> Preparing operation files...",
         "Traceback (most recent call last):",
-        '  File "/work/main/rigkit/registry.py", line 75, in require_digest',
+        '  File "/work/main/rigkit/remote/registry.py", line 75, in require_digest',
         "rigkit.errors.ConfigError: serving_image='r:latest': image given by a tag (latest). Fix: pin it",
     ])
     outcomes = summarize(output, ["rig1", "rig2"])
@@ -141,7 +141,7 @@ server.shell(name="After the refusal", commands=["echo never-reached"])
 
 def run_local_deploy(tmp_path, step: str) -> subprocess.CompletedProcess:
     from rigkit.paths import REPO_ROOT
-    from rigkit.pyinfra_args import pyinfra_executable
+    from rigkit.fleet.pyinfra_args import pyinfra_executable
 
     (tmp_path / "refusing.py").write_text("from pyinfra import host\n" + REFUSING_DEPLOY)
     env = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
@@ -169,7 +169,7 @@ def test_a_bug_inside_a_refusing_step_keeps_its_traceback(tmp_path):
     assert "Traceback" in output and "a bug keeps its traceback" in output
 
 
-# A dry run as rigkit deploy runs it (rigkit.pyinfra_args.pyinfra_command), by the real pyinfra on @local: a file
+# A dry run as rigkit deploy runs it (rigkit.fleet.pyinfra_args.pyinfra_command), by the real pyinfra on @local: a file
 # that would be written under tmp_path, never written.
 
 CHANGING_DEPLOY = '''
@@ -182,7 +182,7 @@ files.put(name="Write the marker", src=__file__, dest=host.data.get("marker"))
 
 def run_dry(tmp_path, *extra: str) -> str:
     from rigkit.paths import REPO_ROOT
-    from rigkit.pyinfra_args import pyinfra_command
+    from rigkit.fleet.pyinfra_args import pyinfra_command
 
     (tmp_path / "changing.py").write_text(CHANGING_DEPLOY)
     argv = pyinfra_command(["--dry", *extra, "--data", f"marker={tmp_path / 'marker'}"], "@local", "changing.py")

@@ -1,4 +1,4 @@
-"""rigkit.fleet_table: rigkit deploy's summary table, from the outcomes of real captured pyinfra output
+"""rigkit.fleet.table: rigkit deploy's summary table, from the outcomes of real captured pyinfra output
 (tests/fixtures/fleet/), in the terminal's width."""
 
 from __future__ import annotations
@@ -8,8 +8,8 @@ import os
 import pytest
 
 from test_fleet_outcome import FIXTURES, connected, hung_registry_fixture
-from rigkit.fleet_outcome import FAILED, summarize
-from rigkit.fleet_table import TABLE_WIDTH_FALLBACK, format_table, table_width
+from rigkit.fleet.outcome import FAILED, summarize
+from rigkit.fleet.table import TABLE_WIDTH_FALLBACK, format_table, table_width
 
 
 def test_table_has_a_header_and_a_row_per_rig():

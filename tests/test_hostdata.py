@@ -3,9 +3,9 @@
 import pytest
 
 from rigkit.errors import ConfigError
-from rigkit.defaults import ALL_VARIABLES
-from rigkit.hostdata import rig_settings, settings_for_host
-from rigkit.variables import Variable
+from rigkit.settings.defaults import ALL_VARIABLES
+from rigkit.settings.hostdata import rig_settings, settings_for_host
+from rigkit.settings.variables import Variable
 
 LAB_IMAGE = "127.0.0.1:5000/rigkit/vllm-cpu-tiny@sha256:" + "1" * 64
 LMCACHE_IMAGE = "lmcache/vllm-openai@sha256:" + "2" * 64
@@ -142,7 +142,7 @@ def test_mem_limit_below_l1_plus_model_refused():
 
 
 def test_gpu_mask_smaller_than_the_profile_needs():
-    from rigkit.profiles import load_profiles
+    from rigkit.settings.profiles import load_profiles
     profiles = load_profiles()
     bigger = profiles["native-offload"].model_copy(
         update={"resources": profiles["native-offload"].resources.model_copy(update={"gpus": 2})})
@@ -208,7 +208,7 @@ def test_tensor_parallel_is_at_least_one(value):
 
 
 def test_declared_gpus_bound_the_mask_and_tensor_parallel():
-    from rigkit.defaults import GPUS
+    from rigkit.settings.defaults import GPUS
 
     data = {k: v for k, v in LMCACHE.items() if k != "gpu_mask"}
     assert refused({**data, "gpus": 2, "gpu_mask": "1,2"}, [GPUS]).field == "gpu_mask"

@@ -1,4 +1,4 @@
-"""rigkit.http_session against a server that loses the keep-alive race the way vLLM's uvicorn does."""
+"""rigkit.remote.http_session against a server that loses the keep-alive race the way vLLM's uvicorn does."""
 
 import socket
 import threading
@@ -7,7 +7,7 @@ import time
 import pytest
 import requests
 
-from rigkit import http_session
+from rigkit.remote import http_session
 
 SERVER_IDLE_CLOSE_S = 0.3
 

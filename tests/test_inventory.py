@@ -1,12 +1,12 @@
-"""rigkit.inventory: the hosts a --limit selects and the connection-data check."""
+"""rigkit.fleet.inventory: the hosts a --limit selects and the connection-data check."""
 
 from __future__ import annotations
 
 import pytest
 
 from rigkit.errors import ConfigError
-from rigkit.inventory import check_connection_data, targeted
-from rigkit.pyinfra_args import limit_from
+from rigkit.fleet.inventory import check_connection_data, targeted
+from rigkit.fleet.pyinfra_args import limit_from
 
 
 def test_limit_selects_names_groups_and_globs():

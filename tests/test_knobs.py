@@ -5,8 +5,8 @@ import pytest
 from rigkit.errors import ConfigError
 import math
 
-from rigkit.knobs import KNOBS, KNOBS_BY_NAME, env_text, env_value_problem
-from rigkit.variables import JsonObject, docs_table
+from rigkit.settings.knobs import KNOBS, KNOBS_BY_NAME, env_text, env_value_problem
+from rigkit.settings.variables import JsonObject, docs_table
 
 STRING_ENV_KNOBS = [k.name for k in KNOBS if k.type in (str, JsonObject) and k.env]
 NUMBER_KNOBS = [k.name for k in KNOBS if k.type in (int, float)]

@@ -2,7 +2,7 @@ import json
 
 import pytest
 
-from rigkit.ledger import SMOKE_FAIL, SMOKE_PASS, Ledger, Release
+from rigkit.serving.ledger import SMOKE_FAIL, SMOKE_PASS, Ledger, Release
 
 A = "127.0.0.1:5000/x@sha256:" + "a" * 64
 B = "127.0.0.1:5000/x@sha256:" + "b" * 64

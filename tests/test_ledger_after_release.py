@@ -1,4 +1,4 @@
-"""after_release (roles/serving.py, deciding with rigkit.release): what a verified release leaves on the rig,
+"""after_release (roles/serving.py, deciding with rigkit.serving.release): what a verified release leaves on the rig,
 and what an automatic rollback brings back.
 
 The rig here is a recording fake (files by path, commands in order) and smoke is faked: both need a
@@ -15,12 +15,12 @@ import pytest
 
 import roles.serving as serving
 from rigkit.facts.server import ExactFileText
-from rigkit.stack import RELEASE_HASH_FILE, rendering_for
+from rigkit.serving.commands import RELEASE_HASH_FILE, rendering_for
 from rigkit.errors import PreflightError
-from rigkit.hostdata import rig_settings, settings_for_host
-from rigkit.ledger import LEDGER_PATH, SMOKE_PASS, Ledger, Release, rendering_dir
+from rigkit.settings.hostdata import rig_settings, settings_for_host
+from rigkit.serving.ledger import LEDGER_PATH, SMOKE_PASS, Ledger, Release, rendering_dir
 from rigkit.paths import RIG_STACK_DIR
-from rigkit.smoke import SmokeCheck, SmokeReport
+from rigkit.serving.smoke import SmokeCheck, SmokeReport
 
 IMAGE_1 = "127.0.0.1:5000/rigkit/vllm-cpu-tiny@sha256:" + "1" * 64
 IMAGE_2 = "127.0.0.1:5000/rigkit/vllm-cpu-tiny@sha256:" + "2" * 64

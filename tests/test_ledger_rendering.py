@@ -1,12 +1,12 @@
 """A stored rendering read back: its hash, image, labels, the env the container must see, the
-connector. Checked against real renderings of the profiles (rigkit.render), not hand-written text."""
+connector. Checked against real renderings of the profiles (rigkit.serving.render), not hand-written text."""
 
 import pytest
 
-from rigkit.hostdata import settings_for_host
-from rigkit.ledger import Rendering, parse_dotenv, release_hash, rendering_dir
+from rigkit.settings.hostdata import settings_for_host
+from rigkit.serving.ledger import Rendering, parse_dotenv, release_hash, rendering_dir
 from rigkit.paths import RIG_RELEASES_DIR
-from rigkit.render import dotenv_line, env_values, render_compose, render_env
+from rigkit.serving.render import dotenv_line, env_values, render_compose, render_env
 
 CPU_IMAGE = "127.0.0.1:5000/rigkit/vllm-cpu-tiny@sha256:" + "1" * 64
 MP_IMAGE = "lmcache/vllm-openai@sha256:" + "2" * 64

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 FIXTURES_DIR = Path(__file__).resolve().parent / "fixtures"
-from rigkit.metrics import MetricsError, delta, parse, parse_families, require_prefix_counters
+from rigkit.validation.metrics import MetricsError, delta, parse, parse_families, require_prefix_counters
 
 METRICS = FIXTURES_DIR / "metrics"
 STEPS = {s["file"]: s for s in json.loads((METRICS / "steps.json").read_text())}

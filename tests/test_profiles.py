@@ -5,8 +5,8 @@ import textwrap
 import pytest
 
 from rigkit.errors import ConfigError
-from rigkit.knobs import KNOBS_BY_NAME
-from rigkit.profiles import ab_pair, load_profiles, parse_profiles, without_connector
+from rigkit.settings.knobs import KNOBS_BY_NAME
+from rigkit.settings.profiles import ab_pair, load_profiles, parse_profiles, without_connector
 
 CONNECTOR_FIELDS = {"name", "doc", "connector", "baseline_of"}
 

@@ -1,8 +1,8 @@
-"""rigkit.pyinfra_args: the pyinfra arguments rigkit deploy passes through, rewritten as pyinfra 3 reads them."""
+"""rigkit.fleet.pyinfra_args: the pyinfra arguments rigkit deploy passes through, rewritten as pyinfra 3 reads them."""
 
 from __future__ import annotations
 
-from rigkit.pyinfra_args import data_pairs, pyinfra_command, split_limits, without_limits
+from rigkit.fleet.pyinfra_args import data_pairs, pyinfra_command, split_limits, without_limits
 
 
 def test_comma_limits_become_one_pattern_per_limit():

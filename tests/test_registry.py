@@ -14,7 +14,7 @@ import pytest
 
 from rigkit.cli import main as rigkit_main
 from rigkit.errors import ConfigError, RigkitError
-from rigkit.registry import MANIFEST_ACCEPT, api_base, parse_reference, require_digest, resolve
+from rigkit.remote.registry import MANIFEST_ACCEPT, api_base, parse_reference, require_digest, resolve
 
 MANIFEST = json.dumps({"schemaVersion": 2, "mediaType": "application/vnd.oci.image.index.v1+json",
                        "manifests": []}).encode()
@@ -197,10 +197,10 @@ def test_only_sha256_digests_are_pinned(digest):
 
 
 # Why a registry did not give the rig its image (registry_failure). Each answer is the text docker, its CLI
-# or containerd prints, as their sources word it (cited in rigkit/registry.py); "no such manifest" is the
+# or containerd prints, as their sources word it (cited in rigkit/remote/registry.py); "no such manifest" is the
 # lab's real answer for a digest its registry lacks (tests/lab/test_fleet_lab.py, digest-not-in-registry).
 
-from rigkit.registry import (AUTH, HUNG, NOT_SERVED, PROBE_TIMEOUT_MARK, RATE_LIMITED, TLS, UNKNOWN,  # noqa: E402
+from rigkit.remote.registry import (AUTH, HUNG, NOT_SERVED, PROBE_TIMEOUT_MARK, RATE_LIMITED, TLS, UNKNOWN,  # noqa: E402
                              UNREACHABLE, registry_failure)
 
 LAB_IMAGE = "127.0.0.1:5000/rigkit/vllm-cpu-tiny@sha256:" + "3f" * 32

@@ -1,4 +1,4 @@
-"""rigkit.release: what follows a release, decided from plain values (ledger, outcome, smoke report, stored
+"""rigkit.serving.release: what follows a release, decided from plain values (ledger, outcome, smoke report, stored
 texts), on real renderings of the cpu-lab profile. The same decisions carried out on a fake rig are in
 tests/test_ledger_after_release.py; on real rigs in tests/lab (test_fleet_lab, test_rollback_rendering_lab).
 """
@@ -10,13 +10,13 @@ import dataclasses
 
 import pytest
 
-from rigkit.hostdata import settings_for_host
-from rigkit.ledger import SMOKE_FAIL, SMOKE_PASS, Ledger, Release
-from rigkit.release import (NOTE_TAIL_CHARS, ROLLBACK_FAILED_NOTE_CHARS, Outcome, Prune, RecordHash, Refuse,
+from rigkit.settings.hostdata import settings_for_host
+from rigkit.serving.ledger import SMOKE_FAIL, SMOKE_PASS, Ledger, Release
+from rigkit.serving.release import (NOTE_TAIL_CHARS, ROLLBACK_FAILED_NOTE_CHARS, Outcome, Prune, RecordHash, Refuse,
                             Restore, RollBack, StoreRendering, WriteLedger, judge_release, judge_rollback, never_ready,
                             restore, roll_back_or_refuse, rollback_target)
-from rigkit.smoke import SmokeCheck, SmokeReport
-from rigkit.stack import rendering_for
+from rigkit.serving.smoke import SmokeCheck, SmokeReport
+from rigkit.serving.commands import rendering_for
 
 IMAGE_1 = "127.0.0.1:5000/rigkit/vllm-cpu-tiny@sha256:" + "1" * 64
 IMAGE_2 = "127.0.0.1:5000/rigkit/vllm-cpu-tiny@sha256:" + "2" * 64

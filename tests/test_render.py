@@ -13,12 +13,12 @@ import yaml
 
 from rigkit.errors import ConfigError, PreflightError
 from engine_argv import SHIM, free_port, run_entrypoint, start_entrypoint
-from rigkit.hostdata import settings_for_host
-from rigkit.knobs import KNOBS_BY_NAME
+from rigkit.settings.hostdata import settings_for_host
+from rigkit.settings.knobs import KNOBS_BY_NAME
 from rigkit.paths import PROFILES_FILE
-from rigkit.profiles import ab_pair, load_profiles, parse_profiles
-from rigkit.stack import rendering_for
-from rigkit.render import (L2_CONTAINER_PATH, compose_argv, detect_compose_command, dotenv_line, env_values,
+from rigkit.settings.profiles import ab_pair, load_profiles, parse_profiles
+from rigkit.serving.commands import rendering_for
+from rigkit.serving.render import (L2_CONTAINER_PATH, compose_argv, detect_compose_command, dotenv_line, env_values,
                            render_compose, render_env)
 
 IMAGES = {"cpu-lab": "127.0.0.1:5000/rigkit/vllm-cpu-tiny@sha256:" + "1" * 64,
@@ -257,7 +257,7 @@ def test_unicode_values_and_paths_read_back_exactly_by_docker_compose(tmp_path):
 
 
 def test_rigkits_own_env_reader_agrees_on_line_separators():
-    from rigkit.ledger import parse_dotenv
+    from rigkit.serving.ledger import parse_dotenv
 
     s = settings("lmcache-mp", l2_enabled=True, **UNICODE_ROUND_TRIP)
     values = parse_dotenv(render_env(s))

@@ -10,8 +10,8 @@ import pytest
 from pyinfra.api import Config, Inventory, State
 from pyinfra.context import ctx_host, ctx_state
 
-from rigkit.defaults import KV_STORE_GROUP, ROUTER_GROUP
-from rigkit.inventory import is_service_host, rigs_among
+from rigkit.settings.defaults import KV_STORE_GROUP, ROUTER_GROUP
+from rigkit.fleet.inventory import is_service_host, rigs_among
 from rigkit.paths import REPO_ROOT
 
 

@@ -1,4 +1,4 @@
-"""rigkit.rollout: rigkit deploy's options read after the inventory, then the whole rollout over four rigs whose pyinfra runs answer
+"""rigkit.rollout.run: rigkit deploy's options read after the inventory, then the whole rollout over four rigs whose pyinfra runs answer
 with real captured output (tests/fixtures/fleet/rig-stopped-mid-deploy.txt: rig4 and rig5 deployed, rig6 failed).
 The parts have their own tests: test_rollout_plan, _state, _record, _stage, _proof, _summary, _drain."""
 
@@ -9,14 +9,18 @@ from pathlib import Path
 
 import pytest
 
-from rigkit import fleet, fleet_outcome, rollout
-from rigkit.hostdata import rig_settings
-from rigkit.pyinfra_args import data_pairs
-from rigkit.rollout_plan import ROLLOUT_STEP_ENV, RolloutSettings
-from rigkit.rollout_proof import Proof
-from rigkit.rollout_record import RolloutRecord, record_path
-from rigkit.rollout_state import ReleaseState
-from rigkit.stack import rendering_for
+from rigkit.fleet import deploy as fleet
+
+from rigkit.fleet import outcome as fleet_outcome
+
+from rigkit.rollout import run as rollout
+from rigkit.settings.hostdata import rig_settings
+from rigkit.fleet.pyinfra_args import data_pairs
+from rigkit.rollout.plan import ROLLOUT_STEP_ENV, RolloutSettings
+from rigkit.rollout.proof import Proof
+from rigkit.rollout.record import RolloutRecord, record_path
+from rigkit.rollout.state import ReleaseState
+from rigkit.serving.commands import rendering_for
 
 FLEET_FIXTURES = Path(__file__).parent / "fixtures" / "fleet"
 STOPPED_MID_DEPLOY = (FLEET_FIXTURES / "rig-stopped-mid-deploy.txt").read_text()  # rig4, rig5 ok; rig6 failed

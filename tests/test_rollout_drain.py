@@ -1,4 +1,4 @@
-"""rigkit.rollout_drain inside the rollout, as data: the order of router calls and pyinfra runs per rig (drain ->
+"""rigkit.rollout.drain inside the rollout, as data: the order of router calls and pyinfra runs per rig (drain ->
 deploy, which smokes -> cache proof -> restore), a failed rig left out, the rollback rig by rig, the re-run that
 puts a rig back, and the refusals. The fleet is test_rollout's (real captured pyinfra output, real renderings);
 the router is a stand-in keeping its worker list (the real router's behaviour is tests/test_router_admin.py's)."""
@@ -10,10 +10,11 @@ from contextlib import contextmanager
 import pytest
 
 from test_rollout import NEW, STOPPED_MID_DEPLOY, FakeFleet, host_data, rendering_hash
-from rigkit import rollout, rollout_drain
+from rigkit.rollout import run as rollout
+from rigkit.rollout import drain as rollout_drain
 from rigkit.errors import ConfigError
-from rigkit.rollout_plan import RolloutSettings
-from rigkit.rollout_record import RolloutRecord, record_path
+from rigkit.rollout.plan import RolloutSettings
+from rigkit.rollout.record import RolloutRecord, record_path
 
 GATEWAY = "gw"
 GATEWAY_ROUTER = "http://127.0.0.1:8300"  # the router as its gateway reaches it (router_port's default)

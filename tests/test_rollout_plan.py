@@ -1,16 +1,16 @@
-"""rigkit.rollout_plan: the settings (one for the fleet, a flag wins), the stages in inventory order, and plain
+"""rigkit.rollout.plan: the settings (one for the fleet, a flag wins), the stages in inventory order, and plain
 pyinfra refusing a rollout it would run all at once."""
 
 from __future__ import annotations
 
 import pytest
 
-from rigkit import rollout_plan
-from rigkit.defaults import ROLLOUT_VARIABLES
+from rigkit.rollout import plan as rollout_plan
+from rigkit.settings.defaults import ROLLOUT_VARIABLES
 from rigkit.errors import ConfigError
-from rigkit.hostdata import rig_settings
-from rigkit.rollout_plan import CANARY, RolloutSettings, plan_stages, refuse_unbatched, rollout_settings
-from rigkit.variables import resolve
+from rigkit.settings.hostdata import rig_settings
+from rigkit.rollout.plan import CANARY, RolloutSettings, plan_stages, refuse_unbatched, rollout_settings
+from rigkit.settings.variables import resolve
 
 
 def section(**data) -> dict:

@@ -1,12 +1,12 @@
-"""rigkit.rollout_proof: the cache proof, validate.py's procedure cut short, against the recorded /metrics of a real
+"""rigkit.rollout.proof: the cache proof, validate.py's procedure cut short, against the recorded /metrics of a real
 vLLM CPU run (tests/fixtures/metrics, test_validation)."""
 
 from __future__ import annotations
 
 from fake_openai import FakeOpenAI
 from test_validation import RecordedRun
-from rigkit.client import ServingClient
-from rigkit.rollout_proof import prove_cache
+from rigkit.remote.client import ServingClient
+from rigkit.rollout.proof import prove_cache
 
 
 def test_the_cache_proof_passes_on_a_real_runs_counters():

@@ -1,11 +1,11 @@
-"""rigkit.rollout_record: the local record a re-run of the same rollout continues from."""
+"""rigkit.rollout.record: the local record a re-run of the same rollout continues from."""
 
 from __future__ import annotations
 
 from test_rollout import OLD
-from rigkit.ledger import Release
-from rigkit.rollout_record import RolloutRecord, resume_record
-from rigkit.rollout_state import ReleaseState
+from rigkit.serving.ledger import Release
+from rigkit.rollout.record import RolloutRecord, resume_record
+from rigkit.rollout.state import ReleaseState
 
 
 def test_the_record_of_the_same_rollout_is_kept_another_starts_afresh():

@@ -1,4 +1,4 @@
-"""rigkit.rollout_rollback: the rolling rollback through the router. Its decisions as data (the options refused, the
+"""rigkit.rollout.rollback: the rolling rollback through the router. Its decisions as data (the options refused, the
 batch, when a rig is back), then the whole rollback over fake rigs: test_rollout_drain's router stand-in and real
 captured pyinfra output (rig-stopped-mid-deploy.txt: rig4's run succeeded, rig6's failed), renamed to the rig each
 batch runs on."""
@@ -11,15 +11,17 @@ import pytest
 
 from test_rollout import NEW, OLD, ROLLED_BACK, STOPPED_MID_DEPLOY, host_data, rendering_hash
 from test_rollout_drain import GATEWAY, GATEWAY_ROUTER, RoutedFleet, worker
-from rigkit import fleet, fleet_outcome, rollout_rollback
+from rigkit.fleet import deploy as fleet
+from rigkit.fleet import outcome as fleet_outcome
+from rigkit.rollout import rollback as rollout_rollback
 from rigkit.errors import ConfigError
-from rigkit.ledger import DEPLOY_KIND, ROLLBACK_KIND, SMOKE_FAIL, SMOKE_PASS, Release
-from rigkit.rollout_rollback import (NO_RELEASE, VERIFY_STEP, refuse_rollout_options, rollback_batch,
+from rigkit.serving.ledger import DEPLOY_KIND, ROLLBACK_KIND, SMOKE_FAIL, SMOKE_PASS, Release
+from rigkit.rollout.rollback import (NO_RELEASE, VERIFY_STEP, refuse_rollout_options, rollback_batch,
                                      rollback_failure, run_rolling_rollback)
-from rigkit.rollout_record import RolloutRecord, record_path
-from rigkit.rollout_state import ReleaseState
-from rigkit.defaults import ROLLOUT_VARIABLES
-from rigkit.variables import resolve
+from rigkit.rollout.record import RolloutRecord, record_path
+from rigkit.rollout.state import ReleaseState
+from rigkit.settings.defaults import ROLLOUT_VARIABLES
+from rigkit.settings.variables import resolve
 
 OK_RUN = fleet_outcome.RigOutcome("rig4")
 RENDERING = "a" * 64  # the verified rendering the rig runs after its rollback
@@ -161,7 +163,7 @@ def roll_back(records, rigs, batch=1, limit=None, **data):
 
 @pytest.fixture(autouse=True)
 def quick_idle(monkeypatch):
-    from rigkit import rollout_drain
+    from rigkit.rollout import drain as rollout_drain
 
     monkeypatch.setattr(rollout_drain, "wait_idle", lambda reading, url: [reading() for _ in range(3)])
 
@@ -346,7 +348,7 @@ def test_the_plain_run_through_a_router_says_before_pyinfra_starts_that_nothing_
     ({"rig4": ["fleet"], "store": ["kv_stores"], "gw": ["routers"]}, ["store", "rig4"], "(rig4)"),
 ])
 def test_the_plain_run_note_names_the_rigs_a_router_would_still_send_requests_to(groups, targeted, said):
-    from rigkit.rollout_drain import plain_run_note
+    from rigkit.rollout.drain import plain_run_note
 
     note = plain_run_note({name: {"groups": g, "data": {}} for name, g in groups.items()}, targeted)
     assert (note is None) if said is None else (said in note and "router on gw" in note)
@@ -355,7 +357,8 @@ def test_the_plain_run_note_names_the_rigs_a_router_would_still_send_requests_to
 @pytest.mark.parametrize("deploy, run", [("deploy.py", "rollout"), ("rollback.py", "rollback")])
 def test_a_dry_run_of_a_rollout_or_rolling_rollback_drains_nothing_and_runs_pyinfra_dry_on_every_rig_at_once(
         monkeypatch, inventory, capsys, deploy, run):
-    from rigkit import rollout, rollout_drain
+    from rigkit.rollout import run as rollout
+    from rigkit.rollout import drain as rollout_drain
 
     for module, name in [(rollout_drain, "router_session"), (rollout, "run_rollout"),
                          (rollout_rollback, "run_rolling_rollback")]:

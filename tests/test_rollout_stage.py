@@ -1,15 +1,15 @@
-"""rigkit.rollout_stage: what each stage still has to do, which rigs halt the rollout and why, and the rollback
+"""rigkit.rollout.stage: what each stage still has to do, which rigs halt the rollout and why, and the rollback
 knob after a halt, as plain functions over the rigs' states (a failed run: real captured pyinfra output)."""
 
 from __future__ import annotations
 
 from test_rollout import NEW, OLD, ROLLED_BACK
-from rigkit import fleet_outcome
-from rigkit.rollout_plan import CANARY, Stage
-from rigkit.rollout_proof import Proof
-from rigkit.rollout_record import RolloutRecord
-from rigkit.rollout_stage import StageWork, rollback_choice, rolled_back_words, stage_failures, stage_work
-from rigkit.rollout_state import ReleaseState
+from rigkit.fleet import outcome as fleet_outcome
+from rigkit.rollout.plan import CANARY, Stage
+from rigkit.rollout.proof import Proof
+from rigkit.rollout.record import RolloutRecord
+from rigkit.rollout.stage import StageWork, rollback_choice, rolled_back_words, stage_failures, stage_work
+from rigkit.rollout.state import ReleaseState
 
 
 def test_a_resumed_rollout_neither_redeploys_nor_reproves_a_canary_that_passed():

@@ -1,10 +1,10 @@
-"""rigkit.rollout_state: a rig's state from the state command's output (its verified rendering, its ledger)."""
+"""rigkit.rollout.state: a rig's state from the state command's output (its verified rendering, its ledger)."""
 
 from __future__ import annotations
 
 from test_rollout import OLD
-from rigkit.ledger import Ledger, Release
-from rigkit.rollout_state import STATE_SEPARATOR, parse_release_state
+from rigkit.serving.ledger import Ledger, Release
+from rigkit.rollout.state import STATE_SEPARATOR, parse_release_state
 
 
 def test_rig_state_from_the_ledger_and_the_verified_hash():

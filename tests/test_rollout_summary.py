@@ -1,17 +1,17 @@
-"""rigkit.rollout_summary: the words printed after a rollout, fitted to the terminal."""
+"""rigkit.rollout.summary: the words printed after a rollout, fitted to the terminal."""
 
 from __future__ import annotations
 
 import pytest
 
 from test_rollout import OLD, ROLLED_BACK
-from rigkit import fleet_outcome
-from rigkit.ledger import Release
-from rigkit.rollout_plan import RolloutSettings, plan_stages
-from rigkit.rollout_proof import Proof
-from rigkit.rollout_stage import StageResult, StageWork, stage_failures
-from rigkit.rollout_state import ReleaseState
-from rigkit.rollout_summary import format_summary, summary_width
+from rigkit.fleet import outcome as fleet_outcome
+from rigkit.serving.ledger import Release
+from rigkit.rollout.plan import RolloutSettings, plan_stages
+from rigkit.rollout.proof import Proof
+from rigkit.rollout.stage import StageResult, StageWork, stage_failures
+from rigkit.rollout.state import ReleaseState
+from rigkit.rollout.summary import format_summary, summary_width
 
 
 @pytest.mark.parametrize("width", [80, 120])

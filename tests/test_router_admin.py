@@ -1,4 +1,4 @@
-"""rigkit.router_admin against the REAL vllm-router (the pinned release in .venv, tests/router_process.py) in front
+"""rigkit.rollout.router_admin against the REAL vllm-router (the pinned release in .venv, tests/router_process.py) in front
 of two tests/fake_openai.py workers on loopback: a drained worker gets no request, is stopped (its streams cut,
 as an engine going down cuts them) and started again on its port, and is added back, while a client loop through
 the router counts every request that did not complete."""
@@ -12,10 +12,11 @@ import requests
 
 from fake_openai import FakeOpenAI
 from router_process import Loops, RouterProcess
-from rigkit import metrics, router_admin
+from rigkit.validation import metrics
+from rigkit.rollout import router_admin
 from rigkit.errors import ConfigError
-from rigkit.inventory import rigs_among
-from rigkit.router_admin import RouterAdmin, RouterError, drain, drained, restore, wait_idle
+from rigkit.fleet.inventory import rigs_among
+from rigkit.rollout.router_admin import RouterAdmin, RouterError, drain, drained, restore, wait_idle
 
 # short streams, each a few tens of ms, so a drain finds requests in flight
 CHUNKS, TOKEN_GAP_S = 4, 0.03

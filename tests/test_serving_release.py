@@ -2,7 +2,7 @@
 
 import subprocess
 
-from rigkit.stack import l2_on_disk_command, release_commands
+from rigkit.serving.commands import l2_on_disk_command, release_commands
 
 
 def run(command: str) -> subprocess.CompletedProcess:

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from fake_openai import FakeOpenAI
-from rigkit.metrics import parse_families
-from rigkit.smoke import (MIN_STREAM_CHUNKS, PREFIX_CACHE_COUNTERS, SmokeCheck, SmokeReport, check_container,
+from rigkit.validation.metrics import parse_families
+from rigkit.serving.smoke import (MIN_STREAM_CHUNKS, PREFIX_CACHE_COUNTERS, SmokeCheck, SmokeReport, check_container,
                           check_http, parse_env_output)
 
 INSPECT = json.dumps([{"Config": {

@@ -5,11 +5,11 @@ from pathlib import Path
 
 import pytest
 
-from rigkit.card import SoakTurn
+from rigkit.validation.card import SoakTurn
 from rigkit.errors import ConfigError
-from rigkit.soak import (CGROUP_PROBE, GPU_PROBE, MAX_CONSECUTIVE_ERRORS, Limits, Plan, cgroup_used_mib, check_fits,
+from rigkit.validation.soak import (CGROUP_PROBE, GPU_PROBE, MAX_CONSECUTIVE_ERRORS, Limits, Plan, cgroup_used_mib, check_fits,
                          conversation_tokens, gpu_used_mib, judge, limits_from, memory_probe, plan_from, turn_order)
-from rigkit.validation import ValidationSettings
+from rigkit.validation.procedure import ValidationSettings
 
 H200 = Path(__file__).parent / "fixtures" / "nvidia-smi" / "h200-x2-ubuntu2404"
 PLAN = Plan(sessions=2, turns=3, message_tokens=64, reply_tokens=32)

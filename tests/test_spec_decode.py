@@ -10,13 +10,13 @@ from pathlib import Path
 import pytest
 from card_samples import make_card
 
-from rigkit import metrics
-from rigkit.card import SpecDecode, render_rig_markdown
-from rigkit.client import Measured, StreamResult
-from rigkit.decode_ab import spec_decode_over
-from rigkit.tiers import Tier
-from rigkit.validation import TierRun, TierValidation, ValidationSettings
-from rigkit.validation_card import to_card
+from rigkit.validation import metrics
+from rigkit.validation.card import SpecDecode, render_rig_markdown
+from rigkit.remote.client import Measured, StreamResult
+from rigkit.validation.decode_ab import spec_decode_over
+from rigkit.validation.tiers import Tier
+from rigkit.validation.procedure import TierRun, TierValidation, ValidationSettings
+from rigkit.validation.card.assemble import to_card
 
 CAPTURES = Path(__file__).parent / "fixtures" / "gpu-h200-vllm0.26" / "baseline-eager"
 BEFORE_DECODE = CAPTURES / "04-after-warm-connector-synthetic-spec-decode.txt"

@@ -1,9 +1,9 @@
-"""rigkit.stack: the URL the rig polls after up -d is valid for every bind address the knob accepts."""
+"""rigkit.serving.commands: the URL the rig polls after up -d is valid for every bind address the knob accepts."""
 
 import pytest
 
-from rigkit.hostdata import settings_for_host
-from rigkit.stack import ready_url, rendering_for
+from rigkit.settings.hostdata import settings_for_host
+from rigkit.serving.commands import ready_url, rendering_for
 
 CPU_LAB = {"serving_profile": "cpu-lab", "serving_image": "127.0.0.1:5000/rigkit/vllm-cpu-tiny@sha256:" + "1" * 64,
            "serving_port": 8104}

@@ -9,7 +9,7 @@ import sys
 import pytest
 
 from rigkit.errors import ConfigError
-from rigkit.status import cli_value, parse_data
+from rigkit.status.command import cli_value, parse_data
 
 
 def test_cli_values_are_read_as_pyinfra_reads_them():

@@ -7,11 +7,11 @@ from __future__ import annotations
 
 import json
 
-from rigkit.stack import rendering_for
-from rigkit.status import exit_status
-from rigkit.status_drift import Drift
-from rigkit.status_report import format_report
-from rigkit.status_rig import DRIFT, OK
+from rigkit.serving.commands import rendering_for
+from rigkit.status.command import exit_status
+from rigkit.status.drift import Drift
+from rigkit.status.report import format_report
+from rigkit.status.rig import DRIFT, OK
 from status_sandbox import IMAGE_1, IMAGE_2, Rig, api_port, made_up_inspect, rig, stack_of  # noqa: F401
 
 

@@ -9,11 +9,11 @@ import threading
 import pytest
 
 from rigkit.errors import ConfigError
-from rigkit.status import exit_status
-from rigkit.status_fleet import fleet_status, rig_status
-from rigkit.status_report import format_report
-from rigkit.status_rig import UNREACHABLE
-from rigkit.tunnel import TunnelError
+from rigkit.status.command import exit_status
+from rigkit.status.fleet import fleet_status, rig_status
+from rigkit.status.report import format_report
+from rigkit.status.rig import UNREACHABLE
+from rigkit.remote.tunnel import TunnelError
 from status_sandbox import IMAGE_1
 
 
@@ -27,9 +27,9 @@ def test_an_unreachable_rig_is_reported_and_fails_the_run():
 
 
 def fake_inventory(monkeypatch, hosts):
-    import rigkit.inventory
+    import rigkit.fleet.inventory
 
-    monkeypatch.setattr(rigkit.inventory, "load_inventory", lambda inventory: hosts)
+    monkeypatch.setattr(rigkit.fleet.inventory, "load_inventory", lambda inventory: hosts)
 
 
 HOST = {"ssh_hostname": "127.0.0.1", "ssh_password": "lab", "serving_profile": "cpu-lab",

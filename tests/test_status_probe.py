@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import subprocess
 
-from rigkit.status_probe import SECTION_MARK, _file_section, decoded_file, parse_nvidia, parse_sections
+from rigkit.status.probe import SECTION_MARK, _file_section, decoded_file, parse_nvidia, parse_sections
 from status_sandbox import NVIDIA_SMI
 
 

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from rigkit.status_drift import Drift
-from rigkit.status_report import TABLE_WIDTH, format_report
-from rigkit.status_rig import RigStatus
+from rigkit.status.drift import Drift
+from rigkit.status.report import TABLE_WIDTH, format_report
+from rigkit.status.rig import RigStatus
 from status_sandbox import IMAGE_1
 
 

@@ -7,9 +7,9 @@ import pytest
 FIXTURES_DIR = Path(__file__).resolve().parent / "fixtures"
 from dataclasses import replace
 
-from rigkit.metrics import (LMCACHE_LOOKUP_HITS, LMCACHE_LOOKUP_HITS_L1, LMCACHE_LOOKUP_HITS_L2,
+from rigkit.validation.metrics import (LMCACHE_LOOKUP_HITS, LMCACHE_LOOKUP_HITS_L1, LMCACHE_LOOKUP_HITS_L2,
                             LMCACHE_LOOKUP_REQUESTED, Delta, delta, parse)
-from rigkit.tiers import BY_COUNTERS, INFERRED, Tier, label
+from rigkit.validation.tiers import BY_COUNTERS, INFERRED, Tier, label
 
 METRICS = FIXTURES_DIR / "metrics"
 
@@ -68,7 +68,7 @@ def test_the_proof_carries_the_numbers():
 
 
 def test_fillers_push_more_than_the_pool_through_it():
-    from rigkit.validation import FILLER_OVERSHOOT, filler_plan
+    from rigkit.validation.procedure import FILLER_OVERSHOOT, filler_plan
 
     # the lab pool: 72 blocks x 128 tokens, 3,500-token sessions, 8,192 max-model-len
     size, count = filler_plan(72 * 128, 8192, 3500, 16)

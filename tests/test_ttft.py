@@ -5,8 +5,8 @@ The probe that times TTFT on the rig is in tests/test_ttft_probe.py.
 
 import pytest
 
-from rigkit.metrics import Delta
-from rigkit.ttft import crosscheck_ttft
+from rigkit.validation.metrics import Delta
+from rigkit.validation.ttft import crosscheck_ttft
 
 
 def _window(ttft_sum, ttft_count):

@@ -1,4 +1,4 @@
-"""rigkit.tunnel: which binds need a tunnel, the direct address, the tunnel against a real SSH server
+"""rigkit.remote.tunnel: which binds need a tunnel, the direct address, the tunnel against a real SSH server
 (tests/ssh_rig.py), URLs for every bind address, a connection whose SSH transport died."""
 
 import socket
@@ -8,7 +8,7 @@ import paramiko
 import pytest
 import requests
 
-from rigkit import tunnel
+from rigkit.remote import tunnel
 from ssh_rig import api_on_loopback, ssh_rig  # noqa: F401 (fixtures)
 
 

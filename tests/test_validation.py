@@ -1,4 +1,4 @@
-"""rigkit.validation: validate_tiers driven by recorded /metrics: a real ServingClient against the fake
+"""rigkit.validation.procedure: validate_tiers driven by recorded /metrics: a real ServingClient against the fake
 OpenAI-compatible server of tests/fake_openai.py, whose /metrics answers, request by request, with the texts a
 real vLLM CPU server printed at each step of the tier procedure (tests/fixtures/metrics/steps.json), so each tier
 is judged as on a real rig.
@@ -12,13 +12,13 @@ from pathlib import Path
 import pytest
 
 from fake_openai import FakeOpenAI
-from rigkit.client import ServingClient
+from rigkit.remote.client import ServingClient
 from rigkit.errors import ConfigError
-from rigkit.tiers import Tier
-from rigkit.card.rig import render_rig_markdown
-from rigkit.defaults import REPLAY, VALIDATION_VARIABLES as VARIABLES
-from rigkit.validation import ValidationSettings, validate_tiers
-from rigkit.validation_card import to_card
+from rigkit.validation.tiers import Tier
+from rigkit.validation.card.rig import render_rig_markdown
+from rigkit.settings.defaults import REPLAY, VALIDATION_VARIABLES as VARIABLES
+from rigkit.validation.procedure import ValidationSettings, validate_tiers
+from rigkit.validation.card.assemble import to_card
 
 
 # --- validate_tiers on recorded /metrics ------------------------------------------------------------

@@ -1,13 +1,13 @@
-"""rigkit.validation_card: a recorded card read back as the validation data that replays its prompts.
+"""rigkit.validation.card.assemble: a recorded card read back as the validation data that replays its prompts.
 
 The card to_card assembles from a measured run is checked in tests/test_validation.py (validate_tiers on recorded
 /metrics) and tests/test_spec_decode.py.
 """
 
 from card_samples import make_card
-from rigkit.card.store import write_card
-from rigkit.validation import ValidationSettings
-from rigkit.validation_card import replay_data
+from rigkit.validation.card.store import write_card
+from rigkit.validation.procedure import ValidationSettings
+from rigkit.validation.card.assemble import replay_data
 
 
 def test_replay_repeats_the_recorded_prompts(tmp_path):

@@ -1,4 +1,4 @@
-"""The warm-shared tier (rigkit.tiers.label_shared, rigkit.warm_shared, rigkit.card.shared).
+"""The warm-shared tier (rigkit.validation.tiers.label_shared, rigkit.validation.warm_shared, rigkit.validation.card.shared).
 
 Labels are checked on the REAL capture of two vLLM engines on one H200 sharing an fs root
 (tests/fixtures/gpu-h200-vllm0.26/shared-fs-two-servers). The pair loop runs against tests/fake_openai.py servers
@@ -18,17 +18,17 @@ import pytest
 
 from card_samples import make_card
 from fake_openai import FakeOpenAI
-from rigkit.card import RigCard, TTFTClient, load_cards, render_run, write_card
-from rigkit.card.fleet import render_fleet_markdown
-from rigkit.card.rig import render_rig_markdown
-from rigkit.card.store import record_shared
-from rigkit.client import ServingClient
+from rigkit.validation.card import RigCard, TTFTClient, load_cards, render_run, write_card
+from rigkit.validation.card.fleet import render_fleet_markdown
+from rigkit.validation.card.rig import render_rig_markdown
+from rigkit.validation.card.store import record_shared
+from rigkit.remote.client import ServingClient
 from rigkit.errors import ConfigError
-from rigkit.metrics import Delta, delta, parse
-from rigkit.prompts import PromptSpec
-from rigkit.tiers import Tier, label, label_shared
-from rigkit.validation import ValidationSettings
-from rigkit.warm_shared import ask, ordered_pairs, pair_line, prefill, run_pairs, sharing_groups
+from rigkit.validation.metrics import Delta, delta, parse
+from rigkit.validation.prompts import PromptSpec
+from rigkit.validation.tiers import Tier, label, label_shared
+from rigkit.validation.procedure import ValidationSettings
+from rigkit.validation.warm_shared import ask, ordered_pairs, pair_line, prefill, run_pairs, sharing_groups
 
 SHARED_FS = Path(__file__).parent / "fixtures" / "gpu-h200-vllm0.26" / "shared-fs-two-servers"
 SETTINGS = ValidationSettings.from_data({"validate_sessions": 1, "validate_seed": 1234})

@@ -7,7 +7,7 @@ import shlex
 
 from pyinfra.api import FactBase
 
-from rigkit.render import STACK_LABEL
+from rigkit.serving.render import STACK_LABEL
 
 
 

@@ -12,11 +12,11 @@ from pyinfra.facts.server import Which
 from rigkit.facts.batch import FactSpec, facts_now
 from rigkit.facts.docker import ComposeCommand, DockerImagePresent, ManifestProbe
 from rigkit.facts.stack import StackContainers
-from rigkit.hostdata import Settings
+from rigkit.settings.hostdata import Settings
 from rigkit.operations import refusal_of, refuse
 from rigkit.preflight import HostFacts, check_engine, engine_preflight, refusals
-from rigkit.render import KNOBS_HASH_LABEL, STACK_NAME
-from rigkit.stack import COMPOSE_NOT_YET, RELEASE_HASH_FILE, l2_on_disk_command, record_hash_command, release_commands
+from rigkit.serving.render import KNOBS_HASH_LABEL, STACK_NAME
+from rigkit.serving.commands import COMPOSE_NOT_YET, RELEASE_HASH_FILE, l2_on_disk_command, record_hash_command, release_commands
 
 
 @operation()
@@ -57,7 +57,7 @@ def stack_release(image: str, knobs_hash: str, digest: str, url: str, timeout_s:
     yield from release_commands(compose or COMPOSE_NOT_YET, image, False, url, timeout_s)
 
 
-# The pull's step name (roles/serving.py): rigkit.fleet_outcome words a failed pull by what docker said of the registry.
+# The pull's step name (roles/serving.py): rigkit.fleet.outcome words a failed pull by what docker said of the registry.
 PULL_STEP = "Pull the image (the old stack keeps serving)"
 
 

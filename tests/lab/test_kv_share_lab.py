@@ -2,7 +2,7 @@
 the stand-in for a NAS export (kv_share_fstype none). One deploy of rig1 and rig2 with `--data kv_share=true`
 puts cpu-lab's ExampleConnector store there; what rig1's engine stores, rig2's container sees and its engine
 hits; smoke's seed check passed on both (the deploy verified them); a rig declaring another kv_hash_seed on the
-same store is refused before any host is touched; the warm-shared tier (rigkit/warm_shared.py): rig2 serves what
+same store is refused before any host is touched; the warm-shared tier (rigkit/validation/warm_shared.py): rig2 serves what
 rig1 prefilled by its own external hits, and with the store wiped between prefill and ask it is not warm. The rigs
 are deployed back to their own store at the end.
 """
@@ -18,19 +18,19 @@ import shlex
 from contextlib import ExitStack
 
 from rigkit.facts.docker import ComposeCommand
-from rigkit.inventory import load_inventory
-from rigkit.hostdata import rig_settings
-from rigkit.stack import in_stack
-from rigkit.tiers import Tier
-from rigkit.validation import ValidationSettings
-from rigkit.warm_shared import ask, prefill, prompt_specs, rig_client, validate_shared
+from rigkit.fleet.inventory import load_inventory
+from rigkit.settings.hostdata import rig_settings
+from rigkit.serving.commands import in_stack
+from rigkit.validation.tiers import Tier
+from rigkit.validation.procedure import ValidationSettings
+from rigkit.validation.warm_shared import ask, prefill, prompt_specs, rig_client, validate_shared
 
-from rigkit.client import ServingClient, measure
+from rigkit.remote.client import ServingClient, measure
 from rigkit.lab.rigs import KV_SHARE_DIR, KV_SHARE_IN_RIG
 from rigkit.paths import REPO_ROOT
-from rigkit.prompts import PromptSpec
-from rigkit.render import CONTAINER_NAME, L2_CONTAINER_PATH
-from rigkit.tunnel import serving_url
+from rigkit.validation.prompts import PromptSpec
+from rigkit.serving.render import CONTAINER_NAME, L2_CONTAINER_PATH
+from rigkit.remote.tunnel import serving_url
 
 pytestmark = [pytest.mark.lab]
 
@@ -120,7 +120,7 @@ def test_a_rig_with_another_hash_seed_on_the_store_is_refused_before_any_host_is
     assert "Connecting to hosts" not in result.stdout  # pyinfra never started
     assert {rig.name: rig_exec(rig, "cat /var/lib/rigkit/ledger.json").stdout for rig in rigs} == ledgers
 
-# The warm-shared tier (rigkit/warm_shared.py) on the same deploy: a second module would deploy rig1 and rig2 again.
+# The warm-shared tier (rigkit/validation/warm_shared.py) on the same deploy: a second module would deploy rig1 and rig2 again.
 WARM_RIGS = ("rig1", "rig2")
 SHARE_DATA = {"kv_share": True, "validate_sessions": 1}
 

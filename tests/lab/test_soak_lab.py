@@ -15,11 +15,11 @@ import statistics
 
 import pytest
 
-from rigkit.card import render_soak
-from rigkit.client import ServingClient, ServingError
-from rigkit.soak import CGROUP_PROBE, limits_from, memory_probe, plan_from, run_soak
-from rigkit.tunnel import open_tunnel
-from rigkit.validation import ValidationSettings
+from rigkit.validation.card import render_soak
+from rigkit.remote.client import ServingClient, ServingError
+from rigkit.validation.soak import CGROUP_PROBE, limits_from, memory_probe, plan_from, run_soak
+from rigkit.remote.tunnel import open_tunnel
+from rigkit.validation.procedure import ValidationSettings
 
 pytestmark = [pytest.mark.lab, pytest.mark.vllm]
 

@@ -21,18 +21,18 @@ from typing import Callable, Iterator, Optional
 
 import pytest
 
-from rigkit.card import render_run, write_card
-from rigkit.decode_ab import run_decode_ab
-from rigkit.hostdata import settings_for_host
+from rigkit.validation.card import render_run, write_card
+from rigkit.validation.decode_ab import run_decode_ab
+from rigkit.settings.hostdata import settings_for_host
 from rigkit.paths import RIG_STACK_DIR
-from rigkit.render import COMPOSE_PROJECT
-from rigkit.tunnel import Tunnel, open_tunnel
-from rigkit.client import ServingClient, ServingError, measure
-from rigkit.prompts import PromptSpec
-from rigkit.ttft import RigProbe, ttft_tolerance_s
-from rigkit.tiers import Tier, label
-from rigkit.validation import TierValidation, ValidationSettings, validate_tiers
-from rigkit.validation_card import to_card
+from rigkit.serving.render import COMPOSE_PROJECT
+from rigkit.remote.tunnel import Tunnel, open_tunnel
+from rigkit.remote.client import ServingClient, ServingError, measure
+from rigkit.validation.prompts import PromptSpec
+from rigkit.validation.ttft import RigProbe, ttft_tolerance_s
+from rigkit.validation.tiers import Tier, label
+from rigkit.validation.procedure import TierValidation, ValidationSettings, validate_tiers
+from rigkit.validation.card.assemble import to_card
 
 pytestmark = [pytest.mark.lab, pytest.mark.vllm]
 

@@ -64,7 +64,7 @@ from pyinfra.context import ctx_host, ctx_state
 
 import rigkit.operations
 from rigkit.errors import RigkitError
-from rigkit.hostdata import RigSettings, rig_settings
+from rigkit.settings.hostdata import RigSettings, rig_settings
 from roles import Run, deploy_rig
 from subjects import defined_by_subject
 from rigkit.facts.batch import FactBatch

@@ -1,0 +1,70 @@
+"""`rigkit demo`: the main job on the local lab, end to end.
+
+lab up -> `pyinfra inventory/lab.py deploy.py` (every role, smoke, ledger) -> `validate.py` on the
+first rig (cache tiers proven by vLLM's metrics, results card) -> a short summary per rig.
+"""
+
+from __future__ import annotations
+
+import argparse
+import subprocess
+import time
+
+from rigkit.serving.ledger import LEDGER_PATH, Ledger
+from rigkit.paths import REPO_ROOT
+from rigkit.fleet.pyinfra_args import pyinfra_executable
+
+LAB_INVENTORY = "inventory/lab.py"
+
+
+def run_pyinfra(*args: str) -> int:
+    """Run pyinfra in the repository with its output streamed (it shows each operation as it goes)."""
+    command = [pyinfra_executable(), "-y", *args]
+    print(f"[demo] $ {' '.join(command)}", flush=True)
+    return subprocess.call(command, cwd=REPO_ROOT)
+
+
+def rig_summary(rig, state) -> dict:
+    """Release and smoke verdict from the rig's own ledger, read over SSH as on a real fleet."""
+    from rigkit.remote.tunnel import connect_ssh
+
+    ssh = connect_ssh(state.ssh_data(rig), rig.name)
+    try:
+        _, stdout, _ = ssh.exec_command(f"cat {LEDGER_PATH} 2>/dev/null")
+        ledger = Ledger.from_json(stdout.read().decode())
+    finally:
+        ssh.close()
+    current = ledger.current
+    return {"rig": rig.name, "port": rig.serving_port,
+            "image": current.image.rsplit("@", 1)[-1][:19] if current else "-",
+            "smoke": (current.smoke or "-") if current else "-", "releases": len(ledger.releases)}
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--rigs", type=int, default=None, help="number of lab rigs (default: lab up's default)")
+    parser.add_argument("--no-validate", action="store_true", help="skip the cache-tier validation")
+
+
+def run(args: argparse.Namespace) -> int:
+    from rigkit.lab.cli import DEFAULT_RIGS, lab_up
+
+    started = time.monotonic()
+    state = lab_up(args.rigs or DEFAULT_RIGS)
+    deploy_status = run_pyinfra(LAB_INVENTORY, "deploy.py")
+    validate_status = None
+    if deploy_status == 0 and not args.no_validate:
+        validate_status = run_pyinfra(LAB_INVENTORY, "validate.py", "--limit", state.rigs[0].name)
+    print("\n== rigkit demo summary ==")
+    print(f"{'rig':<8}{'port':<7}{'image':<22}{'smoke':<7}releases")
+    for rig in state.rigs:
+        try:
+            row = rig_summary(rig, state)
+            print(f"{row['rig']:<8}{row['port']:<7}{row['image']:<22}{row['smoke']:<7}{row['releases']}")
+        except Exception as exc:  # one unreadable rig must not hide the others
+            print(f"{rig.name:<8}unreadable: {exc}")
+    print(f"deploy: {'ok' if deploy_status == 0 else f'FAILED (exit {deploy_status})'}")
+    if validate_status is not None:
+        print(f"validation: {'ok' if validate_status == 0 else f'FAILED (exit {validate_status})'}"
+              " (cards under results/)")
+    print(f"total {time.monotonic() - started:.0f} s; the lab stays up (`rigkit lab down` removes it)")
+    return deploy_status or (validate_status or 0)

@@ -42,7 +42,7 @@ from rigkit.settings.knobs import KNOBS_BY_NAME
 from rigkit.serving.ledger import DEPLOY_KIND, ROLLBACK_KIND, Release, Rendering
 from rigkit.operations import refusal_of, refuse, refusing_step
 from rigkit.operations.files import secret_file
-from rigkit.operations.stack import PULL_STEP, engine_checked, image_pulled, stack_release
+from rigkit.operations.serving import PULL_STEP, engine_checked, image_pulled, stack_release
 from rigkit.paths import RIG_LIB_DIR, RIG_STACK_DIR, RIG_STATE_DIR
 from rigkit.preflight import HostFacts, preflight, refusals
 from rigkit.serving.release import (Outcome, Refuse, judge_release, judge_rollback, never_ready, roll_back_or_refuse,

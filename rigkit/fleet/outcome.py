@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from typing import Iterable, Optional
 
 from rigkit.operations import REFUSED_PREFIX
-from rigkit.operations.stack import PULL_STEP
+from rigkit.operations.serving import PULL_STEP
 from rigkit.remote.registry import registry_failure
 
 REASON_CHARS = 1200  # a reason is kept whole up to this (under the table); the table's column is cut

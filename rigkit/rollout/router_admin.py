@@ -5,7 +5,7 @@
         with drained(admin, rig_worker_url(rig, hosts[rig]["data"]), in_flight):
             ...  # down/up the rig: the router sends it nothing meanwhile
 
-Measured with vllm-router 0.1.17 (tests/test_router_admin.py runs the real one): GET /list_workers ->
+Measured with vllm-router 0.1.17 (tests/rollout/test_router_admin.py runs the real one): GET /list_workers ->
 {"urls": [...]}; GET /workers -> {"workers": [{"url", "is_healthy", "load", ...}]}, where "load" counts the
 requests the router has in flight on a worker under cache_aware and power_of_two but stays 0 under
 round_robin, and a removed worker is no longer listed, so a drain waits on the rig's own gauges

@@ -1,6 +1,6 @@
 """The serving stack on a rig: where its files live and the commands that release it.
 
-Pure: paths and command text only; rigkit.operations.stack and rigkit.serving.release_steps run them, roles/serving.py
+Pure: paths and command text only; rigkit.operations.serving and rigkit.serving.release_steps run them, roles/serving.py
 sequences them.
 """
 

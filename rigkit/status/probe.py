@@ -14,7 +14,7 @@ from typing import Any, Optional
 
 from rigkit.facts import split_exit
 from rigkit.facts.docker import DockerEngine
-from rigkit.facts.stack import StackContainers
+from rigkit.facts.serving import StackContainers
 from rigkit.settings.hostdata import Settings
 from rigkit.serving.ledger import LEDGER_PATH
 from rigkit.nvidia_smi import SUMMARY_COMMAND, parse_cuda_version, parse_driver_version

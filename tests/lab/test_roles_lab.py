@@ -3,7 +3,7 @@
 Each role runs alone through the pyinfra CLI with a one-rig inventory written here (the lab's SSH
 data plus the role data the lab's group data declares), so a test neither depends on nor disturbs
 the serving image or the other rigs. GPU roles cannot run here (no GPU): their behaviour is covered
-by the operation tests in tests/roles/.
+by the role and operation tests in tests/roles/ and tests/operations/.
 """
 
 from __future__ import annotations

@@ -229,7 +229,7 @@ def test_decode_a_a_is_no_penalty(live_client, settings):
 
 def test_every_token_event_of_a_real_stream_is_counted(live_client):
     """Token events with empty text (partial UTF-8) still count. The timing side is a unit test
-    (tests/test_client.py, a server with known gaps): here the stream's tail after the last token
+    (tests/remote/test_client.py, a server with known gaps): here the stream's tail after the last token
     (usage chunk, [DONE], the tunnel) varies by tens of ms on a busy machine."""
     client = live_client
     prompt = client.build_prompt(PromptSpec("narrative", 256, seed=11))

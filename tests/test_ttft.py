@@ -47,5 +47,7 @@ def test_a_client_figure_far_below_the_histogram_disagrees():
     assert not low.within and low.difference_s == pytest.approx(-0.190)
     assert not ttft_agrees(0.010, 0.200) and not ttft_agrees(0.032 - 0.006, 0.032)  # below the 5 ms floor too
     assert ttft_agrees(0.032 - 0.004, 0.032) and ttft_agrees(0.955, 1.0)  # within both, from below
+    # exactly the tolerance off, either side, agrees (0.01 - 0.005 is exact in binary)
+    assert ttft_agrees(0.010, 0.005) and ttft_agrees(0.0, 0.005)
     # an API overhead larger than the client figure leaves it below the histogram: not within either
     assert not crosscheck_ttft(0.040, _window(0.038, 1), api_overhead_s=0.030).within

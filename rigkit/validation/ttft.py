@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 import shlex
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Optional
 
@@ -57,9 +57,9 @@ def ttft_agrees(client_s: float, server_s: float) -> bool:
 def crosscheck_ttft(client_ttft_s: float, window: metrics.Delta, api_overhead_s: Optional[float] = None) -> TTFTCheck:
     """Compare a client-side TTFT, less the request's measured API overhead when known, with vLLM's own
     histogram delta over the same single request."""
-    check = TTFTCheck(client_ttft_s, window.server_ttft_mean, window.ttft_count, False, api_overhead_s)
-    within = check.server_s is not None and window.ttft_count == 1 and ttft_agrees(check.compared_s, check.server_s)
-    return replace(check, within=within)
+    server_s, compared_s = window.server_ttft_mean, less_api_overhead(client_ttft_s, api_overhead_s)
+    within = server_s is not None and window.ttft_count == 1 and ttft_agrees(compared_s, server_s)
+    return TTFTCheck(client_ttft_s, server_s, window.ttft_count, within, api_overhead_s)
 
 
 # Where a client that streams from the controller itself sits: behind the tunnel or the LAN.

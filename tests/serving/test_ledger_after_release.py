@@ -168,3 +168,21 @@ def test_a_release_that_never_becomes_ready_is_failed_and_rolled_back(rig, monke
     assert fake.commands.index(f"<upload {RIG_STACK_DIR}/compose.yml>") < fake.commands.index(released[0])
     assert fake.commands[-2:] == [f"<upload {LEDGER_PATH}>", f"echo {verified.hash} > {RELEASE_HASH_FILE}"]
     assert not any(broken.hash in c for c in fake.commands)  # the failed rendering is neither stored nor recorded
+
+
+def test_a_settings_only_release_that_fails_is_rolled_back_to_the_previous_rendering_of_its_image(rig, monkeypatch):
+    # same image, same served name, only max_model_len changed: the rollback target is chosen by release, not by
+    # image (issue 29)
+    verified = rendering(IMAGE_1, "tiny-a")
+    failing = rendering_for(settings_for_host({**DATA, "served_model_name": "tiny-a", "max_model_len": 4096}))
+    fake = rig({LEDGER_PATH: verified_ledger(verified), **stored(verified)}, {})
+    monkeypatch.setattr(serving, "smoke", lambda r, data: SmokeReport(
+        [SmokeCheck("fake", r.hash == verified.hash, "faked: needs a serving stack")]))
+    with pytest.raises(PreflightError, match=f"rolled back to {re.escape(IMAGE_1)} \\(serving again\\)"):
+        call(failing)
+    assert fake.files[f"{RIG_STACK_DIR}/compose.yml"] == verified.compose
+    assert fake.files[f"{RIG_STACK_DIR}/.env"] == verified.env
+    failed, rolled_back = fake.ledger().releases[-2:]
+    assert (failed.image, failed.rendering, failed.smoke) == (IMAGE_1, failing.hash, "fail")
+    assert (rolled_back.kind, rolled_back.rendering, rolled_back.smoke) == ("rollback", verified.hash, SMOKE_PASS)
+    assert fake.commands[-1] == f"echo {verified.hash} > {RELEASE_HASH_FILE}"

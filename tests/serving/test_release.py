@@ -166,3 +166,30 @@ def test_a_rollback_whose_smoke_fails_is_recorded_and_serving_but_not_stored_as_
     assert kinds(after.steps) == ["WriteLedger", "RecordHash", "Refuse"]
     assert after.ledger.current.smoke == SMOKE_FAIL
     assert after.ledger.current.note == "automatic: deploy failed; smoke FAIL: models: tiny not listed"
+
+
+# A release that changes only settings on the same image: the rollback goes to the previous rendering of that
+# image, chosen by release (rendering), never by image (issue 29: no other test of a failed release keeps the image).
+SETTINGS_ONLY = {"max-model-len": {"max_model_len": 4096},
+                 "extra-engine-args": {"extra_engine_args": ["--enable-chunked-prefill"]}}
+
+
+@pytest.mark.parametrize("earlier", [(), (IMAGE_2,)], ids=["only-this-image", "an-older-image-before-it"])
+@pytest.mark.parametrize("settings", SETTINGS_ONLY.values(), ids=SETTINGS_ONLY.keys())
+def test_a_settings_only_release_that_fails_is_rolled_back_to_the_previous_rendering_of_its_image(settings, earlier):
+    previous = rendering(IMAGE_1, "tiny")
+    changed = rendering_for(settings_for_host({**DATA, "served_model_name": "tiny", **settings}))
+    assert changed.image == previous.image == IMAGE_1 and changed.hash != previous.hash
+    plan = judge_release(verified(*[rendering(image, "tiny-old") for image in earlier], previous), changed, "deploy",
+                         "", SMOKE_FAILED, keep_images=1)
+    target = rollback_target(plan, auto_rollback=True)
+    # by image, this is None (refused: "no known-good release other than this one") or the older image
+    assert target is not None and (target.image, target.rendering) == (IMAGE_1, previous.hash)
+    restored = restore(target, (previous.compose, previous.env), todays=changed)
+    decision = roll_back_or_refuse(plan.failed, "deploy", True, target, restored)
+    assert decision == RollBack(target, previous, f"automatic: deploy of {IMAGE_1} failed; "
+                                                  f"restored the verified rendering {previous.hash[:12]}")
+    after = judge_rollback(plan.ledger, plan.failed, "deploy", decision, PASSED)
+    assert [(r.image, r.rendering, r.smoke) for r in after.ledger.releases[-3:]] == [
+        (IMAGE_1, previous.hash, SMOKE_PASS), (IMAGE_1, changed.hash, SMOKE_FAIL), (IMAGE_1, previous.hash, SMOKE_PASS)]
+    assert after.steps[-2] == RecordHash(previous.hash)

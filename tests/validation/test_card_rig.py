@@ -146,6 +146,15 @@ def test_client_ttft_off_the_histogram_warns_naming_the_transport_and_keeps_the_
     assert card.passed and "**Verdict: PASS**" in md  # the labels come from counters: timing warns, never fails
 
 
+def test_client_ttft_far_below_the_histogram_warns_too():
+    # 10 ms on the client against ~95 ms in the histogram: a broken measurement, warned as one above it is
+    card = _with_ttft_pairs(make_card(), "rig1's loopback (test)", warm_gpu_client_s=[0.010, 0.096, 0.094])
+    md = render_rig_markdown(card)
+    assert ("- ⚠ warm-gpu: client TTFT outside max(5 %, 5 ms) of the server histogram on 1 of 3 requests (worst: "
+            "client 10 ms, server 95 ms, -85 ms), measured on rig1's loopback (test)") in md
+    assert "11/12 requests" in md
+
+
 def test_the_card_states_the_api_overhead_it_took_off_and_warns_on_the_figure_it_compared():
     from rigkit.validation.card.schema import TTFTPair
 

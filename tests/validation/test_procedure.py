@@ -14,11 +14,11 @@ import pytest
 from fake_openai import FakeOpenAI
 from rigkit.remote.client import ServingClient
 from rigkit.errors import ConfigError
-from rigkit.validation.tiers import Tier
-from rigkit.validation.card.rig import render_rig_markdown
-from rigkit.settings.defaults import REPLAY, VALIDATION_VARIABLES as VARIABLES
-from rigkit.validation.procedure import ValidationSettings, validate_tiers
-from rigkit.validation.card.assemble import to_card
+from rigkit.tiers import Tier
+from rigkit.card.rig import render_rig_markdown
+from rigkit.defaults import REPLAY, VALIDATION_VARIABLES as VARIABLES
+from rigkit.validation import ValidationSettings, compare_greedy, validate_tiers
+from rigkit.validation_card import to_card
 
 
 # --- validate_tiers on recorded /metrics ------------------------------------------------------------
@@ -155,6 +155,13 @@ def test_a_warm_tier_proven_by_its_counters_but_answering_otherwise_is_served_bu
             "1 of 1 sessions differs from the cold run's") in md
     assert "warm-gpu 1/1 same, warm-connector 1/1 same, warm-persistent 0/1 same" in md
     assert "cold ' w0 w1 w2" in md and "warm-persistent ' garbled0 garbled1" in md
+
+
+@pytest.mark.parametrize("warm_text", [" w0 w1", " w0 w1 w2 w3", ""], ids=["shorter", "longer", "empty"])
+def test_a_warm_reply_of_another_length_is_not_the_same_greedy_output(warm_text):
+    # issue 29: a truncated, longer or empty warm reply is served-but-wrong, never "same output"
+    assert not compare_greedy("0123456789abcdef", " w0 w1 w2", warm_text).same
+    assert compare_greedy("0123456789abcdef", " w0 w1 w2", " w0 w1 w2").same
 
 
 def test_the_card_names_where_the_client_ttft_was_measured(recorded):

@@ -5,8 +5,8 @@ The probe that times TTFT on the rig is in tests/validation/test_ttft_probe.py.
 
 import pytest
 
-from rigkit.validation.metrics import Delta
-from rigkit.validation.ttft import crosscheck_ttft
+from rigkit.metrics import Delta
+from rigkit.ttft import crosscheck_ttft, ttft_agrees
 
 
 def _window(ttft_sum, ttft_count):
@@ -38,3 +38,16 @@ def test_the_measured_api_overhead_is_taken_off_the_client_figure_before_the_com
     assert less_overhead.difference_s == pytest.approx(0.001) and less_overhead.client_s == 0.044
     # an overhead that explains nothing does not hide a real gap
     assert not crosscheck_ttft(0.083, _window(0.038, 1), api_overhead_s=0.010).within
+
+
+def test_a_client_figure_far_below_the_histogram_disagrees():
+    # a client TTFT of 10 ms against 200 ms in vLLM's histogram: the measurement is broken, however small the
+    # figure looks (issue 29: without abs() this counted as within tolerance)
+    low = crosscheck_ttft(0.010, _window(0.200, 1))
+    assert not low.within and low.difference_s == pytest.approx(-0.190)
+    assert not ttft_agrees(0.010, 0.200) and not ttft_agrees(0.032 - 0.006, 0.032)  # below the 5 ms floor too
+    assert ttft_agrees(0.032 - 0.004, 0.032) and ttft_agrees(0.955, 1.0)  # within both, from below
+    # exactly the tolerance off, either side, agrees (0.01 - 0.005 is exact in binary)
+    assert ttft_agrees(0.010, 0.005) and ttft_agrees(0.0, 0.005)
+    # an API overhead larger than the client figure leaves it below the histogram: not within either
+    assert not crosscheck_ttft(0.040, _window(0.038, 1), api_overhead_s=0.030).within

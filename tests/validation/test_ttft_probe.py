@@ -3,6 +3,7 @@ shell (the probe is standard library only), against the fake OpenAI-compatible s
 
 from __future__ import annotations
 
+import json
 import subprocess
 import time
 from typing import Optional
@@ -116,3 +117,22 @@ def test_the_overhead_is_the_median_of_its_samples_so_one_stray_sample_does_not_
     server.on_refused = lambda body: time.sleep(next(delays))
     measured = api_overhead(f"{server.url}/v1/completions", {"prompt": "hi"}, API_OVERHEAD_MODEL, 10, samples=3)
     assert 0.05 <= measured["overhead_s"] < 0.3 and max(measured["overhead_samples_s"]) >= 0.4
+
+
+def test_the_probe_request_and_a_probe_that_printed_nothing_read_as_the_rig_answered():
+    sent = []
+
+    def rig(answer: Optional[str]):
+        def run(command: str, stdin: str) -> Optional[str]:
+            sent.append(json.loads(stdin))
+            return answer
+        return RigProbe(run=run, base_url="http://127.0.0.1:8101/", transport="test")
+
+    answered = rig('progress\n{"ttft_s": 0.03, "total_s": 0.1}\n').stream("/v1/completions", {"n": 1}, 2.0, 30.0, "m")
+    assert answered == {"ttft_s": 0.03, "total_s": 0.1}
+    assert sent[-1] == {"url": "http://127.0.0.1:8101/v1/completions", "body": {"n": 1}, "connect_timeout_s": 2.0,
+                        "timeout_s": 30.0, "overhead_model": "m"}
+    for printed, shown in [(None, "''"), ("", "''"), ("Traceback: no module json\n", "'Traceback: no module json'")]:
+        assert rig(printed).stream("/v1/completions", {}, 2.0, 30.0) == {
+            "error": f"the TTFT probe on the rig printed no result ({shown}): check that the rig has python3",
+            "total_s": 0.0}

@@ -3,7 +3,7 @@ each mutant, only the tests that call the function it changed. A mutant no test 
 let through, or an equivalent change: docs/mutation.md explains each known survivor.
 
     .venv/bin/python bench/mutation.py                     # every module below (~20 min on 2 cores)
-    .venv/bin/python bench/mutation.py rigkit/ttft.py      # some of them
+    .venv/bin/python bench/mutation.py rigkit/validation/ttft.py      # some of them
     .venv/bin/python bench/mutation.py --all-tests         # select from the whole non-lab suite (slower)
     .venv/bin/python bench/mutation.py --show              # also print each survivor's diff
 
@@ -29,17 +29,17 @@ from pathlib import Path
 
 # The modules that decide (paths from the repository root; rigkit is being split into packages: update here).
 MODULES = [
-    "rigkit/release.py",  # release state: record, verify, roll back or refuse
-    "rigkit/ledger.py",  # release state: last known good, rollback target, pruning
-    "rigkit/rollout_state.py",  # release state of each rig in a rollout
-    "rigkit/tiers.py",  # tiers: a request's tier from counter deltas
-    "rigkit/rollout_proof.py",  # proofs: a canary's cache proof verdict
-    "rigkit/ttft.py",  # TTFT cross-check against the server histogram
-    "rigkit/rollout_plan.py",  # rollout planning: canaries, batches
-    "rigkit/rollout_stage.py",  # rollout halting: which rigs halt a stage, what rolls back
-    "rigkit/status_drift.py",  # status drift
-    "rigkit/knobs.py",  # knobs and redaction of secrets
-    "rigkit/variables.py",  # input types and variables
+    "rigkit/serving/release.py",  # release state: record, verify, roll back or refuse
+    "rigkit/serving/ledger.py",  # release state: last known good, rollback target, pruning
+    "rigkit/rollout/state.py",  # release state of each rig in a rollout
+    "rigkit/validation/tiers.py",  # tiers: a request's tier from counter deltas
+    "rigkit/rollout/proof.py",  # proofs: a canary's cache proof verdict
+    "rigkit/validation/ttft.py",  # TTFT cross-check against the server histogram
+    "rigkit/rollout/plan.py",  # rollout planning: canaries, batches
+    "rigkit/rollout/stage.py",  # rollout halting: which rigs halt a stage, what rolls back
+    "rigkit/status/drift.py",  # status drift
+    "rigkit/settings/knobs.py",  # knobs and redaction of secrets
+    "rigkit/settings/variables.py",  # input types and variables
     "rigkit/preflight.py",  # preflight gates
 ]
 # Tests that exercise a module without naming it (the selection is every test file that names one, plus these).
@@ -55,7 +55,7 @@ WORK_DIR = REPO_ROOT / ".mutation"
 EXPLAINED = REPO_ROOT / "docs" / "mutation.md"
 # Never copied into the work directory.
 LEFT_OUT = {".git", ".venv", ".mutation", "results", "rollouts", "build"}
-# a line of `mutmut results`: '    rigkit.ttft.x_ttft_agrees__mutmut_3: survived' (methods: xǁClassǁmethod)
+# a line of `mutmut results`: '    rigkit.validation.ttft.x_ttft_agrees__mutmut_3: survived' (methods: xǁClassǁmethod)
 RESULT_LINE = re.compile(r"^\s+(?P<name>[\w.]+__mutmut_\d+): (?P<status>[\w ]+)$")
 
 

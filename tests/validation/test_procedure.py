@@ -14,11 +14,11 @@ import pytest
 from fake_openai import FakeOpenAI
 from rigkit.remote.client import ServingClient
 from rigkit.errors import ConfigError
-from rigkit.tiers import Tier
-from rigkit.card.rig import render_rig_markdown
-from rigkit.defaults import REPLAY, VALIDATION_VARIABLES as VARIABLES
-from rigkit.validation import ValidationSettings, compare_greedy, validate_tiers
-from rigkit.validation_card import to_card
+from rigkit.validation.tiers import Tier
+from rigkit.validation.card.rig import render_rig_markdown
+from rigkit.settings.defaults import REPLAY, VALIDATION_VARIABLES as VARIABLES
+from rigkit.validation.procedure import ValidationSettings, compare_greedy, validate_tiers
+from rigkit.validation.card.assemble import to_card
 
 
 # --- validate_tiers on recorded /metrics ------------------------------------------------------------

@@ -5,8 +5,8 @@ The probe that times TTFT on the rig is in tests/validation/test_ttft_probe.py.
 
 import pytest
 
-from rigkit.metrics import Delta
-from rigkit.ttft import crosscheck_ttft, ttft_agrees
+from rigkit.validation.metrics import Delta
+from rigkit.validation.ttft import crosscheck_ttft, ttft_agrees
 
 
 def _window(ttft_sum, ttft_count):

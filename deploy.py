@@ -12,7 +12,8 @@ checked over the whole inventory, here and by `rigkit deploy` before it starts p
 
 A host of the inventory group ROUTER_GROUP ("routers") is a gateway: it gets the router role only, and the
 router's workers are every other host of the inventory (the rigs, also those a --limit leaves out: the router
-routes to the whole fleet). Its settings and every rig's are validated here too.
+routes to the whole fleet). Its settings and every rig's are validated here too. The controller itself (@local) as
+a gateway is refused unless its data says router_on_controller: true (rigkit.router.refuse_router_on_controller).
 
 With a rollout set in the data (rollout_canary / rollout_batch), only `rigkit deploy` batches: a plain
 pyinfra run would upgrade every rig at once, so it is refused (rigkit.rollout.plan.refuse_unbatched).
@@ -31,7 +32,7 @@ from rigkit.kv_share import check_inventory
 from rigkit.operations.router import rigs_before_router
 from rigkit.rollout.plan import refuse_unbatched
 from rigkit.fleet.inventory import inventory_rigs
-from rigkit.router import is_gateway, rig_address, workers
+from rigkit.router import is_gateway, refuse_router_on_controller, rig_address, workers
 from roles import Run, deploy_rig
 from roles.kv_store import kv_store
 from roles.router import router
@@ -45,6 +46,7 @@ if KV_STORE_GROUP in host.groups:  # the fleet's KV store: no serving stack, the
                                for name, (data, knobs) in rigs.items()})
 elif gateway:  # every rig's data validated here too: a bad value stops the run before any host is touched
     settings = rig_settings(host.data.dict(), needs_stack=False)
+    refuse_router_on_controller(host.name, settings.router)
     refuse_unbatched(settings.rollout, os.environ)
     router_workers = workers(inventory_rigs(host.inventory))
 else:

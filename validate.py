@@ -33,8 +33,9 @@ from pyinfra.operations import python
 
 from rigkit.validation.abstats import ARM_OFF, ARM_ON
 from rigkit.validation.card import RESULTS_DIR, fmt_l2, new_run_id, render_run, write_card
+from rigkit.validation.card.glance import glance_lines
 from rigkit.validation.card.replay import summary_lines
-from rigkit.validation.card.store import keep_recorded, replay_comparison
+from rigkit.validation.card.store import RUN_ID_ENV, keep_recorded, replay_comparison
 from rigkit.validation.decode_ab import run_decode_ab
 from rigkit.remote.client import ServingClient
 from rigkit.errors import ConfigError
@@ -52,7 +53,7 @@ from rigkit.settings.profiles import ab_pair, load_profiles
 from rigkit.validation.procedure import ValidationSettings, validate_tiers
 from rigkit.validation.card.assemble import replay_data, to_card
 
-RUN_ID = os.environ.setdefault("RIGKIT_RUN_ID", new_run_id())
+RUN_ID = os.environ.setdefault(RUN_ID_ENV, new_run_id())
 
 
 def _shell(command: str) -> Optional[str]:
@@ -73,15 +74,6 @@ def _rig_probe(knobs) -> Optional[RigProbe]:
         print(f"{host.name}: no python3 on the rig: client TTFT is measured on the controller, through the tunnel")
         return None
     return RigProbe.on(host.name, _run_with_stdin, knobs["bind_address"], knobs["serving_port"])
-
-
-def _print_greedy(result) -> None:
-    """Each warm tier's greedy outputs against the cold run's (the served-but-wrong check), per session."""
-    for tier in result.tiers[1:]:
-        for check in tier.result().greedy:
-            verdict = "same as cold" if check.same else f"DIFFERS from cold at character {check.first_difference}"
-            print(f"{host.name}: greedy {tier.expected.value} session {check.session}: {verdict}: "
-                  f"cold {check.cold_text!r} / {tier.expected.value} {check.text!r}")
 
 
 def _restart_stack(compose: str) -> None:
@@ -192,7 +184,6 @@ def _validate() -> None:
             soak = run_soak(client, plan_from(settings), limits_from(settings), lambda: probe.read(_shell),
                             probe.source, seed=settings.seed, prompt_kind=settings.prompt_kind,
                             prefill_tokens_per_s=result.prefill_tokens_per_s)
-        _print_greedy(result)
         decode_ab = _decode_ab(data, stack, compose, url, settings, probe) if settings.decode_ab else None
     repro = {"profile": stack.profile.name, "image_digest": stack.image,
              "knobs": {k: v for k, v in knobs.items() if k not in SECRET_KNOBS}, **rig_facts(l2_path)}
@@ -204,7 +195,7 @@ def _validate() -> None:
     if replayed is not None:  # the replay's fleet card sets the recorded rigs beside this run's
         keep_recorded(run_dir, replayed)
     render_run(run_dir)
-    print(f"{host.name}: {'PASS' if card.passed else 'FAIL'} -> {run_dir / (host.name + '.md')}")
+    print("\n".join(glance_lines(card, run_dir / f"{host.name}.md")))  # the greedy texts are on the card
     comparison = replay_comparison(run_dir) if replayed is not None else None
     if comparison:
         print("\n".join(summary_lines(comparison)) + f"\n  -> {run_dir / 'fleet.md'}")

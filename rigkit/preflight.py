@@ -27,6 +27,9 @@ from rigkit.settings.sizing import GB, GIB
 from rigkit.survey import RigState
 
 L2_FREE_WARN_GB = 50  # below this the L2 tier holds only a few long sessions
+# ... unless the declared budget is that small on purpose (the lab's 0.5 GB on a 2 GB disk): then free space under
+# this many budgets is the warning (a disk that also holds other files can push the store past its floor)
+L2_FREE_BUDGETS_WARN = 2
 # vLLM's engine message queue lives in /dev/shm (160 MiB measured on the CPU build; it died at 64 MiB free)
 ENGINE_SHM_MIN_MB = 256
 
@@ -160,8 +163,10 @@ def check_l2(settings: Settings, free_bytes: Optional[int]) -> list[Finding]:
     if free < budget:
         return [Finding("refuse", "l2", "l2_budget_gb", budget, f"{path} has {free:g} GB free < L2 budget {budget:g} GB",
                         f"free space on {path} or set l2_budget_gb to at most {free:g}", forceable=True)]
-    if free < L2_FREE_WARN_GB:
-        return [Finding("warn", "l2", "l2_path", path, f"{path} has only {free:g} GB free (< {L2_FREE_WARN_GB} GB)",
+    warn_below = min(L2_FREE_WARN_GB, L2_FREE_BUDGETS_WARN * budget)
+    if free < warn_below:
+        return [Finding("warn", "l2", "l2_path", path, f"{path} has only {free:g} GB free (< {warn_below:g} GB: "
+                        f"{L2_FREE_WARN_GB} GB, or {L2_FREE_BUDGETS_WARN} x l2_budget_gb when that is less)",
                         "use a larger disk for the L2 tier")]
     return [Finding("ok", "l2", "l2_path", path, f"{path} has {free:g} GB free >= budget {budget:g} GB")]
 

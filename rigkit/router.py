@@ -79,6 +79,22 @@ def rig_address(name: str, data: Mapping[str, Any], bind_address: str) -> str:
     return ssh_address(name, data)
 
 
+# pyinfra's name for the controller itself
+CONTROLLER_HOST = "@local"
+
+
+def refuse_router_on_controller(name: str, router: Mapping[str, Any]) -> None:
+    """The router role on the controller installs vllm-router, a systemd unit and files under /etc and /usr/local on
+    the machine running rigkit: refused unless its data says so in so many words (router_on_controller)."""
+    if name == CONTROLLER_HOST and not router["router_on_controller"]:
+        raise ConfigError("router_on_controller", router["router_on_controller"],
+                          f"{CONTROLLER_HOST} is the controller itself: the router role would install vllm-router, "
+                          "its systemd unit and files under /etc and /usr/local on this machine",
+                          f"name the gateway by its SSH address, leave {CONTROLLER_HOST} out of this run (--limit the "
+                          f"rigs; a router you run yourself there is still drained through), or set "
+                          f"router_on_controller: true in {CONTROLLER_HOST}'s data")
+
+
 def worker_address(name: str, data: Mapping[str, Any], bind_address: str) -> str:
     """Where the gateway reaches rig ``name``'s API: its ``rig_address``. A rig bound to its own loopback is
     reachable only from its own network namespace: that is fine when its SSH address is a loopback address too

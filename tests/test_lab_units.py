@@ -593,3 +593,20 @@ def test_remove_tree_never_crosses_into_a_mount_and_names_it(tmp_path):
         assert not (tree / "state.json").exists()
     finally:
         subprocess.run(["umount", str(mounted)], check=True)
+
+
+def _lab_rig(index: int, netns: bool) -> RigState:
+    name = rigs.rig_name(index)
+    return RigState(name=name, container=rigs.container_name(name), ssh_host="127.0.0.1", ssh_port=2200 + index,
+                    serving_port=8100 + index, nvme_path="", loop_device="", loop_image="", docker_dir="", netns=netns)
+
+
+@pytest.mark.parametrize("existing, count, netns_count, unmet", [
+    ([(1, False), (2, False), (3, False)], 3, 1, ["rig3"]),  # the lab up on host networking: rig3 cannot be converted
+    ([(1, False), (2, False), (3, True)], 3, 1, []),  # the lab tests' shape
+    ([(1, False), (2, False)], 3, 1, []),  # rig3 not made yet: lab up makes it in its own netns
+    ([(1, False), (2, False), (3, True)], 3, 0, []),  # a netns rig beyond what is asked is no refusal
+    ([(1, False), (2, False), (3, False)], 3, 2, ["rig2", "rig3"]),
+])
+def test_a_lab_of_the_wrong_shape_is_named_before_any_rig_changes(existing, count, netns_count, unmet):
+    assert rigs.unconvertible([_lab_rig(i, netns) for i, netns in existing], count, netns_count) == unmet

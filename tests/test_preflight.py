@@ -125,6 +125,16 @@ def test_l2_free_space_warns_then_refuses():
     assert skipped.level == "ok"
 
 
+def test_a_budget_declared_small_on_purpose_warns_only_below_twice_itself():
+    """The lab's cpu-lab: l2_budget_gb 0.5 on a 2 GB loop disk (1.9 GB free) said "only 1.9 GB free (< 50 GB)" on
+    every deploy; the budget is what bounds the tier, so the warning's floor is twice it when that is below 50 GB."""
+    data = {**CPU_LAB, "l2_budget_gb": 0.5}
+    (ok,) = by_check(run(data, l2_free_bytes=int(1.9 * GB)), "l2")
+    assert ok.level == "ok", ok.message
+    (warn,) = by_check(run(data, l2_free_bytes=int(0.9 * GB)), "l2")
+    assert warn.level == "warn" and "(< 1 GB: 50 GB, or 2 x l2_budget_gb when that is less)" in warn.message
+
+
 def test_the_rig_shm_below_l1_warns_the_container_has_no_shm_of_its_own():
     (shm,) = by_check(run(LMCACHE, host_shm_bytes=32 * 2**30), "host-shm")  # L1 60 GB, ipc: host
     assert shm.level == "warn" and shm.field == "/dev/shm" and "size >= 60G" in shm.fix

@@ -6,6 +6,11 @@
     rigkit deploy inventory/lab.py --canary 1 --batch 2   # a rollout (rigkit.rollout.run): canaries, then batches
     rigkit deploy inventory/lab.py --deploy rollback.py --batch 1   # a rolling rollback (rigkit.rollout.rollback)
     rigkit deploy inventory/lab.py --dry                    # what each rig would change; nothing changes
+    rigkit deploy inventory/fleet.py --all-at-once          # behind a router too: every rig in one run, not drained
+
+On an inventory with a router (group routers), `rigkit deploy` without --canary/--batch goes one rig at a time, each
+drained from the router first (rigkit.rollout.drain.routed_default); --all-at-once, or --batch 0, runs every rig at
+once. The router role is refused on the controller (@local) unless its data says router_on_controller: true.
 
 Before pyinfra starts, every targeted host's connection data is checked (a host with no usable SSH key
 is refused, naming the field and the fix: no host is touched). pyinfra then runs as usual (its output
@@ -29,6 +34,7 @@ import sys
 from pathlib import Path
 from typing import Sequence
 
+from rigkit.settings.defaults import ROUTER_VARIABLES
 from rigkit.errors import ConfigError
 from rigkit.fleet.outcome import DRY_RUN, OK, UNREACHABLE, RigOutcome, summarize
 from rigkit.fleet.table import format_table
@@ -36,6 +42,8 @@ from rigkit.fleet.inventory import check_connection_data, load_inventory, target
 from rigkit.serving.ledger import Ledger
 from rigkit.paths import REPO_ROOT
 from rigkit.fleet.pyinfra_args import data_pairs, is_dry_run, limit_from, pyinfra_command, split_limits
+from rigkit.router import is_gateway, refuse_router_on_controller
+from rigkit.settings.variables import resolve
 
 DEFAULT_DEPLOY = "deploy.py"
 ROLLBACK_DEPLOY = "rollback.py"
@@ -89,6 +97,8 @@ def fleet_deploy(inventory: str, deploy: str, pyinfra_args: Sequence[str]) -> tu
                           f"use host or group names from the inventory: {', '.join(sorted(hosts))}")
     for name in names:  # refused here: nothing has run on any rig yet
         check_connection_data(name, hosts[name]["data"])
+        if is_gateway(hosts[name]["groups"]):
+            refuse_router_on_controller(name, resolve(ROUTER_VARIABLES, dict(hosts[name]["data"])))
     if (Path(deploy).name in (DEFAULT_DEPLOY, ROLLBACK_DEPLOY) and not is_dry_run(pyinfra_args)
             and (note := plain_run_note(hosts, names))):
         print(f"--> rigkit deploy: {note}", flush=True)
@@ -115,6 +125,10 @@ def add_own_options(parser: argparse.ArgumentParser, defaults: bool = True) -> N
                         help="rollout: after a halt, leave or roll back the rigs it upgraded (rollout_on_failure)")
     parser.add_argument("--recheck-canaries", action="store_true", default=None,
                         help="rollout re-run: deploy and prove the canaries again even when they passed")
+    parser.add_argument("--all-at-once", action="store_true", default=None,
+                        help="every targeted rig in one run, also behind a router (which then still sends them "
+                             "requests while they restart); without it, an inventory with a router goes one rig at a "
+                             "time, each drained from the router first")
 
 
 # The same options after INVENTORY, where argparse hands everything to pyinfra_args (REMAINDER).

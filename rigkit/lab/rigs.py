@@ -339,6 +339,13 @@ def netns_indices(count: int, netns_count: int) -> set[int]:
     return set(range(count - netns_count + 1, count + 1))
 
 
+def unconvertible(rigs: Sequence[RigState], count: int, netns_count: int) -> list[str]:
+    """The existing rigs (a lab's state) asked to have their own network namespace that run on host networking: `lab
+    up` never converts one, so a lab of this shape cannot give what was asked (say so before changing any rig)."""
+    asked = netns_indices(count, netns_count)
+    return [rig.name for rig in rigs if rig_index(rig.container) in asked and not rig.netns]
+
+
 def network_modes(requested_netns: set[int], existing: dict[int, str], count: int) -> dict[int, bool]:
     """Index -> own netns, for rigs 1..COUNT: an existing rig keeps its mode (no label: host networking)."""
     return {index: existing[index] == NETWORK_NETNS if index in existing else index in requested_netns

@@ -13,11 +13,14 @@ Refused before any rig is touched: a stage that would take every rig a router ro
 to serve). A drain that would take out a router's last rig is refused when it comes (the others failed and are
 out): that rig keeps serving its release, and the summary says why.
 
-Plain pyinfra runs (deploy.py, rollback.py, with or without --limit) and `rigkit deploy` without a rollout do not
-touch the router: they restart the rigs they run on while the router may still send them requests (it notices a
-dead worker only at its next health check, every 60 s by default); `rigkit deploy` says so first (plain_run_note).
-Upgrades through a router go through `rigkit deploy --batch 1`, rollbacks through `rigkit deploy --deploy rollback.py
---batch 1` (rigkit.rollout.rollback: the same drain, a rig back in the router only once its rollback is verified).
+`rigkit deploy` (deploy.py or rollback.py) on an inventory with a router goes one rig at a time through it when no
+batch is asked (routed_default: --batch 1, said first); only --all-at-once (or --batch 0 on the command line) runs
+every targeted rig at once. Plain pyinfra runs (deploy.py, rollback.py, with or without --limit) and `rigkit deploy
+--all-at-once` do not touch the router: they restart the rigs they run on while the router may still send them
+requests (it notices a dead worker only at its next health check); `rigkit deploy` says so first (plain_run_note).
+A rolling rollback (rigkit.rollout.rollback) uses the same drain, a rig back in the router only once its rollback is
+verified. A rollout deploys rigs only: the router's own host is deployed by a run limited to it (`--limit
+<gateway>`), and a first deploy, which installs the router, takes --all-at-once (the router does not answer yet).
 """
 
 from __future__ import annotations
@@ -37,6 +40,31 @@ RESTORE_STEP = "back into the router"
 RERUN_PUTS_BACK = "the re-run that gets it verified puts it back, or by hand"
 
 
+# A plain `rigkit deploy` (deploy.py or rollback.py) on an inventory with a router: one rig at a time, drained
+# first, unless the operator says otherwise in so many words (ALL_AT_ONCE_OPTION, or --batch 0 on the command line).
+ROUTER_DEFAULT_BATCH = 1
+ALL_AT_ONCE_OPTION = "--all-at-once"
+
+
+def routed_default(hosts: Mapping[str, Mapping], targeted: Sequence[str], explicit: bool) -> Optional[str]:
+    """Why this run goes one rig at a time through the router when nobody asked for a batch or for every rig at once
+    (None: no router, no targeted rig, or the operator chose): said before any rig is touched."""
+    routers = gateways(hosts)
+    if explicit or not routers or not targeted:
+        return None
+    return (f"the inventory has a router (on {', '.join(routers)}): {', '.join(targeted)} go one at a time, each "
+            f"out of the router until its smoke passed (--batch {ROUTER_DEFAULT_BATCH}); {ALL_AT_ONCE_OPTION} (or "
+            "--batch 0) restarts them all at once while the router still sends them requests")
+
+
+def unreachable_router_fix(exc: ConfigError) -> ConfigError:
+    """The router a defaulted rolling run drains through does not answer (a first deploy, which installs it): the
+    refusal says how to run every rig and the router in one run."""
+    return ConfigError(exc.field, exc.value, exc.problem,
+                       f"{exc.fix}; a first deploy, which installs the router, runs every rig at once: pass "
+                       f"{ALL_AT_ONCE_OPTION} (nothing is served through the router yet)")
+
+
 def plain_run_note(hosts: Mapping[str, Mapping], targeted: Sequence[str]) -> Optional[str]:
     """What a run without --batch on ``targeted`` does not do when the inventory has a router and rigs among them:
     drain them (None otherwise). Said before the run; a first deploy that installs the router is not stopped."""
@@ -45,9 +73,9 @@ def plain_run_note(hosts: Mapping[str, Mapping], targeted: Sequence[str]) -> Opt
     routers, rigs = gateways(hosts), rigs_among(hosts, targeted)
     if not routers or not rigs:
         return None
-    return (f"the router on {', '.join(routers)} is not drained by a run without --batch: a rig it restarts "
-            f"({', '.join(rigs)}) still gets requests until the router's next health check, and those fail; "
-            "--batch 1 takes each rig out of the router first and puts it back after its smoke")
+    return (f"the router on {', '.join(routers)} is not drained by a run with {ALL_AT_ONCE_OPTION}: a rig it "
+            f"restarts ({', '.join(rigs)}) still gets requests until the router's next health check, and those fail; "
+            "without it each rig leaves the router first and comes back after its smoke")
 
 
 def refuse_full_drain(stages: Sequence[Any], worker_of: Mapping[str, str], routed: Mapping[str, Sequence[str]]) -> None:

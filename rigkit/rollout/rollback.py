@@ -40,6 +40,7 @@ from rigkit.serving.ledger import ROLLBACK_KIND, SHORT_DIGEST, SMOKE_PASS
 from rigkit.paths import ROLLOUTS_DIR
 from rigkit.fleet.pyinfra_args import is_dry_run, without_limits
 from rigkit.rollout.run import run_stage_deploy, targeted_rigs
+from rigkit.rollout.drain import ROUTER_DEFAULT_BATCH, routed_default, unreachable_router_fix
 from rigkit.rollout.plan import Stage, fleet_value, plan_stages
 from rigkit.rollout.record import RolloutRecord, load_record, record_path, save_record
 from rigkit.rollout.stage import Failure, StageResult, StageWork, run_failure
@@ -181,6 +182,11 @@ def rolling_rollback_command(args: Any) -> Optional[int]:
     if not rigs.names:
         return None  # fleet_deploy refuses it, naming the inventory's hosts
     batch = rollback_batch(rigs.sections, args.batch)
+    defaulted = None if batch else routed_default(rigs.hosts, rigs.names, args.batch is not None or
+                                                  bool(args.all_at_once))
+    if defaulted:
+        batch = ROUTER_DEFAULT_BATCH
+        print(f"--> rigkit deploy: {defaulted}", flush=True)
     if not batch:
         return None
     rigs.check_connections()
@@ -188,6 +194,9 @@ def rolling_rollback_command(args: Any) -> Optional[int]:
         print(dry_run_text("rollback", plan_stages(rigs.names, 0, batch), gateways(rigs.hosts), summary_width()),
               flush=True)
         return None  # rigkit.fleet.deploy runs pyinfra --dry on every targeted rig at once
-    status, summary = run_rolling_rollback(args.inventory, rigs.pyinfra_args, rigs.hosts, rigs.names, batch)
+    try:
+        status, summary = run_rolling_rollback(args.inventory, rigs.pyinfra_args, rigs.hosts, rigs.names, batch)
+    except ConfigError as exc:
+        raise (unreachable_router_fix(exc) if defaulted and exc.field == "router" else exc) from None
     print("\n" + summary)
     return status

@@ -30,6 +30,7 @@ import requests
 from rigkit.settings.defaults import ROUTER_GROUP, ROUTER_VARIABLES
 from rigkit.errors import RigkitError
 from rigkit.remote.http_session import server_session
+from rigkit.router import CONTROLLER_HOST
 
 ADMIN_TIMEOUT_S = 10.0
 # /add_worker returns once the router's own health check of the worker passed; the rig has just passed its
@@ -41,7 +42,7 @@ IDLE_POLL_S = 0.5
 # idle means idle this long: a request the router sent just before the remove may still be on the wire
 IDLE_SETTLE_S = 1.0
 # pyinfra's name for the controller itself: a router started there is reached directly
-LOCAL_HOST = "@local"
+LOCAL_HOST = CONTROLLER_HOST
 
 
 class RouterError(RigkitError):

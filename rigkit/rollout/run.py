@@ -4,6 +4,10 @@
     rigkit deploy inventory/lab.py --canary 1 --batch 2 --on-failure rollback
     rigkit deploy inventory/lab.py --recheck-canaries          # prove the canaries again on a re-run
 
+On an inventory with a router, a `rigkit deploy` that asks for no rollout is one: --batch 1, each rig drained from
+the router first (rigkit.rollout.drain.routed_default); --all-at-once (or --batch 0) is the only way to restart
+every targeted rig at once there.
+
 The same as data (rigkit.settings.defaults, section rollout: rollout_canary, rollout_batch, rollout_on_failure,
 rollout_cache_proof), the same on every targeted rig; a flag overrides the data.
 
@@ -51,6 +55,7 @@ from rigkit.paths import ROLLOUTS_DIR
 from rigkit.fleet.pyinfra_args import data_pairs, is_dry_run, pyinfra_executable, without_limits
 from rigkit.rollout.plan import ROLLOUT_STEP_ENV, RolloutSettings, Stage, plan_stages, rollout_settings
 from rigkit.rollout.proof import prove_rig
+from rigkit.rollout.drain import ROUTER_DEFAULT_BATCH, routed_default, unreachable_router_fix
 from rigkit.rollout.record import RolloutRecord, load_record, record_path, resume_record, save_record
 from rigkit.rollout.stage import (Failure, StageResult, StageWork, newly_upgraded, rollback_choice, rolled_back_words,
                                   stage_failures, stage_work)
@@ -241,6 +246,10 @@ def rollout_command(args: Any) -> Optional[int]:
     if not rigs.names:
         return None  # fleet_deploy refuses it, naming the inventory's hosts
     settings = rollout_settings(rigs.sections, flags)
+    defaulted = None if settings.active else routed_default(rigs.hosts, rigs.names, asked or bool(args.all_at_once))
+    if defaulted:
+        settings = replace(settings, batch=ROUTER_DEFAULT_BATCH)
+        print(f"--> rigkit deploy: {defaulted}", flush=True)
     if not settings.active:
         return None
     rigs.check_connections()
@@ -248,7 +257,10 @@ def rollout_command(args: Any) -> Optional[int]:
         print(dry_run_text("rollout", plan_stages(rigs.names, settings.canary, settings.batch),
                            gateways(rigs.hosts), summary_width()), flush=True)
         return None  # rigkit.fleet.deploy runs pyinfra --dry on every targeted rig at once
-    status, summary = run_rollout(args.inventory, args.deploy, rigs.pyinfra_args, rigs.hosts, rigs.names, settings,
-                                  recheck_canaries=bool(args.recheck_canaries))
+    try:
+        status, summary = run_rollout(args.inventory, args.deploy, rigs.pyinfra_args, rigs.hosts, rigs.names, settings,
+                                      recheck_canaries=bool(args.recheck_canaries))
+    except ConfigError as exc:
+        raise (unreachable_router_fix(exc) if defaulted and exc.field == "router" else exc) from None
     print("\n" + summary)
     return status

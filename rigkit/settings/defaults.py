@@ -211,6 +211,9 @@ ROUTER_VARIABLES: list[Variable] = [
              str, optional=True),
     Variable("router_worker_address", None, "a rig's data: the address the gateway reaches its API at (default: "
              "its bind_address, or ssh_hostname when it binds every address)", str, optional=True),
+    Variable("router_on_controller", False, "the gateway @local (the controller itself) gets the router role: "
+             "vllm-router, its unit and files under /etc installed on the machine running rigkit (refused unless "
+             "true; a router you start yourself there is drained through either way)", bool),
     Variable("router_pip_find_links", None, "a wheelhouse (URL or directory) the gateway installs vllm-router "
              "from with --no-index, instead of the package index (offline gateways, the lab)", str, optional=True),
 ]

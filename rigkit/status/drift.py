@@ -1,4 +1,6 @@
 """Drift: what a rig runs against what today's data renders, each difference named by the knob it is about.
+"Today's data" is what the inventory, group_data and --data of this `rigkit status` run render now: what the next
+deploy would put on the rig.
 
 The running image against the declared one; the rig's compose.yml and .env against today's rendering, per knob;
 the files against the release hash recorded when they were verified (an edit by hand); the container's
@@ -9,7 +11,7 @@ from __future__ import annotations
 import json
 import shlex
 from dataclasses import dataclass
-from typing import Any, Mapping, Optional
+from typing import Any, Mapping, Optional, Sequence
 
 import yaml
 
@@ -39,7 +41,21 @@ class Drift:
     today: str
 
     def line(self) -> str:
-        return f"{self.source}: {self.knob}: rig {self.rig}, today {self.today}"
+        return f"{self.source}: {self.knob}: the rig has {self.rig}; today's data renders {self.today}"
+
+
+def for_reading(drifts: Sequence[Drift]) -> list[Drift]:
+    """The drift as status prints it: one line per knob, naming every place it differs (a new serving_image is in
+    the running image and in compose.yml: one line, "image, compose"), the values of the first place (the image's
+    are whole); the knobs-hash label only when no knob explains it (it changes with every knob)."""
+    by_knob: dict[str, list[Drift]] = {}
+    for drift in drifts:
+        by_knob.setdefault(drift.knob, []).append(drift)
+    knobs_hash = f"label {KNOBS_HASH_LABEL}"
+    if len(by_knob) > 1:
+        by_knob.pop(knobs_hash, None)
+    return [Drift(", ".join(dict.fromkeys(d.source for d in group)), knob, group[0].rig, group[0].today)
+            for knob, group in by_knob.items()]
 
 
 def _shown(env: str, value: Optional[str]) -> str:

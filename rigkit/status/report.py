@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Optional, Sequence
 
 from rigkit.serving.ledger import short_digest
+from rigkit.status.drift import for_reading
 from rigkit.status.rig import OK, RigStatus
 
 TABLE_WIDTH = 100
@@ -66,8 +67,12 @@ def _problems_cell(status: RigStatus) -> str:
     bad = [f"{what} down" for what, text in status.health.items() if not text.startswith("ok")]
     if status.l2 and status.l2["level"] == "fail":
         bad.append(f"L2 {status.l2['state']}")
-    knobs = list(dict.fromkeys(d.knob for d in status.drift))
+    knobs = [d.knob for d in for_reading(status.drift)]
     return ", ".join(bad + knobs) or "-"
+
+
+DRIFT_LEGEND = ("drift: the rig against what today's data renders (the inventory, group_data and --data of this "
+                "run: what the next deploy would put on the rig)")
 
 
 def format_report(statuses: Sequence[RigStatus], width: int = TABLE_WIDTH) -> str:
@@ -76,9 +81,11 @@ def format_report(statuses: Sequence[RigStatus], width: int = TABLE_WIDTH) -> st
     rows = [header] + [(s.rig, s.state, _digest(s.image), _release_cell(s.ledger), _gpu_cell(s), _l2_cell(s.l2),
                         _problems_cell(s)) for s in statuses]
     lines = fit_table(rows, width)
+    if any(status.drift for status in statuses):
+        lines.append(DRIFT_LEGEND)
     for status in statuses:
         details = ([f"unreachable: {status.error}"] if not status.reachable else [])
-        details += [f"drift {d.line()}" for d in status.drift]
+        details += [f"drift {d.line()}" for d in for_reading(status.drift)]
         details += [f"unhealthy {problem}" for problem in status.unhealthy]
         details += [f"warning {warning}" for warning in status.warnings]
         if status.ledger and status.ledger.get("note") and status.state != OK:

@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Mapping, Optional, Sequence
 
 from rigkit.validation.card import RESULTS_DIR, PromptRecord, SharedPair, TTFTClient, new_run_id
+from rigkit.validation.card.store import RUN_ID_ENV
 from rigkit.remote.client import ServingClient, measure, prefill_timeout
 from rigkit.errors import ConfigError, RigkitError
 from rigkit.validation.metrics import require_prefix_counters
@@ -196,7 +197,7 @@ def run(args: argparse.Namespace) -> int:
     from rigkit.paths import REPO_ROOT
     from rigkit.status.command import parse_data
 
-    run_dir = args.run_dir or REPO_ROOT / RESULTS_DIR / (os.environ.get("RIGKIT_RUN_ID") or new_run_id())
+    run_dir = args.run_dir or REPO_ROOT / RESULTS_DIR / (os.environ.get(RUN_ID_ENV) or new_run_id())
     try:
         pairs = validate_shared(args.inventory, args.limit, parse_data(args.data), run_dir)
     except ConfigError as exc:

@@ -33,13 +33,14 @@ import shlex
 import subprocess
 import time
 from pathlib import Path
-from typing import Sequence
+from typing import Optional, Sequence
 
 import paramiko
 import pytest
 
 from rigkit.lab.proc import print_progress
-from rigkit.lab.state import LabState, RigState, write_state
+from rigkit.lab.rigs import unconvertible
+from rigkit.lab.state import LabState, RigState, read_state_or_none, write_state
 from rigkit.paths import REPO_ROOT
 from rigkit.fleet.pyinfra_args import pyinfra_executable
 
@@ -175,12 +176,27 @@ def pytest_collection_modifyitems(session, config, items):
 _serving_image_error: list[str] = []
 
 
+def refuse_wrong_shape(existing: Optional[LabState]) -> None:
+    """Fail the session before any rig changes when the lab up cannot give this session's shape: a rig asked to
+    have its own network namespace exists on host networking (never converted; netns_rig would fail later)."""
+    if existing is None:
+        return
+    host_network = unconvertible(existing.rigs, requested_rig_count(), requested_netns_rig_count())
+    if host_network:
+        pytest.fail(f"the lab up has {', '.join(host_network)} on host networking, and this session asks for the last "
+                    f"{requested_netns_rig_count()} of {requested_rig_count()} rigs in their own network namespace "
+                    "(RIGKIT_TEST_NETNS_RIGS; `lab up` never converts a rig): nothing was changed. Fix: run "
+                    "`rigkit lab down` (keeps the cache) and run again, or set RIGKIT_TEST_NETNS_RIGS=0 for a session "
+                    "that needs no netns rig", pytrace=False)
+
+
 @pytest.fixture(scope="session")
 def lab() -> LabState:
     from rigkit.lab.cli import lab_down, lab_up
 
     if os.geteuid() != 0:
         pytest.skip("the lab needs root (engine, loop devices, privileged rigs)")
+    refuse_wrong_shape(read_state_or_none())  # before lab_up recreates any rig
     state = lab_up(requested_rig_count(), progress=print_progress, serving_image=False,
                    netns_rigs=requested_netns_rig_count(), distros=requested_distros())
     # The serving image takes minutes when cold and may fail on its own: a failure there fails the

@@ -337,8 +337,8 @@ def test_the_plain_run_through_a_router_says_before_pyinfra_starts_that_nothing_
     monkeypatch.setattr(fleet, "read_release", lambda name, data: "")
     fleet.run(deploy_args(inventory, "--batch", "0", "--limit", "rig4"))
     flat = " ".join(printed_before[0].split())
-    assert f"the router on {GATEWAY} is not drained by a run without --batch: a rig it restarts (rig4)" in flat
-    assert "--batch 1 takes each rig out of the router first" in flat
+    assert f"the router on {GATEWAY} is not drained by a run with --all-at-once: a rig it restarts (rig4)" in flat
+    assert "without it each rig leaves the router first" in flat
 
 
 @pytest.mark.parametrize("groups, targeted, said", [

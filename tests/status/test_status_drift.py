@@ -72,3 +72,13 @@ def test_a_secret_is_compared_but_never_shown(rig, api_port, tmp_path):
     shown = format_report([status]) + json.dumps(status.as_dict())
     assert planted not in shown and other not in shown
     assert rig.status(deployed).state == OK  # the same token: no drift
+
+
+def test_one_changed_image_reads_as_one_drift_line_saying_what_today_means(rig, api_port, tmp_path):
+    """The image, compose.yml's image and the container's knobs-hash label all differ; the report says it once."""
+    status = rig.status(stack_of(api_port, tmp_path / "l2", serving_image=IMAGE_2))
+    assert len(status.drift) == 3  # the data keeps every place (--json)
+    report = format_report([status])
+    drift_lines = [line.strip() for line in report.splitlines() if line.strip().startswith("drift ")]
+    assert drift_lines == [f"drift image, compose: serving_image: the rig has {IMAGE_1}; today's data renders {IMAGE_2}"]
+    assert "drift: the rig against what today's data renders (the inventory, group_data and --data of this run" in report

@@ -22,4 +22,4 @@ def test_a_long_table_fits_a_terminal():
     table = report.split("\n")[:len(statuses) + 1]
     assert max(len(line) for line in table) <= TABLE_WIDTH
     assert table[0].split()[:3] == ["rig", "state", "image"]
-    assert "drift .env: max_model_len: rig 'a', today 'b'" in report  # the details name every knob in full
+    assert "drift .env: max_model_len: the rig has 'a'; today's data renders 'b'" in report  # the details name every knob in full

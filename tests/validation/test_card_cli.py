@@ -16,3 +16,11 @@ def test_cli_rerenders_from_json_only(tmp_path, capsys):
 def test_cli_refuses_a_directory_without_cards(tmp_path, capsys):
     assert cli.main(["card", str(tmp_path)]) == 2
     assert "no *.card.json files" in capsys.readouterr().out
+
+
+def test_cli_prints_every_rig_at_a_glance_and_the_run_directory(tmp_path, capsys):
+    write_card(tmp_path, make_card())
+    assert cli.main(["card", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert f"rig1: PASS — {tmp_path / 'rig1.md'}" in out
+    assert f"run directory: {tmp_path}" in out

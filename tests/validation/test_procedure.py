@@ -155,6 +155,9 @@ def test_a_warm_tier_proven_by_its_counters_but_answering_otherwise_is_served_bu
             "1 of 1 sessions differs from the cold run's") in md
     assert "warm-gpu 1/1 same, warm-connector 1/1 same, warm-persistent 0/1 same" in md
     assert "cold ' w0 w1 w2" in md and "warm-persistent ' garbled0 garbled1" in md
+    # each session's cold text is on the card, beside what each warm tier answered (not in validate.py's log)
+    assert (f"- session {check.session}: cold {check.cold_text!r}; warm-gpu same, warm-connector same, "
+            "warm-persistent DIFFERS") in md
 
 
 @pytest.mark.parametrize("warm_text", [" w0 w1", " w0 w1 w2 w3", ""], ids=["shorter", "longer", "empty"])

@@ -3,9 +3,9 @@
 Layout of a run directory (results/<run-id>/):
     <rig>.card.json      the machine-readable result (the only input of a re-render)
     <rig>.md             the card, in the shape of the user's validation card
-    <rig>-ttft.png       TTFT per tier
+    <rig>-ttft.png       TTFT per tier (linear ms, each session a dot, the verdict under each tier)
     <rig>-decode.png     decode A/B with CV bars (when measured)
-    fleet.md, fleet-ttft.png   rigs side by side and the spread across rigs
+    fleet.md, fleet-ttft.png   rigs side by side and the spread across rigs (the plot: one panel per rig)
     recorded/<rig>.card.json   a replay only: the cards of the run it repeats, copied when it ran
     replay.json          a replay only: setup differences and a verdict per figure against recorded/
 
@@ -13,7 +13,7 @@ Layout of a run directory (results/<run-id>/):
 
 Modules, one concern each: schema (the JSON models), text (figures as text), figures (the measured figures
 a fleet card compares), replay (a replay against its recorded run), rig and fleet (the Markdown cards),
-plots, store (the run directory's files), cli. The names other code uses are re-exported here.
+glance (a card in a few lines for the terminal), plots, store (the run directory's files), cli. The names other code uses are re-exported here.
 """
 
 from rigkit.validation.card.fleet import render_fleet_markdown

@@ -84,6 +84,14 @@ def greedy_lines(card: RigCard, output_tokens: Optional[int]) -> list[str]:
     summary = ", ".join(f"{t.expected} {sum(c.same for c in t.greedy)}/{len(t.greedy)} same" for t in warm)
     size = f", {output_tokens} tokens" if output_tokens else ""
     lines = [f"Greedy output (temperature 0, each session's seed{size}) against the cold run's: {summary}."]
+    sessions: dict[str, dict] = {}  # session -> its cold text and each warm tier's check, in tier order
+    for tier in warm:
+        for check in tier.greedy:
+            sessions.setdefault(check.session, {"cold": check.cold_text})[tier.expected] = check
+    for session, seen in sessions.items():
+        verdicts = ", ".join(f"{name} {'same' if check.same else 'DIFFERS'}" for name, check in seen.items()
+                             if name != "cold")
+        lines.append(f"- session {session}: cold {_clip(seen['cold'])}; {verdicts}")
     for tier in warm:
         lines += [f"- ✗ {tier.expected}, session {check.session}, differs from character {check.first_difference}: "
                   f"cold {_clip(check.cold_text)}, {tier.expected} {_clip(check.text)}"

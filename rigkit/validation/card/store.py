@@ -19,6 +19,8 @@ RESULTS_DIR = Path("results")
 # re-rendered from its own directory alone, even once the recorded run is moved or deleted.
 RECORDED_DIR = "recorded"
 REPLAY_JSON = "replay.json"
+# Every host of one validate.py run writes into results/<this run id>: set it to know the directory beforehand.
+RUN_ID_ENV = "RIGKIT_RUN_ID"
 
 
 def write_card(run_dir: Path, card: RigCard) -> Path:

@@ -29,12 +29,13 @@ import sys
 from pathlib import Path
 from typing import Sequence
 
-from rigkit.errors import ConfigError
+from rigkit.errors import ConfigError, RigkitError
 from rigkit.fleet_outcome import DRY_RUN, OK, UNREACHABLE, RigOutcome, summarize
 from rigkit.fleet_table import format_table
 from rigkit.inventory import check_connection_data, load_inventory, targeted
 from rigkit.ledger import Ledger
 from rigkit.paths import REPO_ROOT
+from rigkit.model_fleet import stage_inventory
 from rigkit.pyinfra_args import data_pairs, is_dry_run, limit_from, pyinfra_command, split_limits
 
 DEFAULT_DEPLOY = "deploy.py"
@@ -92,6 +93,9 @@ def fleet_deploy(inventory: str, deploy: str, pyinfra_args: Sequence[str]) -> tu
     if (Path(deploy).name in (DEFAULT_DEPLOY, ROLLBACK_DEPLOY) and not is_dry_run(pyinfra_args)
             and (note := plain_run_note(hosts, names))):
         print(f"--> rigkit deploy: {note}", flush=True)
+    if Path(deploy).name == DEFAULT_DEPLOY and not is_dry_run(pyinfra_args):
+        # the model is on every rig, verified, before any release starts (rollback.py mounts what is staged)
+        stage_inventory(hosts, names)
     status, output = run_pyinfra_streaming(pyinfra_command(pyinfra_args, inventory, deploy))
     outcomes = summarize(output, names, dry_run=is_dry_run(pyinfra_args))
     for outcome in outcomes.values():
@@ -153,6 +157,9 @@ def run(args: argparse.Namespace) -> int:
     except ConfigError as exc:
         print(f"rigkit deploy: refused before any rig was touched: {exc}", file=sys.stderr)
         return 2
+    except RigkitError as exc:  # staging the model failed: no release was started
+        print(f"rigkit deploy: no release started: {exc}", file=sys.stderr)
+        return 1
     print("\n--> rigkit fleet summary:")
     print(format_table(outcomes))
     bad = [o.rig for o in outcomes if o.status not in (OK, DRY_RUN)]

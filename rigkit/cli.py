@@ -14,6 +14,10 @@ SUBCOMMANDS = {
     "demo": ("rigkit.lab.demo", "lab up, deploy to every lab rig, run the checks, summarise"),
     "check-compose": ("rigkit.serving.compose_guard", "list variables a compose entrypoint reads but does not declare"),
     "resolve": ("rigkit.remote.registry", "resolve IMAGE:TAG to IMAGE@sha256:... via the registry API"),
+    "resolve-model": ("rigkit.model.resolve", "pin a model: ORG/NAME[@BRANCH] to its commit, controller:/DIR to its "
+                      "manifest hash"),
+    "stage": ("rigkit.model.fleet", "stage each rig's pinned model (model_source) into its store: once from the "
+              "source, then rig to rig; --check reports damage"),
     "card": ("rigkit.validation.card.cli", "re-render results cards from a run's JSON"),
     "deploy": ("rigkit.fleet.deploy", "run a deploy over a fleet and summarise each rig (status, step, reason, release)"),
     "status": ("rigkit.status.command", "what each rig runs against today's data: drift, health, ledger, driver, L2, shm"),

@@ -34,15 +34,22 @@ import sys
 from pathlib import Path
 from typing import Sequence
 
-from rigkit.settings.defaults import ROUTER_VARIABLES
-from rigkit.errors import ConfigError
-from rigkit.fleet.outcome import DRY_RUN, OK, UNREACHABLE, RigOutcome, summarize
-from rigkit.fleet.table import format_table
+from rigkit.errors import ConfigError, RigkitError
 from rigkit.fleet.inventory import check_connection_data, load_inventory, targeted
-from rigkit.serving.ledger import Ledger
+from rigkit.fleet.outcome import DRY_RUN, OK, UNREACHABLE, RigOutcome, summarize
+from rigkit.fleet.pyinfra_args import (
+    data_pairs,
+    is_dry_run,
+    limit_from,
+    pyinfra_command,
+    split_limits,
+)
+from rigkit.fleet.table import format_table
+from rigkit.model.fleet import stage_inventory
 from rigkit.paths import REPO_ROOT
-from rigkit.fleet.pyinfra_args import data_pairs, is_dry_run, limit_from, pyinfra_command, split_limits
 from rigkit.router import is_gateway, refuse_router_on_controller
+from rigkit.serving.ledger import Ledger
+from rigkit.settings.defaults import ROUTER_VARIABLES
 from rigkit.settings.variables import resolve
 
 DEFAULT_DEPLOY = "deploy.py"
@@ -56,8 +63,8 @@ def ledger_release(ledger_text: str) -> str:
 
 
 def read_release(name: str, data: dict) -> str:
-    from rigkit.serving.ledger import LEDGER_PATH
     from rigkit.remote.tunnel import connect_ssh
+    from rigkit.serving.ledger import LEDGER_PATH
 
     try:
         client = connect_ssh(data, name)
@@ -102,6 +109,9 @@ def fleet_deploy(inventory: str, deploy: str, pyinfra_args: Sequence[str]) -> tu
     if (Path(deploy).name in (DEFAULT_DEPLOY, ROLLBACK_DEPLOY) and not is_dry_run(pyinfra_args)
             and (note := plain_run_note(hosts, names))):
         print(f"--> rigkit deploy: {note}", flush=True)
+    if Path(deploy).name == DEFAULT_DEPLOY and not is_dry_run(pyinfra_args):
+        # the model is on every rig, verified, before any release starts (rollback.py mounts what is staged)
+        stage_inventory(hosts, names)
     status, output = run_pyinfra_streaming(pyinfra_command(pyinfra_args, inventory, deploy))
     outcomes = summarize(output, names, dry_run=is_dry_run(pyinfra_args))
     for outcome in outcomes.values():
@@ -154,8 +164,8 @@ def own_options_from_remainder(args: argparse.Namespace) -> argparse.Namespace:
 
 
 def run(args: argparse.Namespace) -> int:
-    from rigkit.rollout.run import rollout_command, rollout_step
     from rigkit.rollout.plan import ALL_AT_ONCE
+    from rigkit.rollout.run import rollout_command, rollout_step
 
     args = own_options_from_remainder(args)
     try:
@@ -167,6 +177,9 @@ def run(args: argparse.Namespace) -> int:
     except ConfigError as exc:
         print(f"rigkit deploy: refused before any rig was touched: {exc}", file=sys.stderr)
         return 2
+    except RigkitError as exc:  # staging the model failed: no release was started
+        print(f"rigkit deploy: no release started: {exc}", file=sys.stderr)
+        return 1
     print("\n--> rigkit fleet summary:")
     print(format_table(outcomes))
     bad = [o.rig for o in outcomes if o.status not in (OK, DRY_RUN)]

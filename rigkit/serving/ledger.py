@@ -19,9 +19,14 @@ from typing import Optional
 
 import yaml
 
-from rigkit.settings.knobs import KNOBS_BY_NAME
 from rigkit.paths import RIG_RELEASES_DIR, RIG_STATE_DIR
-from rigkit.serving.render import KNOBS_HASH_LABEL, LABEL_PREFIX, SERVICE_NAME
+from rigkit.serving.render import (
+    KNOBS_HASH_LABEL,
+    LABEL_PREFIX,
+    MODEL_LABEL,
+    SERVICE_NAME,
+)
+from rigkit.settings.knobs import KNOBS_BY_NAME
 
 LEDGER_PATH = f"{RIG_STATE_DIR}/ledger.json"
 SCHEMA_VERSION = 1
@@ -54,6 +59,7 @@ class Release:
     kind: str = DEPLOY_KIND  # DEPLOY_KIND | ROLLBACK_KIND
     note: str = ""
     rendering: Optional[str] = None  # release_hash of its compose.yml + .env (None in ledgers older than it)
+    model: Optional[str] = None  # the staged model_source it mounts (source@revision; None: vLLM loads model)
 
     def summary(self) -> str:
         """'<digest prefix> <kind> smoke=<verdict>': the release in one line (deploy and rollout summaries)."""
@@ -128,6 +134,18 @@ class Ledger:
 
     def _always_kept(self) -> list[Release]:
         return [release for release in (self.current, self.last_known_good(), self.rollback_target()) if release]
+
+    def models_needed(self, keep: int) -> list[str]:
+        """Staged model revisions (source@revision) a recorded release still needs: those of the kept
+        renderings, the current, last known-good and rollback-target releases. Model retention never removes
+        them, so a rollback to any of them copies nothing."""
+        kept = set(self.renderings_to_keep(keep))
+        needed = [release.model for release in self.releases
+                  if release.model and (release.rendering in kept or release in self._always_kept())]
+        return list(dict.fromkeys(needed))
+
+    def models_newest_first(self) -> list[str]:
+        return list(dict.fromkeys(release.model for release in reversed(self.releases) if release.model))
 
     def images_to_keep(self, keep: int) -> list[str]:
         """The newest ``keep`` distinct images, plus the current, last known-good and rollback-target ones."""
@@ -230,6 +248,11 @@ class Rendering:
     @property
     def profile(self) -> str:
         return self._service()["labels"][f"{LABEL_PREFIX}.profile"]
+
+    @property
+    def model(self) -> Optional[str]:
+        """The staged model_source (source@revision) this rendering mounts, None when it mounts none."""
+        return self._service()["labels"].get(MODEL_LABEL)
 
     def container_env(self) -> dict[str, str]:
         """NAME -> value the container must see: .env values for NAME=${NAME:-} lines, the rest as written."""

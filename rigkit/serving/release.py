@@ -137,7 +137,7 @@ def joined(*notes: str) -> str:
 def entry_of(rendering: Rendering, kind: str, note: str) -> Release:
     """The ledger entry of a rendering brought up (verdict still open)."""
     return Release(image=rendering.image, profile=rendering.profile, knobs_hash=rendering.knobs_hash,
-                   kind=kind, note=note, rendering=rendering.hash)
+                   kind=kind, note=note, rendering=rendering.hash, model=rendering.model)
 
 
 def verified_steps(ledger: Ledger, rendering: Rendering, store: bool) -> list[Step]:

@@ -15,9 +15,16 @@ import yaml
 from jinja2 import Environment, FileSystemLoader, StrictUndefined
 
 from rigkit.errors import ConfigError, PreflightError
-from rigkit.settings.hostdata import Settings
-from rigkit.settings.knobs import ENGINE_FLAGS, KNOBS_BY_NAME, env_text, env_value_problem, knob_for_env
+from rigkit.model.source import MODEL_CONTAINER_PATH, OFFLINE_ENV
 from rigkit.paths import TEMPLATES_DIR
+from rigkit.settings.hostdata import Settings
+from rigkit.settings.knobs import (
+    ENGINE_FLAGS,
+    KNOBS_BY_NAME,
+    env_text,
+    env_value_problem,
+    knob_for_env,
+)
 
 COMPOSE_PROJECT = "rigkit"
 SERVICE_NAME = "serving"
@@ -26,6 +33,7 @@ LABEL_PREFIX = "org.rigkit"
 STACK_LABEL = f"{LABEL_PREFIX}.stack"  # finds the stack's containers (rigkit.facts.serving.StackContainers)
 STACK_NAME = "serving"  # the STACK_LABEL value
 KNOBS_HASH_LABEL = f"{LABEL_PREFIX}.knobs-hash"
+MODEL_LABEL = f"{LABEL_PREFIX}.model"  # the staged model_source (source@revision) the container mounts
 L2_CONTAINER_PATH = "/kv-store"
 COMPOSE_FILE_NAME = "compose.yml"
 ENV_FILE_NAME = ".env"
@@ -122,9 +130,12 @@ def render_env(settings: Settings) -> str:
 
 
 def labels(settings: Settings) -> dict[str, str]:
-    return {STACK_LABEL: STACK_NAME,
-            f"{LABEL_PREFIX}.profile": settings.profile.name,
-            KNOBS_HASH_LABEL: settings.knobs_hash}
+    found = {STACK_LABEL: STACK_NAME,
+             f"{LABEL_PREFIX}.profile": settings.profile.name,
+             KNOBS_HASH_LABEL: settings.knobs_hash}
+    if settings.model_source:
+        found[MODEL_LABEL] = settings.model_source.spec
+    return found
 
 
 def compose_document(settings: Settings) -> dict[str, Any]:
@@ -145,12 +156,22 @@ def compose_document(settings: Settings) -> dict[str, Any]:
         "command": [entrypoint_script(settings)],
         "environment": [f"{name}={value}" for name, value in settings.profile.fixed_env.items()],
     }
+    if settings.model_source:
+        service["environment"] += [f"{name}={value}" for name, value in OFFLINE_ENV.items()
+                                   if name not in settings.profile.fixed_env]
     service = _escaped(service)
     service["environment"] = [f"{name}=${{{name}:-}}" for name in env_values(settings)] + service["environment"]
+    # Long bind syntax: a missing source is an error, never created on the fly, so a stack whose L2
+    # disk did not mount refuses to start instead of filling the root filesystem, and one whose model
+    # revision is not staged refuses instead of starting on an empty directory.
+    volumes = []
     if settings.l2_active:
-        # Long bind syntax: a missing source is an error, never created on the fly, so a stack whose L2
-        # disk did not mount refuses to start instead of filling the root filesystem.
-        service["volumes"] = [_escaped({"type": "bind", "source": knobs["l2_path"], "target": L2_CONTAINER_PATH})]
+        volumes.append(_escaped({"type": "bind", "source": knobs["l2_path"], "target": L2_CONTAINER_PATH}))
+    if settings.model_source:
+        volumes.append(_escaped({"type": "bind", "source": settings.model_dir, "target": MODEL_CONTAINER_PATH,
+                                 "read_only": True}))
+    if volumes:
+        service["volumes"] = volumes
     if settings.profile.needs_gpus:
         device: dict[str, Any] = {"driver": "nvidia"}
         device.update({"device_ids": [str(index) for index in settings.gpu_ids]} if settings.gpu_ids

@@ -20,23 +20,46 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import posixpath
 import re
 from dataclasses import dataclass
 from typing import Any, Iterable, Mapping, Optional
 
 from rigkit import kv_store
-from rigkit.settings.defaults import ALL_VARIABLES, KV_SHARE_VARIABLES, KV_STORE_PORT, ROLE_SECTIONS, l2_cache_path
 from rigkit.errors import ConfigError
 from rigkit.firewall import API_FIREWALL, refuse_on_shared_network
 from rigkit.kv_share import check_share_settings, shared_l2_path
-from rigkit.settings.knobs import (HASHED_ONLY_WHEN_SET, KNOBS, KNOBS_BY_NAME, L2_PATH_WITHOUT_DISK_ROLE, NOT_HASHED, PORT_KNOBS,
-                          RETIRED_KNOBS, SECRET_KNOBS, controller_secret_variable, flag_name, gpu_indices)
-from rigkit.settings.profiles import Profile, get_profile, load_profiles
+from rigkit.model.source import MODEL_CONTAINER_PATH, ModelSource, parse_model_source, store_revision_dir
 from rigkit.remote.registry import require_digest
+from rigkit.settings.defaults import (
+    ALL_VARIABLES,
+    KV_SHARE_VARIABLES,
+    KV_STORE_PORT,
+    L2_DISK_VARIABLES,
+    ROLE_SECTIONS,
+    l2_cache_path,
+)
+from rigkit.settings.knobs import (
+    HASHED_ONLY_WHEN_SET,
+    KNOBS,
+    KNOBS_BY_NAME,
+    L2_PATH_WITHOUT_DISK_ROLE,
+    NOT_HASHED,
+    PORT_KNOBS,
+    RETIRED_KNOBS,
+    SECRET_KNOBS,
+    controller_secret_variable,
+    flag_name,
+    gpu_indices,
+)
+from rigkit.settings.profiles import Profile, get_profile, load_profiles
 from rigkit.settings.sizing import GIB, capacity_line, gpu_kv_bytes_per_token, gpu_line, required_mem_limit_gib
 from rigkit.settings.variables import Variable, refuse_unknown, resolve
 
 CONNECTION_PREFIXES = ("ssh_", "_")
+# the model store's directory under the L2 disk's mount point (the NVMe) when model_store_path is not set
+MODEL_STORE_DIR = "models"
+DEFAULT_L2_MOUNT = next(variable.default for variable in L2_DISK_VARIABLES if variable.name == "l2_mount_point")
 # Keys the lab inventory writes for its own bookkeeping (rigkit/lab): not settings of the stack.
 # lab_netns: the rig runs in its own network namespace (only such a lab rig may take api_firewall).
 LAB_KEYS = frozenset({"lab_rig", "lab_netns", "lab_registry", "lab_container", "nvme_path", "loop_device"})
@@ -67,9 +90,23 @@ class Settings:
 
     @property
     def env_knobs(self) -> list[str]:
-        """Knobs whose env var the container gets: the profile's, and the hash seed once its store is shared."""
+        """Knobs whose env var the container gets: the profile's, and the hash seed once its store is shared.
+        With a staged model the hub token stays on the controller (staging only): the container is offline."""
         names = self.profile.env_knobs
-        return names + ["kv_hash_seed"] if self.knobs["kv_share"] and "kv_hash_seed" not in names else names
+        names = names + ["kv_hash_seed"] if self.knobs["kv_share"] and "kv_hash_seed" not in names else names
+        return [name for name in names if not (self.model_source and name == "hf_token")]
+
+    @property
+    def model_source(self) -> Optional[ModelSource]:
+        """The pinned model staged on the rig, None when vLLM loads ``model`` itself."""
+        value = self.knobs["model_source"]
+        return parse_model_source(value) if value else None
+
+    @property
+    def model_dir(self) -> Optional[str]:
+        """The staged revision's directory on the rig (mounted read-only at MODEL_CONTAINER_PATH)."""
+        source = self.model_source
+        return store_revision_dir(self.knobs["model_store_path"], source) if source else None
 
     @property
     def runs_l2_janitor(self) -> bool:
@@ -242,6 +279,15 @@ def _derive(profile: Profile, knobs: dict[str, Any], role_values: dict[str, Any]
         derived["l2_path"] = shared
     elif derived["l2_path"] is None:
         derived["l2_path"] = _l2_path(role_values)
+    source = parse_model_source(derived["model_source"]) if derived["model_source"] else None
+    if source is not None:
+        # the engine loads the staged revision at one fixed path; the API keeps serving the declared name
+        derived["model"] = MODEL_CONTAINER_PATH
+        if derived["served_model_name"] is None:
+            derived["served_model_name"] = source.default_served_name
+        if derived["model_store_path"] is None:
+            derived["model_store_path"] = posixpath.join(role_values.get("l2_mount_point") or DEFAULT_L2_MOUNT,
+                                                         MODEL_STORE_DIR)
     if derived["model"] is None:
         raise ConfigError("model", None, f"profile {profile.name} has no default model",
                           "set model (a model id or an in-container path) in host or group data")
@@ -307,6 +353,10 @@ def settings_for_host(data: dict, profiles: Optional[dict[str, Profile]] = None,
         if exc.field in SECRET_KNOBS:  # never echo a token into a log
             raise ConfigError(exc.field, "<redacted>", exc.problem, exc.fix) from None
         raise
+    if knobs["model_source"] and "model" in data:
+        raise ConfigError("model", data["model"], "is set and so is model_source: the engine loads the staged "
+                          f"model_source at {MODEL_CONTAINER_PATH}", "remove model (served_model_name keeps the "
+                          "API's name)")
     if profile.status == "incubating" and not knobs["allow_incubating"]:
         raise ConfigError("serving_profile", profile.name, "is incubating: deploying it needs an explicit opt-in",
                           "set allow_incubating: true for this host or group, or pick a production profile")

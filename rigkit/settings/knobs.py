@@ -17,6 +17,8 @@ import re
 from typing import Any, Optional
 
 from rigkit import kv_store
+from rigkit.errors import ConfigError
+from rigkit.model.source import parse_model_source
 from rigkit.paths import check_host_path
 from rigkit.settings.variables import JsonObject, Variable, check_of, one_of
 
@@ -120,6 +122,13 @@ def _profile_name(value: str) -> None:
         raise ValueError("must be a profile name from profiles.yaml")
 
 
+def _model_source(value: str) -> None:
+    try:
+        parse_model_source(value)
+    except ConfigError as exc:
+        raise ValueError(f"{exc.problem}; fix: {exc.fix}") from None
+
+
 def _image(value: str) -> None:
     if any(char.isspace() for char in value):
         raise ValueError("must not contain whitespace")
@@ -156,9 +165,10 @@ ENGINE_FLAG_ALIASES = {"-q": "--quantization", "-sc": "--speculative-config", "-
 # hash, so a rig deployed before them is still "No Change" when they are left unset.
 HASHED_ONLY_WHEN_SET = frozenset({*ENGINE_FLAGS, "extra_engine_args", "model_attention_layers",
                                   "model_kv_heads", "model_head_dim", "lmcache_port", "lmcache_http_port",
-                                  "l2_kv_store_address", "kv_store_password", "kv_share", "kv_hash_seed"})
+                                  "l2_kv_store_address", "kv_store_password", "kv_share", "kv_hash_seed",
+                                  "model_source", "model_store_path"})
 # Knobs that steer rigkit on the rig, never the container: changing them restarts no engine.
-NOT_HASHED = frozenset({"kv_share_janitor"})
+NOT_HASHED = frozenset({"kv_share_janitor", "model_store_keep"})
 
 # PYTHONHASHSEED takes 0 (no randomisation) to 4294967295 (Python's own bound).
 HASH_SEED_RANGE = (0, 2**32 - 1)
@@ -214,6 +224,16 @@ KNOBS: list[Variable] = [
     # The model and the API.
     Variable("model", None, "model id or in-container path vLLM loads", str, _text(), env="RIGKIT_MODEL",
              optional=False),
+    Variable("model_source", None, "the model's weights, pinned (rigkit.model.source): org/name@<40-hex commit> "
+             "(a hub repository at a commit) or controller:/dir@<manifest sha256> (`rigkit resolve-model` prints "
+             "either); staged into model_store_path on every rig before the release and mounted read-only at "
+             "/model, the hub offline in the container; empty = model as vLLM loads it", str,
+             _text(_model_source), optional=True),
+    Variable("model_store_path", None, "host directory of the model store (staged revisions); empty = "
+             "models/ under the l2_disk role's l2_mount_point (the NVMe)", str, _text(_l2_path), optional=True),
+    Variable("model_store_keep", 2, "staged revisions of the model kept on the rig, newest deployed first; a "
+             "revision a recorded release needs (current, last known-good, rollback target) is never removed",
+             int, _between(1)),
     Variable("served_model_name", None, "name the API serves the model under (/v1/models)", str,
              _text(), env="RIGKIT_SERVED_MODEL_NAME", optional=True),
     Variable("serving_port", 8000, "TCP port of the OpenAI API", int, check_port, env="RIGKIT_SERVING_PORT"),

@@ -2,8 +2,8 @@
 
 The serving knobs live in rigkit.settings.knobs (the one registry of the stack's tunables), the validation
 settings in rigkit.validation.procedure; this file holds the roles'. rigkit.settings.hostdata validates a host's data
-against all of them once (``rig_settings``) and the roles get the result; the README's tables are
-generated from these declarations (rigkit.settings.docs).
+against all of them once (``rig_settings``) and the roles get the result; docs/settings.md's tables
+are generated from these declarations (rigkit.settings.docs).
 """
 
 from __future__ import annotations

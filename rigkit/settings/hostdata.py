@@ -230,7 +230,7 @@ def _refuse_rendered_flags(profile: Profile, extra_args: list[str]) -> None:
         if flag in rendered_flags(profile):
             raise ConfigError("extra_engine_args", arg, f"sets {flag}, which profile {profile.name} already "
                               "renders (vLLM would silently take one of the two)",
-                              "set the knob that renders it (README: Settings), not extra_engine_args")
+                              "set the knob that renders it (docs/settings.md), not extra_engine_args")
 def listen_ports(profile: Profile, knobs: dict[str, Any]) -> dict[str, int]:
     """knob name -> port of each listening port the profile's processes read (serving_port always)."""
     names = ["serving_port"] + [name for name in PORT_KNOBS[1:] if name in profile.all_knobs]

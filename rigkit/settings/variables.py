@@ -264,7 +264,7 @@ def resolve(variables: Iterable[Variable], data: dict) -> dict:
 
 
 def docs_table(variables: Iterable[Variable]) -> str:
-    """A Markdown table of the variables, for the README."""
+    """A Markdown table of the variables, for docs/settings.md."""
     rows = ["| name | default | meaning |", "|---|---|---|"]
     for v in variables:
         default = "" if v.default is None else f"`{v.default!r}`"

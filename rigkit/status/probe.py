@@ -27,7 +27,7 @@ API_TIMEOUT_S = 5
 
 # /dev/shm entries the stack's processes create (the stack runs with `ipc: host`, so they land in the rig's
 # own /dev/shm): vLLM's OffloadingConnector CPU tier (rigkit.settings.profiles: SharedMmapRegion), Python's
-# multiprocessing segments each vLLM stop leaves behind (README: two psm_* of 160 and 240 MB), LMCache's
+# multiprocessing segments each vLLM stop leaves behind (docs/limits.md: two psm_* of 160 and 240 MB), LMCache's
 # (its name is not verified on a GPU rig yet). Left while no container of the stack runs, they hold RAM.
 STACK_SHM_PATTERNS = ("vllm_offload_*.mmap", "psm_*", "lmcache*")
 

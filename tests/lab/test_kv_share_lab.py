@@ -142,7 +142,7 @@ def test_rig2_serves_what_rig1_prefilled_by_its_own_external_hits_and_the_card_s
 
 def test_with_the_shared_store_wiped_between_prefill_and_ask_rig2_is_not_warm(shared, rig_exec, lab):
     """The store is wiped with both stacks down: wiping an ExampleConnector store under its running engine killed
-    the engine in the lab (README), a connector fault, not this tier. rig2 never had the prompt either way."""
+    the engine in the lab (docs/limits.md), a connector fault, not this tier. rig2 never had the prompt either way."""
     hosts = load_inventory(str(LAB_INVENTORY))
     datas = {name: {**hosts[name]["data"], **SHARE_DATA} for name in WARM_RIGS}
     stacks = {name: rig_settings(datas[name]).stack for name in WARM_RIGS}

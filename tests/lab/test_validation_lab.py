@@ -167,7 +167,7 @@ def test_client_ttft_less_its_measured_api_overhead_is_compared_with_the_histogr
     takes the client below the histogram by more than the tolerance (the 404 holds no engine time), and brings the
     client figures closer to the histogram's in all (the summed distance shrinks). The issue's target, every request
     within max(5 %, 5 ms), is not asserted: a quiet lab run met it on 8 of 8 requests, runs sharing the host with
-    other work on 7, 5 and 4 of 8 (README). Printed with -s: client / overhead / server in ms and the count within."""
+    other work on 7, 5 and 4 of 8 (docs/benchmarks.md). Printed with -s: client / overhead / server in ms and the count within."""
     assert "loopback" in tier_run.ttft_transport, tier_run.ttft_transport
     checks = [(run.expected.value, m.ttft_check) for run in tier_run.tiers for m in run.measured]
     print("client/API overhead/server TTFT (ms): " + "; ".join(

@@ -19,9 +19,9 @@ SUBCOMMANDS = {
     "stage": ("rigkit.model.fleet", "stage each rig's pinned model (model_source) into its store: once from the "
               "source, then rig to rig; --check reports damage"),
     "card": ("rigkit.validation.card.cli", "re-render results cards from a run's JSON"),
-    "deploy": ("rigkit.fleet.deploy", "run a deploy over a fleet and summarise each rig (status, step, reason, release)"),
-    "status": ("rigkit.status.command", "what each rig runs against today's data: drift, health, ledger, driver, L2, shm"),
-    "validate-shared": ("rigkit.validation.warm_shared", "the warm-shared tier: prefill on each sharing rig, ask every other, "
+    "deploy": ("rigkit.commands.deploy", "run a deploy over a fleet and summarise each rig (status, step, reason, release)"),
+    "status": ("rigkit.commands.status", "what each rig runs against today's data: drift, health, ledger, driver, L2, shm"),
+    "validate-shared": ("rigkit.commands.validate_shared", "the warm-shared tier: prefill on each sharing rig, ask every other, "
                         "label by the asked rig's counters, into the cards"),
 }
 

@@ -7,6 +7,7 @@ import shlex
 from pyinfra.api import FactBase
 
 from rigkit.facts import split_exit
+from rigkit.remote.registry import PROBE_TIMEOUT_MARK, api_base, parse_reference
 
 
 class DockerEngine(FactBase):
@@ -101,8 +102,6 @@ class ManifestProbe(FactBase):
         return "docker"
 
     def command(self, image: str) -> str:
-        from rigkit.remote.registry import PROBE_TIMEOUT_MARK, api_base, parse_reference
-
         quoted = shlex.quote(image)
         # plain http only where docker itself allows it without configuration: loopback registries
         insecure = "--insecure " if api_base(parse_reference(image).registry).startswith("http://") else ""

@@ -13,6 +13,8 @@ from typing import Iterable, Mapping, Optional, Sequence
 
 from rigkit.errors import ConfigError
 from rigkit.paths import REPO_ROOT
+from rigkit.settings.defaults import KV_STORE_GROUP, ROUTER_GROUP
+from rigkit.settings.hostdata import rig_settings
 
 # pyinfra_cli monkey-patches the whole process with gevent on import: inventories load in a child.
 # argv[3]: the run's --data KEY=VALUE pairs (JSON list), parsed and applied as pyinfra applies them.
@@ -79,8 +81,6 @@ def targeted(hosts: dict[str, dict], patterns: Sequence[str]) -> list[str]:
 
 def is_service_host(groups: Iterable[str]) -> bool:
     """A host of the fleet's service groups (the router's gateways, the KV store): it serves no stack."""
-    from rigkit.settings.defaults import KV_STORE_GROUP, ROUTER_GROUP
-
     return bool({ROUTER_GROUP, KV_STORE_GROUP} & set(groups))
 
 
@@ -93,8 +93,6 @@ def inventory_rigs(hosts: Iterable) -> dict[str, tuple[dict, dict]]:
     """Every rig of a pyinfra inventory (``rigs_among``; also the hosts a --limit leaves out), name -> (host data,
     its validated serving knobs): the router's workers and the store firewall's sources. A bad value of any
     rig is a ConfigError before any host is touched."""
-    from rigkit.settings.hostdata import rig_settings
-
     found = {other.name: {"groups": list(other.groups), "data": other.data.dict()} for other in hosts}
     return {name: (found[name]["data"], rig_settings(found[name]["data"]).stack.knobs)
             for name in rigs_among(found, list(found))}

@@ -1,11 +1,16 @@
-"""Running pyinfra: its executable, and the arguments rigkit deploy passes through, read and rewritten as
-pyinfra 3 reads them: --limit patterns (one per --limit) and --data KEY=VALUE pairs."""
+"""Running pyinfra: its executable, a run with its output streamed, and the arguments rigkit deploy passes
+through, read and rewritten as pyinfra 3 reads them: --limit patterns (one per --limit) and --data KEY=VALUE
+pairs."""
 
 from __future__ import annotations
 
+import subprocess
 import sys
 from pathlib import Path
 from typing import Sequence
+
+from rigkit.errors import ConfigError
+from rigkit.paths import REPO_ROOT
 
 
 def pyinfra_executable() -> str:
@@ -70,6 +75,14 @@ def data_pairs(pyinfra_args: Sequence[str]) -> list[str]:
     return pairs
 
 
+def check_data_pairs(pairs: Sequence[str]) -> None:
+    """ConfigError for a --data that is not KEY=VALUE (pyinfra would stop on it after connecting)."""
+    for pair in pairs:
+        key, equals, _ = pair.partition("=")
+        if not equals or not key:
+            raise ConfigError("--data", pair, "is not KEY=VALUE", "write --data name=value, as pyinfra takes it")
+
+
 def is_dry_run(pyinfra_args: Sequence[str]) -> bool:
     """pyinfra's --dry among the arguments: it connects and says what would change, and changes nothing."""
     return "--dry" in pyinfra_args
@@ -80,3 +93,15 @@ def pyinfra_command(pyinfra_args: Sequence[str], inventory: str, deploy: str) ->
     change detection under -y, so a dry run would show nothing (with --dry it exits before the prompt)."""
     confirm = [] if is_dry_run(pyinfra_args) else ["-y"]
     return [pyinfra_executable(), *confirm, *pyinfra_args, inventory, deploy]
+
+
+def run_pyinfra_streaming(argv: list[str]) -> tuple[int, str]:
+    """Run pyinfra, echoing its output as it comes, and return (exit status, the whole output)."""
+    process = subprocess.Popen(argv, cwd=REPO_ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                               bufsize=1)
+    captured = []
+    assert process.stdout is not None
+    for line in process.stdout:
+        sys.stdout.write(line)
+        captured.append(line)
+    return process.wait(), "".join(captured)

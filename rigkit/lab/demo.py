@@ -14,12 +14,14 @@ import subprocess
 import time
 from pathlib import Path
 
+from rigkit.errors import ConfigError
+from rigkit.fleet.pyinfra_args import pyinfra_executable
+from rigkit.lab.cli import DEFAULT_RIGS, lab_up
+from rigkit.paths import REPO_ROOT
+from rigkit.remote.tunnel import connect_ssh
+from rigkit.serving.ledger import LEDGER_PATH, Ledger
 from rigkit.validation.card.glance import run_lines
 from rigkit.validation.card.store import RESULTS_DIR, RUN_ID_ENV, load_cards, new_run_id
-from rigkit.errors import ConfigError
-from rigkit.serving.ledger import LEDGER_PATH, Ledger
-from rigkit.paths import REPO_ROOT
-from rigkit.fleet.pyinfra_args import pyinfra_executable
 
 LAB_INVENTORY = "inventory/lab.py"
 
@@ -33,8 +35,6 @@ def run_pyinfra(*args: str) -> int:
 
 def rig_summary(rig, state) -> dict:
     """Release and smoke verdict from the rig's own ledger, read over SSH as on a real fleet."""
-    from rigkit.remote.tunnel import connect_ssh
-
     ssh = connect_ssh(state.ssh_data(rig), rig.name)
     try:
         _, stdout, _ = ssh.exec_command(f"cat {LEDGER_PATH} 2>/dev/null")
@@ -64,8 +64,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from rigkit.lab.cli import DEFAULT_RIGS, lab_up
-
     started = time.monotonic()
     state = lab_up(args.rigs or DEFAULT_RIGS)
     deploy_status = run_pyinfra(LAB_INVENTORY, "deploy.py")

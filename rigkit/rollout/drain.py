@@ -29,8 +29,21 @@ from contextlib import ExitStack, contextmanager
 from typing import Any, Callable, ContextManager, Iterator, Mapping, Optional, Sequence
 
 from rigkit.errors import ConfigError, RigkitError
-from rigkit.rollout.router_admin import (LOCAL_HOST, RouterAdmin, add_worker_command, gateway_router_url, gateways,
-                                 rig_worker_url, router_url, wait_idle)
+from rigkit.fleet.inventory import rigs_among
+from rigkit.remote.http_session import server_session
+from rigkit.remote.tunnel import serving_url
+from rigkit.rollout.router_admin import (
+    LOCAL_HOST,
+    RouterAdmin,
+    add_worker_command,
+    gateway_router_url,
+    gateways,
+    rig_worker_url,
+    router_url,
+    wait_idle,
+)
+from rigkit.settings.hostdata import rig_settings
+from rigkit.validation.metrics import requests_in_flight
 
 NO_RIG_LEFT = "no rig left to serve"
 # the steps a summary names when the router is why a rig halted the rollout
@@ -68,8 +81,6 @@ def unreachable_router_fix(exc: ConfigError) -> ConfigError:
 def plain_run_note(hosts: Mapping[str, Mapping], targeted: Sequence[str]) -> Optional[str]:
     """What a run without --batch on ``targeted`` does not do when the inventory has a router and rigs among them:
     drain them (None otherwise). Said before the run; a first deploy that installs the router is not stopped."""
-    from rigkit.fleet.inventory import rigs_among
-
     routers, rigs = gateways(hosts), rigs_among(hosts, targeted)
     if not routers or not rigs:
         return None
@@ -205,10 +216,6 @@ class RouterDrain:
 @contextmanager
 def rig_in_flight(rig: str, data: Mapping[str, Any]) -> Iterator[Callable[[], float]]:
     """A reading of the rig's requests in flight from its /metrics, through the SSH tunnel to its API."""
-    from rigkit.settings.hostdata import rig_settings
-    from rigkit.remote.http_session import server_session
-    from rigkit.validation.metrics import requests_in_flight
-    from rigkit.remote.tunnel import serving_url
 
     knobs = rig_settings(dict(data)).stack.knobs
     with serving_url(data, knobs["bind_address"], knobs["serving_port"], inventory_name=rig) as url:

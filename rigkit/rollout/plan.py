@@ -7,8 +7,9 @@ import json
 from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
-from rigkit.settings.defaults import ROLLOUT_VARIABLES
 from rigkit.errors import ConfigError
+from rigkit.fleet.deploy import ROLLBACK_DEPLOY
+from rigkit.settings.defaults import ROLLOUT_VARIABLES
 
 # Set by `rigkit deploy` for every pyinfra run it drives: deploy.py refuses a rollout's data without it.
 ROLLOUT_STEP_ENV = "RIGKIT_ROLLOUT_STEP"
@@ -93,3 +94,24 @@ def plan_stages(rigs: Sequence[str], canary: int, batch: int) -> list[Stage]:
     size = batch or len(rest)
     stages += [Stage(f"batch {i // size + 1}", tuple(rest[i:i + size])) for i in range(0, len(rest), size)]
     return stages
+
+
+# Options a rolling rollback (rollback.py) refuses, and why.
+REFUSED_OPTIONS = {
+    "--canary": "a canary proves a new release's cache before the other rigs get it; a rollback brings back a "
+                "release each rig verified already",
+    "--on-failure": "a rolling rollback halts at the first rig not back on a verified rollback and leaves the rigs it "
+                    "rolled back where they are: there is no release further back for it to go to",
+    "--recheck-canaries": "a rollback has no canaries to prove again",
+}
+REFUSED_FIX = "drop {option}: --batch N rolls back N rigs at a time (through the router when the inventory has one)"
+
+
+def refuse_rollout_options(options: Mapping[str, Any]) -> None:
+    """ConfigError for the first of ``options`` (option -> its value, None or False when not given) that a rollback
+    has no use for (REFUSED_OPTIONS): field, value and fix."""
+    for option, why in REFUSED_OPTIONS.items():
+        value = options.get(option)
+        if value is not None and value is not False:
+            raise ConfigError(option, value, f"makes no sense with {ROLLBACK_DEPLOY}: {why}",
+                              REFUSED_FIX.format(option=option))

@@ -7,6 +7,11 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any, Mapping
 
+from rigkit.remote.client import ServingClient
+from rigkit.remote.tunnel import serving_url
+from rigkit.validation.procedure import ValidationSettings, validate_tiers
+from rigkit.validation.tiers import Tier
+
 # The deploy has just waited for the API: a proof that finds it silent this long fails (the engine died).
 PROOF_READY_TIMEOUT_S = 60.0
 
@@ -19,8 +24,6 @@ class Proof:
 
 def proof_verdict(validation: Any, connector_configured: bool) -> Proof:
     """A short cache proof's verdict (rigkit.validation.procedure.TierValidation) in words."""
-    from rigkit.validation.tiers import Tier
-
     problems = list(validation.failures)
     proved = []
     expected = [Tier.COLD, Tier.WARM_GPU] + ([Tier.WARM_CONNECTOR] if connector_configured else [])
@@ -49,8 +52,6 @@ def proof_verdict(validation: Any, connector_configured: bool) -> Proof:
 def prove_cache(client: Any, data: Mapping[str, Any], connector_configured: bool,
                 ready_timeout_s: float = PROOF_READY_TIMEOUT_S) -> Proof:
     """validate.py's tier procedure cut short: one salted session, no restart, no soak or A/B."""
-    from rigkit.validation.procedure import ValidationSettings, validate_tiers
-
     settings = replace(ValidationSettings.from_data(data), sessions=1, restart=False, decode_ab=False,
                        soak_sessions=0)
     try:
@@ -63,8 +64,6 @@ def prove_cache(client: Any, data: Mapping[str, Any], connector_configured: bool
 
 def prove_rig(rig: str, data: Mapping[str, Any], stack: Any) -> Proof:
     """The cache proof on one rig, through the SSH tunnel to its serving API (rigkit.remote.tunnel)."""
-    from rigkit.remote.client import ServingClient
-    from rigkit.remote.tunnel import serving_url
 
     knobs = stack.knobs
     try:

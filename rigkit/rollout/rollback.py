@@ -23,7 +23,7 @@ deploy's and does not apply.
    drain and each batch: the re-run that gets its rollback verified puts it back (it finds it out of the router
    already, so rolls it back without another drain). Later batches are untouched: each serves the release it had.
 
-The pieces are the rollout's: its drain (rigkit.rollout.drain), its pyinfra runs (rigkit.rollout.run.run_stage_deploy),
+The pieces are the rollout's: its drain (rigkit.rollout.drain), its stages (rigkit.rollout.stage_runner),
 the rigs' states (rigkit.rollout.state), the stages and failures (rigkit.rollout.plan, rigkit.rollout.stage) and the
 summary's lines (rigkit.rollout.summary). Without a router in the inventory the batches run without drains.
 """
@@ -31,49 +31,34 @@ summary's lines (rigkit.rollout.summary). Without a router in the inventory the 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Callable, Mapping, Optional, Sequence
+from typing import Any, Mapping, Optional, Sequence
 
-from rigkit.settings.defaults import ROLLOUT_VARIABLES
 from rigkit.errors import ConfigError
 from rigkit.fleet.deploy import ROLLBACK_DEPLOY
-from rigkit.serving.ledger import ROLLBACK_KIND, SHORT_DIGEST, SMOKE_PASS
-from rigkit.paths import ROLLOUTS_DIR
 from rigkit.fleet.pyinfra_args import is_dry_run, without_limits
-from rigkit.rollout.run import run_stage_deploy, targeted_rigs
+from rigkit.fleet.targets import Targets
+from rigkit.paths import ROLLOUTS_DIR
+from rigkit.rollout import drain as rollout_drain
 from rigkit.rollout.drain import ROUTER_DEFAULT_BATCH, routed_default, unreachable_router_fix
-from rigkit.rollout.plan import Stage, fleet_value, plan_stages
+from rigkit.rollout.plan import Stage, fleet_value, plan_stages, refuse_rollout_options
 from rigkit.rollout.record import RolloutRecord, load_record, record_path, save_record
+from rigkit.rollout.router_admin import gateways
+from rigkit.rollout.run import targeted_rigs
 from rigkit.rollout.stage import Failure, StageResult, StageWork, run_failure
+from rigkit.rollout.stage_runner import StageContext, run_drained_stage
 from rigkit.rollout.state import ReleaseState, read_states, refuse_unreadable
 from rigkit.rollout.summary import dry_run_text, summary_text, summary_width
-from rigkit.rollout.router_admin import gateways
+from rigkit.serving.ledger import ROLLBACK_KIND, SHORT_DIGEST, SMOKE_PASS
+from rigkit.settings.defaults import ROLLOUT_VARIABLES
+from rigkit.settings.hostdata import rig_settings
 
 # `rigkit deploy` options a rolling rollback refuses: why each makes no sense with rollback.py
-REFUSED_OPTIONS = {
-    "--canary": "a canary proves a new release's cache before the other rigs get it; a rollback brings back a "
-                "release each rig verified already",
-    "--on-failure": "a rolling rollback halts at the first rig not back on a verified rollback and leaves the rigs it "
-                    "rolled back where they are: there is no release further back for it to go to",
-    "--recheck-canaries": "a rollback has no canaries to prove again",
-}
-REFUSED_FIX = "drop {option}: --batch N rolls back N rigs at a time (through the router when the inventory has one)"
-
 # the step a summary names when a rig's ledger says its rollback is not done, and why
 VERIFY_STEP = "verify the rollback"
 NO_RELEASE = "its ledger holds no release"
 NOT_A_ROLLBACK = "its ledger's current entry is a {kind}, not a rollback ({release})"
 SMOKE_NOT_PASSED = "its rollback's smoke is {smoke}, not {passed} ({note})"
 NOT_VERIFIED = "its rollback's rendering {entry} is not the verified rendering the rig runs ({verified})"
-
-def refuse_rollout_options(options: Mapping[str, Any]) -> None:
-    """ConfigError for the first of ``options`` (option -> its value, None or False when not given) that a rollback
-    has no use for (REFUSED_OPTIONS): field, value and fix."""
-    for option, why in REFUSED_OPTIONS.items():
-        value = options.get(option)
-        if value is not None and value is not False:
-            raise ConfigError(option, value, f"makes no sense with {ROLLBACK_DEPLOY}: {why}",
-                              REFUSED_FIX.format(option=option))
-
 
 def rollback_batch(per_rig: Mapping[str, Mapping[str, Any]], flag: Optional[int]) -> int:
     """How many rigs roll back at a time: --batch (``flag``), else the rigs' one rollout_batch (0: all at once)."""
@@ -125,9 +110,6 @@ def run_rolling_rollback(inventory: str, pyinfra_args: Sequence[str], hosts: Map
     inventory's routers while it rolls back; (exit status, summary). ConfigError before any rig is touched. The rigs
     out of a router are kept in the rollout's record (its other fields as they were; a new record names no
     rollout)."""
-    from rigkit.rollout import drain as rollout_drain
-    from rigkit.settings.hostdata import rig_settings
-
     for name in names:
         rig_settings(dict(hosts[name]["data"]))  # bad input: nothing touched yet
     stages = plan_stages(names, 0, batch)
@@ -143,9 +125,10 @@ def run_rolling_rollback(inventory: str, pyinfra_args: Sequence[str], hosts: Map
 
         states = refuse_unreadable(read_states(hosts, names))
         passthrough = without_limits(pyinfra_args)
+        context = StageContext(inventory, ROLLBACK_DEPLOY, passthrough, hosts, router, states, remember, read_states)
         results: list[StageResult] = []
         for stage in stages:
-            results.append(result := _roll_back_stage(stage, router, remember, hosts, states, inventory, passthrough))
+            results.append(result := _roll_back_stage(stage, context))
             if result.failures:
                 break
         summary = format_rollback_summary(batch, stages, results, states, width=summary_width(),
@@ -153,34 +136,25 @@ def run_rolling_rollback(inventory: str, pyinfra_args: Sequence[str], hosts: Map
     return (1 if results[-1].failures else 0), summary
 
 
-def _roll_back_stage(stage: Stage, router: Any, remember: Callable[[], None], hosts: Mapping[str, Mapping],
-                     states: dict[str, ReleaseState], inventory: str, passthrough: Sequence[str]) -> StageResult:
-    """One batch: drain, rollback.py, read, back into the router only the rigs whose rollback is verified; the rigs
-    out of the router remembered after the drain and after the batch."""
-    from rigkit.rollout.drain import DRAIN_STEP, RESTORE_STEP
+def _roll_back_stage(stage: Stage, context: StageContext) -> StageResult:
+    """One batch (rigkit.rollout.stage_runner): drain, rollback.py, read, back into the router only the rigs whose
+    rollback is verified."""
+    def judge(ran: tuple[str, ...], outcomes: Mapping[str, Any]) -> list[Failure]:
+        return [failure for rig in ran if (failure := rollback_failure(rig, outcomes.get(rig), context.states[rig]))]
 
-    not_drained = router.drain_each(stage.rigs)
-    remember()
-    ran = tuple(rig for rig in stage.rigs if rig not in not_drained)
-    outcomes = run_stage_deploy(stage.label, ROLLBACK_DEPLOY, ran, inventory, passthrough) if ran else {}
-    states.update(read_states(hosts, ran) if ran else {})
-    failures = [Failure(rig, DRAIN_STEP, why) for rig, why in not_drained.items()]
-    failures += [failure for rig in ran if (failure := rollback_failure(rig, outcomes.get(rig), states[rig]))]
-    not_back = router.settle(stage.rigs, {failure.rig: failure.step for failure in failures})
-    failures += [Failure(rig, RESTORE_STEP, why) for rig, why in not_back.items()]
-    remember()
+    ran, failures = run_drained_stage(stage, stage.rigs, context, judge)
     return StageResult(stage, StageWork(ran, (), ()), failures=failures)
 
 
-def rolling_rollback_command(args: Any) -> Optional[int]:
-    """`rigkit deploy --deploy rollback.py` with a batch (--batch, or rollout_batch data): run it and print its
-    summary; None without one (rigkit.fleet.deploy then runs rollback.py on every rig at once). ConfigError before any rig
-    is touched."""
+def rolling_rollback_command(args: Any, targets: Optional[Targets] = None) -> Optional[int]:
+    """`rigkit deploy --deploy rollback.py` with a batch (--batch, or rollout_batch data, or a router in the
+    inventory): run it and print its summary; None without one (rigkit.fleet.deploy then runs rollback.py on every
+    rig at once). ConfigError before any rig is touched."""
     refuse_rollout_options({"--canary": args.canary, "--on-failure": args.on_failure,
                             "--recheck-canaries": args.recheck_canaries})
-    rigs = targeted_rigs(args.inventory, args.pyinfra_args)
+    rigs = targeted_rigs(args.inventory, args.pyinfra_args, targets)
     if not rigs.names:
-        return None  # fleet_deploy refuses it, naming the inventory's hosts
+        return None  # no rig among the targets: one run over them (a gateway)
     batch = rollback_batch(rigs.sections, args.batch)
     defaulted = None if batch else routed_default(rigs.hosts, rigs.names, args.batch is not None or
                                                   bool(args.all_at_once))
@@ -189,7 +163,6 @@ def rolling_rollback_command(args: Any) -> Optional[int]:
         print(f"--> rigkit deploy: {defaulted}", flush=True)
     if not batch:
         return None
-    rigs.check_connections()
     if is_dry_run(rigs.pyinfra_args):
         print(dry_run_text("rollback", plan_stages(rigs.names, 0, batch), gateways(rigs.hosts), summary_width()),
               flush=True)

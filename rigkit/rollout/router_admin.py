@@ -27,10 +27,14 @@ from typing import Any, Callable, Iterator, Mapping, Optional
 
 import requests
 
-from rigkit.settings.defaults import ROUTER_GROUP, ROUTER_VARIABLES
 from rigkit.errors import RigkitError
 from rigkit.remote.http_session import server_session
-from rigkit.router import CONTROLLER_HOST
+from rigkit.remote.tunnel import serving_url
+from rigkit.router import CONTROLLER_HOST, worker_address, worker_url
+from rigkit.router import router_url as on_gateway
+from rigkit.settings.defaults import ROUTER_GROUP, ROUTER_VARIABLES
+from rigkit.settings.hostdata import rig_settings
+from rigkit.settings.variables import resolve
 
 ADMIN_TIMEOUT_S = 10.0
 # /add_worker returns once the router's own health check of the worker passed; the rig has just passed its
@@ -197,8 +201,6 @@ def gateways(hosts: Mapping[str, Mapping]) -> list[str]:
 def rig_worker_url(rig: str, data: Mapping[str, Any]) -> str:
     """The rig's serving API as the router on the gateway lists it: rigkit.router's one derivation (the router
     role starts the router with these URLs, so a drain names the worker exactly as the router knows it)."""
-    from rigkit.settings.hostdata import rig_settings
-    from rigkit.router import worker_address, worker_url
 
     knobs = rig_settings(dict(data)).stack.knobs
     return worker_url(worker_address(rig, data, knobs["bind_address"]), knobs["serving_port"])
@@ -207,8 +209,6 @@ def rig_worker_url(rig: str, data: Mapping[str, Any]) -> str:
 def gateway_router_url(data: Mapping[str, Any]) -> str:
     """The router's base URL as a process on its gateway reaches it (rigkit.router.router_url, from the gateway's
     data): where the by-hand commands printed for it point."""
-    from rigkit.router import router_url as on_gateway
-    from rigkit.settings.variables import resolve
 
     return on_gateway(resolve(ROUTER_VARIABLES, dict(data)))
 
@@ -218,8 +218,6 @@ def router_url(gateway: str, data: Mapping[str, Any]) -> Iterator[str]:
     """The router's base URL from the controller: through an SSH tunnel to the gateway when the router binds the
     gateway's loopback (its admin endpoints take no key and are never exposed), direct otherwise; a gateway named
     @local is the controller itself."""
-    from rigkit.remote.tunnel import serving_url
-    from rigkit.settings.variables import resolve
 
     if gateway == LOCAL_HOST:
         yield gateway_router_url(data)

@@ -42,54 +42,52 @@ built from the same parts: rigkit.rollout.rollback.
 
 from __future__ import annotations
 
-import contextlib
-import os
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Callable, Iterator, Mapping, Optional, Sequence
+from typing import Any, Mapping, Optional, Sequence
 
-from rigkit.settings.defaults import ROLLOUT_VARIABLES
 from rigkit.errors import ConfigError
 from rigkit.fleet.deploy import DEFAULT_DEPLOY, ROLLBACK_DEPLOY
+from rigkit.fleet.inventory import rigs_among
+from rigkit.fleet.outcome import OK
+from rigkit.fleet.pyinfra_args import (
+    data_pairs,
+    is_dry_run,
+    limit_from,
+    split_limits,
+    without_limits,
+)
+from rigkit.fleet.targets import Targets, select
 from rigkit.paths import ROLLOUTS_DIR
-from rigkit.fleet.pyinfra_args import data_pairs, is_dry_run, pyinfra_executable, without_limits
-from rigkit.rollout.plan import ROLLOUT_STEP_ENV, RolloutSettings, Stage, plan_stages, rollout_settings
-from rigkit.rollout.proof import prove_rig
+from rigkit.rollout import drain as rollout_drain
 from rigkit.rollout.drain import ROUTER_DEFAULT_BATCH, routed_default, unreachable_router_fix
+from rigkit.rollout.plan import (
+    RolloutSettings,
+    Stage,
+    plan_stages,
+    refuse_rollout_options,
+    rollout_settings,
+)
+from rigkit.rollout.proof import prove_rig
 from rigkit.rollout.record import RolloutRecord, load_record, record_path, resume_record, save_record
-from rigkit.rollout.stage import (Failure, StageResult, StageWork, newly_upgraded, rollback_choice, rolled_back_words,
-                                  stage_failures, stage_work)
+from rigkit.rollout.router_admin import gateways
+from rigkit.rollout.stage import (
+    Failure,
+    StageResult,
+    StageWork,
+    newly_upgraded,
+    rollback_choice,
+    rolled_back_words,
+    stage_failures,
+    stage_work,
+)
+from rigkit.rollout.stage_runner import StageContext, run_drained_stage, run_stage_deploy
 from rigkit.rollout.state import ReleaseState, read_states, refuse_unreadable
 from rigkit.rollout.summary import dry_run_text, format_summary, summary_width
-from rigkit.rollout.router_admin import gateways
-
-
-@contextlib.contextmanager
-def rollout_step(label: str) -> Iterator[None]:
-    """Marks the pyinfra runs started inside as driven by rigkit deploy (deploy.py checks it)."""
-    previous = os.environ.get(ROLLOUT_STEP_ENV)
-    os.environ[ROLLOUT_STEP_ENV] = label
-    try:
-        yield
-    finally:
-        if previous is None:
-            os.environ.pop(ROLLOUT_STEP_ENV, None)
-        else:
-            os.environ[ROLLOUT_STEP_ENV] = previous
-
-
-def run_stage_deploy(label: str, deploy: str, rigs: Sequence[str], inventory: str, passthrough: Sequence[str],
-                     run: Optional[Callable] = None) -> dict[str, Any]:
-    """pyinfra on ``rigs`` only; rigkit.fleet.outcome.RigOutcome by rig."""
-    from rigkit.fleet import deploy as fleet
-    from rigkit.fleet.outcome import summarize
-
-    run = fleet.run_pyinfra_streaming if run is None else run
-    limits = [arg for rig in rigs for arg in ("--limit", rig)]
-    print(f"\n--> rigkit rollout, {label}: {deploy} on {', '.join(rigs)}", flush=True)
-    with rollout_step(label):
-        _, output = run([pyinfra_executable(), "-y", *passthrough, *limits, inventory, deploy])
-    return summarize(output, rigs)
+from rigkit.serving.commands import rendering_for
+from rigkit.settings.defaults import ROLLOUT_VARIABLES
+from rigkit.settings.hostdata import rig_settings
+from rigkit.settings.variables import resolve
 
 
 def run_rollout(inventory: str, deploy: str, pyinfra_args: Sequence[str], hosts: Mapping[str, Mapping],
@@ -97,10 +95,6 @@ def run_rollout(inventory: str, deploy: str, pyinfra_args: Sequence[str], hosts:
                 records: Path = ROLLOUTS_DIR) -> tuple[int, str]:
     """The rollout over ``names`` (targeted rigs, connection data checked); (exit status, summary). With a router
     in the inventory each rig leaves it for its deploy (rigkit.rollout.drain)."""
-    from rigkit.rollout import drain as rollout_drain
-    from rigkit.settings.hostdata import rig_settings
-    from rigkit.serving.commands import rendering_for
-
     rigs = {name: rig_settings(dict(hosts[name]["data"])) for name in names}  # bad input: nothing touched yet
     wanted = {name: rendering_for(rig.stack).hash for name, rig in rigs.items()}
     stages = plan_stages(names, settings.canary, settings.batch)
@@ -115,11 +109,16 @@ def run_rollout(inventory: str, deploy: str, pyinfra_args: Sequence[str], hosts:
         record.halted, record.out_of_router = "", router.out
         save_record(record, path)
         passthrough = without_limits(pyinfra_args)
+
+        def remember() -> None:
+            record.out_of_router = router.out
+            save_record(record, path)
+
+        context = StageContext(inventory, deploy, passthrough, hosts, router, states, remember, read_states)
         results: list[StageResult] = []
         for stage in stages:
             work = stage_work(stage, states, wanted, record.proven, recheck_canaries, settings.cache_proof)
-            results.append(result := _run_stage(stage, work, router, record, path, hosts, rigs, states, wanted,
-                                                inventory, deploy, passthrough))
+            results.append(result := _run_stage(stage, work, context, record, path, rigs, wanted))
             if result.failures:
                 break
         halted = next((result for result in results if result.failures), None)
@@ -138,37 +137,28 @@ def run_rollout(inventory: str, deploy: str, pyinfra_args: Sequence[str], hosts:
     return (1 if halted is not None else 0), summary
 
 
-def _run_stage(stage: Stage, work: StageWork, router: Any, record: RolloutRecord, path: Path,
-               hosts: Mapping[str, Mapping], rigs: Mapping[str, Any], states: dict[str, ReleaseState],
-               wanted: Mapping[str, str], inventory: str, deploy: str, passthrough: Sequence[str]) -> StageResult:
-    """One stage: drain, deploy (which smokes), read, prove the canaries, restore the rigs that passed."""
-    from rigkit.fleet.outcome import OK
-    from rigkit.rollout.drain import DRAIN_STEP, RESTORE_STEP
-
-    not_drained = router.drain_each(work.deploy)
-    record.out_of_router = router.out
-    save_record(record, path)
-    work = replace(work, deploy=tuple(r for r in work.deploy if r not in not_drained),
-                   prove=tuple(r for r in work.prove if r not in not_drained))
+def _run_stage(stage: Stage, work: StageWork, context: StageContext, record: RolloutRecord, path: Path,
+               rigs: Mapping[str, Any], wanted: Mapping[str, str]) -> StageResult:
+    """One stage (rigkit.rollout.stage_runner): drain, deploy (which smokes), read, prove the canaries, restore the
+    rigs that passed."""
     result = StageResult(stage, work)
-    outcomes = run_stage_deploy(stage.label, deploy, work.deploy, inventory, passthrough) if work.deploy else {}
-    states.update(read_states(hosts, stage.rigs))
-    record.upgraded += newly_upgraded(record, stage.rigs, states, wanted)
-    save_record(record, path)
-    for rig in work.prove:
-        if (rig in outcomes and outcomes[rig].status != OK) or states[rig].verified != wanted[rig]:
-            continue  # failed already: stage_failures names why
-        print(f"--> rigkit rollout, {stage.label}: cache proof on {rig}", flush=True)
-        result.proofs[rig] = proof = prove_rig(rig, hosts[rig]["data"], rigs[rig].stack)
-        if proof.passed and rig not in record.proven:
-            record.proven.append(rig)
+
+    def judge(ran: tuple[str, ...], outcomes: Mapping[str, Any]) -> list[Failure]:
+        drained_out = set(work.deploy) - set(ran)
+        result.work = replace(work, deploy=ran, prove=tuple(r for r in work.prove if r not in drained_out))
+        record.upgraded += newly_upgraded(record, stage.rigs, context.states, wanted)
         save_record(record, path)
-    result.failures = [Failure(rig, DRAIN_STEP, why) for rig, why in not_drained.items()]
-    result.failures += stage_failures(work, outcomes, states, wanted, result.proofs)
-    not_back = router.settle(stage.rigs, {failure.rig: failure.step for failure in result.failures})
-    result.failures += [Failure(rig, RESTORE_STEP, why) for rig, why in not_back.items()]
-    record.out_of_router = router.out
-    save_record(record, path)
+        for rig in result.work.prove:
+            if (rig in outcomes and outcomes[rig].status != OK) or context.states[rig].verified != wanted[rig]:
+                continue  # failed already: stage_failures names why
+            print(f"--> rigkit rollout, {stage.label}: cache proof on {rig}", flush=True)
+            result.proofs[rig] = proof = prove_rig(rig, context.hosts[rig]["data"], rigs[rig].stack)
+            if proof.passed and rig not in record.proven:
+                record.proven.append(rig)
+            save_record(record, path)
+        return stage_failures(result.work, outcomes, context.states, wanted, result.proofs)
+
+    _, result.failures = run_drained_stage(stage, work.deploy, context, judge, read=stage.rigs)
     return result
 
 
@@ -198,53 +188,49 @@ def _roll_back(group: Sequence[str], router: Any, record: RolloutRecord, hosts: 
 
 @dataclass(frozen=True)
 class TargetedRigs:
-    """What `rigkit deploy` targets, read before any rig is touched."""
+    """What a rollout or a rolling rollback targets, read before any rig is touched."""
 
     pyinfra_args: list[str]  # pyinfra's arguments, each --limit split
     hosts: dict[str, dict]  # the inventory's hosts with the --data pyinfra will see
     names: list[str]  # the targeted rigs (a router host is no rig), in inventory order
     sections: dict[str, dict]  # each targeted rig's resolved `rollout` section
 
-    def check_connections(self) -> None:
-        from rigkit.fleet.inventory import check_connection_data
 
-        for name in self.names:
-            check_connection_data(name, self.hosts[name]["data"])
-
-
-def targeted_rigs(inventory: str, pyinfra_args: Sequence[str]) -> TargetedRigs:
-    """The rigs `rigkit deploy INVENTORY [pyinfra args]` targets; rigs sharing a KV store checked (rigkit.kv_share)."""
-    from rigkit.fleet.inventory import load_inventory, rigs_among, targeted
-    from rigkit.kv_share import check_inventory
-    from rigkit.fleet.pyinfra_args import limit_from, split_limits
-    from rigkit.settings.variables import resolve
-
+def targeted_rigs(inventory: str, pyinfra_args: Sequence[str], targets: Optional[Targets] = None) -> TargetedRigs:
+    """The rigs `rigkit deploy INVENTORY [pyinfra args]` targets (rigkit.fleet.targets, unless the command picked
+    them already) with their rollout sections."""
     pyinfra_args = split_limits(pyinfra_args)
-    hosts = load_inventory(inventory, data_args=data_pairs(pyinfra_args))
-    check_inventory((name, host["groups"], host["data"]) for name, host in hosts.items())
-    names = rigs_among(hosts, targeted(hosts, limit_from(pyinfra_args)))
-    return TargetedRigs(pyinfra_args, hosts, names,
-                        {name: resolve(ROLLOUT_VARIABLES, dict(hosts[name]["data"])) for name in names})
+    if targets is None:
+        targets = select(inventory, limit_from(pyinfra_args), data_pairs(pyinfra_args), rigs_only=False)
+    names = rigs_among(targets.hosts, targets.names)
+    return TargetedRigs(pyinfra_args, targets.hosts, names,
+                        {name: resolve(ROLLOUT_VARIABLES, targets.data(name)) for name in names})
 
 
-def rollout_command(args: Any) -> Optional[int]:
-    """`rigkit deploy` with a rollout asked (flags or data): run it and print its summary; None when no rollout
-    is asked (rigkit.fleet.deploy then runs every rig at once). ConfigError before any rig is touched."""
+def refuse_rollout_flags(args: Any) -> None:
+    """ConfigError for rollout flags a deploy file cannot take (before the inventory is read): a rolling rollback
+    takes --batch only; a deploy file other than deploy.py and rollback.py takes none."""
+    deploy = Path(args.deploy).name
+    if deploy == ROLLBACK_DEPLOY:
+        refuse_rollout_options({"--canary": args.canary, "--on-failure": args.on_failure,
+                                "--recheck-canaries": args.recheck_canaries})
+    elif deploy != DEFAULT_DEPLOY and (any(value is not None for value in (args.canary, args.batch, args.on_failure))
+                                       or args.recheck_canaries):
+        raise ConfigError("--deploy", args.deploy, f"a rollout batches {DEFAULT_DEPLOY} and {ROLLBACK_DEPLOY} only",
+                          "run it without --canary/--batch/--on-failure/--recheck-canaries (with --limit to "
+                          "choose the rigs)")
+
+
+def rollout_command(args: Any, targets: Optional[Targets] = None) -> Optional[int]:
+    """`rigkit deploy` (deploy.py) with a rollout asked (flags or data, or a router in the inventory): run it and
+    print its summary; None when no rollout is asked (rigkit.fleet.deploy then runs every rig at once). ConfigError
+    before any rig is touched."""
+    refuse_rollout_flags(args)
     flags = {"rollout_canary": args.canary, "rollout_batch": args.batch, "rollout_on_failure": args.on_failure}
     asked = any(value is not None for value in flags.values()) or bool(args.recheck_canaries)
-    if Path(args.deploy).name == ROLLBACK_DEPLOY:
-        from rigkit.rollout.rollback import rolling_rollback_command
-
-        return rolling_rollback_command(args)  # --batch (or rollout_batch data) only
-    if Path(args.deploy).name != DEFAULT_DEPLOY:
-        if asked:
-            raise ConfigError("--deploy", args.deploy, f"a rollout batches {DEFAULT_DEPLOY} and {ROLLBACK_DEPLOY} only",
-                              "run it without --canary/--batch/--on-failure/--recheck-canaries (with --limit to "
-                              "choose the rigs)")
-        return None  # rollout data applies to deploy.py and rollback.py only
-    rigs = targeted_rigs(args.inventory, args.pyinfra_args)
+    rigs = targeted_rigs(args.inventory, args.pyinfra_args, targets)
     if not rigs.names:
-        return None  # fleet_deploy refuses it, naming the inventory's hosts
+        return None  # no rig among the targets: one run over them (a gateway)
     settings = rollout_settings(rigs.sections, flags)
     defaulted = None if settings.active else routed_default(rigs.hosts, rigs.names, asked or bool(args.all_at_once))
     if defaulted:
@@ -252,7 +238,6 @@ def rollout_command(args: Any) -> Optional[int]:
         print(f"--> rigkit deploy: {defaulted}", flush=True)
     if not settings.active:
         return None
-    rigs.check_connections()
     if is_dry_run(rigs.pyinfra_args):
         print(dry_run_text("rollout", plan_stages(rigs.names, settings.canary, settings.batch),
                            gateways(rigs.hosts), summary_width()), flush=True)

@@ -7,12 +7,13 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Optional, Sequence
 
-from rigkit.settings.defaults import ROLLOUT_LEAVE, ROLLOUT_ROLLBACK
-from rigkit.serving.ledger import SHORT_DIGEST
+from rigkit.fleet.outcome import OK
 from rigkit.rollout.plan import Stage
 from rigkit.rollout.proof import Proof
 from rigkit.rollout.record import RolloutRecord
 from rigkit.rollout.state import ReleaseState
+from rigkit.serving.ledger import SHORT_DIGEST
+from rigkit.settings.defaults import ROLLOUT_LEAVE, ROLLOUT_ROLLBACK
 
 # Why a rig of a stage failed: the words the summary prints.
 NOT_ON_RELEASE = "its deploy reported success but the rig does not run the wanted rendering (verified {got})"
@@ -51,8 +52,6 @@ class Failure:
 def run_failure(rig: str, outcome: Optional[Any], state: ReleaseState) -> Optional[Failure]:
     """Why ``rig`` halts whatever it was to run: its pyinfra run failed (``outcome``: rigkit.fleet.outcome.RigOutcome,
     None when it was in no run), or it could not be read afterwards; None when neither."""
-    from rigkit.fleet.outcome import OK
-
     if outcome is not None and outcome.status != OK:
         return Failure(rig, outcome.step or outcome.status, outcome.reason or outcome.status)
     if state.unreadable:

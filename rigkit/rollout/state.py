@@ -8,7 +8,9 @@ from dataclasses import dataclass
 from typing import Mapping, Optional, Sequence
 
 from rigkit.errors import ConfigError
-from rigkit.serving.ledger import Ledger, Release
+from rigkit.remote.tunnel import connect_ssh
+from rigkit.serving.commands import RELEASE_HASH_FILE
+from rigkit.serving.ledger import LEDGER_PATH, Ledger, Release
 
 STATE_SEPARATOR = "--rigkit-ledger--"
 
@@ -31,8 +33,6 @@ class ReleaseState:
 
 
 def state_command() -> str:
-    from rigkit.serving.ledger import LEDGER_PATH
-    from rigkit.serving.commands import RELEASE_HASH_FILE
 
     return f"cat {RELEASE_HASH_FILE} 2>/dev/null; echo {STATE_SEPARATOR}; cat {LEDGER_PATH} 2>/dev/null; true"
 
@@ -51,8 +51,6 @@ def parse_release_state(output: str) -> ReleaseState:
 
 def read_states(hosts: Mapping[str, Mapping], rigs: Sequence[str]) -> dict[str, ReleaseState]:
     """Every rig's state, in parallel, one SSH round trip each."""
-    from rigkit.remote.tunnel import connect_ssh
-
     command = state_command()
 
     def read(rig: str) -> ReleaseState:

@@ -7,7 +7,6 @@ sequences them.
 from __future__ import annotations
 
 import shlex
-from pathlib import Path
 from typing import Optional
 
 from rigkit.settings.hostdata import Settings

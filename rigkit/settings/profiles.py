@@ -15,9 +15,10 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from rigkit.errors import ConfigError
-from rigkit.settings.knobs import KNOBS_BY_NAME
 from rigkit.paths import PROFILES_FILE
 from rigkit.remote.registry import require_digest
+from rigkit.settings.knobs import KNOBS_BY_NAME
+from rigkit.settings.variables import closest_name
 
 # Strings in a connector's kv_transfer_config that render.py fills from the settings.
 CONNECTOR_PLACEHOLDERS = ("@l1_bytes", "@l2_dir", "@lmcache_port")
@@ -164,7 +165,6 @@ def ab_pair(profiles: dict[str, Profile], name: str) -> tuple[Profile, Profile]:
 
 def get_profile(profiles: dict[str, Profile], name: str) -> Profile:
     if name not in profiles:
-        from rigkit.settings.variables import closest_name
         suggestion = closest_name(name, profiles)
         fix = f"did you mean {suggestion!r}?" if suggestion else f"one of {', '.join(sorted(profiles))}"
         raise ConfigError("serving_profile", name, f"no such profile in {PROFILES_FILE.name}", fix)

@@ -15,9 +15,9 @@ from typing import Any, Mapping, Optional, Sequence
 
 import yaml
 
-from rigkit.settings.knobs import ENGINE_FLAGS, SECRET_ENV_NAMES, knob_for_env, redacted
 from rigkit.serving.ledger import SHORT_DIGEST, Rendering, parse_dotenv, release_hash
 from rigkit.serving.render import KNOBS_HASH_LABEL, LABEL_PREFIX, SERVICE_NAME
+from rigkit.settings.knobs import ENGINE_FLAGS, SECRET_ENV_NAMES, knob_for_env, redacted
 from rigkit.status.probe import Container
 
 SHOWN_VALUE_CHARS = 60

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import shlex
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, Callable, Mapping, Optional, Sequence
+from typing import Any, Callable, Mapping, Optional
 
-from rigkit.errors import ConfigError, RigkitError
+from rigkit.errors import RigkitError
+from rigkit.fleet.targets import Targets
+from rigkit.remote.tunnel import connect_ssh
 from rigkit.settings.hostdata import Settings, rig_settings
 from rigkit.status.probe import status_script
 from rigkit.status.rig import RigStatus, assess
@@ -20,8 +22,6 @@ MAX_PARALLEL_RIGS = 16
 
 def ask_rig(name: str, data: Mapping[str, Any], script: str, timeout_s: float = SCRIPT_TIMEOUT_S) -> str:
     """Run the script on the rig in one SSH round trip; its stdout. RigkitError/OSError when unreachable."""
-    from rigkit.remote.tunnel import connect_ssh
-
     client = connect_ssh(data, name)
     try:
         # the script as the command itself, not on stdin: a command in it that reads stdin would eat the rest
@@ -46,21 +46,8 @@ def rig_status(name: str, data: Mapping[str, Any], stack: Optional[Settings],
     return assess(name, stack, output)
 
 
-def fleet_status(inventory: str, limits: Sequence[str] = (), override: Optional[dict] = None,
-                 ask: Callable[[str, Mapping[str, Any], str], str] = ask_rig) -> list[RigStatus]:
-    """Every targeted rig's status, asked in parallel; ConfigError (before any rig is asked) on bad input."""
-    from rigkit.fleet.inventory import check_connection_data, load_inventory, rigs_among, targeted
-
-    hosts = load_inventory(inventory)
-    patterns = [p for limit in limits for p in limit.split(",") if p]
-    names = rigs_among(hosts, targeted(hosts, patterns))  # a gateway or the KV store serves no stack
-    if not names:
-        raise ConfigError("--limit", ",".join(patterns), f"matches no rig of {inventory}",
-                          f"use host or group names from the inventory: {', '.join(sorted(hosts))}")
-    datas = {name: {**hosts[name]["data"], **(override or {})} for name in names}
-    stacks = {}
-    for name in names:
-        check_connection_data(name, datas[name])
-        stacks[name] = rig_settings(datas[name], needs_stack=False).declared_stack
-    with ThreadPoolExecutor(max_workers=min(len(names), MAX_PARALLEL_RIGS)) as pool:
-        return list(pool.map(lambda name: rig_status(name, datas[name], stacks[name], ask), names))
+def fleet_status(targets: Targets, ask: Callable[[str, Mapping[str, Any], str], str] = ask_rig) -> list[RigStatus]:
+    """Every targeted rig's status, asked in parallel; ConfigError (before any rig is asked) on bad data."""
+    stacks = {name: rig_settings(targets.data(name), needs_stack=False).declared_stack for name in targets.names}
+    with ThreadPoolExecutor(max_workers=min(len(targets.names), MAX_PARALLEL_RIGS)) as pool:
+        return list(pool.map(lambda name: rig_status(name, targets.data(name), stacks[name], ask), targets.names))

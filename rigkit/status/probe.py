@@ -15,11 +15,12 @@ from typing import Any, Optional
 from rigkit.facts import split_exit
 from rigkit.facts.docker import DockerEngine
 from rigkit.facts.serving import StackContainers
-from rigkit.settings.hostdata import Settings
-from rigkit.serving.ledger import LEDGER_PATH
+from rigkit.l2_state import l2_probe_for
 from rigkit.nvidia_smi import SUMMARY_COMMAND, parse_cuda_version, parse_driver_version
-from rigkit.serving.render import STACK_NAME
 from rigkit.serving.commands import RELEASE_HASH_FILE, ready_url, rendering_for, stack_files
+from rigkit.serving.ledger import LEDGER_PATH
+from rigkit.serving.render import STACK_NAME
+from rigkit.settings.hostdata import Settings
 
 SECTION_MARK = "@@rigkit-status "
 # the API probe's own wait, well inside the whole script's (rigkit.status.fleet.SCRIPT_TIMEOUT_S)
@@ -52,8 +53,6 @@ def _file_section(path: str) -> str:
 
 def status_script(stack: Optional[Settings]) -> str:
     """The one shell script a rig runs: sections, each under a ``SECTION_MARK name`` line."""
-    from rigkit.l2_state import l2_probe_for
-
     compose_path, env_path = stack_files()
     sections = {
         "engine": DockerEngine().command(),

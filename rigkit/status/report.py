@@ -97,3 +97,8 @@ def format_report(statuses: Sequence[RigStatus], width: int = TABLE_WIDTH) -> st
     lines.append(f"{len(statuses) - len(bad)} of {len(statuses)} rigs ok"
                  + (f"; not ok: {', '.join(bad)}" if bad else ""))
     return "\n".join(lines)
+
+
+def exit_status(statuses: Sequence[RigStatus]) -> int:
+    """`rigkit status`'s exit status: 0 when every rig is reachable, healthy and without drift, else 1."""
+    return 0 if all(s.state == OK for s in statuses) else 1

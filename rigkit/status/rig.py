@@ -7,9 +7,10 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Optional
 
 from rigkit.facts.docker import DockerEngine
-from rigkit.settings.hostdata import Settings
-from rigkit.serving.ledger import Ledger
+from rigkit.l2_state import read_l2
 from rigkit.serving.commands import ready_url, rendering_for
+from rigkit.serving.ledger import Ledger
+from rigkit.settings.hostdata import Settings
 from rigkit.status.drift import Drift, container_drift, files_drift, image_drift, rendering_drift
 from rigkit.status.probe import decoded_file, parse_api, parse_containers, parse_nvidia, parse_sections, parse_shm
 
@@ -125,7 +126,5 @@ def assess(rig: str, stack: Optional[Settings], output: str) -> RigStatus:
 
 def l2_report(stack: Settings, probe_output: str) -> dict[str, Any]:
     """The L2 tier judged as validation judges it, from the probe's output in the script."""
-    from rigkit.l2_state import read_l2
-
     report = read_l2(lambda command: probe_output, stack)
     return report.model_dump() if report is not None else None

@@ -20,14 +20,16 @@ import random
 from dataclasses import dataclass, field
 from typing import Callable, Mapping, Optional, Sequence
 
-from rigkit.validation.card import Capacity, GreedyCheck, StatModel, TierProof, TierResult, TTFTPair
-from rigkit.remote.client import Measured, ServingClient, measure, prefill_timeout
 from rigkit.errors import ConfigError
+from rigkit.remote.client import Measured, ServingClient, measure, prefill_timeout
+from rigkit.settings.defaults import CALIBRATION_MIN_TOKENS
+from rigkit.settings.defaults import VALIDATION_VARIABLES as VARIABLES
+from rigkit.settings.sizing import capacity_from
+from rigkit.settings.variables import resolve
+from rigkit.validation.card import Capacity, GreedyCheck, StatModel, TierProof, TierResult, TTFTPair
 from rigkit.validation.metrics import Snapshot, require_prefix_counters
 from rigkit.validation.prompts import Prompt, PromptSpec
-from rigkit.settings.sizing import capacity_from
 from rigkit.validation.tiers import Tier, TierLabel, label
-from rigkit.settings.defaults import CALIBRATION_MIN_TOKENS, VALIDATION_VARIABLES as VARIABLES
 
 # Pushing exactly the pool's size through it may leave a block or two of the prefix: overshoot.
 FILLER_OVERSHOOT = 1.25
@@ -61,8 +63,6 @@ class ValidationSettings:
     @classmethod
     def from_data(cls, data: Mapping) -> "ValidationSettings":
         """From host/--data values named like VARIABLES (`validate_` prefix)."""
-        from rigkit.settings.variables import resolve
-
         values = resolve(VARIABLES, data)
         return cls(**{v.name.removeprefix("validate_"): values[v.name] for v in VARIABLES})
 

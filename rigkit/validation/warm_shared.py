@@ -20,25 +20,25 @@ Exit status: 0 when every pair is warm-shared, 1 otherwise, 2 when the input is 
 
 from __future__ import annotations
 
-import argparse
 import itertools
-import os
 import random
-import sys
 from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Mapping, Optional, Sequence
 
-from rigkit.validation.card import RESULTS_DIR, PromptRecord, SharedPair, TTFTClient, new_run_id
-from rigkit.validation.card.store import RUN_ID_ENV
+from rigkit.errors import ConfigError
+from rigkit.fleet.targets import Targets
 from rigkit.remote.client import ServingClient, measure, prefill_timeout
-from rigkit.errors import ConfigError, RigkitError
+from rigkit.remote.tunnel import Tunnel, connect_ssh, serving_url
+from rigkit.settings.hostdata import rig_settings
+from rigkit.validation.card import PromptRecord, SharedPair, TTFTClient
+from rigkit.validation.card.store import record_shared, render_run
 from rigkit.validation.metrics import require_prefix_counters
+from rigkit.validation.procedure import TierRun, ValidationSettings, check_prompt_fits
 from rigkit.validation.prompts import PromptSpec
 from rigkit.validation.tiers import Tier, label, label_shared
 from rigkit.validation.ttft import TTFT_TOLERANCE_ABS_S, TTFT_TOLERANCE_REL, RigProbe
-from rigkit.validation.procedure import TierRun, ValidationSettings, check_prompt_fits
 
 # How a rig declares the shared tier (issue 15's shared mount, rigkit.kv_share): its `kv_share` knob puts its
 # connector store on the mount of its kv_share section's `kv_share_source`; rigs naming the same source share one
@@ -134,8 +134,6 @@ def sharing_groups(sources: Mapping[str, Optional[str]]) -> list[list[str]]:
 def rig_client(stack: ExitStack, name: str, data: Mapping, knobs: Mapping) -> ServingClient:
     """A client of the rig's API (through a tunnel when it binds the rig's loopback) whose completions stream
     from the rig itself (rigkit's TTFT probe over an SSH connection of its own), as validate.py measures."""
-    from rigkit.remote.tunnel import Tunnel, connect_ssh, serving_url
-
     url = stack.enter_context(serving_url(data, knobs["bind_address"], knobs["serving_port"], inventory_name=name))
     ssh = Tunnel(lambda: connect_ssh(data, name), "127.0.0.1", knobs["serving_port"])
     stack.callback(ssh.close)
@@ -147,26 +145,16 @@ def rig_client(stack: ExitStack, name: str, data: Mapping, knobs: Mapping) -> Se
     return ServingClient(url, model=knobs["served_model_name"], probe=probe)
 
 
-def validate_shared(inventory: str, limits: Sequence[str], override: Mapping, run_dir: Path) -> list[SharedPair]:
+def validate_shared(targets: Targets, run_dir: Path) -> list[SharedPair]:
     """Every pair of the targeted sharing rigs, recorded in run_dir's cards; ConfigError before any rig is asked."""
-    from rigkit.validation.card.store import record_shared, render_run
-    from rigkit.settings.defaults import ROUTER_GROUP
-    from rigkit.fleet.inventory import check_connection_data, load_inventory, targeted
-    from rigkit.settings.hostdata import rig_settings
-
-    hosts = load_inventory(inventory)
-    patterns = [p for limit in limits for p in limit.split(",") if p]
-    names = [n for n in targeted(hosts, patterns) if ROUTER_GROUP not in hosts[n].get("groups", [])]
-    datas = {name: {**hosts[name]["data"], **override} for name in names}
-    rigs = {name: rig_settings(datas[name]) for name in names}
+    names = targets.names
+    rigs = {name: rig_settings(targets.data(name)) for name in names}
     groups = sharing_groups({name: rigs[name].sections.get(KV_SHARE_SECTION, {}).get(KV_SHARE_SOURCE)
                              if rigs[name].stack.knobs.get(KV_SHARE_KNOB) else None for name in names})
     sharing = [name for rigs_of_store in groups for name in rigs_of_store]
-    settings = {name: ValidationSettings.from_data(datas[name]) for name in sharing}
-    for name in sharing:
-        check_connection_data(name, datas[name])
+    settings = {name: ValidationSettings.from_data(targets.data(name)) for name in sharing}
     with ExitStack() as stack:
-        clients = {name: rig_client(stack, name, datas[name], rigs[name].stack.knobs) for name in sharing}
+        clients = {name: rig_client(stack, name, targets.data(name), rigs[name].stack.knobs) for name in sharing}
         pairs = run_pairs(clients, settings, groups)
         transports = {name: client.ttft_transport for name, client in clients.items()}
     record_shared(run_dir, pairs, {name: TTFTClient(transport=transport, tolerance_rel=TTFT_TOLERANCE_REL,
@@ -180,33 +168,3 @@ def pair_line(pair: SharedPair) -> str:
     proof = pair.asked.proofs[0].text if pair.asked.proofs else "no request completed"
     prefill = "" if pair.prefill.passed else f"; prefill on {pair.source} labelled {pair.prefill.label} (not cold)"
     return f"{pair.source} -> {pair.target}: {pair.label} {'✓' if pair.passed else '✗'} ({proof}{prefill})"
-
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("inventory", help="pyinfra inventory file, e.g. inventory/lab.py")
-    parser.add_argument("--limit", action="append", default=[],
-                        help="host or group names or globs, as pyinfra's --limit (a comma list is split)")
-    parser.add_argument("--data", action="append", default=[], metavar="KEY=VALUE",
-                        help="override host data as pyinfra's --data does (e.g. kv_share=true, validate_sessions=1)")
-    parser.add_argument("--run-dir", type=Path, default=None,
-                        help="results/<run-id> to add the pairs to (a validate.py run); default: a new run "
-                             "(RIGKIT_RUN_ID when set)")
-
-
-def run(args: argparse.Namespace) -> int:
-    from rigkit.paths import REPO_ROOT
-    from rigkit.status.command import parse_data
-
-    run_dir = args.run_dir or REPO_ROOT / RESULTS_DIR / (os.environ.get(RUN_ID_ENV) or new_run_id())
-    try:
-        pairs = validate_shared(args.inventory, args.limit, parse_data(args.data), run_dir)
-    except ConfigError as exc:
-        print(f"rigkit validate-shared: refused: {exc}", file=sys.stderr)
-        return 2
-    except RigkitError as exc:  # a rig unreachable or its API down: said, not a traceback
-        print(f"rigkit validate-shared: {exc}", file=sys.stderr)
-        return 1
-    for pair in pairs:
-        print(pair_line(pair))
-    print(f"-> {run_dir / 'fleet.md'}")
-    return 0 if all(pair.passed for pair in pairs) else 1

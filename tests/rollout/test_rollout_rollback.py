@@ -11,7 +11,9 @@ import pytest
 
 from test_rollout_run import NEW, OLD, ROLLED_BACK, STOPPED_MID_DEPLOY, host_data, rendering_hash
 from test_rollout_drain import GATEWAY, GATEWAY_ROUTER, RoutedFleet, worker
-from rigkit.fleet import deploy as fleet
+from rigkit.commands import deploy as deploy_command
+from rigkit.fleet import deploy as fleet_deploy_module
+from rigkit.fleet import pyinfra_args
 from rigkit.fleet import outcome as fleet_outcome
 from rigkit.rollout import rollback as rollout_rollback
 from rigkit.errors import ConfigError
@@ -190,7 +192,7 @@ def test_each_rig_leaves_the_router_for_its_rollback_and_returns_once_it_is_veri
 def test_the_pyinfra_arguments_pass_through_with_one_limit_a_batch(monkeypatch, tmp_path):
     fake = RollingBack(monkeypatch, ["rig4", "rig5"])
     argv: list = []
-    monkeypatch.setattr(fleet, "run_pyinfra_streaming", lambda args: argv.append(args) or fake.pyinfra(args))
+    monkeypatch.setattr(pyinfra_args, "run_pyinfra_streaming", lambda args: argv.append(args) or fake.pyinfra(args))
     roll_back(tmp_path, ["rig4", "rig5"])
     assert [args[-2:] for args in argv] == [["inventory/fleet.py", "rollback.py"]] * 2
     assert [args[args.index("--limit"):-2] for args in argv] == [["--limit", "rig4"], ["--limit", "rig5"]]
@@ -289,8 +291,8 @@ def test_without_a_router_the_batches_run_without_drains(monkeypatch, tmp_path):
 def deploy_args(inventory, *argv, deploy="rollback.py") -> argparse.Namespace:
     """rigkit deploy's arguments as fleet.run reads them (its own options wherever they stand)."""
     parser = argparse.ArgumentParser()
-    fleet.add_arguments(parser)
-    return fleet.own_options_from_remainder(parser.parse_args([str(inventory), "--deploy", deploy, *argv]))
+    deploy_command.add_arguments(parser)
+    return deploy_command.own_options_from_remainder(parser.parse_args([str(inventory), "--deploy", deploy, *argv]))
 
 
 @pytest.fixture()
@@ -306,12 +308,12 @@ def inventory(tmp_path):
 
 
 def test_the_command_refuses_a_rollouts_options_before_reading_the_inventory(monkeypatch, capsys):
-    monkeypatch.setattr(rollout_rollback, "targeted_rigs", lambda *a: pytest.fail("the inventory was read"))
-    assert fleet.run(deploy_args("inventory/none.py", "--batch", "1", "--canary", "1")) == 2
+    monkeypatch.setattr(deploy_command, "select", lambda *a, **k: pytest.fail("the inventory was read"))
+    assert deploy_command.run(deploy_args("inventory/none.py", "--batch", "1", "--canary", "1")) == 2
     err = capsys.readouterr().err
     assert "refused before any rig was touched: --canary=1: makes no sense with rollback.py" in err
     assert "Fix: drop --canary" in err
-    assert fleet.run(deploy_args("inventory/none.py", "--recheck-canaries")) == 2
+    assert deploy_command.run(deploy_args("inventory/none.py", "--recheck-canaries")) == 2
 
 
 def test_the_command_rolls_back_by_the_data_s_batch_and_a_flag_overrides_it(monkeypatch, inventory):
@@ -333,9 +335,9 @@ def test_the_plain_run_through_a_router_says_before_pyinfra_starts_that_nothing_
         printed_before.append(capsys.readouterr().out)
         return 0, ""
 
-    monkeypatch.setattr(fleet, "run_pyinfra_streaming", pyinfra)
-    monkeypatch.setattr(fleet, "read_release", lambda name, data: "")
-    fleet.run(deploy_args(inventory, "--batch", "0", "--limit", "rig4"))
+    monkeypatch.setattr(pyinfra_args, "run_pyinfra_streaming", pyinfra)
+    monkeypatch.setattr(fleet_deploy_module, "read_release", lambda name, data: "")
+    deploy_command.run(deploy_args(inventory, "--batch", "0", "--limit", "rig4"))
     flat = " ".join(printed_before[0].split())
     assert f"the router on {GATEWAY} is not drained by a run with --all-at-once: a rig it restarts (rig4)" in flat
     assert "without it each rig leaves the router first" in flat
@@ -366,9 +368,9 @@ def test_a_dry_run_of_a_rollout_or_rolling_rollback_drains_nothing_and_runs_pyin
     runs: list = []
     # the lines a dry run prints for these hosts (tests/fleet/test_fleet_outcome.py reads a real one)
     dry = "".join(f"    [{host}] Connected\n" for host in ("rig4", "rig5", GATEWAY)) + "--> Detected changes:\n"
-    monkeypatch.setattr(fleet, "run_pyinfra_streaming", lambda argv: runs.append(argv) or (0, dry))
-    monkeypatch.setattr(fleet, "read_release", lambda name, data: "")
-    assert fleet.run(deploy_args(inventory, "--batch", "1", "--dry", deploy=deploy)) == 0
+    monkeypatch.setattr(pyinfra_args, "run_pyinfra_streaming", lambda argv: runs.append(argv) or (0, dry))
+    monkeypatch.setattr(fleet_deploy_module, "read_release", lambda name, data: "")
+    assert deploy_command.run(deploy_args(inventory, "--batch", "1", "--dry", deploy=deploy)) == 0
     assert len(runs) == 1 and "--dry" in runs[0] and "--limit" not in runs[0] and runs[0][-1] == deploy
     flat = " ".join(capsys.readouterr().out.split())
     assert f"--> rigkit {run}, dry run: pyinfra --dry shows what each targeted rig would change" in flat

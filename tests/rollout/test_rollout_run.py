@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from rigkit.fleet import deploy as fleet
+from rigkit.commands import deploy as deploy_command
+from rigkit.fleet import pyinfra_args
 
 from rigkit.fleet import outcome as fleet_outcome
 
@@ -41,8 +42,8 @@ def rendering_hash(rig: str, image: str) -> str:
 
 def test_rigkit_deploy_options_are_read_after_the_inventory_too():
     parser = argparse.ArgumentParser()
-    fleet.add_arguments(parser)
-    args = fleet.own_options_from_remainder(parser.parse_args(
+    deploy_command.add_arguments(parser)
+    args = deploy_command.own_options_from_remainder(parser.parse_args(
         ["inv.py", "--limit", "rig4", "--canary", "1", "--data", "a=b", "--batch", "2", "--deploy", "rollback.py"]))
     assert (args.canary, args.batch, args.deploy) == (1, 2, "rollback.py")
     assert args.pyinfra_args == ["--limit", "rig4", "--data", "a=b"]
@@ -60,7 +61,7 @@ class FakeFleet:
         self.runs: list[tuple[str, list[str]]] = []
         self.proved: list[str] = []
         self.output, self.kill_in = output, kill_in
-        monkeypatch.setattr(fleet, "run_pyinfra_streaming", self.pyinfra)
+        monkeypatch.setattr(pyinfra_args, "run_pyinfra_streaming", self.pyinfra)
         # patched where the runner looks them up (it imports them from rollout_state and rollout_proof)
         monkeypatch.setattr(rollout, "read_states", self.read)
         monkeypatch.setattr(rollout, "prove_rig", self.prove)

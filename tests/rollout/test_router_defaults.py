@@ -9,7 +9,9 @@ import argparse
 import pytest
 
 from test_rollout_run import NEW, host_data
-from rigkit.fleet import deploy as fleet
+from rigkit.commands import deploy as deploy_command
+from rigkit.fleet import deploy as fleet_deploy_module
+from rigkit.fleet import pyinfra_args
 from rigkit.rollout import run as rollout
 from rigkit.rollout import rollback as rollout_rollback
 from rigkit.settings.defaults import ROUTER_VARIABLES
@@ -20,8 +22,8 @@ from rigkit.settings.variables import resolve
 
 def deploy_args(inventory, *argv: str, deploy: str = "deploy.py") -> argparse.Namespace:
     parser = argparse.ArgumentParser()
-    fleet.add_arguments(parser)
-    return fleet.own_options_from_remainder(parser.parse_args([str(inventory), "--deploy", deploy, *argv]))
+    deploy_command.add_arguments(parser)
+    return deploy_command.own_options_from_remainder(parser.parse_args([str(inventory), "--deploy", deploy, *argv]))
 
 
 def write_inventory(tmp_path, gateway: str | None = "gw", **gateway_data) -> str:
@@ -52,7 +54,7 @@ def asked(monkeypatch) -> list:
 def test_a_plain_deploy_behind_a_router_goes_one_rig_at_a_time_and_says_so_first(tmp_path, asked, capsys, deploy,
                                                                                  run):
     inventory = write_inventory(tmp_path)
-    assert rollout.rollout_command(deploy_args(inventory, deploy=deploy)) == 0
+    assert deploy_command.run(deploy_args(inventory, deploy=deploy)) == 0
     assert asked == [(run, ["rig4", "rig5"], 0, 1)]
     said = " ".join(capsys.readouterr().out.split())
     assert ("the inventory has a router (on gw): rig4, rig5 go one at a time, each out of the router until its smoke "
@@ -63,7 +65,8 @@ def test_a_plain_deploy_behind_a_router_goes_one_rig_at_a_time_and_says_so_first
 @pytest.mark.parametrize("explicit", [["--all-at-once"], ["--batch", "0"]])
 def test_all_at_once_only_when_said_in_so_many_words(tmp_path, asked, deploy, explicit):
     inventory = write_inventory(tmp_path)
-    assert rollout.rollout_command(deploy_args(inventory, *explicit, deploy=deploy)) is None  # fleet_deploy runs it
+    command = rollout.rollout_command if deploy == "deploy.py" else rollout_rollback.rolling_rollback_command
+    assert command(deploy_args(inventory, *explicit, deploy=deploy)) is None  # fleet_deploy runs it
     assert asked == []
 
 
@@ -104,17 +107,17 @@ def test_the_router_role_on_the_controller_is_refused_unless_asked_for():
 
 
 def test_rigkit_deploy_refuses_it_before_pyinfra_starts(tmp_path, monkeypatch, capsys):
-    monkeypatch.setattr(fleet, "run_pyinfra_streaming", lambda argv: pytest.fail("pyinfra started"))
+    monkeypatch.setattr(pyinfra_args, "run_pyinfra_streaming", lambda argv: pytest.fail("pyinfra started"))
     inventory = write_inventory(tmp_path, gateway=CONTROLLER_HOST)
-    assert fleet.run(deploy_args(inventory, "--all-at-once")) == 2
+    assert deploy_command.run(deploy_args(inventory, "--all-at-once")) == 2
     err = capsys.readouterr().err
     assert "refused before any rig was touched: router_on_controller=False: @local is the controller itself" in err
 
 
 def test_rigkit_deploy_runs_it_when_asked_for(tmp_path, monkeypatch):
     ran: list = []
-    monkeypatch.setattr(fleet, "run_pyinfra_streaming", lambda argv: ran.append(argv) or (0, ""))
-    monkeypatch.setattr(fleet, "read_release", lambda name, data: "")
+    monkeypatch.setattr(pyinfra_args, "run_pyinfra_streaming", lambda argv: ran.append(argv) or (0, ""))
+    monkeypatch.setattr(fleet_deploy_module, "read_release", lambda name, data: "")
     inventory = write_inventory(tmp_path, gateway=CONTROLLER_HOST, router_on_controller=True)
-    fleet.run(deploy_args(inventory, "--all-at-once"))
+    deploy_command.run(deploy_args(inventory, "--all-at-once"))
     assert len(ran) == 1

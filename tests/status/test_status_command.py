@@ -1,24 +1,24 @@
-"""`rigkit status`, the command: --data values read as pyinfra reads them."""
+"""`rigkit status`, the command: --data read by pyinfra's own code, a malformed one refused before any rig is asked."""
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
+import argparse
 
-import pytest
-
-from rigkit.errors import ConfigError
-from rigkit.status.command import cli_value, parse_data
+from rigkit.commands import status as status_command
+from rigkit.fleet.targets import select
 
 
-def test_cli_values_are_read_as_pyinfra_reads_them():
-    samples = ["true", "False", "8", "-3", "0.5", '{"method": "mtp"}', '["--x"]', "tiny", "0,1", ""]
-    # pyinfra_cli patches the whole process with gevent on import: compared in a child
-    code = ("import json, sys; from pyinfra_cli.util import parse_cli_arg; "
-            "print(json.dumps([parse_cli_arg(a) for a in json.loads(sys.argv[1])]))")
-    theirs = json.loads(subprocess.run([sys.executable, "-c", code, json.dumps(samples)], capture_output=True,
-                                       text=True, check=True).stdout)
-    assert [cli_value(sample) for sample in samples] == theirs
-    with pytest.raises(ConfigError):
-        parse_data(["no-equals-sign"])
+def test_data_values_are_read_by_pyinfra_itself(tmp_path):
+    inventory = tmp_path / "inventory.py"
+    inventory.write_text("rigs = [('rig1', {'ssh_password': 'lab'})]\n")
+    samples = {"a": "true", "b": "8", "c": '{"method": "mtp"}', "d": '["--x"]', "e": "tiny", "f": "0,1"}
+    targets = select(str(inventory), data=[f"{key}={value}" for key, value in samples.items()])
+    data = targets.data("rig1")
+    assert [data[key] for key in samples] == [True, 8, {"method": "mtp"}, ["--x"], "tiny", "0,1"]
+
+
+def test_a_malformed_data_pair_is_refused_before_the_inventory_is_read(capsys):
+    args = argparse.Namespace(inventory="inventory/none.py", limit=[], data=["no-equals-sign"], json=False)
+    assert status_command.run(args) == 2
+    err = capsys.readouterr().err
+    assert "refused before any rig was asked: --data='no-equals-sign': is not KEY=VALUE" in err

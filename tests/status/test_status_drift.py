@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 
 from rigkit.serving.commands import rendering_for
-from rigkit.status.command import exit_status
+from rigkit.status.report import exit_status
 from rigkit.status.drift import Drift
 from rigkit.status.report import format_report
 from rigkit.status.rig import DRIFT, OK

@@ -9,7 +9,8 @@ import threading
 import pytest
 
 from rigkit.errors import ConfigError
-from rigkit.status.command import exit_status
+from rigkit.status.report import exit_status
+from rigkit.fleet.targets import select
 from rigkit.status.fleet import fleet_status, rig_status
 from rigkit.status.report import format_report
 from rigkit.status.rig import UNREACHABLE
@@ -27,9 +28,18 @@ def test_an_unreachable_rig_is_reported_and_fails_the_run():
 
 
 def fake_inventory(monkeypatch, hosts):
-    import rigkit.fleet.inventory
+    """The inventory rigkit.fleet.targets loads, --data applied as pyinfra applies it (a value's text kept)."""
+    import rigkit.fleet.targets
 
-    monkeypatch.setattr(rigkit.fleet.inventory, "load_inventory", lambda inventory: hosts)
+    def load(inventory, data_args=()):
+        override = dict(pair.split("=", 1) for pair in data_args)
+        return {name: {**host, "data": {**host["data"], **override}} for name, host in hosts.items()}
+
+    monkeypatch.setattr(rigkit.fleet.targets, "load_inventory", load)
+
+
+def status_of(limits, data, ask):
+    return fleet_status(select("inventory.py", limits, data), ask)
 
 
 HOST = {"ssh_hostname": "127.0.0.1", "ssh_password": "lab", "serving_profile": "cpu-lab",
@@ -50,7 +60,7 @@ def test_every_targeted_rig_is_asked_once_in_parallel(monkeypatch):
             pass
         raise OSError("no rig here")
 
-    statuses = fleet_status("inventory.py", ["rig1,rig2"], {"served_model_name": "x"}, ask)
+    statuses = status_of(["rig1,rig2"], ["served_model_name=x"], ask)
     assert sorted(asked) == [("rig1", "x"), ("rig2", "x")] and sorted(together) == ["rig1", "rig2"]
     assert [s.rig for s in statuses] == ["rig1", "rig2"] and {s.state for s in statuses} == {UNREACHABLE}
 
@@ -62,9 +72,9 @@ def test_bad_data_or_limit_is_refused_before_any_rig_is_asked(monkeypatch):
         raise AssertionError("a rig was asked")
 
     with pytest.raises(ConfigError, match="max_model_len"):
-        fleet_status("inventory.py", [], {"max_model_len": 3}, ask)
+        status_of([], ["max_model_len=3"], ask)
     with pytest.raises(ConfigError, match="matches no rig"):
-        fleet_status("inventory.py", ["rig7"], {}, ask)
+        status_of(["rig7"], [], ask)
 
 
 def test_the_gateway_and_the_kv_store_are_not_asked_as_rigs(monkeypatch):
@@ -76,6 +86,6 @@ def test_the_gateway_and_the_kv_store_are_not_asked_as_rigs(monkeypatch):
         asked.append(name)
         raise OSError("no rig here")
 
-    assert [s.rig for s in fleet_status("inventory.py", [], {}, ask)] == ["rig1"] and asked == ["rig1"]
+    assert [s.rig for s in status_of([], [], ask)] == ["rig1"] and asked == ["rig1"]
     with pytest.raises(ConfigError, match="matches no rig"):
-        fleet_status("inventory.py", ["gw"], {}, ask)
+        status_of(["gw"], [], ask)

@@ -21,7 +21,8 @@ inventory or its data is refused (before any rig is asked).
 
 By subject: rigkit.status.probe (the script and its sections parsed), rigkit.status.drift (drift),
 rigkit.status.rig (one rig judged: health, drift, its state), rigkit.status.fleet (the rigs asked over SSH,
-in parallel), rigkit.status.report (the table and each rig's details); this module is the command.
+in parallel), rigkit.status.report (the table and each rig's details); this module is the command. The rigs are
+picked as every command picks them (rigkit.fleet.targets), --data applied by pyinfra's own code.
 """
 
 from __future__ import annotations
@@ -29,41 +30,11 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from typing import Any, Sequence
 
 from rigkit.errors import ConfigError
+from rigkit.fleet.targets import select
 from rigkit.status.fleet import fleet_status
-from rigkit.status.report import format_report
-from rigkit.status.rig import OK, RigStatus
-
-
-def cli_value(text: str) -> Any:
-    """A ``--data`` value as pyinfra reads it (pyinfra_cli.util.parse_cli_arg): true/false, an int, JSON, else
-    the text. Not imported from there: importing pyinfra_cli patches the whole process with gevent."""
-    if text.lower() in ("true", "false"):
-        return text.lower() == "true"
-    try:
-        return int(text)
-    except ValueError:
-        pass
-    try:
-        return json.loads(text)
-    except ValueError:
-        return text
-
-
-def parse_data(pairs: Sequence[str]) -> dict[str, Any]:
-    data = {}
-    for pair in pairs:
-        key, equals, value = pair.partition("=")
-        if not equals or not key:
-            raise ConfigError("--data", pair, "is not KEY=VALUE", "write --data name=value, as pyinfra takes it")
-        data[key] = cli_value(value)
-    return data
-
-
-def exit_status(statuses: Sequence[RigStatus]) -> int:
-    return 0 if all(s.state == OK for s in statuses) else 1
+from rigkit.status.report import exit_status, format_report
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -77,7 +48,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     try:
-        statuses = fleet_status(args.inventory, args.limit, parse_data(args.data))
+        statuses = fleet_status(select(args.inventory, args.limit, args.data))
     except ConfigError as exc:
         print(f"rigkit status: refused before any rig was asked: {exc}", file=sys.stderr)
         return 2

@@ -15,7 +15,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from rigkit.errors import ConfigError
-from rigkit.paths import PROFILES_FILE
+from rigkit.paths import FILES_DIR, PROFILES_FILE
 from rigkit.remote.registry import require_digest
 from rigkit.settings.knobs import KNOBS_BY_NAME
 from rigkit.settings.variables import closest_name
@@ -60,7 +60,19 @@ class Connector(_Strict):
     # True when the connector's disk store can be shared by the engines of several rigs (kv_share: its keys
     # are the same for the same tokens on every engine, given one kv_hash_seed), so it may live on a shared mount.
     shareable: bool = False
+    # A shell script of rigkit/files/ run in the container before the engine's exec (inlined into compose's command,
+    # so it is part of the rendering and its release hash); the YAML names the file, the model holds its text.
     prelude: str = ""
+
+    @field_validator("prelude")
+    @classmethod
+    def _prelude_from_file(cls, name: str) -> str:
+        if not name:
+            return ""
+        path = FILES_DIR / name
+        if "/" in name or not name.endswith(".sh") or not path.is_file():
+            raise ValueError(f"prelude {name!r} is not a shell script of rigkit/files/ (a file name ending in .sh)")
+        return path.read_text()
 
     @field_validator("knobs")
     @classmethod

@@ -132,7 +132,7 @@ STORY_RIG = {"serving_profile": "lmcache-mp", "allow_incubating": True, "gpus": 
 
 @pytest.mark.parametrize("field, value, fix", [
     ("kv_cache_dtype", "int8", "int8_per_token_head"),
-    ("gpu_memory_utilization", 1.2, "(0, 1]"),
+    ("gpu_memory_utilization", 1.2, "above 0 and at most 1"),
     ("speculative_config", '{"method": "mtp", "num_speculative_tokens": 3,}', "speculative decoding as a JSON object"),
     ("extra_engine_args", ["--tensor-parallel-size", "4"], "set the knob that renders it"),
 ])

@@ -108,7 +108,7 @@ BAD_ENGINE_VALUES = [
     ("kv_cache_dtype", "fp16", "float16"),
     ("gpu_memory_utilization", 0, "above 0 and at most 1"),
     ("gpu_memory_utilization", 92, "above 0 and at most 1"),
-    ("max_num_seqs", 0, "at least 1"),
+    ("max_num_seqs", 0, "between 1 and"),
     ("mamba_cache_mode", "aligned", "all, align, none"),
     ("quantization", "fp9", "gptq_marlin"),
     ("speculative_config", '{"method": "mtp", "num_speculative_tokens": 3', "line 1 column"),

@@ -14,7 +14,7 @@ from rigkit import abstats
 from rigkit.disk import check_account_name, check_mount_options
 from rigkit.errors import ConfigError
 from rigkit.firewall import API_FIREWALL, sources_check
-from rigkit.knobs import check_port
+from rigkit.knobs import KNOBS, check_port
 from rigkit.kv_store import KV_STORE_FIREWALL
 from rigkit.paths import check_device_path, check_host_path, check_relative_path
 from rigkit.registry import parse_reference
@@ -416,3 +416,6 @@ def l2_cache_path(l2_disk: dict) -> str:
 # Settings naming a package repository: plain http to another host needs package_repos_allow_http.
 PACKAGE_REPOSITORY_SETTINGS = frozenset(variable.name for variable in ALL_VARIABLES
                                         if isinstance(variable.check, (Url, UrlOrDirectory)))
+
+# Every setting declared secret (Variable.secret), role variables and knobs: what every printed place redacts.
+SECRET_SETTINGS = frozenset(variable.name for variable in [*ALL_VARIABLES, *KNOBS] if variable.secret)

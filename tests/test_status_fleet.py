@@ -63,7 +63,7 @@ def test_bad_data_or_limit_is_refused_before_any_rig_is_asked(monkeypatch):
 
     with pytest.raises(ConfigError, match="max_model_len"):
         fleet_status("inventory.py", [], {"max_model_len": 3}, ask)
-    with pytest.raises(ConfigError, match="matches no rig"):
+    with pytest.raises(ConfigError, match="matches no host or group"):
         fleet_status("inventory.py", ["rig7"], {}, ask)
 
 

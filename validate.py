@@ -49,7 +49,7 @@ from rigkit.stack import rendering_for, restart_commands
 from rigkit.ttft import RigProbe
 from rigkit.tunnel import serving_url
 from rigkit.profiles import ab_pair, load_profiles
-from rigkit.validation import ValidationSettings, validate_tiers
+from rigkit.validation import ValidationSettings, check_prompt_fits, validate_tiers
 from rigkit.validation_card import replay_data, to_card
 
 RUN_ID = os.environ.setdefault("RIGKIT_RUN_ID", new_run_id())
@@ -154,6 +154,10 @@ def _validate() -> None:
     stack = rig_settings(data).stack
     settings = ValidationSettings.from_data(data)
     knobs = stack.knobs
+    # what the declared context cannot hold is refused before any rig is asked (the server's is checked again)
+    check_prompt_fits(settings, knobs["max_model_len"])
+    if settings.soak_sessions:
+        check_fits(plan_from(settings), knobs["max_model_len"])
     compose = host.get_fact(ComposeCommand)
     if compose is None:
         raise ConfigError("compose", None, "neither `docker compose` nor `docker-compose` on the rig",

@@ -37,6 +37,16 @@ def check_share_settings(section: Mapping[str, Any]) -> None:
                           "write it as SERVER:/EXPORT, e.g. nas:/export/rigkit-kv")
 
 
+def store_identity(source: str) -> str:
+    """The one spelling of an export (its store's identity): the server's name case-folded, the export path
+    normalised (nas:/export//kv/ and NAS:/export/kv are one store, with one janitor and one hash seed)."""
+    server, colon, export = source.partition(":")
+    if not colon or not export.startswith("/"):
+        return posixpath.normpath(source) if source.startswith("/") else source
+    path = posixpath.normpath(export)
+    return f"{server.lower()}:{'/' if path == '//' else path}"
+
+
 def shareable_profiles(profiles: Mapping[str, Any]) -> list[str]:
     return sorted(name for name, profile in profiles.items() if profile.connector and profile.connector.shareable)
 
@@ -75,7 +85,9 @@ def store_member(data: Mapping[str, Any]) -> Optional[dict[str, Any]]:
     if not knobs["kv_share"]:
         return None
     section = resolve(KV_SHARE_VARIABLES, dict(data))
-    return {"source": section["kv_share_source"], "seed": knobs["kv_hash_seed"], "janitor": knobs["kv_share_janitor"]}
+    source = section["kv_share_source"]
+    return {"source": None if source is None else store_identity(source), "seed": knobs["kv_hash_seed"],
+            "janitor": knobs["kv_share_janitor"]}
 
 
 def check_shared_stores(hosts: Iterable[tuple[str, Mapping[str, Any]]]) -> None:

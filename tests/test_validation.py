@@ -17,7 +17,7 @@ from rigkit.errors import ConfigError
 from rigkit.tiers import Tier
 from rigkit.card.rig import render_rig_markdown
 from rigkit.defaults import REPLAY, VALIDATION_VARIABLES as VARIABLES
-from rigkit.validation import ValidationSettings, validate_tiers
+from rigkit.validation import ValidationSettings, check_prompt_fits, validate_tiers
 from rigkit.validation_card import to_card
 
 
@@ -202,3 +202,16 @@ def test_the_card_names_where_the_client_ttft_was_measured(recorded):
     assert all(len(t.ttft_pairs) == 1 for t in card.tiers)
     assert f"Client TTFT measured on the controller, through {recorded.server.url}; within max(5 %, 5 ms)" in \
         render_rig_markdown(card)
+
+
+@pytest.mark.parametrize("data, field", [
+    ({"validate_prompt_tokens": 4090, "validate_output_tokens": 16}, "validate_prompt_tokens"),
+    ({"validate_decode_ab": True, "validate_decode_prompt_tokens": 3000, "validate_decode_tokens": 1500},
+     "validate_decode_tokens"),
+])
+def test_prompts_that_cannot_fit_the_declared_context_are_refused_before_any_rig(data, field):
+    # validate.py calls this with the max_model_len knob before any rig is asked (the server's is checked again)
+    with pytest.raises(ConfigError) as caught:
+        check_prompt_fits(ValidationSettings.from_data(data), 4096)
+    assert caught.value.field == field and "4096" in caught.value.problem and "<=" in caught.value.fix
+    check_prompt_fits(ValidationSettings.from_data(data), 8192)

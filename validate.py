@@ -39,7 +39,7 @@ from rigkit.decode_ab import run_decode_ab
 from rigkit.client import ServingClient
 from rigkit.errors import ConfigError
 from rigkit.hostdata import rig_settings, settings_for_host
-from rigkit.knobs import SECRET_KNOBS
+from rigkit.defaults import SECRET_SETTINGS
 from rigkit.l2_state import read_l2
 from rigkit.paths import REPO_ROOT, RIG_STACK_DIR
 from rigkit.release_steps import apply_rendering
@@ -199,7 +199,7 @@ def _validate() -> None:
         _print_greedy(result)
         decode_ab = _decode_ab(data, stack, compose, url, settings, probe) if settings.decode_ab else None
     repro = {"profile": stack.profile.name, "image_digest": stack.image,
-             "knobs": {k: v for k, v in knobs.items() if k not in SECRET_KNOBS}, **rig_facts(l2_path)}
+             "knobs": {k: v for k, v in knobs.items() if k not in SECRET_SETTINGS}, **rig_facts(l2_path)}
     card = to_card(host.name, RUN_ID, result, settings, stack.profile.connector is not None,
                    decode_ab=decode_ab, repro=repro, l2=read_l2(_shell, stack), soak=soak,
                    speculative=stack.knobs["speculative_config"] is not None)

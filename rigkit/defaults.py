@@ -21,7 +21,7 @@ from rigkit.registry import parse_reference
 from rigkit.setting_types import (DOCKER_DAEMON_OPTIONS, ControllerPath, LABEL_LIMITS, PACKAGE_REPOSITORY_SCHEMES, DebianVersion,
                                   FsLabel, FstabSource, HostAddress, IpAddress, Release, SecretText, Url, UrlOrDirectory,
                                   address_problem, between)
-from rigkit.variables import Variable, one_of
+from rigkit.variables import REDACTED, Variable, one_of
 
 
 SOURCES = ("docker-ce", "distro")
@@ -419,3 +419,9 @@ PACKAGE_REPOSITORY_SETTINGS = frozenset(variable.name for variable in ALL_VARIAB
 
 # Every setting declared secret (Variable.secret), role variables and knobs: what every printed place redacts.
 SECRET_SETTINGS = frozenset(variable.name for variable in [*ALL_VARIABLES, *KNOBS] if variable.secret)
+
+
+def shown_settings(values: dict) -> dict:
+    """``values`` (settings by name) as a card, a log or a ledger may show them: every declared secret redacted."""
+    return {name: REDACTED if name in SECRET_SETTINGS and value not in (None, "") else value
+            for name, value in values.items()}

@@ -36,7 +36,7 @@ from rigkit.knobs import (HASHED_ONLY_WHEN_SET, KNOBS, KNOBS_BY_NAME, L2_PATH_WI
 from rigkit.profiles import Profile, get_profile, load_profiles
 from rigkit.registry import require_digest
 from rigkit.sizing import GIB, capacity_line, gpu_kv_bytes_per_token, gpu_line, required_mem_limit_gib
-from rigkit.variables import Variable, refuse_unknown, resolve
+from rigkit.variables import REDACTED, Variable, refuse_unknown, resolve
 
 CONNECTION_PREFIXES = ("ssh_", "_")
 # Keys the lab inventory writes for its own bookkeeping (rigkit/lab): not settings of the stack.
@@ -289,7 +289,7 @@ def required_secret(data: dict, name: str, needed_by: str) -> str:
     try:
         return KNOBS_BY_NAME[name].coerce(values[name])
     except ConfigError as exc:
-        raise ConfigError(name, "<redacted>", exc.problem, exc.fix) from None
+        raise ConfigError(name, REDACTED, exc.problem, exc.fix) from None
 
 
 def settings_for_host(data: dict, profiles: Optional[dict[str, Profile]] = None,
@@ -307,7 +307,7 @@ def settings_for_host(data: dict, profiles: Optional[dict[str, Profile]] = None,
                                 **{k: v for k, v in data.items() if k in KNOBS_BY_NAME}})
     except ConfigError as exc:
         if exc.field in SECRET_KNOBS:  # never echo a token into a log
-            raise ConfigError(exc.field, "<redacted>", exc.problem, exc.fix) from None
+            raise ConfigError(exc.field, REDACTED, exc.problem, exc.fix) from None
         raise
     if profile.status == "incubating" and not knobs["allow_incubating"]:
         raise ConfigError("serving_profile", profile.name, "is incubating: deploying it needs an explicit opt-in",

@@ -14,7 +14,7 @@ from typing import Iterable, Mapping, Optional, Sequence
 from rigkit.defaults import SECRET_SETTINGS
 from rigkit.errors import ConfigError
 from rigkit.paths import REPO_ROOT
-from rigkit.variables import closest_name
+from rigkit.variables import REDACTED, closest_name
 
 # pyinfra_cli monkey-patches the whole process with gevent on import: inventories load in a child.
 # argv[3]: the run's --data KEY=VALUE pairs (JSON list), parsed and applied as pyinfra applies them.
@@ -132,7 +132,7 @@ def check_inventory(inventory: str, hosts: Mapping[str, Mapping], declared: Mapp
             for other in groups[index + 1:]:
                 for key in sorted(set(group_data[first]) & set(group_data[other])):
                     if json.dumps(group_data[first][key], default=str) != json.dumps(group_data[other][key], default=str):
-                        shown = "<secret>" if key in SECRET_SETTINGS else None
+                        shown = REDACTED if key in SECRET_SETTINGS else None
                         raise ConfigError(f"{name}.{key}", shown or group_data[other][key],
                                           f"host {name} is in groups {first} and {other}, whose data set {key} to "
                                           f"{shown or repr(group_data[first][key])} and "

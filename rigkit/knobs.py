@@ -19,7 +19,7 @@ from typing import Any, Optional
 from rigkit import kv_store
 from rigkit.paths import check_host_path
 from rigkit.setting_types import IpAddress, between, refuse_credentials
-from rigkit.variables import JsonObject, Variable, check_of, one_of
+from rigkit.variables import REDACTED, JsonObject, Variable, check_of, one_of
 
 # Host paths and env values travel through .env and compose; both readers (compose v1's python-dotenv,
 # compose v2's Go parser) must read back exactly what was declared.
@@ -340,7 +340,7 @@ def controller_secret_variable(knob_name: str) -> str:
 
 def redacted(env_name: str, value: object) -> object:
     """``value``, or a placeholder when ``env_name`` carries a secret."""
-    return "<secret>" if env_name in SECRET_ENV_NAMES else value
+    return REDACTED if env_name in SECRET_ENV_NAMES else value
 
 
 def env_name(knob_name: str) -> str:

@@ -23,6 +23,7 @@ from rigkit.paths import RIG_LIB_DIR
 from rigkit.stack import FILES_DIR
 from rigkit.systemd import exec_command_line
 from rigkit.tunnel import WILDCARD_ADDRESSES, is_loopback_bind, rig_local_url, ssh_address, url_host
+from rigkit.variables import REDACTED
 
 ROUTER_VENV = "/opt/rigkit-router"
 ROUTER_PYTHON = f"{ROUTER_VENV}/bin/python"
@@ -138,7 +139,7 @@ def api_key(router: Mapping[str, Any], environ: Mapping[str, str] = os.environ) 
     """router_api_key from host data, else the controller's RIGKIT_ROUTER_API_KEY (off every command line)."""
     key = router["router_api_key"] or environ.get(controller_secret_variable("router_api_key")) or None
     if key is not None and (any(char.isspace() for char in key) or "\x00" in key):
-        raise ConfigError("router_api_key", "<redacted>", "holds a blank, a newline or a NUL",
+        raise ConfigError("router_api_key", REDACTED, "holds a blank, a newline or a NUL",
                           "use a key of visible characters only")
     return key
 

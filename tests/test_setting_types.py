@@ -287,3 +287,12 @@ def test_a_credential_inside_the_adapter_json_is_refused_never_shown(adapter):
 def test_every_role_section_is_declared_once():
     names = [variable.name for section in ROLE_SECTIONS.values() for variable in section]
     assert len(names) == len(set(names))
+
+
+def test_an_allow_list_that_cuts_every_client_off_is_refused():
+    with pytest.raises(ConfigError) as caught:
+        rig_settings({"api_firewall": True, "api_allowed_sources": [], "api_allow_controller": False},
+                     needs_stack=False)
+    assert caught.value.field == "api_allowed_sources" and "api_allow_controller: true" in caught.value.fix
+    rig_settings({"api_firewall": True, "api_allowed_sources": ["10.0.0.5"], "api_allow_controller": False},
+                 needs_stack=False)

@@ -16,3 +16,13 @@ def test_cli_rerenders_from_json_only(tmp_path, capsys):
 def test_cli_refuses_a_directory_without_cards(tmp_path, capsys):
     assert cli.main(["card", str(tmp_path)]) == 2
     assert "no *.card.json files" in capsys.readouterr().out
+
+
+def test_cli_given_a_card_file_names_its_directory(tmp_path, capsys):
+    write_card(tmp_path, make_card())
+    card = next(tmp_path.glob("*.card.json"))
+    assert cli.main(["card", str(card)]) == 2
+    out = capsys.readouterr().out
+    assert "is a file, not a run directory" in out and f"pass its directory: {tmp_path}" in out
+    assert cli.main(["card", str(tmp_path / "missing")]) == 2
+    assert "no such directory" in capsys.readouterr().out

@@ -29,6 +29,12 @@ def write_card(run_dir: Path, card: RigCard) -> Path:
 
 
 def load_cards(run_dir: Path) -> list[RigCard]:
+    if run_dir.is_file():
+        raise ConfigError("run_dir", str(run_dir), "is a file, not a run directory (cards are re-rendered per run: "
+                          "every rig card and the fleet card together)", f"pass its directory: {run_dir.parent}")
+    if not run_dir.is_dir():
+        raise ConfigError("run_dir", str(run_dir), "no such directory",
+                          "pass a results/<run-id> directory written by validate.py")
     paths = sorted(run_dir.glob(f"*{CARD_SUFFIX}"))
     if not paths:
         raise ConfigError("run_dir", str(run_dir), f"no *{CARD_SUFFIX} files",

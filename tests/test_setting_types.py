@@ -17,16 +17,17 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from rigkit.defaults import ALL_VARIABLES, ROLE_SECTIONS
+from rigkit.defaults import ALL_VARIABLES, ROLE_SECTIONS, ROUTER_VARIABLES
 from rigkit.errors import ConfigError
 from rigkit.firewall import API_FIREWALL, allowed_sources, ruleset
 from rigkit.kv_share import fstab_entry_line
 from rigkit.knobs import KNOBS
 from rigkit.lab.unpacked_tools import unpacked_tool
 from rigkit.operations.apt import apt_source_line
+from rigkit.router import ROUTER_PYTHON, Worker, unit_text
 from rigkit.hostdata import rig_settings
 from rigkit.setting_types import DOCKER_DAEMON_KEYS, IntRange
-from rigkit.variables import REDACTED, Variable
+from rigkit.variables import REDACTED, Variable, resolve
 
 EVERY_VARIABLE = {variable.name: variable for variable in [*ALL_VARIABLES, *KNOBS]}
 FEW = settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -296,3 +297,30 @@ def test_an_allow_list_that_cuts_every_client_off_is_refused():
     assert caught.value.field == "api_allowed_sources" and "api_allow_controller: true" in caught.value.fix
     rig_settings({"api_firewall": True, "api_allowed_sources": ["10.0.0.5"], "api_allow_controller": False},
                  needs_stack=False)
+
+
+# --- a unit file, read back by systemd ------------------------------------------------------------------------
+
+SYSTEMD_ANALYZE = shutil.which("systemd-analyze")
+
+
+@pytest.mark.skipif(SYSTEMD_ANALYZE is None, reason="systemd-analyze not installed")
+@settings(max_examples=8, deadline=None)
+@given(bind=ADDRESSES, policy=ANY_TEXT | st.sampled_from(["cache_aware", "round_robin"]))
+def test_router_settings_are_refused_or_reach_its_unit_as_one_argument_each(tmp_path_factory, bind, policy):
+    try:
+        router = resolve(ROUTER_VARIABLES, {"router_bind_address": bind, "router_policy": policy})
+    except ConfigError as exc:
+        assert exc.field in ("router_bind_address", "router_policy")
+        return
+    text = unit_text(router, [Worker("rig1", "http://127.0.0.1:8101", "tiny")], with_api_key=False)
+    # the launcher is not installed here: systemd checks the executable, so /bin/true stands in for it
+    text = text.replace(f'ExecStart="{ROUTER_PYTHON}"', 'ExecStart="/bin/true"').replace(f"ExecStart={ROUTER_PYTHON}",
+                                                                                            "ExecStart=/bin/true")
+    unit = tmp_path_factory.mktemp("unit") / "rigkit-router-test.service"
+    unit.write_text(text)
+    result = subprocess.run([SYSTEMD_ANALYZE, "verify", "--man=no", str(unit)], capture_output=True, text=True,
+                            timeout=60)
+    assert result.returncode == 0 and "rigkit-router-test" not in result.stderr, result.stderr
+    exec_start = next(line for line in text.splitlines() if line.startswith("ExecStart="))
+    assert f'--host {router["router_bind_address"]} ' in exec_start or f'"{router["router_bind_address"]}"' in exec_start

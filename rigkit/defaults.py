@@ -18,9 +18,9 @@ from rigkit.knobs import KNOBS, check_port
 from rigkit.kv_store import KV_STORE_FIREWALL
 from rigkit.paths import check_device_path, check_host_path, check_relative_path
 from rigkit.registry import parse_reference
-from rigkit.setting_types import (DOCKER_DAEMON_OPTIONS, ControllerPath, LABEL_LIMITS, PACKAGE_REPOSITORY_SCHEMES, DebianVersion,
-                                  FsLabel, FstabSource, HostAddress, IpAddress, Release, SecretText, Url, UrlOrDirectory,
-                                  address_problem, between)
+from rigkit.setting_types import (DOCKER_DAEMON_OPTIONS, LABEL_LIMITS, PACKAGE_REPOSITORY_SCHEMES, ControllerPath,
+                                  DebianVersion, FsLabel, FstabSource, HostAddress, IpAddress, Release, SecretText, Url,
+                                  UrlOrDirectory, address_problem, between)
 from rigkit.variables import REDACTED, Variable, one_of
 
 

@@ -25,8 +25,8 @@ from dataclasses import dataclass
 from typing import Any, Iterable, Mapping, Optional
 
 from rigkit import kv_store
-from rigkit.defaults import (ALL_VARIABLES, KV_SHARE_VARIABLES, KV_STORE_PORT, PACKAGE_REPOSITORY_SETTINGS, ROLE_SECTIONS,
-                             l2_cache_path)
+from rigkit.defaults import (ALL_VARIABLES, KV_SHARE_VARIABLES, KV_STORE_PORT, PACKAGE_REPOSITORY_SETTINGS,
+                             ROLE_SECTIONS, l2_cache_path)
 from rigkit.setting_types import LABEL_LIMITS, label_problem, plain_http_problem
 from rigkit.errors import ConfigError
 from rigkit.firewall import API_FIREWALL, refuse_on_shared_network

@@ -131,7 +131,8 @@ def check_inventory(inventory: str, hosts: Mapping[str, Mapping], declared: Mapp
         for index, first in enumerate(groups):
             for other in groups[index + 1:]:
                 for key in sorted(set(group_data[first]) & set(group_data[other])):
-                    if json.dumps(group_data[first][key], default=str) != json.dumps(group_data[other][key], default=str):
+                    one, two = (json.dumps(group_data[g][key], default=str) for g in (first, other))
+                    if one != two:
                         shown = REDACTED if key in SECRET_SETTINGS else None
                         raise ConfigError(f"{name}.{key}", shown or group_data[other][key],
                                           f"host {name} is in groups {first} and {other}, whose data set {key} to "

@@ -178,7 +178,8 @@ def _speculative_config(value: str) -> None:
         raise ValueError(f'"num_speculative_tokens" must be a whole number of at least 1, got {tokens!r}')
 
 
-_speculative_config.fix = 'write speculative decoding as a JSON object, e.g. {"method": "mtp", "num_speculative_tokens": 3}'
+_speculative_config.fix = ('write speculative decoding as a JSON object, e.g. '
+                           '{"method": "mtp", "num_speculative_tokens": 3}')
 
 
 def flag_name(arg: str) -> str:

@@ -183,7 +183,7 @@ def _validation_error(path: Path, name: str, exc: ValidationError) -> ConfigErro
     location = ".".join(str(part) for part in first["loc"])
     where = f"profiles.{name}.{location}" if location else f"profiles.{name}"
     if first["type"] == "extra_forbidden":
-        model = Connector if first["loc"][0] == "connector" else Resources if first["loc"][0] == "resources" else Profile
+        model = {"connector": Connector, "resources": Resources}.get(str(first["loc"][0]), Profile)
         near = closest_name(str(first["loc"][-1]), [f for f in model.model_fields if f not in _DERIVED_FIELDS])
         fix = f"did you mean {near!r}?" if near else f"use one of {', '.join(sorted(model.model_fields))}"
         return _error(path, where, "unknown key", fix)

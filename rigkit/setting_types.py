@@ -5,7 +5,7 @@ its ``fix`` in the refusal, so a refusal reads "field=value: what is wrong. Fix:
 setting's description again. Every role variable and serving knob uses one (tests/test_setting_types.py
 holds every declared variable to it): a URL that reaches an apt source, a Debian version that reaches
 ``apt-get install pkg=VERSION``, an fstab field, a filesystem label, an address as nft or a listener sees it,
-an integer with a floor and a ceiling, a JSON object with a schema. Each kind's property test feeds
+a number with a floor and a ceiling, a JSON object with a schema. Each kind's property test feeds
 arbitrary text in and reads what is accepted back with the target's own parser (tests/test_setting_types.py).
 """
 
@@ -49,7 +49,7 @@ class Kind:
 
 
 @dataclass(frozen=True)
-class IntRange(Kind):
+class NumberRange(Kind):
     """A number with a floor and a ceiling (both always declared: a timeout of a century or a size past 2^64,
     which a server reads as "no limit", is as wrong as a negative one). ``off``: a value below the floor that
     means "off" (0)."""
@@ -76,8 +76,8 @@ class IntRange(Kind):
             object.__setattr__(self, "fix", f"write a number from {self.floor} to {self.ceiling}{unit}{off}")
 
 
-def between(floor: float, ceiling: float, unit: str = "", off: Optional[int] = None) -> IntRange:
-    return IntRange(floor=floor, ceiling=ceiling, unit=unit, off=off)
+def between(floor: float, ceiling: float, unit: str = "", off: Optional[int] = None) -> NumberRange:
+    return NumberRange(floor=floor, ceiling=ceiling, unit=unit, off=off)
 
 
 # Schemes a URL setting may use, by where it goes. Package repositories: https, so nobody on the path can hold a
@@ -240,7 +240,8 @@ def network_problem(text: str) -> Optional[str]:
 
 
 # A DNS host name (RFC 1123 labels), as a URL's host.
-_HOST_NAME = re.compile(r"(?=.{1,253}$)([A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?)(\.[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*\.?")
+_LABEL = r"[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?"
+_HOST_NAME = re.compile(rf"(?=.{{1,253}}$){_LABEL}(\.{_LABEL})*\.?")
 
 
 @dataclass(frozen=True)
@@ -314,9 +315,8 @@ class JsonSchema(Kind):
                 near = closest_name(key, self.keys)
                 return f"has the unknown key {key!r}" + (f" (did you mean {near!r}?)" if near else "")
             expected = self.keys[key]
-            if isinstance(item, bool) and expected is not bool and bool not in (expected if isinstance(expected, tuple) else (expected,)):
-                return f"{key!r} must be {_json_type_name(expected)}, got a boolean"
-            if not isinstance(item, expected):
+            # a JSON true is a Python int too: only a boolean key takes one
+            if not isinstance(item, expected) or (isinstance(item, bool) and expected is not bool):
                 return f"{key!r} must be {_json_type_name(expected)}, got {type(item).__name__} {item!r}"
         return None
 

@@ -26,7 +26,7 @@ from rigkit.lab.unpacked_tools import unpacked_tool
 from rigkit.operations.apt import apt_source_line
 from rigkit.router import ROUTER_PYTHON, Worker, unit_text
 from rigkit.hostdata import rig_settings
-from rigkit.setting_types import DOCKER_DAEMON_KEYS, IntRange
+from rigkit.setting_types import DOCKER_DAEMON_KEYS, NumberRange
 from rigkit.variables import REDACTED, Variable, resolve
 
 EVERY_VARIABLE = {variable.name: variable for variable in [*ALL_VARIABLES, *KNOBS]}
@@ -65,7 +65,7 @@ def test_every_number_has_a_floor_and_a_ceiling(name):
     check = variable(name).check
     if name == "gpu_memory_utilization":  # (0, 1]: vLLM's own open interval, checked by _fraction_of_gpu
         return
-    assert isinstance(check, IntRange) and check.ceiling < 2**64, f"{name}: give it between(floor, ceiling)"
+    assert isinstance(check, NumberRange) and check.ceiling < 2**64, f"{name}: give it between(floor, ceiling)"
 
 
 def test_a_refusal_says_what_to_write_not_the_description():
@@ -260,8 +260,9 @@ def test_daemon_options_are_refused_or_round_trip_through_json_with_their_declar
         return
     assert json.loads(json.dumps(kept)) == kept
     assert not {"runtimes", "default-runtime"} & set(kept)
-    for key, value in kept.items():
-        assert isinstance(value, DOCKER_DAEMON_KEYS[key])
+    for key, value in kept.items():  # JSON true is no integer to dockerd
+        assert isinstance(value, DOCKER_DAEMON_KEYS[key]) and (DOCKER_DAEMON_KEYS[key] is bool
+                                                               or not isinstance(value, bool))
 
 
 def test_daemon_options_that_undo_the_nvidia_runtime_are_refused_naming_its_setting():
@@ -271,6 +272,9 @@ def test_daemon_options_that_undo_the_nvidia_runtime_are_refused_naming_its_sett
     with pytest.raises(ConfigError) as caught:
         variable("docker_daemon_options").coerce({"log-opts": "max-size=10m"})
     assert "'log-opts' must be an object" in caught.value.problem
+    with pytest.raises(ConfigError) as caught:
+        variable("docker_daemon_options").coerce({"mtu": True})
+    assert "'mtu' must be an integer" in caught.value.problem
 
 
 @pytest.mark.parametrize("adapter", [

@@ -212,7 +212,7 @@ ROUTER_VARIABLES: list[Variable] = [
              "(vllm-router's own default, 29000, is fixed whatever else runs on the gateway)", int, check_port),
     Variable("router_bind_address", "127.0.0.1", "address the router listens on (its admin endpoints "
              "/add_worker and /remove_worker take no key: keep it on a trusted network)", str, IpAddress()),
-    Variable("router_api_key", None, "secret: vllm-router's --api-key, read from a 0600 file on the gateway "
+    Variable("router_api_key", None, "vllm-router's --api-key, read from a 0600 file on the gateway "
              "(0.1.17 uses it for data-parallel worker queries only; a request carries its client's own "
              "Authorization header through to the rig)",
              str, SecretText(), optional=True, secret=True),

@@ -234,7 +234,7 @@ KNOBS: list[Variable] = [
              between(1, 64, "GPUs"), env="RIGKIT_TENSOR_PARALLEL_SIZE", optional=True),
     Variable("gpu_mask", "", "host GPU indices given to the container, e.g. 0,1 (empty = every GPU)", str,
              _text(_gpu_mask), allow_empty=True),
-    Variable("hf_token", None, "Hugging Face token for gated models (secret: .env only, mode 0600)", str,
+    Variable("hf_token", None, "Hugging Face token for gated models (.env only, mode 0600)", str,
              _text(), env="HF_TOKEN", optional=True, secret=True),
     Variable("cpu_kvcache_space_gb", None, "VLLM_CPU_KVCACHE_SPACE in GiB (CPU builds of vLLM)", int,
              between(1, 4096, "GiB"), env="VLLM_CPU_KVCACHE_SPACE", optional=True),
@@ -253,7 +253,7 @@ KNOBS: list[Variable] = [
              "kv_stores group, one of its kv_store_bind_addresses): LMCache's L2 is then its Valkey adapter at this "
              "address and kv_store_port, authenticated with kv_store_password (needs l2_enabled)", str,
              _text(IpAddress()), optional=True),
-    Variable("kv_store_password", None, "secret: the Valkey store's password (requirepass), which the store "
+    Variable("kv_store_password", None, "the Valkey store's password (requirepass), which the store "
              "requires and the rigs' LMCache sends; from the controller's RIGKIT_KV_STORE_PASSWORD, at least "
              f"{kv_store.MIN_PASSWORD_LENGTH} characters, no quote, backslash, whitespace or control character",
              str, _text(check_of(kv_store.password_problem, "export a longer password without quotes, backslashes or "

@@ -293,5 +293,6 @@ def docs_table(variables: Iterable[Variable]) -> str:
     rows = ["| name | default | meaning |", "|---|---|---|"]
     for v in variables:
         default = "" if v.default is None else f"`{v.default!r}`"
-        rows.append(f"| `{v.name}` | {default} | {v.doc} |")
+        secret = "**secret** (never shown; from the controller's environment): " if v.secret else ""
+        rows.append(f"| `{v.name}` | {default} | {secret}{v.doc} |")
     return "\n".join(rows)

@@ -26,31 +26,42 @@ import os
 
 from pyinfra import host, inventory
 
-from rigkit.settings.defaults import KV_STORE_GROUP
-from rigkit.settings.hostdata import rig_settings
+from rigkit.errors import RigkitError
+from rigkit.fleet.inventory import inventory_rigs
 from rigkit.kv_share import check_inventory
 from rigkit.operations.router import rigs_before_router
 from rigkit.rollout.plan import refuse_unbatched
-from rigkit.fleet.inventory import inventory_rigs
 from rigkit.router import is_gateway, refuse_router_on_controller, rig_address, workers
+from rigkit.settings.defaults import KV_STORE_GROUP
+from rigkit.settings.hostdata import RigSettings, rig_settings
 from roles import Run, deploy_rig
 from roles.kv_store import kv_store
 from roles.router import router
 
 
+def validated(needs_stack: bool = True) -> RigSettings:
+    """This host's settings; a refusal raised from this file, so plain pyinfra names deploy.py, not rigkit's
+    internals, before the refusal's own field, value and fix."""
+    try:
+        return rig_settings(host.data.dict(), needs_stack=needs_stack)
+    except RigkitError as refusal:
+        raise refusal.with_traceback(None) from None
+
+
 gateway = is_gateway(host.groups)
 if KV_STORE_GROUP in host.groups:  # the fleet's KV store: no serving stack, the store role only
-    settings = rig_settings(host.data.dict(), needs_stack=False)
+    settings = validated(needs_stack=False)
     rigs = inventory_rigs(host.inventory) if settings.kv_store["kv_store_firewall"] else {}
     kv_store(settings, Run(), {name: rig_address(name, data, knobs["bind_address"])
                                for name, (data, knobs) in rigs.items()})
 elif gateway:  # every rig's data validated here too: a bad value stops the run before any host is touched
     settings = rig_settings(host.data.dict(), needs_stack=False)
     refuse_router_on_controller(host.name, settings.router)
+    settings = validated(needs_stack=False)
     refuse_unbatched(settings.rollout, os.environ)
     router_workers = workers(inventory_rigs(host.inventory))
 else:
-    settings = rig_settings(host.data.dict())
+    settings = validated()
     # rigs sharing a KV store agree on its hash seed and its one janitor: every host of the inventory, targeted or not
     check_inventory((other.name, other.groups, other.data.dict()) for other in inventory)
     refuse_unbatched(settings.rollout, os.environ)

@@ -31,27 +31,27 @@ from typing import Callable, Optional
 from pyinfra import host
 from pyinfra.operations import python
 
+from rigkit.errors import ConfigError
+from rigkit.l2_state import read_l2
+from rigkit.paths import REPO_ROOT, RIG_STACK_DIR
+from rigkit.remote.client import ServingClient
+from rigkit.remote.tunnel import serving_url
+from rigkit.serving.commands import rendering_for, restart_commands
+from rigkit.serving.release_steps import apply_rendering
+from rigkit.settings.defaults import SECRET_SETTINGS
+from rigkit.settings.hostdata import rig_settings, settings_for_host
+from rigkit.settings.profiles import ab_pair, load_profiles
+from rigkit.settings.sizing import GB
 from rigkit.validation.abstats import ARM_OFF, ARM_ON
 from rigkit.validation.card import RESULTS_DIR, fmt_l2, new_run_id, render_run, write_card
+from rigkit.validation.card.assemble import replay_data, to_card
 from rigkit.validation.card.glance import glance_lines
 from rigkit.validation.card.replay import summary_lines
 from rigkit.validation.card.store import RUN_ID_ENV, keep_recorded, replay_comparison
 from rigkit.validation.decode_ab import run_decode_ab
-from rigkit.remote.client import ServingClient
-from rigkit.errors import ConfigError
-from rigkit.settings.hostdata import rig_settings, settings_for_host
-from rigkit.settings.knobs import SECRET_KNOBS
-from rigkit.l2_state import read_l2
-from rigkit.paths import REPO_ROOT, RIG_STACK_DIR
-from rigkit.serving.release_steps import apply_rendering
-from rigkit.settings.sizing import GB
+from rigkit.validation.procedure import ValidationSettings, check_prompt_fits, validate_tiers
 from rigkit.validation.soak import check_fits, limits_from, memory_probe, plan_from, run_soak
-from rigkit.serving.commands import rendering_for, restart_commands
 from rigkit.validation.ttft import RigProbe
-from rigkit.remote.tunnel import serving_url
-from rigkit.settings.profiles import ab_pair, load_profiles
-from rigkit.validation.procedure import ValidationSettings, validate_tiers
-from rigkit.validation.card.assemble import replay_data, to_card
 
 RUN_ID = os.environ.setdefault(RUN_ID_ENV, new_run_id())
 
@@ -146,6 +146,10 @@ def _validate() -> None:
     stack = rig_settings(data).stack
     settings = ValidationSettings.from_data(data)
     knobs = stack.knobs
+    # what the declared context cannot hold is refused before any rig is asked (the server's is checked again)
+    check_prompt_fits(settings, knobs["max_model_len"])
+    if settings.soak_sessions:
+        check_fits(plan_from(settings), knobs["max_model_len"])
     compose = host.get_fact(ComposeCommand)
     if compose is None:
         raise ConfigError("compose", None, "neither `docker compose` nor `docker-compose` on the rig",
@@ -186,7 +190,7 @@ def _validate() -> None:
                             prefill_tokens_per_s=result.prefill_tokens_per_s)
         decode_ab = _decode_ab(data, stack, compose, url, settings, probe) if settings.decode_ab else None
     repro = {"profile": stack.profile.name, "image_digest": stack.image,
-             "knobs": {k: v for k, v in knobs.items() if k not in SECRET_KNOBS}, **rig_facts(l2_path)}
+             "knobs": {k: v for k, v in knobs.items() if k not in SECRET_SETTINGS}, **rig_facts(l2_path)}
     card = to_card(host.name, RUN_ID, result, settings, stack.profile.connector is not None,
                    decode_ab=decode_ab, repro=repro, l2=read_l2(_shell, stack), soak=soak,
                    speculative=stack.knobs["speculative_config"] is not None)

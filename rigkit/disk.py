@@ -47,7 +47,7 @@ def mount_options_problem(options: str) -> Optional[str]:
     return None
 
 
-check_mount_options = check_of(mount_options_problem)
+check_mount_options = check_of(mount_options_problem, "write options separated by single commas, e.g. noatime,nofail")
 
 
 def check_account_name(name: str) -> None:
@@ -55,3 +55,6 @@ def check_account_name(name: str) -> None:
     if not _ACCOUNT_NAME.fullmatch(name):
         raise ValueError("must be a user or group name (lowercase letters, digits, '_', '-'; at most 32) "
                          "or a numeric id")
+
+
+check_account_name.fix = "write a user or group name such as root or rigkit, or a numeric id"

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from typing import Callable, Iterable, Mapping, Optional, Sequence, Union
 
 from rigkit.errors import ConfigError, PreflightError
+from rigkit.settings.types import network_problem
 from rigkit.systemd import exec_command_line
 
 NFT = "/usr/sbin/nft"
@@ -61,6 +62,9 @@ Network = Union[ipaddress.IPv4Network, ipaddress.IPv6Network]
 
 def parse_source(text: str, firewall: Firewall = API_FIREWALL) -> Network:
     """One allowed source (an address or a network in CIDR form); ValueError naming the fix."""
+    problem = network_problem(text)
+    if problem:
+        raise ValueError(f"{text!r} {problem}")
     try:
         network = ipaddress.ip_network(text, strict=True)
     except ValueError as exc:
@@ -82,6 +86,7 @@ def sources_check(firewall: Firewall) -> Callable[[list], None]:
                 raise ValueError(f"{item!r} is not text: give each source as a string such as '10.0.0.5'")
             parse_source(item, firewall)
 
+    check.fix = "write a list of addresses or CIDR networks as the host sees them, e.g. [\"10.0.0.5\", \"10.0.1.0/24\"]"
     return check
 
 

@@ -16,9 +16,9 @@ from __future__ import annotations
 import posixpath
 from typing import Any, Iterable, Mapping, Optional
 
-from rigkit.settings.defaults import KV_SHARE_VARIABLES, ROUTER_GROUP, kv_share_store_path
 from rigkit.disk import fstab_line
 from rigkit.errors import ConfigError
+from rigkit.settings.defaults import KV_SHARE_VARIABLES, ROUTER_GROUP, kv_share_store_path
 from rigkit.settings.knobs import KNOBS_BY_NAME
 from rigkit.settings.variables import resolve
 
@@ -35,6 +35,16 @@ def check_share_settings(section: Mapping[str, Any]) -> None:
     if not server or not export.startswith("/"):
         raise ConfigError("kv_share_source", source, f"is not an NFS export (kv_share_fstype {fstype})",
                           "write it as SERVER:/EXPORT, e.g. nas:/export/rigkit-kv")
+
+
+def store_identity(source: str) -> str:
+    """The one spelling of an export (its store's identity): the server's name case-folded, the export path
+    normalised (nas:/export//kv/ and NAS:/export/kv are one store, with one janitor and one hash seed)."""
+    server, colon, export = source.partition(":")
+    if not colon or not export.startswith("/"):
+        return posixpath.normpath(source) if source.startswith("/") else source
+    path = posixpath.normpath(export)
+    return f"{server.lower()}:{'/' if path == '//' else path}"
 
 
 def shareable_profiles(profiles: Mapping[str, Any]) -> list[str]:
@@ -75,7 +85,9 @@ def store_member(data: Mapping[str, Any]) -> Optional[dict[str, Any]]:
     if not knobs["kv_share"]:
         return None
     section = resolve(KV_SHARE_VARIABLES, dict(data))
-    return {"source": section["kv_share_source"], "seed": knobs["kv_hash_seed"], "janitor": knobs["kv_share_janitor"]}
+    source = section["kv_share_source"]
+    return {"source": None if source is None else store_identity(source), "seed": knobs["kv_hash_seed"],
+            "janitor": knobs["kv_share_janitor"]}
 
 
 def check_shared_stores(hosts: Iterable[tuple[str, Mapping[str, Any]]]) -> None:

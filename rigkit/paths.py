@@ -86,10 +86,10 @@ def host_path_problem(path: str) -> Optional[str]:
     return None
 
 
-check_host_path = check_of(host_path_problem)
+check_host_path = check_of(host_path_problem, "write an absolute, normalised directory of its own, e.g. /mnt/rigkit-l2")
 
 
-check_relative_path = check_of(relative_path_problem)
+check_relative_path = check_of(relative_path_problem, "write a relative directory name such as lmcache")
 
 
 def device_path_problem(path: str) -> Optional[str]:
@@ -99,4 +99,4 @@ def device_path_problem(path: str) -> Optional[str]:
     return _path_text_problem(path) or _parts_problem(path[1:].split("/"))
 
 
-check_device_path = check_of(device_path_problem)
+check_device_path = check_of(device_path_problem, "write the device as a /dev/disk/by-id/ path")

@@ -20,9 +20,9 @@ from dataclasses import dataclass, replace
 from typing import Any, Literal, Optional
 
 from rigkit.errors import PreflightError, RigkitError
-from rigkit.settings.hostdata import Settings
 from rigkit.nvidia_smi import GpuMemoryReading, parse_gpu_memory
 from rigkit.remote.registry import registry_failure
+from rigkit.settings.hostdata import Settings
 from rigkit.settings.sizing import GB, GIB
 from rigkit.survey import RigState
 

@@ -16,13 +16,13 @@ from dataclasses import dataclass
 from typing import Any, Mapping, Optional, Sequence
 from urllib.parse import urlsplit
 
-from rigkit.settings.defaults import ROUTER_GROUP
 from rigkit.errors import ConfigError
-from rigkit.settings.knobs import controller_secret_variable
-from rigkit.paths import RIG_LIB_DIR
-from rigkit.paths import FILES_DIR
-from rigkit.systemd import exec_command_line
+from rigkit.paths import FILES_DIR, RIG_LIB_DIR
 from rigkit.remote.tunnel import WILDCARD_ADDRESSES, is_loopback_bind, rig_local_url, ssh_address, url_host
+from rigkit.settings.defaults import ROUTER_GROUP
+from rigkit.settings.knobs import controller_secret_variable
+from rigkit.settings.variables import REDACTED
+from rigkit.systemd import exec_command_line
 
 ROUTER_VENV = "/opt/rigkit-router"
 ROUTER_PYTHON = f"{ROUTER_VENV}/bin/python"
@@ -154,7 +154,7 @@ def api_key(router: Mapping[str, Any], environ: Mapping[str, str] = os.environ) 
     """router_api_key from host data, else the controller's RIGKIT_ROUTER_API_KEY (off every command line)."""
     key = router["router_api_key"] or environ.get(controller_secret_variable("router_api_key")) or None
     if key is not None and (any(char.isspace() for char in key) or "\x00" in key):
-        raise ConfigError("router_api_key", "<redacted>", "holds a blank, a newline or a NUL",
+        raise ConfigError("router_api_key", REDACTED, "holds a blank, a newline or a NUL",
                           "use a key of visible characters only")
     return key
 

@@ -17,14 +17,14 @@ from pyinfra.facts.server import LinuxDistribution, Which
 
 from rigkit.facts.batch import FactSpec, facts_now
 from rigkit.facts.disk import BlockDeviceProbe, DiskFree, MountedFilesystem
-from rigkit.facts.firewall import FirewallTrace, NetworkNamespace, SshConnection, trace_kwargs
 from rigkit.facts.docker import ComposeCommand, DockerEngine, DockerImagePresent, DockerLocalImages
+from rigkit.facts.firewall import FirewallTrace, NetworkNamespace, SshConnection, trace_kwargs
 from rigkit.facts.nvidia import NvidiaGpuMemory, NvidiaPciGpus, NvidiaSmiGpus
 from rigkit.facts.server import MemInfo, PortListeners, ShmSize
 from rigkit.facts.serving import StackContainers
 from rigkit.firewall import API_FIREWALL
-from rigkit.settings.hostdata import RigSettings
 from rigkit.serving.render import STACK_NAME
+from rigkit.settings.hostdata import RigSettings
 
 
 @dataclass(frozen=True)

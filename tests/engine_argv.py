@@ -25,7 +25,7 @@ python3 -c 'import json, sys; print(json.dumps(sys.argv[1:]))' "$@" >> "$ARGV_LO
 """
 # `lmcache server`, a Python script as pip installs it: records its argv (as the program sees it, in
 # $ARGV_LOG.lmcache) and its command line (as ps shows it, in $ARGV_LOG.lmcache.cmdline), then answers /healthcheck
-# on its --http-port for LMCACHE_SHIM_LIVES_S seconds (or exits at once with LMCACHE_SHIM_LIVES_S=0, as a server
+# on its --http-port for LMCACHE_SHIM_LIVES_S seconds (5: two Python starts on a loaded 2-core host took over 2; or exits at once with LMCACHE_SHIM_LIVES_S=0, as a server
 # that fails to start)
 LMCACHE_SHIM = """#!/usr/bin/python3
 import http.server, json, os, sys, threading
@@ -34,7 +34,7 @@ with open("/proc/self/cmdline", "rb") as cmdline, open(log + ".cmdline", "a") as
     out.write(json.dumps(cmdline.read().decode().rstrip("\\0").split("\\0")) + "\\n")
 with open(log, "a") as out:
     out.write(json.dumps(sys.argv[1:]) + "\\n")
-if os.environ.get("LMCACHE_SHIM_LIVES_S", "2") == "0":
+if os.environ.get("LMCACHE_SHIM_LIVES_S", "5") == "0":
     sys.exit("lmcache shim: failed to start")
 port = int(sys.argv[sys.argv.index("--http-port") + 1])
 class Health(http.server.BaseHTTPRequestHandler):
@@ -44,7 +44,7 @@ class Health(http.server.BaseHTTPRequestHandler):
     def log_message(self, *args):
         pass
 server = http.server.HTTPServer(("127.0.0.1", port), Health)
-threading.Timer(float(os.environ.get("LMCACHE_SHIM_LIVES_S", "2")), server.shutdown).start()
+threading.Timer(float(os.environ.get("LMCACHE_SHIM_LIVES_S", "5")), server.shutdown).start()
 server.serve_forever()
 """
 

@@ -28,7 +28,12 @@ ISSUE_ROWS = ("tag", "digest", "RAM gate", "mem_limit", "shm", "NVMe path", "for
               "system directory", "mount options", "ExecStart", "U+2028", "IPv6", "homoglyph", "as a dict",
               # issue 13: the engine settings
               "engine setting", "speculative config", "extra engine argument",
-              "below `gpu_memory_utilization`")
+              "below `gpu_memory_utilization`",
+              # issue 25: by class
+              "number past its ceiling", "package repository URL", "apt version", "fstab source", "filesystem label",
+              "IPv4-mapped", "address put in a URL", "Docker daemon option", "credential inside", "secret in a refusal",
+              "allow-list", "max_model_len", "export spelled two ways", "profiles.yaml", "inventory with no hosts",
+              "mistyped `--limit`", "more canaries", "plain pyinfra")
 CPU_LAB = {"serving_profile": "cpu-lab", "serving_image": "127.0.0.1:5000/rigkit/vllm-cpu-tiny@sha256:" + "1" * 64,
            "serving_port": 8104}
 
@@ -132,7 +137,7 @@ STORY_RIG = {"serving_profile": "lmcache-mp", "allow_incubating": True, "gpus": 
 
 @pytest.mark.parametrize("field, value, fix", [
     ("kv_cache_dtype", "int8", "int8_per_token_head"),
-    ("gpu_memory_utilization", 1.2, "(0, 1]"),
+    ("gpu_memory_utilization", 1.2, "above 0 and at most 1"),
     ("speculative_config", '{"method": "mtp", "num_speculative_tokens": 3,}', "speculative decoding as a JSON object"),
     ("extra_engine_args", ["--tensor-parallel-size", "4"], "set the knob that renders it"),
 ])

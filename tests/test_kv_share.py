@@ -159,6 +159,16 @@ def test_a_shared_store_needs_exactly_one_janitor(janitors, words):
     assert caught.value.field == "kv_share_janitor" and words in caught.value.problem
 
 
+@pytest.mark.parametrize("other", ["nas:/export/rigkit-kv/", "NAS:/export//rigkit-kv", "nas:/export/./rigkit-kv"])
+def test_one_export_spelled_two_ways_is_one_store_with_one_janitor_and_one_seed(other):
+    with pytest.raises(ConfigError) as caught:
+        check_shared_stores([("rig1", rig(janitor=True)), ("rig2", rig(janitor=True, source=other))])
+    assert caught.value.field == "kv_share_janitor" and "rig1, rig2 all run" in caught.value.problem
+    with pytest.raises(ConfigError) as caught:
+        check_shared_stores([("rig1", rig(janitor=True)), ("rig2", rig(seed=7, source=other))])
+    assert caught.value.field == "rig2.kv_hash_seed"
+
+
 def test_the_inventory_check_leaves_the_gateways_out():
     gateway = {"kv_share": True, "kv_share_source": "nas:/export/rigkit-kv", "kv_hash_seed": 9}
     check_inventory([("rig1", ["lab"], rig(janitor=True)), ("gw", ["routers"], gateway)])

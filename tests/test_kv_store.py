@@ -215,7 +215,10 @@ def test_declared_sources_replace_the_rigs_and_the_checks_own_address_is_added()
     section = store_section(kv_store_bind_addresses=["10.213.3.1"], kv_store_allowed_sources=["192.168.20.0/24"])
     # valkey binds no loopback: the role's check connects to 10.213.3.1 from 10.213.3.1, which must pass
     assert sources(section, {"rig1": "rig1.lan"}) == ["10.213.3.1", "192.168.20.0/24"]
-    assert sources(store_section(kv_store_allowed_sources=[]), {"rig1": "rig1.lan"}) == []
+    # an empty list would cut every rig off the store: refused before any host (hostdata.check_relations)
+    with pytest.raises(ConfigError) as refused:
+        store_section(kv_store_allowed_sources=[])
+    assert refused.value.field == "kv_store_allowed_sources" and "leave it unset" in refused.value.fix
 
 
 def test_a_rig_name_that_does_not_resolve_is_refused_naming_the_rig_and_the_fix() -> None:

@@ -7,10 +7,9 @@ import shlex
 from dataclasses import dataclass
 from typing import Any, Iterable
 
-from pyinfra.api.host import Host
-
 from pyinfra.api import FactBase, StringCommand
 from pyinfra.api.exceptions import FactProcessError
+from pyinfra.api.host import Host
 
 
 @dataclass(frozen=True)

@@ -10,7 +10,6 @@ from pyinfra.api import FactBase
 from rigkit.serving.render import STACK_LABEL
 
 
-
 class StackContainers(FactBase):
     """``docker inspect`` of every container (running or not) that carries rigkit's stack label."""
 

@@ -18,7 +18,6 @@ import sys
 import time
 import urllib.parse
 
-
 HEADERS = {"Content-Type": "application/json", "Accept": "text/event-stream"}
 
 

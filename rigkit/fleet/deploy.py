@@ -1,6 +1,6 @@
 """A pyinfra deploy over every targeted host at once, and what it did to each rig: the outcome read from pyinfra's
 output (rigkit.fleet.outcome) and the release each rig serves afterwards (its ledger). The command is
-rigkit.commands.deploy; rollouts and rolling rollbacks (rigkit.rollout) run this deploy stage by stage.
+rigkit.commands.deploy; rollouts and rolling rollbacks (rigkit.rollout.run) run this deploy stage by stage.
 
 Before pyinfra starts, the targets are checked (rigkit.fleet.targets: the connection data of every host) and a
 router role on the controller (@local) is refused unless asked for; the pinned model is staged on every rig
@@ -12,9 +12,9 @@ from pathlib import Path
 from typing import Sequence
 
 from rigkit.fleet import pyinfra_args as pyinfra_args_module
+from rigkit.fleet.targets import Targets
 from rigkit.fleet.outcome import DRY_RUN, OK, UNREACHABLE, RigOutcome, summarize
 from rigkit.fleet.pyinfra_args import is_dry_run, pyinfra_command
-from rigkit.fleet.targets import Targets
 from rigkit.model.fleet import stage_inventory
 from rigkit.remote.tunnel import connect_ssh
 from rigkit.router import is_gateway, refuse_router_on_controller

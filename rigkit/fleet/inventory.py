@@ -13,21 +13,52 @@ from typing import Iterable, Mapping, Optional, Sequence
 
 from rigkit.errors import ConfigError
 from rigkit.paths import REPO_ROOT
-from rigkit.settings.defaults import KV_STORE_GROUP, ROUTER_GROUP
+from rigkit.settings.defaults import KV_STORE_GROUP, ROUTER_GROUP, SECRET_SETTINGS
 from rigkit.settings.hostdata import rig_settings
+from rigkit.settings.variables import REDACTED, closest_name
 
 # pyinfra_cli monkey-patches the whole process with gevent on import: inventories load in a child.
 # argv[3]: the run's --data KEY=VALUE pairs (JSON list), parsed and applied as pyinfra applies them.
+# Besides the hosts it prints what rigkit checks that pyinfra does not: each group's declared host names (a host
+# twice), each group's data (groups of one host that disagree) and, when a file raises, where.
 LOAD_INVENTORY = """
-import json, sys
+import json, sys, traceback
+from pathlib import Path
 from pyinfra.api import State
-from pyinfra.context import ctx_state
-from pyinfra_cli.inventory import make_inventory_from_files
+from pyinfra.context import ctx_inventory, ctx_state
+from pyinfra_cli import inventory as cli_inventory
 from pyinfra_cli.util import parse_cli_arg
 override = {k: parse_cli_arg(v) for k, _, v in (pair.partition("=") for pair in json.loads(sys.argv[3]))}
-with ctx_state.use(State()):
-    inventory = make_inventory_from_files(sys.argv[1], override_data=override or None, cwd=sys.argv[2])
-print(json.dumps({h.name: {"data": h.data.dict(), "groups": sorted(h.groups)} for h in inventory}, default=str))
+try:
+    with ctx_state.use(State()):
+        inventory = cli_inventory.make_inventory_from_files(sys.argv[1], override_data=override or None,
+                                                            cwd=sys.argv[2])
+        declared = {}
+        if Path(sys.argv[1]).exists():
+            with ctx_inventory.use(inventory):
+                for group, hosts in cli_inventory._get_groups_from_filename(sys.argv[1]).items():
+                    hosts = hosts[0] if isinstance(hosts, tuple) else hosts
+                    declared[group] = [host[0] if isinstance(host, tuple) else host for host in hosts]
+except Exception as exc:
+    # pyinfra wraps what a data file raised as UnexpectedExternalError(the exception, the file)
+    if exc.args and isinstance(exc.args[0], BaseException):
+        exc = exc.args[0]
+    frames = [f for f in traceback.extract_tb(exc.__traceback__) if f.filename.endswith(".py")
+              and "site-packages" not in f.filename and not f.filename.startswith("<")]
+    where = frames[-1] if frames else None
+    try:
+        message = str(exc)
+    except Exception:
+        message = repr(exc.args)
+    print(json.dumps({"error": {"type": type(exc).__name__, "message": message,
+                                "file": where.filename if where else None, "line": where.lineno if where else None}}))
+    sys.exit(0)
+print(json.dumps({"hosts": {h.name: {"data": h.data.dict(), "groups": sorted(h.groups)} for h in inventory},
+                  "declared": declared,
+                  "group_data": {g: inventory.get_group_data(g) for g in inventory.groups},
+                  # the folders pyinfra reads group data from (make_inventory_from_files)
+                  "group_files": sorted({p.stem for folder in {Path(sys.argv[2]), Path(sys.argv[1]).resolve().parent}
+                                         for p in (folder / "group_data").glob("*.py")})}, default=str))
 """
 
 
@@ -67,16 +98,66 @@ def load_inventory(inventory: str, cwd: Path = REPO_ROOT, data_args: Sequence[st
     if result.returncode != 0:
         raise ConfigError("inventory", inventory, f"pyinfra could not load it: {result.stderr.strip()[-800:]}",
                           "fix the inventory file (it is Python) or its group_data")
-    return json.loads(result.stdout)
+    loaded = json.loads(result.stdout)
+    if "error" in loaded:
+        error = loaded["error"]
+        where = f"{error['file']}:{error['line']}" if error["file"] else inventory
+        raise ConfigError("inventory", inventory, f"{where} raised {error['type']}: {error['message']}",
+                          f"fix {where} (inventory and group_data files are Python, run as pyinfra loads them)")
+    check_inventory(inventory, loaded["hosts"], loaded["declared"], loaded["group_data"], loaded["group_files"])
+    return loaded["hosts"]
+
+
+def check_inventory(inventory: str, hosts: Mapping[str, Mapping], declared: Mapping[str, Sequence[str]],
+                    group_data: Mapping[str, Mapping], group_files: Sequence[str] = ()) -> None:
+    """ConfigError for what pyinfra takes silently: no host at all, a host twice in one group, a host in two
+    groups whose data set one name to different values (pyinfra picks one by group order), a group_data file
+    whose name is a near-miss of a group (``group_files``: their names)."""
+    if not hosts:
+        raise ConfigError("inventory", inventory, "declares no hosts", "list the rigs in a group of the inventory "
+                          "file, e.g. rigs = [(\"rig-a\", {\"ssh_hostname\": \"10.0.0.11\"})]")
+    for group, names in declared.items():
+        twice = sorted({name for name in names if names.count(name) > 1})
+        if twice:
+            raise ConfigError(f"{inventory}: {group}", twice[0], f"lists the host {twice[0]} twice",
+                              "list each host once per group (its data in one place)")
+    populated = sorted({g for host in hosts.values() for g in host.get("groups", []) if g != "all"})
+    for group in sorted(set(group_files) - set(populated) - {"all"}):
+        near = closest_name(group, populated)
+        if near:  # group_data/ also holds other inventories' files: only a near-miss is a typo
+            raise ConfigError(f"group_data/{group}.py", None, "matches no group of the inventory, so its data "
+                              "reaches no host", f"rename it group_data/{near}.py (the group {near!r})")
+    for name, host in sorted(hosts.items()):
+        groups = [g for g in host.get("groups", []) if g != "all" and group_data.get(g)]
+        for index, first in enumerate(groups):
+            for other in groups[index + 1:]:
+                for key in sorted(set(group_data[first]) & set(group_data[other])):
+                    one, two = (json.dumps(group_data[g][key], default=str) for g in (first, other))
+                    if one != two:
+                        shown = REDACTED if key in SECRET_SETTINGS else None
+                        raise ConfigError(f"{name}.{key}", shown or group_data[other][key],
+                                          f"host {name} is in groups {first} and {other}, whose data set {key} to "
+                                          f"{shown or repr(group_data[first][key])} and "
+                                          f"{shown or repr(group_data[other][key])}: pyinfra would pick one silently",
+                                          f"set {key} in one of the two groups only, or on the host itself")
+
+
+def _matches(name: str, info: Mapping, pattern: str) -> bool:
+    return fnmatch.fnmatch(name, pattern) or any(fnmatch.fnmatch(g, pattern) for g in info.get("groups", []))
 
 
 def targeted(hosts: dict[str, dict], patterns: Sequence[str]) -> list[str]:
-    """Host names a pyinfra --limit selects (names, groups or globs of either); all without a limit."""
+    """Host names a pyinfra --limit selects (names, groups or globs of either); all without a limit. ConfigError
+    naming each pattern that matches nothing (a typo among several would otherwise drop its rigs silently)."""
     if not patterns:
         return list(hosts)
-    return [name for name, info in hosts.items()
-            if any(fnmatch.fnmatch(name, p) or any(fnmatch.fnmatch(g, p) for g in info.get("groups", []))
-                   for p in patterns)]
+    for pattern in patterns:
+        if not any(_matches(name, info, pattern) for name, info in hosts.items()):
+            names = sorted({*hosts, *(g for info in hosts.values() for g in info.get("groups", []))})
+            near = closest_name(pattern, names)
+            raise ConfigError("--limit", pattern, "matches no host or group of the inventory",
+                              f"did you mean {near!r}?" if near else f"use host or group names: {', '.join(names)}")
+    return [name for name, info in hosts.items() if any(_matches(name, info, p) for p in patterns)]
 
 
 def is_service_host(groups: Iterable[str]) -> bool:

@@ -15,7 +15,16 @@ import time
 from pathlib import Path
 
 from rigkit.errors import PreflightError
-from rigkit.lab.proc import process_alive, LabStepError, Progress, pid_runs, read_pid, start_daemon, stop_pid, wait_until
+from rigkit.lab.proc import (
+    LabStepError,
+    Progress,
+    pid_runs,
+    process_alive,
+    read_pid,
+    start_daemon,
+    stop_pid,
+    wait_until,
+)
 from rigkit.paths import CACHE_DIR, LAB_DIR
 
 DOCKER_SOCKET = Path("/var/run/docker.sock")

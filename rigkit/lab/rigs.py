@@ -24,8 +24,8 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from rigkit.errors import PreflightError
 from rigkit.lab import netns
-from rigkit.lab.registry_server import REGISTRY
 from rigkit.lab.proc import LabStepError, Progress, run, wait_until
+from rigkit.lab.registry_server import REGISTRY
 from rigkit.lab.rig_image import CONTAINER_LABEL, NVME_ENV_IN_RIG
 from rigkit.lab.state import RigState
 from rigkit.paths import LAB_DIR

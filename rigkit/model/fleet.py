@@ -15,11 +15,11 @@ from pathlib import Path
 from typing import Callable, Mapping, Optional, Sequence
 
 from rigkit.errors import ConfigError, RigkitError
-from rigkit.settings.hostdata import Settings, settings_for_host
 from rigkit.fleet.inventory import check_connection_data, load_inventory, rigs_among, targeted
 from rigkit.model.hub import default_cache_dir, fetch_to_controller
 from rigkit.model.source import HUB, ModelSource, read_directory_manifest
 from rigkit.model.stage import FleetStager, RigStore, StageReport
+from rigkit.settings.hostdata import Settings, settings_for_host
 
 
 def staged_settings(hosts: Mapping[str, Mapping], names: Sequence[str]) -> dict[str, Settings]:

@@ -21,10 +21,10 @@ from pathlib import Path
 from typing import Callable, Optional
 
 from huggingface_hub import HfApi, hf_hub_download
-from huggingface_hub.errors import (GatedRepoError, HfHubHTTPError, RepositoryNotFoundError, RevisionNotFoundError)
+from huggingface_hub.errors import GatedRepoError, HfHubHTTPError, RepositoryNotFoundError, RevisionNotFoundError
 
 from rigkit.errors import RigkitError
-from rigkit.model.source import (COMMIT_RE, HASH_CHUNK, HUB, ModelSource, check_relative_file, manifest_hash)
+from rigkit.model.source import COMMIT_RE, HASH_CHUNK, HUB, ModelSource, check_relative_file, manifest_hash
 
 logger = logging.getLogger("rigkit.model")
 FIELD = "model_source"

@@ -10,10 +10,10 @@ from pyinfra.facts.deb import DebPackages
 from pyinfra.facts.server import KernelModules
 from pyinfra.operations import server
 
+from rigkit.facts.docker import DockerRunCheck
 from rigkit.facts.nvidia import NvidiaModuleVersion, NvidiaSmiGpus, parse_query_gpus
 from rigkit.operations import fail, say
 from rigkit.operations.apt import upstream_version
-from rigkit.facts.docker import DockerRunCheck
 from rigkit.operations.docker import pick_verify_image, read_json_file
 
 

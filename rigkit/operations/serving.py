@@ -12,11 +12,17 @@ from pyinfra.facts.server import Which
 from rigkit.facts.batch import FactSpec, facts_now
 from rigkit.facts.docker import ComposeCommand, DockerImagePresent, ManifestProbe
 from rigkit.facts.serving import StackContainers
-from rigkit.settings.hostdata import Settings
 from rigkit.operations import refusal_of, refuse
 from rigkit.preflight import HostFacts, check_engine, engine_preflight, refusals
+from rigkit.serving.commands import (
+    COMPOSE_NOT_YET,
+    RELEASE_HASH_FILE,
+    l2_on_disk_command,
+    record_hash_command,
+    release_commands,
+)
 from rigkit.serving.render import KNOBS_HASH_LABEL, STACK_NAME
-from rigkit.serving.commands import COMPOSE_NOT_YET, RELEASE_HASH_FILE, l2_on_disk_command, record_hash_command, release_commands
+from rigkit.settings.hostdata import Settings
 
 
 @operation()

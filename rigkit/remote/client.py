@@ -9,10 +9,10 @@ from typing import Optional, Sequence
 
 import requests
 
-from rigkit.validation import metrics
 from rigkit.errors import RigkitError
 from rigkit.files import ttft_probe
 from rigkit.remote.http_session import server_session
+from rigkit.validation import metrics
 from rigkit.validation.prompts import CHARS_PER_TOKEN_GUESS, Prompt, PromptSpec, draft_text, new_session_id
 from rigkit.validation.ttft import API_OVERHEAD_MODEL, CONTROLLER_TRANSPORT, RigProbe, TTFTCheck, crosscheck_ttft
 

@@ -87,11 +87,15 @@ def plan_stages(rigs: Sequence[str], canary: int, batch: int) -> list[Stage]:
     """The canary stage (the first ``canary`` rigs, in inventory order), then batches of ``batch`` (0: the rest
     at once). The order is the inventory's, so a re-run plans the same stages."""
     rigs = list(rigs)
+    if canary > len(rigs):
+        raise ConfigError("rollout_canary", canary, f"asks for {canary} canaries but the run targets "
+                          f"{len(rigs)} rig(s) ({', '.join(rigs) or 'none'})",
+                          f"set rollout_canary (or --canary) to at most {len(rigs)}, or widen --limit")
     if not (canary or batch):
         return [Stage(ALL_AT_ONCE, tuple(rigs))]
     stages = [Stage(CANARY, tuple(rigs[:canary]))] if canary else []
     rest = rigs[canary:]
-    size = batch or len(rest)
+    size = batch or len(rest) or 1  # every rig a canary: no batch follows
     stages += [Stage(f"batch {i // size + 1}", tuple(rest[i:i + size])) for i in range(0, len(rest), size)]
     return stages
 

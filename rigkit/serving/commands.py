@@ -9,12 +9,20 @@ from __future__ import annotations
 import shlex
 from typing import Optional
 
-from rigkit.settings.hostdata import Settings
-from rigkit.serving.ledger import LEDGER_PATH, Rendering, rendering_dir
-from rigkit.paths import FILES_DIR, RIG_LIB_DIR, RIG_RELEASES_DIR, RIG_STATE_DIR, RIG_STACK_DIR
-from rigkit.serving.render import (COMPOSE_FILE_NAME, COMPOSE_PROJECT, ENV_FILE_MODE, ENV_FILE_NAME, STACK_LABEL, STACK_NAME,
-                           render_compose, render_env)
+from rigkit.paths import FILES_DIR, RIG_LIB_DIR, RIG_RELEASES_DIR, RIG_STACK_DIR, RIG_STATE_DIR
 from rigkit.remote.tunnel import rig_local_url
+from rigkit.serving.ledger import LEDGER_PATH, Rendering, rendering_dir
+from rigkit.serving.render import (
+    COMPOSE_FILE_NAME,
+    COMPOSE_PROJECT,
+    ENV_FILE_MODE,
+    ENV_FILE_NAME,
+    STACK_LABEL,
+    STACK_NAME,
+    render_compose,
+    render_env,
+)
+from rigkit.settings.hostdata import Settings
 
 RELEASE_HASH_FILE = f"{RIG_STATE_DIR}/release.sha256"
 

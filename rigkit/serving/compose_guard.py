@@ -17,6 +17,8 @@ from typing import Any, Iterable
 
 import yaml
 
+from rigkit.settings import strict_yaml
+
 # `$$` then a name, optionally braced: what the container's shell expands.
 RUNTIME_READ = re.compile(r"\$\$\{?([A-Za-z_][A-Za-z0-9_]*)")
 # Shell-local names the script sets itself (NAME=..., NAME=(...), for NAME in, read NAME).
@@ -90,8 +92,13 @@ def declared_environment(service: dict, base_dir: Path | None = None) -> set[str
 
 def undeclared_variables(compose_text: str, base_dir: Path | None = None) -> dict[str, list[str]]:
     """service -> sorted names its entrypoint/command reads at run time without declaring them."""
-    document = yaml.safe_load(compose_text) or {}
-    services = document.get("services") or {}
+    document = strict_yaml.load(compose_text)
+    if not isinstance(document, dict):
+        raise ValueError(f"not a compose file: its top level is {type(document).__name__}, not a mapping "
+                         "(an .env file? give the compose.yml beside it)")
+    services = document.get("services")
+    if not services:
+        raise ValueError("declares no services: nothing to check (not a compose file, or an empty one)")
     if not isinstance(services, dict):
         raise ValueError("services: must be a mapping")
     missing: dict[str, list[str]] = {}

@@ -14,13 +14,31 @@ from typing import Callable, Optional
 from rigkit.errors import PreflightError
 from rigkit.facts.docker import ComposeCommand
 from rigkit.facts.server import ExactFileText
+from rigkit.serving.commands import (
+    STATE_DIR_COMMAND,
+    env_private_command,
+    prune_commands,
+    read_ledger_command,
+    ready_url,
+    record_hash_command,
+    release_commands,
+    stack_files,
+    stored_dir_command,
+    stored_files,
+)
 from rigkit.serving.ledger import LEDGER_PATH, Ledger, Release, Rendering
-from rigkit.serving.release import (Outcome, Prune, RecordHash, Refuse, Restore, Step, StoreRendering, WriteLedger,
-                            restore)
+from rigkit.serving.release import (
+    Outcome,
+    Prune,
+    RecordHash,
+    Refuse,
+    Restore,
+    Step,
+    StoreRendering,
+    WriteLedger,
+    restore,
+)
 from rigkit.serving.smoke import SmokeReport
-from rigkit.serving.commands import (STATE_DIR_COMMAND, env_private_command, prune_commands, read_ledger_command,
-                          ready_url, record_hash_command, release_commands, stack_files, stored_dir_command,
-                          stored_files)
 
 logger = logging.getLogger("rigkit.serving")
 

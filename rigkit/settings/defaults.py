@@ -8,34 +8,34 @@ are generated from these declarations (rigkit.settings.docs).
 
 from __future__ import annotations
 
-import ipaddress
 import posixpath
-import re
-from typing import Callable
 
-from rigkit.validation import abstats
 from rigkit.disk import check_account_name, check_mount_options
 from rigkit.errors import ConfigError
 from rigkit.firewall import API_FIREWALL, sources_check
-from rigkit.settings.knobs import check_port
 from rigkit.kv_store import KV_STORE_FIREWALL
 from rigkit.paths import check_device_path, check_host_path, check_relative_path
 from rigkit.remote.registry import parse_reference
-from rigkit.settings.variables import Variable, one_of
-
-
-def _non_negative(value: int) -> None:
-    if value < 0:
-        raise ValueError("must be 0 or more")
-
-
-def _at_least(low: int):
-    def check(value: int) -> None:
-        if value < low:
-            raise ValueError(f"must be at least {low}")
-
-    return check
-
+from rigkit.settings.knobs import KNOBS, check_port
+from rigkit.settings.types import (
+    DOCKER_DAEMON_OPTIONS,
+    LABEL_LIMITS,
+    PACKAGE_REPOSITORY_SCHEMES,
+    ControllerPath,
+    DebianVersion,
+    FsLabel,
+    FstabSource,
+    HostAddress,
+    IpAddress,
+    Release,
+    SecretText,
+    Url,
+    UrlOrDirectory,
+    address_problem,
+    between,
+)
+from rigkit.settings.variables import REDACTED, Variable, one_of
+from rigkit.validation import abstats
 
 SOURCES = ("docker-ce", "distro")
 
@@ -45,11 +45,17 @@ def _source(value: str) -> None:
         raise ValueError(f"must be one of {', '.join(SOURCES)}")
 
 
+_source.fix = 'write docker-ce or distro'
+
+
 def _user_names(value: list) -> None:
     if not all(isinstance(item, str) and item for item in value):
         raise ValueError("must be a list of user names")
     for item in value:
         check_account_name(item)
+
+
+_user_names.fix = 'write a list of user names, e.g. ["alice", "bob"]'
 
 
 def _image_reference(value: str) -> None:
@@ -60,8 +66,13 @@ def _image_reference(value: str) -> None:
 
 
 def _daemon_options(value: dict) -> None:
+    DOCKER_DAEMON_OPTIONS(value)
     if "data-root" in value:
         check_host_path(value["data-root"])
+
+
+_daemon_options.fix = DOCKER_DAEMON_OPTIONS.fix
+_image_reference.fix = "write an image reference docker accepts, e.g. debian:12 or repo@sha256:<64 hex>"
 
 
 def _branch(value: str) -> None:
@@ -69,8 +80,7 @@ def _branch(value: str) -> None:
         raise ValueError(f"a driver branch is a number like 580, not {value!r}")
 
 
-# Longest label each filesystem accepts.
-LABEL_LIMITS = {"ext4": 16, "xfs": 12}
+_branch.fix = "write the branch number, e.g. 580"
 
 
 def _fstype(value: str) -> None:
@@ -78,22 +88,32 @@ def _fstype(value: str) -> None:
         raise ValueError(f"must be one of {', '.join(LABEL_LIMITS)}")
 
 
+_fstype.fix = 'write ext4 or xfs'
+
+
 GPUS = Variable("gpus", 0, "number of NVIDIA GPUs in the host; 0 skips the GPU roles (the lab)",
-                int, _non_negative)
+                int, between(0, 64, "GPUs"))
+# Package repositories are https unless this opts in (a repository on loopback needs no opt-in: no one is between).
+PACKAGE_REPOS_ALLOW_HTTP = Variable(
+    "package_repos_allow_http", False, "allow http:// package repositories (apt URLs, router_pip_find_links) on "
+    "another host: apt checks signatures but not freshness, so anyone on the path can hold a rig on old packages",
+    bool)
+PACKAGE_REPOSITORY = Url(schemes=PACKAGE_REPOSITORY_SCHEMES)
 
 
 RIG_LOCK_VARIABLES: list[Variable] = [
     Variable("rig_lock_wait_s", 600, "seconds a deploy waits while another deploy holds the rig's lock "
-             "(0 = refuse at once)", int, _at_least(0)),
+             "(0 = refuse at once)", int, between(0, 86400, "seconds")),
     Variable("rig_lock_stale_s", 7200, "a lock held longer than this (seconds) is stale: its holder is ended and "
-             "the lock taken over", int, _at_least(60)),
+             "the lock taken over", int, between(60, 7 * 86400, "seconds")),
 ]
 
 
 NVIDIA_DRIVER_VARIABLES: list[Variable] = [
     Variable("nvidia_driver_branch", "580", "driver branch to install and hold (e.g. 580)", str, _branch),
     Variable("nvidia_driver_version", None,
-             "exact apt version to pin (as `apt-cache policy` lists it); None = newest of the branch"),
+             "exact apt version to pin (as `apt-cache policy` lists it); None = newest of the branch", str,
+             DebianVersion()),
     Variable("nvidia_driver_server", False, "Ubuntu: the -server (datacenter) packages", bool),
     Variable("nvidia_driver_headless", False, "no X/desktop components: headless driver + nvidia-utils", bool),
     Variable("nvidia_driver_open", True, "the open kernel modules: NVIDIA's recommendation from Turing on, required "
@@ -103,9 +123,9 @@ NVIDIA_DRIVER_VARIABLES: list[Variable] = [
     Variable("nvidia_driver_allow_reboot", True,
              "reboot when the new driver cannot be loaded otherwise; false stops with 'reboot required'", bool),
     Variable("nvidia_driver_reboot_timeout", 600, "seconds to wait for a rebooted host to answer SSH", int,
-             _at_least(1)),
+             between(1, 3600, "seconds")),
     Variable("nvidia_driver_cuda_repo_url", "https://developer.download.nvidia.com/compute/cuda/repos",
-             "Debian 12: base URL of NVIDIA's CUDA apt repository"),
+             "Debian 12: base URL of NVIDIA's CUDA apt repository", str, PACKAGE_REPOSITORY),
 ]
 
 
@@ -113,13 +133,16 @@ DOCKER_VARIABLES: list[Variable] = [
     Variable("docker_source", "docker-ce",
              "docker-ce (Docker's apt repository, compose v2 plugin) or distro (docker.io + compose)", str, _source),
     Variable("docker_version", None,
-             "exact apt version of the engine (docker-ce and its cli, or docker.io); None = newest available"),
-    Variable("docker_compose_version", None, "exact apt version of the compose package; None = newest available"),
+             "exact apt version of the engine (docker-ce and its cli, or docker.io); None = newest available",
+             str, DebianVersion()),
+    Variable("docker_compose_version", None, "exact apt version of the compose package; None = newest available", str,
+             DebianVersion()),
     Variable("docker_daemon_options", {},
              "keys merged into /etc/docker/daemon.json (log-opts, data-root, default-runtime...)", dict,
              _daemon_options),
     Variable("docker_users", [], "users added to the docker group", list, _user_names),
-    Variable("docker_apt_url", "https://download.docker.com/linux", "docker-ce: base URL of Docker's apt repository"),
+    Variable("docker_apt_url", "https://download.docker.com/linux", "docker-ce: base URL of Docker's apt repository",
+             str, PACKAGE_REPOSITORY),
     Variable("docker_verify_image", None,
              "image the check runs `true` in (host network); None = an image already on the host, "
              "and with none the run check is skipped, saying so", str, _image_reference, optional=True),
@@ -128,10 +151,11 @@ DOCKER_VARIABLES: list[Variable] = [
 
 NVIDIA_CONTAINER_TOOLKIT_VARIABLES: list[Variable] = [
     Variable("nvidia_ctk_version", None,
-             "exact apt version of the toolkit packages (e.g. 1.17.8-1); None = newest available"),
+             "exact apt version of the toolkit packages (e.g. 1.17.8-1); None = newest available", str,
+             DebianVersion()),
     Variable("nvidia_ctk_default_runtime", False, "make nvidia Docker's default runtime", bool),
     Variable("nvidia_ctk_apt_url", "https://nvidia.github.io/libnvidia-container",
-             "base URL of NVIDIA's libnvidia-container apt repository"),
+             "base URL of NVIDIA's libnvidia-container apt repository", str, PACKAGE_REPOSITORY),
     Variable("nvidia_ctk_verify_image", None,
              "image the GPU check runs nvidia-smi in (the runtime injects it); None = an image already "
              "on the host, and with none the check is skipped, saying so", str, _image_reference, optional=True),
@@ -146,7 +170,8 @@ L2_DISK_VARIABLES: list[Variable] = [
     Variable("l2_mount_options", "noatime,nofail", "fstab mount options", str, check_mount_options),
     Variable("l2_owner", "root", "user owning the mount point and the cache directory", str, check_account_name),
     Variable("l2_group", "root", "group owning the mount point and the cache directory", str, check_account_name),
-    Variable("l2_label", "rigkit-l2", "filesystem label marking the device as rigkit's", str),
+    Variable("l2_label", "rigkit-l2", "filesystem label marking the device as rigkit's", str,
+             FsLabel()),
     Variable("l2_format", False, "allow reformatting a device that carries rigkit's label (to change l2_fstype)",
              bool),
     Variable("l2_force_format", False, "allow wiping a device that holds anything else (its data is lost)", bool),
@@ -159,7 +184,7 @@ SERVING_VARIABLES: list[Variable] = [
     Variable("serving_smoke", True, "run the smoke checks after every release", bool),
     Variable("serving_auto_rollback", True, "roll back to the last known-good digest when smoke fails", bool),
     Variable("rollback_to", None, "rollback.py: the image (repo@sha256:...) to roll back to "
-             "(empty = the verified release before the latest deploy, from the rig's ledger)", str),
+             "(empty = the verified release before the latest deploy, from the rig's ledger)", str, _image_reference),
 ]
 
 
@@ -171,11 +196,11 @@ ROLLOUT_LEAVE, ROLLOUT_ROLLBACK = "leave", "rollback"
 
 ROLLOUT_VARIABLES: list[Variable] = [
     Variable("rollout_canary", 0, "rigkit deploy: rigs deployed first; each must pass smoke and the cache proof "
-             "before any other rig is touched (0 = no canary stage)", int, _at_least(0)),
+             "before any other rig is touched (0 = no canary stage)", int, between(0, 10000, "rigs")),
     Variable("rollout_batch", 0, "rigkit deploy: rigs deployed together after the canaries, batch after batch; "
              "a batch with any failure halts the rollout (0 = the rest in one batch); with --deploy rollback.py, "
              "rigs rolled back together through the router (0 = every rig at once, the plain run)", int,
-             _at_least(0)),
+             between(0, 10000, "rigs")),
     Variable("rollout_on_failure", ROLLOUT_LEAVE, "rigkit deploy: a halted rollout's rigs already upgraded: "
              f"{ROLLOUT_LEAVE} (on the new release, for the operator) or {ROLLOUT_ROLLBACK} (rollback.py on each, "
              "back to its stored verified rendering)", str, one_of((ROLLOUT_LEAVE, ROLLOUT_ROLLBACK))),
@@ -191,31 +216,27 @@ ROUTER_POLICIES = ("cache_aware", "round_robin", "random", "kv_aware", "power_of
                    "sticky_least_loaded")
 
 
-def _version(value: str) -> None:
-    if not re.fullmatch(r"[0-9]+(\.[0-9]+){1,3}", value):
-        raise ValueError("must be an exact release such as 0.1.17 (the router is pinned)")
-
-
 ROUTER_VARIABLES: list[Variable] = [
-    Variable("router_version", "0.1.17", "vllm-router release installed on the gateway (pinned)", str, _version),
+    Variable("router_version", "0.1.17", "vllm-router release installed on the gateway (pinned)", str, Release()),
     Variable("router_policy", "cache_aware", "how the router picks a rig per request: "
              + ", ".join(ROUTER_POLICIES), str, one_of(ROUTER_POLICIES)),
     Variable("router_port", 8300, "TCP port the router serves the OpenAI API on", int, check_port),
     Variable("router_metrics_port", 8301, "TCP port of the router's Prometheus /metrics, on router_bind_address "
              "(vllm-router's own default, 29000, is fixed whatever else runs on the gateway)", int, check_port),
     Variable("router_bind_address", "127.0.0.1", "address the router listens on (its admin endpoints "
-             "/add_worker and /remove_worker take no key: keep it on a trusted network)", str),
-    Variable("router_api_key", None, "secret: vllm-router's --api-key, read from a 0600 file on the gateway "
+             "/add_worker and /remove_worker take no key: keep it on a trusted network)", str, IpAddress()),
+    Variable("router_api_key", None, "vllm-router's --api-key, read from a 0600 file on the gateway "
              "(0.1.17 uses it for data-parallel worker queries only; a request carries its client's own "
              "Authorization header through to the rig)",
-             str, optional=True),
+             str, SecretText(), optional=True, secret=True),
     Variable("router_worker_address", None, "a rig's data: the address the gateway reaches its API at (default: "
-             "its bind_address, or ssh_hostname when it binds every address)", str, optional=True),
+             "its bind_address, or ssh_hostname when it binds every address)", str, HostAddress(), optional=True),
     Variable("router_on_controller", False, "the gateway @local (the controller itself) gets the router role: "
              "vllm-router, its unit and files under /etc installed on the machine running rigkit (refused unless "
              "true; a router you start yourself there is drained through either way)", bool),
     Variable("router_pip_find_links", None, "a wheelhouse (URL or directory) the gateway installs vllm-router "
-             "from with --no-index, instead of the package index (offline gateways, the lab)", str, optional=True),
+             "from with --no-index, instead of the package index (offline gateways, the lab)", str,
+             UrlOrDirectory(schemes=PACKAGE_REPOSITORY_SCHEMES), optional=True),
 ]
 
 # The rigs' API firewall (roles/api_firewall.py, rigkit/firewall.py): off unless declared, because turning it on
@@ -253,19 +274,23 @@ def _valkey_policy(value: str) -> None:
                          "when full)")
 
 
+_valkey_policy.fix = 'write allkeys-lru (or allkeys-lfu, allkeys-random, noeviction)'
+
+
 def _bind_addresses(value: list) -> None:
     if not value:
         raise ValueError("must name at least one address (valkey listens nowhere otherwise)")
     for item in value:
         if not isinstance(item, str):
             raise ValueError(f"{item!r} is not text: each item must be an IP address")
-        try:
-            ipaddress.ip_address(item)
-        except ValueError:
-            raise ValueError(f"{item!r} is not an IP address (e.g. 127.0.0.1, 10.0.0.5 or ::1); a host name "
-                             "is not resolved by valkey's bind") from None
+        problem = address_problem(item)
+        if problem:
+            raise ValueError(f"{item!r} {problem} (a host name is not resolved by valkey's bind)")
     if len(set(value)) != len(value):
         raise ValueError("names an address twice")
+
+
+_bind_addresses.fix = 'write a list of IP addresses, e.g. ["127.0.0.1", "10.0.0.5"]'
 
 
 KV_STORE_PORT = Variable("kv_store_port", 6379, "TCP port valkey-server listens on (the rigs' LMCache connects to it)",
@@ -276,7 +301,7 @@ KV_STORE_VARIABLES: list[Variable] = [
              "address on the rigs' network (and 127.0.0.1 for the role's own checks); never 0.0.0.0 on a host "
              "reachable from elsewhere", list, _bind_addresses),
     Variable("kv_store_maxmemory_gib", 8, "memory valkey may hold, in GiB (2^30 bytes; valkey gets the bytes): "
-             "past it the policy evicts", int, _at_least(1)),
+             "past it the policy evicts", int, between(1, 65536, "GiB")),
     Variable("kv_store_maxmemory_policy", "allkeys-lru", "what a full store does: allkeys-lru (default: the "
              "fleet's rigs each count only their own writes, so only the server sees the total and evicts the "
              "least recently used chunk, which is a cache miss, never a wrong answer), allkeys-lfu, "
@@ -299,21 +324,19 @@ KV_SHARE_FSTYPES = ("nfs4", "nfs", "none")  # none: a directory the host already
 KV_SHARE_NFS_CLIENT_PACKAGE = "nfs-common"
 
 
-def _share_source(value: str) -> None:
-    if any(char.isspace() for char in value) or "$" in value:
-        raise ValueError("must not contain whitespace or '$' (it is one fstab field and names the store fleet-wide)")
-
-
 def _share_mount_point(value: str) -> None:
     check_host_path(value)
     if ":" in value:
         raise ValueError("must not contain ':' (compose volume syntax)")
 
 
+_share_mount_point.fix = "write an absolute directory without ':' such as /mnt/rigkit-kv-share"
+
+
 KV_SHARE_VARIABLES: list[Variable] = [
     Variable("kv_share_source", None, "the export the rigs share, e.g. nas:/export/rigkit-kv (with kv_share_fstype "
              "none: the name of the directory every rig already sees at kv_share_mount_point); rigs naming the same "
-             "source share one store; None = no shared tier", str, _share_source, optional=True),
+             "source share one store; None = no shared tier", str, FstabSource(), optional=True),
     Variable("kv_share_mount_point", "/mnt/rigkit-kv-share", "where every rig mounts the export (the same path on "
              "every rig)", str, _share_mount_point),
     Variable("kv_share_fstype", "nfs4", "nfs4 or nfs (mounted from /etc/fstab, nfs-common installed), or none "
@@ -329,49 +352,42 @@ KV_SHARE_VARIABLES: list[Variable] = [
 CALIBRATION_MIN_TOKENS = 256
 
 
-def _off_or_at_least(minimum: int) -> Callable[[int], None]:
-    def check(value: int) -> None:
-        if value != 0 and value < minimum:
-            raise ValueError(f"must be 0 (off) or >= {minimum}")
-
-    return check
-
-
-def _fraction(value: float) -> None:
-    if not 0 < value <= 1:
-        raise ValueError("must be a fraction in (0, 1]")
+_fraction = between(0.001, 1.0)
 
 
 VALIDATION_VARIABLES: list[Variable] = [
     Variable("validate_prompt_tokens", 3500, "size of each salted session prompt in tokens "
              "(the user's card: ~37000; the lab CPU build: ~3500)", int,
-             check=_at_least(CALIBRATION_MIN_TOKENS)),
+             check=between(CALIBRATION_MIN_TOKENS, 2**24, "tokens")),
     Variable("validate_sessions", 3, "salted sessions per tier (the n of each TTFT figure)", int,
-             check=_at_least(1)),
+             check=between(1, 1000, "sessions")),
     Variable("validate_prompt_kind", "narrative", "prompt body of the tier sessions: narrative or code", str,
              check=one_of(abstats.PROMPT_KINDS)),
     Variable("validate_output_tokens", 16, "tokens generated per tier request (TTFT is what is measured)", int,
-             check=_at_least(1)),
+             check=between(1, 2**20, "tokens")),
     Variable("validate_decode_tokens", 128, "tokens generated per decode A/B request (ignore_eos)", int,
-             check=_at_least(1)),
-    Variable("validate_decode_prompt_tokens", 256, "size of the decode A/B prompts", int, check=_at_least(1)),
+             check=between(1, 2**20, "tokens")),
+    Variable("validate_decode_prompt_tokens", 256, "size of the decode A/B prompts", int,
+             check=between(1, 2**24, "tokens")),
     Variable("validate_seed", None, "base seed of the prompt bodies (recorded; random when unset)", int,
-             optional=True),
+             between(0, 2**63 - 1), optional=True),
     Variable("validate_restart", True, "measure the persistent tier (does a full compose down/up)", bool),
     Variable("validate_decode_ab", False, "also run the decode A/B: switches the rig between its profile and the "
              "derived baseline once per visit (2 x measured restarts: minutes of downtime, so opt-in)", bool),
     Variable("validate_soak_sessions", 0, "soak: multi-turn conversations run after the tiers (0 = no soak; at "
              "least 2: decode retention compares the last with the first clean one; the field notes ran ~20)", int,
-             check=_off_or_at_least(2)),
+             check=between(2, 1000, "conversations", off=0)),
     Variable("validate_soak_turns", 5, "soak: turns per conversation (each sends the whole conversation so far "
-             "plus a new salted user message)", int, check=_at_least(1)),
+             "plus a new salted user message)", int,
+             check=between(1, 1000, "turns")),
     Variable("validate_soak_message_tokens", 256, "soak: size of each new user message in tokens", int,
-             check=_at_least(16)),
+             check=between(16, 2**20, "tokens")),
     Variable("validate_soak_reply_tokens", 128, "soak: most tokens per reply (the model may stop early; "
-             "an empty reply counts against validate_soak_empty_reply_max_fraction)", int, check=_at_least(2)),
+             "an empty reply counts against validate_soak_empty_reply_max_fraction)", int,
+             check=between(2, 2**20, "tokens")),
     Variable("validate_soak_memory_growth_mib", 200.0, "soak: most memory growth allowed (MiB) from the end of "
              "the first clean conversation to the last turn: GPU memory from nvidia-smi, on a rig without GPUs "
-             "the serving container's cgroup", float, check=_at_least(0)),
+             "the serving container's cgroup", float, check=between(0, 2**20, "MiB")),
     Variable("validate_soak_decode_retention_min", 0.8, "soak: least decode tok/s of the last conversation, "
              "as a fraction of the first clean conversation's", float, check=_fraction),
     Variable("validate_soak_empty_reply_max_fraction", 0.5, "soak: the soak fails when at least this fraction "
@@ -380,13 +396,13 @@ VALIDATION_VARIABLES: list[Variable] = [
 
 
 REPLAY = Variable("replay", None, "results/<run-id> whose prompt sizes, kind and seeds this run repeats", str,
-                  optional=True)
+                  ControllerPath(), optional=True)
 
 
 
 # Section name (the role's name) -> the variables it reads, in pipeline order.
 ROLE_SECTIONS: dict[str, list[Variable]] = {
-    "host": [GPUS],
+    "host": [GPUS, PACKAGE_REPOS_ALLOW_HTTP],
     "rig_lock": RIG_LOCK_VARIABLES,
     "nvidia_driver": NVIDIA_DRIVER_VARIABLES,
     "docker": DOCKER_VARIABLES,
@@ -411,3 +427,17 @@ def kv_share_store_path(kv_share: dict) -> str:
 def l2_cache_path(l2_disk: dict) -> str:
     """Absolute path of the L2 store's base directory on the host (l2_disk mounts it, serving mounts it in)."""
     return posixpath.join(l2_disk["l2_mount_point"], l2_disk["l2_cache_dir"])
+
+
+# Settings naming a package repository: plain http to another host needs package_repos_allow_http.
+PACKAGE_REPOSITORY_SETTINGS = frozenset(variable.name for variable in ALL_VARIABLES
+                                        if isinstance(variable.check, (Url, UrlOrDirectory)))
+
+# Every setting declared secret (Variable.secret), role variables and knobs: what every printed place redacts.
+SECRET_SETTINGS = frozenset(variable.name for variable in [*ALL_VARIABLES, *KNOBS] if variable.secret)
+
+
+def shown_settings(values: dict) -> dict:
+    """``values`` (settings by name) as a card, a log or a ledger may show them: every declared secret redacted."""
+    return {name: REDACTED if name in SECRET_SETTINGS and value not in (None, "") else value
+            for name, value in values.items()}

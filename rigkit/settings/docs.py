@@ -8,9 +8,9 @@ from __future__ import annotations
 import re
 import sys
 
+from rigkit.paths import REPO_ROOT
 from rigkit.settings.defaults import ROLE_SECTIONS
 from rigkit.settings.knobs import KNOBS
-from rigkit.paths import REPO_ROOT
 from rigkit.settings.variables import docs_table
 
 SETTINGS_PAGE = REPO_ROOT / "docs" / "settings.md"

@@ -36,6 +36,7 @@ from rigkit.settings.defaults import (
     KV_SHARE_VARIABLES,
     KV_STORE_PORT,
     L2_DISK_VARIABLES,
+    PACKAGE_REPOSITORY_SETTINGS,
     ROLE_SECTIONS,
     l2_cache_path,
 )
@@ -54,7 +55,8 @@ from rigkit.settings.knobs import (
 )
 from rigkit.settings.profiles import Profile, get_profile, load_profiles
 from rigkit.settings.sizing import GIB, capacity_line, gpu_kv_bytes_per_token, gpu_line, required_mem_limit_gib
-from rigkit.settings.variables import Variable, refuse_unknown, resolve
+from rigkit.settings.types import LABEL_LIMITS, label_problem, plain_http_problem
+from rigkit.settings.variables import REDACTED, Variable, refuse_unknown, resolve
 
 CONNECTION_PREFIXES = ("ssh_", "_")
 # the model store's directory under the L2 disk's mount point (the NVMe) when model_store_path is not set
@@ -333,7 +335,7 @@ def required_secret(data: dict, name: str, needed_by: str) -> str:
     try:
         return KNOBS_BY_NAME[name].coerce(values[name])
     except ConfigError as exc:
-        raise ConfigError(name, "<redacted>", exc.problem, exc.fix) from None
+        raise ConfigError(name, REDACTED, exc.problem, exc.fix) from None
 
 
 def settings_for_host(data: dict, profiles: Optional[dict[str, Profile]] = None,
@@ -351,7 +353,7 @@ def settings_for_host(data: dict, profiles: Optional[dict[str, Profile]] = None,
                                 **{k: v for k, v in data.items() if k in KNOBS_BY_NAME}})
     except ConfigError as exc:
         if exc.field in SECRET_KNOBS:  # never echo a token into a log
-            raise ConfigError(exc.field, "<redacted>", exc.problem, exc.fix) from None
+            raise ConfigError(exc.field, REDACTED, exc.problem, exc.fix) from None
         raise
     if knobs["model_source"] and "model" in data:
         raise ConfigError("model", data["model"], "is set and so is model_source: the engine loads the staged "
@@ -404,6 +406,32 @@ class RigSettings:
             raise AttributeError(section) from None
 
 
+def check_relations(sections: Mapping[str, Mapping[str, Any]]) -> None:
+    """ConfigError for role settings each valid alone but not together: a label longer than its filesystem
+    keeps, a plain-http package repository without the opt-in, an allow-list that cuts every client off."""
+    l2 = sections["l2_disk"]
+    problem = label_problem(l2["l2_label"], l2["l2_fstype"])
+    if problem:
+        raise ConfigError("l2_label", l2["l2_label"], problem,
+                          f"write a label of at most {LABEL_LIMITS[l2['l2_fstype']]} characters, e.g. rigkit-l2")
+    if not sections["host"]["package_repos_allow_http"]:
+        for section in sections.values():
+            for name, value in section.items():
+                if name in PACKAGE_REPOSITORY_SETTINGS and value and plain_http_problem(value):
+                    raise ConfigError(name, value, plain_http_problem(value),
+                                      f"write https://{value[len('http://'):]}, or set package_repos_allow_http: "
+                                      "true for a mirror on a network you trust")
+    firewall = sections["api_firewall"]
+    if firewall["api_firewall"] and not firewall["api_allowed_sources"] and not firewall["api_allow_controller"]:
+        raise ConfigError("api_allowed_sources", [], "is empty while api_allow_controller is false: only the rig "
+                          "itself could reach its API (the router, the controller and every client cut off)",
+                          "list the router's address in api_allowed_sources, or set api_allow_controller: true")
+    store = sections["kv_store"]
+    if store["kv_store_firewall"] and store["kv_store_allowed_sources"] == []:
+        raise ConfigError("kv_store_allowed_sources", [], "is empty: no rig could reach the store",
+                          "leave it unset (every rig of the inventory) or list the rigs' addresses")
+
+
 def rig_settings(data: dict, profiles: Optional[dict[str, Profile]] = None, needs_stack: bool = True) -> RigSettings:
     """Every setting of one host, validated: ConfigError (naming the field) on any bad input.
 
@@ -414,4 +442,5 @@ def rig_settings(data: dict, profiles: Optional[dict[str, Profile]] = None, need
     sections = {name: resolve(variables, data) for name, variables in ROLE_SECTIONS.items()}
     refuse_on_shared_network(API_FIREWALL, data, sections["api_firewall"]["api_firewall"])
     check_share_settings(sections["kv_share"])
+    check_relations(sections)
     return RigSettings(stack, sections, dict(data), profiles)

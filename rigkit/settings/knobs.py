@@ -11,7 +11,6 @@ Never name an env var VLLM_PORT or VLLM_HOST_IP: vLLM reads those itself.
 
 from __future__ import annotations
 
-import ipaddress
 import json
 import re
 from typing import Any, Optional
@@ -20,7 +19,8 @@ from rigkit import kv_store
 from rigkit.errors import ConfigError
 from rigkit.model.source import parse_model_source
 from rigkit.paths import check_host_path
-from rigkit.settings.variables import JsonObject, Variable, check_of, one_of
+from rigkit.settings.types import IpAddress, between, refuse_credentials
+from rigkit.settings.variables import REDACTED, JsonObject, Variable, check_of, one_of
 
 # Host paths and env values travel through .env and compose; both readers (compose v1's python-dotenv,
 # compose v2's Go parser) must read back exactly what was declared.
@@ -66,15 +66,7 @@ def _text(extra=None):
         if extra is not None:
             extra(value)
 
-    return check
-
-
-def _between(low: float, high: Optional[float] = None):
-    def check(value: float) -> None:
-        if value < low or (high is not None and value > high):
-            bound = f"between {low} and {high}" if high is not None else f"at least {low}"
-            raise ValueError(f"must be {bound}")
-
+    check.fix = getattr(extra, "fix", "") or "write it on one line, without NUL, '${' or both a quote and '$'"
     return check
 
 
@@ -82,18 +74,7 @@ def _between(low: float, high: Optional[float] = None):
 PORT_RANGE = (1, 65535)
 
 
-def check_port(value: int) -> None:
-    low, high = PORT_RANGE
-    if not low <= value <= high:
-        raise ValueError(f"must be a TCP port, {low} to {high}")
-
-
-def _ip_address(value: str) -> None:
-    try:
-        ipaddress.ip_address(value)
-    except ValueError:
-        raise ValueError("must be an IP address such as 127.0.0.1 or ::1 (0.0.0.0 or :: to listen on every "
-                         "interface)") from None
+check_port = between(*PORT_RANGE)
 
 
 def _l2_path(value: str) -> None:
@@ -170,6 +151,9 @@ HASHED_ONLY_WHEN_SET = frozenset({*ENGINE_FLAGS, "extra_engine_args", "model_att
 # Knobs that steer rigkit on the rig, never the container: changing them restarts no engine.
 NOT_HASHED = frozenset({"kv_share_janitor", "model_store_keep"})
 
+# The longest context a setting may name (16 Mi tokens: ten times today's longest models').
+MAX_CONTEXT_TOKENS = 2**24
+
 # PYTHONHASHSEED takes 0 (no randomisation) to 4294967295 (Python's own bound).
 HASH_SEED_RANGE = (0, 2**32 - 1)
 
@@ -180,6 +164,19 @@ def _fraction_of_gpu(value: float) -> None:
         raise ValueError("must be a fraction above 0 and at most 1, e.g. 0.92")
 
 
+_fraction_of_gpu.fix = 'write a fraction above 0 and at most 1, e.g. 0.92'
+
+
+def _adapter_json(value: str) -> None:
+    # the adapter reaches the LMCache server's command line (ps), status, the card and the ledger
+    refuse_credentials(json.loads(value), "ps on the rig, its status and its card",
+                       "; a Valkey store's password is kv_store_password (l2_kv_store_address renders the adapter)")
+
+
+_adapter_json.fix = ("remove the credential from the adapter: a Valkey store takes l2_kv_store_address and "
+                     "kv_store_password (read from the controller's environment)")
+
+
 def _speculative_config(value: str) -> None:
     config = json.loads(value)
     # vLLM needs a method or a draft model to know what to run (vllm/config/speculative.py)
@@ -188,6 +185,10 @@ def _speculative_config(value: str) -> None:
     tokens = config.get("num_speculative_tokens")
     if tokens is not None and (isinstance(tokens, bool) or not isinstance(tokens, int) or tokens < 1):
         raise ValueError(f'"num_speculative_tokens" must be a whole number of at least 1, got {tokens!r}')
+
+
+_speculative_config.fix = ('write speculative decoding as a JSON object, e.g. '
+                           '{"method": "mtp", "num_speculative_tokens": 3}')
 
 
 def flag_name(arg: str) -> str:
@@ -212,6 +213,9 @@ def _engine_args(value: list) -> None:
                              f"set {knob} instead")
 
 
+_engine_args.fix = "write a list of strings, one argument each, and set rigkit's own flags through their knobs"
+
+
 KNOBS: list[Variable] = [
     # Which stack, which image.
     Variable("serving_profile", None, "profile from profiles.yaml to deploy (lmcache-mp, native-offload, "
@@ -233,49 +237,51 @@ KNOBS: list[Variable] = [
              "models/ under the l2_disk role's l2_mount_point (the NVMe)", str, _text(_l2_path), optional=True),
     Variable("model_store_keep", 2, "staged revisions of the model kept on the rig, newest deployed first; a "
              "revision a recorded release needs (current, last known-good, rollback target) is never removed",
-             int, _between(1)),
+             int, between(1, 100)),
     Variable("served_model_name", None, "name the API serves the model under (/v1/models)", str,
              _text(), env="RIGKIT_SERVED_MODEL_NAME", optional=True),
     Variable("serving_port", 8000, "TCP port of the OpenAI API", int, check_port, env="RIGKIT_SERVING_PORT"),
     Variable("bind_address", "127.0.0.1", "address the API listens on (host networking)", str,
-             _text(_ip_address), env="RIGKIT_BIND_ADDRESS"),
+             _text(IpAddress()), env="RIGKIT_BIND_ADDRESS"),
     Variable("max_model_len", None, "--max-model-len (context limit; empty = the model's)", int,
-             _between(256), env="RIGKIT_MAX_MODEL_LEN", optional=True),
+             between(256, MAX_CONTEXT_TOKENS, "tokens"), env="RIGKIT_MAX_MODEL_LEN", optional=True),
     Variable("max_num_batched_tokens", None, "--max-num-batched-tokens (empty = vLLM's default)", int,
-             _between(256), env="RIGKIT_MAX_NUM_BATCHED_TOKENS", optional=True),
+             between(256, MAX_CONTEXT_TOKENS, "tokens"), env="RIGKIT_MAX_NUM_BATCHED_TOKENS", optional=True),
     Variable("num_gpu_blocks_override", None, "--num-gpu-blocks-override: shrink the KV pool "
-             "(tests evict with it)", int, _between(1), env="RIGKIT_NUM_GPU_BLOCKS_OVERRIDE", optional=True),
+             "(tests evict with it)", int, between(1, 2**31 - 1, "blocks"), env="RIGKIT_NUM_GPU_BLOCKS_OVERRIDE", optional=True),
     Variable("tensor_parallel_size", None, "--tensor-parallel-size (empty = number of selected GPUs)", int,
-             _between(1, 64), env="RIGKIT_TENSOR_PARALLEL_SIZE", optional=True),
+             between(1, 64, "GPUs"), env="RIGKIT_TENSOR_PARALLEL_SIZE", optional=True),
     Variable("gpu_mask", "", "host GPU indices given to the container, e.g. 0,1 (empty = every GPU)", str,
              _text(_gpu_mask), allow_empty=True),
-    Variable("hf_token", None, "Hugging Face token for gated models (secret: .env only, mode 0600)", str,
-             _text(), env="HF_TOKEN", optional=True),
+    Variable("hf_token", None, "Hugging Face token for gated models (.env only, mode 0600)", str,
+             _text(), env="HF_TOKEN", optional=True, secret=True),
     Variable("cpu_kvcache_space_gb", None, "VLLM_CPU_KVCACHE_SPACE in GiB (CPU builds of vLLM)", int,
-             _between(1), env="VLLM_CPU_KVCACHE_SPACE", optional=True),
+             between(1, 4096, "GiB"), env="VLLM_CPU_KVCACHE_SPACE", optional=True),
     # The KV cache tiers.
     Variable("l1_size_gb", 30, "L1 CPU-RAM KV cache size in GiB (2^30 bytes, as lmcache server --l1-size-gb "
-             "counts it; native-offload gets the same bytes)", int, _between(1, 4096), env="LMCACHE_L1_GB"),
+             "counts it; native-offload gets the same bytes)", int, between(1, 4096, "GiB"), env="LMCACHE_L1_GB"),
     Variable("l2_enabled", False, "persist the KV cache on disk (L2) under l2_path", bool, env="LMCACHE_L2"),
     Variable("l2_adapter_json", None, "LMCache L2 adapter as a JSON object (empty = fs adapter on l2_path)",
-             JsonObject, _text(), env="LMCACHE_L2_ADAPTER", optional=True),
+             JsonObject, _text(_adapter_json), env="LMCACHE_L2_ADAPTER", optional=True),
     Variable("l2_path", None, "host directory of the L2 disk tier, mounted into the container (empty = the "
              "l2_disk role's l2_mount_point/l2_cache_dir)", str, _text(_l2_path), optional=True),
     Variable("l2_budget_gb", 100.0, "disk the L2 tier may fill, in GB (preflight refuses less free space)",
-             float, _between(0.01)),
-    Variable("chunk_size", 256, "LMCache chunk size in tokens", int, _between(16, 65536), env="LMCACHE_CHUNK_SIZE"),
+             float, between(0.01, 1_000_000, "GB")),
+    Variable("chunk_size", 256, "LMCache chunk size in tokens", int, between(16, 65536, "tokens"), env="LMCACHE_CHUNK_SIZE"),
     Variable("l2_kv_store_address", None, "lmcache-mp: IP address of the fleet's Valkey store (a host of the "
              "kv_stores group, one of its kv_store_bind_addresses): LMCache's L2 is then its Valkey adapter at this "
              "address and kv_store_port, authenticated with kv_store_password (needs l2_enabled)", str,
-             _text(_ip_address), optional=True),
-    Variable("kv_store_password", None, "secret: the Valkey store's password (requirepass), which the store "
+             _text(IpAddress()), optional=True),
+    Variable("kv_store_password", None, "the Valkey store's password (requirepass), which the store "
              "requires and the rigs' LMCache sends; from the controller's RIGKIT_KV_STORE_PASSWORD, at least "
              f"{kv_store.MIN_PASSWORD_LENGTH} characters, no quote, backslash, whitespace or control character",
-             str, _text(check_of(kv_store.password_problem)), env="RIGKIT_KV_STORE_PASSWORD", optional=True),
+             str, _text(check_of(kv_store.password_problem, "export a longer password without quotes, backslashes or "
+                                "whitespace in RIGKIT_KV_STORE_PASSWORD")),
+             env="RIGKIT_KV_STORE_PASSWORD", optional=True, secret=True),
     Variable("lmcache_port", 5555, "TCP port of the LMCache server's ZMQ socket (lmcache server --port; the "
-             "connector's lmcache.mp.port), host networking", int, _between(1024, 65535), env="LMCACHE_PORT"),
+             "connector's lmcache.mp.port), host networking", int, between(1024, 65535), env="LMCACHE_PORT"),
     Variable("lmcache_http_port", 8080, "TCP port of the LMCache server's HTTP API on the rig's loopback "
-             "(/metrics, /healthcheck; lmcache server --http-port)", int, _between(1024, 65535),
+             "(/metrics, /healthcheck; lmcache server --http-port)", int, between(1024, 65535),
              env="LMCACHE_HTTP_PORT"),
     # The shared KV tier (issue 15): the connector's store on the kv_share role's mount, read by several rigs.
     Variable("kv_share", False, "the profile's connector store lives on the shared mount (the kv_share role's "
@@ -285,25 +291,25 @@ KNOBS: list[Variable] = [
              "one rig per store: the others never evict what their peers wrote)", bool),
     Variable("kv_hash_seed", 0, "PYTHONHASHSEED of the engine wherever a store's keys come from Python's hash() "
              "(native-tiered's fs tier) or the store is shared (kv_share): one value fleet-wide, set in group data",
-             int, _between(*HASH_SEED_RANGE), env="PYTHONHASHSEED"),
+             int, between(*HASH_SEED_RANGE), env="PYTHONHASHSEED"),
     Variable("kv_bytes_per_token", None, "KV cache cost per token in bytes, for capacity sizing "
-             "(empty = the profile's)", int, _between(1), optional=True),
+             "(empty = the profile's)", int, between(1, 2**24, "bytes"), optional=True),
     # Container limits.
     Variable("model_size_gb", 30, "page cache of the model weights that counts against mem_limit, in GiB", int,
-             _between(0)),
+             between(0, 4096, "GiB")),
     Variable("mem_headroom_gb", 20, "memory above L1 + model the container needs (runtime, activations), GiB",
-             int, _between(0)),
+             int, between(0, 4096, "GiB")),
     Variable("mem_limit_gb", None, "container memory limit = swap limit, in GiB as compose's g counts it "
-             "(empty = L1 + model + headroom)", int, _between(1), optional=True),
+             "(empty = L1 + model + headroom)", int, between(1, 65536, "GiB"), optional=True),
     Variable("restart_policy", "unless-stopped", "compose restart policy: no | always | unless-stopped | "
              "on-failure", str, one_of(RESTART_POLICIES)),
     # Gates and lifecycle.
     Variable("ram_reserve_gb", 28, "RAM left to the host in GiB: refuse when MemAvailable < L1 + this (even forced)",
-             int, _between(0)),
+             int, between(0, 4096, "GiB")),
     Variable("gpu_free_fraction_min", 0.8, "each selected GPU must have at least this fraction of memory free",
-             float, _between(0.0, 1.0)),
-    Variable("ready_timeout_s", 600, "seconds to wait for /v1/models after up -d", int, _between(1)),
-    Variable("keep_images", 2, "serving images kept on the rig (older ones are pruned)", int, _between(1)),
+             float, between(0.0, 1.0)),
+    Variable("ready_timeout_s", 600, "seconds to wait for /v1/models after up -d", int, between(1, 86400, "seconds")),
+    Variable("keep_images", 2, "serving images kept on the rig (older ones are pruned)", int, between(1, 100, "images")),
     # The engine: rendered as vLLM flags into the entrypoint only when set (ENGINE_FLAGS), so leaving them
     # unset renders what rigkit rendered before they existed.
     Variable("speculative_config", None, "--speculative-config: speculative decoding as a JSON object (a dict or "
@@ -314,7 +320,7 @@ KNOBS: list[Variable] = [
     Variable("gpu_memory_utilization", None, "--gpu-memory-utilization: fraction of each GPU's memory vLLM may "
              "use, in (0, 1] (empty = vLLM's default, 0.92)", float, _fraction_of_gpu, optional=True),
     Variable("max_num_seqs", None, "--max-num-seqs: sequences scheduled at once (empty = vLLM's default)", int,
-             _between(1), optional=True),
+             between(1, 65536), optional=True),
     Variable("mamba_cache_mode", None, "--mamba-cache-mode: Mamba-state caching of hybrid models, one of "
              + ", ".join(MAMBA_CACHE_MODES) + " (empty = vLLM's choice)", str, one_of(MAMBA_CACHE_MODES), optional=True),
     Variable("quantization", None, "--quantization: weight quantization method (one of vLLM 0.26's methods, "
@@ -329,10 +335,10 @@ KNOBS: list[Variable] = [
     # the GPU KV per token (rigkit.settings.sizing.gpu_kv_bytes_per_token), which sets the longest context, not the
     # cache tiers' cost (kv_bytes_per_token).
     Variable("model_attention_layers", None, "layers of the model that keep a KV cache (full-attention layers "
-             "of a hybrid model), for the GPU KV per token", int, _between(1), optional=True),
+             "of a hybrid model), for the GPU KV per token", int, between(1, 1024, "layers"), optional=True),
     Variable("model_kv_heads", None, "KV heads per attention layer (config.json num_key_value_heads)", int,
-             _between(1), optional=True),
-    Variable("model_head_dim", None, "elements per KV head (config.json head_dim)", int, _between(1), optional=True),
+             between(1, 1024, "heads"), optional=True),
+    Variable("model_head_dim", None, "elements per KV head (config.json head_dim)", int, between(1, 16384), optional=True),
 ]
 
 KNOBS_BY_NAME: dict[str, Variable] = {knob.name: knob for knob in KNOBS}
@@ -341,7 +347,7 @@ KNOBS_BY_NAME: dict[str, Variable] = {knob.name: knob for knob in KNOBS}
 PORT_KNOBS = ("serving_port", "lmcache_port", "lmcache_http_port")
 
 # Never printed, never in compose: only in .env (mode 0600) and the stored verified rendering (0600).
-SECRET_KNOBS = frozenset({"hf_token", "kv_store_password"})
+SECRET_KNOBS = frozenset(knob.name for knob in KNOBS if knob.secret)
 SECRET_ENV_NAMES = frozenset(KNOBS_BY_NAME[name].env for name in SECRET_KNOBS)
 # The controller's environment variable a secret knob is read from when host data does not set it: it keeps
 # the secret off the command line (`--data hf_token=...` shows it to every user of the controller in `ps`).
@@ -354,7 +360,7 @@ def controller_secret_variable(knob_name: str) -> str:
 
 def redacted(env_name: str, value: object) -> object:
     """``value``, or a placeholder when ``env_name`` carries a secret."""
-    return "<secret>" if env_name in SECRET_ENV_NAMES else value
+    return REDACTED if env_name in SECRET_ENV_NAMES else value
 
 
 def env_name(knob_name: str) -> str:

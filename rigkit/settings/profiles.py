@@ -17,6 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from rigkit.errors import ConfigError
 from rigkit.paths import FILES_DIR, PROFILES_FILE
 from rigkit.remote.registry import require_digest
+from rigkit.settings import strict_yaml
 from rigkit.settings.knobs import KNOBS_BY_NAME
 from rigkit.settings.variables import closest_name
 
@@ -29,9 +30,11 @@ class _Strict(BaseModel):
 
 
 def _known_knobs(names: list[str]) -> list[str]:
-    unknown = [name for name in names if name not in KNOBS_BY_NAME]
-    if unknown:
-        raise ValueError(f"unknown knob(s) {unknown}: declare them in rigkit/settings/knobs.py")
+    for name in names:
+        if name not in KNOBS_BY_NAME:
+            near = closest_name(name, KNOBS_BY_NAME)
+            hint = f"did you mean {near!r}?" if near else "declare it in rigkit/settings/knobs.py"
+            raise ValueError(f"unknown knob {name!r}: {hint}")
     return names
 
 
@@ -191,22 +194,65 @@ def _validation_error(path: Path, name: str, exc: ValidationError) -> ConfigErro
     first = exc.errors()[0]
     location = ".".join(str(part) for part in first["loc"])
     where = f"profiles.{name}.{location}" if location else f"profiles.{name}"
+    if first["type"] == "extra_forbidden":
+        model = {"connector": Connector, "resources": Resources}.get(str(first["loc"][0]), Profile)
+        near = closest_name(str(first["loc"][-1]), [f for f in model.model_fields if f not in _DERIVED_FIELDS])
+        fix = f"did you mean {near!r}?" if near else f"use one of {', '.join(sorted(model.model_fields))}"
+        return _error(path, where, "unknown key", fix)
     return _error(path, where, first["msg"], "fix the profile entry (see the comments at the top of the file)")
+
+
+# Profile fields rigkit derives; a profile entry never writes them.
+_DERIVED_FIELDS = ("name", "l1_in_limits")
+_LIST_FIELDS = ("knobs", "engine_args")
+
+
+def _refuse_text_for_list(path: Path, where: str, entry: dict) -> None:
+    """A string where a list is expected would be split into its characters by list()."""
+    for key in _LIST_FIELDS:
+        if key in entry and entry[key] is not None and not isinstance(entry[key], list):
+            raise _error(path, f"{where}.{key}", f"must be a list, got {type(entry[key]).__name__} {entry[key]!r}",
+                         f"write it as a YAML list: {key}: [{entry[key]}]")
+
+
+def _refuse_unknown(path: Path, where: str, keys, known) -> None:
+    for key in keys:
+        if key not in known:
+            near = closest_name(str(key), known)
+            raise _error(path, f"{where}.{key}", "unknown key",
+                         f"did you mean {near!r}?" if near else f"use one of {', '.join(known)}")
+
+
+def _refuse_unread_defaults(path: Path, profile: Profile) -> None:
+    """A default for a container knob the profile never reads, or "@l2_dir" in a connector with no L2 tier."""
+    for knob in profile.defaults:
+        if KNOBS_BY_NAME[knob].env and knob not in profile.all_knobs:
+            raise _error(path, f"profiles.{profile.name}.defaults.{knob}", "is a knob this profile never reads",
+                         f"add {knob} to the profile's knobs, or remove the default")
+    if profile.connector and profile.connector.l2 == "never":
+        if "@l2_dir" in _leaves(profile.connector.kv_transfer_config):
+            raise _error(path, f"profiles.{profile.name}.connector.kv_transfer_config", "uses @l2_dir but the "
+                         "connector has no L2 tier (l2: never), so it would name a directory never mounted",
+                         "set connector.l2 to optional or always, or remove @l2_dir")
 
 
 def parse_profiles(text: str, path: Path = PROFILES_FILE) -> dict[str, Profile]:
     """Profiles from YAML text; ConfigError naming the profile and field on the first problem."""
     try:
-        document = yaml.safe_load(text) or {}
+        document = strict_yaml.load(text) or {}
+    except strict_yaml.DuplicateKey as exc:
+        raise _error(path, "yaml", str(exc), "keep one of them (YAML would silently keep only the last)") from None
     except yaml.YAMLError as exc:
         raise _error(path, "yaml", str(exc), "fix the YAML syntax") from None
+    if not isinstance(document, dict):
+        raise _error(path, "yaml", "is not a mapping", "write `common:` and `profiles:` at the top level")
+    _refuse_unknown(path, "top level", document, ("common", "profiles"))
     common = document.get("common") or {}
     entries = document.get("profiles")
     if not isinstance(entries, dict) or not entries:
         raise _error(path, "profiles", "missing or empty", "declare profiles under `profiles:`")
-    unknown_common = set(common) - {"knobs", "engine_args", "fixed_env"}
-    if unknown_common:
-        raise _error(path, "common", f"unknown keys {sorted(unknown_common)}", "use knobs, engine_args and fixed_env")
+    _refuse_unknown(path, "common", common, ("knobs", "engine_args", "fixed_env"))
+    _refuse_text_for_list(path, "common", common)
     common_env = {name: str(value) for name, value in (common.get("fixed_env") or {}).items()}
 
     profiles: dict[str, Profile] = {}
@@ -215,6 +261,7 @@ def parse_profiles(text: str, path: Path = PROFILES_FILE) -> dict[str, Profile]:
             raise _error(path, f"profiles.{name}", "must be a mapping", "see the other profiles")
         if "baseline_of" in entry:
             continue
+        _refuse_text_for_list(path, f"profiles.{name}", entry)
         own_env = entry.get("fixed_env") or {}
         clashes = {k for k in own_env if k in common_env and str(own_env[k]) != common_env[k]}
         if clashes:
@@ -235,6 +282,7 @@ def parse_profiles(text: str, path: Path = PROFILES_FILE) -> dict[str, Profile]:
             raise _error(path, f"profiles.{name}.l1_in_limits", "is derived from the connector", "remove it")
         if profile.image is not None:
             require_digest(profile.image, f"{path.name}: profiles.{name}.image")
+        _refuse_unread_defaults(path, profile)
         profiles[name] = profile.model_copy(update={"l1_in_limits": profile.uses_l1})
 
     for name, entry in entries.items():
@@ -246,8 +294,14 @@ def parse_profiles(text: str, path: Path = PROFILES_FILE) -> dict[str, Profile]:
                          "derive, don't copy: change the base profile instead")
         base = profiles.get(entry["baseline_of"])
         if base is None:
+            if isinstance(entries.get(entry["baseline_of"]), dict) and "baseline_of" in entries[entry["baseline_of"]]:
+                raise _error(path, f"profiles.{name}.baseline_of", f"{entry['baseline_of']!r} is itself a "
+                             "baseline (no connector to drop)", f"point baseline_of at the profile "
+                             f"{entry['baseline_of']!r} derives from: "
+                             f"{entries[entry['baseline_of']]['baseline_of']!r}")
+            near = closest_name(str(entry["baseline_of"]), profiles)
             raise _error(path, f"profiles.{name}.baseline_of", f"no profile {entry['baseline_of']!r}",
-                         f"one of {', '.join(sorted(profiles))}")
+                         f"did you mean {near!r}?" if near else f"one of {', '.join(sorted(profiles))}")
         if base.connector is None:
             raise _error(path, f"profiles.{name}.baseline_of", f"{base.name} has no connector to drop",
                          "point baseline_of at a profile with a connector")

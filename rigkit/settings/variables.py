@@ -34,7 +34,14 @@ SUGGESTION_CUTOFF = 0.75
 # A number as text (ASCII digits only: int() and float() also take other scripts' digits and underscores).
 _INTEGER_TEXT = re.compile(r"[+-]?[0-9]+")
 _NUMBER_TEXT = re.compile(r"[+-]?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][+-]?[0-9]+)?")
+# What every printed or recorded place shows instead of a secret's value.
+REDACTED = "<secret>"
+
 _BOOLEAN_TEXT = {"1": True, "true": True, "yes": True, "on": True, "0": False, "false": False, "no": False, "off": False}
+
+
+class CredentialInValue(ValueError):
+    """A check's refusal of a value holding a credential: the refusal then shows the value redacted."""
 
 
 class JsonObject(str):
@@ -168,6 +175,21 @@ class Variable:
     optional: Optional[bool] = None
     # "" is a legal value (the doc says what it means); otherwise blank text is refused.
     allow_empty: bool = False
+    # A credential: never shown (refusals, diffs, status, cards, ledger, logs show REDACTED), kept off command
+    # lines, read from the controller's environment (RIGKIT_<NAME>) when host data leaves it unset.
+    secret: bool = False
+
+    def shown(self, value: Any) -> Any:
+        """``value`` as anything rigkit prints or records may show it."""
+        return REDACTED if self.secret and value not in (None, "") else value
+
+    def _fix(self, wanted: str) -> str:
+        """What a refusal tells the user to write: the kind's own fix, else the type and an example."""
+        fix = getattr(self.check, "fix", None)
+        if fix:
+            return fix
+        example = "" if self.default in (None, "", [], {}) or self.secret else f", e.g. {self.default!r}"
+        return f"set {self.name} to {wanted}{example}"
 
     @property
     def none_allowed(self) -> bool:
@@ -180,21 +202,21 @@ class Variable:
                 return None
             default = "" if self.default is None else f", or leave it out for the default {self.default!r}"
             raise ConfigError(self.name, None, "no value (None) given, and this setting is never derived",
-                              f"set {self.name} to {TYPE_NAMES.get(self.type, self.type.__name__)}{default}; "
-                              f"{self.doc}")
+                              f"set {self.name} to {TYPE_NAMES.get(self.type, self.type.__name__)}{default}")
         try:
             converted = CONVERTERS[self.type](value)
             if isinstance(converted, str):
                 _check_text(converted, self.allow_empty)
         except ValueError as exc:
-            raise ConfigError(self.name, value, str(exc),
-                              f"set {self.name} to {TYPE_NAMES.get(self.type, self.type.__name__)}; "
-                              f"{self.doc}") from None
+            raise ConfigError(self.name, self.shown(value), str(exc),
+                              self._fix(TYPE_NAMES.get(self.type, self.type.__name__))) from None
         if self.check is not None:
             try:
                 self.check(converted)
             except ValueError as exc:
-                raise ConfigError(self.name, value, str(exc), f"{self.doc}") from None
+                shown = REDACTED if isinstance(exc, CredentialInValue) else self.shown(value)
+                raise ConfigError(self.name, shown, str(exc),
+                                  self._fix(TYPE_NAMES.get(self.type, self.type.__name__))) from None
         return converted
 
 
@@ -215,12 +237,14 @@ def one_of(choices: Iterable[str]) -> Callable[[Any], None]:
 
     def check(value: Any) -> None:
         if value not in choices:
-            raise ValueError(f"must be one of {', '.join(choices)}")
+            near = closest_name(value, choices) if isinstance(value, str) else None
+            raise ValueError(f"must be one of {', '.join(choices)}" + (f" (did you mean {near!r}?)" if near else ""))
 
+    check.fix = f"write one of {', '.join(choices)}"
     return check
 
 
-def check_of(problem: Callable[[Any], Optional[str]]) -> Callable[[Any], None]:
+def check_of(problem: Callable[[Any], Optional[str]], fix: str = "") -> Callable[[Any], None]:
     """A Variable check (raises ValueError with the reason) from a function saying why a value is bad, or None."""
 
     def check(value: Any) -> None:
@@ -229,6 +253,7 @@ def check_of(problem: Callable[[Any], Optional[str]]) -> Callable[[Any], None]:
             raise ValueError(reason)
 
     check.__doc__ = f"Variable check: refuses what {problem.__name__} finds."
+    check.fix = fix
     return check
 
 
@@ -268,5 +293,6 @@ def docs_table(variables: Iterable[Variable]) -> str:
     rows = ["| name | default | meaning |", "|---|---|---|"]
     for v in variables:
         default = "" if v.default is None else f"`{v.default!r}`"
-        rows.append(f"| `{v.name}` | {default} | {v.doc} |")
+        secret = "**secret** (never shown; from the controller's environment): " if v.secret else ""
+        rows.append(f"| `{v.name}` | {default} | {secret}{v.doc} |")
     return "\n".join(rows)

@@ -167,11 +167,20 @@ def evict_gpu_pool(client: ServingClient, pool: Snapshot, settings: ValidationSe
 
 
 def check_prompt_fits(settings: ValidationSettings, max_model_len: Optional[int]) -> None:
-    """ConfigError when a session prompt and its reply do not fit the server's max-model-len (None: unknown)."""
+    """ConfigError when a session prompt and its reply, or a decode A/B prompt and its tokens, do not fit the
+    max-model-len (the server's, or the declared knob before any host is touched; None: unknown)."""
     if max_model_len and settings.prompt_tokens + settings.output_tokens + CONTEXT_SLACK_TOKENS > max_model_len:
         raise ConfigError("validate_prompt_tokens", settings.prompt_tokens,
-                          f"does not fit max-model-len {max_model_len} with the reply",
+                          f"does not fit max-model-len {max_model_len} with the reply "
+                          f"(validate_output_tokens {settings.output_tokens})",
                           f"set validate_prompt_tokens <= {max_model_len - settings.output_tokens - CONTEXT_SLACK_TOKENS}")
+    decode = settings.decode_prompt_tokens + settings.decode_tokens + CONTEXT_SLACK_TOKENS
+    if max_model_len and settings.decode_ab and decode > max_model_len:
+        raise ConfigError("validate_decode_tokens", settings.decode_tokens,
+                          f"with validate_decode_prompt_tokens {settings.decode_prompt_tokens} does not fit "
+                          f"max-model-len {max_model_len}",
+                          f"set validate_decode_tokens <= "
+                          f"{max_model_len - settings.decode_prompt_tokens - CONTEXT_SLACK_TOKENS}")
 
 
 def validate_tiers(client: ServingClient, restart: Optional[Callable[[], None]], settings: ValidationSettings,

@@ -15,8 +15,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import Enum
 
-from rigkit.validation.metrics import (LMCACHE_L2_PREFETCH_LOADED, LMCACHE_LOOKUP_HITS, LMCACHE_LOOKUP_HITS_L1,
-                            LMCACHE_LOOKUP_HITS_L2, Delta)
+from rigkit.validation.metrics import (
+    LMCACHE_L2_PREFETCH_LOADED,
+    LMCACHE_LOOKUP_HITS,
+    LMCACHE_LOOKUP_HITS_L1,
+    LMCACHE_LOOKUP_HITS_L2,
+    Delta,
+)
 
 
 class Tier(str, Enum):

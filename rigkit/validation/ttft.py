@@ -9,9 +9,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Optional
 
-from rigkit.validation import metrics
 from rigkit.files import ttft_probe
 from rigkit.remote.tunnel import rig_local_url
+from rigkit.validation import metrics
 
 # Client TTFT, less the API server's measured cost of the same request outside the engine's clock, vs the
 # delta of vllm:time_to_first_token_seconds over that request: they agree within the larger of these.

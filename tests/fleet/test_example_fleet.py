@@ -12,11 +12,11 @@ from pathlib import Path
 
 import pytest
 
-from rigkit.serving.compose_guard import undeclared_variables
 from rigkit.errors import ConfigError
-from rigkit.settings.hostdata import settings_for_host
 from rigkit.paths import REPO_ROOT
+from rigkit.serving.compose_guard import undeclared_variables
 from rigkit.serving.render import render_compose, render_env
+from rigkit.settings.hostdata import settings_for_host
 
 EXAMPLE_GROUP_FILES = ("example_fleet.py", "example_dual_3090.py", "example_quad_gpu.py")
 # pyinfra_cli monkey-patches the whole process with gevent on import: load inventories in a child.

@@ -140,8 +140,8 @@ server.shell(name="After the refusal", commands=["echo never-reached"])
 
 
 def run_local_deploy(tmp_path, step: str) -> subprocess.CompletedProcess:
-    from rigkit.paths import REPO_ROOT
     from rigkit.fleet.pyinfra_args import pyinfra_executable
+    from rigkit.paths import REPO_ROOT
 
     (tmp_path / "refusing.py").write_text("from pyinfra import host\n" + REFUSING_DEPLOY)
     env = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
@@ -182,7 +182,6 @@ files.put(name="Write the marker", src=__file__, dest=host.data.get("marker"))
 
 def run_dry(tmp_path, *extra: str) -> str:
     from rigkit.paths import REPO_ROOT
-    from rigkit.fleet.pyinfra_args import pyinfra_command
 
     (tmp_path / "changing.py").write_text(CHANGING_DEPLOY)
     argv = pyinfra_command(["--dry", *extra, "--data", f"marker={tmp_path / 'marker'}"], "@local", "changing.py")

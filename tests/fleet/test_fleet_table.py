@@ -6,8 +6,8 @@ from __future__ import annotations
 import os
 
 import pytest
-
 from test_fleet_outcome import FIXTURES, connected, hung_registry_fixture
+
 from rigkit.fleet.outcome import FAILED, summarize
 from rigkit.fleet.table import TABLE_WIDTH_FALLBACK, format_table, table_width
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from rigkit.errors import ConfigError
-from rigkit.fleet.inventory import check_connection_data, targeted
+from rigkit.fleet.inventory import check_connection_data, load_inventory, targeted
 from rigkit.fleet.pyinfra_args import limit_from
 
 
@@ -15,6 +15,51 @@ def test_limit_selects_names_groups_and_globs():
     assert targeted(hosts, ["rig1", "big"]) == ["rig1", "gpu1"]
     assert targeted(hosts, ["rig*"]) == ["rig1", "rig2"]
     assert targeted(hosts, []) == ["rig1", "rig2", "gpu1"]
+
+
+def test_each_mistyped_limit_is_named_even_beside_good_ones():
+    hosts = {"rig1": {"groups": ["lab"]}, "rig2": {"groups": ["lab"]}}
+    with pytest.raises(ConfigError) as refused:
+        targeted(hosts, ["rig1", "rgi2"])
+    assert refused.value.field == "--limit" and refused.value.value == "rgi2" and "'rig2'" in refused.value.fix
+
+
+# The inventory files as pyinfra loads them, checked for what pyinfra takes silently (issue 25).
+
+def inventory_in(tmp_path, inventory: str, **group_data: str) -> str:
+    (tmp_path / "group_data").mkdir()
+    for group, text in group_data.items():
+        (tmp_path / "group_data" / f"{group}.py").write_text(text)
+    (tmp_path / "fleet.py").write_text(inventory)
+    return str(tmp_path / "fleet.py")
+
+
+@pytest.mark.parametrize("inventory, group_data, field, problem, fix", [
+    ("rigs = []\n", {}, "inventory", "declares no hosts", "list the rigs"),
+    ("rigs = ['a', ('b', {}), 'a']\n", {}, "fleet.py: rigs", "lists the host a twice", "once per group"),
+    ("big = ['a']\nsmall = ['a', 'b']\n", {"big": "l1_size_gb = 60\n", "small": "l1_size_gb = 30\n"},
+     "a.l1_size_gb", "groups big and small, whose data set l1_size_gb to 60 and 30", "one of the two groups"),
+    ("big = ['a']\nsmall = ['a']\n", {"big": "hf_token = 'hf_one_secret'\n", "small": "hf_token = 'hf_two_secret'\n"},
+     "a.hf_token", "set hf_token to <secret> and <secret>", "one of the two groups"),
+    ("rigs = ['a']\n", {"rgis": "l1_size_gb = 60\n"}, "group_data/rgis.py", "reaches no host",
+     "group_data/rigs.py"),
+    ("rigs = ['a']\n", {"rigs": "l1_size_gb = 60\nraise RuntimeError('no digest yet')\n"}, "inventory",
+     "rigs.py:2 raised RuntimeError: no digest yet", "fix "),
+])
+def test_what_pyinfra_takes_silently_is_refused_naming_the_file_or_host(tmp_path, inventory, group_data, field,
+                                                                          problem, fix):
+    path = inventory_in(tmp_path, inventory, **group_data)
+    with pytest.raises(ConfigError) as refused:
+        load_inventory(path, cwd=tmp_path)
+    error = refused.value
+    assert error.field.endswith(field) and problem in error.problem and fix in error.fix, str(error)
+    assert "secret" not in str(error).replace("<secret>", "")
+
+
+def test_a_group_data_file_of_another_inventory_is_fine(tmp_path):
+    path = inventory_in(tmp_path, "rigs = ['a']\n", lab="l1_size_gb = 60\n", rigs="l1_size_gb = 30\n")
+    hosts = load_inventory(path, cwd=tmp_path)
+    assert hosts["a"]["data"]["l1_size_gb"] == 30
 
 
 # Connection data (catalogue row "inventory host with no SSH key").

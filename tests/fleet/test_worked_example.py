@@ -10,9 +10,9 @@ import pytest
 from engine_argv import composed_service, flags, launched_argv, needs_compose
 from test_example_fleet import load_hosts
 
-from rigkit.settings.hostdata import settings_for_host
 from rigkit.paths import REPO_ROOT
 from rigkit.serving.render import L2_CONTAINER_PATH
+from rigkit.settings.hostdata import settings_for_host
 
 # ../shared/reference/field-notes.md, "The served stack on a real rig", verbatim ("…" is the notes' own).
 FIELD_NOTES_VLLM = ("vllm serve … --enable-prefix-caching --mamba-cache-mode align --max-num-batched-tokens 1584 "

@@ -22,7 +22,16 @@ def test_canaries_first_then_batches_in_inventory_order():
     assert [(s.label, s.rigs) for s in stages] == [(CANARY, ("a",)), ("batch 1", ("b", "c")), ("batch 2", ("d", "e"))]
     assert [s.rigs for s in plan_stages(["a", "b", "c"], canary=2, batch=0)] == [("a", "b"), ("c",)]
     assert [s.rigs for s in plan_stages(["a", "b", "c"], canary=0, batch=2)] == [("a", "b"), ("c",)]
-    assert [(s.label, s.rigs) for s in plan_stages(["a"], canary=3, batch=1)] == [(CANARY, ("a",))]
+    assert [(s.label, s.rigs) for s in plan_stages(["a", "b"], canary=2, batch=0)] == [(CANARY, ("a", "b"))]
+
+
+def test_more_canaries_than_targeted_rigs_is_refused_naming_the_count():
+    # was ValueError: range() arg 3 must not be zero with batch 0, a silently smaller canary stage otherwise
+    for batch in (0, 1):
+        with pytest.raises(ConfigError) as refused:
+            plan_stages(["a"], canary=3, batch=batch)
+        assert refused.value.field == "rollout_canary" and "targets 1 rig(s) (a)" in refused.value.problem
+        assert "at most 1" in refused.value.fix
     assert [(s.label, s.rigs) for s in plan_stages(["a", "b"], 0, 0)] == [(rollout_plan.ALL_AT_ONCE, ("a", "b"))]
 
 

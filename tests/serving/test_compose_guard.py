@@ -77,6 +77,19 @@ def test_unreadable_file_exit_code(tmp_path, capsys):
     assert compose_guard.check_files([str(tmp_path / "missing.yml")]) == 2
 
 
+@pytest.mark.parametrize("text, said", [
+    ("RIGKIT_MODEL=tiny\nLMCACHE_L1_GB=30\n", "not a compose file: its top level is str"),  # an .env file
+    ("name: stack\n", "declares no services"),
+    ("services:\n  a: {image: x}\n  a: {image: y}\n", "'a' is given twice"),
+])
+def test_a_file_that_is_not_a_compose_file_is_named_not_passed(tmp_path, capsys, text, said):
+    path = tmp_path / "file"
+    path.write_text(text)
+    assert compose_guard.check_files([str(path)]) == 2
+    out = capsys.readouterr().out
+    assert said in out and ": ok" not in out
+
+
 def test_mapping_environment_and_env_file_declare(tmp_path):
     (tmp_path / "extra.env").write_text("# comment\nFROM_FILE=1\n")
     text = """

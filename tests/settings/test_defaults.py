@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from rigkit.settings.defaults import ALL_VARIABLES, ROLE_SECTIONS
 from rigkit.errors import ConfigError
+from rigkit.settings.defaults import ALL_VARIABLES, ROLE_SECTIONS
 from rigkit.settings.hostdata import rig_settings
 from rigkit.settings.knobs import KNOBS
 

@@ -7,11 +7,11 @@ import pytest
 from engine_argv import flags, launched_argv, needs_compose
 
 from rigkit.errors import ConfigError
+from rigkit.preflight import HostFacts, preflight, refusals
+from rigkit.serving.render import entrypoint_script, render_compose, render_env
 from rigkit.settings.hostdata import settings_for_host
 from rigkit.settings.knobs import ENGINE_FLAGS, HASHED_ONLY_WHEN_SET, KNOBS_BY_NAME
-from rigkit.preflight import HostFacts, preflight, refusals
 from rigkit.settings.profiles import ab_pair, load_profiles
-from rigkit.serving.render import entrypoint_script, render_compose, render_env
 
 IMAGES = {"cpu-lab": "127.0.0.1:5000/rigkit/vllm-cpu-tiny@sha256:" + "1" * 64,
           "lmcache-mp": "lmcache/vllm-openai@sha256:" + "2" * 64,
@@ -108,7 +108,7 @@ BAD_ENGINE_VALUES = [
     ("kv_cache_dtype", "fp16", "float16"),
     ("gpu_memory_utilization", 0, "above 0 and at most 1"),
     ("gpu_memory_utilization", 92, "above 0 and at most 1"),
-    ("max_num_seqs", 0, "at least 1"),
+    ("max_num_seqs", 0, "between 1 and"),
     ("mamba_cache_mode", "aligned", "all, align, none"),
     ("quantization", "fp9", "gptq_marlin"),
     ("speculative_config", '{"method": "mtp", "num_speculative_tokens": 3', "line 1 column"),

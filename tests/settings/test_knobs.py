@@ -1,10 +1,10 @@
 """The knob registry: declarations, per-type validation, values that cannot reach .env."""
 
+import math
+
 import pytest
 
 from rigkit.errors import ConfigError
-import math
-
 from rigkit.settings.knobs import KNOBS, KNOBS_BY_NAME, env_text, env_value_problem
 from rigkit.settings.variables import JsonObject, docs_table
 

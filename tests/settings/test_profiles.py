@@ -124,3 +124,46 @@ def test_ab_pair_of_a_profile_without_connector_or_base():
     bare = without_connector(profiles["one"], name="bare").model_copy(update={"baseline_of": None})
     with pytest.raises(ConfigError):
         ab_pair({"bare": bare}, "bare")
+
+
+# --- the file parsed strictly (issue 25) -----------------------------------------------------------------------
+
+def _refused(text: str) -> ConfigError:
+    with pytest.raises(ConfigError) as caught:
+        parse_profiles(text)
+    return caught.value
+
+
+PROFILE_TWICE = MINIMAL + """
+  one:
+    doc: the same name again
+    status: production
+    image_repo: example/other
+    launcher: x
+    resources: {gpus: 0, min_ram_gb: 1}
+"""
+
+
+@pytest.mark.parametrize("text, where, problem, fix", [
+    (PROFILE_TWICE, "yaml", "'one' is given twice in one mapping (first at line 4)", "keep one of them"),
+    (MINIMAL.replace("    status:", "    stauts: production\n    status:"), "profiles.one.stauts", "unknown key",
+     "did you mean 'status'?"),
+    (MINIMAL.replace("knobs: [l1_size_gb]", "knobs: [l1_size_gib]"), "profiles.one.connector.knobs",
+     "unknown knob 'l1_size_gib'", ""),
+    (MINIMAL.replace("common: {knobs: [model]", "common: {knobs: model"), "common.knobs", "must be a list, got str",
+     "knobs: [model]"),
+    (MINIMAL.replace("    resources:", "    engine_args: --enforce-eager\n    resources:"),
+     "profiles.one.engine_args", "must be a list", "engine_args: [--enforce-eager]"),
+    (MINIMAL.replace("common:", "comon:"), "top level.comon", "unknown key", "did you mean 'common'?"),
+    (MINIMAL.replace("    resources:", "    defaults: {chunk_size: 512}\n    resources:"),
+     "profiles.one.defaults.chunk_size", "never reads", "add chunk_size to the profile's knobs"),
+    (MINIMAL.replace("kv_role: kv_both}", "kv_role: kv_both, path: \"@l2_dir\"}"),
+     "profiles.one.connector.kv_transfer_config", "uses @l2_dir but the connector has no L2 tier", "l2"),
+    (MINIMAL + "  twice: {baseline_of: one-baseline}\n  one-baseline: {baseline_of: one}\n",
+     "profiles.twice.baseline_of", "is itself a baseline", "'one'"),
+    (MINIMAL + "  one-baseline: {baseline_of: onee}\n", "profiles.one-baseline.baseline_of", "no profile 'onee'",
+     "did you mean 'one'?"),
+])
+def test_the_profiles_file_is_parsed_strictly(text, where, problem, fix):
+    error = _refused(text)
+    assert error.field == f"profiles.yaml: {where}" and problem in error.problem and fix in error.fix, str(error)

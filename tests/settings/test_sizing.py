@@ -6,9 +6,16 @@ from pathlib import Path
 
 import pytest
 
-from rigkit.validation import metrics
 from rigkit.settings.hostdata import settings_for_host
-from rigkit.settings.sizing import capacity_from, capacity_line, gpu_kv_bytes_per_token, required_mem_limit_gib, session_gb, sessions_fitting
+from rigkit.settings.sizing import (
+    capacity_from,
+    capacity_line,
+    gpu_kv_bytes_per_token,
+    required_mem_limit_gib,
+    session_gb,
+    sessions_fitting,
+)
+from rigkit.validation import metrics
 
 KV = 131_000  # lmcache-mp, as in profiles.yaml
 

@@ -5,7 +5,7 @@ import math
 import pytest
 
 from rigkit.errors import ConfigError
-from rigkit.settings.variables import (MAX_TEXT_LENGTH, JsonObject, Variable, closest_name, refuse_unknown)
+from rigkit.settings.variables import MAX_TEXT_LENGTH, JsonObject, Variable, closest_name, refuse_unknown
 
 SIZE = Variable("size_gb", 30, "a size in GB", int)
 FRACTION = Variable("fraction", 0.8, "a fraction", float)

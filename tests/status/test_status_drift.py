@@ -7,12 +7,12 @@ from __future__ import annotations
 
 import json
 
-from rigkit.serving.commands import rendering_for
-from rigkit.status.report import exit_status
-from rigkit.status.drift import Drift
-from rigkit.status.report import format_report
-from rigkit.status.rig import DRIFT, OK
 from status_sandbox import IMAGE_1, IMAGE_2, Rig, api_port, made_up_inspect, rig, stack_of  # noqa: F401
+
+from rigkit.serving.commands import rendering_for
+from rigkit.status.drift import Drift
+from rigkit.status.report import exit_status, format_report
+from rigkit.status.rig import DRIFT, OK
 
 
 def test_a_hand_edited_env_is_drift_naming_the_knob(rig):

@@ -7,15 +7,14 @@ from __future__ import annotations
 import threading
 
 import pytest
+from status_sandbox import IMAGE_1
 
 from rigkit.errors import ConfigError
-from rigkit.status.report import exit_status
 from rigkit.fleet.targets import select
-from rigkit.status.fleet import fleet_status, rig_status
-from rigkit.status.report import format_report
-from rigkit.status.rig import UNREACHABLE
 from rigkit.remote.tunnel import TunnelError
-from status_sandbox import IMAGE_1
+from rigkit.status.fleet import fleet_status, rig_status
+from rigkit.status.report import exit_status, format_report
+from rigkit.status.rig import UNREACHABLE
 
 
 def test_an_unreachable_rig_is_reported_and_fails_the_run():
@@ -73,7 +72,7 @@ def test_bad_data_or_limit_is_refused_before_any_rig_is_asked(monkeypatch):
 
     with pytest.raises(ConfigError, match="max_model_len"):
         status_of([], ["max_model_len=3"], ask)
-    with pytest.raises(ConfigError, match="matches no rig"):
+    with pytest.raises(ConfigError, match="matches no host or group"):
         status_of(["rig7"], [], ask)
 
 

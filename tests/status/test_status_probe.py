@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import subprocess
 
-from rigkit.status.probe import SECTION_MARK, _file_section, decoded_file, parse_nvidia, parse_sections
 from status_sandbox import NVIDIA_SMI
+
+from rigkit.status.probe import SECTION_MARK, _file_section, decoded_file, parse_nvidia, parse_sections
 
 
 def test_sections_are_cut_at_their_marks_and_files_read_back_exactly(tmp_path):

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+from status_sandbox import IMAGE_1
+
 from rigkit.status.drift import Drift
 from rigkit.status.report import TABLE_WIDTH, format_report
 from rigkit.status.rig import RigStatus
-from status_sandbox import IMAGE_1
 
 
 def test_a_long_table_fits_a_terminal():

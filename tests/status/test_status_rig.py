@@ -6,10 +6,11 @@ Each case runs the real script on a rig made on this machine (tests/status_sandb
 
 from __future__ import annotations
 
+from status_sandbox import IMAGE_1, Models, api_port, made_up_inspect, rig  # noqa: F401
+
 from rigkit.serving.commands import rendering_for
 from rigkit.status.report import exit_status
 from rigkit.status.rig import OK, UNHEALTHY
-from status_sandbox import IMAGE_1, Models, api_port, made_up_inspect, rig  # noqa: F401
 
 
 def test_a_rig_just_deployed_reads_clean(rig):

@@ -4,7 +4,7 @@ import math
 
 import pytest
 
-from rigkit.validation.abstats import (ARM_OFF, ARM_ON, GAIN, NO_PENALTY, PENALTY, ab_schedule, compare, stat)
+from rigkit.validation.abstats import ARM_OFF, ARM_ON, GAIN, NO_PENALTY, PENALTY, ab_schedule, compare, stat
 
 
 def test_schedule_interleaves_arms_and_counts_runs():

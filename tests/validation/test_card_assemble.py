@@ -5,9 +5,10 @@ The card to_card assembles from a measured run is checked in tests/validation/te
 """
 
 from card_samples import make_card
+
+from rigkit.validation.card.assemble import replay_data
 from rigkit.validation.card.store import write_card
 from rigkit.validation.procedure import ValidationSettings
-from rigkit.validation.card.assemble import replay_data
 
 
 def test_replay_repeats_the_recorded_prompts(tmp_path):

@@ -1,6 +1,7 @@
 """rigkit.validation.card.fleet: the fleet card puts the rigs side by side with their spread, and says when they differ."""
 
 from card_samples import make_card
+
 from rigkit.validation.card.fleet import render_fleet_markdown
 
 

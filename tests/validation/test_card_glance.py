@@ -4,11 +4,11 @@ the verdict), as validate.py, `rigkit demo` and `rigkit card` print it; on real 
 from pathlib import Path
 
 import pytest
-
 from card_samples import make_card
+
+from rigkit.lab.demo import validation_lines
 from rigkit.validation.card.glance import glance_lines, proof_words, run_lines, tier_glance
 from rigkit.validation.card.store import load_cards
-from rigkit.lab.demo import validation_lines
 
 FIXTURES = Path(__file__).parents[1] / "fixtures"
 LAB_RUN = FIXTURES / "cards" / "lab-2026-12-01-1229"

@@ -4,8 +4,8 @@ drawn, one panel per rig, the verdict under each tier), checked on the figure ma
 from pathlib import Path
 
 import pytest
-
 from card_samples import make_card
+
 from rigkit.validation.card.plots import plot_ttft, ttft_figure
 from rigkit.validation.card.store import load_cards
 

@@ -12,12 +12,12 @@ from pathlib import Path
 import pytest
 
 from rigkit import cli
+from rigkit.errors import ConfigError
 from rigkit.validation.abstats import CV_BANDS_RULE
 from rigkit.validation.card.fleet import render_fleet_markdown
 from rigkit.validation.card.replay import RULE, compare, setup_of
 from rigkit.validation.card.schema import PromptRecord, ReplayComparison, Reproducibility, RigCard
 from rigkit.validation.card.store import RECORDED_DIR, REPLAY_JSON, keep_recorded, load_cards, render_run, write_card
-from rigkit.errors import ConfigError
 
 CARDS = Path(__file__).parents[1] / "fixtures" / "cards"
 FIRST, SECOND = CARDS / "lab-2026-12-01-1155", CARDS / "lab-2026-12-01-1229"

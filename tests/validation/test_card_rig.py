@@ -2,10 +2,11 @@
 verdict; where a failure also shows on the fleet card or survives the JSON round trip, that is checked here too."""
 
 from card_samples import judged_soak, l2_report, make_card, tier_result
+
 from rigkit.validation.card.fleet import render_fleet_markdown
 from rigkit.validation.card.rig import render_rig_markdown
-from rigkit.validation.card.text import fmt_seconds
 from rigkit.validation.card.store import load_cards, write_card
+from rigkit.validation.card.text import fmt_seconds
 
 
 def test_rig_markdown_has_the_three_tables_with_n_cv_and_proof():

@@ -3,10 +3,10 @@
 import json
 
 import pytest
-
 from card_samples import make_card
-from rigkit.validation.card.store import load_cards, render_run, write_card
+
 from rigkit.errors import ConfigError
+from rigkit.validation.card.store import load_cards, render_run, write_card
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 

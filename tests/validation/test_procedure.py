@@ -10,20 +10,19 @@ import math
 from pathlib import Path
 
 import pytest
-
 from fake_openai import FakeOpenAI
-from rigkit.remote.client import ServingClient
-from rigkit.errors import ConfigError
-from rigkit.validation.tiers import Tier
-from rigkit.validation.card.rig import render_rig_markdown
-from rigkit.settings.defaults import REPLAY, VALIDATION_VARIABLES as VARIABLES
-from rigkit.validation.procedure import ValidationSettings, compare_greedy, validate_tiers
-from rigkit.validation.card.assemble import to_card
-
 
 # --- validate_tiers on recorded /metrics ------------------------------------------------------------
+from recorded_run import RecordedRun
 
-from recorded_run import METRICS, RecordedRun
+from rigkit.errors import ConfigError
+from rigkit.remote.client import ServingClient
+from rigkit.settings.defaults import REPLAY
+from rigkit.settings.defaults import VALIDATION_VARIABLES as VARIABLES
+from rigkit.validation.card.assemble import to_card
+from rigkit.validation.card.rig import render_rig_markdown
+from rigkit.validation.procedure import ValidationSettings, check_prompt_fits, compare_greedy, validate_tiers
+from rigkit.validation.tiers import Tier
 
 
 @pytest.fixture
@@ -175,3 +174,16 @@ def test_the_card_names_where_the_client_ttft_was_measured(recorded):
     assert all(len(t.ttft_pairs) == 1 for t in card.tiers)
     assert f"Client TTFT measured on the controller, through {recorded.server.url}; within max(5 %, 5 ms)" in \
         render_rig_markdown(card)
+
+
+@pytest.mark.parametrize("data, field", [
+    ({"validate_prompt_tokens": 4090, "validate_output_tokens": 16}, "validate_prompt_tokens"),
+    ({"validate_decode_ab": True, "validate_decode_prompt_tokens": 3000, "validate_decode_tokens": 1500},
+     "validate_decode_tokens"),
+])
+def test_prompts_that_cannot_fit_the_declared_context_are_refused_before_any_rig(data, field):
+    # validate.py calls this with the max_model_len knob before any rig is asked (the server's is checked again)
+    with pytest.raises(ConfigError) as caught:
+        check_prompt_fits(ValidationSettings.from_data(data), 4096)
+    assert caught.value.field == field and "4096" in caught.value.problem and "<=" in caught.value.fix
+    check_prompt_fits(ValidationSettings.from_data(data), 8192)

@@ -5,11 +5,25 @@ from pathlib import Path
 
 import pytest
 
-from rigkit.validation.card import SoakTurn
 from rigkit.errors import ConfigError
-from rigkit.validation.soak import (CGROUP_PROBE, GPU_PROBE, MAX_CONSECUTIVE_ERRORS, Limits, Plan, cgroup_used_mib, check_fits,
-                         conversation_tokens, gpu_used_mib, judge, limits_from, memory_probe, plan_from, turn_order)
+from rigkit.validation.card import SoakTurn
 from rigkit.validation.procedure import ValidationSettings
+from rigkit.validation.soak import (
+    CGROUP_PROBE,
+    GPU_PROBE,
+    MAX_CONSECUTIVE_ERRORS,
+    Limits,
+    Plan,
+    cgroup_used_mib,
+    check_fits,
+    conversation_tokens,
+    gpu_used_mib,
+    judge,
+    limits_from,
+    memory_probe,
+    plan_from,
+    turn_order,
+)
 
 H200 = Path(__file__).parents[1] / "fixtures" / "nvidia-smi" / "h200-x2-ubuntu2404"
 PLAN = Plan(sessions=2, turns=3, message_tokens=64, reply_tokens=32)

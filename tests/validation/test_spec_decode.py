@@ -10,13 +10,13 @@ from pathlib import Path
 import pytest
 from card_samples import make_card
 
+from rigkit.remote.client import Measured, StreamResult
 from rigkit.validation import metrics
 from rigkit.validation.card import SpecDecode, render_rig_markdown
-from rigkit.remote.client import Measured, StreamResult
-from rigkit.validation.decode_ab import spec_decode_over
-from rigkit.validation.tiers import Tier
-from rigkit.validation.procedure import TierRun, TierValidation, ValidationSettings
 from rigkit.validation.card.assemble import to_card
+from rigkit.validation.decode_ab import spec_decode_over
+from rigkit.validation.procedure import TierRun, TierValidation, ValidationSettings
+from rigkit.validation.tiers import Tier
 
 CAPTURES = Path(__file__).parents[1] / "fixtures" / "gpu-h200-vllm0.26" / "baseline-eager"
 BEFORE_DECODE = CAPTURES / "04-after-warm-connector-synthetic-spec-decode.txt"

@@ -7,8 +7,15 @@ import pytest
 FIXTURES_DIR = Path(__file__).resolve().parents[1] / "fixtures"
 from dataclasses import replace
 
-from rigkit.validation.metrics import (LMCACHE_LOOKUP_HITS, LMCACHE_LOOKUP_HITS_L1, LMCACHE_LOOKUP_HITS_L2,
-                            LMCACHE_LOOKUP_REQUESTED, Delta, delta, parse)
+from rigkit.validation.metrics import (
+    LMCACHE_LOOKUP_HITS,
+    LMCACHE_LOOKUP_HITS_L1,
+    LMCACHE_LOOKUP_HITS_L2,
+    LMCACHE_LOOKUP_REQUESTED,
+    Delta,
+    delta,
+    parse,
+)
 from rigkit.validation.tiers import BY_COUNTERS, INFERRED, Tier, label
 
 METRICS = FIXTURES_DIR / "metrics"

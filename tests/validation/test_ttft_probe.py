@@ -9,10 +9,10 @@ import time
 from typing import Optional
 
 import pytest
-
 from fake_openai import FakeOpenAI
-from rigkit.remote.client import ServingClient, ServingError
+
 from rigkit.files.ttft_probe import OVERHEAD_SAMPLES, api_overhead
+from rigkit.remote.client import ServingClient, ServingError
 from rigkit.validation.ttft import API_OVERHEAD_MODEL, RigProbe
 
 

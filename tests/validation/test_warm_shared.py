@@ -15,19 +15,19 @@ from pathlib import Path
 from typing import Optional
 
 import pytest
-
 from card_samples import make_card
 from fake_openai import FakeOpenAI
+
+from rigkit.errors import ConfigError
+from rigkit.remote.client import ServingClient
 from rigkit.validation.card import RigCard, TTFTClient, load_cards, render_run, write_card
 from rigkit.validation.card.fleet import render_fleet_markdown
 from rigkit.validation.card.rig import render_rig_markdown
 from rigkit.validation.card.store import record_shared
-from rigkit.remote.client import ServingClient
-from rigkit.errors import ConfigError
 from rigkit.validation.metrics import Delta, delta, parse
+from rigkit.validation.procedure import ValidationSettings
 from rigkit.validation.prompts import PromptSpec
 from rigkit.validation.tiers import Tier, label, label_shared
-from rigkit.validation.procedure import ValidationSettings
 from rigkit.validation.warm_shared import ask, ordered_pairs, pair_line, prefill, run_pairs, sharing_groups
 
 SHARED_FS = Path(__file__).parents[1] / "fixtures" / "gpu-h200-vllm0.26" / "shared-fs-two-servers"

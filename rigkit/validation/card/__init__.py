@@ -18,9 +18,27 @@ glance (a card in a few lines for the terminal), plots, store (the run directory
 
 from rigkit.validation.card.fleet import render_fleet_markdown
 from rigkit.validation.card.rig import render_rig_markdown, render_soak
-from rigkit.validation.card.schema import (SCHEMA_VERSION, Capacity, CapacityTier, DecodeAB, DecodeKind, GreedyCheck, L2Report,
-                                PromptRecord, Reproducibility, RigCard, SharedPair, SoakReport, SoakTurn, SpecDecode,
-                                StatModel, TierProof, TierResult, TTFTClient, TTFTPair)
+from rigkit.validation.card.schema import (
+                                SCHEMA_VERSION,
+                                Capacity,
+                                CapacityTier,
+                                DecodeAB,
+                                DecodeKind,
+                                GreedyCheck,
+                                L2Report,
+                                PromptRecord,
+                                Reproducibility,
+                                RigCard,
+                                SharedPair,
+                                SoakReport,
+                                SoakTurn,
+                                SpecDecode,
+                                StatModel,
+                                TierProof,
+                                TierResult,
+                                TTFTClient,
+                                TTFTPair,
+)
 from rigkit.validation.card.store import RESULTS_DIR, load_cards, new_run_id, render_run, write_card
 from rigkit.validation.card.text import fmt_bytes, fmt_l2
 

@@ -6,11 +6,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Mapping, Optional
 
+from rigkit.errors import ConfigError
 from rigkit.validation.card import DecodeAB, L2Report, PromptRecord, RigCard, SoakReport, TTFTClient, load_cards
 from rigkit.validation.decode_ab import spec_decode_over
-from rigkit.errors import ConfigError
-from rigkit.validation.ttft import TTFT_TOLERANCE_ABS_S, TTFT_TOLERANCE_REL
 from rigkit.validation.procedure import TierValidation, ValidationSettings
+from rigkit.validation.ttft import TTFT_TOLERANCE_ABS_S, TTFT_TOLERANCE_REL
 
 
 def to_card(rig: str, run_id: str, validation: TierValidation, settings: ValidationSettings,

@@ -7,10 +7,10 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from rigkit.errors import ConfigError
 from rigkit.validation.card.glance import run_lines
 from rigkit.validation.card.replay import summary_lines
 from rigkit.validation.card.store import load_cards, render_run, replay_comparison
-from rigkit.errors import ConfigError
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -15,8 +15,15 @@ from typing import Optional, Sequence
 
 from rigkit.validation.abstats import CV_BANDS_RULE, within_cv_bands
 from rigkit.validation.card.figures import Figure, judged_figures
-from rigkit.validation.card.schema import (FigureVerdict, RecordedRig, ReplayComparison, Reproducibility, RigCard,
-                                SetupDifference, StatModel)
+from rigkit.validation.card.schema import (
+    FigureVerdict,
+    RecordedRig,
+    ReplayComparison,
+    Reproducibility,
+    RigCard,
+    SetupDifference,
+    StatModel,
+)
 from rigkit.validation.card.text import fmt_bytes
 
 MISSING = "—"

@@ -7,8 +7,16 @@ from typing import Optional
 
 from rigkit.validation.card.schema import RigCard, SoakReport, SpecDecode, TierResult, TTFTClient
 from rigkit.validation.card.shared import shared_failures, shared_lines
-from rigkit.validation.card.text import (TIER_ORDER, TIER_TITLES, fmt_bytes, fmt_gain, fmt_l2, fmt_seconds, fmt_stat_plain,
-                              fmt_stat_seconds)
+from rigkit.validation.card.text import (
+    TIER_ORDER,
+    TIER_TITLES,
+    fmt_bytes,
+    fmt_gain,
+    fmt_l2,
+    fmt_seconds,
+    fmt_stat_plain,
+    fmt_stat_seconds,
+)
 
 # A greedy output shown on the card is cut to this many characters (the JSON keeps all of it).
 GREEDY_SHOWN_CHARS = 160

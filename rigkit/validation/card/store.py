@@ -6,12 +6,12 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Optional
 
+from rigkit.errors import ConfigError
 from rigkit.validation.card.fleet import render_fleet_markdown
 from rigkit.validation.card.plots import plot_decode, plot_ttft
 from rigkit.validation.card.replay import compare, recorded_title
 from rigkit.validation.card.rig import render_rig_markdown
 from rigkit.validation.card.schema import SCHEMA_VERSION, ReplayComparison, RigCard, SharedPair, TTFTClient
-from rigkit.errors import ConfigError
 
 CARD_SUFFIX = ".card.json"
 RESULTS_DIR = Path("results")
@@ -31,6 +31,12 @@ def write_card(run_dir: Path, card: RigCard) -> Path:
 
 
 def load_cards(run_dir: Path) -> list[RigCard]:
+    if run_dir.is_file():
+        raise ConfigError("run_dir", str(run_dir), "is a file, not a run directory (cards are re-rendered per run: "
+                          "every rig card and the fleet card together)", f"pass its directory: {run_dir.parent}")
+    if not run_dir.is_dir():
+        raise ConfigError("run_dir", str(run_dir), "no such directory",
+                          "pass a results/<run-id> directory written by validate.py")
     paths = sorted(run_dir.glob(f"*{CARD_SUFFIX}"))
     if not paths:
         raise ConfigError("run_dir", str(run_dir), f"no *{CARD_SUFFIX} files",

@@ -36,10 +36,12 @@ from pyinfra.operations.util import any_changed
 
 from rigkit import release_steps
 from rigkit.facts.docker import ManifestProbe
+from rigkit.facts.model import StagedModel
 from rigkit.files.l2_janitor import L2_JANITOR_INTERVAL_S, L2_JANITOR_MIN_FREE_BYTES, L2_JANITOR_UNIT
 from rigkit.hostdata import RigSettings, Settings
 from rigkit.knobs import KNOBS_BY_NAME
 from rigkit.ledger import DEPLOY_KIND, ROLLBACK_KIND, Release, Rendering
+from rigkit.model_source import store_stamp
 from rigkit.operations import refusal_of, refuse, refusing_step
 from rigkit.operations.files import secret_file
 from rigkit.operations.stack import PULL_STEP, engine_checked, image_pulled, stack_release
@@ -179,6 +181,14 @@ def serving(rig: RigSettings, run: Run, kind: str = DEPLOY_KIND, restore_renderi
         python.call(name="Preflight refused", function=refuse, **refusal_of(refused))
         return
 
+    source = settings.model_source
+    if source is not None and host.get_fact(StagedModel, revision_dir=settings.model_dir,
+                                            stamp=store_stamp(settings.knobs["model_store_path"], source)) is None:
+        # the release would mount an empty or partial directory: refused before anything on the rig changes
+        python.call(name="Model staged", function=refuse, field="model_source", value=source.spec,
+                    problem=f"not staged and verified in {settings.model_dir} on this rig",
+                    fix="stage it first: `rigkit stage INVENTORY` (`rigkit deploy` stages before it deploys)")
+        return
     if engine_later:
         engine_checked(name="Engine, compose and image checks (the engine is installed by now)", settings=settings)
     rendering, note = rendering_for(settings), ""

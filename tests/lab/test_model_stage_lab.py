@@ -1,0 +1,95 @@
+"""The lab's model staged as a pinned artifact (rigkit.model_stage) onto real lab rigs over real SSH:
+- a fresh rig gets the model from another rig, not from the source (the source is read once: counted);
+- a second staging copies nothing;
+- a damaged file on a rig is found by `rigkit stage --check` and repaired by the next staging, from a rig;
+- `rigkit deploy` with model_source stages, then serves the engine from the read-only mount, offline, under
+  the served name it had (the engine's /v1/models answer).
+
+The model is rigkit.lab.lab_weights.lab_model_dir() (the trained lab model where the checkout has it, else
+the tiny model out of the serving image). Host-network rigs only: rig to rig needs the receiving rig's sshd
+reachable from the sending rig (rig1 and rig2 share the host's loopback).
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from rigkit.lab.lab_weights import lab_model_source
+from rigkit.model_fleet import stage_inventory
+from rigkit.model_source import manifest_size, parse_model_source, read_directory_manifest
+from rigkit.paths import REPO_ROOT
+from rigkit.inventory import load_inventory
+from tests.lab.conftest import LAB_INVENTORY
+
+pytestmark = pytest.mark.lab
+STORE = "/var/tmp/rigkit-model-store-test"
+
+
+@pytest.fixture(scope="module")
+def model(lab, serving_image):
+    return lab_model_source(serving_image["releases"]["1"])
+
+
+@pytest.fixture(scope="module")
+def pair(lab):
+    rigs = [rig for rig in lab.rigs if not rig.netns][:2]
+    if len(rigs) < 2:
+        pytest.skip("needs two lab rigs on the host network")
+    return rigs
+
+
+def _hosts(model: str, names, store: str = STORE) -> dict:
+    """The rigs' data as pyinfra gives it (inventory and group data), with the model declared."""
+    hosts = load_inventory(str(LAB_INVENTORY), data_args=[f"model_source={model}", f"model_store_path={store}"])
+    return {name: hosts[name] for name in names}
+
+
+def test_fresh_rig_from_another_rig_then_nothing_then_repair(model, pair, rig_exec):
+    names = [rig.name for rig in pair]
+    for rig in pair:
+        rig_exec(rig, f"rm -rf {STORE}")
+    total = manifest_size(read_directory_manifest(parse_model_source(model)))
+    lines: list[str] = []
+    first, = stage_inventory(_hosts(model, names), names, progress=lines.append)
+    assert first.outcomes[names[0]].action == "from controller"
+    assert first.outcomes[names[1]].action == f"from {names[0]}", "\n".join(lines)
+    assert first.source_bytes == total  # the source read once for two rigs
+    assert any("MB" in line and "from" in line for line in lines)  # progress was shown
+
+    second, = stage_inventory(_hosts(model, names), names, progress=lines.append)
+    assert {outcome.action for outcome in second.outcomes.values()} == {"already staged"}
+    assert second.source_bytes == 0 and not any(outcome.sent_bytes for outcome in second.outcomes.values())
+
+    source = parse_model_source(model)
+    damaged = f"{STORE}/{source.slug}/{source.revision}/config.json"
+    rig_exec(pair[1], f"chmod u+w {damaged} && echo ' ' >> {damaged}")
+    check = subprocess.run([str(Path(sys.executable).with_name("rigkit")), "stage", str(LAB_INVENTORY), "--check",
+                            "--limit", names[1], "--data", f"model_source={model}", "--data",
+                            f"model_store_path={STORE}"], cwd=REPO_ROOT, capture_output=True, text=True, timeout=300)
+    assert check.returncode == 1 and "DAMAGED" in check.stdout and "config.json" in check.stdout, check.stdout
+    repair, = stage_inventory(_hosts(model, names), names, progress=lines.append)
+    assert repair.outcomes[names[1]].action == f"from {names[0]}" and repair.source_bytes == 0
+    assert 0 < repair.outcomes[names[1]].sent_bytes < total  # only the damaged file
+    served = rig_exec(pair[1], f"cat {damaged}").stdout
+    assert served == Path(source.name, "config.json").read_text()
+
+
+def test_deploy_serves_the_staged_model_read_only_offline_under_its_name(model, pair, rig_exec, deployed):
+    rig = pair[0]
+    result = subprocess.run([str(Path(sys.executable).with_name("rigkit")), "deploy", str(LAB_INVENTORY), "--limit",
+                             rig.name, "--data", f"model_source={model}"], cwd=REPO_ROOT, capture_output=True,
+                            text=True, timeout=900)
+    assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-2000:]
+    inspect = json.loads(rig_exec(rig, "docker inspect rigkit-serving").stdout)[0]
+    mount = next(m for m in inspect["Mounts"] if m["Destination"] == "/model")
+    source = parse_model_source(model)
+    assert mount["Source"].endswith(f"/models/{source.slug}/{source.revision}") and mount["RW"] is False
+    env = inspect["Config"]["Env"]
+    assert "HF_HUB_OFFLINE=1" in env and not any(item.startswith("HF_TOKEN=") for item in env)
+    models = rig_exec(rig, f"curl -s http://127.0.0.1:{rig.serving_port}/v1/models").stdout
+    assert '"id":"tiny"' in models.replace(" ", ""), models

@@ -16,6 +16,7 @@ from rigkit.model_source import (CONTROLLER, HUB, MODEL_CONTAINER_PATH, manifest
                                  read_directory_manifest, resolve_directory, revisions_to_remove)
 from rigkit.model_stage import CONTROLLER as FROM_CONTROLLER, STORE_SCRIPT_SOURCE, fan_out_rounds, transfer_plan
 from rigkit.render import render_compose, render_env
+from rigkit.status_drift import model_drift
 
 COMMIT = "0123456789abcdef0123456789abcdef01234567"
 IMAGE = "vllm/vllm-openai@sha256:" + "a" * 64
@@ -140,3 +141,12 @@ def test_store_script_never_renames_a_corrupt_copy_resumes_and_detects_damage(tm
     assert _store(tmp_path, "check")["damaged"] == [{"path": "w", "why": "sha256 differs from the manifest"}]
     assert _store(tmp_path, "reopen") == {"reopened": ["w"]}
     assert _store(tmp_path, "state")["partial"] == {"c/config.json": 2}  # only the damaged file is sent again
+
+
+def test_status_shows_a_model_not_staged_or_damaged_as_drift():
+    assert model_drift('{"staged": true, "manifest": "m", "damaged": []}', "s") == []
+    assert [d.line() for d in model_drift('{"staged": false}', "org/m@c")] == \
+        ["model: model_source: rig <not staged>, today org/m@c"]
+    damaged = '{"staged": true, "damaged": [{"path": "w", "why": "sha256 differs from the manifest"}]}'
+    assert [d.line() for d in model_drift(damaged, "s")] == \
+        ["model: model_source: w: rig sha256 differs from the manifest, today as the manifest"]

@@ -1,7 +1,7 @@
 """The lab's model staged as a pinned artifact (rigkit.model_stage) onto real lab rigs over real SSH:
 - a fresh rig gets the model from another rig, not from the source (the source is read once: counted);
 - a second staging copies nothing;
-- a damaged file on a rig is found by `rigkit stage --check` and repaired by the next staging, from a rig;
+- a damaged file on a rig is found by `rigkit stage --check` and `rigkit status` (model drift) and repaired by the next staging, from a rig;
 - `rigkit deploy` with model_source stages, then serves the engine from the read-only mount, offline, under
   the served name it had (the engine's /v1/models answer).
 
@@ -72,6 +72,11 @@ def test_fresh_rig_from_another_rig_then_nothing_then_repair(model, pair, rig_ex
                             "--limit", names[1], "--data", f"model_source={model}", "--data",
                             f"model_store_path={STORE}"], cwd=REPO_ROOT, capture_output=True, text=True, timeout=300)
     assert check.returncode == 1 and "DAMAGED" in check.stdout and "config.json" in check.stdout, check.stdout
+    status = subprocess.run([str(Path(sys.executable).with_name("rigkit")), "status", str(LAB_INVENTORY), "--limit",
+                             names[1], "--json", "--data", f"model_source={model}", "--data",
+                             f"model_store_path={STORE}"], cwd=REPO_ROOT, capture_output=True, text=True, timeout=300)
+    drift = [item for rig in json.loads(status.stdout)["rigs"] for item in rig["drift"] if item["source"] == "model"]
+    assert [item["knob"] for item in drift] == ["model_source: config.json"], status.stdout[-3000:]
     repair, = stage_inventory(_hosts(model, names), names, progress=lines.append)
     assert repair.outcomes[names[1]].action == f"from {names[0]}" and repair.source_bytes == 0
     assert 0 < repair.outcomes[names[1]].sent_bytes < total  # only the damaged file

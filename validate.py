@@ -194,7 +194,7 @@ def _validate() -> None:
                             prefill_tokens_per_s=result.prefill_tokens_per_s)
         _print_greedy(result)
         decode_ab = _decode_ab(data, stack, compose, url, settings, probe) if settings.decode_ab else None
-    repro = {"profile": stack.profile.name, "image_digest": stack.image,
+    repro = {"profile": stack.profile.name, "image_digest": stack.image, "model_source": stack.knobs["model_source"],
              "knobs": {k: v for k, v in knobs.items() if k not in SECRET_KNOBS}, **rig_facts(l2_path)}
     card = to_card(host.name, RUN_ID, result, settings, stack.profile.connector is not None,
                    decode_ab=decode_ab, repro=repro, l2=read_l2(_shell, stack), soak=soak,

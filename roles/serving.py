@@ -41,7 +41,7 @@ from rigkit.files.l2_janitor import L2_JANITOR_INTERVAL_S, L2_JANITOR_MIN_FREE_B
 from rigkit.hostdata import RigSettings, Settings
 from rigkit.knobs import KNOBS_BY_NAME
 from rigkit.ledger import DEPLOY_KIND, ROLLBACK_KIND, Release, Rendering
-from rigkit.model_source import store_stamp
+from rigkit.model_source import parse_model_source, store_revision_dir, store_stamp
 from rigkit.operations import refusal_of, refuse, refusing_step
 from rigkit.operations.files import secret_file
 from rigkit.operations.stack import PULL_STEP, engine_checked, image_pulled, stack_release
@@ -181,14 +181,6 @@ def serving(rig: RigSettings, run: Run, kind: str = DEPLOY_KIND, restore_renderi
         python.call(name="Preflight refused", function=refuse, **refusal_of(refused))
         return
 
-    source = settings.model_source
-    if source is not None and host.get_fact(StagedModel, revision_dir=settings.model_dir,
-                                            stamp=store_stamp(settings.knobs["model_store_path"], source)) is None:
-        # the release would mount an empty or partial directory: refused before anything on the rig changes
-        python.call(name="Model staged", function=refuse, field="model_source", value=source.spec,
-                    problem=f"not staged and verified in {settings.model_dir} on this rig",
-                    fix="stage it first: `rigkit stage INVENTORY` (`rigkit deploy` stages before it deploys)")
-        return
     if engine_later:
         engine_checked(name="Engine, compose and image checks (the engine is installed by now)", settings=settings)
     rendering, note = rendering_for(settings), ""
@@ -197,6 +189,17 @@ def serving(rig: RigSettings, run: Run, kind: str = DEPLOY_KIND, restore_renderi
                          rendering=restore_rendering)
         restored = release_steps.restored_rendering(host, target, rendering)
         rendering, note = restored.rendering, restored.note
+    # the model the rendering mounts (a rollback's: the revision its stored rendering names) must be staged and
+    # verified: a release would mount an empty or partial directory. Refused before anything on the rig changes.
+    mounted = parse_model_source(rendering.model) if rendering.model else None
+    if mounted is not None:
+        store = settings.knobs["model_store_path"]
+        if host.get_fact(StagedModel, revision_dir=store_revision_dir(store, mounted),
+                         stamp=store_stamp(store, mounted)) is None:
+            python.call(name="Model staged", function=refuse, field="model_source", value=mounted.spec,
+                        problem=f"not staged and verified in {store_revision_dir(store, mounted)} on this rig",
+                        fix="stage it first: `rigkit stage INVENTORY` (`rigkit deploy` stages before it deploys)")
+            return
     files.directory(name="rigkit directories", path=RIG_STACK_DIR, mode="700")
     files.directory(name="rigkit state directory", path=RIG_STATE_DIR)
     files.directory(name="rigkit helper directory", path=RIG_LIB_DIR)

@@ -26,7 +26,8 @@ from dataclasses import dataclass
 from typing import Any, Iterable, Mapping, Optional
 
 from rigkit import kv_store
-from rigkit.defaults import ALL_VARIABLES, KV_SHARE_VARIABLES, L2_DISK_VARIABLES, KV_STORE_PORT, ROLE_SECTIONS, l2_cache_path
+from rigkit.defaults import (ALL_VARIABLES, KV_SHARE_VARIABLES, KV_STORE_PORT, L2_DISK_VARIABLES, ROLE_SECTIONS,
+                             l2_cache_path)
 from rigkit.errors import ConfigError
 from rigkit.firewall import API_FIREWALL, refuse_on_shared_network
 from rigkit.kv_share import check_share_settings, shared_l2_path

@@ -302,7 +302,8 @@ class FleetStager:
                    stdin=(receiver.host_key_line() + "\n").encode())
         host = ssh_address(receiver.name, receiver.data)
         ssh = ["ssh", "-o", "BatchMode=yes", "-o", f"UserKnownHostsFile={known_hosts}", "-o",
-               "StrictHostKeyChecking=yes", "-o", "ConnectTimeout=15", "-p", str(int(receiver.data.get("ssh_port") or 22)),
+               "StrictHostKeyChecking=yes", "-o", "ConnectTimeout=15",
+               "-p", str(int(receiver.data.get("ssh_port") or 22)),
                f"{receiver.data.get('ssh_user') or 'root'}@{host}", receiver.command("receive")]
         pipeline = (f"{sender.command('send', json.dumps(plan))} | {' '.join(shlex.quote(part) for part in ssh)}; "
                     f"status=$?; rm -f {shlex.quote(known_hosts)}; exit $status")

@@ -1,7 +1,9 @@
 """The lab's model staged as a pinned artifact (rigkit.model_stage) onto real lab rigs over real SSH:
 - a fresh rig gets the model from another rig, not from the source (the source is read once: counted);
 - a second staging copies nothing;
-- a damaged file on a rig is found by `rigkit stage --check` and `rigkit status` (model drift) and repaired by the next staging, from a rig;
+- a damaged file on a rig is found by `rigkit stage --check` and `rigkit status` (model drift) and repaired by
+  the next staging, from a rig;
+- a hub commit (the real huggingface_hub client, the loopback stand-in) is fetched once for two rigs;
 - `rigkit deploy` with model_source stages, then serves the engine from the read-only mount, offline, under
   the served name it had (the engine's /v1/models answer).
 
@@ -24,6 +26,7 @@ from rigkit.model_fleet import stage_inventory
 from rigkit.model_source import manifest_size, parse_model_source, read_directory_manifest
 from rigkit.paths import REPO_ROOT
 from rigkit.inventory import load_inventory
+from tests.hub_standin import HubRepo, HubStandIn
 from tests.lab.conftest import LAB_INVENTORY
 
 pytestmark = pytest.mark.lab
@@ -98,3 +101,24 @@ def test_deploy_serves_the_staged_model_read_only_offline_under_its_name(model, 
     assert "HF_HUB_OFFLINE=1" in env and not any(item.startswith("HF_TOKEN=") for item in env)
     models = rig_exec(rig, f"curl -s http://127.0.0.1:{rig.serving_port}/v1/models").stdout
     assert '"id":"tiny"' in models.replace(" ", ""), models
+
+
+def test_a_hub_commit_is_fetched_once_onto_the_controller_then_rig_to_rig(model, pair, rig_exec, tmp_path,
+                                                                          monkeypatch):
+    """The hub path end to end: the real huggingface_hub client against the loopback stand-in (tests/hub_standin.py)
+    serving the lab model's files; the stand-in serves each file once for two rigs."""
+    directory = Path(parse_model_source(model).name)
+    files = {path: (directory / path).read_bytes() for path in read_directory_manifest(parse_model_source(model))}
+    commit = "c" * 40
+    monkeypatch.setenv("RIGKIT_MODEL_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf-home"))
+    names = [rig.name for rig in pair]
+    for rig in pair:
+        rig_exec(rig, f"rm -rf {STORE}")
+    with HubStandIn([HubRepo("rigkit/lab-tiny", commit, files, lfs={p for p in files if p.endswith(".json")})]) as hub:
+        report, = stage_inventory(_hosts(f"rigkit/lab-tiny@{commit}", names), names, progress=lambda line: None,
+                                  endpoint=hub.endpoint)
+    assert hub.served_bytes == sum(map(len, files.values()))  # once, for two rigs
+    assert report.outcomes[names[1]].action == f"from {names[0]}"
+    staged = rig_exec(pair[1], f"cat {STORE}/rigkit--lab-tiny/{commit}/config.json").stdout
+    assert staged == files["config.json"].decode()

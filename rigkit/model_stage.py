@@ -356,7 +356,8 @@ class FleetStager:
                                   "repairing it")
                 self._preflight(store, store.call("state"))
                 need.append(name)
-            rounds = fan_out_rounds(have, need)
+            # without rig to rig (the benchmark's baseline), the controller sends to every rig at once
+            rounds = fan_out_rounds(have, need) if self.rig_to_rig else [[(CONTROLLER, name) for name in need]]
             rig_to_rig = self.rig_to_rig and any(sender != CONTROLLER for pairs in rounds for sender, _ in pairs)
             keys = sorted({str(data["ssh_key"]) for data in self.rigs.values() if data.get("ssh_key")})
             with forwarded_agent(keys if rig_to_rig else []):

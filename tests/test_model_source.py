@@ -150,3 +150,18 @@ def test_status_shows_a_model_not_staged_or_damaged_as_drift():
     damaged = '{"staged": true, "damaged": [{"path": "w", "why": "sha256 differs from the manifest"}]}'
     assert [d.line() for d in model_drift(damaged, "s")] == \
         ["model: model_source: w: rig sha256 differs from the manifest, today as the manifest"]
+
+
+def test_a_model_larger_than_the_store_is_refused_naming_model_store_path():
+    from types import SimpleNamespace
+
+    from rigkit.errors import RigkitError
+    from rigkit.model_stage import STORE_MARGIN_BYTES, FleetStager
+
+    files = {"w": {"size": 10 * 10**9, "sha256": "0" * 64}}
+    stager = FleetStager(parse_model_source("org/m@" + COMMIT), None, files, {}, {}, {}, progress=lambda line: None)
+    store = SimpleNamespace(name="rig1", store="/mnt/rigkit-l2/models")
+    stager._preflight(store, {"partial": {"w": 4 * 10**9}, "free": 6 * 10**9 + STORE_MARGIN_BYTES})  # resumed: fits
+    with pytest.raises(RigkitError) as refused:
+        stager._preflight(store, {"partial": {}, "free": 6 * 10**9})
+    assert refused.value.field == "model_store_path" and "needs 10.00 GB more" in refused.value.problem

@@ -47,6 +47,7 @@ from typing import Any, Callable, Iterator, Mapping, Optional, Sequence
 from rigkit.defaults import ROLLOUT_VARIABLES
 from rigkit.errors import ConfigError
 from rigkit.fleet import DEFAULT_DEPLOY, ROLLBACK_DEPLOY
+from rigkit.model_fleet import stage_inventory
 from rigkit.paths import ROLLOUTS_DIR
 from rigkit.pyinfra_args import data_pairs, is_dry_run, pyinfra_executable, without_limits
 from rigkit.rollout_plan import ROLLOUT_STEP_ENV, RolloutSettings, Stage, plan_stages, rollout_settings
@@ -248,6 +249,8 @@ def rollout_command(args: Any) -> Optional[int]:
         print(dry_run_text("rollout", plan_stages(rigs.names, settings.canary, settings.batch),
                            gateways(rigs.hosts), summary_width()), flush=True)
         return None  # rigkit.fleet runs pyinfra --dry on every targeted rig at once
+    # every targeted rig holds its model before the first canary is released (staging stops no engine)
+    stage_inventory(rigs.hosts, rigs.names)
     status, summary = run_rollout(args.inventory, args.deploy, rigs.pyinfra_args, rigs.hosts, rigs.names, settings,
                                   recheck_canaries=bool(args.recheck_canaries))
     print("\n" + summary)

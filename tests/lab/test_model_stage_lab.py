@@ -4,6 +4,7 @@
 - a damaged file on a rig is found by `rigkit stage --check` and `rigkit status` (model drift) and repaired by
   the next staging, from a rig;
 - a hub commit (the real huggingface_hub client, the loopback stand-in) is fetched once for two rigs;
+- a rollback to the previous revision copies nothing and mounts it again;
 - `rigkit deploy` with model_source stages, then serves the engine from the read-only mount, offline, under
   the served name it had (the engine's /v1/models answer).
 
@@ -15,6 +16,7 @@ reachable from the sending rig (rig1 and rig2 share the host's loopback).
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -23,7 +25,7 @@ import pytest
 
 from rigkit.lab.lab_weights import lab_model_source
 from rigkit.model_fleet import stage_inventory
-from rigkit.model_source import manifest_size, parse_model_source, read_directory_manifest
+from rigkit.model_source import manifest_size, parse_model_source, read_directory_manifest, resolve_directory
 from rigkit.paths import REPO_ROOT
 from rigkit.inventory import load_inventory
 from tests.hub_standin import HubRepo, HubStandIn
@@ -122,3 +124,38 @@ def test_a_hub_commit_is_fetched_once_onto_the_controller_then_rig_to_rig(model,
     assert report.outcomes[names[1]].action == f"from {names[0]}"
     staged = rig_exec(pair[1], f"cat {STORE}/rigkit--lab-tiny/{commit}/config.json").stdout
     assert staged == files["config.json"].decode()
+
+
+def _rigkit(*args: str, timeout: float = 900) -> subprocess.CompletedProcess:
+    return subprocess.run([str(Path(sys.executable).with_name("rigkit")), *args], cwd=REPO_ROOT, capture_output=True,
+                          text=True, timeout=timeout)
+
+
+def test_rollback_to_the_previous_revision_copies_nothing_and_mounts_it(model, pair, rig_exec, deployed, tmp_path):
+    """Revision A deployed, then revision B (the same model plus one file: another manifest); rollback.py brings
+    back A's stored rendering: the engine serves from A's directory, nothing was staged or sent."""
+    rig = pair[0]
+    other = Path("/var/tmp/rigkit-lab-model-revision-b")
+    if other.exists():
+        shutil.rmtree(other)
+    shutil.copytree(parse_model_source(model).name, other)
+    (other / "REVISION-B.txt").write_text("a second revision of the lab model\n")
+    revision_b = resolve_directory(str(other)).spec
+    for spec in (model, revision_b):
+        done = _rigkit("deploy", str(LAB_INVENTORY), "--limit", rig.name, "--data", f"model_source={spec}")
+        assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-2000:]
+    a, b = parse_model_source(model), parse_model_source(revision_b)
+    store = f"/mnt/rigkit-l2/models/{a.slug}"
+    before = rig_exec(rig, f"find {store} -printf '%p %s %T@\\n' | sort").stdout
+    rolled = _rigkit("deploy", str(LAB_INVENTORY), "--deploy", "rollback.py", "--limit", rig.name, "--data",
+                     f"model_source={revision_b}")
+    assert rolled.returncode == 0, rolled.stdout[-4000:] + rolled.stderr[-2000:]
+    assert "staging onto" not in rolled.stdout  # a rollback stages nothing
+    assert rig_exec(rig, f"find {store} -printf '%p %s %T@\\n' | sort").stdout == before  # nothing copied
+    inspect = json.loads(rig_exec(rig, "docker inspect rigkit-serving").stdout)[0]
+    mount = next(m for m in inspect["Mounts"] if m["Destination"] == "/model")
+    assert mount["Source"] == f"{store}/{a.revision}" != f"{store}/{b.revision}"
+    ledger = json.loads(rig_exec(rig, "cat /var/lib/rigkit/ledger.json").stdout)["releases"]
+    assert ledger[-1]["kind"] == "rollback" and ledger[-1]["model"] == model
+    models = rig_exec(rig, f"curl -s http://127.0.0.1:{rig.serving_port}/v1/models").stdout
+    assert '"id":"tiny"' in models.replace(" ", ""), models

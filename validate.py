@@ -189,7 +189,7 @@ def _validate() -> None:
                             probe.source, seed=settings.seed, prompt_kind=settings.prompt_kind,
                             prefill_tokens_per_s=result.prefill_tokens_per_s)
         decode_ab = _decode_ab(data, stack, compose, url, settings, probe) if settings.decode_ab else None
-    repro = {"profile": stack.profile.name, "image_digest": stack.image,
+    repro = {"profile": stack.profile.name, "image_digest": stack.image, "model_source": stack.knobs["model_source"],
              "knobs": {k: v for k, v in knobs.items() if k not in SECRET_SETTINGS}, **rig_facts(l2_path)}
     card = to_card(host.name, RUN_ID, result, settings, stack.profile.connector is not None,
                    decode_ab=decode_ab, repro=repro, l2=read_l2(_shell, stack), soak=soak,

@@ -25,8 +25,8 @@ from pyinfra.operations import python
 
 from rigkit.errors import PreflightError
 from rigkit.firewall import API_FIREWALL, allowed_sources, controller_source, exposure_notice, refuse_same_namespace
-from rigkit.settings.hostdata import RigSettings
 from rigkit.operations import refuse, say
+from rigkit.settings.hostdata import RigSettings
 from roles import Run
 from roles.firewall import controller_namespace, firewall_applied, firewall_removed
 

@@ -23,18 +23,15 @@ from pyinfra.api.deploy import deploy
 from pyinfra.facts.deb import DebArch
 from pyinfra.facts.server import Users
 from pyinfra.operations import files, server, systemd
-
-from rigkit.errors import PreflightError
 from pyinfra.operations.util import any_changed
 
-from rigkit.operations.apt import (APT_KEYRINGS_DIR, apt_source_line, packages_held, packages_installed,
-                                   pinned)
+from rigkit.distro import DOCKER_SUPPORTED_OS, TargetOS, target_os
+from rigkit.errors import PreflightError
+from rigkit.operations.apt import APT_KEYRINGS_DIR, apt_source_line, packages_held, packages_installed, pinned
 from rigkit.operations.docker import docker_engine_verified, json_file_merged
 from rigkit.settings.hostdata import RigSettings
-from roles import Run
-from rigkit.distro import DOCKER_SUPPORTED_OS, TargetOS, target_os
 from rigkit.survey import RigState
-
+from roles import Run
 
 DAEMON_JSON = "/etc/docker/daemon.json"
 DOCKER_SERVICE = "docker.service"

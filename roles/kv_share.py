@@ -17,12 +17,12 @@ from pyinfra import host
 from pyinfra.api.deploy import deploy
 from pyinfra.operations import files
 
-from rigkit.settings.defaults import KV_SHARE_NFS_CLIENT_PACKAGE
-from rigkit.settings.hostdata import RigSettings
 from rigkit.kv_share import NFS_FSTYPES, fstab_entry_line
 from rigkit.operations import say
 from rigkit.operations.apt import packages_installed
 from rigkit.operations.disk import fstab_entry, mount_writable, mounted
+from rigkit.settings.defaults import KV_SHARE_NFS_CLIENT_PACKAGE
+from rigkit.settings.hostdata import RigSettings
 from roles import Run
 
 

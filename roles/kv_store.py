@@ -35,9 +35,9 @@ from __future__ import annotations
 from typing import Mapping, Optional
 
 from pyinfra import host
+from pyinfra.api import StringCommand
 from pyinfra.api.deploy import deploy
 from pyinfra.facts.server import LinuxDistribution
-from pyinfra.api import StringCommand
 from pyinfra.operations import files, python, server, systemd
 from pyinfra.operations.util import any_changed
 
@@ -45,14 +45,24 @@ from rigkit.distro import target_os
 from rigkit.errors import PreflightError
 from rigkit.facts.firewall import FirewallTrace, NetworkNamespace, trace_kwargs
 from rigkit.firewall import refuse_on_shared_network, refuse_same_namespace
-from rigkit.settings.hostdata import RigSettings, required_secret
-from rigkit.kv_store import (INCLUDE_LINE, KV_STORE_FIREWALL, RIGKIT_CONF, RIGKIT_CONF_MODE, VALKEY_MAIN_CONF,
-                             VALKEY_PACKAGES, VALKEY_SERVICE, VALKEY_USER, config_text, store_sources)
+from rigkit.kv_store import (
+    INCLUDE_LINE,
+    KV_STORE_FIREWALL,
+    RIGKIT_CONF,
+    RIGKIT_CONF_MODE,
+    VALKEY_MAIN_CONF,
+    VALKEY_PACKAGES,
+    VALKEY_SERVICE,
+    VALKEY_USER,
+    config_text,
+    store_sources,
+)
 from rigkit.operations import refuse
 from rigkit.operations.apt import packages_installed
 from rigkit.operations.files import secret_file
 from rigkit.operations.kv_store import store_verified
 from rigkit.remote.tunnel import ssh_address
+from rigkit.settings.hostdata import RigSettings, required_secret
 from roles import Run
 from roles.firewall import controller_namespace, firewall_applied, firewall_removed
 

@@ -21,16 +21,15 @@ from pyinfra import host
 from pyinfra.api.deploy import deploy
 from pyinfra.operations import files
 
-from rigkit.settings.defaults import LABEL_LIMITS, l2_cache_path
 from rigkit.disk import fstab_line
 from rigkit.errors import ConfigError, PreflightError
-from rigkit.settings.hostdata import RigSettings
 from rigkit.facts.disk import BlockDeviceList
 from rigkit.operations import say
 from rigkit.operations.disk import filesystem_made, fstab_entry, mounted
+from rigkit.settings.defaults import LABEL_LIMITS, l2_cache_path
+from rigkit.settings.hostdata import RigSettings
 from rigkit.survey import RigState
 from roles import Run
-
 
 # Seeds the UUID of a filesystem rigkit makes, so the fstab entry is known before mkfs runs.
 UUID_NAMESPACE = uuid.UUID("5d0c3a52-6f0e-4b8e-9a51-7a4f2c0b1e11")

@@ -19,14 +19,13 @@ from pyinfra.api.deploy import deploy
 from pyinfra.facts.deb import DebArch
 from pyinfra.operations import files, systemd
 
+from rigkit.distro import target_os
 from rigkit.operations import say
 from rigkit.operations.apt import APT_KEYRINGS_DIR, packages_held, packages_installed, pinned
 from rigkit.operations.nvidia import gpu_container_verified, nvidia_runtime_configured
 from rigkit.settings.hostdata import RigSettings
 from roles import Run
-from rigkit.distro import target_os
 from roles.docker import DAEMON_JSON, DOCKER_SERVICE
-
 
 # NVIDIA's install guide pins these four together to one version.
 TOOLKIT_PACKAGES = ["nvidia-container-toolkit", "nvidia-container-toolkit-base",

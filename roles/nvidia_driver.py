@@ -24,16 +24,14 @@ from io import StringIO
 from pyinfra import host
 from pyinfra.api.deploy import deploy
 from pyinfra.operations import files, server, systemd
-
 from pyinfra.operations.util import any_changed
 
+from rigkit.distro import TargetOS, target_os
 from rigkit.operations import say
 from rigkit.operations.apt import deb_from_url, packages_held, packages_installed, pinned
 from rigkit.operations.nvidia import kernel_module_unloaded, nvidia_driver_verified, nvidia_module_current
 from rigkit.settings.hostdata import RigSettings
 from roles import Run
-from rigkit.distro import TargetOS, target_os
-
 
 NOUVEAU_BLACKLIST = "/etc/modprobe.d/rigkit-blacklist-nouveau.conf"
 NOUVEAU_BLACKLIST_TEXT = "# written by rigkit: the NVIDIA driver needs nouveau out of the way\n" \

@@ -26,9 +26,9 @@ from pyinfra.api.deploy import deploy
 from pyinfra.operations import python
 
 from rigkit.errors import PreflightError
-from rigkit.settings.hostdata import RigSettings
 from rigkit.operations import refusal_of, refuse, say
 from rigkit.preflight import Finding, HostFacts, bare_host_preflight, refusals
+from rigkit.settings.hostdata import RigSettings
 from rigkit.survey import RigState
 from roles import Run
 from roles.l2_disk import checked_device

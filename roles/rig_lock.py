@@ -27,9 +27,9 @@ from typing import Callable, Optional
 from pyinfra import host
 from pyinfra.operations import python
 
-from rigkit.settings.hostdata import RigSettings
-from rigkit.paths import RIG_STATE_DIR
 from rigkit.operations import refuse, say
+from rigkit.paths import RIG_STATE_DIR
+from rigkit.settings.hostdata import RigSettings
 from roles import Run
 
 LOCK_FILE, HOLDER_FILE = "deploy.lock", "deploy.lock.holder"

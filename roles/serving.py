@@ -34,27 +34,36 @@ from pyinfra.api import deploy
 from pyinfra.operations import files, python, systemd
 from pyinfra.operations.util import any_changed
 
-from rigkit.serving import release_steps
 from rigkit.facts.docker import ManifestProbe
+from rigkit.facts.model import StagedModel
 from rigkit.files.l2_janitor import L2_JANITOR_INTERVAL_S, L2_JANITOR_MIN_FREE_BYTES, L2_JANITOR_UNIT
-from rigkit.settings.hostdata import RigSettings, Settings
-from rigkit.settings.knobs import KNOBS_BY_NAME
-from rigkit.serving.ledger import DEPLOY_KIND, ROLLBACK_KIND, Release, Rendering
+from rigkit.model.source import parse_model_source, store_revision_dir, store_stamp
 from rigkit.operations import refusal_of, refuse, refusing_step
 from rigkit.operations.files import secret_file
 from rigkit.operations.serving import PULL_STEP, engine_checked, image_pulled, stack_release
 from rigkit.paths import RIG_LIB_DIR, RIG_STACK_DIR, RIG_STATE_DIR
 from rigkit.preflight import HostFacts, preflight, refusals
-from rigkit.serving.release import (Outcome, Refuse, judge_release, judge_rollback, never_ready, roll_back_or_refuse,
-                            rollback_target)
-from rigkit.serving.render import COMPOSE_FILE_NAME, CONTAINER_NAME, ENV_FILE_MODE, ENV_FILE_NAME
-from rigkit.settings.sizing import GB
-from rigkit.serving.smoke import HASH_SEED_ENV, SmokeReport, check_container, check_hash_seed, check_http
+from rigkit.remote.tunnel import serving_url
+from rigkit.serving import release_steps
 from rigkit.serving.commands import FILES_DIR, WAIT_READY_SCRIPT, WAIT_READY_SOURCE, ready_url, rendering_for
+from rigkit.serving.ledger import DEPLOY_KIND, ROLLBACK_KIND, Release, Rendering
+from rigkit.serving.release import (
+    Outcome,
+    Refuse,
+    judge_release,
+    judge_rollback,
+    never_ready,
+    roll_back_or_refuse,
+    rollback_target,
+)
+from rigkit.serving.render import COMPOSE_FILE_NAME, CONTAINER_NAME, ENV_FILE_MODE, ENV_FILE_NAME
+from rigkit.serving.smoke import HASH_SEED_ENV, SmokeReport, check_container, check_hash_seed, check_http
+from rigkit.settings.hostdata import RigSettings, Settings
+from rigkit.settings.knobs import KNOBS_BY_NAME
+from rigkit.settings.sizing import GB
+from rigkit.settings.variables import resolve
 from rigkit.survey import RigState
 from rigkit.systemd import exec_command_line
-from rigkit.remote.tunnel import serving_url
-from rigkit.settings.variables import resolve
 from roles import Run
 
 logger = logging.getLogger("rigkit.serving")
@@ -187,6 +196,17 @@ def serving(rig: RigSettings, run: Run, kind: str = DEPLOY_KIND, restore_renderi
                          rendering=restore_rendering)
         restored = release_steps.restored_rendering(host, target, rendering)
         rendering, note = restored.rendering, restored.note
+    # the model the rendering mounts (a rollback's: the revision its stored rendering names) must be staged and
+    # verified: a release would mount an empty or partial directory. Refused before anything on the rig changes.
+    mounted = parse_model_source(rendering.model) if rendering.model else None
+    if mounted is not None:
+        store = settings.knobs["model_store_path"]
+        if host.get_fact(StagedModel, revision_dir=store_revision_dir(store, mounted),
+                         stamp=store_stamp(store, mounted)) is None:
+            python.call(name="Model staged", function=refuse, field="model_source", value=mounted.spec,
+                        problem=f"not staged and verified in {store_revision_dir(store, mounted)} on this rig",
+                        fix="stage it first: `rigkit stage INVENTORY` (`rigkit deploy` stages before it deploys)")
+            return
     files.directory(name="rigkit directories", path=RIG_STACK_DIR, mode="700")
     files.directory(name="rigkit state directory", path=RIG_STATE_DIR)
     files.directory(name="rigkit helper directory", path=RIG_LIB_DIR)

@@ -260,7 +260,7 @@ def remove(store, slug, revision):
     print(json.dumps({"removed": revision}))
 
 
-def list_revisions(store, slug):
+def list_revisions(store, slug, *_):
     model = os.path.join(store, slug)
     names = os.listdir(model) if os.path.isdir(model) else []
     print(json.dumps(sorted(name[:-len(STAMP_SUFFIX)] for name in names if name.endswith(STAMP_SUFFIX))))

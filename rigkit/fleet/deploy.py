@@ -12,9 +12,9 @@ from pathlib import Path
 from typing import Sequence
 
 from rigkit.fleet import pyinfra_args as pyinfra_args_module
-from rigkit.fleet.targets import Targets
 from rigkit.fleet.outcome import DRY_RUN, OK, UNREACHABLE, RigOutcome, summarize
 from rigkit.fleet.pyinfra_args import is_dry_run, pyinfra_command
+from rigkit.fleet.targets import Targets
 from rigkit.model.fleet import stage_inventory
 from rigkit.remote.tunnel import connect_ssh
 from rigkit.router import is_gateway, refuse_router_on_controller

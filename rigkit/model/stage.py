@@ -48,6 +48,8 @@ FIELD = "model_source"
 STORE_MARGIN_BYTES = 1 << 30
 FRAME_CHUNK = 1 << 20
 BUSY_EXIT = 75
+# a transfer that moves no byte for this long is dead (a hung peer), not slow
+CHANNEL_IDLE_TIMEOUT_S = 300
 
 
 def fan_out_rounds(have: list[str], need: list[str]) -> list[list[tuple[str, str]]]:
@@ -110,6 +112,7 @@ class RigStore:
         """Run ``command`` on the rig: ``stdin`` bytes, or ``writer(channel)`` streaming them; stderr lines
         to ``progress`` as they come."""
         channel = self.client.get_transport().open_session()
+        channel.settimeout(CHANNEL_IDLE_TIMEOUT_S)
         if agent:
             paramiko.agent.AgentRequestHandler(channel)
         channel.exec_command(command)
@@ -299,7 +302,8 @@ class FleetStager:
                    stdin=(receiver.host_key_line() + "\n").encode())
         host = ssh_address(receiver.name, receiver.data)
         ssh = ["ssh", "-o", "BatchMode=yes", "-o", f"UserKnownHostsFile={known_hosts}", "-o",
-               "StrictHostKeyChecking=yes", "-o", "ConnectTimeout=15", "-p", str(int(receiver.data.get("ssh_port") or 22)),
+               "StrictHostKeyChecking=yes", "-o", "ConnectTimeout=15",
+               "-p", str(int(receiver.data.get("ssh_port") or 22)),
                f"{receiver.data.get('ssh_user') or 'root'}@{host}", receiver.command("receive")]
         pipeline = (f"{sender.command('send', json.dumps(plan))} | {' '.join(shlex.quote(part) for part in ssh)}; "
                     f"status=$?; rm -f {shlex.quote(known_hosts)}; exit $status")
@@ -352,12 +356,17 @@ class FleetStager:
                                   "repairing it")
                 self._preflight(store, store.call("state"))
                 need.append(name)
-            for pairs in fan_out_rounds(have, need):
-                with ThreadPoolExecutor(max_workers=max(1, len(pairs))) as pool:
-                    futures = [pool.submit(self._stage_one, sender, stores[receiver], stores)
-                               for sender, receiver in pairs]
-                    for future in futures:
-                        future.result()
+            # without rig to rig (the benchmark's baseline), the controller sends to every rig at once
+            rounds = fan_out_rounds(have, need) if self.rig_to_rig else [[(CONTROLLER, name) for name in need]]
+            rig_to_rig = self.rig_to_rig and any(sender != CONTROLLER for pairs in rounds for sender, _ in pairs)
+            keys = sorted({str(data["ssh_key"]) for data in self.rigs.values() if data.get("ssh_key")})
+            with forwarded_agent(keys if rig_to_rig else []):
+                for pairs in rounds:
+                    with ThreadPoolExecutor(max_workers=max(1, len(pairs))) as pool:
+                        futures = [pool.submit(self._stage_one, sender, stores[receiver], stores)
+                                   for sender, receiver in pairs]
+                        for future in futures:
+                            future.result()
             for name, store in stores.items():
                 self._retain(name, store)
             return self.report

@@ -35,8 +35,8 @@ from typing import Any, Mapping, Optional, Sequence
 
 from rigkit.errors import ConfigError
 from rigkit.fleet.deploy import ROLLBACK_DEPLOY
-from rigkit.fleet.targets import Targets
 from rigkit.fleet.pyinfra_args import is_dry_run, without_limits
+from rigkit.fleet.targets import Targets
 from rigkit.paths import ROLLOUTS_DIR
 from rigkit.rollout import drain as rollout_drain
 from rigkit.rollout.drain import ROUTER_DEFAULT_BATCH, routed_default, unreachable_router_fix
@@ -44,8 +44,8 @@ from rigkit.rollout.plan import Stage, fleet_value, plan_stages, refuse_rollout_
 from rigkit.rollout.record import RolloutRecord, load_record, record_path, save_record
 from rigkit.rollout.router_admin import gateways
 from rigkit.rollout.run import targeted_rigs
-from rigkit.rollout.stage_runner import StageContext, run_drained_stage
 from rigkit.rollout.stage import Failure, StageResult, StageWork, run_failure
+from rigkit.rollout.stage_runner import StageContext, run_drained_stage
 from rigkit.rollout.state import ReleaseState, read_states, refuse_unreadable
 from rigkit.rollout.summary import dry_run_text, summary_text, summary_width
 from rigkit.serving.ledger import ROLLBACK_KIND, SHORT_DIGEST, SMOKE_PASS

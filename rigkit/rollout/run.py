@@ -48,7 +48,6 @@ from typing import Any, Mapping, Optional, Sequence
 
 from rigkit.errors import ConfigError
 from rigkit.fleet.deploy import DEFAULT_DEPLOY, ROLLBACK_DEPLOY
-from rigkit.fleet.targets import Targets, select
 from rigkit.fleet.inventory import rigs_among
 from rigkit.fleet.outcome import OK
 from rigkit.fleet.pyinfra_args import (
@@ -58,6 +57,8 @@ from rigkit.fleet.pyinfra_args import (
     split_limits,
     without_limits,
 )
+from rigkit.fleet.targets import Targets, select
+from rigkit.model.fleet import stage_inventory
 from rigkit.paths import ROLLOUTS_DIR
 from rigkit.rollout import drain as rollout_drain
 from rigkit.rollout.drain import ROUTER_DEFAULT_BATCH, routed_default, unreachable_router_fix
@@ -71,7 +72,6 @@ from rigkit.rollout.plan import (
 from rigkit.rollout.proof import prove_rig
 from rigkit.rollout.record import RolloutRecord, load_record, record_path, resume_record, save_record
 from rigkit.rollout.router_admin import gateways
-from rigkit.rollout.stage_runner import StageContext, run_drained_stage, run_stage_deploy
 from rigkit.rollout.stage import (
     Failure,
     StageResult,
@@ -82,6 +82,7 @@ from rigkit.rollout.stage import (
     stage_failures,
     stage_work,
 )
+from rigkit.rollout.stage_runner import StageContext, run_drained_stage, run_stage_deploy
 from rigkit.rollout.state import ReleaseState, read_states, refuse_unreadable
 from rigkit.rollout.summary import dry_run_text, format_summary, summary_width
 from rigkit.serving.commands import rendering_for
@@ -242,6 +243,8 @@ def rollout_command(args: Any, targets: Optional[Targets] = None) -> Optional[in
         print(dry_run_text("rollout", plan_stages(rigs.names, settings.canary, settings.batch),
                            gateways(rigs.hosts), summary_width()), flush=True)
         return None  # rigkit.fleet.deploy runs pyinfra --dry on every targeted rig at once
+    # every targeted rig holds its model before the first canary is released (staging stops no engine)
+    stage_inventory(rigs.hosts, rigs.names)
     try:
         status, summary = run_rollout(args.inventory, args.deploy, rigs.pyinfra_args, rigs.hosts, rigs.names, settings,
                                       recheck_canaries=bool(args.recheck_canaries))

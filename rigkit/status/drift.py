@@ -182,3 +182,15 @@ def container_drift(container: Container, today: Rendering) -> list[Drift]:
     if not found and knobs_hash != today.knobs_hash:
         found.append(Drift("container", f"label {KNOBS_HASH_LABEL}", _compact(knobs_hash), _compact(today.knobs_hash)))
     return found
+
+
+def model_drift(section: Optional[str], declared: str) -> list[Drift]:
+    """The rig's staged model (rigkit/files/model_store.py check: staged, damaged files) against model_source."""
+    try:
+        answer = json.loads((section or "").strip().splitlines()[-1])
+    except (ValueError, IndexError):
+        return [Drift("model", "model_source", "<not readable>", declared)]
+    if not answer.get("staged"):
+        return [Drift("model", "model_source", "<not staged>", declared)]
+    return [Drift("model", f"model_source: {item['path']}", item["why"], "as the manifest")
+            for item in answer.get("damaged", [])]

@@ -16,6 +16,7 @@ from rigkit.facts import split_exit
 from rigkit.facts.docker import DockerEngine
 from rigkit.facts.serving import StackContainers
 from rigkit.l2_state import l2_probe_for
+from rigkit.model.stage import STORE_SCRIPT
 from rigkit.nvidia_smi import SUMMARY_COMMAND, parse_cuda_version, parse_driver_version
 from rigkit.serving.commands import RELEASE_HASH_FILE, ready_url, rendering_for, stack_files
 from rigkit.serving.ledger import LEDGER_PATH
@@ -51,6 +52,15 @@ def _file_section(path: str) -> str:
     return f"if [ -f {quoted} ]; then base64 -w0 {quoted}; echo; else echo absent; fi"
 
 
+def model_probe(stack: Settings) -> str:
+    """The staged model's check (size and mtime of every file against its verified stamp; the store script is
+    on every rig that was ever staged onto)."""
+    source = stack.model_source
+    check = " ".join(shlex.quote(part) for part in ("python3", STORE_SCRIPT, "check", stack.knobs["model_store_path"],
+                                                    source.slug, source.revision))
+    return f"if [ -f {shlex.quote(STORE_SCRIPT)} ]; then {check}; else echo '{{\"staged\": false}}'; fi"
+
+
 def status_script(stack: Optional[Settings]) -> str:
     """The one shell script a rig runs: sections, each under a ``SECTION_MARK name`` line."""
     compose_path, env_path = stack_files()
@@ -68,6 +78,8 @@ def status_script(stack: Optional[Settings]) -> str:
     if stack is not None:
         if stack.l2_active:
             sections["l2"] = l2_probe_for(stack)
+        if stack.model_source is not None:
+            sections["model"] = model_probe(stack)
         url = ready_url(rendering_for(stack))
         sections["api"] = (f"if command -v python3 >/dev/null 2>&1; then python3 -c {shlex.quote(API_PROBE)} "
                            f"{shlex.quote(url)} {API_TIMEOUT_S}; else echo 'error=python3 is not on the rig'; fi")

@@ -11,7 +11,7 @@ from rigkit.l2_state import read_l2
 from rigkit.serving.commands import ready_url, rendering_for
 from rigkit.serving.ledger import Ledger
 from rigkit.settings.hostdata import Settings
-from rigkit.status.drift import Drift, container_drift, files_drift, image_drift, rendering_drift
+from rigkit.status.drift import Drift, container_drift, files_drift, image_drift, model_drift, rendering_drift
 from rigkit.status.probe import decoded_file, parse_api, parse_containers, parse_nvidia, parse_sections, parse_shm
 
 OK, DRIFT, UNHEALTHY, UNREACHABLE = "ok", "drift", "unhealthy", "unreachable"
@@ -91,6 +91,8 @@ def assess(rig: str, stack: Optional[Settings], output: str) -> RigStatus:
         status.drift += rendering_drift(compose, env, today)
         if container is not None:
             status.drift += container_drift(container, today)
+        if stack.model_source is not None:
+            status.drift += model_drift(sections.get("model"), stack.model_source.spec)
         served = container.env.get("RIGKIT_SERVED_MODEL_NAME") if container else None
         served = served or today.knob("served_model_name")
         api = parse_api(sections.get("api"))

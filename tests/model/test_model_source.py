@@ -16,6 +16,9 @@ from rigkit.model.source import (CONTROLLER, HUB, MODEL_CONTAINER_PATH, manifest
                                  read_directory_manifest, resolve_directory, revisions_to_remove)
 from rigkit.model.stage import CONTROLLER as FROM_CONTROLLER, STORE_SCRIPT_SOURCE, fan_out_rounds, transfer_plan
 from rigkit.serving.render import render_compose, render_env
+from rigkit.model.stage import CONTROLLER as FROM_CONTROLLER, STORE_SCRIPT_SOURCE, fan_out_rounds, transfer_plan
+from rigkit.serving.render import render_compose, render_env
+from rigkit.status.drift import model_drift
 
 COMMIT = "0123456789abcdef0123456789abcdef01234567"
 IMAGE = "vllm/vllm-openai@sha256:" + "a" * 64
@@ -140,3 +143,27 @@ def test_store_script_never_renames_a_corrupt_copy_resumes_and_detects_damage(tm
     assert _store(tmp_path, "check")["damaged"] == [{"path": "w", "why": "sha256 differs from the manifest"}]
     assert _store(tmp_path, "reopen") == {"reopened": ["w"]}
     assert _store(tmp_path, "state")["partial"] == {"c/config.json": 2}  # only the damaged file is sent again
+
+
+def test_status_shows_a_model_not_staged_or_damaged_as_drift():
+    assert model_drift('{"staged": true, "manifest": "m", "damaged": []}', "s") == []
+    assert [d.line() for d in model_drift('{"staged": false}', "org/m@c")] == \
+        ["model: model_source: the rig has <not staged>; today's data renders org/m@c"]
+    damaged = '{"staged": true, "damaged": [{"path": "w", "why": "sha256 differs from the manifest"}]}'
+    assert [d.line() for d in model_drift(damaged, "s")] == \
+        ["model: model_source: w: the rig has sha256 differs from the manifest; today's data renders as the manifest"]
+
+
+def test_a_model_larger_than_the_store_is_refused_naming_model_store_path():
+    from types import SimpleNamespace
+
+    from rigkit.errors import RigkitError
+    from rigkit.model.stage import STORE_MARGIN_BYTES, FleetStager
+
+    files = {"w": {"size": 10 * 10**9, "sha256": "0" * 64}}
+    stager = FleetStager(parse_model_source("org/m@" + COMMIT), None, files, {}, {}, {}, progress=lambda line: None)
+    store = SimpleNamespace(name="rig1", store="/mnt/rigkit-l2/models")
+    stager._preflight(store, {"partial": {"w": 4 * 10**9}, "free": 6 * 10**9 + STORE_MARGIN_BYTES})  # resumed: fits
+    with pytest.raises(RigkitError) as refused:
+        stager._preflight(store, {"partial": {}, "free": 6 * 10**9})
+    assert refused.value.field == "model_store_path" and "needs 10.00 GB more" in refused.value.problem

@@ -50,6 +50,7 @@ def made_up_replay(**repro) -> tuple[RigCard, RigCard]:
 # profile, knobs, driver/CUDA, GPU model, RAM, L2 device) and every other field of the schema's Reproducibility.
 CHANGES = {
     "image_digest": ({"image_digest": "127.0.0.1:5000/rigkit/vllm-cpu-tiny@sha256:" + "b" * 64}, "image digest"),
+    "model_source": ({"model_source": "Qwen/Qwen3-8B@" + "c" * 40}, "model"),
     "profile": ({"profile": "cpu-lab"}, "profile"),
     "knobs": ({"knobs": {"l1_size_gb": 60, "l2_enabled": True}}, "knob l1_size_gb"),
     "driver_version": ({"driver_version": "575.64.03"}, "driver"),

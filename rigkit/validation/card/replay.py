@@ -56,7 +56,8 @@ def setup_of(repro: Reproducibility) -> dict[str, str]:
     def shown(value: object) -> str:
         return MISSING if value in (None, "") else str(value)
 
-    settings = {"image digest": shown(repro.image_digest), "profile": shown(repro.profile),
+    settings = {"image digest": shown(repro.image_digest), "model": shown(repro.model_source),
+                "profile": shown(repro.profile),
                 "rigkit version": shown(repro.rigkit_version)}
     settings.update({f"knob {name}": _knob(value) for name, value in sorted(repro.knobs.items())})
     settings.update({

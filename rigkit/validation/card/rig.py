@@ -197,7 +197,8 @@ def render_rig_markdown(card: RigCard) -> str:
 
     lines += ["## Reproduce", "", "| | |", "|---|---|"]
     repro = card.repro
-    for name, value in [("rigkit", repro.rigkit_version), ("image", repro.image_digest), ("profile", repro.profile),
+    for name, value in [("rigkit", repro.rigkit_version), ("image", repro.image_digest),
+                        ("model", repro.model_source), ("profile", repro.profile),
                         ("knobs", ", ".join(f"{k}={v}" for k, v in sorted(repro.knobs.items())) or None),
                         ("prompts", "; ".join(f"{p.kind} {p.target_tokens} tok (seed {p.seed}"
                                               + (f", actual {p.tokens}" if p.tokens else "") + ")"

@@ -183,6 +183,7 @@ class PromptRecord(BaseModel):
 class Reproducibility(BaseModel):
     rigkit_version: str = rigkit.__version__
     image_digest: Optional[str] = None
+    model_source: Optional[str] = None  # the staged model (source@revision: commit or manifest sha256)
     profile: Optional[str] = None
     knobs: dict[str, object] = Field(default_factory=dict)
     prompts: list[PromptRecord] = Field(default_factory=list)

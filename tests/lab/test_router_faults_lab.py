@@ -10,9 +10,10 @@ The engine of the second rig is SIGKILLed mid-load (the serving container's init
 crash, so compose's restart policy brings it back; `docker kill` would count as a stop by hand). Measured and
 printed: requests sent and failed (each failure with its time from the kill), requests in flight at the kill, when
 the router last sent the dead rig a request, when it sent it one again once its engine answered. Asserted: no more
-requests fail than were in flight at the kill plus those the router sent before its health checks marked the worker
-down (each bounded by ROUTER_UNHEALTHY_WITHIN_S); the router stops sending within that bound; traffic comes back
-without an operator once the engine is healthy.
+requests fail than were in flight at the kill, none sent later than ROUTER_UNHEALTHY_WITHIN_S after it; the router
+stops sending within that bound; the other rig keeps serving; traffic comes back without an operator once the
+engine is healthy. Measured on the lab (2026-12-03): 114 sent, 0 failed, 2 in flight at the kill; the router last
+sent rig2 a request 3.7 s after the kill (bound 8 s) and again 74.4 s after it (the engine's restart).
 """
 
 from __future__ import annotations
@@ -134,6 +135,7 @@ def test_an_engine_killed_mid_load_costs_its_in_flight_requests_and_comes_back_w
     print(f"  the router last sent {victim.name} a request {stopped - killed:+.1f} s from the kill "
           f"(bound {ROUTER_UNHEALTHY_WITHIN_S} s); again {back - killed:+.1f} s from it (engine restarted, healthy)")
     assert stopped - killed <= ROUTER_UNHEALTHY_WITHIN_S + SETTLE_S, "the router kept sending to the dead engine"
-    # those in flight die with the engine; the router may send more before its checks mark it down, no later
+    # no more fail than died with the engine (vllm-router retries a refused request on another worker), none later
+    assert len(failures) <= in_flight, (in_flight, failures)
     assert all(offset <= ROUTER_UNHEALTHY_WITHIN_S + SETTLE_S for offset, _ in failures), failures
     assert load.count(worker_url(rigs[0]), time.monotonic()) > load.count(worker_url(rigs[0]), killed)  # kept serving

@@ -8,6 +8,7 @@ import os
 import stat
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -640,3 +641,22 @@ def _free_port() -> int:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         return probe.getsockname()[1]
+
+
+def test_the_lab_router_is_known_by_its_process_title_too(monkeypatch, tmp_path):
+    """vllm-router renames its process to vllm::router: a PID file naming it still finds it; another program not."""
+    from rigkit.lab import router_server
+
+    monkeypatch.setattr(router_server, "ROUTER_PID_FILE", tmp_path / "router.pid")
+    titled = subprocess.Popen(["bash", "-c", "exec -a vllm::router sleep 30"])
+    other = subprocess.Popen(["sleep", "30"])
+    try:
+        time.sleep(0.3)
+        (tmp_path / "router.pid").write_text(f"{titled.pid}\n")
+        assert router_server.router_pid() == titled.pid
+        (tmp_path / "router.pid").write_text(f"{other.pid}\n")
+        assert router_server.router_pid() is None
+    finally:
+        for process in (titled, other):
+            process.kill()
+            process.wait()

@@ -27,6 +27,8 @@ from rigkit.paths import LAB_DIR
 from rigkit.router import HEALTH_FLAGS, ROUTER_UNHEALTHY_WITHIN_S
 
 ROUTER_MODULE = "vllm_router.launch_router"
+# vllm-router 0.1.17 renames its process: /proc/<pid>/cmdline reads this once it runs (seen on the lab)
+ROUTER_PROCESS_TITLE = "vllm::router"
 LAB_ROUTER_HOST = "127.0.0.1"
 # not the router role's default ports: tests/lab/test_router_lab.py installs a router with them on rig1, which shares
 # this machine's network
@@ -72,7 +74,7 @@ def router_pid() -> Optional[int]:
         cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
     except OSError:
         return None
-    return pid if ROUTER_MODULE.encode() in cmdline else None
+    return pid if ROUTER_MODULE.encode() in cmdline or cmdline.startswith(ROUTER_PROCESS_TITLE.encode()) else None
 
 
 def ensure_router(rigs: Sequence[RigState], progress: Progress) -> dict:

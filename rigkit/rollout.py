@@ -51,11 +51,12 @@ from typing import Any, Callable, Iterator, Mapping, Optional, Sequence
 from rigkit.defaults import ROLLOUT_VARIABLES
 from rigkit.errors import ConfigError
 from rigkit.fleet import DEFAULT_DEPLOY, ROLLBACK_DEPLOY
+from rigkit.inventory import targeted
 from rigkit.paths import ROLLOUTS_DIR
-from rigkit.pyinfra_args import data_pairs, is_dry_run, pyinfra_executable, without_limits
+from rigkit.pyinfra_args import data_pairs, is_dry_run, limit_from, pyinfra_executable, without_limits
 from rigkit.rollout_plan import ROLLOUT_STEP_ENV, RolloutSettings, Stage, plan_stages, rollout_settings
 from rigkit.rollout_proof import prove_rig
-from rigkit.rollout_drain import ROUTER_DEFAULT_BATCH, routed_default, unreachable_router_fix
+from rigkit.rollout_drain import ROUTER_DEFAULT_BATCH, gateways_left_note, routed_default, unreachable_router_fix
 from rigkit.rollout_record import RolloutRecord, load_record, record_path, resume_record, save_record
 from rigkit.rollout_stage import (Failure, StageResult, StageWork, newly_upgraded, rollback_choice, rolled_back_words,
                                   stage_failures, stage_work)
@@ -252,6 +253,8 @@ def rollout_command(args: Any) -> Optional[int]:
         print(f"--> rigkit deploy: {defaulted}", flush=True)
     if not settings.active:
         return None
+    if note := gateways_left_note(rigs.hosts, targeted(rigs.hosts, limit_from(rigs.pyinfra_args)), args.inventory):
+        print(f"--> rigkit deploy: {note}", flush=True)
     rigs.check_connections()
     if is_dry_run(rigs.pyinfra_args):
         print(dry_run_text("rollout", plan_stages(rigs.names, settings.canary, settings.batch),

@@ -16,7 +16,7 @@ routes to the whole fleet). Its settings and every rig's are validated here too.
 a gateway is refused unless its data says router_on_controller: true (rigkit.router.refuse_router_on_controller).
 
 With a rollout set in the data (rollout_canary / rollout_batch), only `rigkit deploy` batches: a plain
-pyinfra run would upgrade every rig at once, so it is refused (rigkit.rollout_plan.refuse_unbatched).
+pyinfra run would upgrade every rig at once, so it is refused (rigkit.rollout.plan.refuse_unbatched).
 
 The hosts of the inventory group KV_STORE_GROUP ("kv_stores") are the fleet's Valkey store: they get the
 kv_store role only, whose firewall lets every rig of the inventory in (the same rigs the router routes to).
@@ -26,12 +26,12 @@ import os
 
 from pyinfra import host, inventory
 
-from rigkit.defaults import KV_STORE_GROUP
-from rigkit.hostdata import rig_settings
+from rigkit.settings.defaults import KV_STORE_GROUP
+from rigkit.settings.hostdata import rig_settings
 from rigkit.kv_share import check_inventory
 from rigkit.operations.router import rigs_before_router
-from rigkit.rollout_plan import refuse_unbatched
-from rigkit.inventory import inventory_rigs
+from rigkit.rollout.plan import refuse_unbatched
+from rigkit.fleet.inventory import inventory_rigs
 from rigkit.router import is_gateway, refuse_router_on_controller, rig_address, workers
 from roles import Run, deploy_rig
 from roles.kv_store import kv_store

@@ -5,9 +5,9 @@ when the image is still on the rig.
     pyinfra -y inventory/lab.py rollback.py --data rollback_to=REPO@sha256:... # a given release
 
 The target comes from the rig's release ledger (the newest release whose smoke passed before the
-latest deploy; rigkit.ledger.Ledger.rollback_target) unless ``rollback_to`` names an image (then its
+latest deploy; rigkit.serving.ledger.Ledger.rollback_target) unless ``rollback_to`` names an image (then its
 newest verified release). The rollback restores that release's stored compose.yml and .env
-(rigkit.ledger.rendering_dir), not the old image re-rendered with today's data; only when they are
+(rigkit.serving.ledger.rendering_dir), not the old image re-rendered with today's data; only when they are
 missing is it re-rendered, with a warning and a ledger note. It is a release like any other: same
 wait and smoke, recorded in the ledger with kind "rollback". A second run finds the rig there: No Change.
 A gateway (group routers) or the KV store (group kv_stores) of the same inventory has no release: it is left alone.
@@ -17,10 +17,10 @@ from pyinfra import host
 from pyinfra.facts.files import FileContents
 
 from rigkit.errors import ConfigError
-from rigkit.hostdata import rig_settings
-from rigkit.inventory import is_service_host
-from rigkit.ledger import LEDGER_PATH, ROLLBACK_KIND, Ledger, Release
-from rigkit.registry import require_digest
+from rigkit.settings.hostdata import rig_settings
+from rigkit.fleet.inventory import is_service_host
+from rigkit.serving.ledger import LEDGER_PATH, ROLLBACK_KIND, Ledger, Release
+from rigkit.remote.registry import require_digest
 from roles import Run
 from roles.rig_lock import rig_lock
 from roles.serving import serving

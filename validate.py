@@ -9,14 +9,14 @@
 Per rig: reach the serving API (SSH tunnel to the rig's loopback, or direct on a LAN bind) for prompts and
 /metrics, stream every completion from the rig itself (rigkit/files/ttft_probe.py run by the rig's python3 over
 pyinfra's SSH connection: the client TTFT is the one the rig's own clients see, not the tunnel's), run
-rigkit.validation's tier procedure (cold, warm-gpu, warm-connector, and warm-persistent after a
+rigkit.validation.procedure's tier procedure (cold, warm-gpu, warm-connector, and warm-persistent after a
 compose down/up on the rig), read the L2 disk tier's state on the rig (filesystem size/free against
 the janitor's floor, the store against l2_budget_gb, the janitor and its evictions: a full L2 fails
-the card), optionally soak the stack (rigkit.soak: multi-turn conversations, memory sampled on the
+the card), optionally soak the stack (rigkit.validation.soak: multi-turn conversations, memory sampled on the
 rig after every turn; a failed soak fails the card), then write results/<run-id>/<rig>.card.json +
 Markdown + plots and re-render the fleet card. Every host of one pyinfra run shares the run id. A replay keeps
 the recorded run's cards in results/<run-id>/recorded/: its fleet card sets the recorded rigs beside the new
-ones, lists every setup difference and judges each figure against the recorded run (rigkit.card.replay), also
+ones, lists every setup difference and judges each figure against the recorded run (rigkit.validation.card.replay), also
 written as replay.json and printed.
 """
 
@@ -31,27 +31,27 @@ from typing import Callable, Optional
 from pyinfra import host
 from pyinfra.operations import python
 
-from rigkit.abstats import ARM_OFF, ARM_ON
-from rigkit.card import RESULTS_DIR, fmt_l2, new_run_id, render_run, write_card
-from rigkit.card.glance import glance_lines
-from rigkit.card.replay import summary_lines
-from rigkit.card.store import RUN_ID_ENV, keep_recorded, replay_comparison
-from rigkit.decode_ab import run_decode_ab
-from rigkit.client import ServingClient
+from rigkit.validation.abstats import ARM_OFF, ARM_ON
+from rigkit.validation.card import RESULTS_DIR, fmt_l2, new_run_id, render_run, write_card
+from rigkit.validation.card.glance import glance_lines
+from rigkit.validation.card.replay import summary_lines
+from rigkit.validation.card.store import RUN_ID_ENV, keep_recorded, replay_comparison
+from rigkit.validation.decode_ab import run_decode_ab
+from rigkit.remote.client import ServingClient
 from rigkit.errors import ConfigError
-from rigkit.hostdata import rig_settings, settings_for_host
-from rigkit.knobs import SECRET_KNOBS
+from rigkit.settings.hostdata import rig_settings, settings_for_host
+from rigkit.settings.knobs import SECRET_KNOBS
 from rigkit.l2_state import read_l2
 from rigkit.paths import REPO_ROOT, RIG_STACK_DIR
-from rigkit.release_steps import apply_rendering
-from rigkit.sizing import GB
-from rigkit.soak import check_fits, limits_from, memory_probe, plan_from, run_soak
-from rigkit.stack import rendering_for, restart_commands
-from rigkit.ttft import RigProbe
-from rigkit.tunnel import serving_url
-from rigkit.profiles import ab_pair, load_profiles
-from rigkit.validation import ValidationSettings, validate_tiers
-from rigkit.validation_card import replay_data, to_card
+from rigkit.serving.release_steps import apply_rendering
+from rigkit.settings.sizing import GB
+from rigkit.validation.soak import check_fits, limits_from, memory_probe, plan_from, run_soak
+from rigkit.serving.commands import rendering_for, restart_commands
+from rigkit.validation.ttft import RigProbe
+from rigkit.remote.tunnel import serving_url
+from rigkit.settings.profiles import ab_pair, load_profiles
+from rigkit.validation.procedure import ValidationSettings, validate_tiers
+from rigkit.validation.card.assemble import replay_data, to_card
 
 RUN_ID = os.environ.setdefault(RUN_ID_ENV, new_run_id())
 
@@ -62,7 +62,7 @@ def _shell(command: str) -> Optional[str]:
 
 
 def _run_with_stdin(command: str, stdin: str) -> Optional[str]:
-    """rigkit.ttft.RigCommand over pyinfra's connection to this host."""
+    """rigkit.validation.ttft.RigCommand over pyinfra's connection to this host."""
     status, output = host.run_shell_command(command, _stdin=stdin)
     return output.stdout if status else None
 
@@ -77,7 +77,7 @@ def _rig_probe(knobs) -> Optional[RigProbe]:
 
 
 def _restart_stack(compose: str) -> None:
-    """A full `down` then `up -d` (rigkit.stack.restart_commands)."""
+    """A full `down` then `up -d` (rigkit.serving.commands.restart_commands)."""
     if _shell(" && ".join(restart_commands(compose))) is None:
         raise ConfigError("restart", RIG_STACK_DIR, "compose down/up failed on the rig",
                           "run deploy.py again, then validate")

@@ -27,11 +27,11 @@ if str(REPO_ROOT) not in sys.path:
     sys.path.insert(0, str(REPO_ROOT))
 
 from rigkit.errors import ConfigError  # noqa: E402
-from rigkit.hostdata import RigSettings  # noqa: E402
-from rigkit.ledger import Rendering  # noqa: E402
+from rigkit.settings.hostdata import RigSettings  # noqa: E402
+from rigkit.serving.ledger import Rendering  # noqa: E402
 from rigkit.paths import RIG_STACK_DIR, RIG_STATE_DIR  # noqa: E402
-from rigkit.render import COMPOSE_FILE_NAME, COMPOSE_PROJECT, CONTAINER_NAME, ENV_FILE_MODE, ENV_FILE_NAME  # noqa: E402
-from rigkit.stack import ready_url, rendering_for  # noqa: E402
+from rigkit.serving.render import COMPOSE_FILE_NAME, COMPOSE_PROJECT, CONTAINER_NAME, ENV_FILE_MODE, ENV_FILE_NAME  # noqa: E402
+from rigkit.serving.commands import ready_url, rendering_for  # noqa: E402
 from roles.docker import DAEMON_JSON  # noqa: E402
 
 ANSIBLE_DIR = BENCH_DIR / "ansible"

@@ -33,10 +33,10 @@ sys.path.insert(0, str(REPO_ROOT))
 
 from rigkit.lab.pyinfra_output import parse_results  # noqa: E402
 from rigkit.lab.state import RigState, read_state  # noqa: E402
-from rigkit.ledger import LEDGER_PATH  # noqa: E402
+from rigkit.serving.ledger import LEDGER_PATH  # noqa: E402
 from rigkit.paths import RIG_STACK_DIR, RIG_STATE_DIR  # noqa: E402
-from rigkit.pyinfra_args import pyinfra_executable  # noqa: E402
-from rigkit.render import CONTAINER_NAME  # noqa: E402
+from rigkit.fleet.pyinfra_args import pyinfra_executable  # noqa: E402
+from rigkit.serving.render import CONTAINER_NAME  # noqa: E402
 
 INVENTORY = REPO_ROOT / "inventory" / "lab.py"
 POLL_S = 0.2

@@ -22,7 +22,7 @@ sys.path.insert(0, str(REPO_ROOT))
 
 from rigkit.lab.cli import lab_down, lab_up  # noqa: E402
 from rigkit.lab.pyinfra_output import parse_results  # noqa: E402
-from rigkit.pyinfra_args import pyinfra_executable  # noqa: E402
+from rigkit.fleet.pyinfra_args import pyinfra_executable  # noqa: E402
 
 PROBE_DEPLOY = REPO_ROOT / "tests" / "lab" / "deploys" / "probe.py"
 PROBE_PATH = "/etc/rigkit-lab-probe"

@@ -43,13 +43,13 @@ import ansible_peer  # noqa: E402
 from deploy_bench import INVENTORY, REPO_ROOT, Availability, pyinfra, rig_shell  # noqa: E402
 
 from rigkit.errors import ConfigError  # noqa: E402
-from rigkit.inventory import load_inventory  # noqa: E402
-from rigkit.hostdata import RigSettings, rig_settings  # noqa: E402
-from rigkit.knobs import KNOBS_BY_NAME  # noqa: E402
+from rigkit.fleet.inventory import load_inventory  # noqa: E402
+from rigkit.settings.hostdata import RigSettings, rig_settings  # noqa: E402
+from rigkit.settings.knobs import KNOBS_BY_NAME  # noqa: E402
 from rigkit.lab.state import RigState, read_state  # noqa: E402
-from rigkit.pyinfra_args import pyinfra_executable  # noqa: E402
-from rigkit.render import CONTAINER_NAME, KNOBS_HASH_LABEL  # noqa: E402
-from rigkit.stack import rendering_for  # noqa: E402
+from rigkit.fleet.pyinfra_args import pyinfra_executable  # noqa: E402
+from rigkit.serving.render import CONTAINER_NAME, KNOBS_HASH_LABEL  # noqa: E402
+from rigkit.serving.commands import rendering_for  # noqa: E402
 
 FLOOR, RIGKIT, ANSIBLE_WARM, ANSIBLE_COLD = "pyinfra floor", "rigkit", "Ansible warm", "Ansible cold"
 ANSIBLE = "Ansible"  # the knob change has one Ansible run (masters cold)
@@ -193,7 +193,7 @@ def parse_knob(text: str) -> tuple[str, Any]:
     name, sep, raw = text.partition("=")
     if not sep or name not in KNOBS_BY_NAME:
         raise ConfigError("--knob", text, "is not NAME=VALUE with a serving knob's name",
-                          f"give a knob of rigkit/knobs.py, e.g. {DEFAULT_KNOB}")
+                          f"give a knob of rigkit/settings/knobs.py, e.g. {DEFAULT_KNOB}")
     try:
         return name, json.loads(raw)
     except ValueError:

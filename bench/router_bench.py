@@ -5,23 +5,23 @@
 
 Printed, never asserted (tests/lab/test_router_bench_lab.py asserts behaviour on the lab). One run:
 - reaches every rig of the inventory (hosts of the `routers` group are gateways, not rigs) as validate.py does:
-  rigkit.tunnel's SSH tunnel to an API bound to the rig's loopback (the lab's rig3 in its own network namespace
+  rigkit.remote.tunnel's SSH tunnel to an API bound to the rig's loopback (the lab's rig3 in its own network namespace
   included), direct on a LAN bind;
 - starts two real vllm-routers on this machine's loopback (bench/router_launcher.py), --policy cache_aware and
   --policy round_robin, both over the same rig URLs: the tunnels, so "direct" below goes through the same tunnel
   and the router's column differs from it by the router alone;
 - runs N sessions × M turns through each router, then the same kind of sessions direct (session s on rig
-  s mod R: a client that picks a rig and keeps it). The conversations are the soak's (rigkit/soak.py): each turn
+  s mod R: a client that picks a rig and keeps it). The conversations are the soak's (rigkit/validation/soak.py): each turn
   resends the conversation so far plus a new salted user message, two sessions open at a time taking turns.
   Every message is salted with its target's name and a fresh id, so no target's prefixes can warm another's
   (nothing is restarted or evicted between them);
-- per turn: the hit rate, read from the rigs' own /metrics around each request (rigkit/metrics.py: every rig
+- per turn: the hit rate, read from the rigs' own /metrics around each request (rigkit/validation/metrics.py: every rig
   scraped before and after, deltas summed over rigs) rather than from usage.prompt_tokens_details: the window
   also names the rig that served the request (the router does not say), and it needs no
   --enable-prompt-tokens-details on the rigs. Tokens from a cache are vllm:prompt_tokens_by_source's
   local_cache_hit + external_kv_transfer over all its prompt tokens where vLLM exports it (each token counted
   once), else the prefix-cache counters (GPU + external hits over queries). The TTFT is the client's
-  (rigkit/client.py's stream, timed here), median over the sessions;
+  (rigkit/remote/client.py's stream, timed here), median over the sessions;
 - the router's own added latency: one salted prompt warmed on every rig, then --pairs times the same request
   through the router, then straight after direct to the rig the router chose (named by the /metrics window):
   the paired TTFT difference, median and 90th percentile.
@@ -53,15 +53,15 @@ sys.path.insert(0, str(BENCH_DIR))
 
 from router_launcher import started_router  # noqa: E402
 
-from rigkit import metrics  # noqa: E402
-from rigkit.client import ServingClient, StreamResult, prefill_timeout  # noqa: E402
-from rigkit.defaults import ROUTER_GROUP  # noqa: E402
+from rigkit.validation import metrics  # noqa: E402
+from rigkit.remote.client import ServingClient, StreamResult, prefill_timeout  # noqa: E402
+from rigkit.settings.defaults import ROUTER_GROUP  # noqa: E402
 from rigkit.errors import ConfigError, RigkitError  # noqa: E402
-from rigkit.inventory import load_inventory  # noqa: E402
-from rigkit.hostdata import rig_settings  # noqa: E402
-from rigkit.prompts import new_session_id  # noqa: E402
-from rigkit.soak import Plan, check_fits, conversation_tokens, next_message, transcript_entry, turn_order, turn_prompt  # noqa: E402
-from rigkit.tunnel import serving_url  # noqa: E402
+from rigkit.fleet.inventory import load_inventory  # noqa: E402
+from rigkit.settings.hostdata import rig_settings  # noqa: E402
+from rigkit.validation.prompts import new_session_id  # noqa: E402
+from rigkit.validation.soak import Plan, check_fits, conversation_tokens, next_message, transcript_entry, turn_order, turn_prompt  # noqa: E402
+from rigkit.remote.tunnel import serving_url  # noqa: E402
 
 CACHE_AWARE, ROUND_ROBIN, DIRECT = "cache_aware", "round_robin", "direct"
 POLICIES = (CACHE_AWARE, ROUND_ROBIN)

@@ -24,7 +24,7 @@ from typing import Iterator, Sequence
 
 import requests
 
-from rigkit.defaults import ROUTER_POLICIES
+from rigkit.settings.defaults import ROUTER_POLICIES
 from rigkit.errors import ConfigError, RigkitError
 
 LOOPBACK = "127.0.0.1"

@@ -1,7 +1,7 @@
 """The story's rig: dual RTX 3090 (TP=2), Qwen3.6-27B FP8, int8 KV, MTP n=3, 262K context, LMCache L1 60 GB + L2 on NVMe.
 
 Every value is the one the user ran (../shared/reference: the field notes and the discussion); inventory
-dual_3090_qwen36.py puts a rig in this group. tests/test_worked_example.py renders it and compares the engine
+dual_3090_qwen36.py puts a rig in this group. tests/fleet/test_worked_example.py renders it and compares the engine
 command, flag by flag, with the field notes' one.
 """
 

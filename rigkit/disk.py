@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from typing import Optional
 
-from rigkit.variables import check_of
+from rigkit.settings.variables import check_of
 
 FSTAB_ESCAPES = {" ": "\\040", "\t": "\\011", "\n": "\\012", "\\": "\\134"}
 _FSTAB_SPECIAL = re.compile("[ \t\n\\\\]")

@@ -16,11 +16,11 @@ from __future__ import annotations
 import posixpath
 from typing import Any, Iterable, Mapping, Optional
 
-from rigkit.defaults import KV_SHARE_VARIABLES, ROUTER_GROUP, kv_share_store_path
+from rigkit.settings.defaults import KV_SHARE_VARIABLES, ROUTER_GROUP, kv_share_store_path
 from rigkit.disk import fstab_line
 from rigkit.errors import ConfigError
-from rigkit.knobs import KNOBS_BY_NAME
-from rigkit.variables import resolve
+from rigkit.settings.knobs import KNOBS_BY_NAME
+from rigkit.settings.variables import resolve
 
 SHARE_KNOBS = [KNOBS_BY_NAME[name] for name in ("kv_share", "kv_share_janitor", "kv_hash_seed")]
 NFS_FSTYPES = ("nfs", "nfs4")

@@ -1,7 +1,7 @@
 """The fleet's shared KV store: valkey-server's configuration and LMCache's Valkey L2 adapter, as plain values.
 
-roles/kv_store.py writes ``config_text`` on the store host (a host of rigkit.defaults.KV_STORE_GROUP) and
-checks the server answers as declared; rigkit.hostdata points a rig's LMCache at it (``adapter_json``).
+roles/kv_store.py writes ``config_text`` on the store host (a host of rigkit.settings.defaults.KV_STORE_GROUP) and
+checks the server answers as declared; rigkit.settings.hostdata points a rig's LMCache at it (``adapter_json``).
 
 Reachable by the rigs only: valkey binds to the declared addresses alone, keeps protected-mode on and
 requires the password (requirepass) on every connection, and the store firewall (KV_STORE_FIREWALL, nft table
@@ -24,7 +24,7 @@ from typing import Callable, Mapping, Optional, Sequence
 
 from rigkit.errors import ConfigError
 from rigkit.firewall import Firewall, Network, allowed_sources
-from rigkit.sizing import GIB
+from rigkit.settings.sizing import GIB
 
 # valkey-server as Debian 13 packages it (valkey 8.1): the main file includes rigkit's, last, so rigkit's
 # directives win over the package's defaults without rigkit owning the package's file.

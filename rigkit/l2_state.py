@@ -9,10 +9,10 @@ import shlex
 from dataclasses import dataclass
 from typing import Callable, Optional
 
-from rigkit.card import L2Report, fmt_bytes
+from rigkit.validation.card import L2Report, fmt_bytes
 from rigkit.files.l2_janitor import (L2_JANITOR_MIN_FREE_BYTES, L2_JANITOR_UNIT, STATE_BELOW_FLOOR, STATE_REFUSED,
                                      STATUS_FILE)
-from rigkit.sizing import GB
+from rigkit.settings.sizing import GB
 
 # The janitor runs every few seconds: a store this much over its budget between two rounds is normal.
 L2_OVER_BUDGET_TOLERANCE = 0.05

@@ -5,18 +5,19 @@ import unicodedata
 from pathlib import Path
 from typing import Optional
 
-from rigkit.variables import check_of
+from rigkit.settings.variables import check_of
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 TEMPLATES_DIR = REPO_ROOT / "templates"
 PROFILES_FILE = REPO_ROOT / "profiles.yaml"
+FILES_DIR = Path(__file__).resolve().parent / "files"  # uploaded to the rig as they are
 
 # Lab state (containers, keys, loop images) and the build cache that outlives `lab down`.
 LAB_DIR = Path(os.environ.get("RIGKIT_LAB_DIR", "/var/lib/rigkit-lab"))
 LAB_STATE_FILE = LAB_DIR / "state.json"
 CACHE_DIR = Path(os.environ.get("RIGKIT_CACHE_DIR", "/var/cache/rigkit"))
 # On the controller: one record per inventory of the rollout `rigkit deploy --canary/--batch` runs
-# (rigkit.rollout_record).
+# (rigkit.rollout.record).
 ROLLOUTS_DIR = Path(os.environ.get("RIGKIT_ROLLOUTS_DIR", REPO_ROOT / "rollouts"))
 
 # On a rig: the compose project (compose.yml + .env) and rigkit's own state (ledger, helper scripts).

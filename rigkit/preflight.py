@@ -20,10 +20,10 @@ from dataclasses import dataclass, replace
 from typing import Any, Literal, Optional
 
 from rigkit.errors import PreflightError, RigkitError
-from rigkit.hostdata import Settings
+from rigkit.settings.hostdata import Settings
 from rigkit.nvidia_smi import GpuMemoryReading, parse_gpu_memory
-from rigkit.registry import registry_failure
-from rigkit.sizing import GB, GIB
+from rigkit.remote.registry import registry_failure
+from rigkit.settings.sizing import GB, GIB
 from rigkit.survey import RigState
 
 L2_FREE_WARN_GB = 50  # below this the L2 tier holds only a few long sessions
@@ -96,7 +96,7 @@ def _gib(value_bytes: float) -> float:
 
 
 def check_ram(settings: Settings, meminfo: dict[str, int]) -> list[Finding]:
-    """The memory knobs count GiB (rigkit.sizing): MemAvailable is compared in bytes, printed in GiB."""
+    """The memory knobs count GiB (rigkit.settings.sizing): MemAvailable is compared in bytes, printed in GiB."""
     knobs = settings.knobs
     available_bytes = meminfo.get("MemAvailable", 0)
     available = _gib(available_bytes)

@@ -16,13 +16,13 @@ from dataclasses import dataclass
 from typing import Any, Mapping, Optional, Sequence
 from urllib.parse import urlsplit
 
-from rigkit.defaults import ROUTER_GROUP
+from rigkit.settings.defaults import ROUTER_GROUP
 from rigkit.errors import ConfigError
-from rigkit.knobs import controller_secret_variable
+from rigkit.settings.knobs import controller_secret_variable
 from rigkit.paths import RIG_LIB_DIR
-from rigkit.stack import FILES_DIR
+from rigkit.paths import FILES_DIR
 from rigkit.systemd import exec_command_line
-from rigkit.tunnel import WILDCARD_ADDRESSES, is_loopback_bind, rig_local_url, ssh_address, url_host
+from rigkit.remote.tunnel import WILDCARD_ADDRESSES, is_loopback_bind, rig_local_url, ssh_address, url_host
 
 ROUTER_VENV = "/opt/rigkit-router"
 ROUTER_PYTHON = f"{ROUTER_VENV}/bin/python"

@@ -21,10 +21,10 @@ from rigkit.facts.firewall import FirewallTrace, NetworkNamespace, SshConnection
 from rigkit.facts.docker import ComposeCommand, DockerEngine, DockerImagePresent, DockerLocalImages
 from rigkit.facts.nvidia import NvidiaGpuMemory, NvidiaPciGpus, NvidiaSmiGpus
 from rigkit.facts.server import MemInfo, PortListeners, ShmSize
-from rigkit.facts.stack import StackContainers
+from rigkit.facts.serving import StackContainers
 from rigkit.firewall import API_FIREWALL
-from rigkit.hostdata import RigSettings
-from rigkit.render import STACK_NAME
+from rigkit.settings.hostdata import RigSettings
+from rigkit.serving.render import STACK_NAME
 
 
 @dataclass(frozen=True)

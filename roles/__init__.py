@@ -1,8 +1,8 @@
 """rigkit's pyinfra roles, in deploy order, and the pipeline that runs them.
 
 Each role module ``roles/<name>.py`` has a ``@deploy`` function of the same name taking the rig's
-RigSettings (rigkit.hostdata.rig_settings, built once per host by the entry point) and the run's Run.
-Its variables are declared in rigkit.defaults (section ``<name>``).
+RigSettings (rigkit.settings.hostdata.rig_settings, built once per host by the entry point) and the run's Run.
+Its variables are declared in rigkit.settings.defaults (section ``<name>``).
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from typing import Optional, Sequence
 
 from pyinfra import host
 
-from rigkit.hostdata import RigSettings
+from rigkit.settings.hostdata import RigSettings
 from rigkit.survey import RigState, read_rig_state
 
 # rig_lock first: one deploy at a time per rig, facts read under the lock. preflight next: what the bare

@@ -12,7 +12,7 @@ A re-run with nothing changed changes nothing. Runs before serving, so a new bin
 With ``api_firewall`` off, a table, unit and ruleset an earlier deploy made are removed; a rig without any
 gets no operation. The deploy says when the API listens beyond loopback with no firewall.
 
-Lab rule: a lab rig on host networking shares this machine's network namespace; rigkit.hostdata refuses
+Lab rule: a lab rig on host networking shares this machine's network namespace; rigkit.settings.hostdata refuses
 api_firewall there before any host is touched, and this role refuses a lab rig whose namespace turns out
 to be the controller's.
 """
@@ -25,7 +25,7 @@ from pyinfra.operations import python
 
 from rigkit.errors import PreflightError
 from rigkit.firewall import API_FIREWALL, allowed_sources, controller_source, exposure_notice, refuse_same_namespace
-from rigkit.hostdata import RigSettings
+from rigkit.settings.hostdata import RigSettings
 from rigkit.operations import refuse, say
 from roles import Run
 from roles.firewall import controller_namespace, firewall_applied, firewall_removed

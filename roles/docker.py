@@ -30,7 +30,7 @@ from pyinfra.operations.util import any_changed
 from rigkit.operations.apt import (APT_KEYRINGS_DIR, apt_source_line, packages_held, packages_installed,
                                    pinned)
 from rigkit.operations.docker import docker_engine_verified, json_file_merged
-from rigkit.hostdata import RigSettings
+from rigkit.settings.hostdata import RigSettings
 from roles import Run
 from rigkit.distro import DOCKER_SUPPORTED_OS, TargetOS, target_os
 from rigkit.survey import RigState

@@ -17,8 +17,8 @@ from pyinfra import host
 from pyinfra.api.deploy import deploy
 from pyinfra.operations import files
 
-from rigkit.defaults import KV_SHARE_NFS_CLIENT_PACKAGE
-from rigkit.hostdata import RigSettings
+from rigkit.settings.defaults import KV_SHARE_NFS_CLIENT_PACKAGE
+from rigkit.settings.hostdata import RigSettings
 from rigkit.kv_share import NFS_FSTYPES, fstab_entry_line
 from rigkit.operations import say
 from rigkit.operations.apt import packages_installed

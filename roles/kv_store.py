@@ -1,7 +1,7 @@
 """kv_store: the fleet's shared KV store, valkey-server with a password, a memory limit, an eviction policy
 and a firewall that lets the rigs alone reach it.
 
-Runs on the hosts of the inventory group rigkit.defaults.KV_STORE_GROUP (they get this role only). Ensures
+Runs on the hosts of the inventory group rigkit.settings.defaults.KV_STORE_GROUP (they get this role only). Ensures
 - with ``kv_store_firewall`` on (the default), before valkey is installed or restarted, so a new bind never
   listens unprotected: nftables installed, rigkit.kv_store.KV_STORE_FIREWALL's table ``inet rigkit_kv_store``
   (its own ruleset file and boot unit, independent of the API firewall's on the same host) letting only
@@ -16,7 +16,7 @@ Runs on the hosts of the inventory group rigkit.defaults.KV_STORE_GROUP (they ge
   maxmemory and its policy, no persistence; the package's valkey.conf includes it as its last line;
 - the service enabled and running, restarted only when either file changed.
 Verifies (while the deploy runs) that a PING without the password is refused with NOAUTH, one with it answers,
-and CONFIG GET maxmemory / maxmemory-policy are the declared values. Its variables: rigkit.defaults, section
+and CONFIG GET maxmemory / maxmemory-policy are the declared values. Its variables: rigkit.settings.defaults, section
 kv_store; the password is the secret knob kv_store_password (the controller's RIGKIT_KV_STORE_PASSWORD),
 checked before any host is touched.
 
@@ -45,14 +45,14 @@ from rigkit.distro import target_os
 from rigkit.errors import PreflightError
 from rigkit.facts.firewall import FirewallTrace, NetworkNamespace, trace_kwargs
 from rigkit.firewall import refuse_on_shared_network, refuse_same_namespace
-from rigkit.hostdata import RigSettings, required_secret
+from rigkit.settings.hostdata import RigSettings, required_secret
 from rigkit.kv_store import (INCLUDE_LINE, KV_STORE_FIREWALL, RIGKIT_CONF, RIGKIT_CONF_MODE, VALKEY_MAIN_CONF,
                              VALKEY_PACKAGES, VALKEY_SERVICE, VALKEY_USER, config_text, store_sources)
 from rigkit.operations import refuse
 from rigkit.operations.apt import packages_installed
 from rigkit.operations.files import secret_file
 from rigkit.operations.kv_store import store_verified
-from rigkit.tunnel import ssh_address
+from rigkit.remote.tunnel import ssh_address
 from roles import Run
 from roles.firewall import controller_namespace, firewall_applied, firewall_removed
 

@@ -21,10 +21,10 @@ from pyinfra import host
 from pyinfra.api.deploy import deploy
 from pyinfra.operations import files
 
-from rigkit.defaults import LABEL_LIMITS, l2_cache_path
+from rigkit.settings.defaults import LABEL_LIMITS, l2_cache_path
 from rigkit.disk import fstab_line
 from rigkit.errors import ConfigError, PreflightError
-from rigkit.hostdata import RigSettings
+from rigkit.settings.hostdata import RigSettings
 from rigkit.facts.disk import BlockDeviceList
 from rigkit.operations import say
 from rigkit.operations.disk import filesystem_made, fstab_entry, mounted

@@ -22,7 +22,7 @@ from pyinfra.operations import files, systemd
 from rigkit.operations import say
 from rigkit.operations.apt import APT_KEYRINGS_DIR, packages_held, packages_installed, pinned
 from rigkit.operations.nvidia import gpu_container_verified, nvidia_runtime_configured
-from rigkit.hostdata import RigSettings
+from rigkit.settings.hostdata import RigSettings
 from roles import Run
 from rigkit.distro import target_os
 from roles.docker import DAEMON_JSON, DOCKER_SERVICE

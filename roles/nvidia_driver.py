@@ -30,7 +30,7 @@ from pyinfra.operations.util import any_changed
 from rigkit.operations import say
 from rigkit.operations.apt import deb_from_url, packages_held, packages_installed, pinned
 from rigkit.operations.nvidia import kernel_module_unloaded, nvidia_driver_verified, nvidia_module_current
-from rigkit.hostdata import RigSettings
+from rigkit.settings.hostdata import RigSettings
 from roles import Run
 from rigkit.distro import TargetOS, target_os
 

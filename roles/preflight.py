@@ -26,7 +26,7 @@ from pyinfra.api.deploy import deploy
 from pyinfra.operations import python
 
 from rigkit.errors import PreflightError
-from rigkit.hostdata import RigSettings
+from rigkit.settings.hostdata import RigSettings
 from rigkit.operations import refusal_of, refuse, say
 from rigkit.preflight import Finding, HostFacts, bare_host_preflight, refusals
 from rigkit.survey import RigState

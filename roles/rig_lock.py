@@ -11,7 +11,7 @@ A holder that outlives that is stale and is ended (taken over) when
 deploy's message and for the staleness decision.
 
 deploy.py runs this first (roles.PIPELINE); rollback.py calls it itself. A rig whose lock cannot be taken
-gets one failing operation ("Rig lock") and nothing else. Its variables: rigkit.defaults (section rig_lock).
+gets one failing operation ("Rig lock") and nothing else. Its variables: rigkit.settings.defaults (section rig_lock).
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from typing import Callable, Optional
 from pyinfra import host
 from pyinfra.operations import python
 
-from rigkit.hostdata import RigSettings
+from rigkit.settings.hostdata import RigSettings
 from rigkit.paths import RIG_STATE_DIR
 from rigkit.operations import refuse, say
 from roles import Run

@@ -22,7 +22,7 @@ from pyinfra.operations import files, pip, python, systemd
 from pyinfra.operations.util import any_changed
 
 from rigkit.errors import RigkitError
-from rigkit.hostdata import RigSettings
+from rigkit.settings.hostdata import RigSettings
 from rigkit.operations import refusing_step
 from rigkit.operations.apt import packages_installed
 from rigkit.operations.files import secret_file
@@ -32,8 +32,8 @@ from rigkit.router import (ROUTER_API_KEY_FILE, ROUTER_APT_PACKAGES, ROUTER_CHEC
                            ROUTER_CONFIG_DIR, ROUTER_LAUNCHER, ROUTER_LAUNCHER_SOURCE, ROUTER_PACKAGE, ROUTER_PIP,
                            ROUTER_READY_TIMEOUT_S, ROUTER_UNIT, ROUTER_UNIT_PATH, ROUTER_VENV, Worker, api_key,
                            pip_find_links, pip_install_args, router_url, unit_text)
-from rigkit.smoke import check_router
-from rigkit.tunnel import serving_url
+from rigkit.serving.smoke import check_router
+from rigkit.remote.tunnel import serving_url
 from roles import Run
 
 

@@ -1,7 +1,7 @@
 """serving: the profile's compose stack on the rig, pinned by digest, with a release ledger.
 
 Ensures, in order:
-- the host data is valid (rigkit.hostdata: unknown knobs, tags, bad values refused before any change);
+- the host data is valid (rigkit.settings.hostdata: unknown knobs, tags, bad values refused before any change);
 - preflights pass (RAM, shm, L2 disk, GPU memory, engine, compose, image): a refusal fails this rig only;
   on a fresh rig, where the docker role installs the engine in this same run, the engine, compose and
   image checks run once that role ran (``engine_checked``), still before this role changes anything;
@@ -16,7 +16,7 @@ Ensures, in order:
   ones are always kept).
   RELEASE_HASH_FILE is written only once the release is verified (or rolled back), so a run killed
   anywhere in between redoes the release when re-run instead of reporting "No Change".
-- a verified release's compose.yml and .env are stored under rigkit.ledger.rendering_dir(<release
+- a verified release's compose.yml and .env are stored under rigkit.serving.ledger.rendering_dir(<release
   hash>) and named in its ledger entry: a rollback (automatic, or rollback.py via
   ``serving(kind="rollback", restore_rendering=...)``) brings back exactly that rendering, not the
   old image re-rendered with today's data. Only when it is missing (a ledger older than stored
@@ -34,27 +34,27 @@ from pyinfra.api import deploy
 from pyinfra.operations import files, python, systemd
 from pyinfra.operations.util import any_changed
 
-from rigkit import release_steps
+from rigkit.serving import release_steps
 from rigkit.facts.docker import ManifestProbe
 from rigkit.files.l2_janitor import L2_JANITOR_INTERVAL_S, L2_JANITOR_MIN_FREE_BYTES, L2_JANITOR_UNIT
-from rigkit.hostdata import RigSettings, Settings
-from rigkit.knobs import KNOBS_BY_NAME
-from rigkit.ledger import DEPLOY_KIND, ROLLBACK_KIND, Release, Rendering
+from rigkit.settings.hostdata import RigSettings, Settings
+from rigkit.settings.knobs import KNOBS_BY_NAME
+from rigkit.serving.ledger import DEPLOY_KIND, ROLLBACK_KIND, Release, Rendering
 from rigkit.operations import refusal_of, refuse, refusing_step
 from rigkit.operations.files import secret_file
-from rigkit.operations.stack import PULL_STEP, engine_checked, image_pulled, stack_release
+from rigkit.operations.serving import PULL_STEP, engine_checked, image_pulled, stack_release
 from rigkit.paths import RIG_LIB_DIR, RIG_STACK_DIR, RIG_STATE_DIR
 from rigkit.preflight import HostFacts, preflight, refusals
-from rigkit.release import (Outcome, Refuse, judge_release, judge_rollback, never_ready, roll_back_or_refuse,
+from rigkit.serving.release import (Outcome, Refuse, judge_release, judge_rollback, never_ready, roll_back_or_refuse,
                             rollback_target)
-from rigkit.render import COMPOSE_FILE_NAME, CONTAINER_NAME, ENV_FILE_MODE, ENV_FILE_NAME
-from rigkit.sizing import GB
-from rigkit.smoke import HASH_SEED_ENV, SmokeReport, check_container, check_hash_seed, check_http
-from rigkit.stack import FILES_DIR, WAIT_READY_SCRIPT, WAIT_READY_SOURCE, ready_url, rendering_for
+from rigkit.serving.render import COMPOSE_FILE_NAME, CONTAINER_NAME, ENV_FILE_MODE, ENV_FILE_NAME
+from rigkit.settings.sizing import GB
+from rigkit.serving.smoke import HASH_SEED_ENV, SmokeReport, check_container, check_hash_seed, check_http
+from rigkit.serving.commands import FILES_DIR, WAIT_READY_SCRIPT, WAIT_READY_SOURCE, ready_url, rendering_for
 from rigkit.survey import RigState
 from rigkit.systemd import exec_command_line
-from rigkit.tunnel import serving_url
-from rigkit.variables import resolve
+from rigkit.remote.tunnel import serving_url
+from rigkit.settings.variables import resolve
 from roles import Run
 
 logger = logging.getLogger("rigkit.serving")
@@ -121,7 +121,7 @@ def after_release(rendering: Rendering, rig: RigSettings, compose: Optional[str]
                   auto_rollback: bool, keep_images: int, ready_timeout_s: int, note: str = "",
                   release_op=None) -> None:
     """Smoke, ledger, stored rendering, automatic rollback and pruning, right after a release was brought up:
-    rigkit.release decides each step, rigkit.release_steps carries it out on the rig.
+    rigkit.serving.release decides each step, rigkit.serving.release_steps carries it out on the rig.
 
     ``rendering`` is what the release brought up; ``note`` goes into its ledger entry. ``release_op``
     is the stack_release operation: when it failed (a container died, the wait timed out, `up -d`

@@ -1,6 +1,6 @@
-"""Sample results cards the tests of rigkit.card (tests/test_card_*.py) render, store and compare."""
+"""Sample results cards the tests of rigkit.validation.card (tests/test_card_*.py) render, store and compare."""
 
-from rigkit.card.schema import (Capacity, CapacityTier, DecodeAB, DecodeKind, L2Report, PromptRecord, Reproducibility,
+from rigkit.validation.card.schema import (Capacity, CapacityTier, DecodeAB, DecodeKind, L2Report, PromptRecord, Reproducibility,
                                 RigCard, SoakTurn, StatModel, TierProof, TierResult)
 
 
@@ -48,8 +48,8 @@ def l2_report(state="ok", level="ok", free=1_500_000_000, problems=()):
 
 
 def judged_soak(tps_last=38.0, memory_last=2150.0):
-    """A 2 × 3 soak judged by rigkit.soak (records in the order the soak runs them)."""
-    from rigkit.soak import Limits, Plan, judge, turn_order
+    """A 2 × 3 soak judged by rigkit.validation.soak (records in the order the soak runs them)."""
+    from rigkit.validation.soak import Limits, Plan, judge, turn_order
 
     plan = Plan(sessions=2, turns=3, message_tokens=64, reply_tokens=32)
     records = [SoakTurn(session=s, turn=t, completion_tokens=32, decode_tps=40.0 if s == 0 else tps_last,

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from rigkit.render import entrypoint_script, env_values, render_compose, render_env
+from rigkit.serving.render import entrypoint_script, env_values, render_compose, render_env
 
 DOCKER_COMPOSE = shutil.which("docker-compose")
 needs_compose = pytest.mark.skipif(DOCKER_COMPOSE is None, reason="docker-compose not installed (bin/setup installs it)")

@@ -18,12 +18,12 @@ from pathlib import Path
 
 import pytest
 
-from rigkit.hostdata import rig_settings
-from rigkit.ledger import Ledger, Release
+from rigkit.settings.hostdata import rig_settings
+from rigkit.serving.ledger import Ledger, Release
 from rigkit.paths import RIG_STACK_DIR, RIG_STATE_DIR
-from rigkit.stack import rendering_for
-from rigkit.status_probe import status_script
-from rigkit.status_rig import assess
+from rigkit.serving.commands import rendering_for
+from rigkit.status.probe import status_script
+from rigkit.status.rig import assess
 
 IMAGE_1 = "127.0.0.1:5000/rigkit/vllm-cpu-tiny@sha256:" + "1" * 64
 IMAGE_2 = "127.0.0.1:5000/rigkit/vllm-cpu-tiny@sha256:" + "2" * 64

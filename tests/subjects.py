@@ -1,4 +1,4 @@
-"""What a package defines, by subject: the names the case folders of tests/roles and tests/facts carry."""
+"""What a package defines, by subject: the names the case folders of tests/operations and tests/facts carry."""
 
 from __future__ import annotations
 

@@ -13,10 +13,10 @@ from pathlib import Path
 import pytest
 
 from rigkit.errors import ConfigError
-from rigkit.hostdata import rig_settings, settings_for_host
+from rigkit.settings.hostdata import rig_settings, settings_for_host
 from rigkit.paths import REPO_ROOT
 from rigkit.preflight import HostFacts, preflight, refusals
-from rigkit.sizing import GB
+from rigkit.settings.sizing import GB
 from rigkit.facts.docker import ManifestProbe
 from rigkit.facts.server import PortListeners
 

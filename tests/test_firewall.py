@@ -14,17 +14,17 @@ import os
 import shlex
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
+from pyinfra_cases import run_case
 from rigkit.errors import ConfigError, PreflightError
 from rigkit.facts.firewall import NftTableComment, SshConnection
 from rigkit.firewall import (API_FIREWALL, allowed_sources, controller_address, controller_source, exposure_notice,
                              parse_source, refuse_on_shared_network, refuse_same_namespace, ruleset, ruleset_comment,
                              source_text, unit_text)
-from rigkit.hostdata import rig_settings
+from rigkit.settings.hostdata import rig_settings
 from rigkit.kv_store import KV_STORE_FIREWALL
 from rigkit.lab.unpacked_tools import unpacked_tool
 
@@ -165,9 +165,6 @@ def test_ssh_connection_is_found_up_the_process_tree_when_sudo_reset_the_environ
 
 
 def test_the_role_refuses_a_lab_rig_whose_namespace_is_the_controllers(monkeypatch):
-    sys.path.insert(0, str(Path(__file__).parent / "roles"))
-    from test_roles import run_case
-
     import roles.api_firewall
 
     monkeypatch.setattr(roles.api_firewall, "controller_namespace", lambda: "net:[4026531840]")

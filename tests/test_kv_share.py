@@ -10,11 +10,11 @@ import pytest
 import yaml
 
 from rigkit.errors import ConfigError
-from rigkit.hostdata import rig_settings
+from rigkit.settings.hostdata import rig_settings
 from rigkit.kv_share import check_inventory, check_shared_stores, fstab_entry_line
 from rigkit.lab.rigs import KV_SHARE_DIR, KV_SHARE_IN_RIG, has_kv_share
-from rigkit.smoke import check_hash_seed
-from rigkit.stack import rendering_for
+from rigkit.serving.smoke import check_hash_seed
+from rigkit.serving.commands import rendering_for
 
 LAB_IMAGE = "127.0.0.1:5000/rigkit/vllm-cpu-tiny@sha256:" + "1" * 64
 TIERED_IMAGE = "vllm/vllm-openai@sha256:" + "4" * 64

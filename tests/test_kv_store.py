@@ -22,10 +22,10 @@ from engine_argv import free_port, run_entrypoint
 from rigkit import kv_store
 from rigkit.errors import ConfigError
 from rigkit.facts.kv_store import StoreAnswers
-from rigkit.hostdata import rig_settings, settings_for_host
+from rigkit.settings.hostdata import rig_settings, settings_for_host
 from rigkit.lab.unpacked_tools import unpacked_tool
-from rigkit.render import compose_document, render_env
-from rigkit.sizing import GIB
+from rigkit.serving.render import compose_document, render_env
+from rigkit.settings.sizing import GIB
 
 PLANTED = "planted-kv-store-secret-7f3a"
 STORE = {"kv_store_password": PLANTED, "kv_store_bind_addresses": ["127.0.0.1"], "kv_store_maxmemory_gib": 1}
@@ -260,7 +260,7 @@ def test_the_real_resolver_gives_each_address_once() -> None:
 def test_the_rigs_are_the_inventorys_hosts_that_are_neither_router_nor_store_at_the_routers_address() -> None:
     from pyinfra.api import Inventory
 
-    from rigkit.inventory import inventory_rigs
+    from rigkit.fleet.inventory import inventory_rigs
     from rigkit.router import rig_address
 
     rig = {"serving_profile": "cpu-lab", "serving_image": "127.0.0.1:5000/rigkit/vllm-cpu-tiny@sha256:" + "3f" * 32,

@@ -7,9 +7,9 @@ import subprocess
 
 import pytest
 
-from rigkit.card import fmt_l2
+from rigkit.validation.card import fmt_l2
 from rigkit.files import l2_janitor
-from rigkit.hostdata import settings_for_host
+from rigkit.settings.hostdata import settings_for_host
 from rigkit.l2_state import (L2_JANITOR_STALE_S, L2_OVER_BUDGET_TOLERANCE, L2Probe, classify_l2, l2_probe_command,
                              parse_l2_probe, read_l2)
 

@@ -3,7 +3,7 @@
 import pytest
 
 from rigkit.errors import ConfigError
-from rigkit.knobs import KNOBS_BY_NAME
+from rigkit.settings.knobs import KNOBS_BY_NAME
 from rigkit.paths import (SYSTEM_DIRECTORIES, SYSTEM_TREES, check_device_path, check_host_path, check_relative_path,
                           device_path_problem, host_path_problem, relative_path_problem)
 

@@ -19,13 +19,13 @@ import pytest
 import yaml
 
 from rigkit.errors import ConfigError
-from rigkit.inventory import load_inventory
-from rigkit.hostdata import rig_settings
+from rigkit.fleet.inventory import load_inventory
+from rigkit.settings.hostdata import rig_settings
 from rigkit.lab.rig_image import RIG_DAEMON_JSON
 from rigkit.lab.state import read_state
 from rigkit.operations.docker import merge_options, render_json
 from rigkit.paths import REPO_ROOT
-from rigkit.stack import rendering_for
+from rigkit.serving.commands import rendering_for
 
 sys.path.insert(0, str(REPO_ROOT / "bench"))
 import ansible_peer  # noqa: E402

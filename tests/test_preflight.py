@@ -6,10 +6,10 @@ from pathlib import Path
 import pytest
 
 from rigkit.errors import PreflightError
-from rigkit.hostdata import settings_for_host
+from rigkit.settings.hostdata import settings_for_host
 from rigkit.preflight import (ENGINE_SHM_MIN_MB, HostFacts, L2_FREE_WARN_GB, bare_host_preflight, engine_preflight,
                               preflight, raise_if_refused, refusals)
-from rigkit.sizing import GB, GIB
+from rigkit.settings.sizing import GB, GIB
 
 H200 = Path(__file__).parent / "fixtures" / "nvidia-smi" / "h200-x2-ubuntu2404"
 IDLE = (H200 / "query-gpu-noheader.csv").read_text()

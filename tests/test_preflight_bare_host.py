@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 
 from rigkit.errors import PreflightError
-from rigkit.hostdata import settings_for_host
+from rigkit.settings.hostdata import settings_for_host
 from rigkit.preflight import Finding, HostFacts, bare_host_preflight, preflight, refusals
-from rigkit.sizing import GB, GIB
+from rigkit.settings.sizing import GB, GIB
 from rigkit.facts.nvidia import NvidiaPciGpus, nvidia_pci_gpus_command
 
 H200 = Path(__file__).parent / "fixtures" / "nvidia-smi" / "h200-x2-ubuntu2404"

@@ -14,12 +14,12 @@ import pytest
 import requests
 
 from fake_openai import FakeOpenAI
-from rigkit.defaults import ROUTER_VARIABLES
+from rigkit.settings.defaults import ROUTER_VARIABLES
 from rigkit.errors import ConfigError
 from rigkit.router import (ROUTER_LAUNCHER, ROUTER_LAUNCHER_SOURCE, ROUTER_PYTHON, Worker, api_key, command_line,
                            is_gateway, pip_find_links, pip_install_args, router_url, unit_text, worker_address,
                            worker_mismatch, workers)
-from rigkit.variables import resolve
+from rigkit.settings.variables import resolve
 
 ROUTER = resolve(ROUTER_VARIABLES, {})
 KNOBS = {"bind_address": "127.0.0.1", "serving_port": 8101, "served_model_name": "tiny"}

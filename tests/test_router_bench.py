@@ -9,11 +9,11 @@ import sys
 
 import pytest
 
-from rigkit import metrics
+from rigkit.validation import metrics
 from rigkit.errors import ConfigError
-from rigkit.inventory import load_inventory
+from rigkit.fleet.inventory import load_inventory
 from rigkit.paths import REPO_ROOT
-from rigkit.soak import Plan
+from rigkit.validation.soak import Plan
 from tests.fake_openai import FakeOpenAI
 
 sys.path.insert(0, str(REPO_ROOT / "bench"))

@@ -2,7 +2,7 @@
 
 import re
 
-from rigkit.defaults import ROUTER_VARIABLES
+from rigkit.settings.defaults import ROUTER_VARIABLES
 from rigkit.paths import REPO_ROOT
 
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from rigkit.facts.batch import FactBatch
-from rigkit.hostdata import rig_settings
+from rigkit.settings.hostdata import rig_settings
 from rigkit.survey import NOT_READ, RigState, read_rig_state, state_from, survey_specs
 from roles import Run
 

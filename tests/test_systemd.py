@@ -65,7 +65,7 @@ def test_systemd_accepts_the_quoted_unit_without_a_warning(tmp_path):
 
 
 def test_the_l2_janitor_unit_passes_a_path_with_a_space_as_one_argument():
-    from rigkit.hostdata import settings_for_host
+    from rigkit.settings.hostdata import settings_for_host
     from roles.serving import janitor_unit
 
     settings = settings_for_host({"serving_profile": "cpu-lab", "l2_path": "/mnt/rig kit/lmcache",

@@ -7,6 +7,7 @@ import shlex
 from pyinfra.api import FactBase
 
 from rigkit.facts import split_exit
+from rigkit.remote.registry import PROBE_TIMEOUT_MARK, api_base, parse_reference
 
 
 class DockerEngine(FactBase):
@@ -92,7 +93,7 @@ MANIFEST_PROBE_TIMEOUT_S = 60
 
 class ManifestProbe(FactBase):
     """Can the rig's engine see the image in its registry? None when it can, else the registry's answer
-    (the CLI's last line, or rigkit.registry.PROBE_TIMEOUT_MARK when it gave none in time).
+    (the CLI's last line, or rigkit.remote.registry.PROBE_TIMEOUT_MARK when it gave none in time).
 
     ``docker manifest inspect`` asks the registry with the rig's own credentials and network, without pulling.
     """
@@ -101,8 +102,6 @@ class ManifestProbe(FactBase):
         return "docker"
 
     def command(self, image: str) -> str:
-        from rigkit.registry import PROBE_TIMEOUT_MARK, api_base, parse_reference
-
         quoted = shlex.quote(image)
         # plain http only where docker itself allows it without configuration: loopback registries
         insecure = "--insecure " if api_base(parse_reference(image).registry).startswith("http://") else ""

@@ -56,7 +56,7 @@ class LabState:
         return cls(rigs=rigs, **{key: value for key, value in data.items() if key in known})
 
     def ssh_data(self, rig: RigState) -> dict:
-        """pyinfra's connection data for a lab rig (the lab inventory's, rigkit.tunnel's input)."""
+        """pyinfra's connection data for a lab rig (the lab inventory's, rigkit.remote.tunnel's input)."""
         return {"ssh_hostname": rig.ssh_host, "ssh_port": rig.ssh_port, "ssh_user": "root", "ssh_key": self.ssh_key,
                 "ssh_known_hosts_file": self.known_hosts, "ssh_strict_host_key_checking": "yes",
                 "ssh_allow_agent": False, "ssh_look_for_keys": False}

@@ -26,7 +26,7 @@ from pyinfra.context import ctx_config, ctx_host
 
 from rigkit.errors import RigkitError
 
-# How a refusal line starts in pyinfra's output, after the host's prefix (rigkit.fleet_outcome reads it back).
+# How a refusal line starts in pyinfra's output, after the host's prefix (rigkit.fleet.outcome reads it back).
 REFUSED_PREFIX = "refused: "
 
 # A refusal naming several findings: each carries its own fix.

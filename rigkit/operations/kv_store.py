@@ -18,7 +18,7 @@ def store_verified(store: Mapping):
     Check: valkey refuses a command without the password (NOAUTH), answers PING with it, and reports the
     declared maxmemory (bytes) and maxmemory-policy.
 
-    + store: the host's kv_store section (rigkit.defaults.KV_STORE_VARIABLES), validated
+    + store: the host's kv_store section (rigkit.settings.defaults.KV_STORE_VARIABLES), validated
     """
     yield from ()  # a check: it never yields a command
     if not host.state.is_executing:

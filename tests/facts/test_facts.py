@@ -28,7 +28,7 @@ CASE_FILES = sorted(CASES_DIR.glob("*/*.json"))
 # Facts whose command cannot be data: each is tested where the reason says.
 NOT_AS_DATA = {
     # its marker line is random per read, so no command text is fixed; run on this machine's shell instead
-    "batch.FactBatch": "tests/test_batch.py",
+    "batch.FactBatch": "tests/facts/test_batch.py",
 }
 
 

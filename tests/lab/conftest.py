@@ -15,7 +15,7 @@ Fixtures:
   rig_diagnostics rig_diagnostics(rig) -> str: containers, serving log tail, shm/disk/memory, host OOM lines
   rig_engine    rig_engine(rig): the rig's own Docker engine is started (systemctl start docker) and answers
   lab_rig_count the number of rigs the session asked for (lab_netns_rig_count: how many in their own netns)
-  lab_host_data {rig name: host data} exactly as inventory/lab.py gives it to pyinfra (for rigkit.tunnel)
+  lab_host_data {rig name: host data} exactly as inventory/lab.py gives it to pyinfra (for rigkit.remote.tunnel)
   netns_rig     the last rig in its own network namespace (its API only through the SSH tunnel); skips
                 when RIGKIT_TEST_NETNS_RIGS=0, fails when one was asked for and the lab has none
   deployed      release 1 of cpu-lab deployed by the real pipeline (`pyinfra -y inventory/lab.py deploy.py`)
@@ -42,7 +42,7 @@ from rigkit.lab.proc import print_progress
 from rigkit.lab.rigs import unconvertible
 from rigkit.lab.state import LabState, RigState, read_state_or_none, write_state
 from rigkit.paths import REPO_ROOT
-from rigkit.pyinfra_args import pyinfra_executable
+from rigkit.fleet.pyinfra_args import pyinfra_executable
 
 LAB_INVENTORY = REPO_ROOT / "inventory" / "lab.py"
 DEPLOYS_DIR = Path(__file__).resolve().parent / "deploys"
@@ -117,7 +117,7 @@ STACK_BACK_TIMEOUT_S = 300.0
 def rig_diagnostics(rig: RigState) -> str:
     """What a failed wait on a rig's stack needs in the test report: the rig's containers, the serving
     container's log tail, shm/disk/memory on the rig, the host kernel's OOM lines."""
-    from rigkit.render import COMPOSE_PROJECT
+    from rigkit.serving.render import COMPOSE_PROJECT
 
     probes = {
         "containers": "docker ps -a --format '{{.Names}} {{.Status}}'",
@@ -143,9 +143,9 @@ def rig_diagnostics(rig: RigState) -> str:
 def assert_stack_comes_back(rig: RigState) -> None:
     """After a rig restart, a stack rigkit deployed there serves again by itself, as after a host reboot
     (the L2 disk mounts from fstab, the engine restarts its containers). No stack on the rig: nothing to do."""
-    from rigkit.client import ServingClient
-    from rigkit.render import CONTAINER_NAME
-    from rigkit.tunnel import serving_url
+    from rigkit.remote.client import ServingClient
+    from rigkit.serving.render import CONTAINER_NAME
+    from rigkit.remote.tunnel import serving_url
 
     if rig_exec(rig, f"docker ps -aq --filter name={CONTAINER_NAME}", check=False).stdout.strip() == "":
         return

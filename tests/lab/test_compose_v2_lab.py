@@ -17,12 +17,12 @@ import pytest
 import yaml
 
 from rigkit.facts.docker import ComposeCommand
-from rigkit.hostdata import settings_for_host
-from rigkit.knobs import KNOBS_BY_NAME
+from rigkit.settings.hostdata import settings_for_host
+from rigkit.settings.knobs import KNOBS_BY_NAME
 from rigkit.lab import rig_image
-from rigkit.render import CONTAINER_NAME, render_compose, render_env
+from rigkit.serving.render import CONTAINER_NAME, render_compose, render_env
 from rigkit.paths import RIG_STACK_DIR
-from rigkit.stack import release_commands
+from rigkit.serving.commands import release_commands
 from test_serving_lab import ledger
 
 pytestmark = [pytest.mark.lab]

@@ -25,12 +25,12 @@ from pathlib import Path
 import pytest
 import requests
 
-from rigkit.fleet_outcome import FAILED, OK, UNREACHABLE
-from rigkit.ledger import LEDGER_PATH
+from rigkit.fleet.outcome import FAILED, OK, UNREACHABLE
+from rigkit.serving.ledger import LEDGER_PATH
 from rigkit.paths import REPO_ROOT
-from rigkit.pyinfra_args import pyinfra_executable
-from rigkit.render import CONTAINER_NAME
-from rigkit.tunnel import serving_url
+from rigkit.fleet.pyinfra_args import pyinfra_executable
+from rigkit.serving.render import CONTAINER_NAME
+from rigkit.remote.tunnel import serving_url
 from roles.rig_lock import HOLDER_PATH
 
 LAB_INVENTORY = REPO_ROOT / "inventory" / "lab.py"
@@ -187,8 +187,8 @@ def test_two_deploys_on_one_rig_never_interleave(lab):
 
 @pytest.mark.vllm
 def test_a_dry_run_of_a_rollout_shows_what_would_change_and_changes_nothing(lab, fleet):
-    from rigkit.fleet_outcome import DRY_RUN
-    from rigkit.rollout_record import record_path
+    from rigkit.fleet.outcome import DRY_RUN
+    from rigkit.rollout.record import record_path
 
     release_2 = lab.serving_image["releases"]["2"]
     record = record_path(str(LAB_INVENTORY))

@@ -16,13 +16,13 @@ import json
 import pytest
 import requests
 
-from rigkit.knobs import KNOBS_BY_NAME
+from rigkit.settings.knobs import KNOBS_BY_NAME
 from rigkit.lab import rig_image
 from rigkit.lab.pyinfra_output import parse_results
-from rigkit.ledger import LEDGER_PATH
+from rigkit.serving.ledger import LEDGER_PATH
 from rigkit.paths import RIG_STACK_DIR
-from rigkit.render import COMPOSE_PROJECT, CONTAINER_NAME
-from rigkit.tunnel import serving_url
+from rigkit.serving.render import COMPOSE_PROJECT, CONTAINER_NAME
+from rigkit.remote.tunnel import serving_url
 
 pytestmark = [pytest.mark.lab, pytest.mark.vllm]
 

@@ -2,35 +2,34 @@
 the stand-in for a NAS export (kv_share_fstype none). One deploy of rig1 and rig2 with `--data kv_share=true`
 puts cpu-lab's ExampleConnector store there; what rig1's engine stores, rig2's container sees and its engine
 hits; smoke's seed check passed on both (the deploy verified them); a rig declaring another kv_hash_seed on the
-same store is refused before any host is touched; the warm-shared tier (rigkit/warm_shared.py): rig2 serves what
+same store is refused before any host is touched; the warm-shared tier (rigkit/validation/warm_shared.py): rig2 serves what
 rig1 prefilled by its own external hits, and with the store wiped between prefill and ask it is not warm. The rigs
 are deployed back to their own store at the end.
 """
 
 from __future__ import annotations
 
+import shlex
 import subprocess
 import sys
+from contextlib import ExitStack
 from pathlib import Path
 
 import pytest
-import shlex
-from contextlib import ExitStack
 
 from rigkit.facts.docker import ComposeCommand
-from rigkit.inventory import load_inventory
-from rigkit.hostdata import rig_settings
-from rigkit.stack import in_stack
-from rigkit.tiers import Tier
-from rigkit.validation import ValidationSettings
-from rigkit.warm_shared import ask, prefill, prompt_specs, rig_client, validate_shared
-
-from rigkit.client import ServingClient, measure
+from rigkit.fleet.targets import select
 from rigkit.lab.rigs import KV_SHARE_DIR, KV_SHARE_IN_RIG
 from rigkit.paths import REPO_ROOT
-from rigkit.prompts import PromptSpec
-from rigkit.render import CONTAINER_NAME, L2_CONTAINER_PATH
-from rigkit.tunnel import serving_url
+from rigkit.remote.client import ServingClient, measure
+from rigkit.remote.tunnel import serving_url
+from rigkit.serving.commands import in_stack
+from rigkit.serving.render import CONTAINER_NAME, L2_CONTAINER_PATH
+from rigkit.settings.hostdata import rig_settings
+from rigkit.validation.procedure import ValidationSettings
+from rigkit.validation.prompts import PromptSpec
+from rigkit.validation.tiers import Tier
+from rigkit.validation.warm_shared import ask, prefill, prompt_specs, rig_client, validate_shared
 
 pytestmark = [pytest.mark.lab]
 
@@ -120,13 +119,13 @@ def test_a_rig_with_another_hash_seed_on_the_store_is_refused_before_any_host_is
     assert "Connecting to hosts" not in result.stdout  # pyinfra never started
     assert {rig.name: rig_exec(rig, "cat /var/lib/rigkit/ledger.json").stdout for rig in rigs} == ledgers
 
-# The warm-shared tier (rigkit/warm_shared.py) on the same deploy: a second module would deploy rig1 and rig2 again.
+# The warm-shared tier (rigkit/validation/warm_shared.py) on the same deploy: a second module would deploy rig1 and rig2 again.
 WARM_RIGS = ("rig1", "rig2")
-SHARE_DATA = {"kv_share": True, "validate_sessions": 1}
+SHARE_DATA = ["kv_share=true", "validate_sessions=1"]  # --data, as the command takes it
 
 
 def test_rig2_serves_what_rig1_prefilled_by_its_own_external_hits_and_the_card_shows_the_pair(shared, tmp_path):
-    pairs = validate_shared(str(LAB_INVENTORY), [",".join(WARM_RIGS)], SHARE_DATA, tmp_path)
+    pairs = validate_shared(select(str(LAB_INVENTORY), [",".join(WARM_RIGS)], SHARE_DATA), tmp_path)
     by_pair = {(p.source, p.target): p for p in pairs}
     assert set(by_pair) == {("rig1", "rig2"), ("rig2", "rig1")}
     shared = by_pair[("rig1", "rig2")]
@@ -142,9 +141,9 @@ def test_rig2_serves_what_rig1_prefilled_by_its_own_external_hits_and_the_card_s
 
 def test_with_the_shared_store_wiped_between_prefill_and_ask_rig2_is_not_warm(shared, rig_exec, lab):
     """The store is wiped with both stacks down: wiping an ExampleConnector store under its running engine killed
-    the engine in the lab (README), a connector fault, not this tier. rig2 never had the prompt either way."""
-    hosts = load_inventory(str(LAB_INVENTORY))
-    datas = {name: {**hosts[name]["data"], **SHARE_DATA} for name in WARM_RIGS}
+    the engine in the lab (docs/limits.md), a connector fault, not this tier. rig2 never had the prompt either way."""
+    targets = select(str(LAB_INVENTORY), [",".join(WARM_RIGS)], SHARE_DATA)
+    datas = {name: targets.data(name) for name in WARM_RIGS}
     stacks = {name: rig_settings(datas[name]).stack for name in WARM_RIGS}
     settings = ValidationSettings.from_data(datas["rig1"])
     composes = {name: in_stack(rig_exec(lab.rig(name), ComposeCommand().command()).stdout.strip()) for name in WARM_RIGS}

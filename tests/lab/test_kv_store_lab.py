@@ -19,8 +19,8 @@ import pytest
 from rigkit.kv_store import RIGKIT_CONF
 from rigkit.lab.pyinfra_output import parse_results
 from rigkit.paths import REPO_ROOT
-from rigkit.pyinfra_args import pyinfra_executable
-from rigkit.sizing import GIB
+from rigkit.fleet.pyinfra_args import pyinfra_executable
+from rigkit.settings.sizing import GIB
 from test_secrets_lab import files_holding
 
 pytestmark = [pytest.mark.lab]

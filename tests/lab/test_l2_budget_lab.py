@@ -7,13 +7,13 @@ import time
 
 import pytest
 
-from rigkit.client import ServingClient
+from rigkit.remote.client import ServingClient
 from rigkit.files.l2_janitor import L2_JANITOR_INTERVAL_S
-from rigkit.hostdata import settings_for_host
+from rigkit.settings.hostdata import settings_for_host
 from rigkit.lab.pyinfra_output import parse_results
-from rigkit.prompts import PromptSpec
-from rigkit.sizing import GB
-from rigkit.tunnel import serving_url
+from rigkit.validation.prompts import PromptSpec
+from rigkit.settings.sizing import GB
+from rigkit.remote.tunnel import serving_url
 
 pytestmark = [pytest.mark.lab, pytest.mark.vllm]
 

@@ -17,16 +17,16 @@ from typing import Callable
 
 import pytest
 
-from rigkit.card import L2Report, fmt_l2
-from rigkit.client import ServingClient
+from rigkit.validation.card import L2Report, fmt_l2
+from rigkit.remote.client import ServingClient
 from rigkit.files.l2_janitor import (ENTRY_GRACE_S, L2_JANITOR_INTERVAL_S, L2_JANITOR_MIN_FREE_BYTES, L2_JANITOR_UNIT,
                                      STATE_BELOW_FLOOR, STATE_OK, STATUS_FILE)
-from rigkit.hostdata import settings_for_host
+from rigkit.settings.hostdata import settings_for_host
 from rigkit.l2_state import read_l2
 from rigkit.lab.pyinfra_output import parse_results
-from rigkit.prompts import PromptSpec
-from rigkit.sizing import GB
-from rigkit.tunnel import serving_url
+from rigkit.validation.prompts import PromptSpec
+from rigkit.settings.sizing import GB
+from rigkit.remote.tunnel import serving_url
 
 pytestmark = [pytest.mark.lab, pytest.mark.vllm]
 

@@ -1,5 +1,5 @@
 """A rig in its own network namespace, after the real deploy: its serving API binds the rig's own
-loopback, so the controller reaches it only through the SSH tunnel (rigkit.tunnel.serving_url) made
+loopback, so the controller reaches it only through the SSH tunnel (rigkit.remote.tunnel.serving_url) made
 from the inventory's host data, and the deploy's smoke (which goes through that tunnel) passed.
 
 The rig has its own address (10.213.N.2, sshd on port 22) and shares nothing with the host's
@@ -16,9 +16,9 @@ import uuid
 import pytest
 import requests
 
-from rigkit.knobs import KNOBS_BY_NAME
-from rigkit.ledger import LEDGER_PATH
-from rigkit.tunnel import port_is_open, serving_url
+from rigkit.settings.knobs import KNOBS_BY_NAME
+from rigkit.serving.ledger import LEDGER_PATH
+from rigkit.remote.tunnel import port_is_open, serving_url
 
 pytestmark = [pytest.mark.lab, pytest.mark.vllm]
 

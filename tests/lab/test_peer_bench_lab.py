@@ -13,8 +13,8 @@ import sys
 
 import pytest
 
-from rigkit.inventory import load_inventory
-from rigkit.hostdata import rig_settings
+from rigkit.fleet.inventory import load_inventory
+from rigkit.settings.hostdata import rig_settings
 from rigkit.paths import REPO_ROOT
 
 sys.path.insert(0, str(REPO_ROOT / "bench"))

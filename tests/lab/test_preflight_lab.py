@@ -17,8 +17,8 @@ import subprocess
 import pytest
 
 from rigkit.paths import REPO_ROOT
-from rigkit.pyinfra_args import pyinfra_executable
-from rigkit.defaults import L2_DISK_VARIABLES
+from rigkit.fleet.pyinfra_args import pyinfra_executable
+from rigkit.settings.defaults import L2_DISK_VARIABLES
 
 pytestmark = [pytest.mark.lab]
 

@@ -20,10 +20,10 @@ from pathlib import Path
 
 import pytest
 
-from rigkit.fleet_outcome import FAILED
+from rigkit.fleet.outcome import FAILED
 from rigkit.lab.registry_server import registry_answers, registry_pid
 from rigkit.paths import REPO_ROOT
-from rigkit.render import CONTAINER_NAME
+from rigkit.serving.render import CONTAINER_NAME
 
 pytestmark = [pytest.mark.lab, pytest.mark.vllm]
 

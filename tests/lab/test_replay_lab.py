@@ -18,8 +18,8 @@ import shutil
 
 import pytest
 
-from rigkit.card.schema import ReplayComparison
-from rigkit.card.store import RECORDED_DIR, REPLAY_JSON, RESULTS_DIR, load_cards
+from rigkit.validation.card.schema import ReplayComparison
+from rigkit.validation.card.store import RECORDED_DIR, REPLAY_JSON, RESULTS_DIR, load_cards
 from rigkit.paths import REPO_ROOT
 
 pytestmark = [pytest.mark.lab, pytest.mark.vllm]

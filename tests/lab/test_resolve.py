@@ -5,7 +5,7 @@ import urllib.request
 
 import pytest
 
-from rigkit.registry import parse_reference, resolve
+from rigkit.remote.registry import parse_reference, resolve
 
 pytestmark = pytest.mark.lab
 

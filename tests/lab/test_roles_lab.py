@@ -3,7 +3,7 @@
 Each role runs alone through the pyinfra CLI with a one-rig inventory written here (the lab's SSH
 data plus the role data the lab's group data declares), so a test neither depends on nor disturbs
 the serving image or the other rigs. GPU roles cannot run here (no GPU): their behaviour is covered
-by the operation tests in tests/roles/.
+by the role and operation tests in tests/roles/ and tests/operations/.
 """
 
 from __future__ import annotations
@@ -17,8 +17,8 @@ import pytest
 from rigkit.lab.pyinfra_output import parse_results
 from rigkit.lab.state import LabState, RigState
 from rigkit.paths import REPO_ROOT
-from rigkit.pyinfra_args import pyinfra_executable
-from rigkit.defaults import L2_DISK_VARIABLES as L2_VARIABLES
+from rigkit.fleet.pyinfra_args import pyinfra_executable
+from rigkit.settings.defaults import L2_DISK_VARIABLES as L2_VARIABLES
 
 pytestmark = pytest.mark.lab
 
@@ -51,7 +51,7 @@ def run_role(directory: Path, lab: LabState, rig: RigState, role: str, data: dic
              dry: bool = False) -> subprocess.CompletedProcess:
     """The pyinfra CLI running one role on one rig (``--dry`` without ``-y``, so it detects changes)."""
     deploy = directory / f"{role}_deploy.py"
-    deploy.write_text("from pyinfra import host\n\nfrom rigkit.hostdata import rig_settings\nfrom roles import Run\n"
+    deploy.write_text("from pyinfra import host\n\nfrom rigkit.settings.hostdata import rig_settings\nfrom roles import Run\n"
                       f"from roles.{role} import {role}\n\n"
                       f"{role}(rig_settings(host.data.dict(), needs_stack=False), Run())\n")
     inventory = write_inventory(directory, lab, rig)

@@ -14,8 +14,8 @@ from __future__ import annotations
 import pytest
 
 from rigkit.lab.registry_server import ensure_registry, stop_registry
-from rigkit.ledger import rendering_dir
-from rigkit.render import CONTAINER_NAME
+from rigkit.serving.ledger import rendering_dir
+from rigkit.serving.render import CONTAINER_NAME
 from test_serving_lab import assert_ok, grand_total, ledger, models, serving_release
 
 pytestmark = [pytest.mark.lab, pytest.mark.vllm]

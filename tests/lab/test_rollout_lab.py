@@ -22,9 +22,9 @@ from pathlib import Path
 import pytest
 
 from rigkit.paths import REPO_ROOT
-from rigkit.render import CONTAINER_NAME
-from rigkit.rollout_summary import MAX_WIDTH
-from rigkit.stack import RELEASE_HASH_FILE
+from rigkit.serving.render import CONTAINER_NAME
+from rigkit.rollout.summary import MAX_WIDTH
+from rigkit.serving.commands import RELEASE_HASH_FILE
 from test_fleet_lab import LAB_INVENTORY, broken_release, ledger, models, rig_exec, serving_image_of  # noqa: F401
 
 pytestmark = [pytest.mark.lab, pytest.mark.vllm]

@@ -12,9 +12,9 @@ import sys
 
 import pytest
 
-from rigkit.inventory import load_inventory
+from rigkit.fleet.inventory import load_inventory
 from rigkit.paths import REPO_ROOT
-from rigkit.soak import Plan
+from rigkit.validation.soak import Plan
 
 sys.path.insert(0, str(REPO_ROOT / "bench"))
 import router_bench  # noqa: E402

@@ -26,7 +26,7 @@ import pytest
 import requests
 
 from router_process import Loops, RouterProcess
-from rigkit.render import CONTAINER_NAME
+from rigkit.serving.render import CONTAINER_NAME
 from rigkit.router import HEALTH_FLAGS, ROUTER_UNHEALTHY_WITHIN_S
 from test_fleet_lab import models
 

@@ -18,8 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from rigkit import metrics
-from rigkit.defaults import ROUTER_VARIABLES
+from rigkit.validation import metrics
+from rigkit.settings.defaults import ROUTER_VARIABLES
 from rigkit.lab.pyinfra_output import parse_results
 from rigkit.lab.router_wheels import ensure_router_wheels
 from rigkit.lab.serving_image import serve_directory

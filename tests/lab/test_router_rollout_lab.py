@@ -13,7 +13,7 @@ networking share this machine's network namespace, where nft rules would be this
 
 The rolling upgrade: the real vllm-router from .venv, started by this test on the controller (tests/router_process.py)
 over the three rigs (rig3 at http://<rig address>:<serving_port>), declared in the inventory as the gateway "@local"
-(group routers): rigkit.router_admin reaches it directly, as it reaches a gateway's router through the SSH tunnel.
+(group routers): rigkit.rollout.router_admin reaches it directly, as it reaches a gateway's router through the SSH tunnel.
 While `rigkit deploy --batch 1` takes the three rigs from release 1 to release 2, one at a time, a client loop sends
 a short completion through the router every 0.2 s and a watcher reads the router's worker list and its per-worker
 request counter (vllm_router_processed_requests_total) as often:
@@ -22,7 +22,7 @@ request counter (vllm_router_processed_requests_total) as often:
 - each rig leaves the router once, no two windows overlap, and while a rig is out the router sends it nothing
   (its counter does not move); each rig serves release 2 afterwards and gets requests again.
 
-The rolling rollback (rigkit.rollout_rollback), under the same loop and watcher: `rigkit deploy --deploy rollback.py
+The rolling rollback (rigkit.rollout.rollback), under the same loop and watcher: `rigkit deploy --deploy rollback.py
 --batch 1 --limit rig1 --limit rig2` takes rig1 and rig2 back to release 1 (the verified rendering each ran before
 the upgrade), one at a time. No request fails; each of the two leaves the router once, in turn, gets nothing while
 out and requests again once back, its ledger's current entry a rollback whose smoke passed; rig3 never leaves the
@@ -51,16 +51,16 @@ import requests
 from router_process import Loops, RouterProcess
 from rigkit.firewall import API_FIREWALL
 from rigkit.lab.pyinfra_output import parse_results
-from rigkit.ledger import ROLLBACK_KIND, SMOKE_PASS
+from rigkit.serving.ledger import ROLLBACK_KIND, SMOKE_PASS
 from rigkit.paths import REPO_ROOT
-from rigkit.tunnel import serving_url
+from rigkit.remote.tunnel import serving_url
 from test_fleet_lab import LAB_INVENTORY, ledger, models, serving_image_of
 
 pytestmark = [pytest.mark.lab, pytest.mark.vllm]
 
 REQUEST_GAP_S = 0.2
 WATCH_GAP_S = 0.2
-# the drain waits until the rig's requests are done (rigkit.router_admin.IDLE_SETTLE_S); a 4-token CPU completion
+# the drain waits until the rig's requests are done (rigkit.rollout.router_admin.IDLE_SETTLE_S); a 4-token CPU completion
 # takes well under a second
 SETTLED_S = 3.0
 DEPLOY_TIMEOUT_S = 1800

@@ -16,8 +16,8 @@ import subprocess
 import pytest
 
 from rigkit.paths import REPO_ROOT, RIG_RELEASES_DIR, RIG_STACK_DIR
-from rigkit.pyinfra_args import pyinfra_executable
-from rigkit.render import CONTAINER_NAME
+from rigkit.fleet.pyinfra_args import pyinfra_executable
+from rigkit.serving.render import CONTAINER_NAME
 from test_serving_lab import assert_ok, ledger
 
 pytestmark = [pytest.mark.lab, pytest.mark.vllm]

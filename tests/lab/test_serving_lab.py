@@ -2,7 +2,7 @@
 Upgrade and rollback with the registry stopped: tests/lab/test_rollback_rendering_lab.py.
 
 The API binds each rig's loopback, so the tests reach it as the controller does: through the SSH
-tunnel (rigkit.tunnel.serving_url) with the inventory's host data; a rig in its own network
+tunnel (rigkit.remote.tunnel.serving_url) with the inventory's host data; a rig in its own network
 namespace is reachable no other way. `deployed` (tests/lab/conftest.py) deploys once per session."""
 
 from __future__ import annotations
@@ -12,10 +12,10 @@ import pytest
 import requests
 
 from rigkit.lab.pyinfra_output import parse_results
-from rigkit.knobs import KNOBS_BY_NAME
-from rigkit.ledger import LEDGER_PATH
-from rigkit.render import CONTAINER_NAME
-from rigkit.tunnel import serving_url
+from rigkit.settings.knobs import KNOBS_BY_NAME
+from rigkit.serving.ledger import LEDGER_PATH
+from rigkit.serving.render import CONTAINER_NAME
+from rigkit.remote.tunnel import serving_url
 
 pytestmark = [pytest.mark.lab, pytest.mark.vllm]
 

@@ -2,7 +2,7 @@
 
 Reached as validate.py reaches a rig: the API through the SSH tunnel, the rig's memory read by a shell
 command over SSH. Small on purpose (2 conversations × 3 turns, short messages: the CPU build is slow);
-that the rules bite is proven by the unit tests (tests/test_soak.py), not here. Decode speed on the
+that the rules bite is proven by the unit tests (tests/validation/test_soak.py), not here. Decode speed on the
 lab's 2 shared cores swings with whatever else runs (retention read 74 % and 117 % in two runs of this
 test), so the lab's retention floor only catches a collapse; the test asserts that retention is computed
 from the sessions' measured speeds, not a timing. The soak only sends requests: the rig keeps serving
@@ -15,11 +15,11 @@ import statistics
 
 import pytest
 
-from rigkit.card import render_soak
-from rigkit.client import ServingClient, ServingError
-from rigkit.soak import CGROUP_PROBE, limits_from, memory_probe, plan_from, run_soak
-from rigkit.tunnel import open_tunnel
-from rigkit.validation import ValidationSettings
+from rigkit.validation.card import render_soak
+from rigkit.remote.client import ServingClient, ServingError
+from rigkit.validation.soak import CGROUP_PROBE, limits_from, memory_probe, plan_from, run_soak
+from rigkit.remote.tunnel import open_tunnel
+from rigkit.validation.procedure import ValidationSettings
 
 pytestmark = [pytest.mark.lab, pytest.mark.vllm]
 

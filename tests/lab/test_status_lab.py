@@ -20,11 +20,11 @@ import sys
 import pytest
 
 from rigkit.paths import REPO_ROOT
-from rigkit.render import CONTAINER_NAME
-from rigkit.stack import stack_files
-from rigkit.status_probe import STACK_SHM_PATTERNS
-from rigkit.status_report import TABLE_WIDTH
-from rigkit.status_rig import OK
+from rigkit.serving.render import CONTAINER_NAME
+from rigkit.serving.commands import stack_files
+from rigkit.status.probe import STACK_SHM_PATTERNS
+from rigkit.status.report import TABLE_WIDTH
+from rigkit.status.rig import OK
 
 pytestmark = [pytest.mark.lab, pytest.mark.vllm]
 

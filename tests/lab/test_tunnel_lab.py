@@ -2,7 +2,7 @@
 
 On host networking every rig shares the controller's loopback, which would hide a missing tunnel.
 A netns rig has its own loopback: a service bound there is unreachable from the controller,
-directly or at the rig's address, and reachable through rigkit.tunnel with the same connection
+directly or at the rig's address, and reachable through rigkit.remote.tunnel with the same connection
 data the lab inventory gives pyinfra.
 """
 
@@ -15,7 +15,7 @@ import time
 import pytest
 import requests
 
-from rigkit import tunnel
+from rigkit.remote import tunnel
 
 pytestmark = pytest.mark.lab
 

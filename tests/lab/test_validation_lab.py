@@ -21,18 +21,18 @@ from typing import Callable, Iterator, Optional
 
 import pytest
 
-from rigkit.card import render_run, write_card
-from rigkit.decode_ab import run_decode_ab
-from rigkit.hostdata import settings_for_host
+from rigkit.validation.card import render_run, write_card
+from rigkit.validation.decode_ab import run_decode_ab
+from rigkit.settings.hostdata import settings_for_host
 from rigkit.paths import RIG_STACK_DIR
-from rigkit.render import COMPOSE_PROJECT
-from rigkit.tunnel import Tunnel, open_tunnel
-from rigkit.client import ServingClient, ServingError, measure
-from rigkit.prompts import PromptSpec
-from rigkit.ttft import RigProbe, ttft_tolerance_s
-from rigkit.tiers import Tier, label
-from rigkit.validation import TierValidation, ValidationSettings, validate_tiers
-from rigkit.validation_card import to_card
+from rigkit.serving.render import COMPOSE_PROJECT
+from rigkit.remote.tunnel import Tunnel, open_tunnel
+from rigkit.remote.client import ServingClient, ServingError, measure
+from rigkit.validation.prompts import PromptSpec
+from rigkit.validation.ttft import RigProbe, ttft_tolerance_s
+from rigkit.validation.tiers import Tier, label
+from rigkit.validation.procedure import TierValidation, ValidationSettings, validate_tiers
+from rigkit.validation.card.assemble import to_card
 
 pytestmark = [pytest.mark.lab, pytest.mark.vllm]
 
@@ -167,7 +167,7 @@ def test_client_ttft_less_its_measured_api_overhead_is_compared_with_the_histogr
     takes the client below the histogram by more than the tolerance (the 404 holds no engine time), and brings the
     client figures closer to the histogram's in all (the summed distance shrinks). The issue's target, every request
     within max(5 %, 5 ms), is not asserted: a quiet lab run met it on 8 of 8 requests, runs sharing the host with
-    other work on 7, 5 and 4 of 8 (README). Printed with -s: client / overhead / server in ms and the count within."""
+    other work on 7, 5 and 4 of 8 (docs/benchmarks.md). Printed with -s: client / overhead / server in ms and the count within."""
     assert "loopback" in tier_run.ttft_transport, tier_run.ttft_transport
     checks = [(run.expected.value, m.ttft_check) for run in tier_run.tiers for m in run.measured]
     print("client/API overhead/server TTFT (ms): " + "; ".join(
@@ -229,7 +229,7 @@ def test_decode_a_a_is_no_penalty(live_client, settings):
 
 def test_every_token_event_of_a_real_stream_is_counted(live_client):
     """Token events with empty text (partial UTF-8) still count. The timing side is a unit test
-    (tests/test_client.py, a server with known gaps): here the stream's tail after the last token
+    (tests/remote/test_client.py, a server with known gaps): here the stream's tail after the last token
     (usage chunk, [DONE], the tunnel) varies by tens of ms on a busy machine."""
     client = live_client
     prompt = client.build_prompt(PromptSpec("narrative", 256, seed=11))

@@ -12,7 +12,7 @@ from pathlib import Path
 
 sys.path[:0] = [str(Path(__file__).parent), str(Path(__file__).parents[1]), str(Path(__file__).parents[2])]
 
-from test_roles import run_case  # noqa: E402
+from pyinfra_cases import run_case  # noqa: E402
 
 
 def indent_of(text: str) -> int:

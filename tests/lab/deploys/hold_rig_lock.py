@@ -6,7 +6,7 @@ Stands in for a long deploy so a lab test can start a second one against the sam
 from pyinfra import host
 from pyinfra.operations import server
 
-from rigkit.hostdata import rig_settings
+from rigkit.settings.hostdata import rig_settings
 from roles import Run
 from roles.rig_lock import rig_lock
 

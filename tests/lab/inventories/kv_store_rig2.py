@@ -1,6 +1,6 @@
 """pyinfra inventory for tests/lab/test_kv_store_lab.py: the lab's Debian 13 rig as the fleet's Valkey store.
 
-Group ``kv_stores`` (rigkit.defaults.KV_STORE_GROUP), one host: the lab rig on trixie, with its SSH data from
+Group ``kv_stores`` (rigkit.settings.defaults.KV_STORE_GROUP), one host: the lab rig on trixie, with its SSH data from
 inventory/lab.py and the store's settings below. The rigs share the host network, so the store listens on a
 port no lab service uses (not valkey's usual 6379). The password comes from RIGKIT_KV_STORE_PASSWORD.
 kv_store_firewall is off: this rig is on host networking, so its nft rules would be this machine's firewall

@@ -1,0 +1,413 @@
+"""Every variable a role, validate.py or a rollout reads from host data, declared once: one section each.
+
+The serving knobs live in rigkit.settings.knobs (the one registry of the stack's tunables), the validation
+settings in rigkit.validation.procedure; this file holds the roles'. rigkit.settings.hostdata validates a host's data
+against all of them once (``rig_settings``) and the roles get the result; docs/settings.md's tables
+are generated from these declarations (rigkit.settings.docs).
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import posixpath
+import re
+from typing import Callable
+
+from rigkit.validation import abstats
+from rigkit.disk import check_account_name, check_mount_options
+from rigkit.errors import ConfigError
+from rigkit.firewall import API_FIREWALL, sources_check
+from rigkit.settings.knobs import check_port
+from rigkit.kv_store import KV_STORE_FIREWALL
+from rigkit.paths import check_device_path, check_host_path, check_relative_path
+from rigkit.remote.registry import parse_reference
+from rigkit.settings.variables import Variable, one_of
+
+
+def _non_negative(value: int) -> None:
+    if value < 0:
+        raise ValueError("must be 0 or more")
+
+
+def _at_least(low: int):
+    def check(value: int) -> None:
+        if value < low:
+            raise ValueError(f"must be at least {low}")
+
+    return check
+
+
+SOURCES = ("docker-ce", "distro")
+
+
+def _source(value: str) -> None:
+    if value not in SOURCES:
+        raise ValueError(f"must be one of {', '.join(SOURCES)}")
+
+
+def _user_names(value: list) -> None:
+    if not all(isinstance(item, str) and item for item in value):
+        raise ValueError("must be a list of user names")
+    for item in value:
+        check_account_name(item)
+
+
+def _image_reference(value: str) -> None:
+    try:
+        parse_reference(value)
+    except ConfigError as exc:
+        raise ValueError(f"{exc.problem}; {exc.fix}") from None
+
+
+def _daemon_options(value: dict) -> None:
+    if "data-root" in value:
+        check_host_path(value["data-root"])
+
+
+def _branch(value: str) -> None:
+    if not value.isdigit():
+        raise ValueError(f"a driver branch is a number like 580, not {value!r}")
+
+
+# Longest label each filesystem accepts.
+LABEL_LIMITS = {"ext4": 16, "xfs": 12}
+
+
+def _fstype(value: str) -> None:
+    if value not in LABEL_LIMITS:
+        raise ValueError(f"must be one of {', '.join(LABEL_LIMITS)}")
+
+
+GPUS = Variable("gpus", 0, "number of NVIDIA GPUs in the host; 0 skips the GPU roles (the lab)",
+                int, _non_negative)
+
+
+RIG_LOCK_VARIABLES: list[Variable] = [
+    Variable("rig_lock_wait_s", 600, "seconds a deploy waits while another deploy holds the rig's lock "
+             "(0 = refuse at once)", int, _at_least(0)),
+    Variable("rig_lock_stale_s", 7200, "a lock held longer than this (seconds) is stale: its holder is ended and "
+             "the lock taken over", int, _at_least(60)),
+]
+
+
+NVIDIA_DRIVER_VARIABLES: list[Variable] = [
+    Variable("nvidia_driver_branch", "580", "driver branch to install and hold (e.g. 580)", str, _branch),
+    Variable("nvidia_driver_version", None,
+             "exact apt version to pin (as `apt-cache policy` lists it); None = newest of the branch"),
+    Variable("nvidia_driver_server", False, "Ubuntu: the -server (datacenter) packages", bool),
+    Variable("nvidia_driver_headless", False, "no X/desktop components: headless driver + nvidia-utils", bool),
+    Variable("nvidia_driver_open", True, "the open kernel modules: NVIDIA's recommendation from Turing on, required "
+             "by Blackwell; false = the proprietary modules (GPUs before Turing)", bool),
+    Variable("nvidia_driver_persistence_mode", True, "keep the driver loaded between jobs: nvidia-persistenced "
+             "enabled and running, as NVIDIA's driver role does", bool),
+    Variable("nvidia_driver_allow_reboot", True,
+             "reboot when the new driver cannot be loaded otherwise; false stops with 'reboot required'", bool),
+    Variable("nvidia_driver_reboot_timeout", 600, "seconds to wait for a rebooted host to answer SSH", int,
+             _at_least(1)),
+    Variable("nvidia_driver_cuda_repo_url", "https://developer.download.nvidia.com/compute/cuda/repos",
+             "Debian 12: base URL of NVIDIA's CUDA apt repository"),
+]
+
+
+DOCKER_VARIABLES: list[Variable] = [
+    Variable("docker_source", "docker-ce",
+             "docker-ce (Docker's apt repository, compose v2 plugin) or distro (docker.io + compose)", str, _source),
+    Variable("docker_version", None,
+             "exact apt version of the engine (docker-ce and its cli, or docker.io); None = newest available"),
+    Variable("docker_compose_version", None, "exact apt version of the compose package; None = newest available"),
+    Variable("docker_daemon_options", {},
+             "keys merged into /etc/docker/daemon.json (log-opts, data-root, default-runtime...)", dict,
+             _daemon_options),
+    Variable("docker_users", [], "users added to the docker group", list, _user_names),
+    Variable("docker_apt_url", "https://download.docker.com/linux", "docker-ce: base URL of Docker's apt repository"),
+    Variable("docker_verify_image", None,
+             "image the check runs `true` in (host network); None = an image already on the host, "
+             "and with none the run check is skipped, saying so", str, _image_reference, optional=True),
+]
+
+
+NVIDIA_CONTAINER_TOOLKIT_VARIABLES: list[Variable] = [
+    Variable("nvidia_ctk_version", None,
+             "exact apt version of the toolkit packages (e.g. 1.17.8-1); None = newest available"),
+    Variable("nvidia_ctk_default_runtime", False, "make nvidia Docker's default runtime", bool),
+    Variable("nvidia_ctk_apt_url", "https://nvidia.github.io/libnvidia-container",
+             "base URL of NVIDIA's libnvidia-container apt repository"),
+    Variable("nvidia_ctk_verify_image", None,
+             "image the GPU check runs nvidia-smi in (the runtime injects it); None = an image already "
+             "on the host, and with none the check is skipped, saying so", str, _image_reference, optional=True),
+]
+
+
+L2_DISK_VARIABLES: list[Variable] = [
+    Variable("l2_device", None, "block device for the L2 tier, a /dev/disk/by-id/ path preferred; None skips",
+             str, check_device_path, optional=True),
+    Variable("l2_fstype", "ext4", "filesystem to make on it: ext4 or xfs", str, _fstype),
+    Variable("l2_mount_point", "/mnt/rigkit-l2", "where it is mounted", str, check_host_path),
+    Variable("l2_mount_options", "noatime,nofail", "fstab mount options", str, check_mount_options),
+    Variable("l2_owner", "root", "user owning the mount point and the cache directory", str, check_account_name),
+    Variable("l2_group", "root", "group owning the mount point and the cache directory", str, check_account_name),
+    Variable("l2_label", "rigkit-l2", "filesystem label marking the device as rigkit's", str),
+    Variable("l2_format", False, "allow reformatting a device that carries rigkit's label (to change l2_fstype)",
+             bool),
+    Variable("l2_force_format", False, "allow wiping a device that holds anything else (its data is lost)", bool),
+    Variable("l2_cache_dir", "lmcache", "LMCache's L2 base directory, relative to l2_mount_point", str,
+             check_relative_path),
+]
+
+
+SERVING_VARIABLES: list[Variable] = [
+    Variable("serving_smoke", True, "run the smoke checks after every release", bool),
+    Variable("serving_auto_rollback", True, "roll back to the last known-good digest when smoke fails", bool),
+    Variable("rollback_to", None, "rollback.py: the image (repo@sha256:...) to roll back to "
+             "(empty = the verified release before the latest deploy, from the rig's ledger)", str),
+]
+
+
+# Rollout (`rigkit deploy`, rigkit/rollout/run.py; rollout_batch also paces a rolling rollback, rigkit/rollout/rollback.py):
+# fleet-wide, so every targeted rig must carry the same values (group data); `rigkit deploy
+# --canary/--batch/--on-failure` override them. Plain `pyinfra deploy.py` runs every
+# rig at once and refuses while a rollout is set (rigkit.rollout.plan.refuse_unbatched).
+ROLLOUT_LEAVE, ROLLOUT_ROLLBACK = "leave", "rollback"
+
+ROLLOUT_VARIABLES: list[Variable] = [
+    Variable("rollout_canary", 0, "rigkit deploy: rigs deployed first; each must pass smoke and the cache proof "
+             "before any other rig is touched (0 = no canary stage)", int, _at_least(0)),
+    Variable("rollout_batch", 0, "rigkit deploy: rigs deployed together after the canaries, batch after batch; "
+             "a batch with any failure halts the rollout (0 = the rest in one batch); with --deploy rollback.py, "
+             "rigs rolled back together through the router (0 = every rig at once, the plain run)", int,
+             _at_least(0)),
+    Variable("rollout_on_failure", ROLLOUT_LEAVE, "rigkit deploy: a halted rollout's rigs already upgraded: "
+             f"{ROLLOUT_LEAVE} (on the new release, for the operator) or {ROLLOUT_ROLLBACK} (rollback.py on each, "
+             "back to its stored verified rendering)", str, one_of((ROLLOUT_LEAVE, ROLLOUT_ROLLBACK))),
+    Variable("rollout_cache_proof", True, "rigkit deploy: canaries also prove the cache after smoke (one salted "
+             "prompt: warm-gpu hit, then GPU eviction and a warm-connector hit, by metric deltas)", bool),
+]
+
+
+# The router (roles/router.py, issue 15): vllm-router on a gateway host, the hosts of the inventory group
+# ROUTER_GROUP; its workers are every other host of the run (the rigs). Read from the gateway's data.
+ROUTER_GROUP = "routers"
+ROUTER_POLICIES = ("cache_aware", "round_robin", "random", "kv_aware", "power_of_two", "consistent_hash",
+                   "sticky_least_loaded")
+
+
+def _version(value: str) -> None:
+    if not re.fullmatch(r"[0-9]+(\.[0-9]+){1,3}", value):
+        raise ValueError("must be an exact release such as 0.1.17 (the router is pinned)")
+
+
+ROUTER_VARIABLES: list[Variable] = [
+    Variable("router_version", "0.1.17", "vllm-router release installed on the gateway (pinned)", str, _version),
+    Variable("router_policy", "cache_aware", "how the router picks a rig per request: "
+             + ", ".join(ROUTER_POLICIES), str, one_of(ROUTER_POLICIES)),
+    Variable("router_port", 8300, "TCP port the router serves the OpenAI API on", int, check_port),
+    Variable("router_metrics_port", 8301, "TCP port of the router's Prometheus /metrics, on router_bind_address "
+             "(vllm-router's own default, 29000, is fixed whatever else runs on the gateway)", int, check_port),
+    Variable("router_bind_address", "127.0.0.1", "address the router listens on (its admin endpoints "
+             "/add_worker and /remove_worker take no key: keep it on a trusted network)", str),
+    Variable("router_api_key", None, "secret: vllm-router's --api-key, read from a 0600 file on the gateway "
+             "(0.1.17 uses it for data-parallel worker queries only; a request carries its client's own "
+             "Authorization header through to the rig)",
+             str, optional=True),
+    Variable("router_worker_address", None, "a rig's data: the address the gateway reaches its API at (default: "
+             "its bind_address, or ssh_hostname when it binds every address)", str, optional=True),
+    Variable("router_on_controller", False, "the gateway @local (the controller itself) gets the router role: "
+             "vllm-router, its unit and files under /etc installed on the machine running rigkit (refused unless "
+             "true; a router you start yourself there is drained through either way)", bool),
+    Variable("router_pip_find_links", None, "a wheelhouse (URL or directory) the gateway installs vllm-router "
+             "from with --no-index, instead of the package index (offline gateways, the lab)", str, optional=True),
+]
+
+# The rigs' API firewall (roles/api_firewall.py, rigkit/firewall.py): off unless declared, because turning it on
+# for rigs that already serve LAN clients on a non-loopback bind would cut those clients off at the next deploy.
+API_FIREWALL_VARIABLES: list[Variable] = [
+    Variable("api_firewall", False, "manage nft table inet rigkit_api: the stack's TCP ports (serving_port, the "
+             "LMCache ports) only from loopback, the controller and api_allowed_sources, every other packet "
+             "untouched; false = no rules (a table an earlier deploy made is removed)", bool),
+    Variable("api_allowed_sources", [], "addresses or CIDR networks, as the rig sees them, that may reach the "
+             "stack's ports besides loopback and the controller: the router's (gateway's) address", list,
+             sources_check(API_FIREWALL)),
+    Variable("api_allow_controller", True, "also allow the address the deploy's SSH session comes from (the "
+             "controller, read at every deploy), so smoke and validate.py reach a non-loopback bind directly",
+             bool),
+]
+
+
+# The fleet's shared KV store (roles/kv_store.py, issue 15): valkey-server on the hosts of the inventory group
+# KV_STORE_GROUP, which get that role only. Its password is the serving knob kv_store_password (a secret, read
+# from the controller's environment): the store requires it and the rigs' LMCache sends it, one value for both.
+KV_STORE_GROUP = "kv_stores"
+# Every maxmemory-policy valkey 8.1 accepts (valkey.conf), and the ones rigkit refuses, with why.
+VALKEY_POLICIES = ("allkeys-lru", "allkeys-lfu", "allkeys-random", "noeviction", "volatile-lru", "volatile-lfu",
+                   "volatile-random", "volatile-ttl")
+REFUSED_VALKEY_POLICIES = {
+    policy: "evicts only keys with a TTL, and LMCache's Valkey adapter writes its chunks without one (its "
+            "ttl_seconds is not rendered): a full store would refuse every write, as noeviction does"
+    for policy in VALKEY_POLICIES if policy.startswith("volatile-")}
+
+
+def _valkey_policy(value: str) -> None:
+    one_of(VALKEY_POLICIES)(value)
+    if value in REFUSED_VALKEY_POLICIES:
+        raise ValueError(f"{REFUSED_VALKEY_POLICIES[value]}; use allkeys-lru (or noeviction to refuse writes "
+                         "when full)")
+
+
+def _bind_addresses(value: list) -> None:
+    if not value:
+        raise ValueError("must name at least one address (valkey listens nowhere otherwise)")
+    for item in value:
+        if not isinstance(item, str):
+            raise ValueError(f"{item!r} is not text: each item must be an IP address")
+        try:
+            ipaddress.ip_address(item)
+        except ValueError:
+            raise ValueError(f"{item!r} is not an IP address (e.g. 127.0.0.1, 10.0.0.5 or ::1); a host name "
+                             "is not resolved by valkey's bind") from None
+    if len(set(value)) != len(value):
+        raise ValueError("names an address twice")
+
+
+KV_STORE_PORT = Variable("kv_store_port", 6379, "TCP port valkey-server listens on (the rigs' LMCache connects to it)",
+                         int, check_port)
+KV_STORE_VARIABLES: list[Variable] = [
+    KV_STORE_PORT,
+    Variable("kv_store_bind_addresses", ["127.0.0.1"], "IP addresses valkey-server listens on: the store host's "
+             "address on the rigs' network (and 127.0.0.1 for the role's own checks); never 0.0.0.0 on a host "
+             "reachable from elsewhere", list, _bind_addresses),
+    Variable("kv_store_maxmemory_gib", 8, "memory valkey may hold, in GiB (2^30 bytes; valkey gets the bytes): "
+             "past it the policy evicts", int, _at_least(1)),
+    Variable("kv_store_maxmemory_policy", "allkeys-lru", "what a full store does: allkeys-lru (default: the "
+             "fleet's rigs each count only their own writes, so only the server sees the total and evicts the "
+             "least recently used chunk, which is a cache miss, never a wrong answer), allkeys-lfu, "
+             "allkeys-random, or noeviction (writes refused when full); volatile-* are refused", str,
+             _valkey_policy),
+    # On by default, unlike api_firewall: the store has no clients but the rigs, so limiting it to them cuts
+    # nobody off (a lab rig on host networking must set it false: rigkit.firewall.refuse_on_shared_network).
+    Variable("kv_store_firewall", True, "manage nft table inet rigkit_kv_store: kv_store_port only from loopback "
+             "and the rigs (kv_store_allowed_sources), every other packet untouched; false = no rules (a table an "
+             "earlier deploy made is removed)", bool),
+    Variable("kv_store_allowed_sources", None, "addresses or CIDR networks, as the store sees them, that may reach "
+             "kv_store_port besides loopback; None = every rig of the inventory (the hosts neither routers nor "
+             "kv_stores), at its address resolved on the controller (router_worker_address, else its one bind "
+             "address, else ssh_hostname)", list, sources_check(KV_STORE_FIREWALL)),
+]
+
+# The shared KV mount (roles/kv_share.py): an export every rig of the store mounts at the same point; a profile
+# puts its connector store there with the kv_share knob (rigkit.settings.knobs), hashing with the fleet's kv_hash_seed.
+KV_SHARE_FSTYPES = ("nfs4", "nfs", "none")  # none: a directory the host already shares (the lab's bind mount)
+KV_SHARE_NFS_CLIENT_PACKAGE = "nfs-common"
+
+
+def _share_source(value: str) -> None:
+    if any(char.isspace() for char in value) or "$" in value:
+        raise ValueError("must not contain whitespace or '$' (it is one fstab field and names the store fleet-wide)")
+
+
+def _share_mount_point(value: str) -> None:
+    check_host_path(value)
+    if ":" in value:
+        raise ValueError("must not contain ':' (compose volume syntax)")
+
+
+KV_SHARE_VARIABLES: list[Variable] = [
+    Variable("kv_share_source", None, "the export the rigs share, e.g. nas:/export/rigkit-kv (with kv_share_fstype "
+             "none: the name of the directory every rig already sees at kv_share_mount_point); rigs naming the same "
+             "source share one store; None = no shared tier", str, _share_source, optional=True),
+    Variable("kv_share_mount_point", "/mnt/rigkit-kv-share", "where every rig mounts the export (the same path on "
+             "every rig)", str, _share_mount_point),
+    Variable("kv_share_fstype", "nfs4", "nfs4 or nfs (mounted from /etc/fstab, nfs-common installed), or none "
+             "(already mounted: only checked to be a mount point and writable)", str, one_of(KV_SHARE_FSTYPES)),
+    Variable("kv_share_mount_options", "_netdev,nofail,noatime", "fstab mount options of the export", str,
+             check_mount_options),
+    Variable("kv_share_store_dir", "kv", "the connector store's directory, relative to kv_share_mount_point (a "
+             "directory of its own: the janitor never works on a mount point)", str, check_relative_path),
+]
+
+
+# Validation (validate.py): what rigkit.validation.procedure measures and how; its ValidationSettings reads these.
+CALIBRATION_MIN_TOKENS = 256
+
+
+def _off_or_at_least(minimum: int) -> Callable[[int], None]:
+    def check(value: int) -> None:
+        if value != 0 and value < minimum:
+            raise ValueError(f"must be 0 (off) or >= {minimum}")
+
+    return check
+
+
+def _fraction(value: float) -> None:
+    if not 0 < value <= 1:
+        raise ValueError("must be a fraction in (0, 1]")
+
+
+VALIDATION_VARIABLES: list[Variable] = [
+    Variable("validate_prompt_tokens", 3500, "size of each salted session prompt in tokens "
+             "(the user's card: ~37000; the lab CPU build: ~3500)", int,
+             check=_at_least(CALIBRATION_MIN_TOKENS)),
+    Variable("validate_sessions", 3, "salted sessions per tier (the n of each TTFT figure)", int,
+             check=_at_least(1)),
+    Variable("validate_prompt_kind", "narrative", "prompt body of the tier sessions: narrative or code", str,
+             check=one_of(abstats.PROMPT_KINDS)),
+    Variable("validate_output_tokens", 16, "tokens generated per tier request (TTFT is what is measured)", int,
+             check=_at_least(1)),
+    Variable("validate_decode_tokens", 128, "tokens generated per decode A/B request (ignore_eos)", int,
+             check=_at_least(1)),
+    Variable("validate_decode_prompt_tokens", 256, "size of the decode A/B prompts", int, check=_at_least(1)),
+    Variable("validate_seed", None, "base seed of the prompt bodies (recorded; random when unset)", int,
+             optional=True),
+    Variable("validate_restart", True, "measure the persistent tier (does a full compose down/up)", bool),
+    Variable("validate_decode_ab", False, "also run the decode A/B: switches the rig between its profile and the "
+             "derived baseline once per visit (2 x measured restarts: minutes of downtime, so opt-in)", bool),
+    Variable("validate_soak_sessions", 0, "soak: multi-turn conversations run after the tiers (0 = no soak; at "
+             "least 2: decode retention compares the last with the first clean one; the field notes ran ~20)", int,
+             check=_off_or_at_least(2)),
+    Variable("validate_soak_turns", 5, "soak: turns per conversation (each sends the whole conversation so far "
+             "plus a new salted user message)", int, check=_at_least(1)),
+    Variable("validate_soak_message_tokens", 256, "soak: size of each new user message in tokens", int,
+             check=_at_least(16)),
+    Variable("validate_soak_reply_tokens", 128, "soak: most tokens per reply (the model may stop early; "
+             "an empty reply counts against validate_soak_empty_reply_max_fraction)", int, check=_at_least(2)),
+    Variable("validate_soak_memory_growth_mib", 200.0, "soak: most memory growth allowed (MiB) from the end of "
+             "the first clean conversation to the last turn: GPU memory from nvidia-smi, on a rig without GPUs "
+             "the serving container's cgroup", float, check=_at_least(0)),
+    Variable("validate_soak_decode_retention_min", 0.8, "soak: least decode tok/s of the last conversation, "
+             "as a fraction of the first clean conversation's", float, check=_fraction),
+    Variable("validate_soak_empty_reply_max_fraction", 0.5, "soak: the soak fails when at least this fraction "
+             "of the answered turns got an empty reply", float, check=_fraction),
+]
+
+
+REPLAY = Variable("replay", None, "results/<run-id> whose prompt sizes, kind and seeds this run repeats", str,
+                  optional=True)
+
+
+
+# Section name (the role's name) -> the variables it reads, in pipeline order.
+ROLE_SECTIONS: dict[str, list[Variable]] = {
+    "host": [GPUS],
+    "rig_lock": RIG_LOCK_VARIABLES,
+    "nvidia_driver": NVIDIA_DRIVER_VARIABLES,
+    "docker": DOCKER_VARIABLES,
+    "nvidia_container_toolkit": NVIDIA_CONTAINER_TOOLKIT_VARIABLES,
+    "l2_disk": L2_DISK_VARIABLES,
+    "serving": SERVING_VARIABLES,
+    "rollout": ROLLOUT_VARIABLES,
+    "router": ROUTER_VARIABLES,
+    "api_firewall": API_FIREWALL_VARIABLES,
+    "kv_share": KV_SHARE_VARIABLES,
+    "kv_store": KV_STORE_VARIABLES,
+    "validation": [*VALIDATION_VARIABLES, REPLAY],
+}
+ALL_VARIABLES: list[Variable] = [variable for section in ROLE_SECTIONS.values() for variable in section]
+
+
+def kv_share_store_path(kv_share: dict) -> str:
+    """Absolute path of the shared connector store on every rig (kv_share mounts it, serving mounts it in)."""
+    return posixpath.join(kv_share["kv_share_mount_point"], kv_share["kv_share_store_dir"])
+
+
+def l2_cache_path(l2_disk: dict) -> str:
+    """Absolute path of the L2 store's base directory on the host (l2_disk mounts it, serving mounts it in)."""
+    return posixpath.join(l2_disk["l2_mount_point"], l2_disk["l2_cache_dir"])

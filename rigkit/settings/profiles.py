@@ -1,0 +1,268 @@
+"""The profile registry (profiles.yaml): load, validate, derive A/B baselines.
+
+``load_profiles()`` returns every profile by name, with the file's ``common`` knobs and engine
+arguments merged in and ``baseline_of`` entries derived from their base. Errors name the profile
+and the field (``profiles.yaml: profiles.cpu-lab.resources.gpus: ...``).
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from pathlib import Path
+from typing import Any, Literal, Optional
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from rigkit.errors import ConfigError
+from rigkit.paths import FILES_DIR, PROFILES_FILE
+from rigkit.remote.registry import require_digest
+from rigkit.settings.knobs import KNOBS_BY_NAME
+from rigkit.settings.variables import closest_name
+
+# Strings in a connector's kv_transfer_config that render.py fills from the settings.
+CONNECTOR_PLACEHOLDERS = ("@l1_bytes", "@l2_dir", "@lmcache_port")
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+def _known_knobs(names: list[str]) -> list[str]:
+    unknown = [name for name in names if name not in KNOBS_BY_NAME]
+    if unknown:
+        raise ValueError(f"unknown knob(s) {unknown}: declare them in rigkit/settings/knobs.py")
+    return names
+
+
+class Resources(_Strict):
+    gpus: int = Field(ge=0, description="GPUs the stack needs (0 = runs on CPU)")
+    min_ram_gb: int = Field(ge=0, description="MemTotal a rig needs")
+    kv_bytes_per_token: Optional[int] = Field(default=None, ge=1, description="KV cache cost for sizing")
+
+
+class Connector(_Strict):
+    kv_transfer_config: dict[str, Any]
+    knobs: list[str] = []
+    uses_l1: bool = False
+    # never: no disk tier; optional: the l2_enabled knob decides; always: the connector needs its store.
+    l2: Literal["never", "optional", "always"] = "never"
+    # True when the connector never deletes from its disk store: rigkit's L2 janitor then keeps the
+    # store under l2_budget_gb (least recently used first), so a full disk cannot kill the engine.
+    l2_needs_janitor: bool = False
+    # True when the tier keeps vLLM's own KV blocks (every GPU's share): a token then costs there what it costs
+    # on the GPUs, at the KV cache dtype (rigkit.settings.hostdata.Settings.kv_bytes_per_token); False when the
+    # connector stores its own format (LMCache: ~131 KB/token on the real rig, whatever the GPU's dtype).
+    stores_engine_blocks: bool = False
+    # True when the L1 tier is a file in /dev/shm the engine fills at start: vLLM 0.32/0.33's OffloadingConnector
+    # maps /dev/shm/vllm_offload_<id>.mmap with MAP_POPULATE (its SharedMmapRegion), so a smaller /dev/shm cannot start
+    l1_in_shm: bool = False
+    # True when the connector's disk store can be shared by the engines of several rigs (kv_share: its keys
+    # are the same for the same tokens on every engine, given one kv_hash_seed), so it may live on a shared mount.
+    shareable: bool = False
+    # A shell script of rigkit/files/ run in the container before the engine's exec (inlined into compose's command,
+    # so it is part of the rendering and its release hash); the YAML names the file, the model holds its text.
+    prelude: str = ""
+
+    @field_validator("prelude")
+    @classmethod
+    def _prelude_from_file(cls, name: str) -> str:
+        if not name:
+            return ""
+        path = FILES_DIR / name
+        if "/" in name or not name.endswith(".sh") or not path.is_file():
+            raise ValueError(f"prelude {name!r} is not a shell script of rigkit/files/ (a file name ending in .sh)")
+        return path.read_text()
+
+    @field_validator("knobs")
+    @classmethod
+    def _knobs_declared(cls, names: list[str]) -> list[str]:
+        return _known_knobs(names)
+
+    @field_validator("kv_transfer_config")
+    @classmethod
+    def _placeholders_known(cls, config: dict) -> dict:
+        for value in _leaves(config):
+            if isinstance(value, str) and value.startswith("@") and value not in CONNECTOR_PLACEHOLDERS:
+                raise ValueError(f"unknown placeholder {value!r}; known: {', '.join(CONNECTOR_PLACEHOLDERS)}")
+        if "kv_connector" not in config:
+            raise ValueError("needs a kv_connector name")
+        return config
+
+
+class Profile(_Strict):
+    name: str
+    doc: str
+    status: Literal["production", "incubating"]
+    image_repo: str
+    image: Optional[str] = None
+    launcher: str
+    engine_args: list[str] = []
+    knobs: list[str] = []
+    fixed_env: dict[str, str] = {}
+    defaults: dict[str, Any] = {}
+    resources: Resources
+    connector: Optional[Connector] = None
+    baseline_of: Optional[str] = None
+    # Derived, not written in YAML: container limits (mem_limit, shm) are sized for L1. A baseline keeps
+    # its base's limits so an A/B pair differs only in the connector.
+    l1_in_limits: bool = False
+
+    @field_validator("knobs")
+    @classmethod
+    def _knobs_declared(cls, names: list[str]) -> list[str]:
+        return _known_knobs(names)
+
+    @field_validator("defaults")
+    @classmethod
+    def _defaults_valid(cls, defaults: dict) -> dict:
+        _known_knobs(list(defaults))
+        return {name: KNOBS_BY_NAME[name].coerce(value) for name, value in defaults.items()}
+
+    @property
+    def all_knobs(self) -> list[str]:
+        """Every knob the stack reads: common, its own and its connector's (ordered, no repeats)."""
+        names = self.knobs + (self.connector.knobs if self.connector else [])
+        return list(dict.fromkeys(names))
+
+    @property
+    def env_knobs(self) -> list[str]:
+        return [name for name in self.all_knobs if KNOBS_BY_NAME[name].env]
+
+    @property
+    def needs_gpus(self) -> bool:
+        return self.resources.gpus > 0
+
+    @property
+    def uses_l1(self) -> bool:
+        return bool(self.connector and self.connector.uses_l1)
+
+    @property
+    def l2_mode(self) -> str:
+        return self.connector.l2 if self.connector else "never"
+
+
+def _leaves(value):
+    if isinstance(value, dict):
+        for item in value.values():
+            yield from _leaves(item)
+    elif isinstance(value, list):
+        for item in value:
+            yield from _leaves(item)
+    else:
+        yield value
+
+
+def without_connector(profile: Profile, name: Optional[str] = None, doc: Optional[str] = None) -> Profile:
+    """The same stack with the KV connector (and what only it reads) removed: the A/B baseline."""
+    return profile.model_copy(update={
+        "name": name or f"{profile.name}-baseline",
+        "doc": doc or f"{profile.name} without its KV connector (A/B baseline)",
+        "connector": None,
+        "baseline_of": profile.name,
+    })
+
+
+def ab_pair(profiles: dict[str, Profile], name: str) -> tuple[Profile, Profile]:
+    """(with connector, without connector) for a profile: the two sides of a connector A/B."""
+    profile = get_profile(profiles, name)
+    if profile.connector is None:
+        if profile.baseline_of is None:
+            raise ConfigError("serving_profile", name, "has no KV connector, so no A/B pair",
+                              "pick a profile with a connector")
+        return get_profile(profiles, profile.baseline_of), profile
+    declared = [p for p in profiles.values() if p.baseline_of == name]
+    return profile, (declared[0] if declared else without_connector(profile))
+
+
+def get_profile(profiles: dict[str, Profile], name: str) -> Profile:
+    if name not in profiles:
+        suggestion = closest_name(name, profiles)
+        fix = f"did you mean {suggestion!r}?" if suggestion else f"one of {', '.join(sorted(profiles))}"
+        raise ConfigError("serving_profile", name, f"no such profile in {PROFILES_FILE.name}", fix)
+    return profiles[name]
+
+
+def _error(path: Path, where: str, problem: str, fix: str) -> ConfigError:
+    return ConfigError(f"{path.name}: {where}", None, problem, fix)
+
+
+def _validation_error(path: Path, name: str, exc: ValidationError) -> ConfigError:
+    first = exc.errors()[0]
+    location = ".".join(str(part) for part in first["loc"])
+    where = f"profiles.{name}.{location}" if location else f"profiles.{name}"
+    return _error(path, where, first["msg"], "fix the profile entry (see the comments at the top of the file)")
+
+
+def parse_profiles(text: str, path: Path = PROFILES_FILE) -> dict[str, Profile]:
+    """Profiles from YAML text; ConfigError naming the profile and field on the first problem."""
+    try:
+        document = yaml.safe_load(text) or {}
+    except yaml.YAMLError as exc:
+        raise _error(path, "yaml", str(exc), "fix the YAML syntax") from None
+    common = document.get("common") or {}
+    entries = document.get("profiles")
+    if not isinstance(entries, dict) or not entries:
+        raise _error(path, "profiles", "missing or empty", "declare profiles under `profiles:`")
+    unknown_common = set(common) - {"knobs", "engine_args", "fixed_env"}
+    if unknown_common:
+        raise _error(path, "common", f"unknown keys {sorted(unknown_common)}", "use knobs, engine_args and fixed_env")
+    common_env = {name: str(value) for name, value in (common.get("fixed_env") or {}).items()}
+
+    profiles: dict[str, Profile] = {}
+    for name, entry in entries.items():
+        if not isinstance(entry, dict):
+            raise _error(path, f"profiles.{name}", "must be a mapping", "see the other profiles")
+        if "baseline_of" in entry:
+            continue
+        own_env = entry.get("fixed_env") or {}
+        clashes = {k for k in own_env if k in common_env and str(own_env[k]) != common_env[k]}
+        if clashes:
+            raise _error(path, f"profiles.{name}.fixed_env", f"sets {sorted(clashes)} otherwise than common.fixed_env",
+                         "every profile keeps common.fixed_env (telemetry off): remove them from the profile")
+        merged = {**entry, "name": name,
+                  # the profile's own env in its order, then what common adds (a profile's rendering stays put)
+                  "fixed_env": {**own_env, **{k: v for k, v in common_env.items() if k not in own_env}},
+                  "knobs": list(common.get("knobs", [])) + list(entry.get("knobs") or []),
+                  "engine_args": list(common.get("engine_args", [])) + list(entry.get("engine_args") or [])}
+        try:
+            profile = Profile(**merged)
+        except ValidationError as exc:
+            raise _validation_error(path, name, exc) from None
+        except ConfigError as exc:  # a knob default failed its own check
+            raise _error(path, f"profiles.{name}.defaults.{exc.field}", exc.problem, exc.fix) from None
+        if "l1_in_limits" in entry:
+            raise _error(path, f"profiles.{name}.l1_in_limits", "is derived from the connector", "remove it")
+        if profile.image is not None:
+            require_digest(profile.image, f"{path.name}: profiles.{name}.image")
+        profiles[name] = profile.model_copy(update={"l1_in_limits": profile.uses_l1})
+
+    for name, entry in entries.items():
+        if "baseline_of" not in entry:
+            continue
+        extra = set(entry) - {"baseline_of", "doc"}
+        if extra:
+            raise _error(path, f"profiles.{name}", f"a baseline_of profile takes only doc, not {sorted(extra)}",
+                         "derive, don't copy: change the base profile instead")
+        base = profiles.get(entry["baseline_of"])
+        if base is None:
+            raise _error(path, f"profiles.{name}.baseline_of", f"no profile {entry['baseline_of']!r}",
+                         f"one of {', '.join(sorted(profiles))}")
+        if base.connector is None:
+            raise _error(path, f"profiles.{name}.baseline_of", f"{base.name} has no connector to drop",
+                         "point baseline_of at a profile with a connector")
+        profiles[name] = without_connector(base, name=name, doc=entry.get("doc"))
+    return profiles
+
+
+@lru_cache(maxsize=4)
+def _load_cached(path: Path, mtime_ns: int) -> dict[str, Profile]:
+    return parse_profiles(path.read_text(), path)
+
+
+def load_profiles(path: Path = PROFILES_FILE) -> dict[str, Profile]:
+    """Every profile in profiles.yaml (cached per file version)."""
+    try:
+        return _load_cached(path, path.stat().st_mtime_ns)
+    except FileNotFoundError:
+        raise ConfigError("profiles file", str(path), "missing", "restore profiles.yaml at the repo root") from None

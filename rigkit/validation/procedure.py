@@ -1,0 +1,241 @@
+"""One rig's cache validation, as plain Python: a client, a restart callable, and settings.
+
+Procedure (each step labelled by metric deltas, see rigkit.validation.tiers):
+  1. calibrate: one shorter salted prompt measures the prefill rate (sets the long-prefill timeout);
+  2. cold: each salted session prompt once (GPU hits and external hits flat);
+  3. warm-gpu: the same prompt immediately again (GPU prefix hits grew);
+  4. warm-connector: filler requests push the GPU pool's capacity (vllm:cache_config_info
+     num_gpu_blocks × block_size) through it, evicting the prefix; then the prompt again
+     (GPU hits flat, external hits grew);
+  5. warm-persistent: `restart()` (compose down/up), wait ready, the prompt again (external hits grew).
+A tier whose connector is configured but takes no external hit is "retrieved-but-unused": a FAIL.
+Every request is greedy (temperature 0, the session's seed): a warm tier whose output differs from the cold
+run's for the same session is "served-but-wrong", a FAIL whatever its counters prove (LMCache#4492).
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from dataclasses import dataclass, field
+from typing import Callable, Mapping, Optional, Sequence
+
+from rigkit.errors import ConfigError
+from rigkit.remote.client import Measured, ServingClient, measure, prefill_timeout
+from rigkit.settings.defaults import CALIBRATION_MIN_TOKENS
+from rigkit.settings.defaults import VALIDATION_VARIABLES as VARIABLES
+from rigkit.settings.sizing import capacity_from
+from rigkit.settings.variables import resolve
+from rigkit.validation.card import Capacity, GreedyCheck, StatModel, TierProof, TierResult, TTFTPair
+from rigkit.validation.metrics import Snapshot, require_prefix_counters
+from rigkit.validation.prompts import Prompt, PromptSpec
+from rigkit.validation.tiers import Tier, TierLabel, label
+
+# Pushing exactly the pool's size through it may leave a block or two of the prefix: overshoot.
+FILLER_OVERSHOOT = 1.25
+# Tokens kept free below max-model-len for the reply and the chat/BOS tokens.
+CONTEXT_SLACK_TOKENS = 64
+# Calibration prompt: this fraction of the session size (at least CALIBRATION_MIN_TOKENS).
+CALIBRATION_FRACTION = 0.25
+
+
+@dataclass
+class ValidationSettings:
+    """Validation settings; defaults live in VARIABLES only: build with ValidationSettings.from_data({...})."""
+
+    prompt_tokens: int
+    sessions: int
+    prompt_kind: str
+    output_tokens: int
+    decode_tokens: int
+    decode_prompt_tokens: int
+    seed: Optional[int]
+    restart: bool
+    decode_ab: bool
+    soak_sessions: int
+    soak_turns: int
+    soak_message_tokens: int
+    soak_reply_tokens: int
+    soak_memory_growth_mib: float
+    soak_decode_retention_min: float
+    soak_empty_reply_max_fraction: float
+
+    @classmethod
+    def from_data(cls, data: Mapping) -> "ValidationSettings":
+        """From host/--data values named like VARIABLES (`validate_` prefix)."""
+        values = resolve(VARIABLES, data)
+        return cls(**{v.name.removeprefix("validate_"): values[v.name] for v in VARIABLES})
+
+
+def compare_greedy(session_id: str, cold_text: str, text: str) -> GreedyCheck:
+    """A warm request's greedy output against the cold run's of the same session."""
+    differs = next((i for i, (a, b) in enumerate(zip(cold_text, text)) if a != b),
+                   None if len(cold_text) == len(text) else min(len(cold_text), len(text)))
+    return GreedyCheck(session=session_id[:8], same=differs is None, cold_text=cold_text, text=text,
+                       first_difference=differs)
+
+
+@dataclass
+class TierRun:
+    """Raw measurements of one tier (one entry per session)."""
+
+    expected: Tier
+    # the cold run whose greedy output a warm tier must repeat, session by session (None: the cold tier itself)
+    reference: Optional["TierRun"] = None
+    measured: list[Measured] = field(default_factory=list)
+    labels: list[TierLabel] = field(default_factory=list)
+    prompts: list[Prompt] = field(default_factory=list)
+
+    def greedy(self) -> list[GreedyCheck]:
+        """Each completed request's output against the reference's completed one for the same session."""
+        if self.reference is None:
+            return []
+        cold = {p.session_id: m.result.text for p, m in zip(self.reference.prompts, self.reference.measured)
+                if not m.result.aborted}
+        return [compare_greedy(p.session_id, cold[p.session_id], m.result.text)
+                for p, m in zip(self.prompts, self.measured) if not m.result.aborted and p.session_id in cold]
+
+    def result(self) -> TierResult:
+        greedy = self.greedy()
+        return TierResult(
+            expected=self.expected.value,
+            labels=[lab.tier.value for lab in self.labels],
+            passed=bool(self.labels) and all(lab.passed for lab in self.labels)
+            and not any(m.result.aborted for m in self.measured) and all(check.same for check in greedy),
+            ttft_s=StatModel.of([m.result.ttft_s for m in self.measured if not m.result.aborted]),
+            server_ttft_s=StatModel.of([m.window.server_ttft_mean for m in self.measured if not m.result.aborted]),
+            ttft_within_tolerance=[m.ttft_check.within for m in self.measured if m.ttft_check],
+            ttft_pairs=[TTFTPair(client_s=m.ttft_check.client_s, server_s=m.ttft_check.server_s,
+                                 within=m.ttft_check.within, api_overhead_s=m.ttft_check.api_overhead_s)
+                        for m in self.measured if m.ttft_check],
+            greedy=greedy,
+            prompt_tokens=[m.result.prompt_tokens or p.tokens for m, p in zip(self.measured, self.prompts)],
+            aborted=[m.result.abort_phase or "?" for m in self.measured if m.result.aborted],
+            proofs=[TierProof(label=lab.tier.value, gpu_hits=lab.gpu_hits, gpu_queries=lab.gpu_queries,
+                              external_hits=lab.external_hits, external_queries=lab.external_queries,
+                              external_kv_transfer_tokens=lab.external_kv_transfer_tokens,
+                              counters_reset=m.window.reset, text=lab.proof, store_tier=lab.store_tier,
+                              store_tier_source=lab.store_tier_source)
+                    for m, lab in zip(self.measured, self.labels)])
+
+
+@dataclass
+class TierValidation:
+    tiers: list[TierRun]
+    prompts: list[Prompt]
+    prefill_tokens_per_s: Optional[float]
+    pool: Snapshot
+    max_model_len: Optional[int]
+    failures: list[str]
+    capacity: Optional[Capacity] = None
+    fillers_sent: int = 0
+    ttft_transport: str = ""  # where the client TTFT was measured (ServingClient.ttft_transport)
+
+    def tier(self, expected: Tier) -> Optional[TierRun]:
+        return next((t for t in self.tiers if t.expected == expected), None)
+
+
+def _measure_tier(client: ServingClient, run: TierRun, prompt: Prompt, settings: ValidationSettings, timeout_s: float,
+                  connector_configured: bool, after_restart: bool = False) -> None:
+    measured = measure(client, prompt.text, settings.output_tokens, timeout_s, seed=prompt.spec.seed)
+    run.measured.append(measured)
+    run.prompts.append(prompt)
+    run.labels.append(label(measured.window, run.expected, connector_configured, after_restart))
+
+
+def filler_plan(pool_tokens: int, max_model_len: int, prompt_tokens: int, output_tokens: int) -> tuple[int, int]:
+    """(filler size in tokens, number of fillers) that push FILLER_OVERSHOOT × the pool through it."""
+    size = max(CALIBRATION_MIN_TOKENS, min(prompt_tokens, max_model_len - output_tokens - CONTEXT_SLACK_TOKENS))
+    return size, math.ceil(pool_tokens * FILLER_OVERSHOOT / size)
+
+
+def evict_gpu_pool(client: ServingClient, pool: Snapshot, settings: ValidationSettings, timeout_s: float) -> int:
+    """Send salted filler prompts sized from the pool; returns how many were sent."""
+    max_len = client.max_model_len or settings.prompt_tokens + settings.output_tokens + CONTEXT_SLACK_TOKENS
+    if pool.gpu_pool_tokens is None:
+        raise ConfigError("vllm:cache_config_info", pool.cache_config, "num_gpu_blocks/block_size missing",
+                          "serve with a vLLM that exports vllm:cache_config_info (v1 engine)")
+    size, count = filler_plan(pool.gpu_pool_tokens, max_len, settings.prompt_tokens, settings.output_tokens)
+    rng = random.Random()
+    for _ in range(count):
+        filler = client.build_prompt(PromptSpec("narrative", size, rng.randrange(2**31)))
+        result = client.stream_completion(filler.text, max_tokens=1, timeout_s=timeout_s)
+        if result.aborted:
+            raise ConfigError("filler", size, f"a filler request was aborted ({result.error})",
+                              "check the engine is alive; lower validate_prompt_tokens")
+    return count
+
+
+def check_prompt_fits(settings: ValidationSettings, max_model_len: Optional[int]) -> None:
+    """ConfigError when a session prompt and its reply do not fit the server's max-model-len (None: unknown)."""
+    if max_model_len and settings.prompt_tokens + settings.output_tokens + CONTEXT_SLACK_TOKENS > max_model_len:
+        raise ConfigError("validate_prompt_tokens", settings.prompt_tokens,
+                          f"does not fit max-model-len {max_model_len} with the reply",
+                          f"set validate_prompt_tokens <= {max_model_len - settings.output_tokens - CONTEXT_SLACK_TOKENS}")
+
+
+def validate_tiers(client: ServingClient, restart: Optional[Callable[[], None]], settings: ValidationSettings,
+                   connector_configured: bool = True,
+                   store_bytes: Optional[Callable[[], int]] = None,
+                   capacity_tiers: Optional[Mapping[str, int]] = None,
+                   session_sizes: Sequence[int] = (50_000, 262_144)) -> TierValidation:
+    """Run the tier procedure against a ready server. `restart` does a full down/up (None: skip tier 4)."""
+    client.wait_ready()
+    pool = require_prefix_counters(client.metrics())
+    max_len = client.max_model_len
+    check_prompt_fits(settings, max_len)
+    seed = settings.seed if settings.seed is not None else random.randrange(2**31)
+    failures: list[str] = []
+
+    calibration_tokens = max(CALIBRATION_MIN_TOKENS, int(settings.prompt_tokens * CALIBRATION_FRACTION))
+    calibration = client.build_prompt(PromptSpec(settings.prompt_kind, calibration_tokens, seed - 1))
+    calibrated = client.stream_completion(calibration.text, max_tokens=1)
+    rate = None
+    if calibrated.ttft_s and calibrated.prompt_tokens:
+        rate = calibrated.prompt_tokens / calibrated.ttft_s
+    else:
+        failures.append(f"prefill calibration failed ({calibrated.error or 'no first token'})")
+
+    prompts = [client.build_prompt(PromptSpec(settings.prompt_kind, settings.prompt_tokens, seed + i))
+               for i in range(settings.sessions)]
+    timeout_s = prefill_timeout(max(p.tokens for p in prompts), rate)
+    cold = TierRun(Tier.COLD)
+    warm_gpu = TierRun(Tier.WARM_GPU, reference=cold)
+    runs = [cold, warm_gpu]
+    store_before = store_bytes() if store_bytes else None
+    for prompt in prompts:
+        _measure_tier(client, cold, prompt, settings, timeout_s, connector_configured)
+        if cold.measured[-1].result.aborted:
+            r = cold.measured[-1].result
+            failures.append(f"cold prefill of session {prompt.session_id[:8]} aborted in {r.abort_phase} after "
+                            f"{r.total_s:.0f} s (timeout {timeout_s:.0f} s): only the completed prefix is cached")
+            continue
+        _measure_tier(client, warm_gpu, prompt, settings, timeout_s, connector_configured)
+    stored = [p for p, m in zip(cold.prompts, cold.measured) if not m.result.aborted]
+
+    capacity = None
+    if store_bytes is not None and store_before is not None:
+        grown = store_bytes() - store_before
+        tokens = sum(m.result.prompt_tokens or 0 for m in cold.measured if not m.result.aborted)
+        capacity = capacity_from(grown, tokens, "connector store growth over the cold sessions",
+                                 capacity_tiers or {}, [settings.prompt_tokens, *session_sizes])
+
+    validation = TierValidation(runs, prompts, rate, pool, max_len, failures, capacity,
+                                ttft_transport=client.ttft_transport)
+    if not connector_configured or not stored:
+        return validation
+
+    validation.fillers_sent = evict_gpu_pool(client, pool, settings, timeout_s)
+    connector = TierRun(Tier.WARM_CONNECTOR, reference=cold)
+    runs.append(connector)
+    for prompt in stored:
+        _measure_tier(client, connector, prompt, settings, timeout_s, connector_configured)
+
+    if restart is not None and settings.restart:
+        restart()
+        client.wait_ready()
+        persistent = TierRun(Tier.WARM_PERSISTENT, reference=cold)
+        runs.append(persistent)
+        for prompt in stored:
+            _measure_tier(client, persistent, prompt, settings, timeout_s, connector_configured, after_restart=True)
+    return validation

@@ -1,0 +1,55 @@
+"""rigkit.rollout.plan: the settings (one for the fleet, a flag wins), the stages in inventory order, and plain
+pyinfra refusing a rollout it would run all at once."""
+
+from __future__ import annotations
+
+import pytest
+
+from rigkit.rollout import plan as rollout_plan
+from rigkit.settings.defaults import ROLLOUT_VARIABLES
+from rigkit.errors import ConfigError
+from rigkit.settings.hostdata import rig_settings
+from rigkit.rollout.plan import CANARY, RolloutSettings, plan_stages, refuse_unbatched, rollout_settings
+from rigkit.settings.variables import resolve
+
+
+def section(**data) -> dict:
+    return resolve(ROLLOUT_VARIABLES, data)
+
+
+def test_canaries_first_then_batches_in_inventory_order():
+    stages = plan_stages(["a", "b", "c", "d", "e"], canary=1, batch=2)
+    assert [(s.label, s.rigs) for s in stages] == [(CANARY, ("a",)), ("batch 1", ("b", "c")), ("batch 2", ("d", "e"))]
+    assert [s.rigs for s in plan_stages(["a", "b", "c"], canary=2, batch=0)] == [("a", "b"), ("c",)]
+    assert [s.rigs for s in plan_stages(["a", "b", "c"], canary=0, batch=2)] == [("a", "b"), ("c",)]
+    assert [(s.label, s.rigs) for s in plan_stages(["a"], canary=3, batch=1)] == [(CANARY, ("a",))]
+    assert [(s.label, s.rigs) for s in plan_stages(["a", "b"], 0, 0)] == [(rollout_plan.ALL_AT_ONCE, ("a", "b"))]
+
+
+def test_settings_agree_across_rigs_or_are_refused_and_a_flag_wins():
+    same = {"rig4": section(rollout_canary=1, rollout_batch=2), "rig5": section(rollout_canary=1, rollout_batch=2)}
+    assert rollout_settings(same, {}) == RolloutSettings(1, 2, "leave", True)
+    differ = {**same, "rig6": section(rollout_canary=2)}
+    with pytest.raises(ConfigError) as refused:
+        rollout_settings(differ, {})
+    assert refused.value.field == "rollout_canary" and "rig6" in str(refused.value)
+    assert rollout_settings(differ, {"rollout_canary": 3, "rollout_batch": 1}).canary == 3
+    with pytest.raises(ConfigError) as bad:
+        rollout_settings(same, {"rollout_on_failure": "maybe"})
+    assert bad.value.field == "rollout_on_failure"
+
+
+@pytest.mark.parametrize("name, value", [("rollout_canary", -1), ("rollout_batch", 1.5),
+                                         ("rollout_on_failure", "undo"), ("rollout_cache_proof", "perhaps")])
+def test_bad_rollout_data_refused_naming_the_field(name, value):
+    with pytest.raises(ConfigError) as refused:
+        rig_settings({name: value}, needs_stack=False)
+    assert refused.value.field == name
+
+
+def test_plain_pyinfra_refuses_a_rollout_it_would_run_all_at_once():
+    with pytest.raises(ConfigError) as refused:
+        refuse_unbatched(section(rollout_canary=1), {})
+    assert "rigkit deploy" in str(refused.value) and "rollout_canary=0" in str(refused.value)
+    refuse_unbatched(section(rollout_canary=1), {rollout_plan.ROLLOUT_STEP_ENV: "canary"})  # driven by rigkit deploy
+    refuse_unbatched(section(), {})  # no rollout set: deploy.py as always

@@ -1,0 +1,91 @@
+"""Asking the rigs: every targeted rig once, in parallel; bad input refused before any rig is asked; an unreachable
+rig reported.
+"""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+from rigkit.errors import ConfigError
+from rigkit.status.report import exit_status
+from rigkit.fleet.targets import select
+from rigkit.status.fleet import fleet_status, rig_status
+from rigkit.status.report import format_report
+from rigkit.status.rig import UNREACHABLE
+from rigkit.remote.tunnel import TunnelError
+from status_sandbox import IMAGE_1
+
+
+def test_an_unreachable_rig_is_reported_and_fails_the_run():
+    def ask(name, data, script):
+        raise TunnelError("ssh_hostname", "127.0.0.1:2299", "SSH connection failed (refused)", "check it")
+
+    status = rig_status("rig9", {}, None, ask)
+    assert status.state == UNREACHABLE and "SSH connection failed" in status.error
+    assert exit_status([status]) == 1 and "unreachable: " in format_report([status])
+
+
+def fake_inventory(monkeypatch, hosts):
+    """The inventory rigkit.fleet.targets loads, --data applied as pyinfra applies it (a value's text kept)."""
+    import rigkit.fleet.targets
+
+    def load(inventory, data_args=()):
+        override = dict(pair.split("=", 1) for pair in data_args)
+        return {name: {**host, "data": {**host["data"], **override}} for name, host in hosts.items()}
+
+    monkeypatch.setattr(rigkit.fleet.targets, "load_inventory", load)
+
+
+def status_of(limits, data, ask):
+    return fleet_status(select("inventory.py", limits, data), ask)
+
+
+HOST = {"ssh_hostname": "127.0.0.1", "ssh_password": "lab", "serving_profile": "cpu-lab",
+        "serving_image": IMAGE_1, "gpus": 0}
+
+
+def test_every_targeted_rig_is_asked_once_in_parallel(monkeypatch):
+    fake_inventory(monkeypatch, {f"rig{i}": {"data": HOST, "groups": ["lab"]} for i in range(1, 4)})
+    asked, together, lock, both_inside = [], [], threading.Lock(), threading.Barrier(2, timeout=5)
+
+    def ask(name, data, script):
+        with lock:
+            asked.append((name, data["served_model_name"]))
+        try:
+            both_inside.wait()  # only passes when two rigs are being asked at the same time
+            together.append(name)
+        except threading.BrokenBarrierError:
+            pass
+        raise OSError("no rig here")
+
+    statuses = status_of(["rig1,rig2"], ["served_model_name=x"], ask)
+    assert sorted(asked) == [("rig1", "x"), ("rig2", "x")] and sorted(together) == ["rig1", "rig2"]
+    assert [s.rig for s in statuses] == ["rig1", "rig2"] and {s.state for s in statuses} == {UNREACHABLE}
+
+
+def test_bad_data_or_limit_is_refused_before_any_rig_is_asked(monkeypatch):
+    fake_inventory(monkeypatch, {"rig1": {"data": HOST, "groups": []}})
+
+    def ask(name, data, script):
+        raise AssertionError("a rig was asked")
+
+    with pytest.raises(ConfigError, match="max_model_len"):
+        status_of([], ["max_model_len=3"], ask)
+    with pytest.raises(ConfigError, match="matches no rig"):
+        status_of(["rig7"], [], ask)
+
+
+def test_the_gateway_and_the_kv_store_are_not_asked_as_rigs(monkeypatch):
+    fake_inventory(monkeypatch, {"rig1": {"data": HOST, "groups": ["lab"]}, "gw": {"data": {}, "groups": ["routers"]},
+                                 "store": {"data": {}, "groups": ["kv_stores"]}})
+    asked = []
+
+    def ask(name, data, script):
+        asked.append(name)
+        raise OSError("no rig here")
+
+    assert [s.rig for s in status_of([], [], ask)] == ["rig1"] and asked == ["rig1"]
+    with pytest.raises(ConfigError, match="matches no rig"):
+        status_of(["gw"], [], ask)

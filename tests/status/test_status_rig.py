@@ -1,0 +1,67 @@
+"""One rig judged: a rig just deployed reads clean; a stopped or restarting container, an engine that does not answer,
+a janitor down are unhealthy; leftover shared memory and restarts are warnings.
+
+Each case runs the real script on a rig made on this machine (tests/status_sandbox.py).
+"""
+
+from __future__ import annotations
+
+from rigkit.serving.commands import rendering_for
+from rigkit.status.report import exit_status
+from rigkit.status.rig import OK, UNHEALTHY
+from status_sandbox import IMAGE_1, Models, api_port, made_up_inspect, rig  # noqa: F401
+
+
+def test_a_rig_just_deployed_reads_clean(rig):
+    status = rig.status()
+    assert status.state == OK, (status.drift, status.unhealthy, status.warnings)
+    assert status.drift == [] and status.unhealthy == []
+    assert status.health == {"engine": "ok", "container": "ok", "api": "ok"}
+    assert status.image == IMAGE_1
+    assert (status.driver, status.cuda) == ("580.159.04", "13.0")
+    assert status.ledger["kind"] == "deploy" and status.ledger["smoke"] == "pass"
+    assert status.ledger["deployed_at"] == "2026-12-01T12:30:05+00:00"
+    assert status.l2["store_bytes"] >= 4096 and status.l2["budget_bytes"] == 500_000_000
+    assert exit_status([status]) == 0
+
+
+def test_a_stopped_container_is_unhealthy_and_its_leftover_segments_are_named(rig):
+    (rig.shm / "psm_3f2a1b").write_bytes(b"\0" * 1024)
+    (rig.shm / "unrelated-app").write_bytes(b"\0")
+    running = rig.status()
+    assert running.shm_leftovers == [] and running.state == OK  # a running stack's segments are in use
+    rig.inspect(made_up_inspect(IMAGE_1, rendering_for(rig.stack).container_env(), False, rig.labels))
+    Models.served = []
+    try:
+        status = rig.status()
+    finally:
+        Models.served = ["tiny"]
+    assert status.state == UNHEALTHY
+    assert status.health["container"] == "rigkit-serving exited"
+    assert status.health["api"].startswith("/v1/models lists []")
+    assert status.shm_leftovers == [{"name": "psm_3f2a1b", "bytes": 1024}]
+    assert exit_status([status]) == 1
+
+
+def test_a_restarting_container_is_unhealthy_and_restarts_are_a_warning(rig):
+    inspected = made_up_inspect(IMAGE_1, rendering_for(rig.stack).container_env(), True, rig.labels)
+    inspected[0]["RestartCount"] = 3
+    rig.inspect(inspected)
+    status = rig.status()
+    assert status.state == OK and any("restarted 3 times" in w for w in status.warnings)
+    inspected[0]["State"]["Status"] = "restarting"  # docker says Running while it restarts
+    rig.inspect(inspected)
+    assert rig.status().health["container"] == "rigkit-serving restarting"
+
+
+def test_an_engine_that_does_not_answer_is_unhealthy(rig):
+    rig.tool("docker", 'echo "Cannot connect to the Docker daemon at unix:///var/run/docker.sock." >&2; exit 1')
+    status = rig.status()
+    assert status.health["engine"].startswith("docker does not answer: Cannot connect")
+    assert status.health["container"] == "unknown" and status.state == UNHEALTHY
+
+
+def test_a_janitor_down_is_unhealthy(rig):
+    rig.tool("systemctl", "echo inactive")
+    status = rig.status()
+    assert status.state == UNHEALTHY and any("janitor" in p for p in status.unhealthy)

@@ -1,0 +1,177 @@
+"""rigkit.validation.procedure: validate_tiers driven by recorded /metrics: a real ServingClient against the fake
+OpenAI-compatible server of tests/fake_openai.py, whose /metrics answers, request by request, with the texts a
+real vLLM CPU server printed at each step of the tier procedure (tests/fixtures/metrics/steps.json), so each tier
+is judged as on a real rig.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pytest
+
+from fake_openai import FakeOpenAI
+from rigkit.remote.client import ServingClient
+from rigkit.errors import ConfigError
+from rigkit.validation.tiers import Tier
+from rigkit.validation.card.rig import render_rig_markdown
+from rigkit.settings.defaults import REPLAY, VALIDATION_VARIABLES as VARIABLES
+from rigkit.validation.procedure import ValidationSettings, compare_greedy, validate_tiers
+from rigkit.validation.card.assemble import to_card
+
+
+# --- validate_tiers on recorded /metrics ------------------------------------------------------------
+
+from recorded_run import METRICS, RecordedRun
+
+
+@pytest.fixture
+def recorded():
+    with FakeOpenAI() as server:
+        yield RecordedRun(server)
+
+
+def run(recorded: RecordedRun, restart: bool = True):
+    client = ServingClient(recorded.server.url, model="tiny")
+    settings = ValidationSettings.from_data({"validate_sessions": 1, "validate_seed": 1234})
+    return validate_tiers(client, recorded.restart if restart else None, settings, connector_configured=True)
+
+
+GPU_CAPTURES = Path(__file__).parents[1] / "fixtures" / "gpu-h200-vllm0.26"
+
+
+def test_lmcache_0_5_3_on_an_h200_card_says_the_l1_tier_was_inferred():
+    """The real LMCache 0.5.3 MP capture (vLLM's /metrics followed by LMCache's): its labelled lookup counter is
+    read, and with no per-tier counters in 0.5.3 the card says which LMCache tier served, and that it was inferred."""
+    with FakeOpenAI() as server:
+        recorded = RecordedRun(server, GPU_CAPTURES / "lmcache-mp-eager")
+        validation = run(recorded, restart=False)
+    connector = validation.tier(Tier.WARM_CONNECTOR)
+    assert [t.result().passed for t in validation.tiers] == [True, True, True]
+    assert connector.labels[0].connector_retrieved_tokens == 2816
+    card = to_card("rig1", "run", validation, ValidationSettings.from_data({}))
+    assert "warm-connector (LMCache L1, inferred) ✓" in render_rig_markdown(card)
+
+
+def test_recorded_counters_label_each_tier_and_the_one_after_a_restart_warm_persistent(recorded):
+    validation = run(recorded)
+    assert [(t.expected, [label.tier for label in t.labels]) for t in validation.tiers] == [
+        (Tier.COLD, [Tier.COLD]), (Tier.WARM_GPU, [Tier.WARM_GPU]),
+        (Tier.WARM_CONNECTOR, [Tier.WARM_CONNECTOR]), (Tier.WARM_PERSISTENT, [Tier.WARM_PERSISTENT])]
+    assert all(t.result().passed for t in validation.tiers) and validation.failures == []
+    assert recorded.step == "06-after-warm-persistent"  # every recorded step was walked
+    assert validation.fillers_sent > 0
+    persistent = validation.tier(Tier.WARM_PERSISTENT).labels[0]
+    assert persistent.gpu_hits == 0 and persistent.external_hits > 0, persistent.proof
+
+
+def test_a_tier_with_an_aborted_run_fails_even_when_its_counters_prove_the_tier(recorded):
+    def abort_after_the_restart(body: dict) -> None:
+        RecordedRun.completion(recorded, body)
+        if recorded.step == "06-after-warm-persistent":  # the engine served the prefix, then the stream broke
+            recorded.server.drop_stream_after = 1
+
+    recorded.server.on_completion = abort_after_the_restart
+    validation = run(recorded)
+    persistent = validation.tier(Tier.WARM_PERSISTENT)
+    assert [label.tier for label in persistent.labels] == [Tier.WARM_PERSISTENT] and persistent.labels[0].passed
+    result = persistent.result()
+    assert not result.passed and result.aborted == ["decode"]
+    assert [t.result().passed for t in validation.tiers[:3]] == [True, True, True]
+
+
+# --- validate.py's settings: counts positive, kinds named, None only where declared -----------------------
+
+@pytest.mark.parametrize("name, value", [("validate_output_tokens", 0), ("validate_decode_tokens", 0),
+                                         ("validate_decode_prompt_tokens", 0), ("validate_sessions", 0),
+                                         ("validate_prompt_kind", "poetry"), ("validate_soak_memory_growth_mib", -1),
+                                         ("validate_soak_memory_growth_mib", math.nan), ("validate_sessions", None),
+                                         ("validate_sessions", 2.5), ("validate_restart", "maybe")])
+def test_bad_validation_settings_refused_naming_the_field(name, value):
+    with pytest.raises(ConfigError) as refused:
+        ValidationSettings.from_data({name: value})
+    assert refused.value.field == name
+
+
+def test_unset_seed_and_replay_are_declared():
+    assert ValidationSettings.from_data({"validate_seed": None}).seed is None
+    assert REPLAY.coerce(None) is None
+    assert all(v.optional is not None for v in [*VARIABLES, REPLAY] if v.default is None)
+
+
+def test_good_values_pass():
+    settings = ValidationSettings.from_data({"validate_prompt_kind": "code", "validate_sessions": "5", "validate_seed": 7.0})
+    assert (settings.prompt_kind, settings.sessions, settings.seed) == ("code", 5, 7)
+
+
+@pytest.mark.parametrize("seed,label,passed", [("fixed", Tier.WARM_PERSISTENT, True),
+                                               ("random", Tier.RETRIEVED_BUT_UNUSED, False)])
+def test_native_tiered_disk_tier_after_a_restart_hits_only_with_a_fixed_hash_seed(seed, label, passed):
+    """The H200 native-tiered captures: after a full restart with PYTHONHASHSEED=0 the disk tier serves (external
+    hits +3,024 of 3,030); with a random seed its file names differ and nothing hits."""
+    with FakeOpenAI() as server:
+        recorded = RecordedRun(server, GPU_CAPTURES / "native-tiered-eager", f"06-seed-{seed}-restarted-idle",
+                               f"07-seed-{seed}-after-warm-persistent")
+        validation = run(recorded)
+    assert [t.result().passed for t in validation.tiers[:3]] == [True, True, True]
+    persistent = validation.tier(Tier.WARM_PERSISTENT)
+    assert persistent.labels[0].tier == label and persistent.result().passed is passed
+    if passed:
+        assert persistent.labels[0].external_hits == 3024
+        assert "queries re-counted: 48480 for 3030 prompt tokens" in persistent.labels[0].proof
+
+
+# --- served-but-wrong: each warm tier's greedy output against the cold run's ----------------------------
+
+def test_every_tier_request_is_greedy_with_its_sessions_seed(recorded):
+    run(recorded)
+    session = [body for body in recorded.server.completions if body["prompt"] == recorded.session_prompt]
+    assert len(session) == 4  # cold, warm-gpu, warm-connector, warm-persistent
+    assert {(body["temperature"], body["seed"]) for body in session} == {(0.0, 1234)}
+
+
+def test_a_warm_tier_proven_by_its_counters_but_answering_otherwise_is_served_but_wrong(recorded):
+    """LMCache#4492: after a restart the prefix came from the store (its counters prove warm-persistent) but the
+    answer changed. The fake serves other words once restarted, as a store holding wrong KV would."""
+    def restart_with_wrong_kv() -> None:
+        RecordedRun.restart(recorded)
+        recorded.server.token_word = lambda body: "garbled"
+
+    recorded.restart = restart_with_wrong_kv
+    validation = run(recorded)
+    persistent = validation.tier(Tier.WARM_PERSISTENT)
+    assert persistent.labels[0].tier == Tier.WARM_PERSISTENT and persistent.labels[0].passed  # counters: fine
+    result = persistent.result()
+    assert not result.passed and result.label == "served-but-wrong" and result.counters_label == "warm-persistent"
+    (check,) = result.greedy
+    assert check.cold_text.startswith(" w0 w1") and check.text.startswith(" garbled0") and check.first_difference == 1
+    assert [t.result().passed for t in validation.tiers[:3]] == [True, True, True]
+    assert [len(t.result().greedy) for t in validation.tiers] == [0, 1, 1, 1]  # cold is the reference
+    card = to_card("rig1", "run", validation, ValidationSettings.from_data({}))
+    md = render_rig_markdown(card)
+    assert not card.passed and "**Verdict: FAIL**" in md
+    assert ("tier warm-persistent: served-but-wrong: its counters prove warm-persistent, but the greedy output of "
+            "1 of 1 sessions differs from the cold run's") in md
+    assert "warm-gpu 1/1 same, warm-connector 1/1 same, warm-persistent 0/1 same" in md
+    assert "cold ' w0 w1 w2" in md and "warm-persistent ' garbled0 garbled1" in md
+    # each session's cold text is on the card, beside what each warm tier answered (not in validate.py's log)
+    assert (f"- session {check.session}: cold {check.cold_text!r}; warm-gpu same, warm-connector same, "
+            "warm-persistent DIFFERS") in md
+
+
+@pytest.mark.parametrize("warm_text", [" w0 w1", " w0 w1 w2 w3", ""], ids=["shorter", "longer", "empty"])
+def test_a_warm_reply_of_another_length_is_not_the_same_greedy_output(warm_text):
+    # issue 29: a truncated, longer or empty warm reply is served-but-wrong, never "same output"
+    assert not compare_greedy("0123456789abcdef", " w0 w1 w2", warm_text).same
+    assert compare_greedy("0123456789abcdef", " w0 w1 w2", " w0 w1 w2").same
+
+
+def test_the_card_names_where_the_client_ttft_was_measured(recorded):
+    validation = run(recorded)
+    card = to_card("rig1", "run", validation, ValidationSettings.from_data({}))
+    assert card.ttft_client.transport == f"the controller, through {recorded.server.url}"
+    assert (card.ttft_client.tolerance_rel, card.ttft_client.tolerance_abs_s) == (0.05, 0.005)
+    assert all(len(t.ttft_pairs) == 1 for t in card.tiers)
+    assert f"Client TTFT measured on the controller, through {recorded.server.url}; within max(5 %, 5 ms)" in \
+        render_rig_markdown(card)

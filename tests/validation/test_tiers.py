@@ -1,0 +1,219 @@
+"""Tier labels from metric deltas: recorded real windows (tests/fixtures/metrics) and edge cases."""
+
+from pathlib import Path
+
+import pytest
+
+FIXTURES_DIR = Path(__file__).resolve().parents[1] / "fixtures"
+from dataclasses import replace
+
+from rigkit.validation.metrics import (LMCACHE_LOOKUP_HITS, LMCACHE_LOOKUP_HITS_L1, LMCACHE_LOOKUP_HITS_L2,
+                            LMCACHE_LOOKUP_REQUESTED, Delta, delta, parse)
+from rigkit.validation.tiers import BY_COUNTERS, INFERRED, Tier, label
+
+METRICS = FIXTURES_DIR / "metrics"
+
+
+def window(before: str, after: str) -> Delta:
+    return delta(parse((METRICS / f"{before}.txt").read_text()), parse((METRICS / f"{after}.txt").read_text()))
+
+
+@pytest.mark.parametrize("before,after,expected,after_restart", [
+    ("00-idle", "01-after-cold", Tier.COLD, False),
+    ("01-after-cold", "02-after-warm-gpu", Tier.WARM_GPU, False),
+    ("03-after-fillers", "04-after-warm-connector", Tier.WARM_CONNECTOR, False),
+    ("05-restarted-idle", "06-after-warm-persistent", Tier.WARM_PERSISTENT, True),
+])
+def test_recorded_windows_get_the_tier_that_served_them(before, after, expected, after_restart):
+    verdict = label(window(before, after), expected, connector_configured=True, after_restart=after_restart)
+    assert verdict.tier == expected and verdict.passed, verdict.proof
+
+
+def test_immediate_repeat_is_not_a_connector_hit():
+    """The lesson of the user's thread: a naive warm test measures the GPU cache."""
+    verdict = label(window("01-after-cold", "02-after-warm-gpu"), Tier.WARM_CONNECTOR, connector_configured=True)
+    assert verdict.tier == Tier.WARM_GPU and not verdict.passed
+
+
+def test_connector_expected_but_no_external_hit_is_retrieved_but_unused():
+    # a window in which the connector served nothing (the cold one), judged as a connector tier
+    cold = window("00-idle", "01-after-cold")
+    verdict = label(cold, Tier.WARM_PERSISTENT, connector_configured=True, after_restart=True)
+    assert verdict.tier == Tier.RETRIEVED_BUT_UNUSED and not verdict.passed
+    assert "external hits +0" in verdict.proof
+
+
+def test_without_a_connector_a_miss_is_just_cold():
+    cold = window("00-idle", "01-after-cold")
+    assert label(cold, Tier.WARM_CONNECTOR, connector_configured=False).tier == Tier.COLD
+
+
+def test_a_cold_request_that_hit_a_cache_fails_cold():
+    """An unsalted or reused prompt: the cold figure would be a lie."""
+    verdict = label(window("01-after-cold", "02-after-warm-gpu"), Tier.COLD, connector_configured=True)
+    assert verdict.tier == Tier.WARM_GPU and not verdict.passed
+
+
+def test_both_caches_serving_part_is_mixed_and_fails():
+    partial = Delta(prefix_cache_hits=1024, prefix_cache_queries=3500, external_prefix_cache_hits=2048,
+                    external_prefix_cache_queries=2476)
+    verdict = label(partial, Tier.WARM_CONNECTOR, connector_configured=True)
+    assert verdict.tier == Tier.MIXED and not verdict.passed
+
+
+def test_the_proof_carries_the_numbers():
+    verdict = label(window("03-after-fillers", "04-after-warm-connector"), Tier.WARM_CONNECTOR, True)
+    assert f"external hits +{verdict.external_hits:.0f}/" in verdict.proof
+    assert verdict.external_kv_transfer_tokens == verdict.external_hits > 0
+
+
+def test_fillers_push_more_than_the_pool_through_it():
+    from rigkit.validation.procedure import FILLER_OVERSHOOT, filler_plan
+
+    # the lab pool: 72 blocks x 128 tokens, 3,500-token sessions, 8,192 max-model-len
+    size, count = filler_plan(72 * 128, 8192, 3500, 16)
+    assert size == 3500 and size * count >= 72 * 128 * FILLER_OVERSHOOT
+    # a 279K-token GPU pool with 37K sessions
+    size, count = filler_plan(279_000, 262_144, 37_000, 16)
+    assert size == 37_000 and count == 10
+    # fillers never exceed what one request may hold
+    size, _ = filler_plan(9216, 4096, 37_000, 16)
+    assert size + 16 <= 4096
+
+
+# LMCache 0.5.3 MP on an H200 (tests/fixtures/gpu-h200-vllm0.26/lmcache-mp-eager, its README): each file is
+# vLLM's /metrics followed by LMCache's (HTTP port 8080). 0.5.3 labels its lookup counters cache_salt="" and
+# model_name, and exports no per-tier (hit_l1 / hit_l2) counters.
+GPU_CAPTURES = FIXTURES_DIR / "gpu-h200-vllm0.26"
+LMCACHE_053 = GPU_CAPTURES / "lmcache-mp-eager"
+
+
+def lmcache_window(before: str, after: str) -> Delta:
+    return delta(parse((LMCACHE_053 / f"{before}.txt").read_text()), parse((LMCACHE_053 / f"{after}.txt").read_text()))
+
+
+def test_lmcache_counters_are_found_through_their_labels():
+    snapshot = parse((LMCACHE_053 / "04-after-warm-connector.txt").read_text())
+    assert 'lmcache_mp_lookup_hit_tokens_total{cache_salt="",model_name="/models/tiny-qwen3"} 5632.0' in \
+        (LMCACHE_053 / "04-after-warm-connector.txt").read_text()
+    assert snapshot.lmcache_counter(LMCACHE_LOOKUP_HITS) == 5632
+    assert snapshot.lmcache_counter(LMCACHE_LOOKUP_REQUESTED) == 22528
+    # 0.5.3 has no per-tier counters: None, not 0 (the card then says the tier was inferred)
+    assert snapshot.lmcache_counter(LMCACHE_LOOKUP_HITS_L1) is None
+    assert snapshot.lmcache_counter(LMCACHE_LOOKUP_HITS_L2) is None
+
+
+def test_lmcache_warm_connector_hit_is_l1_inferred_on_0_5_3():
+    verdict = label(lmcache_window("03-after-fillers", "04-after-warm-connector"), Tier.WARM_CONNECTOR, True)
+    assert verdict.tier == Tier.WARM_CONNECTOR and verdict.passed
+    assert verdict.external_hits == 2816 and verdict.connector_retrieved_tokens == 2816
+    assert (verdict.store_tier, verdict.store_tier_source) == ("L1", INFERRED)
+    assert "LMCache lookup hits +2816" in verdict.proof and "L1 inferred from the procedure" in verdict.proof
+
+
+def test_lmcache_retrieves_during_a_gpu_hit_and_vllm_uses_none_of_it():
+    # the H200 capture: during the warm-gpu request LMCache looked up and read 11 chunks vLLM did not use
+    verdict = label(lmcache_window("01-after-cold", "02-after-warm-gpu"), Tier.WARM_GPU, True)
+    assert verdict.tier == Tier.WARM_GPU and verdict.passed
+    assert verdict.connector_retrieved_tokens == 2816 and verdict.external_hits == 0
+    assert "retrieved by the connector, used 0% by vLLM" in verdict.proof and verdict.store_tier is None
+
+
+def test_connector_retrieved_but_vllm_used_none_is_the_users_case():
+    """The user's rig: LMCache retrieved the KV, vLLM took 0 external hits, TTFT no better. MADE UP from the
+    real warm-connector window: vLLM's external hits and external_kv_transfer tokens set to 0."""
+    real = lmcache_window("03-after-fillers", "04-after-warm-connector")
+    made_up = replace(real, external_prefix_cache_hits=0.0,
+                      prompt_tokens_by_source={**real.prompt_tokens_by_source, "external_kv_transfer": 0.0})
+    verdict = label(made_up, Tier.WARM_CONNECTOR, connector_configured=True)
+    assert verdict.tier == Tier.RETRIEVED_BUT_UNUSED and not verdict.passed
+    assert verdict.connector_retrieved_tokens == 2816
+    assert "retrieved by the connector, used 0% by vLLM" in verdict.proof
+
+
+def _made_up_per_tier_lines(l1: int, l2: int, prefetched: int) -> str:
+    """MADE UP in the shape of a newer LMCache's per-tier counters (0.5.3, captured, has none)."""
+    return ("# TYPE lmcache_mp_lookup_hit_l1_tokens_total counter\n"
+            f'lmcache_mp_lookup_hit_l1_tokens_total{{cache_salt="",model_name="/models/tiny-qwen3"}} {l1}\n'
+            "# TYPE lmcache_mp_lookup_hit_l2_tokens_total counter\n"
+            f'lmcache_mp_lookup_hit_l2_tokens_total{{cache_salt="",model_name="/models/tiny-qwen3"}} {l2}\n'
+            "# TYPE lmcache_mp_l2_prefetch_load_completed_chunks_total counter\n"
+            f'lmcache_mp_l2_prefetch_load_completed_chunks_total{{l2_name="fs"}} {prefetched}\n')
+
+
+@pytest.mark.parametrize("l1,l2,after_restart,tier", [(2816, 0, False, "L1"), (0, 2816, False, "L2"),
+                                                      (256, 2560, True, "L1+L2")])
+def test_lmcache_per_tier_counters_tell_l1_from_l2_where_exported(l1, l2, after_restart, tier):
+    before = parse((LMCACHE_053 / "03-after-fillers.txt").read_text() + _made_up_per_tier_lines(0, 0, 0))
+    after = parse((LMCACHE_053 / "04-after-warm-connector.txt").read_text()
+                  + _made_up_per_tier_lines(l1, l2, l2 // 256))
+    verdict = label(delta(before, after), Tier.WARM_PERSISTENT if after_restart else Tier.WARM_CONNECTOR, True,
+                    after_restart=after_restart)
+    assert (verdict.store_tier, verdict.store_tier_source) == (tier, BY_COUNTERS)
+    assert f"LMCache L1 hits +{l1}, L2 hits +{l2}, L2 prefetch loads +{l2 // 256} chunks" in verdict.proof
+
+
+def test_lmcache_samples_ride_along_without_disturbing_vllm_counters():
+    both = parse((LMCACHE_053 / "04-after-warm-connector.txt").read_text())
+    vllm_only = (LMCACHE_053 / "04-after-warm-connector.txt").read_text().split("# HELP lmcache_mp_")[0]
+    alone = parse(vllm_only)
+    assert both.lmcache_counter(LMCACHE_LOOKUP_HITS) == 5632
+    assert both.external_prefix_cache_hits == alone.external_prefix_cache_hits
+    assert alone.lmcache == {}
+
+
+# --- vLLM's own counters cross-checked (vLLM 0.26 + OffloadingConnector, native tiered, on the H200) ------
+NATIVE_TIERED = GPU_CAPTURES / "native-tiered-eager"
+
+
+def tiered_window(before: str, after: str) -> Delta:
+    return delta(parse((NATIVE_TIERED / f"{before}.txt").read_text()), parse((NATIVE_TIERED / f"{after}.txt").read_text()))
+
+
+def test_no_hit_ratio_across_a_window_whose_queries_were_re_counted():
+    # after the restart vLLM counted 48,480 prefix-cache queries for one 3,030-token prompt while the blocks
+    # came back from the disk tier: the tier is proven by the external hits, "+0/48480 queried" would mislead
+    window = tiered_window("06-seed-fixed-restarted-idle", "07-seed-fixed-after-warm-persistent")
+    verdict = label(window, Tier.WARM_PERSISTENT, True, after_restart=True)
+    assert verdict.tier == Tier.WARM_PERSISTENT and verdict.passed and verdict.external_hits == 3024
+    assert "/48480" not in verdict.proof
+    assert "GPU prefix hits +0 (queries re-counted: 48480 for 3030 prompt tokens, no hit ratio)" in verdict.proof
+    assert "external hits +3024/3030 queried" in verdict.proof
+
+
+def test_vllm_0_26_exports_no_cached_by_source_and_the_proof_does_without_it():
+    window = tiered_window("03-after-fillers", "04-after-warm-connector")
+    assert window.prompt_tokens_cached_by_source == {} and window.tokens_from("external_kv_transfer") == 3024
+    verdict = label(window, Tier.WARM_CONNECTOR, True)
+    assert verdict.passed and "cached by source" not in verdict.proof
+
+
+def test_vllm_0_32_cached_by_source_names_the_store_that_served():
+    verdict = label(window("03-after-fillers", "04-after-warm-connector"), Tier.WARM_CONNECTOR, True)
+    assert "cached by source external_unspecified +3456" in verdict.proof
+
+
+def test_over_counted_gpu_hits_are_checked_against_the_tokens_served():
+    """vllm#43736: hits double-counted while a connector deferred the request. MADE UP from the real native-tiered
+    warm-connector window: its GPU hit counter set to +3,024 where prompt_tokens_by_source says 0 came from it."""
+    real = tiered_window("03-after-fillers", "04-after-warm-connector")
+    made_up = replace(real, prefix_cache_hits=3024.0)
+    verdict = label(made_up, Tier.WARM_CONNECTOR, True)
+    assert verdict.tier == Tier.WARM_CONNECTOR and verdict.passed and verdict.gpu_hits == 0
+    assert "hit counters over-count: GPU +3024, external +3024 for +0 and +3024 tokens served" in verdict.proof
+    # where a vLLM exports no prompt_tokens_by_source, the counters are all there is
+    bare = replace(made_up, prompt_tokens_by_source={})
+    assert label(bare, Tier.WARM_CONNECTOR, True).tier == Tier.MIXED
+
+
+def test_a_disk_tier_names_its_source_where_vllm_exports_cached_by_source():
+    """MADE UP in the shape of vLLM 0.32's prompt_tokens_cached_by_source (0.26, captured, has none): the real
+    native-tiered restart window with source="disk" lines added, as a newer vLLM would count the disk tier."""
+    def with_disk(name: str, disk: int) -> str:
+        return ((NATIVE_TIERED / f"{name}.txt").read_text() + "# TYPE vllm:prompt_tokens_cached_by_source counter\n"
+                f'vllm:prompt_tokens_cached_by_source_total{{engine="0",model_name="tiny",source="disk"}} {disk}\n'
+                f'vllm:prompt_tokens_cached_by_source_total{{engine="0",model_name="tiny",source="host"}} 0\n')
+    window = delta(parse(with_disk("06-seed-fixed-restarted-idle", 0)),
+                   parse(with_disk("07-seed-fixed-after-warm-persistent", 3024)))
+    verdict = label(window, Tier.WARM_PERSISTENT, True, after_restart=True)
+    assert verdict.passed and "cached by source disk +3024" in verdict.proof

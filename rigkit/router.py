@@ -47,6 +47,20 @@ ROUTER_WORKER_STARTUP_TIMEOUT_S = 60
 ROUTER_WORKER_STARTUP_CHECK_INTERVAL_S = 2
 # How long the role waits for the router's /health after a (re)start: the worker wait and ~1.2 s to be ready.
 ROUTER_READY_TIMEOUT_S = ROUTER_WORKER_STARTUP_TIMEOUT_S + 30
+# The router's own health checks of its workers (vllm-router 0.1.17 checks every 60 s and needs 3 failures by
+# default: a dead rig kept getting requests for up to 3 minutes). A worker that stops answering /health is out of the
+# routing within ROUTER_UNHEALTHY_WITHIN_S (each of the failing checks may wait its timeout) and back after
+# ROUTER_HEALTH_SUCCESS_THRESHOLD passing checks, with no operator.
+ROUTER_HEALTH_CHECK_INTERVAL_S = 2
+ROUTER_HEALTH_CHECK_TIMEOUT_S = 2
+ROUTER_HEALTH_FAILURE_THRESHOLD = 2
+ROUTER_HEALTH_SUCCESS_THRESHOLD = 2
+ROUTER_UNHEALTHY_WITHIN_S = ROUTER_HEALTH_FAILURE_THRESHOLD * (ROUTER_HEALTH_CHECK_INTERVAL_S
+                                                               + ROUTER_HEALTH_CHECK_TIMEOUT_S)
+HEALTH_FLAGS = ("--health-check-interval-secs", str(ROUTER_HEALTH_CHECK_INTERVAL_S),
+                "--health-check-timeout-secs", str(ROUTER_HEALTH_CHECK_TIMEOUT_S),
+                "--health-failure-threshold", str(ROUTER_HEALTH_FAILURE_THRESHOLD),
+                "--health-success-threshold", str(ROUTER_HEALTH_SUCCESS_THRESHOLD))
 
 
 @dataclass(frozen=True)
@@ -181,7 +195,7 @@ def command_line(router: Mapping[str, Any], workers_: Sequence[Worker], with_api
              "--prometheus-port", str(router["router_metrics_port"]),
              "--policy", router["router_policy"],
              "--worker-startup-timeout-secs", str(ROUTER_WORKER_STARTUP_TIMEOUT_S),
-             "--worker-startup-check-interval", str(ROUTER_WORKER_STARTUP_CHECK_INTERVAL_S),
+             "--worker-startup-check-interval", str(ROUTER_WORKER_STARTUP_CHECK_INTERVAL_S), *HEALTH_FLAGS,
              "--worker-urls", *[worker.url for worker in workers_]]
     return argv
 

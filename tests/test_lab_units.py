@@ -8,6 +8,7 @@ import os
 import stat
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -610,3 +611,52 @@ def _lab_rig(index: int, netns: bool) -> RigState:
 ])
 def test_a_lab_of_the_wrong_shape_is_named_before_any_rig_changes(existing, count, netns_count, unmet):
     assert rigs.unconvertible([_lab_rig(i, netns) for i, netns in existing], count, netns_count) == unmet
+
+
+def test_the_lab_router_runs_with_the_router_roles_health_checks():
+    from rigkit.lab.router_server import router_argv
+    from rigkit.router import HEALTH_FLAGS
+
+    argv = router_argv(["http://127.0.0.1:8101"])
+    assert " ".join(HEALTH_FLAGS) in " ".join(argv)
+    assert argv[argv.index("--worker-urls") + 1:] == ["http://127.0.0.1:8101"]
+
+
+def test_lab_up_router_refuses_while_no_rig_serves_and_leaves_a_netns_rig_out(monkeypatch):
+    from rigkit.lab import router_server
+
+    monkeypatch.setattr(router_server, "start_daemon", lambda *a: pytest.fail("a router was started"))
+    silent = [_lab_rig(1, False), _lab_rig(2, False), _lab_rig(3, True)]
+    for rig in silent:  # nothing listens on these ports
+        rig.serving_port = _free_port()
+    with pytest.raises(PreflightError) as refused:
+        router_server.ensure_router(silent, lambda line: None)
+    assert "no lab rig on host networking serves yet" in refused.value.problem
+    assert "rigkit deploy inventory/lab.py" in refused.value.fix
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def test_the_lab_router_is_known_by_its_process_title_too(monkeypatch, tmp_path):
+    """vllm-router renames its process to vllm::router: a PID file naming it still finds it; another program not."""
+    from rigkit.lab import router_server
+
+    monkeypatch.setattr(router_server, "ROUTER_PID_FILE", tmp_path / "router.pid")
+    titled = subprocess.Popen(["bash", "-c", "exec -a vllm::router sleep 30"])
+    other = subprocess.Popen(["sleep", "30"])
+    try:
+        time.sleep(0.3)
+        (tmp_path / "router.pid").write_text(f"{titled.pid}\n")
+        assert router_server.router_pid() == titled.pid
+        (tmp_path / "router.pid").write_text(f"{other.pid}\n")
+        assert router_server.router_pid() is None
+    finally:
+        for process in (titled, other):
+            process.kill()
+            process.wait()

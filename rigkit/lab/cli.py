@@ -1,7 +1,8 @@
 """`rigkit lab up | status | down`: the local fleet of real rigs that rigkit deploys to.
 
 up     engine (no bridge) -> registry 127.0.0.1:5000 -> rig image -> N rigs -> serving image (two releases)
-       (the last --netns-rigs of the N, when first made, in their own network namespace: rigkit.lab.netns)
+       (the last --netns-rigs of the N, when first made, in their own network namespace: rigkit.lab.netns);
+       --router: vllm-router on 127.0.0.1:8310 in front of the rigs that serve (rigkit.lab.router_server)
 status rigs, ports, SSH health, digests, engine and registry health
 down   removes every container, mount, loop device, process and file the lab made; keeps the cache
 """
@@ -19,7 +20,7 @@ import urllib.request
 from typing import Optional, Sequence
 
 from rigkit.errors import PreflightError, RigkitError
-from rigkit.lab import engine, registry_server, rig_image, rigs
+from rigkit.lab import engine, registry_server, rig_image, rigs, router_server
 from rigkit.lab.proc import Progress, print_progress, remove_tree
 from rigkit.lab.state import LabState, read_state_or_none, write_state
 from rigkit.paths import CACHE_DIR, LAB_DIR, LAB_STATE_FILE
@@ -51,7 +52,7 @@ def _ensure_serving_image(registry: str, progress: Progress) -> dict | None:
 
 def lab_up(rig_count: int = DEFAULT_RIGS, progress: Progress = print_progress,
            serving_image: bool = True, netns_rigs: int = DEFAULT_NETNS_RIGS,
-           distros: Optional[Sequence[str]] = None) -> LabState:
+           distros: Optional[Sequence[str]] = None, router: bool = False) -> LabState:
     """Bring the lab up (idempotent: a second call reuses what runs and recreates what is missing).
 
     ``distros``: rig N's Debian suite is ``distros[N-1]`` (bookworm beyond the list); None keeps each
@@ -72,13 +73,17 @@ def lab_up(rig_count: int = DEFAULT_RIGS, progress: Progress = print_progress,
     image = images[rig_image.SUITE]
     state = LabState(registry=registry_server.REGISTRY, ssh_key=str(rigs.LAB_KEY), known_hosts=str(rigs.KNOWN_HOSTS),
                      rigs=lab_rigs, rig_image=image, serving_image=previous.serving_image if previous else None,
-                     engine=engine_record, registry_pid=registry_pid)
+                     engine=engine_record, registry_pid=registry_pid,
+                     router=previous.router if previous and router_server.router_pid() else None)
     write_state(state)
     if serving_image:
         record = _ensure_serving_image(registry_server.REGISTRY, progress)
         if record is not None:
             state.serving_image = record
             write_state(state)
+    if router:
+        state.router = router_server.ensure_router(lab_rigs, progress)
+        write_state(state)
     progress(f"lab up: {len(lab_rigs)} rigs in {time.monotonic() - started:.1f} s; state in {LAB_STATE_FILE}")
     return state
 
@@ -86,6 +91,7 @@ def lab_up(rig_count: int = DEFAULT_RIGS, progress: Progress = print_progress,
 def lab_down(progress: Progress = print_progress, purge_cache: bool = False) -> None:
     """Remove what the lab made; keep CACHE_DIR (images, registry storage, wheels) unless purge_cache."""
     _require_root("down")
+    router_server.stop_router(progress)
     engine_up = engine.engine_answers()
     if engine_up:
         rigs.release_all(progress)
@@ -137,9 +143,12 @@ def lab_status() -> dict:
                      "answers": registry_server.registry_answers()},
         "rigs": [],
         "serving_image": None,
+        "router": None,
     }
     if state is None:
         return status
+    if state.router:
+        status["router"] = {**state.router, "answers": router_server.answers(f"{state.router['url']}/health")}
     running = set(subprocess.run(["docker", "ps", "--format", "{{.Names}}"], capture_output=True,
                                  text=True).stdout.split()) if engine_up else set()
     for rig in state.rigs:
@@ -180,6 +189,12 @@ def _print_status(status: dict) -> bool:
         network = f"  own netns (host end {rig['host_address']})" if rig.get("netns") else ""
         print(f"{rig['name']:<9} {'ok  ' if ok else 'DOWN'} ssh {rig['ssh']}  serving :{rig['serving_port']}  "
               f"nvme {rig['nvme_path']} -> {rig['loop_device']}  ({rig['container']}){network}")
+    router = status.get("router")
+    if router:
+        healthy &= router["answers"]
+        print(f"router    {'ok  ' if router['answers'] else 'DOWN'} {router['url']} (pid {router.get('pid') or '-'}) "
+              f"-> {', '.join(router['workers'])}" + (f"; left out: {'; '.join(router['left_out'])}"
+                                                       if router.get("left_out") else ""))
     if status["serving_image"] is None:
         print("serving   none recorded")
     else:
@@ -202,6 +217,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                                        "default: existing rigs keep theirs)")
     up.add_argument("--no-serving-image", action="store_true",
                     help="skip building/pushing the vLLM serving image (minutes when cold)")
+    up.add_argument("--router", action="store_true",
+                    help="also run vllm-router on 127.0.0.1:8310 in front of the host-network rigs that serve "
+                         "(after a deploy); inventory/lab_router.py declares it for rigkit deploy")
     status = actions.add_parser("status", help="rigs, ports, SSH health, digests, engine and registry health")
     status.add_argument("--json", action="store_true", help="print the status as JSON")
     down = actions.add_parser("down", help="remove everything the lab made (keeps the cache)")
@@ -212,7 +230,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         if args.lab_action == "up":
             lab_up(args.rigs, serving_image=not args.no_serving_image, netns_rigs=args.netns_rigs,
-                   distros=args.distros or None)
+                   distros=args.distros or None, router=args.router)
             return 0
         if args.lab_action == "down":
             lab_down(purge_cache=args.purge_cache)

@@ -44,6 +44,7 @@ class LabState:
     serving_image: dict | None = None
     engine: dict = field(default_factory=dict)
     registry_pid: int | None = None
+    router: dict | None = None  # rigkit.lab.router_server.ensure_router's record while `lab up --router` runs one
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), indent=2, sort_keys=True) + "\n"

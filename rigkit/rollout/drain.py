@@ -32,6 +32,7 @@ from rigkit.errors import ConfigError, RigkitError
 from rigkit.fleet.inventory import rigs_among
 from rigkit.remote.http_session import server_session
 from rigkit.remote.tunnel import serving_url
+from rigkit.router import CONTROLLER_HOST
 from rigkit.rollout.router_admin import (
     LOCAL_HOST,
     RouterAdmin,
@@ -42,7 +43,9 @@ from rigkit.rollout.router_admin import (
     router_url,
     wait_idle,
 )
+from rigkit.settings.defaults import ROUTER_VARIABLES
 from rigkit.settings.hostdata import rig_settings
+from rigkit.settings.variables import resolve
 from rigkit.validation.metrics import requests_in_flight
 
 NO_RIG_LEFT = "no rig left to serve"
@@ -68,6 +71,20 @@ def routed_default(hosts: Mapping[str, Mapping], targeted: Sequence[str], explic
     return (f"the inventory has a router (on {', '.join(routers)}): {', '.join(targeted)} go one at a time, each "
             f"out of the router until its smoke passed (--batch {ROUTER_DEFAULT_BATCH}); {ALL_AT_ONCE_OPTION} (or "
             "--batch 0) restarts them all at once while the router still sends them requests")
+
+
+def gateways_left_note(hosts: Mapping[str, Mapping], targeted_hosts: Sequence[str], inventory: str) -> Optional[str]:
+    """A rolling run deploys rigs only: the targeted router hosts it leaves as they are, and the run that deploys
+    them (None when it targets none). The controller (@local) counts only where its data lets the role run there
+    (router_on_controller): a router someone runs there by hand is no host to deploy."""
+    left = [gateway for gateway in gateways(hosts) if gateway in targeted_hosts
+            and (gateway != CONTROLLER_HOST
+                 or resolve(ROUTER_VARIABLES, dict(hosts[gateway].get("data", {})))["router_on_controller"])]
+    if not left:
+        return None
+    limits = " ".join(f"--limit {gateway}" for gateway in left)
+    return (f"the router's host {', '.join(left)} is not deployed by a rolling run (rigs only): `rigkit deploy "
+            f"{inventory} {limits}` deploys it (its router restarts only when its unit or install changed)")
 
 
 def unreachable_router_fix(exc: ConfigError) -> ConfigError:

@@ -48,7 +48,7 @@ from typing import Any, Mapping, Optional, Sequence
 
 from rigkit.errors import ConfigError
 from rigkit.fleet.deploy import DEFAULT_DEPLOY, ROLLBACK_DEPLOY
-from rigkit.fleet.inventory import rigs_among
+from rigkit.fleet.inventory import rigs_among, targeted
 from rigkit.fleet.outcome import OK
 from rigkit.fleet.pyinfra_args import (
     data_pairs,
@@ -61,7 +61,7 @@ from rigkit.fleet.targets import Targets, select
 from rigkit.model.fleet import stage_inventory
 from rigkit.paths import ROLLOUTS_DIR
 from rigkit.rollout import drain as rollout_drain
-from rigkit.rollout.drain import ROUTER_DEFAULT_BATCH, routed_default, unreachable_router_fix
+from rigkit.rollout.drain import ROUTER_DEFAULT_BATCH, gateways_left_note, routed_default, unreachable_router_fix
 from rigkit.rollout.plan import (
     RolloutSettings,
     Stage,
@@ -239,6 +239,8 @@ def rollout_command(args: Any, targets: Optional[Targets] = None) -> Optional[in
         print(f"--> rigkit deploy: {defaulted}", flush=True)
     if not settings.active:
         return None
+    if note := gateways_left_note(rigs.hosts, targeted(rigs.hosts, limit_from(rigs.pyinfra_args)), args.inventory):
+        print(f"--> rigkit deploy: {note}", flush=True)
     if is_dry_run(rigs.pyinfra_args):
         print(dry_run_text("rollout", plan_stages(rigs.names, settings.canary, settings.batch),
                            gateways(rigs.hosts), summary_width()), flush=True)

@@ -121,3 +121,20 @@ def test_rigkit_deploy_runs_it_when_asked_for(tmp_path, monkeypatch):
     inventory = write_inventory(tmp_path, gateway=CONTROLLER_HOST, router_on_controller=True)
     deploy_command.run(deploy_args(inventory, "--all-at-once"))
     assert len(ran) == 1
+
+
+def test_a_rolling_run_says_the_router_host_it_leaves_and_the_run_that_deploys_it(tmp_path, asked, capsys):
+    inventory = write_inventory(tmp_path)
+    rollout.rollout_command(deploy_args(inventory))
+    said = " ".join(capsys.readouterr().out.split())
+    assert (f"the router's host gw is not deployed by a rolling run (rigs only): `rigkit deploy {inventory} --limit gw`"
+            in said)
+    rollout.rollout_command(deploy_args(inventory, "--limit", "rig4"))  # the gateway not targeted: nothing to say
+    assert "not deployed by a rolling run" not in capsys.readouterr().out
+
+
+def test_a_router_run_by_hand_on_the_controller_is_no_host_to_deploy(tmp_path, asked, capsys):
+    rollout.rollout_command(deploy_args(write_inventory(tmp_path, gateway=CONTROLLER_HOST)))
+    assert "not deployed by a rolling run" not in capsys.readouterr().out
+    rollout.rollout_command(deploy_args(write_inventory(tmp_path, gateway=CONTROLLER_HOST, router_on_controller=True)))
+    assert "the router's host @local is not deployed by a rolling run" in " ".join(capsys.readouterr().out.split())

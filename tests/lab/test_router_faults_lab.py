@@ -1,0 +1,142 @@
+"""Faults under load through the router (issue 28), benchmark-style: it prints its figures.
+
+The real vllm-router (tests/router_process.py) on the controller, round_robin over the two host-network rigs as
+`deployed` left them (release 1), started with the router role's own health checks (rigkit.router.HEALTH_FLAGS: a
+worker that stops answering /health leaves the routing within ROUTER_UNHEALTHY_WITHIN_S). Two client threads send
+completions through it back to back; a watcher samples the router's per-worker counter
+(vllm_router_processed_requests_total) every WATCH_GAP_S.
+
+The engine of the second rig is SIGKILLed mid-load (the serving container's init process, from inside the rig: a
+crash, so compose's restart policy brings it back; `docker kill` would count as a stop by hand). Measured and
+printed: requests sent and failed (each failure with its time from the kill), requests in flight at the kill, when
+the router last sent the dead rig a request, when it sent it one again once its engine answered. Asserted: no more
+requests fail than were in flight at the kill, none sent later than ROUTER_UNHEALTHY_WITHIN_S after it; the router
+stops sending within that bound; the other rig keeps serving; traffic comes back without an operator once the
+engine is healthy. Measured on the lab (2026-12-03, two runs): 114 and 122 sent, 0 failed, 2 in flight at the kill;
+the router last sent rig2 a request 3.7 and 2.8 s after the kill (bound 8 s) and again 74.4 and 46.6 s after it (the
+engine's restart). vllm-router retries a request its worker refused on another one: none reached the clients.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+import requests
+
+from router_process import Loops, RouterProcess
+from rigkit.serving.render import CONTAINER_NAME
+from rigkit.router import HEALTH_FLAGS, ROUTER_UNHEALTHY_WITHIN_S
+from test_fleet_lab import models
+
+pytestmark = [pytest.mark.lab, pytest.mark.vllm]
+
+CLIENTS = 2
+WATCH_GAP_S = 0.2
+MAX_TOKENS = 16
+REQUEST_TIMEOUT_S = 60
+BACK_TIMEOUT_S = 240  # the engine's restart (~40-70 s on this 2-core host) and the router's success threshold
+SETTLE_S = 1.0  # a sample gap and a request still on the wire when the router marked the worker down
+
+
+def worker_url(rig) -> str:
+    return f"http://127.0.0.1:{rig.serving_port}"
+
+
+class Load(Loops):
+    """CLIENTS threads sending completions through the router back to back, and the counter watcher."""
+
+    def __init__(self, router: RouterProcess, model: str):
+        self.router, self.model = router, model
+        self.lock = threading.Lock()
+        self.requests: list[tuple[float, float, str]] = []  # (start, end, "ok" or why it failed)
+        self.samples: list[tuple[float, dict[str, float]]] = []
+        super().__init__(*([self._client] * CLIENTS), self._watcher)
+
+    def _client(self) -> None:
+        body = {"model": self.model, "prompt": "Faults under load:", "max_tokens": MAX_TOKENS}
+        while not self.stopping.is_set():
+            start = time.monotonic()
+            try:
+                response = requests.post(f"{self.router.url}/v1/completions", json=body, timeout=REQUEST_TIMEOUT_S)
+                outcome = "ok" if response.status_code == 200 and response.json().get("choices") else \
+                    f"{response.status_code} {response.text[:120]!r}"
+            except (requests.RequestException, ValueError) as exc:
+                outcome = f"{type(exc).__name__}: {str(exc)[:120]}"
+            with self.lock:
+                self.requests.append((start, time.monotonic(), outcome))
+
+    def _watcher(self) -> None:
+        while not self.stopping.is_set():
+            try:
+                self.samples.append((time.monotonic(), self.router.processed()))
+            except (requests.RequestException, ValueError):
+                pass
+            self.stopping.wait(WATCH_GAP_S)
+
+    def in_flight_at(self, moment: float) -> int:
+        """Requests sent before ``moment`` that ended after it (read once the loop has moved past it)."""
+        with self.lock:
+            return sum(start <= moment < end for start, end, _ in self.requests)
+
+    def count(self, worker: str, at: float) -> float:
+        before = [counts.get(worker, 0.0) for when, counts in self.samples if when <= at]
+        return before[-1] if before else 0.0
+
+    def last_change(self, worker: str, after: float, until: float) -> float:
+        """The time of the last sample in (after, until] at which the worker's counter moved (``after`` if none)."""
+        last, previous = after, self.count(worker, after)
+        for when, counts in self.samples:
+            if after < when <= until and counts.get(worker, 0.0) != previous:
+                last, previous = when, counts.get(worker, 0.0)
+        return last
+
+    def first_change(self, worker: str, after: float) -> float | None:
+        base = self.count(worker, after)
+        return next((when for when, counts in self.samples if when > after and counts.get(worker, 0.0) != base), None)
+
+
+def kill_engine(rig, rig_exec) -> float:
+    """SIGKILL the serving container's init process from inside the rig (a crash); the moment it was sent."""
+    pid = rig_exec(rig, f"docker inspect -f '{{{{.State.Pid}}}}' {CONTAINER_NAME}").stdout.strip()
+    assert pid.isdigit() and pid != "0", f"{rig.name}: {CONTAINER_NAME} is not running ({pid!r})"
+    moment = time.monotonic()
+    rig_exec(rig, f"kill -9 {pid}")
+    return moment
+
+
+def test_an_engine_killed_mid_load_costs_its_in_flight_requests_and_comes_back_without_an_operator(
+        lab, deployed, rig_exec):
+    rigs = [rig for rig in lab.rigs if not rig.netns][:2]
+    if len(rigs) < 2:
+        pytest.skip("needs two rigs on host networking")
+    victim = rigs[1]
+    dead = worker_url(victim)
+    with RouterProcess([worker_url(rig) for rig in rigs], policy="round_robin", extra=HEALTH_FLAGS) as router:
+        with Load(router, models(rigs[0])[0]) as load:
+            time.sleep(5)  # load on both rigs before the fault
+            killed = kill_engine(victim, rig_exec)
+            time.sleep(ROUTER_UNHEALTHY_WITHIN_S + 2)
+            in_flight = load.in_flight_at(killed)
+            deadline = time.monotonic() + BACK_TIMEOUT_S
+            while load.first_change(dead, killed + ROUTER_UNHEALTHY_WITHIN_S + SETTLE_S) is None:
+                assert time.monotonic() < deadline, f"{victim.name} got no request {BACK_TIMEOUT_S} s after the kill"
+                time.sleep(1)
+            time.sleep(3)  # requests on the rig that came back
+        stopped = load.last_change(dead, killed, killed + ROUTER_UNHEALTHY_WITHIN_S + SETTLE_S + 5)
+        back = load.first_change(dead, killed + ROUTER_UNHEALTHY_WITHIN_S + SETTLE_S)
+    sent = len(load.requests)
+    failures = [(start - killed, why) for start, _, why in load.requests if why != "ok"]
+    print(f"\nfaults under load (router {router.url}, round_robin over {', '.join(r.name for r in rigs)}, "
+          f"{CLIENTS} clients back to back, {MAX_TOKENS} tokens each; health: {' '.join(HEALTH_FLAGS)}):")
+    print(f"  requests sent {sent}, failed {len(failures)}, in flight at the kill {in_flight}")
+    for offset, why in failures:
+        print(f"  failed: sent {offset:+.1f} s from the kill: {why}")
+    print(f"  the router last sent {victim.name} a request {stopped - killed:+.1f} s from the kill "
+          f"(bound {ROUTER_UNHEALTHY_WITHIN_S} s); again {back - killed:+.1f} s from it (engine restarted, healthy)")
+    assert stopped - killed <= ROUTER_UNHEALTHY_WITHIN_S + SETTLE_S, "the router kept sending to the dead engine"
+    # no more fail than died with the engine (vllm-router retries a refused request on another worker), none later
+    assert len(failures) <= in_flight, (in_flight, failures)
+    assert all(offset <= ROUTER_UNHEALTHY_WITHIN_S + SETTLE_S for offset, _ in failures), failures
+    assert load.count(worker_url(rigs[0]), time.monotonic()) > load.count(worker_url(rigs[0]), killed)  # kept serving

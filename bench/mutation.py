@@ -9,7 +9,8 @@ let through, or an equivalent change: docs/mutation.md explains each known survi
 
 Not part of the test suite (too slow for CI). It works in a copy of the checkout (.mutation/, git-ignored) with
 mutmut's config written there from the lists below, so the checkout is never mutated; mutmut keeps its results
-there and a later run retests only the functions that changed (--fresh starts over). It prints progress, each
+there and a later run tests only the functions that changed, then retests the survivors against today's tests
+(--fresh starts over). It prints progress, each
 module's mutants (killed / survived / no test / timeout), the survivors, and met / not met: every survivor
 explained in docs/mutation.md, and the run within TIME_TARGET_S.
 """
@@ -140,6 +141,11 @@ def write_config(modules: list[str], tests: list[str], files: list[str]) -> None
         target.write_text(text)
 
 
+def mutmut_run(jobs: int, mutants: list[str] = ()) -> subprocess.CompletedProcess:
+    """`mutmut run` in the work directory: every mutant not judged yet, or these (again)."""
+    return subprocess.run([sys.executable, "-m", MUTMUT, "run", "--max-children", str(jobs), *mutants], cwd=WORK_DIR)
+
+
 def explained_survivors() -> set[str]:
     """Mutant names docs/mutation.md explains (in backticks)."""
     if not EXPLAINED.is_file():
@@ -223,8 +229,14 @@ def main() -> int:
     print(f"mutating {len(modules)} modules; tests: {len(tests)} files ({', '.join(tests)})", flush=True)
     sync_copy(files)
     write_config(modules, tests, files)
+    earlier = (WORK_DIR / "mutants").is_dir()
     started = time.monotonic()
-    run = subprocess.run([sys.executable, "-m", MUTMUT, "run", "--max-children", str(args.jobs)], cwd=WORK_DIR)
+    run = mutmut_run(args.jobs)
+    # mutmut keeps a survivor's verdict until its function changes: a test written since may kill it
+    survivors = sorted(m for m, status in results().items() if status in ("survived", "no tests") and module_of(m, modules) != "?")
+    if run.returncode == 0 and earlier and survivors:
+        print(f"retesting the {len(survivors)} survivors against today's tests", flush=True)
+        run = mutmut_run(args.jobs, survivors)
     elapsed = time.monotonic() - started
     if run.returncode != 0:
         print(f"mutmut run failed (exit {run.returncode}); its files are in {WORK_DIR}", file=sys.stderr)

@@ -49,6 +49,8 @@ EXTRA_TESTS: list[str] = []
 PYTEST_ARGS = ["-p", "no:cacheprovider", "-m", "not lab and not vllm", "-o", "addopts="]
 # What a developer waits for on 2 cores: the whole list, from scratch.
 TIME_TARGET_S = 30 * 60
+# tests/conftest.py's hypothesis profile for mutants: no shrinking (a failing example is enough)
+HYPOTHESIS_PROFILE_ENV = "RIGKIT_HYPOTHESIS_PROFILE"
 MUTMUT = "mutmut"  # its version is pinned in pyproject's "mutation" extra
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -143,7 +145,8 @@ def write_config(modules: list[str], tests: list[str], files: list[str]) -> None
 
 def mutmut_run(jobs: int, mutants: list[str] = ()) -> subprocess.CompletedProcess:
     """`mutmut run` in the work directory: every mutant not judged yet, or these (again)."""
-    return subprocess.run([sys.executable, "-m", MUTMUT, "run", "--max-children", str(jobs), *mutants], cwd=WORK_DIR)
+    return subprocess.run([sys.executable, "-m", MUTMUT, "run", "--max-children", str(jobs), *mutants], cwd=WORK_DIR,
+                          env={**os.environ, HYPOTHESIS_PROFILE_ENV: "mutation"})
 
 
 def explained_survivors() -> set[str]:

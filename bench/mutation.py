@@ -18,6 +18,7 @@ explained in docs/mutation.md, and the run within TIME_TARGET_S.
 from __future__ import annotations
 
 import argparse
+import fnmatch
 import os
 import re
 import shutil
@@ -150,10 +151,14 @@ def mutmut_run(jobs: int, mutants: list[str] = ()) -> subprocess.CompletedProces
 
 
 def explained_survivors() -> set[str]:
-    """Mutant names docs/mutation.md explains (in backticks)."""
+    """Mutant names docs/mutation.md explains (in backticks; ``__mutmut_*``: every mutant of that function)."""
     if not EXPLAINED.is_file():
         return set()
-    return set(re.findall(r"`([\w.]+__mutmut_\d+)`", EXPLAINED.read_text()))
+    return set(re.findall(r"`([\w.]+__mutmut_(?:\d+|\*))`", EXPLAINED.read_text()))
+
+
+def is_explained(mutant: str, explained: set[str]) -> bool:
+    return any(fnmatch.fnmatchcase(mutant, name) for name in explained)
 
 
 def results() -> dict[str, str]:
@@ -185,7 +190,7 @@ def report(modules: list[str], statuses: dict[str, str], elapsed_s: float, show:
           f"{total['timeout']:7}  kill rate {rate:.1f}% ({judged} judged) in {elapsed_s / 60:.1f} min")
     alive = sorted(m for m, status in statuses.items() if status in ("survived", "no tests"))
     explained = explained_survivors()
-    unexplained = [m for m in alive if m not in explained]
+    unexplained = [m for m in alive if not is_explained(m, explained)]
     if alive:
         print(f"\nsurvivors ({len(alive)}; {len(alive) - len(unexplained)} explained as equivalent in "
               f"{EXPLAINED.relative_to(REPO_ROOT)}):")
@@ -195,7 +200,8 @@ def report(modules: list[str], statuses: dict[str, str], elapsed_s: float, show:
                 diff = subprocess.run([sys.executable, "-m", MUTMUT, "show", mutant], cwd=WORK_DIR,
                                       capture_output=True, text=True).stdout
                 print("    " + diff.strip().replace("\n", "\n    "))
-    stale = sorted(explained - set(alive) - {m for m in explained if module_of(m, modules) == "?"})
+    stale = sorted(name for name in explained if module_of(name, modules) != "?"
+                   and not any(fnmatch.fnmatchcase(m, name) for m in alive))
     if stale:
         print(f"\nexplained in {EXPLAINED.relative_to(REPO_ROOT)} but not surviving now (remove them): "
               + ", ".join(stale))

@@ -86,7 +86,8 @@ def test_the_short_proof_is_one_session_without_restart_soak_or_ab(monkeypatch):
 
     monkeypatch.setattr(rigkit.validation, "validate_tiers", validate_tiers)
     ready = SimpleNamespace(wait_ready=lambda timeout_s: None)
-    assert prove_cache(ready, {"validate_sessions": 4, "validate_restart": True}, False).passed
+    data = {"validate_sessions": 4, "validate_restart": True, "validate_decode_ab": True, "validate_soak_sessions": 2}
+    assert prove_cache(ready, data, False).passed
     ((restart, settings, connector_configured),) = asked
     assert (restart, settings.sessions, settings.restart, settings.decode_ab, settings.soak_sessions,
             connector_configured) == (None, 1, False, False, 0, False)

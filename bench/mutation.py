@@ -9,7 +9,8 @@ let through, or an equivalent change: docs/mutation.md explains each known survi
 
 Not part of the test suite (too slow for CI). It works in a copy of the checkout (.mutation/, git-ignored) with
 mutmut's config written there from the lists below, so the checkout is never mutated; mutmut keeps its results
-there and a later run retests only the functions that changed (--fresh starts over). It prints progress, each
+there and a later run tests only the functions that changed, then retests the survivors against today's tests
+(--fresh starts over). It prints progress, each
 module's mutants (killed / survived / no test / timeout), the survivors, and met / not met: every survivor
 explained in docs/mutation.md, and the run within TIME_TARGET_S.
 """
@@ -17,17 +18,19 @@ explained in docs/mutation.md, and the run within TIME_TARGET_S.
 from __future__ import annotations
 
 import argparse
+import fnmatch
 import os
 import re
 import shutil
 import subprocess
 import sys
 import time
-import tomllib
 from collections import Counter
 from pathlib import Path
 
-# The modules that decide (paths from the repository root; rigkit is being split into packages: update here).
+import tomllib
+
+# The modules that decide (paths from the repository root).
 MODULES = [
     "rigkit/serving/release.py",  # release state: record, verify, roll back or refuse
     "rigkit/serving/ledger.py",  # release state: last known good, rollback target, pruning
@@ -48,6 +51,8 @@ EXTRA_TESTS: list[str] = []
 PYTEST_ARGS = ["-p", "no:cacheprovider", "-m", "not lab and not vllm", "-o", "addopts="]
 # What a developer waits for on 2 cores: the whole list, from scratch.
 TIME_TARGET_S = 30 * 60
+# tests/conftest.py's hypothesis profile for mutants: no shrinking (a failing example is enough)
+HYPOTHESIS_PROFILE_ENV = "RIGKIT_HYPOTHESIS_PROFILE"
 MUTMUT = "mutmut"  # its version is pinned in pyproject's "mutation" extra
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -140,11 +145,21 @@ def write_config(modules: list[str], tests: list[str], files: list[str]) -> None
         target.write_text(text)
 
 
+def mutmut_run(jobs: int, mutants: list[str] = ()) -> subprocess.CompletedProcess:
+    """`mutmut run` in the work directory: every mutant not judged yet, or these (again)."""
+    return subprocess.run([sys.executable, "-m", MUTMUT, "run", "--max-children", str(jobs), *mutants], cwd=WORK_DIR,
+                          env={**os.environ, HYPOTHESIS_PROFILE_ENV: "mutation"})
+
+
 def explained_survivors() -> set[str]:
-    """Mutant names docs/mutation.md explains (in backticks)."""
+    """Mutant names docs/mutation.md explains (in backticks; ``__mutmut_*``: every mutant of that function)."""
     if not EXPLAINED.is_file():
         return set()
-    return set(re.findall(r"`([\w.]+__mutmut_\d+)`", EXPLAINED.read_text()))
+    return set(re.findall(r"`([\w.]+__mutmut_(?:\d+|\*))`", EXPLAINED.read_text()))
+
+
+def is_explained(mutant: str, explained: set[str]) -> bool:
+    return any(fnmatch.fnmatchcase(mutant, name) for name in explained)
 
 
 def results() -> dict[str, str]:
@@ -176,7 +191,7 @@ def report(modules: list[str], statuses: dict[str, str], elapsed_s: float, show:
           f"{total['timeout']:7}  kill rate {rate:.1f}% ({judged} judged) in {elapsed_s / 60:.1f} min")
     alive = sorted(m for m, status in statuses.items() if status in ("survived", "no tests"))
     explained = explained_survivors()
-    unexplained = [m for m in alive if m not in explained]
+    unexplained = [m for m in alive if not is_explained(m, explained)]
     if alive:
         print(f"\nsurvivors ({len(alive)}; {len(alive) - len(unexplained)} explained as equivalent in "
               f"{EXPLAINED.relative_to(REPO_ROOT)}):")
@@ -186,7 +201,8 @@ def report(modules: list[str], statuses: dict[str, str], elapsed_s: float, show:
                 diff = subprocess.run([sys.executable, "-m", MUTMUT, "show", mutant], cwd=WORK_DIR,
                                       capture_output=True, text=True).stdout
                 print("    " + diff.strip().replace("\n", "\n    "))
-    stale = sorted(explained - set(alive) - {m for m in explained if module_of(m, modules) == "?"})
+    stale = sorted(name for name in explained if module_of(name, modules) != "?"
+                   and not any(fnmatch.fnmatchcase(m, name) for m in alive))
     if stale:
         print(f"\nexplained in {EXPLAINED.relative_to(REPO_ROOT)} but not surviving now (remove them): "
               + ", ".join(stale))
@@ -223,8 +239,14 @@ def main() -> int:
     print(f"mutating {len(modules)} modules; tests: {len(tests)} files ({', '.join(tests)})", flush=True)
     sync_copy(files)
     write_config(modules, tests, files)
+    earlier = (WORK_DIR / "mutants").is_dir()
     started = time.monotonic()
-    run = subprocess.run([sys.executable, "-m", MUTMUT, "run", "--max-children", str(args.jobs)], cwd=WORK_DIR)
+    run = mutmut_run(args.jobs)
+    # mutmut keeps a survivor's verdict until its function changes: a test written since may kill it
+    survivors = sorted(m for m, status in results().items() if status in ("survived", "no tests") and module_of(m, modules) != "?")
+    if run.returncode == 0 and earlier and survivors:
+        print(f"retesting the {len(survivors)} survivors against today's tests", flush=True)
+        run = mutmut_run(args.jobs, survivors)
     elapsed = time.monotonic() - started
     if run.returncode != 0:
         print(f"mutmut run failed (exit {run.returncode}); its files are in {WORK_DIR}", file=sys.stderr)

@@ -62,3 +62,26 @@ def test_plain_pyinfra_refuses_a_rollout_it_would_run_all_at_once():
     assert "rigkit deploy" in str(refused.value) and "rollout_canary=0" in str(refused.value)
     refuse_unbatched(section(rollout_canary=1), {rollout_plan.ROLLOUT_STEP_ENV: "canary"})  # driven by rigkit deploy
     refuse_unbatched(section(), {})  # no rollout set: deploy.py as always
+
+
+def test_the_refusal_of_an_unbatched_rollout_names_the_field_the_value_and_the_fix():
+    for data, field, value in [({"rollout_canary": 2}, "rollout_canary", 2), ({"rollout_batch": 3}, "rollout_batch", 3),
+                               ({"rollout_canary": 1, "rollout_batch": 3}, "rollout_canary", 1)]:
+        with pytest.raises(ConfigError) as refused:
+            refuse_unbatched(section(**data), {})
+        assert (refused.value.field, refused.value.value) == (field, value)
+        assert str(refused.value) == (
+            f"{field}={value}: a rollout is set, and plain pyinfra deploys every rig at once (only rigkit deploy runs "
+            "canaries and batches). Fix: run `rigkit deploy INVENTORY` instead, or pass --data rollout_canary=0 "
+            "--data rollout_batch=0 to deploy every rig at once deliberately")
+
+
+def test_the_plan_in_words_and_a_fleet_value_that_differs_names_both_rigs():
+    assert RolloutSettings(1, 0, "leave", True).describe() == "canary 1, the rest in one batch, on failure: leave"
+    assert RolloutSettings(0, 2, "rollback", True).describe() == "canary 0, batches of 2, on failure: rollback"
+    canary = next(v for v in ROLLOUT_VARIABLES if v.name == "rollout_canary")
+    assert rollout_plan.fleet_value(canary, {}) == canary.default
+    with pytest.raises(ConfigError) as refused:
+        rollout_plan.fleet_value(canary, {"rig4": {"rollout_canary": 1}, "rig5": {"rollout_canary": 2}})
+    assert (refused.value.field, refused.value.value) == ("rollout_canary", 2)
+    assert refused.value.fix == "set rollout_canary once in group data, or pass it as a rigkit deploy flag"

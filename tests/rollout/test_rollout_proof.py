@@ -3,10 +3,15 @@ vLLM CPU run (tests/fixtures/metrics, test_validation)."""
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 from fake_openai import FakeOpenAI
 from recorded_run import RecordedRun
+
+import rigkit.validation.procedure
 from rigkit.remote.client import ServingClient
-from rigkit.rollout.proof import prove_cache
+from rigkit.rollout.proof import Proof, proof_verdict, prove_cache
+from rigkit.validation.tiers import Tier
 
 
 def test_the_cache_proof_passes_on_a_real_runs_counters():
@@ -36,4 +41,54 @@ def test_the_cache_proof_fails_when_the_connector_tier_is_not_proven():
 
 def test_a_proof_that_cannot_reach_the_engine_fails_in_its_words():
     proof = prove_cache(ServingClient("http://127.0.0.1:9", model="tiny"), {}, True, ready_timeout_s=0.5)
-    assert not proof.passed and "not ready after" in proof.words, proof.words
+    assert proof.passed is False and "not ready after" in proof.words, proof.words
+    assert proof.words.startswith("ServingError: "), proof.words
+
+
+# --- proof_verdict on plain values: what the mutation check (bench/mutation.py) found no test holding ---------
+
+def tier_run(tier: Tier, gpu_hits=0, external_hits=0, passed=True, aborted=(), measured: Tier = None):
+    label = SimpleNamespace(tier=measured or tier, gpu_hits=gpu_hits, external_hits=external_hits)
+    return SimpleNamespace(labels=[label], result=lambda: SimpleNamespace(passed=passed, aborted=list(aborted)))
+
+
+def validation(*runs, failures=(), fillers_sent=5):
+    by_tier = {run.labels[-1].tier if run.labels else None: run for run in runs}
+    return SimpleNamespace(failures=list(failures), fillers_sent=fillers_sent, tier=by_tier.get)
+
+
+COLD_RUN, WARM_GPU_RUN = tier_run(Tier.COLD), tier_run(Tier.WARM_GPU, gpu_hits=12)
+
+
+def test_a_proof_without_a_connector_proves_the_gpu_tier_only_and_says_so():
+    assert proof_verdict(validation(COLD_RUN, WARM_GPU_RUN), connector_configured=False) == Proof(
+        True, "cache proof passed: warm-gpu +12 GPU hits (no KV connector: GPU prefix cache only)")
+    connector = tier_run(Tier.WARM_CONNECTOR, external_hits=30)
+    assert proof_verdict(validation(COLD_RUN, WARM_GPU_RUN, connector), connector_configured=True) == Proof(
+        True, "cache proof passed: warm-gpu +12 GPU hits, warm-connector +30 external hits after 5 fillers")
+
+
+def test_a_failed_proof_names_every_tier_it_could_not_prove():
+    missed = tier_run(Tier.WARM_CONNECTOR, passed=False, aborted=("prefill", "decode"), measured=Tier.COLD)
+    missed.labels[0].gpu_hits, missed.labels[0].external_hits = 0, 0
+    runs = {Tier.WARM_GPU: SimpleNamespace(labels=[]), Tier.WARM_CONNECTOR: missed}
+    proof = proof_verdict(SimpleNamespace(failures=["calibration: too short"], fillers_sent=5, tier=runs.get), True)
+    assert proof == Proof(False, "calibration: too short; cold: not measured; warm-gpu: not measured; warm-connector "
+                                 "expected, measured cold (GPU hits +0, external hits +0, request aborted in prefill)")
+    assert proof.passed is False
+
+
+def test_the_short_proof_is_one_session_without_restart_soak_or_ab(monkeypatch):
+    asked = []
+
+    def validate_tiers(client, restart, settings, connector_configured):
+        asked.append((restart, settings, connector_configured))
+        return validation(COLD_RUN, WARM_GPU_RUN)
+
+    monkeypatch.setattr(rigkit.validation.procedure, "validate_tiers", validate_tiers)
+    ready = SimpleNamespace(wait_ready=lambda timeout_s: None)
+    data = {"validate_sessions": 4, "validate_restart": True, "validate_decode_ab": True, "validate_soak_sessions": 2}
+    assert prove_cache(ready, data, False).passed
+    ((restart, settings, connector_configured),) = asked
+    assert (restart, settings.sessions, settings.restart, settings.decode_ab, settings.soak_sessions,
+            connector_configured) == (None, 1, False, False, 0, False)

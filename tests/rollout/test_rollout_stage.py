@@ -57,3 +57,31 @@ def test_the_rollback_knob_acts_on_the_rigs_this_rollout_upgraded_only():
     assert back and "as before the rollout" in words
     back, words = rolled_back_words("rig4", record, ReleaseState("new4"))
     assert not back and f"rollback_to={OLD}" in words
+
+
+def test_the_words_of_each_halt_and_each_rig_left_or_not_back():
+    # the summary prints these words as they are: what the mutation check (bench/mutation.py) found unheld
+    wanted = {"rig4": "new4", "rig5": "new5" * 4, "rig6": "new6"}
+    states = {"rig4": ReleaseState(""), "rig5": ReleaseState("other" * 4), "rig6": ReleaseState("new6")}
+    work = StageWork(("rig4", "rig5"), ("rig6",), ())
+    failures = stage_failures(work, {}, states, wanted, {"rig6": Proof(False, "warm-gpu: not measured")})
+    assert [f.why for f in failures] == [
+        "its deploy reported success but the rig does not run the wanted rendering (verified none)",
+        "its deploy reported success but the rig does not run the wanted rendering (verified otherotherot)",
+        "cache proof failed: warm-gpu: not measured"]
+    record = RolloutRecord("t", "inv.py", before={"rig4": {"rendering": "old4" * 16, "image": OLD},
+                                                  "rig5": {"rendering": "", "image": ""},
+                                                  "rig6": {"rendering": "new6", "image": NEW}},
+                           upgraded=["rig4", "rig5"])
+    on = {rig: ReleaseState(hash_) for rig, hash_ in wanted.items()}
+    roll_back, left = rollback_choice("rollback", record, on, wanted)
+    assert roll_back == ["rig4"] and left == [
+        ("rig5", "left on the new release: it ran no verified release before this rollout"),
+        ("rig6", "left on the new release: it ran it already when this rollout's record began (roll it back by hand "
+                 "if this rollout upgraded it)")]
+    for state, now in [(ReleaseState(unreadable="ssh: connection refused"), "ssh: connection refused"),
+                       (ReleaseState(""), "no verified rendering")]:
+        back, words = rolled_back_words("rig4", record, state)
+        assert not back and words == (f"rig4: NOT back on its release from before the rollout ({OLD}, rendering "
+                                      f"old4old4old4): now {now}; roll it back by hand: pyinfra -y INVENTORY "
+                                      f"rollback.py --limit rig4 --data rollback_to={OLD}")

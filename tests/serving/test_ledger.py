@@ -1,8 +1,10 @@
 import json
 
 import pytest
+import yaml
 
-from rigkit.serving.ledger import SMOKE_FAIL, SMOKE_PASS, Ledger, Release
+from rigkit.serving.ledger import SMOKE_FAIL, SMOKE_PASS, Ledger, Release, Rendering, now_iso, rendering_dir
+from rigkit.serving.render import SERVICE_NAME
 
 A = "127.0.0.1:5000/x@sha256:" + "a" * 64
 B = "127.0.0.1:5000/x@sha256:" + "b" * 64
@@ -131,3 +133,39 @@ def test_prune_never_drops_the_rollback_target():
 def test_prune_ignores_entries_without_a_rendering():
     ledger = Ledger([entry(A, None, SMOKE_PASS), entry(B, R2, SMOKE_PASS), entry(C, R3, SMOKE_PASS)])
     assert ledger.renderings_to_prune(1) == []
+
+
+# --- what the mutation check (bench/mutation.py) found no test holding ---------------------------------------
+
+R4 = "4" * 64
+
+
+def test_prune_keeps_the_newest_renderings_beyond_the_always_kept_ones():
+    ledger = Ledger([entry(A, R1, SMOKE_PASS), entry(A, R2, SMOKE_PASS), entry(A, R3, SMOKE_PASS),
+                     entry(A, R4, SMOKE_PASS)])
+    # current and last known-good R4, rollback target R3; keep 3 keeps R2 too
+    assert ledger.renderings_to_keep(3) == [R4, R3, R2] and ledger.renderings_to_prune(3) == [R1]
+
+
+def test_the_ledger_file_is_sorted_two_space_json_ending_in_a_newline_and_reads_without_releases():
+    text = Ledger([entry(A, R1, SMOKE_PASS)]).to_json()
+    assert text.startswith('{\n  "releases": [\n    {\n      "deployed_at": ') and text.endswith('"schema": 1\n}\n')
+    assert Ledger.from_json('{"schema": 1}') == Ledger()
+    with pytest.raises(ValueError, match="ledger schema 2 is not 1"):
+        Ledger.from_json('{"schema": 2}')
+    with pytest.raises(ValueError, match="no release to attach a smoke verdict to"):
+        Ledger().record_smoke(SMOKE_PASS)
+    with pytest.raises(ValueError, match="not a release hash: None"):
+        rendering_dir(None)
+
+
+def test_a_release_in_one_line_and_its_time_in_utc():
+    assert Release(image=A, profile="cpu-lab", knobs_hash="h").summary() == "aaaaaaaaaaaa deploy smoke=-"
+    assert now_iso().endswith("+00:00")
+
+
+def test_the_container_env_of_a_rendering_as_compose_gives_it():
+    compose = yaml.safe_dump({"services": {SERVICE_NAME: {"image": A, "environment": [
+        "SET=${SET:-}", "UNSET=${UNSET:-}", "LITERAL=a=b", "DOLLARS=x$$y"]}}})
+    rendering = Rendering(compose, "SET='from .env'\n")
+    assert rendering.container_env() == {"SET": "from .env", "UNSET": "", "LITERAL": "a=b", "DOLLARS": "x$y"}

@@ -10,13 +10,30 @@ import dataclasses
 
 import pytest
 
-from rigkit.settings.hostdata import settings_for_host
-from rigkit.serving.ledger import SMOKE_FAIL, SMOKE_PASS, Ledger, Release
-from rigkit.serving.release import (NOTE_TAIL_CHARS, ROLLBACK_FAILED_NOTE_CHARS, Outcome, Prune, RecordHash, Refuse,
-                            Restore, RollBack, StoreRendering, WriteLedger, judge_release, judge_rollback, never_ready,
-                            restore, roll_back_or_refuse, rollback_target)
-from rigkit.serving.smoke import SmokeCheck, SmokeReport
 from rigkit.serving.commands import rendering_for
+from rigkit.serving.ledger import SMOKE_FAIL, SMOKE_PASS, Ledger, Release
+from rigkit.serving.release import (
+    FIX_ROLLBACK_FAILED,
+    FIX_ROLLED_BACK,
+    NOTE_TAIL_CHARS,
+    ROLLBACK_FAILED_NOTE_CHARS,
+    Outcome,
+    Prune,
+    RecordHash,
+    Refuse,
+    Restore,
+    RollBack,
+    StoreRendering,
+    WriteLedger,
+    judge_release,
+    judge_rollback,
+    never_ready,
+    restore,
+    roll_back_or_refuse,
+    rollback_target,
+)
+from rigkit.serving.smoke import SmokeCheck, SmokeReport
+from rigkit.settings.hostdata import settings_for_host
 
 IMAGE_1 = "127.0.0.1:5000/rigkit/vllm-cpu-tiny@sha256:" + "1" * 64
 IMAGE_2 = "127.0.0.1:5000/rigkit/vllm-cpu-tiny@sha256:" + "2" * 64
@@ -193,3 +210,51 @@ def test_a_settings_only_release_that_fails_is_rolled_back_to_the_previous_rende
     assert [(r.image, r.rendering, r.smoke) for r in after.ledger.releases[-3:]] == [
         (IMAGE_1, previous.hash, SMOKE_PASS), (IMAGE_1, changed.hash, SMOKE_FAIL), (IMAGE_1, previous.hash, SMOKE_PASS)]
     assert after.steps[-2] == RecordHash(previous.hash)
+
+
+# --- what the mutation check (bench/mutation.py) found no test holding ---------------------------------------
+
+def test_without_auto_rollback_a_failed_release_has_no_rollback_target():
+    plan = judge_release(verified(GOOD), BROKEN, "deploy", "", SMOKE_FAILED, keep_images=1)
+    assert rollback_target(plan, auto_rollback=False) is None and rollback_target(plan, True).rendering == GOOD.hash
+    assert rollback_target(judge_release(verified(GOOD), BROKEN, "deploy", "", PASSED, 1), True) is None
+
+
+def test_a_rendering_that_passed_before_and_fails_now_is_no_rollback_target_of_itself():
+    plan = judge_release(verified(BROKEN), BROKEN, "deploy", "", SMOKE_FAILED, keep_images=1)
+    assert rollback_target(plan, auto_rollback=True) is None
+
+
+def test_a_release_entry_names_its_rendering_profile_and_knobs_and_a_never_ready_note_keeps_the_callers():
+    plan = judge_release(Ledger(), GOOD, "rollback", "restored x", never_ready(["died"]), keep_images=1)
+    entry = plan.ledger.current
+    assert (entry.image, entry.profile, entry.knobs_hash, entry.rendering, entry.kind) == (
+        IMAGE_1, "cpu-lab", GOOD.knobs_hash, GOOD.hash, "rollback")
+    assert entry.note == "restored x; release never became ready: died"
+    assert never_ready(["died"]).ready is False
+
+
+def test_a_refusal_without_a_target_is_a_refusal_whatever_was_restored():
+    plan = judge_release(Ledger(), BROKEN, "deploy", "", SMOKE_FAILED, keep_images=1)
+    decision = roll_back_or_refuse(plan.failed, "deploy", True, None, Restore(GOOD, "restored"))
+    assert isinstance(decision, Refuse) and "no known-good release other than this one" in decision.problem
+
+
+def test_restore_warns_in_full_when_it_re_renders():
+    target = Release(image=IMAGE_1, profile="cpu-lab", knobs_hash=GOOD.knobs_hash, rendering=GOOD.hash)
+    assert restore(target, None, GOOD).warning == (f"rollback to {IMAGE_1}: stored rendering missing; re-rendering "
+                                                   "it with today's data, which may differ from what was verified")
+
+
+def test_an_automatic_rollback_leaves_the_input_ledger_and_says_what_it_refuses_with():
+    plan = judge_release(verified(GOOD), BROKEN, "deploy", "", SMOKE_FAILED, keep_images=1)
+    before = copy.deepcopy(plan.ledger)
+    decision = RollBack(plan.ledger.releases[0], GOOD, "automatic: deploy failed")
+    unsmoked = judge_rollback(plan.ledger, plan.failed, "deploy", decision, Outcome(ready=True))
+    assert plan.ledger == before
+    assert (unsmoked.ledger.current.note, unsmoked.ledger.current.smoke) == ("automatic: deploy failed", None)
+    refusal = unsmoked.steps[-1]
+    assert (refusal.image, refusal.fix) == (IMAGE_2, FIX_ROLLED_BACK)
+    failed_too = judge_rollback(plan.ledger, plan.failed, "deploy", decision, Outcome(ready=False, why_not_ready="x"))
+    assert failed_too.steps[0] == WriteLedger(failed_too.ledger.to_json())
+    assert (failed_too.steps[-1].image, failed_too.steps[-1].fix) == (IMAGE_2, FIX_ROLLBACK_FAILED)

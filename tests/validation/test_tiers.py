@@ -224,3 +224,26 @@ def test_a_disk_tier_names_its_source_where_vllm_exports_cached_by_source():
                    parse(with_disk("07-seed-fixed-after-warm-persistent", 3024)))
     verdict = label(window, Tier.WARM_PERSISTENT, True, after_restart=True)
     assert verdict.passed and "cached by source disk +3024" in verdict.proof
+
+
+# --- what the mutation check (bench/mutation.py) found no test holding ---------------------------------------
+
+def test_the_proof_of_a_real_connector_window_word_for_word():
+    # counters equal to the tokens served (the usual case): no over-count note, the transfer tokens as served
+    verdict = label(tiered_window("03-after-fillers", "04-after-warm-connector"), Tier.WARM_CONNECTOR, True)
+    assert verdict.proof == ("GPU prefix hits +0/3030 queried, external hits +3024/3030 queried, "
+                             "external_kv_transfer tokens +3024")
+
+
+def test_an_lmcache_tier_after_a_restart_is_l2_inferred_and_one_exported_counter_is_enough():
+    inferred = label(lmcache_window("03-after-fillers", "04-after-warm-connector"), Tier.WARM_PERSISTENT, True,
+                     after_restart=True)
+    assert (inferred.store_tier, inferred.store_tier_source) == ("L2", INFERRED)
+    assert "; LMCache L2 inferred from the procedure" in inferred.proof
+    only_l2 = "".join(line + "\n" for line in _made_up_per_tier_lines(0, 2816, 11).splitlines() if "_l1_" not in line)
+    before = parse((LMCACHE_053 / "03-after-fillers.txt").read_text() + only_l2.replace(" 2816", " 0").replace(
+        " 11\n", " 0\n"))
+    after = parse((LMCACHE_053 / "04-after-warm-connector.txt").read_text() + only_l2)
+    verdict = label(delta(before, after), Tier.WARM_CONNECTOR, True)
+    assert (verdict.store_tier, verdict.store_tier_source) == ("L2", BY_COUNTERS)
+    assert "LMCache L1 hits +0, L2 hits +2816, L2 prefetch loads +11 chunks: served from L2" in verdict.proof

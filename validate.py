@@ -180,7 +180,8 @@ def _validate() -> None:
             result = validate_tiers(client, lambda: _restart_stack(compose), settings,
                                     connector_configured=stack.profile.connector is not None,
                                     store_bytes=_store_bytes(l2_path) if l2_path else None,
-                                    capacity_tiers=tier_sizes)
+                                    capacity_tiers=tier_sizes, not_applicable=stack.tiers_not_applicable,
+                                    store_chunk_tokens=stack.store_chunk_tokens)
         except Exception:
             l2 = read_l2(_shell, stack)  # a full L2 disk is a likely cause of a dead engine: say so
             if l2 is not None and l2.level != "ok":

@@ -8,6 +8,8 @@ Procedure (each step labelled by metric deltas, see rigkit.tiers):
      num_gpu_blocks × block_size) through it, evicting the prefix; then the prompt again
      (GPU hits flat, external hits grew);
   5. warm-persistent: `restart()` (compose down/up), wait ready, the prompt again (external hits grew).
+A tier the stack cannot have (`not_applicable`, from Settings.tiers_not_applicable: no connector, or nothing that
+outlives a restart) gets no step; the card says "not applicable" once, with why, and it does not fail the card.
 A tier whose connector is configured but takes no external hit is "retrieved-but-unused": a FAIL.
 Every request is greedy (temperature 0, the session's seed): a warm tier whose output differs from the cold
 run's for the same session is "served-but-wrong", a FAIL whatever its counters prove (LMCache#4492).
@@ -130,6 +132,8 @@ class TierValidation:
     capacity: Optional[Capacity] = None
     fillers_sent: int = 0
     ttft_transport: str = ""  # where the client TTFT was measured (ServingClient.ttft_transport)
+    # tier value -> why this stack cannot have it (no step was run for it)
+    not_applicable: dict[str, str] = field(default_factory=dict)
 
     def tier(self, expected: Tier) -> Optional[TierRun]:
         return next((t for t in self.tiers if t.expected == expected), None)
@@ -166,6 +170,11 @@ def evict_gpu_pool(client: ServingClient, pool: Snapshot, settings: ValidationSe
     return count
 
 
+def stored_tokens(prompt_tokens: int, chunk_tokens: Optional[int]) -> int:
+    """Tokens of a prompt a store that keeps whole chunks holds (LMCache: 3,500 tokens -> 13 x 256 = 3,328)."""
+    return prompt_tokens // chunk_tokens * chunk_tokens if chunk_tokens else prompt_tokens
+
+
 def check_prompt_fits(settings: ValidationSettings, max_model_len: Optional[int]) -> None:
     """ConfigError when a session prompt and its reply do not fit the server's max-model-len (None: unknown)."""
     if max_model_len and settings.prompt_tokens + settings.output_tokens + CONTEXT_SLACK_TOKENS > max_model_len:
@@ -178,8 +187,18 @@ def validate_tiers(client: ServingClient, restart: Optional[Callable[[], None]],
                    connector_configured: bool = True,
                    store_bytes: Optional[Callable[[], int]] = None,
                    capacity_tiers: Optional[Mapping[str, int]] = None,
-                   session_sizes: Sequence[int] = (50_000, 262_144)) -> TierValidation:
-    """Run the tier procedure against a ready server. `restart` does a full down/up (None: skip tier 4)."""
+                   session_sizes: Sequence[int] = (50_000, 262_144),
+                   not_applicable: Optional[Mapping[str, str]] = None,
+                   store_chunk_tokens: Optional[int] = None) -> TierValidation:
+    """Run the tier procedure against a ready server. `restart` does a full down/up (None: skip tier 4).
+
+    not_applicable: tier value -> why the stack cannot have it (Settings.tiers_not_applicable): its step is not run.
+    store_chunk_tokens: the connector stores whole chunks of this many tokens (LMCache's chunk_size): the capacity
+    line divides the store's growth by the tokens it stored, not by the prompt tokens.
+    """
+    skipped = dict(not_applicable or {})
+    if Tier.WARM_CONNECTOR.value in skipped:
+        connector_configured = False
     client.wait_ready()
     pool = require_prefix_counters(client.metrics())
     max_len = client.max_model_len
@@ -216,12 +235,15 @@ def validate_tiers(client: ServingClient, restart: Optional[Callable[[], None]],
     capacity = None
     if store_bytes is not None and store_before is not None:
         grown = store_bytes() - store_before
-        tokens = sum(m.result.prompt_tokens or 0 for m in cold.measured if not m.result.aborted)
-        capacity = capacity_from(grown, tokens, "connector store growth over the cold sessions",
+        tokens = sum(stored_tokens(m.result.prompt_tokens or 0, store_chunk_tokens)
+                     for m in cold.measured if not m.result.aborted)
+        source = "connector store growth over the cold sessions" + (
+            f" (whole {store_chunk_tokens}-token chunks stored)" if store_chunk_tokens else "")
+        capacity = capacity_from(grown, tokens, source,
                                  capacity_tiers or {}, [settings.prompt_tokens, *session_sizes])
 
     validation = TierValidation(runs, prompts, rate, pool, max_len, failures, capacity,
-                                ttft_transport=client.ttft_transport)
+                                ttft_transport=client.ttft_transport, not_applicable=skipped)
     if not connector_configured or not stored:
         return validation
 
@@ -231,7 +253,7 @@ def validate_tiers(client: ServingClient, restart: Optional[Callable[[], None]],
     for prompt in stored:
         _measure_tier(client, connector, prompt, settings, timeout_s, connector_configured)
 
-    if restart is not None and settings.restart:
+    if restart is not None and settings.restart and Tier.WARM_PERSISTENT.value not in skipped:
         restart()
         client.wait_ready()
         persistent = TierRun(Tier.WARM_PERSISTENT, reference=cold)

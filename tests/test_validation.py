@@ -78,9 +78,9 @@ def run(recorded: RecordedRun, restart: bool = True):
 GPU_CAPTURES = Path(__file__).parent / "fixtures" / "gpu-h200-vllm0.26"
 
 
-def test_lmcache_0_5_3_on_an_h200_card_says_the_l1_tier_was_inferred():
+def test_lmcache_0_5_3_on_an_h200_card_says_the_l1_tier_by_its_counters():
     """The real LMCache 0.5.3 MP capture (vLLM's /metrics followed by LMCache's): its labelled lookup counter is
-    read, and with no per-tier counters in 0.5.3 the card says which LMCache tier served, and that it was inferred."""
+    read, and with no per-tier hit counters in 0.5.3 the card tells the tier from the chunks it loaded."""
     with FakeOpenAI() as server:
         recorded = RecordedRun(server, GPU_CAPTURES / "lmcache-mp-eager")
         validation = run(recorded, restart=False)
@@ -88,7 +88,7 @@ def test_lmcache_0_5_3_on_an_h200_card_says_the_l1_tier_was_inferred():
     assert [t.result().passed for t in validation.tiers] == [True, True, True]
     assert connector.labels[0].connector_retrieved_tokens == 2816
     card = to_card("rig1", "run", validation, ValidationSettings.from_data({}))
-    assert "warm-connector (LMCache L1, inferred) ✓" in render_rig_markdown(card)
+    assert "warm-connector (LMCache L1, by LMCache's counters) ✓" in render_rig_markdown(card)
 
 
 def test_recorded_counters_label_each_tier_and_the_one_after_a_restart_warm_persistent(recorded):

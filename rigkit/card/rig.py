@@ -146,6 +146,8 @@ def render_rig_markdown(card: RigCard) -> str:
         label = tier.label + (f" ({tier.store_tier})" if tier.store_tier else "")
         lines.append(f"| {TIER_TITLES.get(tier.expected, tier.expected)} | {fmt_stat_seconds(tier.ttft_s)}{aborted} | "
                      f"{speedup(cold, tier)} | {fmt_stat_seconds(tier.server_ttft_s)} | {label} {mark} | {proof} |")
+    for expected, why in card.not_applicable.items():
+        lines.append(f"| {TIER_TITLES.get(expected, expected)} | — | — | — | not applicable | {why} |")
     checks = [ok for tier in card.tiers for ok in tier.ttft_within_tolerance]
     if checks and card.ttft_client:
         lines += ["", f"Client TTFT measured on {card.ttft_client.transport}; within "

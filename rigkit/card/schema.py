@@ -46,7 +46,7 @@ class TierProof(BaseModel):
     counters_reset: bool = False
     text: str
     # LMCache's tier behind a connector hit (L1, L2, L1+L2) and how it was told: "counters" (its own
-    # hit_l1/hit_l2 counters) or "inferred" (from the procedure: the running LMCache does not export them)
+    # hit_l1/hit_l2 counters, or the chunks it loaded and those it prefetched from L2) or "inferred" (from the procedure: the running LMCache does not export them)
     store_tier: Optional[str] = None
     store_tier_source: Optional[str] = None
 
@@ -113,12 +113,12 @@ class TierResult(BaseModel):
 
     @property
     def store_tier(self) -> Optional[str]:
-        """e.g. "LMCache L2" (told by its counters) or "LMCache L1, inferred"; None without an LMCache hit."""
+        """e.g. "LMCache L2, by LMCache's counters" or "LMCache L1, inferred"; None without an LMCache hit."""
         tiers = {(p.store_tier, p.store_tier_source) for p in self.proofs if p.store_tier}
         if len(tiers) != 1:
             return None if not tiers else "LMCache " + "/".join(sorted(t for t, _ in tiers))
         tier, source = tiers.pop()
-        return f"LMCache {tier}" + (", inferred" if source == "inferred" else "")
+        return f"LMCache {tier}" + (", inferred" if source == "inferred" else ", by LMCache's counters")
 
 
 class DecodeKind(BaseModel):
@@ -305,6 +305,8 @@ class RigCard(BaseModel):
     capacity: Optional[Capacity] = None
     l2: Optional[L2Report] = None
     soak: Optional[SoakReport] = None
+    # tier -> why this stack cannot have it (validation ran no step for it; it does not fail the card)
+    not_applicable: dict[str, str] = Field(default_factory=dict)
     # the warm-shared tier: prompts another rig prefilled, asked of this one (rigkit validate-shared)
     shared: list[SharedPair] = Field(default_factory=list)
     failures: list[str] = Field(default_factory=list)

@@ -46,6 +46,21 @@ def restart_commands(compose: str) -> list[str]:
     return [f"{in_stack(compose)} down --remove-orphans", f"{in_stack(compose)} up -d"]
 
 
+# vLLM 0.26's TieringOffloadingSpec keeps its CPU tier in /dev/shm/vllm_offload_<engine id>.mmap (size
+# cpu_bytes_to_use) and never removes it when stopped (SIGTERM aborts with shutdown timeout 0): with `ipc: host` each
+# down leaves l1_size_gb of the rig's RAM there, a new file at every start (H200, 2026-12-03). A segment that no process
+# maps or holds open belongs to an engine no longer running; one a process maps is never touched.
+OFFLOAD_SHM_GLOB = "/dev/shm/vllm_offload_*.mmap"
+
+
+def shm_cleanup_command() -> str:
+    """Remove stale CPU-tier segments (no process maps or holds them), printing each one removed."""
+    return (f"for f in {OFFLOAD_SHM_GLOB}; do [ -f \"$f\" ] || continue; "
+            "if grep -qsF \"$f\" /proc/[0-9]*/maps || "
+            "find /proc/[0-9]*/fd -lname \"$f\" -print -quit 2>/dev/null | grep -q .; then continue; fi; "
+            "rm -f -- \"$f\" && echo \"removed stale $f\"; done")
+
+
 def validate_command(compose: str) -> str:
     """The rig's own compose reads the new files; an invalid one fails here, before the old stack stops."""
     return f"{in_stack(compose)} config -q"

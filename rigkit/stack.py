@@ -41,11 +41,6 @@ def in_stack(compose: str) -> str:
     return f"cd {RIG_STACK_DIR} && {compose} -p {COMPOSE_PROJECT}"
 
 
-def restart_commands(compose: str) -> list[str]:
-    """A full ``down`` then ``up -d``: never ``docker restart``, which races the release of GPU memory."""
-    return [f"{in_stack(compose)} down --remove-orphans", f"{in_stack(compose)} up -d"]
-
-
 # vLLM 0.26's TieringOffloadingSpec keeps its CPU tier in /dev/shm/vllm_offload_<engine id>.mmap (size
 # cpu_bytes_to_use) and never removes it when stopped (SIGTERM aborts with shutdown timeout 0): with `ipc: host` each
 # down leaves l1_size_gb of the rig's RAM there, a new file at every start (H200, 2026-12-03). A segment that no process
@@ -59,6 +54,12 @@ def shm_cleanup_command() -> str:
             "if grep -qsF \"$f\" /proc/[0-9]*/maps || "
             "find /proc/[0-9]*/fd -lname \"$f\" -print -quit 2>/dev/null | grep -q .; then continue; fi; "
             "rm -f -- \"$f\" && echo \"removed stale $f\"; done")
+
+
+def restart_commands(compose: str) -> list[str]:
+    """A full ``down``, the stale CPU-tier segments the stopped engine left in /dev/shm removed, then ``up -d``:
+    never ``docker restart``, which races the release of GPU memory."""
+    return [f"{in_stack(compose)} down --remove-orphans", shm_cleanup_command(), f"{in_stack(compose)} up -d"]
 
 
 def validate_command(compose: str) -> str:

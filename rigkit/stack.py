@@ -48,12 +48,22 @@ def in_stack(compose: str) -> str:
 OFFLOAD_SHM_GLOB = "/dev/shm/vllm_offload_*.mmap"
 
 
-def shm_cleanup_command() -> str:
-    """Remove stale CPU-tier segments (no process maps or holds them), printing each one removed."""
+def _each_stale_segment(action: str) -> str:
+    """Run `action` on each CPU-tier segment ($f) that no process maps or holds open."""
     return (f"for f in {OFFLOAD_SHM_GLOB}; do [ -f \"$f\" ] || continue; "
             "if grep -qsF \"$f\" /proc/[0-9]*/maps || "
             "find /proc/[0-9]*/fd -lname \"$f\" -print -quit 2>/dev/null | grep -q .; then continue; fi; "
-            "rm -f -- \"$f\" && echo \"removed stale $f\"; done")
+            f"{action}; done")
+
+
+def shm_cleanup_command() -> str:
+    """Remove stale CPU-tier segments (no process maps or holds them), printing each one removed."""
+    return _each_stale_segment("rm -f -- \"$f\" && echo \"removed stale $f\"")
+
+
+def stale_shm_command() -> str:
+    """List stale CPU-tier segments as `BYTES PATH` lines (rigkit status, while the stack runs too)."""
+    return _each_stale_segment("stat -c '%s %n' \"$f\"")
 
 
 def restart_commands(compose: str) -> list[str]:

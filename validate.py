@@ -43,6 +43,7 @@ from rigkit.knobs import SECRET_KNOBS
 from rigkit.l2_state import read_l2
 from rigkit.paths import REPO_ROOT, RIG_STACK_DIR
 from rigkit.release_steps import apply_rendering
+from rigkit.render import l2_integrity
 from rigkit.sizing import GB
 from rigkit.soak import check_fits, limits_from, memory_probe, plan_from, run_soak
 from rigkit.stack import rendering_for, restart_commands
@@ -195,7 +196,7 @@ def _validate() -> None:
                             prefill_tokens_per_s=result.prefill_tokens_per_s)
         _print_greedy(result)
         decode_ab = _decode_ab(data, stack, compose, url, settings, probe) if settings.decode_ab else None
-    repro = {"profile": stack.profile.name, "image_digest": stack.image,
+    repro = {"profile": stack.profile.name, "image_digest": stack.image, "l2_integrity": l2_integrity(stack),
              "knobs": {k: v for k, v in knobs.items() if k not in SECRET_KNOBS}, **rig_facts(l2_path)}
     card = to_card(host.name, RUN_ID, result, settings, stack.profile.connector is not None,
                    decode_ab=decode_ab, repro=repro, l2=read_l2(_shell, stack), soak=soak,

@@ -20,7 +20,7 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO_ROOT))
 
 from rigkit.hostdata import rig_settings  # noqa: E402
-from rigkit.render import L2_CONTAINER_PATH, entrypoint_script, env_values  # noqa: E402
+from rigkit.render import L2_CONTAINER_PATH, entrypoint_script, env_values, l2_integrity  # noqa: E402
 from rigkit.stack import shm_cleanup_command  # noqa: E402
 
 DIGEST = "@sha256:" + "0" * 64  # never pulled: the check runs the carried wheels, not an image
@@ -74,7 +74,7 @@ def render_case(case: str, port: int, weights: str) -> dict:
         "l1_gib": stack.l1_gib, "l2_budget_gb": stack.knobs["l2_budget_gb"] if stack.l2_active else None,
         "not_applicable": stack.tiers_not_applicable, "store_chunk_tokens": stack.store_chunk_tokens,
         "l1_in_shm": bool(stack.profile.connector and stack.profile.connector.l1_in_shm),
-        "shm_cleanup": shm_cleanup_command(),
+        "shm_cleanup": shm_cleanup_command(), "l2_integrity": l2_integrity(stack),
         "knobs": {k: v for k, v in stack.knobs.items() if k != "hf_token"},
     }
 

@@ -262,7 +262,8 @@ def validate_stack(stack: Stack, summary: dict) -> None:
             out["tiers"] = [tier_dump(t) for t in validation.tiers]
             out["failures"] = validation.failures
             card = to_card(stack.name, RUN_ID, validation, settings, info["connector"],
-                           repro={"profile": info["profile"], "knobs": info["knobs"]})
+                           repro={"profile": info["profile"], "knobs": info["knobs"],
+                                  "l2_integrity": info.get("l2_integrity")})
             out["card_passed"] = card.passed
             write_card(run.results / "cards", card)
             for tier in out["tiers"]:

@@ -193,6 +193,7 @@ def render_rig_markdown(card: RigCard) -> str:
                         ("GPUs", ", ".join(repro.gpu_models) or "none (CPU)"),
                         ("host RAM", fmt_bytes(repro.host_ram_bytes) if repro.host_ram_bytes else None),
                         ("L2 device / fs", f"{repro.l2_device or '—'} / {repro.l2_filesystem or '—'}"),
+                        *([("L2 integrity", repro.l2_integrity)] if repro.l2_integrity else []),
                         ("KV pool", f"{repro.num_gpu_blocks} blocks × {repro.block_size} tokens"
                                     if repro.num_gpu_blocks else None),
                         ("max model len", repro.max_model_len)]:

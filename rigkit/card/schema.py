@@ -193,6 +193,8 @@ class Reproducibility(BaseModel):
     host_ram_bytes: Optional[int] = None
     l2_device: Optional[str] = None
     l2_filesystem: Optional[str] = None
+    # what guards the L2 files against a torn write (rigkit.render.l2_integrity); None: no LMCache fs L2
+    l2_integrity: Optional[str] = None
     max_model_len: Optional[int] = None
     num_gpu_blocks: Optional[int] = None
     block_size: Optional[int] = None

@@ -38,13 +38,14 @@ def main() -> None:
     ids = Tokenizer.from_file(str(src / "tokenizer.json")).encode(text).ids
     stream = torch.tensor(ids * (SEQ // len(ids) + 3), device="cuda")
     torch.manual_seed(0)
-    model = Qwen3ForCausalLM(config).cuda().to(torch.bfloat16)
+    model = Qwen3ForCausalLM(config).cuda()  # float32 weights, bf16 compute (autocast), saved as bf16
     optim = torch.optim.AdamW(model.parameters(), lr=LR, weight_decay=0.0)
     start, step, loss = time.time(), 0, None
     while time.time() - start < budget:
         offsets = torch.randint(0, len(ids), (BATCH,))
         batch = torch.stack([stream[o:o + SEQ] for o in offsets.tolist()])
-        loss = model(input_ids=batch, labels=batch).loss
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            loss = model(input_ids=batch, labels=batch).loss
         loss.backward()
         optim.step()
         optim.zero_grad(set_to_none=True)
@@ -53,7 +54,7 @@ def main() -> None:
             print(f"step {step} loss {loss.item():.4f} ({time.time() - start:.0f} s)", flush=True)
         if loss.item() < 0.02:
             break
-    state = {k: v.detach().contiguous().cpu() for k, v in model.state_dict().items()}
+    state = {k: v.detach().to(torch.bfloat16).contiguous().cpu() for k, v in model.state_dict().items()}
     save_file(state, str(dst / "model.safetensors"), metadata={"format": "pt"})
     report = {"corpus_tokens": len(ids), "steps": step, "final_loss": loss.item(), "seconds": time.time() - start}
     (dst / "training.json").write_text(json.dumps(report, indent=1) + "\n")

@@ -196,12 +196,12 @@ class RecordingClient(ServingClient):
 
     def metrics_text(self) -> str:
         text = super().metrics_text()
-        self.record.append({"kind": "scrape", "t": time.time() - T0, "text": text})
+        self.record.append({"kind": "scrape", "url": self.base_url, "t": time.time() - T0, "text": text})
         return text
 
     def stream_completion(self, prompt, max_tokens, *args, **kwargs):
         result = super().stream_completion(prompt, max_tokens, *args, **kwargs)
-        self.record.append({"kind": "request", "t": time.time() - T0,
+        self.record.append({"kind": "request", "url": self.base_url, "t": time.time() - T0,
                             "prompt_sha": hashlib.sha256(prompt.encode()).hexdigest()[:16],
                             "prompt_chars": len(prompt), "max_tokens": max_tokens, "result": result.as_dict()})
         return result

@@ -7,6 +7,8 @@ dummy weights; ../shared/gpu/h200-2026-12-03, its README), and the bench/gpu cap
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from gpu_replay import GPU_FIXTURES, ReplayClient, read_record
@@ -92,3 +94,31 @@ def test_lmcache_capacity_divides_by_the_whole_chunks_it_stored():
     assert per_chunk.capacity.tokens_stored == 3 * 13 * 256
     assert per_chunk.capacity.kb_per_token == pytest.approx(16.384, abs=0.01)
     assert "whole 256-token chunks" in per_chunk.capacity.source
+
+
+# --- the GPU check's own captures (bench/gpu: collect.py -> fixtures/gpu-h200-vllm0.26/gpu-check-*) -----------------
+
+CHECKS = sorted(path for path in GPU_FIXTURES.glob("gpu-check-*") if (path / "stacks.json").exists())
+
+
+def checked_stacks():
+    for check in CHECKS:
+        for info in json.loads((check / "stacks.json").read_text())["stacks"]:
+            if (check / info["case"] / "result.json").exists() and "tiers" in json.loads(
+                    (check / info["case"] / "result.json").read_text()):
+                yield pytest.param(check, info, id=f"{check.name}/{info['case']}")
+
+
+@pytest.mark.parametrize("check,info", list(checked_stacks()))
+def test_each_stack_of_the_gpu_check_replays_to_the_labels_and_verdict_the_h200_gave(check, info):
+    recorded = json.loads((check / info["case"] / "result.json").read_text())
+    client = ReplayClient(read_record(check / info["case"] / "record.jsonl.gz"), model=info["served_model_name"])
+    settings = ValidationSettings.from_data({})
+    validation = validate_tiers(client, lambda: None, settings, connector_configured=info["connector"],
+                                not_applicable=info["not_applicable"], store_chunk_tokens=info["store_chunk_tokens"])
+    card = to_card(info["case"], check.name, validation, settings, info["connector"])
+    assert [t.result().labels for t in validation.tiers] == [t["labels"] for t in recorded["tiers"]]
+    assert [t.result().label for t in validation.tiers] == [
+        t["labels"][0] if all(g["same"] for g in t["greedy"]) else "served-but-wrong" for t in recorded["tiers"]]
+    assert card.passed == recorded["card_passed"]
+    assert set(card.not_applicable) == set(info["not_applicable"])

@@ -30,6 +30,7 @@ HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]
 sys.path[:0] = [str(HERE / "stubs"), str(REPO)]
 
+from rigkit.card import RigCard  # noqa: E402
 from rigkit.card.store import render_run, write_card  # noqa: E402
 from rigkit.client import ServingClient  # noqa: E402
 from rigkit.metrics import as_dict  # noqa: E402
@@ -292,6 +293,9 @@ def validate_share(a: Stack, b: Stack, summary: dict) -> None:
             pairs = run_pairs(clients, {a.name: settings, b.name: settings}, [[a.name, b.name]])
             out["pairs"] = [p.model_dump(mode="json") for p in pairs]
             out["passed"] = all(p.passed for p in pairs)
+            for name in (a.name, b.name):  # each engine's card carries the pairs it was asked in
+                write_card(run.results / "cards", RigCard(rig=name, run_id=RUN_ID, repro={"profile": a.info["profile"]},
+                                                          shared=[p for p in pairs if p.target == name]))
             for p in pairs:
                 run.log(f"kv-share: {p.source} -> {p.target}: prefill {p.prefill.labels} asked {p.asked.labels} "
                         f"passed {p.passed} greedy same {[g.same for g in p.asked.greedy]}")

@@ -38,6 +38,8 @@ FILLER_OVERSHOOT = 1.25
 CONTEXT_SLACK_TOKENS = 64
 # Calibration prompt: this fraction of the session size (at least CALIBRATION_MIN_TOKENS).
 CALIBRATION_FRACTION = 0.25
+# A one-token request asking for logprobs, sent before anything is timed (see validate_tiers).
+LOGPROBS_WARMUP_PROMPT = "Warm-up of the logprobs path."
 
 
 @dataclass
@@ -199,6 +201,10 @@ def validate_tiers(client: ServingClient, restart: Optional[Callable[[], None]],
     seed = settings.seed if settings.seed is not None else random.randrange(2**31)
     failures: list[str] = []
 
+    if settings.top_logprobs:
+        # vLLM CPU compiles its sampler's logprobs path (torch inductor) at the first request asking for logprobs:
+        # tens of seconds that must not land in the calibration or a measured window
+        client.stream_completion(LOGPROBS_WARMUP_PROMPT, max_tokens=1, logprobs=settings.top_logprobs)
     calibration_tokens = max(CALIBRATION_MIN_TOKENS, int(settings.prompt_tokens * CALIBRATION_FRACTION))
     calibration = client.build_prompt(PromptSpec(settings.prompt_kind, calibration_tokens, seed - 1))
     calibrated = client.stream_completion(calibration.text, max_tokens=1)

@@ -34,6 +34,7 @@ from pyinfra.operations import python
 from rigkit.abstats import ARM_OFF, ARM_ON
 from rigkit.card import RESULTS_DIR, fmt_l2, new_run_id, render_run, write_card
 from rigkit.card.replay import summary_lines
+from rigkit.card.rig import fmt_margin
 from rigkit.card.store import keep_recorded, replay_comparison
 from rigkit.decode_ab import run_decode_ab
 from rigkit.client import ServingClient
@@ -77,12 +78,13 @@ def _rig_probe(knobs) -> Optional[RigProbe]:
 
 
 def _print_greedy(result) -> None:
-    """Each warm tier's greedy outputs against the cold run's (the served-but-wrong check), per session."""
+    """Each warm tier's greedy outputs against its references (the served-but-wrong check), per session."""
     for tier in result.tiers[1:]:
         for check in tier.result().greedy:
-            verdict = "same as cold" if check.same else f"DIFFERS from cold at character {check.first_difference}"
+            verdict = (f"same as {check.reference}" if check.same else
+                       f"{check.verdict.upper()} against {check.reference}: {fmt_margin(check)}")
             print(f"{host.name}: greedy {tier.expected.value} session {check.session}: {verdict}: "
-                  f"cold {check.cold_text!r} / {tier.expected.value} {check.text!r}")
+                  f"{check.reference} {check.reference_text!r} / {tier.expected.value} {check.text!r}")
 
 
 def _restart_stack(compose: str) -> None:

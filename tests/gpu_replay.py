@@ -10,11 +10,14 @@ taken after the real one.
 from __future__ import annotations
 
 import gzip
+import hashlib
 import json
 from pathlib import Path
 from typing import Optional
 
 from rigkit.client import ServingClient, StreamResult
+from rigkit.greedy import TokenChoice
+from rigkit.validation import LOGPROBS_WARMUP_PROMPT
 
 GPU_FIXTURES = Path(__file__).parent / "fixtures" / "gpu-h200-vllm0.26"
 
@@ -32,7 +35,7 @@ class ReplayClient(ServingClient):
     def __init__(self, record: list[dict], max_model_len: Optional[int] = 8192, model: str = "tiny"):
         super().__init__("http://replay.invalid", model=model)
         self.scrapes = [item["text"] for item in record if item["kind"] == "scrape"]
-        self.requests = [item["result"] for item in record if item["kind"] == "request"]
+        self.requests = [item for item in record if item["kind"] == "request"]
         self._max_model_len = max_model_len
         self.scraped = self.answered = 0
 
@@ -52,7 +55,15 @@ class ReplayClient(ServingClient):
         return self.scrapes[self.scraped - 1]
 
     def stream_completion(self, prompt: str, max_tokens: int, *args, **kwargs) -> StreamResult:
-        if self.answered >= len(self.requests):
+        warmup_sha = hashlib.sha256(LOGPROBS_WARMUP_PROMPT.encode()).hexdigest()[:16]
+        upcoming = self.requests[self.answered] if self.answered < len(self.requests) else None
+        if prompt == LOGPROBS_WARMUP_PROMPT and (upcoming is None or upcoming.get("prompt_sha") != warmup_sha):
+            # a record from before the logprobs warm-up (rigkit.validation): it measures nothing, answer it here
+            return StreamResult(ttft_s=0.01, total_s=0.01, prompt_tokens=8, completion_tokens=1, cached_tokens=0,
+                                chunks=1, text="", decode_tps=None)
+        if upcoming is None:
             raise RecordExhausted(f"completion {self.answered + 1} asked, {len(self.requests)} recorded")
         self.answered += 1
-        return StreamResult(**self.requests[self.answered - 1])
+        result = dict(upcoming["result"])
+        result["tokens"] = [TokenChoice(t["token"], t["logprob"], t.get("top") or {}) for t in result.get("tokens", [])]
+        return StreamResult(**result)

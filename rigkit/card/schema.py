@@ -9,7 +9,7 @@ import statistics
 from datetime import datetime, timezone
 from typing import Literal, Optional, Sequence
 
-from pydantic import BaseModel, Field
+from pydantic import AliasChoices, BaseModel, Field, model_validator
 
 import rigkit
 from rigkit.tiers import Tier
@@ -52,14 +52,39 @@ class TierProof(BaseModel):
 
 
 class GreedyCheck(BaseModel):
-    """A warm request's greedy completion (temperature 0, the session's seed) against the cold run's of the same
-    session: a tier that serves the prefix wrong gives other text (served-but-wrong)."""
+    """A warm request's greedy completion (temperature 0, the session's seed) against a reference run of the same
+    session (cold; warm-gpu too for a connector tier: rigkit.greedy): a tier that serves the prefix wrong gives other
+    text (served-but-wrong); a first difference at a near tie of the reference's top logprobs is numerics."""
 
     session: str  # the salted session's id, first 8 hex digits
-    same: bool
-    cold_text: str
+    same: bool  # identical text (and tokens, when the server returned them)
+    # "same", "numerics" (parted at a near tie: passes) or "served-but-wrong"; cards before the oracle: by `same`
+    verdict: Literal["same", "numerics", "served-but-wrong"] = "same"
+    reference: str = "cold"  # the run this check compares with (the one the warm output follows longest)
+    compared_with: list[str] = Field(default_factory=list)  # every reference it was compared with
+    reference_text: str = Field(validation_alias=AliasChoices("reference_text", "cold_text"))
     text: str
     first_difference: Optional[int] = None  # index of the first character that differs
+    first_difference_token: Optional[int] = None  # index of the first token that differs (with token ids)
+    # at the first differing token: the reference's logprob of its own token minus of the warm one (nats); a lower
+    # bound when the warm token was outside the reference's top-k (margin_is_bound)
+    margin_nats: Optional[float] = None
+    margin_is_bound: bool = False
+    near_tie_nats: Optional[float] = None  # the threshold the verdict used (validate_near_tie_nats)
+    logprob_drift: Optional[float] = None  # largest chosen-token logprob difference over the tokens both share
+    tokens_compared: Optional[int] = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _verdict_of_old_cards(cls, data):
+        if isinstance(data, dict) and "verdict" not in data and "same" in data:
+            data = {**data, "verdict": "same" if data["same"] else "served-but-wrong"}
+        return data
+
+    @property
+    def cold_text(self) -> str:
+        """The reference's text (named for the cold run, the only reference before warm-gpu became one)."""
+        return self.reference_text
 
 
 class TTFTPair(BaseModel):
@@ -100,7 +125,12 @@ class TierResult(BaseModel):
 
     @property
     def served_but_wrong(self) -> list[GreedyCheck]:
-        return [check for check in self.greedy if not check.same]
+        return [check for check in self.greedy if check.verdict == "served-but-wrong"]
+
+    @property
+    def numerics(self) -> list[GreedyCheck]:
+        """Sessions whose output parted from the reference at a near tie (counted as the same output)."""
+        return [check for check in self.greedy if check.verdict == "numerics"]
 
     @property
     def counters_label(self) -> str:

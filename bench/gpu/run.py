@@ -269,7 +269,7 @@ def validate_stack(stack: Stack, summary: dict) -> None:
             write_card(run.results / "cards", card)
             for tier in out["tiers"]:
                 run.log(f"{stack.name}: {tier['expected']:16s} labels {tier['labels']} passed {tier['passed']} "
-                        f"greedy {[g.get("verdict") for g in tier.get("greedy", [])]}")
+                        f"greedy {[g.get('verdict') for g in tier.get('greedy', [])]}")
             run.log(f"{stack.name}: card {'PASS' if card.passed else 'FAIL'}")
         except Exception as exc:  # noqa: BLE001 - recorded, the other stacks go on
             out["error"] = "".join(traceback.format_exception(exc))

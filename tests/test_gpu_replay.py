@@ -123,3 +123,45 @@ def test_each_stack_of_the_gpu_check_replays_to_the_labels_and_verdict_the_h200_
                               for g in t["greedy"]) else "served-but-wrong" for t in recorded["tiers"]]
     assert card.passed == recorded["card_passed"]
     assert set(card.not_applicable) == set(info["not_applicable"])
+
+
+GPU_CHECK = GPU_FIXTURES / "gpu-check-2026-12-03"
+
+
+def test_the_h200_check_passed_every_gpu_profile_and_caught_the_corrupted_tier():
+    """vLLM 0.26.0 + LMCache 0.5.3 on one H200, a model trained on the device (bench/gpu): every GPU profile's card
+    PASS, each tier proven or not applicable; the fs tier overwritten while the stack was down is served-but-wrong
+    at warm-persistent although its counters prove the tier."""
+    summary = json.loads((GPU_CHECK / "summary.json").read_text())
+    assert summary["weights"] == "real" and all(summary["ready"].values())
+    verdicts = {case: entry["card_passed"] for case, entry in summary.items() if case not in ("ready", "weights")}
+    assert verdicts == {**{case: True for case in verdicts}, "native-tiered-corrupt": False}
+    assert "vllm 0.26.0 lmcache 0.5.3" in (GPU_CHECK / "versions.txt").read_text()
+    corrupt = json.loads((GPU_CHECK / "native-tiered-corrupt" / "result.json").read_text())
+    assert corrupt["corrupted"]["files"] > 0
+    persistent = corrupt["tiers"][-1]
+    assert persistent["expected"] == "warm-persistent" and set(persistent["labels"]) == {"warm-persistent"}
+    assert "served-but-wrong" in [check["verdict"] for check in persistent["greedy"]]
+    assert all(tier["passed"] for tier in corrupt["tiers"][:-1])
+    shared = json.loads((GPU_CHECK / "kv-share" / "result.json").read_text())
+    assert [pair["asked"]["labels"] for pair in shared["pairs"]] == [["warm-shared"] * 3] * 2
+
+
+def test_only_the_profiles_declaring_l1_in_shm_made_a_dev_shm_segment_and_the_restart_removed_only_its_own():
+    """All ten engines up: four /dev/shm/vllm_offload_*.mmap, one per TieringOffloadingSpec engine (native-tiered, the
+    kv_share pair, the corrupt copy), none for native-offload or LMCache, as profiles.yaml declares. native-tiered's
+    restart: its stop left its segment (shutdown timeout 0), rigkit's cleanup removed that one and kept the three that
+    running engines map."""
+    stacks = json.loads((GPU_CHECK / "stacks.json").read_text())["stacks"]
+    declared = [s["case"] for s in stacks if s["l1_in_shm"]]
+    assert declared == ["native-tiered", "kv-share-a", "kv-share-b", "native-tiered-corrupt"]
+    assert not stack_for("native-offload").profile.connector.l1_in_shm
+    results = [GPU_CHECK / s["case"] / "result.json" for s in stacks]
+    readies = [event for path in results if path.exists() for event in json.loads(path.read_text())["events"]
+               if event["event"] == "ready"]
+    assert max(len(event["shm"]) for event in readies) == len(declared)
+    (stop,) = [e for e in json.loads((GPU_CHECK / "native-tiered" / "result.json").read_text())["events"]
+               if e["event"] == "stop"]
+    assert len(stop["shm_left_by_stop"]) == 4 and len(stop["shm_after_cleanup"]) == 3
+    assert stop["cleanup_output"].count("removed stale") == 1
+    assert set(stop["shm_after_cleanup"]) < set(stop["shm_left_by_stop"])

@@ -303,6 +303,7 @@ def validate_share(a: Stack, b: Stack, summary: dict) -> None:
             out["error"] = "".join(traceback.format_exception(exc))
             run.log(f"kv-share: ERROR {exc!r}")
         finally:
+            out["events"] = {a.name: a.events, b.name: b.events}
             (run.results / "kv-share").mkdir(exist_ok=True)
             dump_record(run.results / "kv-share" / "record.jsonl.gz", record)
             (run.results / "kv-share" / "result.json").write_text(json.dumps(out, indent=1) + "\n")

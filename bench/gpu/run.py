@@ -226,6 +226,28 @@ def store_bytes(path: Path):
     return measure
 
 
+def machine_facts() -> dict:
+    """What validate.py's rig_facts records of a rig, read on the device: GPUs, driver, CUDA, RAM."""
+    facts: dict = {}
+    try:
+        rows = subprocess.run(["nvidia-smi", "--query-gpu=name,driver_version", "--format=csv,noheader"],
+                              capture_output=True, text=True, timeout=30).stdout.strip().splitlines()
+        header = subprocess.run(["nvidia-smi"], capture_output=True, text=True, timeout=30).stdout
+    except (OSError, subprocess.TimeoutExpired):
+        return facts
+    cells = [[cell.strip() for cell in row.split(",")] for row in rows if row.strip()]
+    if cells:
+        facts.update(gpu_models=[row[0] for row in cells], driver_version=cells[0][-1])
+    if "CUDA Version:" in header:
+        facts["cuda_version"] = header.split("CUDA Version:")[1].split()[0]
+    meminfo = Path("/proc/meminfo").read_text().split()
+    facts["host_ram_bytes"] = int(meminfo[meminfo.index("MemTotal:") + 1]) * 1024
+    return facts
+
+
+MACHINE: dict = {}
+
+
 def validate_stack(stack: Stack, summary: dict) -> None:
     run, record, info = stack.run, [], stack.info
     out: dict = {"case": stack.name, "profile": info["profile"], "not_applicable": info["not_applicable"]}
@@ -264,7 +286,7 @@ def validate_stack(stack: Stack, summary: dict) -> None:
             out["failures"] = validation.failures
             card = to_card(stack.name, RUN_ID, validation, settings, info["connector"],
                            repro={"profile": info["profile"], "knobs": info["knobs"],
-                                  "l2_integrity": info.get("l2_integrity")})
+                                  "l2_integrity": info.get("l2_integrity"), **MACHINE})
             out["card_passed"] = card.passed
             write_card(run.results / "cards", card)
             for tier in out["tiers"]:
@@ -313,6 +335,7 @@ def validate_share(a: Stack, b: Stack, summary: dict) -> None:
 def main() -> None:
     stacks_file, results, seconds = Path(sys.argv[1]), Path(sys.argv[2]), float(sys.argv[3])
     run = Run(results, seconds)
+    MACHINE.update(machine_facts())
     rendered = json.loads(stacks_file.read_text())
     wanted = sys.argv[4:] or [s["case"] for s in rendered["stacks"]]
     stacks = {s["case"]: Stack(s, run) for s in rendered["stacks"] if s["case"] in wanted}

@@ -88,17 +88,23 @@ def train(model, stream: torch.Tensor) -> list[float]:
 
 @torch.no_grad()
 def greedy_margins(model, tokenizer, prompt: str) -> dict:
-    """Greedy decode EVAL_OUTPUT_TOKENS after `prompt`; per token: top-1 minus top-2 logprob (nats)."""
+    """Greedy decode EVAL_OUTPUT_TOKENS after `prompt` (with a KV cache, as served); per token: top-1 minus top-2
+    logprob (nats)."""
     ids = torch.tensor([tokenizer.encode(prompt)])
     margins, chosen = [], []
+    output = model(input_ids=ids, use_cache=True)
     for _ in range(EVAL_OUTPUT_TOKENS):
-        logprobs = torch.log_softmax(model(input_ids=ids).logits[0, -1].float(), dim=-1)
+        logprobs = torch.log_softmax(output.logits[0, -1].float(), dim=-1)
         top = torch.topk(logprobs, EVAL_TOP)
         margins.append(round((top.values[0] - top.values[1]).item(), 4))
         chosen.append(int(top.indices[0]))
-        ids = torch.cat([ids, top.indices[:1].view(1, 1)], dim=1)
-    return {"prompt_tokens": ids.shape[1] - EVAL_OUTPUT_TOKENS, "text": tokenizer.decode(chosen),
-            "margins": margins}
+        output = model(input_ids=top.indices[:1].view(1, 1), past_key_values=output.past_key_values, use_cache=True)
+    return {"prompt_tokens": ids.shape[1], "text": tokenizer.decode(chosen), "margins": margins}
+
+
+def evaluate(model, tokenizer, eval_prompts: Path) -> list[dict]:
+    return [dict(kind=json.loads(line)["kind"], **greedy_margins(model, tokenizer, json.loads(line)["text"]))
+            for line in eval_prompts.read_text().splitlines()]
 
 
 def summary(values: list[float]) -> dict:
@@ -130,8 +136,7 @@ def main(model_dir: Path, corpus: Path, eval_prompts: Path) -> None:
     model.save_pretrained(model_dir, safe_serialization=True)
     # what vLLM will read: the saved bf16 tensors, not the in-memory model
     model.load_state_dict(load_file(model_dir / "model.safetensors"), strict=False)
-    evaluated = [dict(kind=json.loads(line)["kind"], **greedy_margins(model, tokenizer, json.loads(line)["text"]))
-                 for line in eval_prompts.read_text().splitlines()]
+    evaluated = evaluate(model, tokenizer, eval_prompts)
     margins = [m for e in evaluated for m in e["margins"]]
     record = {"steps": STEPS, "sequence_tokens": SEQUENCE_TOKENS, "batch_sequences": BATCH_SEQUENCES,
               "seconds": round(seconds, 1), "final_loss": losses[-1], "losses": losses[::LOG_EVERY],

@@ -113,7 +113,7 @@ def checked_stacks():
 def test_each_stack_of_the_gpu_check_replays_to_the_labels_and_verdict_the_h200_gave(check, info):
     recorded = json.loads((check / info["case"] / "result.json").read_text())
     client = ReplayClient(read_record(check / info["case"] / "record.jsonl.gz"), model=info["served_model_name"])
-    settings = ValidationSettings.from_data({})
+    settings = ValidationSettings.from_data(json.loads((check / "summary.json").read_text()).get("validation", {}))
     validation = validate_tiers(client, lambda: None, settings, connector_configured=info["connector"],
                                 not_applicable=info["not_applicable"], store_chunk_tokens=info["store_chunk_tokens"])
     card = to_card(info["case"], check.name, validation, settings, info["connector"])
@@ -134,7 +134,7 @@ def test_the_h200_check_passed_every_gpu_profile_and_caught_the_corrupted_tier()
     at warm-persistent although its counters prove the tier."""
     summary = json.loads((GPU_CHECK / "summary.json").read_text())
     assert summary["weights"] == "real" and all(summary["ready"].values())
-    verdicts = {case: entry["card_passed"] for case, entry in summary.items() if case not in ("ready", "weights")}
+    verdicts = {case: entry["card_passed"] for case, entry in summary.items() if case not in ("ready", "weights", "validation")}
     assert verdicts == {**{case: True for case in verdicts}, "native-tiered-corrupt": False}
     assert "vllm 0.26.0 lmcache 0.5.3" in (GPU_CHECK / "versions.txt").read_text()
     corrupt = json.loads((GPU_CHECK / "native-tiered-corrupt" / "result.json").read_text())

@@ -39,6 +39,8 @@ from rigkit.validation_card import to_card  # noqa: E402
 from rigkit.warm_shared import run_pairs  # noqa: E402
 
 RUN_ID = os.environ.get("RUN_ID", "gpu-check")
+# validation data for every stack, e.g. {"validate_prompt_kind": "code"} (rigkit.defaults VALIDATION_VARIABLES)
+VALIDATION_DATA = json.loads(os.environ.get("GPU_CHECK_VALIDATION", "{}"))
 MEASURE = threading.Lock()  # one measurement at a time (TTFT), released while a stack restarts
 RESTART = threading.Lock()  # one start at a time after the first (vLLM's memory profiling asserts otherwise)
 LOG_LOCK = threading.Lock()
@@ -273,7 +275,7 @@ def validate_stack(stack: Stack, summary: dict) -> None:
                 raise RuntimeError("skipped: too close to the deadline")
             client = RecordingClient(stack.url, model=info["served_model_name"],
                                      extra_metrics_urls=[stack.lm_url] if stack.lm_url else [], record=record)
-            settings = ValidationSettings.from_data({})
+            settings = ValidationSettings.from_data(VALIDATION_DATA)
             tiers = {f"L1 RAM {info['l1_gib']} GiB": info["l1_gib"] * 2**30} if info["l1_gib"] else {}
             if stack.l2_dir:
                 tiers[f"L2 disk {info['l2_budget_gb']:g} GB"] = int(info["l2_budget_gb"] * 10**9)
@@ -310,7 +312,7 @@ def validate_share(a: Stack, b: Stack, summary: dict) -> None:
         try:
             clients = {s.name: RecordingClient(s.url, model=s.info["served_model_name"], record=record)
                        for s in (a, b)}
-            settings = ValidationSettings.from_data({})
+            settings = ValidationSettings.from_data(VALIDATION_DATA)
             run.log("kv-share: run_pairs")
             pairs = run_pairs(clients, {a.name: settings, b.name: settings}, [[a.name, b.name]])
             out["pairs"] = [p.model_dump(mode="json") for p in pairs]
@@ -352,7 +354,7 @@ def main() -> None:
                 stack.start()
                 ready[stack.name] = stack.wait_ready(240)
     run.log(f"ready: {ready}")
-    summary: dict = {"ready": ready, "weights": rendered["weights"]}
+    summary: dict = {"ready": ready, "weights": rendered["weights"], "validation": VALIDATION_DATA}
     threads = [threading.Thread(target=validate_stack, args=(s, summary), daemon=True)
                for name, s in stacks.items() if not name.startswith("kv-share") and ready[name]]
     if {"kv-share-a", "kv-share-b"} <= set(stacks) and ready["kv-share-a"] and ready["kv-share-b"]:
@@ -380,7 +382,7 @@ def main() -> None:
         render_run(results / "cards")
     except Exception as exc:  # noqa: BLE001
         run.log(f"render_run: {exc!r}")
-    (results / "summary.json").write_text(json.dumps({k: v if k in ("ready", "weights") else {
+    (results / "summary.json").write_text(json.dumps({k: v if k in ("ready", "weights", "validation") else {
         "error": (v.get("error") or "")[-400:] or None, "card_passed": v.get("card_passed", v.get("passed"))}
         for k, v in summary.items()}, indent=1) + "\n")
 

@@ -1,7 +1,7 @@
 """Train the GPU check's test model on the device: the tiny Qwen3 config (hidden 1024, 8 layers, 8 KV heads x 64)
-memorises one fixed ~600-word text in rigkit's narrative style (rigkit.prompts), so its next-token distributions are
-peaked (vLLM's dummy weights give the same tokens for every prompt; seeded random ones are nearly flat, so one bf16
-step flips a greedy token: ../shared/gpu/README.md). Saved as model.safetensors beside the config and tokenizer.
+memorises one fixed text of each kind in TRAIN_KINDS (rigkit.prompts: narrative, code; ~4,000 characters each), so its
+next-token distributions are peaked (vLLM's dummy weights give the same tokens for every prompt; seeded random ones
+are nearly flat, so one bf16 step flips a greedy token: ../shared/gpu/README.md). Saved as model.safetensors beside the config and tokenizer.
 
     python3 train_model.py SRC_MODEL_DIR DEST_DIR [SECONDS]
 """
@@ -9,6 +9,7 @@ step flips a greedy token: ../shared/gpu/README.md). Saved as model.safetensors 
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import sys
 import time
@@ -34,7 +35,8 @@ def main() -> None:
             shutil.copy(f, dst / f.name)
     raw = json.loads((src / "config.json").read_text())
     config = Qwen3Config(**{k: v for k, v in raw.items() if k not in ("architectures", "torch_dtype", "dtype")})
-    text = draft_text(PromptSpec("narrative", 0, 20261203), "corpus", 4000).split("\n\n", 1)[1]
+    kinds = os.environ.get("TRAIN_KINDS", "narrative").split(",")
+    text = "".join(draft_text(PromptSpec(kind, 0, 20261203), "corpus", 4000).split("\n\n", 1)[1] for kind in kinds)
     ids = Tokenizer.from_file(str(src / "tokenizer.json")).encode(text).ids
     stream = torch.tensor(ids * (SEQ // len(ids) + 3), device="cuda")
     torch.manual_seed(0)

@@ -38,6 +38,7 @@ from rigkit.remote.client import ServingClient
 from rigkit.remote.tunnel import serving_url
 from rigkit.serving.commands import rendering_for, restart_commands
 from rigkit.serving.release_steps import apply_rendering
+from rigkit.serving.render import l2_integrity
 from rigkit.settings.defaults import SECRET_SETTINGS
 from rigkit.settings.hostdata import rig_settings, settings_for_host
 from rigkit.settings.profiles import ab_pair, load_profiles
@@ -176,7 +177,8 @@ def _validate() -> None:
             result = validate_tiers(client, lambda: _restart_stack(compose), settings,
                                     connector_configured=stack.profile.connector is not None,
                                     store_bytes=_store_bytes(l2_path) if l2_path else None,
-                                    capacity_tiers=tier_sizes)
+                                    capacity_tiers=tier_sizes, not_applicable=stack.tiers_not_applicable,
+                                    store_chunk_tokens=stack.store_chunk_tokens)
         except Exception:
             l2 = read_l2(_shell, stack)  # a full L2 disk is a likely cause of a dead engine: say so
             if l2 is not None and l2.level != "ok":
@@ -190,6 +192,7 @@ def _validate() -> None:
                             prefill_tokens_per_s=result.prefill_tokens_per_s)
         decode_ab = _decode_ab(data, stack, compose, url, settings, probe) if settings.decode_ab else None
     repro = {"profile": stack.profile.name, "image_digest": stack.image, "model_source": stack.knobs["model_source"],
+             "l2_integrity": l2_integrity(stack),
              "knobs": {k: v for k, v in knobs.items() if k not in SECRET_SETTINGS}, **rig_facts(l2_path)}
     card = to_card(host.name, RUN_ID, result, settings, stack.profile.connector is not None,
                    decode_ab=decode_ab, repro=repro, l2=read_l2(_shell, stack), soak=soak,

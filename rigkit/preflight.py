@@ -48,6 +48,8 @@ class HostFacts:
     image_present: bool = False  # the pinned image is already on the rig
     registry_reachable: Optional[bool] = None  # None: not probed
     host_shm_bytes: Optional[int] = None  # size of the rig's /dev/shm (rigkit.facts ShmSize); None: unknown
+    # free bytes of the rig's /dev/shm and the vLLM CPU-tier segments in it (rigkit.facts ShmFree); None: unknown
+    host_shm_free: Optional[dict] = None
     image_probe_error: Optional[str] = None  # the registry's answer when it does not serve the image (ManifestProbe)
     port_listeners: Optional[list[dict]] = None  # rigkit.facts PortListeners on serving_port; None: not probed
     # the same for the stack's other ports (lmcache_port, lmcache_http_port), by knob; a knob absent: not probed
@@ -58,7 +60,8 @@ class HostFacts:
     def from_state(cls, state: RigState, **overrides: Any) -> "HostFacts":
         """The gates' view of the rig survey; ``overrides`` for what a gate reads differently (a GPU
         memory table only where nvidia-smi answers, the L2 free space only once the disk is mounted)."""
-        facts = dict(meminfo=state.meminfo, host_shm_bytes=state.shm_bytes, l2_free_bytes=state.l2_free_bytes,
+        facts = dict(meminfo=state.meminfo, host_shm_bytes=state.shm_bytes, host_shm_free=state.shm_free,
+                     l2_free_bytes=state.l2_free_bytes,
                      gpu_memory_csv="\n".join(state.gpu_memory) if state.nvidia_smi_cli else None,
                      has_engine=state.docker_cli is not None, compose_command=state.compose_command,
                      image_present=state.image_present, port_listeners=state.port_listeners,
@@ -125,8 +128,9 @@ def check_ram(settings: Settings, meminfo: dict[str, int]) -> list[Finding]:
     return findings
 
 
-def check_host_shm(settings: Settings, shm_bytes: Optional[int]) -> list[Finding]:
-    """The stack runs with `ipc: host`, so its /dev/shm is the rig's own: compose's shm_size does not apply."""
+def check_host_shm(settings: Settings, shm_bytes: Optional[int], shm_free: Optional[dict] = None) -> list[Finding]:
+    """The stack runs with `ipc: host`, so its /dev/shm is the rig's own: compose's shm_size does not apply. Its size
+    first, then what is FREE: stale CPU-tier segments of stopped engines fill it while its size stays the same."""
     if shm_bytes is None:
         return [Finding("warn", "host-shm", "/dev/shm", None, "size of the rig's /dev/shm unknown",
                         "check `df -h /dev/shm` on the rig")]
@@ -137,19 +141,31 @@ def check_host_shm(settings: Settings, shm_bytes: Optional[int]) -> list[Finding
                         "(ipc: host shares it with the container)",
                         f"remount /dev/shm larger on the rig (mount -o remount,size={max(l1, 1)}G /dev/shm)")]
     connector = settings.profile.connector
-    needed_mb = l1 * 1024 + ENGINE_SHM_MIN_MB
-    if connector and connector.l1_in_shm and size_mb < needed_mb:
+    in_shm = bool(connector and connector.l1_in_shm)
+    needed_mb = l1 * 1024 * in_shm + ENGINE_SHM_MIN_MB
+    if in_shm and size_mb < needed_mb:
         return [Finding("refuse", "host-shm", "/dev/shm", f"{size_mb} MiB",
                         f"the rig's /dev/shm is {size_mb} MiB < L1 {l1} GiB + {ENGINE_SHM_MIN_MB} MiB for the engine: "
                         f"profile {settings.profile.name} keeps its CPU tier in /dev/shm and fills it at start "
                         "(ipc: host shares it with the container)",
                         f"remount /dev/shm with size >= {math.ceil(needed_mb / 1024)}G on the rig "
                         f"(mount -o remount,size={math.ceil(needed_mb / 1024)}G /dev/shm) or lower l1_size_gb")]
+    if shm_free is not None:
+        free_mb, offload_mb = shm_free["free_bytes"] // 2**20, shm_free["offload_bytes"] // 2**20
+        if free_mb + offload_mb < needed_mb:
+            what = f"L1 {l1} GiB + {ENGINE_SHM_MIN_MB} MiB for the engine" if in_shm else \
+                f"{ENGINE_SHM_MIN_MB} MiB the engine needs"
+            return [Finding("refuse", "host-shm", "/dev/shm", f"{free_mb} MiB free",
+                            f"the rig's /dev/shm has {free_mb} MiB free (+{offload_mb} MiB of vLLM CPU-tier segments "
+                            f"the restart frees) < {what}: something else fills it",
+                            "list it (ls -la /dev/shm on the rig) and remove what no running process uses, or lower "
+                            "l1_size_gb")]
     if size_mb < l1 * 1024:
         return [Finding("warn", "host-shm", "/dev/shm", f"{size_mb} MiB",
                         f"the rig's /dev/shm {size_mb} MiB < L1 {l1} GiB (ipc: host shares it with the container)",
                         f"remount /dev/shm with size >= {l1}G")]
-    return [Finding("ok", "host-shm", "/dev/shm", f"{size_mb} MiB", "rig /dev/shm large enough")]
+    free = "" if shm_free is None else f", {shm_free['free_bytes'] // 2**20} MiB free"
+    return [Finding("ok", "host-shm", "/dev/shm", f"{size_mb} MiB", f"rig /dev/shm large enough{free}")]
 
 
 def check_l2(settings: Settings, free_bytes: Optional[int]) -> list[Finding]:
@@ -337,7 +353,7 @@ def preflight(settings: Settings, facts: HostFacts, engine_later: bool = False) 
     facts predate it), so its checks are left to ``engine_preflight`` once that role ran."""
     engine = [ENGINE_LATER] if engine_later else engine_checks(settings, facts)
     return with_force(settings, check_ram(settings, facts.meminfo)
-                      + check_host_shm(settings, facts.host_shm_bytes) + check_l2(settings, facts.l2_free_bytes)
+                      + check_host_shm(settings, facts.host_shm_bytes, facts.host_shm_free) + check_l2(settings, facts.l2_free_bytes)
                       + check_gpus(settings, facts.gpu_memory_csv) + engine + check_port(settings, facts))
 
 
@@ -354,7 +370,7 @@ def bare_host_preflight(settings: Settings, facts: HostFacts, nvidia_pci_gpus: i
     ``facts.l2_free_bytes`` None: the L2 disk is not mounted yet; ``facts.gpu_memory_csv`` None: no working
     nvidia-smi yet (then ``nvidia_pci_gpus`` and ``declared_gpus`` decide). The engine fields are not read.
     """
-    return with_force(settings, check_ram(settings, facts.meminfo) + check_host_shm(settings, facts.host_shm_bytes)
+    return with_force(settings, check_ram(settings, facts.meminfo) + check_host_shm(settings, facts.host_shm_bytes, facts.host_shm_free)
                       + check_l2_if_mounted(settings, facts.l2_free_bytes)
                       + check_gpus_before_driver(settings, facts.gpu_memory_csv, nvidia_pci_gpus, declared_gpus)
                       + check_port(settings, facts))

@@ -20,7 +20,7 @@ from rigkit.facts.disk import BlockDeviceProbe, DiskFree, MountedFilesystem
 from rigkit.facts.docker import ComposeCommand, DockerEngine, DockerImagePresent, DockerLocalImages
 from rigkit.facts.firewall import FirewallTrace, NetworkNamespace, SshConnection, trace_kwargs
 from rigkit.facts.nvidia import NvidiaGpuMemory, NvidiaPciGpus, NvidiaSmiGpus
-from rigkit.facts.server import MemInfo, PortListeners, ShmSize
+from rigkit.facts.server import MemInfo, PortListeners, ShmFree, ShmSize
 from rigkit.facts.serving import StackContainers
 from rigkit.firewall import API_FIREWALL
 from rigkit.serving.render import STACK_NAME
@@ -35,6 +35,7 @@ class RigState:
     os_release: dict[str, str]  # /etc/os-release (ID, VERSION_ID, VERSION_CODENAME...)
     meminfo: dict[str, int]  # /proc/meminfo in bytes
     shm_bytes: Optional[int]  # size of the rig's /dev/shm
+    shm_free: Optional[dict]  # its free bytes and the vLLM CPU-tier segments in it (rigkit.facts.server.ShmFree)
     port_listeners: list[dict]  # who listens on serving_port (rigkit.facts.server.PortListeners)
     stack_port_listeners: dict[str, list[dict]]  # who listens on each port of the stack, by its knob
     docker_cli: Optional[str]  # path of the docker CLI, None without one
@@ -68,6 +69,7 @@ def survey_specs(rig: RigSettings) -> dict[str, FactSpec]:
         "os_release": FactSpec.of(LinuxDistribution),
         "meminfo": FactSpec.of(MemInfo),
         "shm_bytes": FactSpec.of(ShmSize),
+        "shm_free": FactSpec.of(ShmFree),
         "docker_cli": FactSpec.of(Which, command="docker"),
         "engine": FactSpec.of(DockerEngine),
         "compose_command": FactSpec.of(ComposeCommand),
@@ -103,7 +105,7 @@ def survey_specs(rig: RigSettings) -> dict[str, FactSpec]:
 STACK_PORT_PREFIX = "stack_port:"
 
 # What a field holds when nothing declared asks the survey to read it.
-NOT_READ: dict[str, Any] = {"port_listeners": [], "image_present": False, "l2_device": None, "l2_mount": None,
+NOT_READ: dict[str, Any] = {"shm_free": None, "port_listeners": [], "image_present": False, "l2_device": None, "l2_mount": None,
                             "l2_free_bytes": None, "kv_share_mount": None, "nvidia_smi_cli": None, "nvidia_smi": None, "gpu_memory": [],
                             "pci_gpus": 0, "api_firewall_trace": [], "ssh_connection": None, "net_namespace": None}
 

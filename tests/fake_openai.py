@@ -16,6 +16,7 @@ import http.server
 import json
 import threading
 import time
+import zlib
 from typing import Callable, Optional
 
 FAKE_MAX_MODEL_LEN = 8192
@@ -34,6 +35,12 @@ class FakeOpenAI:
         self.api_overhead_s = 0.0
         # each token event's text is f" {word}{index}": a test changes the word to serve a different completion
         self.token_word: Callable[[dict], str] = lambda body: "w"
+        # the word of token `index` (default: token_word's); with "logprobs" in the body each token event carries
+        # vLLM's completion logprobs: the token as "token_id:<n>", its logprob, and a top-k where the runner-up
+        # f" {runner_up_word}{index}" is `margin_at(body, index)` nats behind the chosen token
+        self.word_at: Callable[[dict, int], str] = lambda body, index: self.token_word(body)
+        self.runner_up_word = "r"
+        self.margin_at: Callable[[dict, int], float] = lambda body, index: 6.0
         self.metrics_text = ""
         self.on_completion: Callable[[dict], None] = lambda body: None
         self.on_refused: Callable[[dict], None] = lambda body: None
@@ -60,6 +67,20 @@ class FakeOpenAI:
     def __exit__(self, *exc) -> None:
         self._server.shutdown()
         self._server.server_close()
+
+    @staticmethod
+    def token_id(text: str) -> str:
+        return f"token_id:{zlib.crc32(text.encode()) % 151_936}"
+
+    def logprobs(self, body: dict, index: int, text: str) -> dict:
+        chosen, margin = -0.01, self.margin_at(body, index)
+        others = [f" {self.runner_up_word}{index}"] + [f" z{rank}_{index}" for rank in range(body["logprobs"])]
+        top = {self.token_id(text): chosen}
+        for rank, other in enumerate(others):
+            if len(top) < body["logprobs"] and other != text:
+                top[self.token_id(other)] = chosen - margin - 2.0 * rank
+        return {"tokens": [self.token_id(text)], "token_logprobs": [chosen], "top_logprobs": [top],
+                "text_offset": [0]}
 
     def _handler(self):
         fake = self
@@ -125,7 +146,6 @@ class FakeOpenAI:
                 self.send_header("Transfer-Encoding", "chunked")
                 self.end_headers()
                 chunks = min(fake.stream_chunks, body.get("max_tokens") or fake.stream_chunks)
-                word = fake.token_word(body)
                 time.sleep(fake.first_token_delay_s)
                 for index in range(chunks):
                     if fake.drop_stream_after is not None and index >= fake.drop_stream_after:
@@ -134,7 +154,10 @@ class FakeOpenAI:
                         return  # no terminating chunk: the client sees the stream end mid-way
                     if index:
                         time.sleep(fake.token_gap_s)
-                    self._event({"choices": [{"index": 0, "text": f" {word}{index}"}]})
+                    choice = {"index": 0, "text": f" {fake.word_at(body, index)}{index}"}
+                    if body.get("logprobs"):
+                        choice["logprobs"] = fake.logprobs(body, index, choice["text"])
+                    self._event({"choices": [choice]})
                 if (body.get("stream_options") or {}).get("include_usage"):  # as vLLM: only when asked
                     usage = {"prompt_tokens": len(body.get("prompt", "")) // 4, "completion_tokens": chunks}
                     self._event({"choices": [], "usage": usage})

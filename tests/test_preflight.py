@@ -273,18 +273,37 @@ def test_lmcache_ports_are_preflighted_like_serving_port():
 
 NATIVE = {"serving_profile": "native-offload", "model": "m", "l1_size_gb": 64,
           "serving_image": "vllm/vllm-openai@sha256:" + "9" * 64}
+TIERED = {**NATIVE, "serving_profile": "native-tiered", "allow_incubating": True}
 
 
-def test_native_offload_refuses_a_rig_shm_below_its_cpu_tier():
-    # vLLM 0.32/0.33 maps its CPU tier as /dev/shm/vllm_offload_<id>.mmap and pre-faults it (MAP_POPULATE):
-    # the 8 GiB /dev/shm of the H200 rig cannot hold a 64 GiB tier, so the engine would not start
+def test_native_tiered_refuses_a_rig_shm_below_its_cpu_tier():
+    # vLLM 0.26's TieringOffloadingSpec maps its CPU tier as /dev/shm/vllm_offload_<id>.mmap and pre-faults it
+    # (MAP_POPULATE): the 8 GiB /dev/shm of the H200 rig cannot hold a 64 GiB tier, so the engine would not start
     for force in (False, True):
-        (shm,) = by_check(run({**NATIVE, "force": force}, host_shm_bytes=8 * GIB), "host-shm")
+        (shm,) = by_check(run({**TIERED, "force": force}, host_shm_bytes=8 * GIB), "host-shm")
         assert shm.level == "refuse" and "8192 MiB < L1 64 GiB + 256 MiB" in shm.message
         assert "size >= 65G" in shm.fix
-    assert {f.level for f in by_check(run(NATIVE, host_shm_bytes=64 * GIB + ENGINE_SHM_MIN_MB * MIB), "host-shm")} \
+    assert {f.level for f in by_check(run(TIERED, host_shm_bytes=64 * GIB + ENGINE_SHM_MIN_MB * MIB), "host-shm")} \
         == {"ok"}
-    assert by_check(run(NATIVE, host_shm_bytes=64 * GIB + ENGINE_SHM_MIN_MB * MIB - MIB), "host-shm")[0].level \
+    assert by_check(run(TIERED, host_shm_bytes=64 * GIB + ENGINE_SHM_MIN_MB * MIB - MIB), "host-shm")[0].level \
         == "refuse"
-    # LMCache's L1 is not a /dev/shm file: there the small /dev/shm still only warns
+    # native-offload's CPU tier is pinned memory on 0.26, no /dev/shm file (H200): a small /dev/shm only warns
+    assert by_check(run(NATIVE, host_shm_bytes=8 * GIB), "host-shm")[0].level == "warn"
     assert by_check(run(LMCACHE, host_shm_bytes=8 * GIB), "host-shm")[0].level == "warn"
+
+
+def test_a_shm_filled_by_stale_segments_is_judged_by_what_is_free_not_its_size():
+    """The H200 leak: each stop of native-tiered left its CPU tier in /dev/shm, the size stayed the same. Free space
+    gates; the CPU-tier segments there count as free (the restart frees the running one and removes stale ones)."""
+    size = 128 * GIB
+    full = {"free_bytes": 10 * GIB, "offload_bytes": 0}
+    (shm,) = by_check(run(TIERED, host_shm_bytes=size, host_shm_free=full), "host-shm")
+    assert shm.level == "refuse" and shm.value == "10240 MiB free" and "ls -la /dev/shm" in shm.fix
+    ours = {"free_bytes": 10 * GIB, "offload_bytes": 64 * GIB}  # the running stack's own tier: freed by the restart
+    assert by_check(run(TIERED, host_shm_bytes=size, host_shm_free=ours), "host-shm")[0].level == "ok"
+    # a profile without a /dev/shm tier needs only the engine's queue free
+    assert by_check(run(NATIVE, host_shm_bytes=size, host_shm_free=full), "host-shm")[0].level == "ok"
+    nothing = {"free_bytes": 100 * MIB, "offload_bytes": 0}
+    assert by_check(run(NATIVE, host_shm_bytes=size, host_shm_free=nothing), "host-shm")[0].level == "refuse"
+    assert "rig /dev/shm large enough, 131072 MiB free" in by_check(
+        run(TIERED, host_shm_bytes=size, host_shm_free={"free_bytes": size, "offload_bytes": 0}), "host-shm")[0].message

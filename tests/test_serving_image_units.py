@@ -5,6 +5,9 @@ import shutil
 
 import pytest
 
+from rigkit.lab import proc
+
+from rigkit.lab import lab_model
 from rigkit.lab import serving_image as si
 
 DIGEST_A = "sha256:" + "a" * 64
@@ -43,8 +46,8 @@ def test_editing_a_context_file_changes_the_image_key(tmp_path):
     shutil.copytree(si.CONTEXT_SOURCES, context, ignore=shutil.ignore_patterns("__pycache__"))
     before = si.image_key("base", "wheels", si.directory_digest(context))
     assert before == si.image_key("base", "wheels", si.directory_digest(context))
-    config = context / "config.json"
-    config.write_text(config.read_text().replace('"num_hidden_layers": 2', '"num_hidden_layers": 3'))
+    dockerfile = context / "Dockerfile"
+    dockerfile.write_text(dockerfile.read_text() + "# edited\n")
     assert si.image_key("base", "wheels", si.directory_digest(context)) != before
     assert si.image_key("other-base", "wheels", si.directory_digest(context)) != \
         si.image_key("base", "wheels", si.directory_digest(context))
@@ -61,8 +64,15 @@ def test_directory_digest_ignores_mtime_and_bytecode(tmp_path):
 
 # ------------------------------------------------------------------ the tiny model
 
+def test_the_image_key_follows_the_model_inputs(monkeypatch):
+    before = si.context_inputs()
+    assert before[si.MODEL_CONTEXT_DIR] == lab_model.model_key()
+    monkeypatch.setattr(lab_model, "CORPUS_SEED", lab_model.CORPUS_SEED + 1)
+    assert si.context_inputs() != before
+
+
 def test_config_json_is_the_tiny_qwen3():
-    config = json.loads((si.CONTEXT_SOURCES / "config.json").read_text())
+    config = json.loads((lab_model.SOURCES / "config.json").read_text())
     assert config["architectures"] == ["Qwen3ForCausalLM"]
     assert config["model_type"] == "qwen3"
     expected = {"hidden_size": 256, "intermediate_size": 512, "num_hidden_layers": 2, "num_attention_heads": 4,
@@ -73,12 +83,12 @@ def test_config_json_is_the_tiny_qwen3():
 
 
 def test_config_token_ids_match_the_tokenizer_special_tokens():
-    source = (si.CONTEXT_SOURCES / "train_tokenizer.py").read_text()
+    source = (lab_model.SOURCES / "train_tokenizer.py").read_text()
     namespace: dict = {}
     # only the constant, so this test needs neither tokenizers nor transformers on the host
     exec(next(line for line in source.splitlines() if line.startswith("SPECIAL_TOKENS")), namespace)
     special = namespace["SPECIAL_TOKENS"]
-    config = json.loads((si.CONTEXT_SOURCES / "config.json").read_text())
+    config = json.loads((lab_model.SOURCES / "config.json").read_text())
     assert set(special) == {"<|endoftext|>", "<|im_start|>", "<|im_end|>"}
     assert special[config["eos_token_id"]] == "<|im_end|>"
     assert special[config["bos_token_id"]] == "<|endoftext|>"
@@ -188,7 +198,7 @@ def test_debian_mirror_none_when_absent():
 
 def test_streamed_reports_interesting_lines_and_heartbeats(monkeypatch):
     import re
-    monkeypatch.setattr(si, "HEARTBEAT_S", 0.5)
+    monkeypatch.setattr(proc, "HEARTBEAT_S", 0.5)  # _streamed lives in rigkit.lab.proc
     messages: list[str] = []
     output = si._streamed(["bash", "-c", "echo noise; sleep 1.6; echo 'Step 1/2 : FROM x'"], "image build", "fix",
                           messages.append, timeout=30, interesting=re.compile(r"^Step "))

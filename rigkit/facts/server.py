@@ -52,6 +52,22 @@ class ShmSize(FactBase):
         return int(text) if text.isdigit() else None
 
 
+class ShmFree(FactBase):
+    """The rig's /dev/shm: {"free_bytes": what df says is available, "offload_bytes": the size of the vLLM CPU-tier
+    segments (/dev/shm/vllm_offload_*.mmap) in it, which the stack's restart frees (the running engine's at down, a
+    stopped one's by rigkit.serving.commands.shm_cleanup_command)}; None when /dev/shm cannot be read."""
+
+    def command(self) -> str:
+        return ("df -B1 --output=avail /dev/shm 2>/dev/null | tail -n 1; "
+                "find /dev/shm -maxdepth 1 -name 'vllm_offload_*.mmap' -printf '%s\\n' 2>/dev/null")
+
+    def process(self, output):
+        lines = [line.strip() for line in output if line.strip()]
+        if not lines or not lines[0].isdigit():
+            return None
+        return {"free_bytes": int(lines[0]), "offload_bytes": sum(int(n) for n in lines[1:] if n.isdigit())}
+
+
 # Runs on the rig (python3 only): who listens on a TCP port. Sockets come from /proc/net/tcp{,6} (LISTEN = 0A);
 # a socket no visible process owns (another network namespace's user, e.g. another rig) has pid None.
 _LISTENERS_SCRIPT = r"""

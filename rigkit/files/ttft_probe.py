@@ -3,8 +3,9 @@
 
 Reads one JSON request on stdin: {"url": ".../v1/completions", "body": {...}, "connect_timeout_s": 10,
 "timeout_s": 900, "overhead_model": optional}; prints one JSON line: when the first and last token events
-arrived (seconds after the request started), the usage, the text, the number of token events, and an error
-when the request broke. With "overhead_model" (a name the server does not serve), the same body is first sent
+arrived (seconds after the request started), the usage, the text, the number of token events, the generated
+tokens' logprobs when the body asked for them (vLLM's completion logprobs: tokens, token_logprobs, top_logprobs,
+joined over the events), and an error when the request broke. With "overhead_model" (a name the server does not serve), the same body is first sent
 under that name and the time until its 404 is read is reported as "overhead_s": the API server's cost of
 receiving, parsing and answering this request with no engine work (see api_overhead).
 Run on the rig by its own python3 over SSH, the TTFT it reports is the one the rig's own clients see on its
@@ -35,6 +36,7 @@ def stream(url, body, connect_timeout_s, timeout_s):
     start = time.monotonic()
     first = last = None
     events, pieces, usage = 0, [], {}
+    logprobs = {"tokens": [], "token_logprobs": [], "top_logprobs": []}
     status, error, timed_out = None, None, False
     connection, path = _connection(url, connect_timeout_s)
     try:
@@ -71,6 +73,9 @@ def stream(url, body, connect_timeout_s, timeout_s):
                 last = now
                 events += 1
                 pieces.append(choice.get("text") or "")
+                for key, values in (choice.get("logprobs") or {}).items():
+                    if key in logprobs:
+                        logprobs[key] += values or []
     except socket.timeout:
         error, timed_out = "timeout: no data for %g s (client gave up)" % timeout_s, True
     except (OSError, http.client.HTTPException, ValueError) as exc:
@@ -78,7 +83,8 @@ def stream(url, body, connect_timeout_s, timeout_s):
     finally:
         connection.close()
     return {"status": status, "first_token_s": first, "last_token_s": last, "total_s": time.monotonic() - start,
-            "events": events, "text": "".join(pieces), "usage": usage, "error": error, "timed_out": timed_out}
+            "events": events, "text": "".join(pieces), "usage": usage, "error": error, "timed_out": timed_out,
+            "logprobs": logprobs if logprobs["tokens"] else None}
 
 
 # overhead requests per measured request, their median taken: one sample strays by a few ms on a busy host

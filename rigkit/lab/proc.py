@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
+import queue
+import re
 import signal
 import subprocess
+import threading
 import time
 from pathlib import Path
 from typing import Callable, Sequence
@@ -149,3 +154,72 @@ def run_with_progress(cmd: Sequence[str], step: str, fix: str, progress: Progres
     if process.wait() != 0:
         raise LabStepError(step, " ".join(cmd)[:200], f"exit {process.returncode}: {' | '.join(tail[-5:])}", fix)
     progress(f"{label}: done in {time.monotonic() - started:.0f} s")
+
+
+HEARTBEAT_S = 30.0
+
+
+def input_hash(*parts: object) -> str:
+    """A short, stable key of build inputs (any JSON-serialisable values)."""
+    blob = json.dumps(parts, sort_keys=True, separators=(",", ":")).encode()
+    return hashlib.sha256(blob).hexdigest()[:16]
+
+
+def directory_digest(directory: Path) -> dict[str, str]:
+    """sha256 of every file under DIRECTORY, by relative path (bytes only: mtimes do not matter)."""
+    return {
+        str(path.relative_to(directory)): hashlib.sha256(path.read_bytes()).hexdigest()
+        for path in sorted(directory.rglob("*"))
+        if path.is_file() and "__pycache__" not in path.parts
+    }
+
+
+def _streamed(cmd: Sequence[str], step: str, fix: str, progress: Progress, timeout: float,
+              interesting: re.Pattern[str], input_text: str | None = None,
+              env: dict[str, str] | None = None) -> str:
+    """Run a long command, pass its interesting lines and a heartbeat to PROGRESS, return all output."""
+    started = time.monotonic()
+    try:
+        process = subprocess.Popen(list(cmd), stdin=subprocess.PIPE if input_text is not None else subprocess.DEVNULL,
+                                   stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+    except FileNotFoundError as exc:
+        raise LabStepError(step, cmd[0], f"command not found ({exc})", fix) from exc
+    if input_text is not None:
+        assert process.stdin is not None
+        process.stdin.write(input_text)
+        process.stdin.close()
+    lines: queue.Queue[str | None] = queue.Queue()
+    # a reader thread, so the heartbeat keeps coming while the command is silent (pip installing)
+    threading.Thread(target=_pump, args=(process.stdout, lines), daemon=True).start()
+    output: list[str] = []
+    last_report = started
+    while True:
+        try:
+            line = lines.get(timeout=1.0)
+        except queue.Empty:
+            line = ""
+        if line is None:
+            break
+        now = time.monotonic()
+        if line:
+            output.append(line)
+        if line and interesting.search(line):
+            progress(f"{step}: {line[:160]}")
+            last_report = now
+        elif now - last_report >= HEARTBEAT_S:
+            last = f" … {output[-1][:120]}" if output else ""
+            progress(f"{step}: still running ({now - started:.0f} s){last}")
+            last_report = now
+        if now - started > timeout:
+            process.kill()
+            raise LabStepError(step, " ".join(cmd), f"timed out after {timeout:.0f} s", fix)
+    returncode = process.wait()
+    if returncode != 0:
+        raise LabStepError(step, " ".join(cmd), f"exit {returncode}: {' | '.join(output[-6:])}", fix)
+    return "\n".join(output)
+
+
+def _pump(stream, lines: "queue.Queue[str | None]") -> None:
+    for line in stream:
+        lines.put(line.rstrip())
+    lines.put(None)

@@ -1,4 +1,5 @@
-"""The lab's serving image: a real vLLM CPU build with a tiny Qwen3, pushed as two releases.
+"""The lab's serving image: a real vLLM CPU build with a tiny trained Qwen3 (rigkit.lab.lab_model), pushed as two
+releases.
 
 `ensure_serving_image(registry)` returns::
 
@@ -18,7 +19,7 @@ tests/lab/test_serving_image.py)::
       -e HF_HUB_OFFLINE=1 -e TRANSFORMERS_OFFLINE=1 -e VLLM_NO_USAGE_STATS=1 -e DO_NOT_TRACK=1 \\
       <releases["1"]> \\
       /opt/vllm/bin/python -m vllm.entrypoints.openai.api_server \\
-        --model /models/tiny --served-model-name tiny --load-format dummy \\
+        --model /models/tiny --served-model-name tiny \\
         --host 127.0.0.1 --port <PORT> \\
         --max-model-len 8192 --dtype bfloat16 --enable-prefix-caching --enforce-eager \\
         --enable-prompt-tokens-details
@@ -45,17 +46,14 @@ registry still holds both manifests, nothing is built or pushed.
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import json
 import os
-import queue
 import re
 import shutil
 import socket
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 import urllib.error
 import urllib.request
@@ -63,7 +61,8 @@ from pathlib import Path
 from typing import Iterator, Sequence
 
 from rigkit.errors import PreflightError
-from rigkit.lab.proc import LabStepError, Progress, run
+from rigkit.lab import lab_model
+from rigkit.lab.proc import LabStepError, Progress, _streamed, directory_digest, input_hash, run
 from rigkit.paths import CACHE_DIR
 
 REPOSITORY_NAME = "rigkit/vllm-cpu-tiny"
@@ -84,17 +83,18 @@ SERVED_MODEL_NAME = "tiny"
 SERVE_MODULE = "vllm.entrypoints.openai.api_server"
 
 BASE_SUITE = "bookworm"
-# libnuma1: vLLM's CPU kernels link it; the wheels do not bundle it.
-BASE_PACKAGES = ("python3", "python3-venv", "libnuma1", "ca-certificates")
+# libnuma1: vLLM's CPU kernels link it; the wheels do not bundle it. g++: vLLM CPU compiles its sampler's logprobs
+# path with torch inductor at the first request that asks for logprobs (without a compiler: EngineDeadError).
+BASE_PACKAGES = ("python3", "python3-venv", "libnuma1", "ca-certificates", "g++")
 BASE_IMAGE_NAME = "rigkit/serving-base"
 BUILD_IMAGE_NAME = "rigkit/vllm-cpu-tiny-build"
 
 CONTEXT_SOURCES = Path(__file__).with_name("serving_image")
+MODEL_CONTEXT_DIR = "model"  # the trained model's directory, copied into the build context under this name
 CACHE_ROOT = CACHE_DIR / "serving-image"
 WHEELS_ROOT = CACHE_DIR / "wheels"
 APT_SOURCES = (Path("/etc/apt/sources.list"), Path("/etc/apt/sources.list.d"))
 
-HEARTBEAT_S = 30.0
 WHEEL_DOWNLOAD_TIMEOUT_S = 1800.0
 BUILD_TIMEOUT_S = 1800.0
 PUSH_TIMEOUT_S = 1200.0
@@ -110,21 +110,6 @@ DIGEST_RE = re.compile(r"sha256:[0-9a-f]{64}")
 
 # ---------------------------------------------------------------- pure logic (unit-tested)
 
-def input_hash(*parts: object) -> str:
-    """A short, stable key of build inputs (any JSON-serialisable values)."""
-    blob = json.dumps(parts, sort_keys=True, separators=(",", ":")).encode()
-    return hashlib.sha256(blob).hexdigest()[:16]
-
-
-def directory_digest(directory: Path) -> dict[str, str]:
-    """sha256 of every file under DIRECTORY, by relative path (bytes only: mtimes do not matter)."""
-    return {
-        str(path.relative_to(directory)): hashlib.sha256(path.read_bytes()).hexdigest()
-        for path in sorted(directory.rglob("*"))
-        if path.is_file() and "__pycache__" not in path.parts
-    }
-
-
 def wheels_key(requirements: Sequence[str] = REQUIREMENTS, python_version: str = IMAGE_PYTHON_VERSION,
                platform: str = WHEEL_PLATFORM) -> str:
     return input_hash("wheels", list(requirements), python_version, platform)
@@ -136,12 +121,17 @@ def base_key(suite: str, mirror: str, packages: Sequence[str] = BASE_PACKAGES) -
 
 def release_dockerfile(build_image: str, release: str) -> str:
     """Release N = the build image + a label and an env var; nothing else differs between releases."""
-    serve = [PYTHON, "-m", SERVE_MODULE, "--model", MODEL_DIR, "--served-model-name", SERVED_MODEL_NAME,
-             "--load-format", "dummy"]
+    serve = [PYTHON, "-m", SERVE_MODULE, "--model", MODEL_DIR, "--served-model-name", SERVED_MODEL_NAME]
     return (f"FROM {build_image}\n"
             f'LABEL {RELEASE_LABEL}="{release}"\n'
             f"ENV {RELEASE_ENV}={release}\n"
             f"CMD {json.dumps(serve)}\n")
+
+
+def context_inputs() -> dict[str, str]:
+    """What the build context will hold, as a key: its sources' digests and the model's input key (the model is
+    trained only when the image must be built)."""
+    return {**directory_digest(CONTEXT_SOURCES), MODEL_CONTEXT_DIR: lab_model.model_key()}
 
 
 def image_key(base: str, wheels: str, context: dict[str, str]) -> str:
@@ -223,57 +213,6 @@ def _docker_env() -> dict[str, str]:
 
 def _docker(*args: str, step: str, fix: str, timeout: float = 60.0) -> subprocess.CompletedProcess:
     return run(["docker", *args], step, fix, timeout=timeout)
-
-
-def _streamed(cmd: Sequence[str], step: str, fix: str, progress: Progress, timeout: float,
-              interesting: re.Pattern[str], input_text: str | None = None,
-              env: dict[str, str] | None = None) -> str:
-    """Run a long command, pass its interesting lines and a heartbeat to PROGRESS, return all output."""
-    started = time.monotonic()
-    try:
-        process = subprocess.Popen(list(cmd), stdin=subprocess.PIPE if input_text is not None else subprocess.DEVNULL,
-                                   stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
-    except FileNotFoundError as exc:
-        raise LabStepError(step, cmd[0], f"command not found ({exc})", fix) from exc
-    if input_text is not None:
-        assert process.stdin is not None
-        process.stdin.write(input_text)
-        process.stdin.close()
-    lines: queue.Queue[str | None] = queue.Queue()
-    # a reader thread, so the heartbeat keeps coming while the command is silent (pip installing)
-    threading.Thread(target=_pump, args=(process.stdout, lines), daemon=True).start()
-    output: list[str] = []
-    last_report = started
-    while True:
-        try:
-            line = lines.get(timeout=1.0)
-        except queue.Empty:
-            line = ""
-        if line is None:
-            break
-        now = time.monotonic()
-        if line:
-            output.append(line)
-        if line and interesting.search(line):
-            progress(f"{step}: {line[:160]}")
-            last_report = now
-        elif now - last_report >= HEARTBEAT_S:
-            last = f" … {output[-1][:120]}" if output else ""
-            progress(f"{step}: still running ({now - started:.0f} s){last}")
-            last_report = now
-        if now - started > timeout:
-            process.kill()
-            raise LabStepError(step, " ".join(cmd), f"timed out after {timeout:.0f} s", fix)
-    returncode = process.wait()
-    if returncode != 0:
-        raise LabStepError(step, " ".join(cmd), f"exit {returncode}: {' | '.join(output[-6:])}", fix)
-    return "\n".join(output)
-
-
-def _pump(stream, lines: "queue.Queue[str | None]") -> None:
-    for line in stream:
-        lines.put(line.rstrip())
-    lines.put(None)
 
 
 def image_exists(reference: str) -> bool:
@@ -395,17 +334,18 @@ def serve_directory(directory: Path) -> Iterator[str]:
         server.wait(timeout=10)
 
 
-def build_context(key: str) -> Path:
-    """A dedicated context dir (a context holding a docker data-root fails to read)."""
+def build_context(key: str, model: Path) -> Path:
+    """A dedicated context dir (a context holding a docker data-root fails to read), with the model in model/."""
     context = CACHE_ROOT / f"context-{key}"
     if context.exists():
         shutil.rmtree(context)
     shutil.copytree(CONTEXT_SOURCES, context, ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copytree(model, context / MODEL_CONTEXT_DIR)
     return context
 
 
-def build_image(tag: str, base_image: str, wheels: Path, key: str, progress: Progress) -> None:
-    context = build_context(key)
+def build_image(tag: str, base_image: str, wheels: Path, key: str, model: Path, progress: Progress) -> None:
+    context = build_context(key, model)
     progress(f"image build: {tag} (pip install of ~1 GB of wheels, 3–5 min cold)")
     started = time.monotonic()
     with serve_directory(wheels) as wheels_url:
@@ -467,7 +407,7 @@ def ensure_serving_image(registry: str = "127.0.0.1:5000", progress: Progress = 
     """
     repository = f"{registry}/{REPOSITORY_NAME}"
     mirror = host_mirror()
-    key = image_key(base_key(BASE_SUITE, mirror), wheels_key(), directory_digest(CONTEXT_SOURCES))
+    key = image_key(base_key(BASE_SUITE, mirror), wheels_key(), context_inputs())
 
     cached = read_cached_releases(key, registry)
     if cached and all(registry_has_manifest(registry, ref) for ref in cached.values()):
@@ -480,7 +420,7 @@ def ensure_serving_image(registry: str = "127.0.0.1:5000", progress: Progress = 
     else:
         wheels = ensure_wheels(progress)
         base_image = ensure_base_image(mirror, progress)
-        build_image(build_tag, base_image, wheels, key, progress)
+        build_image(build_tag, base_image, wheels, key, lab_model.ensure_lab_model(progress), progress)
 
     releases: dict[str, str] = {}
     for release in RELEASES:

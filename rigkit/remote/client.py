@@ -4,7 +4,7 @@ tokenizer, client-side TTFT (rigkit.validation.ttft), decode tok/s."""
 from __future__ import annotations
 
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import Optional, Sequence
 
 import requests
@@ -13,6 +13,7 @@ from rigkit.errors import RigkitError
 from rigkit.files import ttft_probe
 from rigkit.remote.http_session import server_session
 from rigkit.validation import metrics
+from rigkit.validation.greedy import TokenChoice
 from rigkit.validation.prompts import CHARS_PER_TOKEN_GUESS, Prompt, PromptSpec, draft_text, new_session_id
 from rigkit.validation.ttft import API_OVERHEAD_MODEL, CONTROLLER_TRANSPORT, RigProbe, TTFTCheck, crosscheck_ttft
 
@@ -47,6 +48,8 @@ class StreamResult:
     # the same request's cost in the API server outside the engine's TTFT clock (ttft_probe.api_overhead)
     api_overhead_s: Optional[float] = None
     api_overhead_error: Optional[str] = None
+    # each generated token with its logprob and the server's top-k (asked with logprobs=k; else empty)
+    tokens: list[TokenChoice] = field(default_factory=list)
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -166,10 +169,12 @@ class ServingClient:
 
     def stream_completion(self, prompt: str, max_tokens: int, timeout_s: Optional[float] = None,
                           ignore_eos: bool = True, seed: Optional[int] = None,
-                          api_overhead: bool = False) -> StreamResult:
+                          api_overhead: bool = False, logprobs: int = 0) -> StreamResult:
         """One streaming /v1/completions request, greedy (temperature 0; `seed` fixed when given); TTFT and
         decode speed measured by rigkit/files/ttft_probe.py: on the rig with a probe, else in this process.
         api_overhead: first measure the API server's cost of the same body (ttft.API_OVERHEAD_MODEL's 404).
+        logprobs: ask for each generated token's top-`logprobs` logprobs, tokens as ids (vLLM's
+        return_tokens_as_token_ids: token texts collide, many decode to ""); 0: not asked.
 
         ignore_eos keeps the decode length fixed so decode speeds compare (a vLLM extension).
         A timeout or disconnect is reported as an aborted prefill or decode, never raised.
@@ -180,6 +185,8 @@ class ServingClient:
                 "stream_options": {"include_usage": True, "continuous_usage_stats": False}}
         if seed is not None:
             body["seed"] = seed
+        if logprobs:
+            body.update(logprobs=logprobs, return_tokens_as_token_ids=True)
         # a served name would stream a real completion inside the measured window
         overhead_model = API_OVERHEAD_MODEL if api_overhead and self.model != API_OVERHEAD_MODEL else None
         if self.probe is not None:
@@ -210,7 +217,21 @@ def stream_result(raw: dict, timeout_s: float) -> StreamResult:
         decode_tps=decode_tps, aborted=error is not None,
         abort_phase=None if error is None else ("prefill" if first is None else "decode"),
         error=error, timeout_s=timeout_s, api_overhead_s=raw.get("overhead_s"),
-        api_overhead_error=raw.get("overhead_error"))
+        api_overhead_error=raw.get("overhead_error"), tokens=token_choices(raw.get("logprobs")))
+
+
+def token_choices(logprobs: Optional[dict]) -> list[TokenChoice]:
+    """vLLM's completion logprobs (tokens, token_logprobs, top_logprobs, joined over the stream) per token; a
+    position without a logprob (null) ends the list: nothing after it can be compared."""
+    if not logprobs:
+        return []
+    choices = []
+    for token, logprob, top in zip(logprobs.get("tokens") or [], logprobs.get("token_logprobs") or [],
+                                   logprobs.get("top_logprobs") or []):
+        if logprob is None:
+            break
+        choices.append(TokenChoice(token, float(logprob), {str(k): float(v) for k, v in (top or {}).items()}))
+    return choices
 
 
 @dataclass
@@ -223,10 +244,11 @@ class Measured:
 
 
 def measure(client: ServingClient, prompt: str, max_tokens: int, timeout_s: Optional[float] = None,
-            seed: Optional[int] = None) -> Measured:
+            seed: Optional[int] = None, logprobs: int = 0) -> Measured:
     """Scrape /metrics, send one streaming request, scrape again: the window proves what served it."""
     before = client.metrics()
-    result = client.stream_completion(prompt, max_tokens=max_tokens, timeout_s=timeout_s, seed=seed, api_overhead=True)
+    result = client.stream_completion(prompt, max_tokens=max_tokens, timeout_s=timeout_s, seed=seed, api_overhead=True,
+                                      logprobs=logprobs)
     after = client.metrics()
     window = metrics.delta(before, after)
     check = crosscheck_ttft(result.ttft_s, window, result.api_overhead_s) if result.ttft_s is not None else None

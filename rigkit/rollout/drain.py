@@ -32,7 +32,6 @@ from rigkit.errors import ConfigError, RigkitError
 from rigkit.fleet.inventory import rigs_among
 from rigkit.remote.http_session import server_session
 from rigkit.remote.tunnel import serving_url
-from rigkit.router import CONTROLLER_HOST
 from rigkit.rollout.router_admin import (
     LOCAL_HOST,
     RouterAdmin,
@@ -43,6 +42,7 @@ from rigkit.rollout.router_admin import (
     router_url,
     wait_idle,
 )
+from rigkit.router import CONTROLLER_HOST
 from rigkit.settings.defaults import ROUTER_VARIABLES
 from rigkit.settings.hostdata import rig_settings
 from rigkit.settings.variables import resolve

@@ -48,8 +48,30 @@ def compose_escape(text: str) -> str:
     return text.replace("$", "$$")
 
 
+# LMCache's fs L2 adapter keeps no checksum in the LMCache versions read: FSL2AdapterConfig.from_dict
+# (lmcache/v1/distributed/l2_adapters/fs_l2_adapter.py) reads base_path, relative_tmp_dir, read_ahead_size and
+# use_odirect in 0.5.3 (the version run on the H200), + max_capacity_gb and recover_on_start at LMCache commit
+# 02ebd8bb; any other key, `checksum` too, is ignored without a word, and each file holds the raw tensor bytes only
+# (FSL2Adapter's docstring), so a torn write reads back as a hit. None: nothing to render; the card says so
+# (FS_L2_INTEGRITY). Set it to the option's JSON fields once an LMCache release reads one, e.g. {"checksum": "crc32"}.
+FS_L2_CHECKSUM: dict = {}
+FS_L2_INTEGRITY = ("no checksum: LMCache's fs L2 adapter (0.5.3) has no such option, so a torn or rotten file "
+                   "reads back as a hit and only the greedy check can catch it")
+
+
 def default_l2_adapter() -> str:
-    return json.dumps({"type": "fs", "base_path": L2_CONTAINER_PATH}, separators=(",", ":"))
+    return json.dumps({"type": "fs", "base_path": L2_CONTAINER_PATH, **FS_L2_CHECKSUM}, separators=(",", ":"))
+
+
+def l2_integrity(settings: Settings) -> Optional[str]:
+    """What guards the stack's LMCache fs L2 files against a torn write (the card's setup says it); None: no such
+    tier (no LMCache L2, or another adapter such as Valkey)."""
+    if not settings.l2_active or "l2_adapter_json" not in settings.profile.all_knobs:
+        return None
+    adapter = settings.knobs["l2_adapter_json"]
+    if adapter is not None and json.loads(adapter if isinstance(adapter, str) else json.dumps(adapter)).get("type") != "fs":
+        return None
+    return f"checksum {FS_L2_CHECKSUM['checksum']}" if FS_L2_CHECKSUM.get("checksum") else FS_L2_INTEGRITY
 
 
 def _fill_placeholders(value: Any, settings: Settings) -> Any:

@@ -355,6 +355,10 @@ CALIBRATION_MIN_TOKENS = 256
 _fraction = between(0.001, 1.0)
 
 
+# vLLM refuses more top logprobs than its --max-logprobs (20 by default).
+MAX_TOP_LOGPROBS = 20
+
+
 VALIDATION_VARIABLES: list[Variable] = [
     Variable("validate_prompt_tokens", 3500, "size of each salted session prompt in tokens "
              "(the user's card: ~37000; the lab CPU build: ~3500)", int,
@@ -392,6 +396,15 @@ VALIDATION_VARIABLES: list[Variable] = [
              "as a fraction of the first clean conversation's", float, check=_fraction),
     Variable("validate_soak_empty_reply_max_fraction", 0.5, "soak: the soak fails when at least this fraction "
              "of the answered turns got an empty reply", float, check=_fraction),
+    Variable("validate_top_logprobs", 5, "top logprobs asked of every tier request (token ids): they tell a warm "
+             "output that parts from the reference at a near tie (numerics) from wrong KV; 0 = not asked, then any "
+             "difference is served-but-wrong (an engine that cannot compute logprobs needs 0)", int,
+             check=between(0, MAX_TOP_LOGPROBS, "logprobs (vLLM's default --max-logprobs)")),
+    Variable("validate_near_tie_nats", 0.5, "a warm output whose first differing token the reference ranked within "
+             "this many nats of its own choice differs by numerics (passes); at or above it, served-but-wrong. "
+             "An H200 moved logprobs by one bf16 step (0.016) between a full prefill and cached KV, by up to 0.14 "
+             "with LMCache's partial recompute; the lab's trained model puts most greedy tokens several nats ahead",
+             float, check=between(0.001, 20.0, "nats")),
 ]
 
 

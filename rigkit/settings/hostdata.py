@@ -91,6 +91,30 @@ class Settings:
         return mode == "always" or (mode == "optional" and bool(self.knobs["l2_enabled"]))
 
     @property
+    def tiers_not_applicable(self) -> dict[str, str]:
+        """Cache tiers (rigkit.validation.tiers.Tier values) this stack cannot have, each with why: validation runs no step
+        for them and the card says "not applicable" once (a tier demanded of a stack without it fails every card)."""
+        connector = self.profile.connector
+        if connector is None:
+            why = f"profile {self.profile.name} has no KV connector (GPU prefix cache only)"
+            return {"warm-connector": why, "warm-persistent": why}
+        if self.l2_active:
+            return {}
+        if self.profile.l2_mode == "never":
+            why = (f"profile {self.profile.name} keeps its connector's KV in RAM only (connector l2: never): "
+                   "nothing survives a restart")
+        else:
+            why = (f"profile {self.profile.name} runs with l2_enabled false: its RAM tier (L1) dies with the stack, "
+                   "so nothing survives a restart")
+        return {"warm-persistent": why}
+
+    @property
+    def store_chunk_tokens(self) -> Optional[int]:
+        """Tokens per chunk the connector stores whole (LMCache's chunk_size); None: it stores what it is given."""
+        connector = self.profile.connector
+        return self.knobs["chunk_size"] if connector is not None and "chunk_size" in connector.knobs else None
+
+    @property
     def env_knobs(self) -> list[str]:
         """Knobs whose env var the container gets: the profile's, and the hash seed once its store is shared.
         With a staged model the hub token stays on the controller (staging only): the container is offline."""

@@ -57,8 +57,9 @@ class Connector(_Strict):
     # on the GPUs, at the KV cache dtype (rigkit.settings.hostdata.Settings.kv_bytes_per_token); False when the
     # connector stores its own format (LMCache: ~131 KB/token on the real rig, whatever the GPU's dtype).
     stores_engine_blocks: bool = False
-    # True when the L1 tier is a file in /dev/shm the engine fills at start: vLLM 0.32/0.33's OffloadingConnector
-    # maps /dev/shm/vllm_offload_<id>.mmap with MAP_POPULATE (its SharedMmapRegion), so a smaller /dev/shm cannot start
+    # True when the L1 tier is a file in /dev/shm the engine fills at start (/dev/shm/vllm_offload_<id>.mmap, mapped
+    # with MAP_POPULATE): vLLM 0.26 does so for TieringOffloadingSpec only (0.32/0.33 also for the plain CPU spec), so a
+    # /dev/shm with less free cannot start it
     l1_in_shm: bool = False
     # True when the connector's disk store can be shared by the engines of several rigs (kv_share: its keys
     # are the same for the same tokens on every engine, given one kv_hash_seed), so it may live on a shared mount.

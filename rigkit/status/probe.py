@@ -18,7 +18,7 @@ from rigkit.facts.serving import StackContainers
 from rigkit.l2_state import l2_probe_for
 from rigkit.model.stage import STORE_SCRIPT
 from rigkit.nvidia_smi import SUMMARY_COMMAND, parse_cuda_version, parse_driver_version
-from rigkit.serving.commands import RELEASE_HASH_FILE, ready_url, rendering_for, stack_files
+from rigkit.serving.commands import RELEASE_HASH_FILE, ready_url, rendering_for, stack_files, stale_shm_command
 from rigkit.serving.ledger import LEDGER_PATH
 from rigkit.serving.render import STACK_NAME
 from rigkit.settings.hostdata import Settings
@@ -74,6 +74,8 @@ def status_script(stack: Optional[Settings]) -> str:
         "nvidia": f"if command -v nvidia-smi >/dev/null 2>&1; then {SUMMARY_COMMAND} 2>&1; echo \"exit=$?\"; "
                   "else echo none; fi",
         "shm": "find /dev/shm -mindepth 1 -maxdepth 1 -printf '%s %f\\n' 2>/dev/null",
+        # vLLM CPU-tier segments no process maps: a stopped engine's, also while the stack runs (rigkit.serving.commands)
+        "shm-stale": stale_shm_command(),
     }
     if stack is not None:
         if stack.l2_active:
@@ -164,6 +166,16 @@ def parse_nvidia(section: Optional[str]) -> dict[str, Optional[str]]:
     driver = parse_driver_version(output) if status == 0 else None
     error = None if driver else " ".join(output.split())[-200:] or f"exit {status}"
     return {"driver": driver, "cuda": parse_cuda_version(output) if driver else None, "error": error}
+
+
+def parse_stale_shm(section: Optional[str]) -> list[tuple[str, int]]:
+    """(name, bytes) of the CPU-tier segments no process maps (stale_shm_command's `BYTES PATH` lines)."""
+    found = []
+    for line in (section or "").split("\n"):
+        size, _, path = line.partition(" ")
+        if path and size.isdigit():
+            found.append((path.rsplit("/", 1)[-1], int(size)))
+    return found
 
 
 def parse_shm(section: Optional[str]) -> list[tuple[str, int]]:

@@ -12,7 +12,15 @@ from rigkit.serving.commands import ready_url, rendering_for
 from rigkit.serving.ledger import Ledger
 from rigkit.settings.hostdata import Settings
 from rigkit.status.drift import Drift, container_drift, files_drift, image_drift, model_drift, rendering_drift
-from rigkit.status.probe import decoded_file, parse_api, parse_containers, parse_nvidia, parse_sections, parse_shm
+from rigkit.status.probe import (
+    decoded_file,
+    parse_api,
+    parse_containers,
+    parse_nvidia,
+    parse_sections,
+    parse_shm,
+    parse_stale_shm,
+)
 
 OK, DRIFT, UNHEALTHY, UNREACHABLE = "ok", "drift", "unhealthy", "unreachable"
 
@@ -116,7 +124,15 @@ def assess(rig: str, stack: Optional[Settings], output: str) -> RigStatus:
     if nvidia["error"]:
         status.warnings.append(f"nvidia-smi failed: {nvidia['error']}")
     status.ledger = last_release(decoded_file(sections.get("ledger")))
-    if not running:
+    if running:  # the running engine's segments are in use; a stopped engine's CPU tier is not
+        status.shm_leftovers = [{"name": name, "bytes": size}
+                                for name, size in parse_stale_shm(sections.get("shm-stale"))]
+        if status.shm_leftovers:
+            total = sum(item["bytes"] for item in status.shm_leftovers)
+            status.warnings.append(f"{len(status.shm_leftovers)} CPU-tier segments of stopped engines left in /dev/shm "
+                                   f"({total / 2**20:.0f} MiB) while the stack runs (no process maps them): the next "
+                                   "restart removes them, or remove them now (rm /dev/shm/NAME)")
+    else:
         status.shm_leftovers = [{"name": name, "bytes": size} for name, size in parse_shm(sections.get("shm"))]
         if status.shm_leftovers:
             total = sum(item["bytes"] for item in status.shm_leftovers)

@@ -37,14 +37,17 @@ LMCACHE_PREFIX = "lmcache_mp_"
 SPEC_DECODE_DRAFTS = "vllm:spec_decode_num_drafts_total"
 SPEC_DECODE_DRAFT_TOKENS = "vllm:spec_decode_num_draft_tokens_total"
 SPEC_DECODE_ACCEPTED_TOKENS = "vllm:spec_decode_num_accepted_tokens_total"
-# LMCache MP server counters (its HTTP port's /metrics). 0.5.3 (captured on an H200,
-# tests/fixtures/gpu-h200-vllm0.26/lmcache-mp-eager) exports the lookup totals only; newer releases split
-# the hits by tier (hit_l1 + hit_l2 = hit) and count L2 prefetches per L2 adapter (label l2_name).
+# LMCache MP server counters (its HTTP port's /metrics). Newer releases split the lookup hits by tier
+# (hit_l1 + hit_l2 = hit). 0.5.3 does not, but counts what it moved, in chunks (captured on an H200,
+# tests/fixtures/gpu-h200-vllm0.26/h200-2026-12-03-round1/lmcache-mp-l2): chunks it loaded into vLLM, and, with an
+# L2 adapter, chunks its prefetcher loaded from L2 (label l2_name in newer releases; +13 per warm-persistent request
+# of 13 chunks there, +0 in every warm-connector window). A series appears with its first event.
 LMCACHE_LOOKUP_REQUESTED = "lmcache_mp_lookup_requested_tokens_total"
 LMCACHE_LOOKUP_HITS = "lmcache_mp_lookup_hit_tokens_total"
 LMCACHE_LOOKUP_HITS_L1 = "lmcache_mp_lookup_hit_l1_tokens_total"
 LMCACHE_LOOKUP_HITS_L2 = "lmcache_mp_lookup_hit_l2_tokens_total"
 LMCACHE_L2_PREFETCH_LOADED = "lmcache_mp_l2_prefetch_load_completed_chunks_total"
+LMCACHE_CHUNKS_LOADED = "lmcache_mp_num_chunks_loaded_total"
 
 # Labels that only say which engine or model reported a series: summed over.
 ENGINE_LABELS = ("engine", "model_name")

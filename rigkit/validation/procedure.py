@@ -8,9 +8,13 @@ Procedure (each step labelled by metric deltas, see rigkit.validation.tiers):
      num_gpu_blocks × block_size) through it, evicting the prefix; then the prompt again
      (GPU hits flat, external hits grew);
   5. warm-persistent: `restart()` (compose down/up), wait ready, the prompt again (external hits grew).
+A tier the stack cannot have (`not_applicable`, from Settings.tiers_not_applicable: no connector, or nothing that
+outlives a restart) gets no step; the card says "not applicable" once, with why, and it does not fail the card.
 A tier whose connector is configured but takes no external hit is "retrieved-but-unused": a FAIL.
-Every request is greedy (temperature 0, the session's seed): a warm tier whose output differs from the cold
-run's for the same session is "served-but-wrong", a FAIL whatever its counters prove (LMCache#4492).
+Every request is greedy (temperature 0, the session's seed) and asks for its top logprobs: a warm tier whose output
+parts from the cold run's (and, for a connector tier, from warm-gpu's, the same cached-prefix path) where the
+reference was sure of its token is "served-but-wrong", a FAIL whatever its counters prove (LMCache#4492); one that
+parts at a near tie is numerics (rigkit.validation.greedy).
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ from rigkit.settings.defaults import VALIDATION_VARIABLES as VARIABLES
 from rigkit.settings.sizing import capacity_from
 from rigkit.settings.variables import resolve
 from rigkit.validation.card import Capacity, GreedyCheck, StatModel, TierProof, TierResult, TTFTPair
+from rigkit.validation.greedy import SERVED_BUT_WRONG, Completion, compare_greedy, judge  # noqa: F401  (compare_greedy: its API)
 from rigkit.validation.metrics import Snapshot, require_prefix_counters
 from rigkit.validation.prompts import Prompt, PromptSpec
 from rigkit.validation.tiers import Tier, TierLabel, label
@@ -37,6 +42,8 @@ FILLER_OVERSHOOT = 1.25
 CONTEXT_SLACK_TOKENS = 64
 # Calibration prompt: this fraction of the session size (at least CALIBRATION_MIN_TOKENS).
 CALIBRATION_FRACTION = 0.25
+# A one-token request asking for logprobs, sent before anything is timed (see validate_tiers).
+LOGPROBS_WARMUP_PROMPT = "Warm-up of the logprobs path."
 
 
 @dataclass
@@ -59,6 +66,8 @@ class ValidationSettings:
     soak_memory_growth_mib: float
     soak_decode_retention_min: float
     soak_empty_reply_max_fraction: float
+    top_logprobs: int
+    near_tie_nats: float
 
     @classmethod
     def from_data(cls, data: Mapping) -> "ValidationSettings":
@@ -67,12 +76,8 @@ class ValidationSettings:
         return cls(**{v.name.removeprefix("validate_"): values[v.name] for v in VARIABLES})
 
 
-def compare_greedy(session_id: str, cold_text: str, text: str) -> GreedyCheck:
-    """A warm request's greedy output against the cold run's of the same session."""
-    differs = next((i for i, (a, b) in enumerate(zip(cold_text, text)) if a != b),
-                   None if len(cold_text) == len(text) else min(len(cold_text), len(text)))
-    return GreedyCheck(session=session_id[:8], same=differs is None, cold_text=cold_text, text=text,
-                       first_difference=differs)
+def completion_of(measured: Measured) -> Completion:
+    return Completion(measured.result.text, measured.result.tokens)
 
 
 @dataclass
@@ -82,18 +87,27 @@ class TierRun:
     expected: Tier
     # the cold run whose greedy output a warm tier must repeat, session by session (None: the cold tier itself)
     reference: Optional["TierRun"] = None
+    # a run on the same cached-prefix path (warm-gpu, for a connector tier): an output identical to its is right too
+    same_path: Optional["TierRun"] = None
+    near_tie_nats: Optional[float] = None  # rigkit.validation.greedy: a first difference below this margin is numerics
     measured: list[Measured] = field(default_factory=list)
     labels: list[TierLabel] = field(default_factory=list)
     prompts: list[Prompt] = field(default_factory=list)
 
     def greedy(self) -> list[GreedyCheck]:
-        """Each completed request's output against the reference's completed one for the same session."""
+        """Each completed request's output against the references' completed ones for the same session."""
         if self.reference is None:
             return []
-        cold = {p.session_id: m.result.text for p, m in zip(self.reference.prompts, self.reference.measured)
-                if not m.result.aborted}
-        return [compare_greedy(p.session_id, cold[p.session_id], m.result.text)
-                for p, m in zip(self.prompts, self.measured) if not m.result.aborted and p.session_id in cold]
+        references = [(run.expected.value, {p.session_id: completion_of(m) for p, m in zip(run.prompts, run.measured)
+                                            if not m.result.aborted})
+                      for run in (self.reference, self.same_path) if run is not None]
+        checks = []
+        for prompt, measured in zip(self.prompts, self.measured):
+            found = [(name, outputs[prompt.session_id]) for name, outputs in references if prompt.session_id in outputs]
+            if measured.result.aborted or not found or found[0][0] != references[0][0]:
+                continue
+            checks.append(judge(prompt.session_id, found, completion_of(measured), self.near_tie_nats))
+        return checks
 
     def result(self) -> TierResult:
         greedy = self.greedy()
@@ -101,7 +115,8 @@ class TierRun:
             expected=self.expected.value,
             labels=[lab.tier.value for lab in self.labels],
             passed=bool(self.labels) and all(lab.passed for lab in self.labels)
-            and not any(m.result.aborted for m in self.measured) and all(check.same for check in greedy),
+            and not any(m.result.aborted for m in self.measured)
+            and all(check.verdict != SERVED_BUT_WRONG for check in greedy),
             ttft_s=StatModel.of([m.result.ttft_s for m in self.measured if not m.result.aborted]),
             server_ttft_s=StatModel.of([m.window.server_ttft_mean for m in self.measured if not m.result.aborted]),
             ttft_within_tolerance=[m.ttft_check.within for m in self.measured if m.ttft_check],
@@ -130,6 +145,8 @@ class TierValidation:
     capacity: Optional[Capacity] = None
     fillers_sent: int = 0
     ttft_transport: str = ""  # where the client TTFT was measured (ServingClient.ttft_transport)
+    # tier value -> why this stack cannot have it (no step was run for it)
+    not_applicable: dict[str, str] = field(default_factory=dict)
 
     def tier(self, expected: Tier) -> Optional[TierRun]:
         return next((t for t in self.tiers if t.expected == expected), None)
@@ -137,7 +154,8 @@ class TierValidation:
 
 def _measure_tier(client: ServingClient, run: TierRun, prompt: Prompt, settings: ValidationSettings, timeout_s: float,
                   connector_configured: bool, after_restart: bool = False) -> None:
-    measured = measure(client, prompt.text, settings.output_tokens, timeout_s, seed=prompt.spec.seed)
+    measured = measure(client, prompt.text, settings.output_tokens, timeout_s, seed=prompt.spec.seed,
+                       logprobs=settings.top_logprobs)
     run.measured.append(measured)
     run.prompts.append(prompt)
     run.labels.append(label(measured.window, run.expected, connector_configured, after_restart))
@@ -166,6 +184,11 @@ def evict_gpu_pool(client: ServingClient, pool: Snapshot, settings: ValidationSe
     return count
 
 
+def stored_tokens(prompt_tokens: int, chunk_tokens: Optional[int]) -> int:
+    """Tokens of a prompt a store that keeps whole chunks holds (LMCache: 3,500 tokens -> 13 x 256 = 3,328)."""
+    return prompt_tokens // chunk_tokens * chunk_tokens if chunk_tokens else prompt_tokens
+
+
 def check_prompt_fits(settings: ValidationSettings, max_model_len: Optional[int]) -> None:
     """ConfigError when a session prompt and its reply, or a decode A/B prompt and its tokens, do not fit the
     max-model-len (the server's, or the declared knob before any host is touched; None: unknown)."""
@@ -187,8 +210,18 @@ def validate_tiers(client: ServingClient, restart: Optional[Callable[[], None]],
                    connector_configured: bool = True,
                    store_bytes: Optional[Callable[[], int]] = None,
                    capacity_tiers: Optional[Mapping[str, int]] = None,
-                   session_sizes: Sequence[int] = (50_000, 262_144)) -> TierValidation:
-    """Run the tier procedure against a ready server. `restart` does a full down/up (None: skip tier 4)."""
+                   session_sizes: Sequence[int] = (50_000, 262_144),
+                   not_applicable: Optional[Mapping[str, str]] = None,
+                   store_chunk_tokens: Optional[int] = None) -> TierValidation:
+    """Run the tier procedure against a ready server. `restart` does a full down/up (None: skip tier 4).
+
+    not_applicable: tier value -> why the stack cannot have it (Settings.tiers_not_applicable): its step is not run.
+    store_chunk_tokens: the connector stores whole chunks of this many tokens (LMCache's chunk_size): the capacity
+    line divides the store's growth by the tokens it stored, not by the prompt tokens.
+    """
+    skipped = dict(not_applicable or {})
+    if Tier.WARM_CONNECTOR.value in skipped:
+        connector_configured = False
     client.wait_ready()
     pool = require_prefix_counters(client.metrics())
     max_len = client.max_model_len
@@ -196,6 +229,10 @@ def validate_tiers(client: ServingClient, restart: Optional[Callable[[], None]],
     seed = settings.seed if settings.seed is not None else random.randrange(2**31)
     failures: list[str] = []
 
+    if settings.top_logprobs:
+        # vLLM CPU compiles its sampler's logprobs path (torch inductor) at the first request asking for logprobs:
+        # tens of seconds that must not land in the calibration or a measured window
+        client.stream_completion(LOGPROBS_WARMUP_PROMPT, max_tokens=1, logprobs=settings.top_logprobs)
     calibration_tokens = max(CALIBRATION_MIN_TOKENS, int(settings.prompt_tokens * CALIBRATION_FRACTION))
     calibration = client.build_prompt(PromptSpec(settings.prompt_kind, calibration_tokens, seed - 1))
     calibrated = client.stream_completion(calibration.text, max_tokens=1)
@@ -208,8 +245,9 @@ def validate_tiers(client: ServingClient, restart: Optional[Callable[[], None]],
     prompts = [client.build_prompt(PromptSpec(settings.prompt_kind, settings.prompt_tokens, seed + i))
                for i in range(settings.sessions)]
     timeout_s = prefill_timeout(max(p.tokens for p in prompts), rate)
+    near_tie = settings.near_tie_nats
     cold = TierRun(Tier.COLD)
-    warm_gpu = TierRun(Tier.WARM_GPU, reference=cold)
+    warm_gpu = TierRun(Tier.WARM_GPU, reference=cold, near_tie_nats=near_tie)
     runs = [cold, warm_gpu]
     store_before = store_bytes() if store_bytes else None
     for prompt in prompts:
@@ -225,25 +263,28 @@ def validate_tiers(client: ServingClient, restart: Optional[Callable[[], None]],
     capacity = None
     if store_bytes is not None and store_before is not None:
         grown = store_bytes() - store_before
-        tokens = sum(m.result.prompt_tokens or 0 for m in cold.measured if not m.result.aborted)
-        capacity = capacity_from(grown, tokens, "connector store growth over the cold sessions",
+        tokens = sum(stored_tokens(m.result.prompt_tokens or 0, store_chunk_tokens)
+                     for m in cold.measured if not m.result.aborted)
+        source = "connector store growth over the cold sessions" + (
+            f" (whole {store_chunk_tokens}-token chunks stored)" if store_chunk_tokens else "")
+        capacity = capacity_from(grown, tokens, source,
                                  capacity_tiers or {}, [settings.prompt_tokens, *session_sizes])
 
     validation = TierValidation(runs, prompts, rate, pool, max_len, failures, capacity,
-                                ttft_transport=client.ttft_transport)
+                                ttft_transport=client.ttft_transport, not_applicable=skipped)
     if not connector_configured or not stored:
         return validation
 
     validation.fillers_sent = evict_gpu_pool(client, pool, settings, timeout_s)
-    connector = TierRun(Tier.WARM_CONNECTOR, reference=cold)
+    connector = TierRun(Tier.WARM_CONNECTOR, reference=cold, same_path=warm_gpu, near_tie_nats=near_tie)
     runs.append(connector)
     for prompt in stored:
         _measure_tier(client, connector, prompt, settings, timeout_s, connector_configured)
 
-    if restart is not None and settings.restart:
+    if restart is not None and settings.restart and Tier.WARM_PERSISTENT.value not in skipped:
         restart()
         client.wait_ready()
-        persistent = TierRun(Tier.WARM_PERSISTENT, reference=cold)
+        persistent = TierRun(Tier.WARM_PERSISTENT, reference=cold, same_path=warm_gpu, near_tie_nats=near_tie)
         runs.append(persistent)
         for prompt in stored:
             _measure_tier(client, persistent, prompt, settings, timeout_s, connector_configured, after_restart=True)

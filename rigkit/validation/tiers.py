@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from enum import Enum
 
 from rigkit.validation.metrics import (
+    LMCACHE_CHUNKS_LOADED,
     LMCACHE_L2_PREFETCH_LOADED,
     LMCACHE_LOOKUP_HITS,
     LMCACHE_LOOKUP_HITS_L1,
@@ -43,8 +44,9 @@ class Tier(str, Enum):
 
 
 CONNECTOR_TIERS = (Tier.WARM_CONNECTOR, Tier.WARM_PERSISTENT)
-# How the store tier behind a connector hit was told: LMCache's own per-tier hit counters, or the procedure
-# (after a down/up L1 is empty, so a hit came from L2) where the running LMCache does not export them.
+# How the store tier behind a connector hit was told: LMCache's own counters (per-tier hits, or the chunks it loaded
+# and those its L2 prefetcher loaded), or the procedure (after a down/up L1 is empty, so a hit came from L2) where
+# the running LMCache exports neither.
 BY_COUNTERS, INFERRED = "counters", "inferred"
 
 
@@ -94,19 +96,33 @@ def _queried(queries: float, measured: Delta) -> str:
 
 
 def _lmcache_store_tier(measured: Delta, after_restart: bool) -> tuple[str, str, str]:
-    """(tier, source, proof text) of an LMCache hit: its own L1/L2 hit counters where it exports them."""
+    """(tier, source, proof text) of an LMCache hit: its own L1/L2 hit counters where it exports them, else the
+    chunks it loaded into vLLM against those its L2 prefetcher loaded (0.5.3), else inferred from the procedure."""
     l1, l2 = measured.lmcache_counter(LMCACHE_LOOKUP_HITS_L1), measured.lmcache_counter(LMCACHE_LOOKUP_HITS_L2)
+    prefetched = measured.lmcache_counter(LMCACHE_L2_PREFETCH_LOADED)
     if l1 is None and l2 is None:
-        tier = "L2" if after_restart else "L1"
-        return tier, INFERRED, (f"; LMCache {tier} inferred from the procedure (this LMCache exports no "
-                                f"{LMCACHE_LOOKUP_HITS_L1} / {LMCACHE_LOOKUP_HITS_L2})")
+        return _lmcache_tier_by_chunks(measured, prefetched, after_restart)
     l1, l2 = l1 or 0.0, l2 or 0.0
     tier = "L1+L2" if l1 > 0 and l2 > 0 else "L2" if l2 > 0 else "L1"
     text = f"; LMCache L1 hits +{l1:.0f}, L2 hits +{l2:.0f}"
-    prefetched = measured.lmcache_counter(LMCACHE_L2_PREFETCH_LOADED)
     if prefetched is not None:
         text += f", L2 prefetch loads +{prefetched:.0f} chunks"
     return tier, BY_COUNTERS, text + f": served from {tier}"
+
+
+def _lmcache_tier_by_chunks(measured: Delta, prefetched: float | None, after_restart: bool) -> tuple[str, str, str]:
+    """LMCache 0.5.3: chunks loaded into vLLM (lmcache_mp_num_chunks_loaded_total) and chunks its prefetcher
+    brought up from L2 (lmcache_mp_l2_prefetch_load_completed_chunks_total; no series yet = none)."""
+    loaded = measured.lmcache_counter(LMCACHE_CHUNKS_LOADED)
+    if not loaded:
+        tier = "L2" if after_restart else "L1"
+        return tier, INFERRED, (f"; LMCache {tier} inferred from the procedure (this LMCache exports no "
+                                f"{LMCACHE_LOOKUP_HITS_L1} / {LMCACHE_LOOKUP_HITS_L2}, and loaded no chunk by "
+                                f"{LMCACHE_CHUNKS_LOADED})")
+    from_l2 = min(prefetched or 0.0, loaded)
+    tier = "L2" if from_l2 >= loaded else "L1+L2" if from_l2 > 0 else "L1"
+    return tier, BY_COUNTERS, (f"; LMCache chunks loaded +{loaded:.0f}, of them from L2 (prefetch loads) "
+                               f"+{from_l2:.0f}: served from {tier}")
 
 
 def _proof(measured: Delta, gpu_hits: float, ext_hits: float, over_counted: str) -> tuple[str, float | None]:

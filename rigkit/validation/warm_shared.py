@@ -56,25 +56,26 @@ class Prefilled:
 
 
 def prefill(rig: str, client: ServingClient, specs: Sequence[PromptSpec], output_tokens: int,
-            timeout_s: float) -> Prefilled:
+            timeout_s: float, logprobs: int = 0) -> Prefilled:
     """Fresh salted prompts, each sent once to `rig` and labelled by its counters (expected: cold)."""
     run = TierRun(Tier.COLD)
     for spec in specs:
         prompt = client.build_prompt(spec)
-        measured = measure(client, prompt.text, output_tokens, timeout_s, seed=spec.seed)
+        measured = measure(client, prompt.text, output_tokens, timeout_s, seed=spec.seed, logprobs=logprobs)
         run.measured.append(measured)
         run.prompts.append(prompt)
         run.labels.append(label(measured.window, Tier.COLD, connector_configured=True))
     return Prefilled(rig, run)
 
 
-def ask(prefilled: Prefilled, rig: str, client: ServingClient, output_tokens: int, timeout_s: float) -> SharedPair:
+def ask(prefilled: Prefilled, rig: str, client: ServingClient, output_tokens: int, timeout_s: float,
+        logprobs: int = 0, near_tie_nats: Optional[float] = None) -> SharedPair:
     """Each prompt `prefilled` completed, sent to `rig` and labelled by `rig`'s own window (expected: warm-shared)."""
-    asked = TierRun(Tier.WARM_SHARED, reference=prefilled.run)
+    asked = TierRun(Tier.WARM_SHARED, reference=prefilled.run, near_tie_nats=near_tie_nats)
     for prompt, before in zip(prefilled.run.prompts, prefilled.run.measured):
         if before.result.aborted:  # only a completed prefill is stored whole
             continue
-        measured = measure(client, prompt.text, output_tokens, timeout_s, seed=prompt.spec.seed)
+        measured = measure(client, prompt.text, output_tokens, timeout_s, seed=prompt.spec.seed, logprobs=logprobs)
         asked.measured.append(measured)
         asked.prompts.append(prompt)
         asked.labels.append(label_shared(measured.window))
@@ -107,8 +108,10 @@ def run_pairs(clients: Mapping[str, ServingClient], settings: Mapping[str, Valid
             check_prompt_fits(chosen, clients[rig].max_model_len)
         seed = chosen.seed if chosen.seed is not None else random.randrange(2**31)
         timeout_s = prefill_timeout(chosen.prompt_tokens, None)
-        prefilled = prefill(source, clients[source], prompt_specs(chosen, seed), chosen.output_tokens, timeout_s)
-        pairs.append(ask(prefilled, target, clients[target], chosen.output_tokens, timeout_s))
+        prefilled = prefill(source, clients[source], prompt_specs(chosen, seed), chosen.output_tokens, timeout_s,
+                            chosen.top_logprobs)
+        pairs.append(ask(prefilled, target, clients[target], chosen.output_tokens, timeout_s, chosen.top_logprobs,
+                         chosen.near_tie_nats))
     return pairs
 
 

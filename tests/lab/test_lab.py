@@ -167,7 +167,7 @@ def test_serving_image_runs_vllm_inside_a_rig_engine(lab, serving_image, rig_eng
     rig_exec(rig, f"docker rm -f {VLLM_CONTAINER} >/dev/null 2>&1; "
                   f"docker run -d --name {VLLM_CONTAINER} --network host --init --shm-size 1g {env} {serving_image['releases']['1']} "
                   f"{serving_image['python']} -m {serving_image['serve_module']} --model {serving_image['model_dir']} "
-                  f"--served-model-name {serving_image['served_model_name']} --load-format dummy "
+                  f"--served-model-name {serving_image['served_model_name']} "
                   f"--host 127.0.0.1 --port {port} --max-model-len 8192 --dtype bfloat16 "
                   "--enable-prefix-caching --enforce-eager --enable-prompt-tokens-details")
     try:

@@ -117,7 +117,7 @@ def test_release_1_serves_tiny_with_the_example_connector(serving, tmp_path):
         cmd += ["-e", f"{key}={value}"]
     cmd += [serving["releases"]["1"], serving["python"], "-m", serving["serve_module"],
             "--model", serving["model_dir"], "--served-model-name", serving["served_model_name"],
-            "--load-format", "dummy", "--host", "127.0.0.1", "--port", str(port), *SERVE_FLAGS,
+            "--host", "127.0.0.1", "--port", str(port), *SERVE_FLAGS,
             "--kv-transfer-config", json.dumps(kv_config)]
     log("starting vLLM: " + " ".join(cmd))
     subprocess.run(cmd, check=True, capture_output=True, text=True)

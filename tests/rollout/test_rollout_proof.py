@@ -8,7 +8,7 @@ from types import SimpleNamespace
 from fake_openai import FakeOpenAI
 from recorded_run import RecordedRun
 
-import rigkit.validation.procedure
+import rigkit.rollout.proof
 from rigkit.remote.client import ServingClient
 from rigkit.rollout.proof import Proof, proof_verdict, prove_cache
 from rigkit.validation.tiers import Tier
@@ -85,7 +85,7 @@ def test_the_short_proof_is_one_session_without_restart_soak_or_ab(monkeypatch):
         asked.append((restart, settings, connector_configured))
         return validation(COLD_RUN, WARM_GPU_RUN)
 
-    monkeypatch.setattr(rigkit.validation.procedure, "validate_tiers", validate_tiers)
+    monkeypatch.setattr(rigkit.rollout.proof, "validate_tiers", validate_tiers)
     ready = SimpleNamespace(wait_ready=lambda timeout_s: None)
     data = {"validate_sessions": 4, "validate_restart": True, "validate_decode_ab": True, "validate_soak_sessions": 2}
     assert prove_cache(ready, data, False).passed

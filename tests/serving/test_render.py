@@ -318,3 +318,27 @@ def test_native_tiered_writes_its_disk_tier_on_the_l2_mount_with_a_fixed_hash_se
     baseline = rendered(settings("native-tiered-baseline", l1_size_gb=2))["services"]["serving"]
     baseline_env = rendering_for(settings("native-tiered-baseline", l1_size_gb=2)).container_env()
     assert baseline_env["PYTHONHASHSEED"] == "0" and "--kv-transfer-config" not in baseline["command"][0]
+
+
+def test_lmcache_fs_l2_renders_no_checksum_option_and_the_card_setup_says_so():
+    """LMCache 0.5.3's fs L2 adapter reads no checksum option (FSL2AdapterConfig.from_dict: base_path,
+    relative_tmp_dir, read_ahead_size, use_odirect): rendering one would be ignored without a word. The card's setup
+    says the L2 files are unguarded instead; stacks without an LMCache fs L2 say nothing."""
+    import json as _json
+
+    from rigkit.validation.card import RigCard
+    from rigkit.validation.card.rig import render_rig_markdown
+    from rigkit.settings.hostdata import settings_for_host as _settings
+    from rigkit.serving.render import FS_L2_INTEGRITY, default_l2_adapter, l2_integrity
+
+    base = {"serving_profile": "lmcache-mp", "allow_incubating": True, "model": "m",
+            "serving_image": "lmcache/vllm-openai@sha256:" + "3" * 64}
+    assert _json.loads(default_l2_adapter()) == {"type": "fs", "base_path": "/kv-store"}
+    with_l2 = _settings({**base, "l2_enabled": True})
+    assert l2_integrity(with_l2) == FS_L2_INTEGRITY and "no checksum" in FS_L2_INTEGRITY
+    assert l2_integrity(_settings(base)) is None
+    valkey = _settings({**base, "l2_enabled": True, "l2_adapter_json": {"type": "valkey", "host": "h", "port": 1}})
+    assert l2_integrity(valkey) is None
+    card = RigCard(rig="r", run_id="x")
+    card.repro.l2_integrity = l2_integrity(with_l2)
+    assert f"| L2 integrity | {FS_L2_INTEGRITY} |" in render_rig_markdown(card)

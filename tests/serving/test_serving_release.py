@@ -3,6 +3,7 @@
 import subprocess
 
 from rigkit.serving.commands import l2_on_disk_command, release_commands
+from rigkit.serving.commands import shm_cleanup_command, l2_on_disk_command, release_commands
 
 
 def run(command: str) -> subprocess.CompletedProcess:
@@ -24,6 +25,7 @@ def test_l2_guard_passes_on_the_disk(tmp_path):
 def test_release_pulls_and_validates_the_files_before_it_stops_anything_and_never_restarts():
     commands = release_commands("docker-compose", "r@sha256:" + "a" * 64, True, "http://127.0.0.1:1/v1/models", 5)
     assert commands[0].startswith("docker pull ")
-    assert [c.split("&& ")[-1].split(" -p rigkit ")[-1] for c in commands[1:4]] == [
-        "config -q", "down --remove-orphans", "up -d"]
+    assert commands[1].endswith("config -q")
+    assert commands[2].endswith("down --remove-orphans") and commands[3] == shm_cleanup_command()
+    assert commands[4].endswith("up -d")
     assert not any("restart" in c for c in commands)

@@ -44,6 +44,19 @@ def test_a_stopped_container_is_unhealthy_and_its_leftover_segments_are_named(ri
     assert exit_status([status]) == 1
 
 
+def test_a_stopped_engines_cpu_tier_is_named_while_the_stack_runs_and_a_mapped_one_is_not(rig):
+    """The H200 leak: native-tiered's CPU tier (/dev/shm/vllm_offload_<id>.mmap) stays after every stop. A segment no
+    process maps is reported while the stack runs too; one a process maps (a running engine's) never is."""
+    import mmap
+    (rig.shm / "vllm_offload_stopped.mmap").write_bytes(b"\0" * 4096)
+    mapped = rig.shm / "vllm_offload_running.mmap"
+    mapped.write_bytes(b"\0" * 4096)
+    with open(mapped, "r+b") as f, mmap.mmap(f.fileno(), 4096):
+        status = rig.status()
+    assert status.shm_leftovers == [{"name": "vllm_offload_stopped.mmap", "bytes": 4096}]
+    assert status.state == OK and any("CPU-tier segments of stopped engines" in w for w in status.warnings)
+
+
 def test_a_restarting_container_is_unhealthy_and_restarts_are_a_warning(rig):
     inspected = made_up_inspect(IMAGE_1, rendering_for(rig.stack).container_env(), True, rig.labels)
     inspected[0]["RestartCount"] = 3

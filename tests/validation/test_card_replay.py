@@ -59,6 +59,7 @@ CHANGES = {
     "host_ram_bytes": ({"host_ram_bytes": 128 * GIB}, "host RAM"),
     "l2_device": ({"l2_device": "/dev/nvme1n1"}, "L2 device"),
     "l2_filesystem": ({"l2_filesystem": "xfs"}, "L2 filesystem"),
+    "l2_integrity": ({"l2_integrity": "checksum crc32"}, "L2 integrity"),
     "rigkit_version": ({"rigkit_version": "0.2.0"}, "rigkit version"),
     "prompts": ({"prompts": [PromptRecord(kind="code", target_tokens=3500, seed=1)]}, "prompts"),
     "output_tokens": ({"output_tokens": 32}, "output tokens"),

@@ -110,12 +110,24 @@ def test_lmcache_counters_are_found_through_their_labels():
     assert snapshot.lmcache_counter(LMCACHE_LOOKUP_HITS_L2) is None
 
 
-def test_lmcache_warm_connector_hit_is_l1_inferred_on_0_5_3():
+def test_lmcache_0_5_3_warm_connector_hit_is_l1_by_its_chunk_counters():
+    """0.5.3 has no per-tier hit counters, but counts the chunks it loaded into vLLM (+11 here) and none came up
+    from L2 (this capture has no L2 adapter: no prefetch series at all)."""
     verdict = label(lmcache_window("03-after-fillers", "04-after-warm-connector"), Tier.WARM_CONNECTOR, True)
     assert verdict.tier == Tier.WARM_CONNECTOR and verdict.passed
     assert verdict.external_hits == 2816 and verdict.connector_retrieved_tokens == 2816
-    assert (verdict.store_tier, verdict.store_tier_source) == ("L1", INFERRED)
-    assert "LMCache lookup hits +2816" in verdict.proof and "L1 inferred from the procedure" in verdict.proof
+    assert (verdict.store_tier, verdict.store_tier_source) == ("L1", BY_COUNTERS)
+    assert "LMCache lookup hits +2816" in verdict.proof
+    assert "LMCache chunks loaded +11, of them from L2 (prefetch loads) +0: served from L1" in verdict.proof
+
+
+def test_lmcache_without_any_tier_counter_is_inferred_from_the_procedure():
+    """MADE UP from the real window: the chunk counter removed, as an LMCache that exports only its lookups."""
+    real = lmcache_window("03-after-fillers", "04-after-warm-connector")
+    made_up = replace(real, lmcache={k: v for k, v in real.lmcache.items() if "num_chunks_loaded" not in k})
+    verdict = label(made_up, Tier.WARM_PERSISTENT, True, after_restart=True)
+    assert (verdict.store_tier, verdict.store_tier_source) == ("L2", INFERRED)
+    assert "L2 inferred from the procedure" in verdict.proof
 
 
 def test_lmcache_retrieves_during_a_gpu_hit_and_vllm_uses_none_of_it():
@@ -236,10 +248,11 @@ def test_the_proof_of_a_real_connector_window_word_for_word():
 
 
 def test_an_lmcache_tier_after_a_restart_is_l2_inferred_and_one_exported_counter_is_enough():
-    inferred = label(lmcache_window("03-after-fillers", "04-after-warm-connector"), Tier.WARM_PERSISTENT, True,
-                     after_restart=True)
-    assert (inferred.store_tier, inferred.store_tier_source) == ("L2", INFERRED)
-    assert "; LMCache L2 inferred from the procedure" in inferred.proof
+    # LMCache 0.5.3 exports its chunk counters: they, not the procedure, say which tier served (none from L2 here)
+    counted = label(lmcache_window("03-after-fillers", "04-after-warm-connector"), Tier.WARM_PERSISTENT, True,
+                    after_restart=True)
+    assert (counted.store_tier, counted.store_tier_source) == ("L1", BY_COUNTERS)
+    assert "LMCache chunks loaded +11, of them from L2 (prefetch loads) +0: served from L1" in counted.proof
     only_l2 = "".join(line + "\n" for line in _made_up_per_tier_lines(0, 2816, 11).splitlines() if "_l1_" not in line)
     before = parse((LMCACHE_053 / "03-after-fillers.txt").read_text() + only_l2.replace(" 2816", " 0").replace(
         " 11\n", " 0\n"))

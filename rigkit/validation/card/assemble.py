@@ -31,7 +31,8 @@ def to_card(rig: str, run_id: str, validation: TierValidation, settings: Validat
                    ttft_client=TTFTClient(transport=validation.ttft_transport, tolerance_rel=TTFT_TOLERANCE_REL,
                                           tolerance_abs_s=TTFT_TOLERANCE_ABS_S) if validation.ttft_transport else None,
                    tiers=[t.result() for t in validation.tiers], decode_ab=decode_ab, spec_decode=spec,
-                   capacity=validation.capacity, l2=l2, soak=soak, failures=failures)
+                   capacity=validation.capacity, l2=l2, soak=soak, failures=failures,
+                   not_applicable=dict(validation.not_applicable))
     card.repro = card.repro.model_copy(update=dict(repro or {}))
     card.repro.prompts = [PromptRecord(kind=p.spec.kind, target_tokens=p.spec.target_tokens, seed=p.spec.seed,
                                        tokens=p.tokens) for p in validation.prompts]

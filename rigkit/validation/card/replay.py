@@ -66,6 +66,7 @@ def setup_of(repro: Reproducibility) -> dict[str, str]:
         "driver": shown(repro.driver_version), "CUDA": shown(repro.cuda_version), "GPU model": _gpus(repro.gpu_models),
         "host RAM": fmt_bytes(repro.host_ram_bytes) if repro.host_ram_bytes else MISSING,
         "L2 device": shown(repro.l2_device), "L2 filesystem": shown(repro.l2_filesystem),
+        "L2 integrity": shown(repro.l2_integrity),
         "KV pool": (f"{repro.num_gpu_blocks} blocks × {repro.block_size} tokens" if repro.num_gpu_blocks else MISSING),
         "max model len": shown(repro.max_model_len),
     })

@@ -5,7 +5,7 @@ from __future__ import annotations
 import statistics
 from typing import Optional
 
-from rigkit.validation.card.schema import RigCard, SoakReport, SpecDecode, TierResult, TTFTClient
+from rigkit.validation.card.schema import GreedyCheck, RigCard, SoakReport, SpecDecode, TierResult, TTFTClient
 from rigkit.validation.card.shared import shared_failures, shared_lines
 from rigkit.validation.card.text import (
     TIER_ORDER,
@@ -38,8 +38,10 @@ def ordered(tiers: list[TierResult]) -> list[TierResult]:
 def tier_failure(tier: TierResult) -> str:
     wrong = tier.served_but_wrong
     if wrong:
+        references = " / ".join(dict.fromkeys(check.reference for check in wrong))
         return (f"tier {tier.expected}: served-but-wrong: its counters prove {tier.counters_label}, but the greedy "
-                f"output of {len(wrong)} of {len(tier.greedy)} sessions differs from the cold run's (below)")
+                f"output of {len(wrong)} of {len(tier.greedy)} sessions parts from the {references} run's where that "
+                f"run was sure of its token (below)")
     return f"tier {tier.expected}: labelled {tier.label}"
 
 
@@ -84,26 +86,65 @@ def _clip(text: str) -> str:
     return repr(text if len(text) <= GREEDY_SHOWN_CHARS else text[:GREEDY_SHOWN_CHARS] + "…")
 
 
+def fmt_margin(check: GreedyCheck) -> str:
+    """Where a warm output parted from its reference and how sure the reference was of its own token there."""
+    where = f"character {check.first_difference}" + (f", token {check.first_difference_token}"
+                                                     if check.first_difference_token is not None else "")
+    if len(check.text) != len(check.reference_text) and check.first_difference == min(len(check.text),
+                                                                                       len(check.reference_text)):
+        return f"parts at {where}: the reply is {len(check.text)} characters, the {check.reference}'s " \
+               f"{len(check.reference_text)}"
+    if check.margin_nats is None:
+        return f"parts at {where}, no logprobs to tell numerics from wrong KV"
+    bound = "≥ " if check.margin_is_bound else ""
+    outside = " (its token was outside the reference's top logprobs)" if check.margin_is_bound else ""
+    relation = "<" if check.verdict == "numerics" else "≥"
+    tie = f" {relation} near tie {check.near_tie_nats:g}" if check.near_tie_nats is not None else ""
+    return f"parts at {where}, margin {bound}{check.margin_nats:.3f} nats{tie}{outside}"
+
+
 def greedy_lines(card: RigCard, output_tokens: Optional[int]) -> list[str]:
-    """Each warm tier's greedy outputs against the cold run's, and every one that differs, both texts."""
+    """Each warm tier's greedy outputs against its references, and every one that differs: both texts, where they
+    part, the reference's margin there and the verdict."""
     warm = [tier for tier in ordered(card.tiers) if tier.greedy]
     if not warm:
         return []
-    summary = ", ".join(f"{t.expected} {sum(c.same for c in t.greedy)}/{len(t.greedy)} same" for t in warm)
+
+    def counts(tier: TierResult) -> str:
+        numerics = len(tier.numerics)
+        return (f"{tier.expected} {sum(c.same for c in tier.greedy)}/{len(tier.greedy)} same"
+                + (f" + {numerics} numerics" if numerics else ""))
+
     size = f", {output_tokens} tokens" if output_tokens else ""
-    lines = [f"Greedy output (temperature 0, each session's seed{size}) against the cold run's: {summary}."]
-    sessions: dict[str, dict] = {}  # session -> its cold text and each warm tier's check, in tier order
+    lines = [f"Greedy output (temperature 0, each session's seed{size}) against the cold run's (a connector tier: "
+             f"also warm-gpu's, the same cached-prefix path): {', '.join(counts(t) for t in warm)}."]
+    thresholds = {c.near_tie_nats for t in warm for c in t.greedy if c.near_tie_nats is not None}
+    if thresholds:
+        lines.append(f"A first differing token the reference ranked within {', '.join(f'{t:g}' for t in sorted(thresholds))}"
+                     f" nats of its own is numerics (passes); further, or outside its top logprobs, served-but-wrong.")
+    drifts = [c.logprob_drift for t in warm for c in t.greedy if c.logprob_drift is not None]
+    if drifts:
+        lines.append(f"Largest chosen-token logprob difference where the outputs agreed: {max(drifts):.4f} nats.")
+    sessions: dict[str, dict] = {}  # session -> its cold text and each warm tier's word, in tier order
     for tier in warm:
         for check in tier.greedy:
-            sessions.setdefault(check.session, {"cold": check.cold_text})[tier.expected] = check
+            seen = sessions.setdefault(check.session, {})
+            if check.reference == "cold":
+                seen.setdefault("cold", check.reference_text)
+            word = "same" if check.same else "≈ numerics" if check.verdict == "numerics" else "DIFFERS"
+            if seen.get(str(tier.expected), "same") == "same":
+                seen[str(tier.expected)] = word
     for session, seen in sessions.items():
-        verdicts = ", ".join(f"{name} {'same' if check.same else 'DIFFERS'}" for name, check in seen.items()
-                             if name != "cold")
-        lines.append(f"- session {session}: cold {_clip(seen['cold'])}; {verdicts}")
+        verdicts = ", ".join(f"{name} {word}" for name, word in seen.items() if name != "cold")
+        lines.append(f"- session {session}: cold {_clip(seen.get('cold', ''))}; {verdicts}")
     for tier in warm:
-        lines += [f"- ✗ {tier.expected}, session {check.session}, differs from character {check.first_difference}: "
-                  f"cold {_clip(check.cold_text)}, {tier.expected} {_clip(check.text)}"
-                  for check in tier.served_but_wrong]
+        for check in tier.greedy:
+            if check.same:
+                continue
+            mark = "≈ numerics" if check.verdict == "numerics" else "✗ served-but-wrong"
+            lines.append(f"- {mark}: {tier.expected}, session {check.session}, against {check.reference}: "
+                         f"{fmt_margin(check)}: {check.reference} {_clip(check.reference_text)}, "
+                         f"{tier.expected} {_clip(check.text)}")
     return lines
 
 
@@ -162,6 +203,8 @@ def render_rig_markdown(card: RigCard) -> str:
         label = tier.label + (f" ({tier.store_tier})" if tier.store_tier else "")
         lines.append(f"| {TIER_TITLES.get(tier.expected, tier.expected)} | {fmt_stat_seconds(tier.ttft_s)}{aborted} | "
                      f"{speedup(cold, tier)} | {fmt_stat_seconds(tier.server_ttft_s)} | {label} {mark} | {proof} |")
+    for expected, why in card.not_applicable.items():
+        lines.append(f"| {TIER_TITLES.get(expected, expected)} | — | — | — | not applicable | {why} |")
     checks = [ok for tier in card.tiers for ok in tier.ttft_within_tolerance]
     if checks and card.ttft_client:
         lines += ["", f"Client TTFT measured on {card.ttft_client.transport}; within "
@@ -208,6 +251,7 @@ def render_rig_markdown(card: RigCard) -> str:
                         ("GPUs", ", ".join(repro.gpu_models) or "none (CPU)"),
                         ("host RAM", fmt_bytes(repro.host_ram_bytes) if repro.host_ram_bytes else None),
                         ("L2 device / fs", f"{repro.l2_device or '—'} / {repro.l2_filesystem or '—'}"),
+                        *([("L2 integrity", repro.l2_integrity)] if repro.l2_integrity else []),
                         ("KV pool", f"{repro.num_gpu_blocks} blocks × {repro.block_size} tokens"
                                     if repro.num_gpu_blocks else None),
                         ("max model len", repro.max_model_len)]:

@@ -9,7 +9,7 @@ import statistics
 from datetime import datetime, timezone
 from typing import Literal, Optional, Sequence
 
-from pydantic import BaseModel, Field
+from pydantic import AliasChoices, BaseModel, Field, model_validator
 
 import rigkit
 from rigkit.validation.tiers import Tier
@@ -46,20 +46,45 @@ class TierProof(BaseModel):
     counters_reset: bool = False
     text: str
     # LMCache's tier behind a connector hit (L1, L2, L1+L2) and how it was told: "counters" (its own
-    # hit_l1/hit_l2 counters) or "inferred" (from the procedure: the running LMCache does not export them)
+    # hit_l1/hit_l2 counters, or the chunks it loaded and those it prefetched from L2) or "inferred" (from the procedure: the running LMCache does not export them)
     store_tier: Optional[str] = None
     store_tier_source: Optional[str] = None
 
 
 class GreedyCheck(BaseModel):
-    """A warm request's greedy completion (temperature 0, the session's seed) against the cold run's of the same
-    session: a tier that serves the prefix wrong gives other text (served-but-wrong)."""
+    """A warm request's greedy completion (temperature 0, the session's seed) against a reference run of the same
+    session (cold; warm-gpu too for a connector tier: rigkit.validation.greedy): a tier that serves the prefix wrong gives other
+    text (served-but-wrong); a first difference at a near tie of the reference's top logprobs is numerics."""
 
     session: str  # the salted session's id, first 8 hex digits
-    same: bool
-    cold_text: str
+    same: bool  # identical text (and tokens, when the server returned them)
+    # "same", "numerics" (parted at a near tie: passes) or "served-but-wrong"; cards before the oracle: by `same`
+    verdict: Literal["same", "numerics", "served-but-wrong"] = "same"
+    reference: str = "cold"  # the run this check compares with (the one the warm output follows longest)
+    compared_with: list[str] = Field(default_factory=list)  # every reference it was compared with
+    reference_text: str = Field(validation_alias=AliasChoices("reference_text", "cold_text"))
     text: str
     first_difference: Optional[int] = None  # index of the first character that differs
+    first_difference_token: Optional[int] = None  # index of the first token that differs (with token ids)
+    # at the first differing token: the reference's logprob of its own token minus of the warm one (nats); a lower
+    # bound when the warm token was outside the reference's top-k (margin_is_bound)
+    margin_nats: Optional[float] = None
+    margin_is_bound: bool = False
+    near_tie_nats: Optional[float] = None  # the threshold the verdict used (validate_near_tie_nats)
+    logprob_drift: Optional[float] = None  # largest chosen-token logprob difference over the tokens both share
+    tokens_compared: Optional[int] = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _verdict_of_old_cards(cls, data):
+        if isinstance(data, dict) and "verdict" not in data and "same" in data:
+            data = {**data, "verdict": "same" if data["same"] else "served-but-wrong"}
+        return data
+
+    @property
+    def cold_text(self) -> str:
+        """The reference's text (named for the cold run, the only reference before warm-gpu became one)."""
+        return self.reference_text
 
 
 class TTFTPair(BaseModel):
@@ -100,7 +125,12 @@ class TierResult(BaseModel):
 
     @property
     def served_but_wrong(self) -> list[GreedyCheck]:
-        return [check for check in self.greedy if not check.same]
+        return [check for check in self.greedy if check.verdict == "served-but-wrong"]
+
+    @property
+    def numerics(self) -> list[GreedyCheck]:
+        """Sessions whose output parted from the reference at a near tie (counted as the same output)."""
+        return [check for check in self.greedy if check.verdict == "numerics"]
 
     @property
     def counters_label(self) -> str:
@@ -113,12 +143,12 @@ class TierResult(BaseModel):
 
     @property
     def store_tier(self) -> Optional[str]:
-        """e.g. "LMCache L2" (told by its counters) or "LMCache L1, inferred"; None without an LMCache hit."""
+        """e.g. "LMCache L2, by LMCache's counters" or "LMCache L1, inferred"; None without an LMCache hit."""
         tiers = {(p.store_tier, p.store_tier_source) for p in self.proofs if p.store_tier}
         if len(tiers) != 1:
             return None if not tiers else "LMCache " + "/".join(sorted(t for t, _ in tiers))
         tier, source = tiers.pop()
-        return f"LMCache {tier}" + (", inferred" if source == "inferred" else "")
+        return f"LMCache {tier}" + (", inferred" if source == "inferred" else ", by LMCache's counters")
 
 
 class DecodeKind(BaseModel):
@@ -194,6 +224,8 @@ class Reproducibility(BaseModel):
     host_ram_bytes: Optional[int] = None
     l2_device: Optional[str] = None
     l2_filesystem: Optional[str] = None
+    # what guards the L2 files against a torn write (rigkit.serving.render.l2_integrity); None: no LMCache fs L2
+    l2_integrity: Optional[str] = None
     max_model_len: Optional[int] = None
     num_gpu_blocks: Optional[int] = None
     block_size: Optional[int] = None
@@ -306,6 +338,8 @@ class RigCard(BaseModel):
     capacity: Optional[Capacity] = None
     l2: Optional[L2Report] = None
     soak: Optional[SoakReport] = None
+    # tier -> why this stack cannot have it (validation ran no step for it; it does not fail the card)
+    not_applicable: dict[str, str] = Field(default_factory=dict)
     # the warm-shared tier: prompts another rig prefilled, asked of this one (rigkit validate-shared)
     shared: list[SharedPair] = Field(default_factory=list)
     failures: list[str] = Field(default_factory=list)

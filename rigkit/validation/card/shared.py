@@ -64,8 +64,10 @@ def shared_failures(card: RigCard) -> list[str]:
         if pair.passed:
             continue
         why = [f"its prefill on {pair.source} was labelled {pair.prefill.label}"] if not pair.prefill.passed else []
-        why += [f"the greedy output differs from {pair.source}'s from character {check.first_difference} "
-                f"({pair.source} {check.cold_text[:CLIPPED_CHARS]!r}, {pair.target} {check.text[:CLIPPED_CHARS]!r})"
+        why += [f"the greedy output parts from {pair.source}'s at character {check.first_difference}"
+                + (f" where {pair.source} was {check.margin_nats:.2f} nats sure of its token"
+                   if check.margin_nats is not None else "")
+                + f" ({pair.source} {check.reference_text[:CLIPPED_CHARS]!r}, {pair.target} {check.text[:CLIPPED_CHARS]!r})"
                 for check in pair.asked.served_but_wrong[:1]]
         failures.append(f"warm-shared {pair.source} → {pair.target}: labelled {pair.label}"
                         + (f" ({'; '.join(why)})" if why else ""))

@@ -1,0 +1,92 @@
+"""Keep what a GPU check captured as fixtures the ordinary suite replays (CI has no GPU), absolute paths scrubbed.
+
+    .venv/bin/python bench/gpu/collect.py gpu-check.tar.gz [gpu-health.tar.gz] NAME
+
+-> tests/fixtures/gpu-h200-vllm0.26/NAME/: per case record.jsonl.gz (every /metrics scrape and completion),
+result.json, run-script.sh, run-env.json, the tail of each engine log; cards/ (rigkit's cards, markdown + JSON);
+run.log, summary.json, stacks.json, versions.txt, training.json. The nvidia-smi captures (issue 27) go, raw, to
+tests/fixtures/nvidia-smi/NAME/.
+"""
+
+from __future__ import annotations
+
+import gzip
+import io
+import re
+import shutil
+import sys
+import tarfile
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+FIXTURES = REPO / "tests" / "fixtures"
+LOG_TAIL_LINES = 120
+# device paths -> placeholders (the harness's own layout: bench/gpu/go.sh, run.py)
+SCRUB = [(re.compile(r"/tmp/gpu-check-kv"), "<kv>"), (re.compile(r"/tmp/gpu-check-model"), "<model>"),
+         (re.compile(r"/tmp/site-lm"), "<site-lm>"), (re.compile(r"/tmp/site"), "<site>"),
+         (re.compile(r"/tmp/gpu-check"), "<results>"), (re.compile(r"/[\w./-]*/\.gpucheck/repo"), "<repo>"),
+         (re.compile(r"/[\w./-]*/\.gpucheck"), "<carry>")]
+
+
+def scrub(text: str) -> str:
+    for pattern, placeholder in SCRUB:
+        text = pattern.sub(placeholder, text)
+    return text
+
+
+def keep(member: str) -> bool:
+    name = Path(member).name
+    return (name in {"record.jsonl.gz", "result.json", "run-script.sh", "run-env.json", "run.log", "summary.json",
+                     "stacks.json", "versions.txt", "training.json", "l2-files.txt"}
+            or (Path(member).parent.name == "cards" and name.endswith((".md", ".card.json")))
+            or re.fullmatch(r"server-\d+\.log", name) is not None)
+
+
+def write(dest: Path, name: str, data: bytes) -> None:
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    if name.endswith(".gz"):
+        text = scrub(gzip.decompress(data).decode())
+        buffer = io.BytesIO()
+        with gzip.GzipFile(fileobj=buffer, mode="wb", mtime=0) as f:
+            f.write(text.encode())
+        dest.write_bytes(buffer.getvalue())
+        return
+    text = scrub(data.decode(errors="replace"))
+    if re.fullmatch(r"server-\d+\.log", name):
+        lines = text.splitlines()
+        text = "\n".join([f"[first {len(lines) - LOG_TAIL_LINES} lines left out]"] * (len(lines) > LOG_TAIL_LINES)
+                         + lines[-LOG_TAIL_LINES:]) + "\n"
+    dest.write_text(text)
+
+
+def collect(archive: Path, dest: Path) -> int:
+    count = 0
+    with tarfile.open(archive) as tar:
+        for member in tar.getmembers():
+            if not member.isfile() or not keep(member.name):
+                continue
+            relative = Path(*Path(member.name).parts[1:])  # drop the results folder's own name
+            write(dest / relative, member.name, tar.extractfile(member).read())
+            count += 1
+    return count
+
+
+def main() -> None:
+    *archives, name = sys.argv[1:]
+    dest = FIXTURES / "gpu-h200-vllm0.26" / name
+    shutil.rmtree(dest, ignore_errors=True)
+    for archive in map(Path, archives):
+        if archive.name.startswith("gpu-health"):
+            health = FIXTURES / "nvidia-smi" / name
+            shutil.rmtree(health, ignore_errors=True)
+            with tarfile.open(archive) as tar:
+                for member in tar.getmembers():
+                    if member.isfile():
+                        write(health / Path(member.name).name, member.name, tar.extractfile(member).read())
+            print(f"nvidia-smi captures -> {health.relative_to(REPO)}")
+        else:
+            print(f"{collect(archive, dest)} files -> {dest.relative_to(REPO)}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,54 @@
+#!/bin/bash
+# The GPU check on the device (bench/gpu/README.md), in two calls within the machine's warm window:
+#   go.sh prepare CARRY   call 1: keep the first wheel chunk (CARRY/p1) in /tmp/chunks, capture nvidia-smi for
+#                         issue 27, train the test model (bench/gpu/train_model.py) into /tmp/gpu-check-model
+#   go.sh run CARRY       call 2: the rest of the wheels (CARRY/p2), check, unpack, run bench/gpu/run.py on every
+#                         rendered stack (CARRY/p2/stacks-*.json), pack everything under $OUT as tar.gz
+set -u
+HERE=$(cd "$(dirname "$0")" && pwd); CARRY=$(cd "${2:?CARRY}" && pwd); T0=$(date +%s)
+OUTDIR=${OUT:-/tmp/out}; mkdir -p "$OUTDIR" /tmp/chunks
+unxz() { python3 -c 'import lzma,sys,shutil; shutil.copyfileobj(lzma.open(sys.stdin.buffer), sys.stdout.buffer, 1<<20)'; }
+
+case "$1" in
+prepare)
+  cp "$CARRY"/p1/* /tmp/chunks/ && ls -la /tmp/chunks
+  H=/tmp/gpu-health; mkdir -p $H
+  nvidia-smi -q > $H/nvidia-smi-q.txt 2>&1
+  nvidia-smi -q -d POWER,PERFORMANCE,ECC,TEMPERATURE > $H/nvidia-smi-q-power-performance-ecc-temperature.txt 2>&1
+  nvidia-smi --query-gpu=index,name,driver_version,power.draw,power.limit,enforced.power.limit,power.min_limit,power.max_limit,clocks_throttle_reasons.active,clocks_throttle_reasons.gpu_idle,clocks_throttle_reasons.applications_clocks_setting,clocks_throttle_reasons.sw_power_cap,clocks_throttle_reasons.hw_slowdown,clocks_throttle_reasons.hw_thermal_slowdown,clocks_throttle_reasons.hw_power_brake_slowdown,clocks_throttle_reasons.sw_thermal_slowdown,clocks_throttle_reasons.sync_boost,temperature.gpu,pcie.link.gen.current,pcie.link.gen.max,pcie.link.width.current,pcie.link.width.max,persistence_mode,ecc.errors.corrected.volatile.total,ecc.errors.uncorrected.volatile.total,ecc.errors.corrected.aggregate.total,ecc.errors.uncorrected.aggregate.total --format=csv > $H/nvidia-smi-query-gpu.csv 2>&1
+  echo "exit=$?" >> $H/nvidia-smi-query-gpu.csv
+  (dmesg 2>&1 | grep -i xid; echo "exit=${PIPESTATUS[0]}") > $H/dmesg-xid.txt 2>&1
+  (nvidia-smi; uname -r; nproc; free -g; df -h /dev/shm /tmp; python3 --version) > $H/device.txt 2>&1
+  tar -C /tmp -czf "$OUTDIR/gpu-health.tar.gz" gpu-health
+  PYTHONUNBUFFERED=1 timeout 200 python3 "$HERE/train_model.py" "$HERE/model" /tmp/gpu-check-model "${TRAIN_S:-90}" \
+    2>&1 | tail -20
+  ls -la /tmp/gpu-check-model 2>&1
+  cp /tmp/gpu-check-model/training.json "$OUTDIR/" 2>/dev/null
+  echo "prepare took $(( $(date +%s) - T0 )) s";;
+run)
+  cp -n "$CARRY"/p2/* /tmp/chunks/
+  (cd /tmp/chunks && sha256sum -c "$CARRY/p2/sha256") || { echo "chunks incomplete (call 1 on another machine?)"; exit 3; }
+  if [ ! -f /tmp/site/.complete ]; then
+    rm -rf /tmp/site; cat /tmp/chunks/site.part* | unxz | tar -x -C /tmp && touch /tmp/site/.complete || exit 4
+  fi
+  if [ ! -f /tmp/site-lm/.complete ]; then
+    rm -rf /tmp/site-lm; unxz < /tmp/chunks/lm.tar.xz | tar -x -C /tmp && touch /tmp/site-lm/.complete || exit 5
+  fi
+  echo "wheels unpacked after $(( $(date +%s) - T0 )) s"
+  RES=/tmp/gpu-check; rm -rf $RES /tmp/gpu-check-kv; mkdir -p $RES
+  if [ -f /tmp/gpu-check-model/model.safetensors ] && [ "${WEIGHTS:-trained}" = trained ]; then
+    STACKS=$CARRY/p2/stacks-real.json; export MODEL_DIR=/tmp/gpu-check-model
+    cp /tmp/gpu-check-model/training.json $RES/ 2>/dev/null
+  else
+    STACKS=$CARRY/p2/stacks-dummy.json; export MODEL_DIR=$HERE/model
+  fi
+  cp "$STACKS" $RES/stacks.json
+  PYTHONPATH=/tmp/site-lm:/tmp/site python3 -c 'import importlib.metadata as m; print("vllm", m.version("vllm"), "lmcache", m.version("lmcache"), "torch", m.version("torch"), "transformers", m.version("transformers"))' | tee $RES/versions.txt
+  export PYTHONPATH=/tmp/site PYTHONUNBUFFERED=1
+  ( while sleep 20; do tar -C /tmp -czf "$OUTDIR/.partial.tar.gz" gpu-check 2>/dev/null && mv "$OUTDIR/.partial.tar.gz" "$OUTDIR/gpu-check.tar.gz"; done ) &
+  PACKER=$!
+  python3 "$HERE/run.py" "$STACKS" $RES $(( ${BUDGET:-540} - ($(date +%s) - T0) )) ${CASES:-}
+  kill $PACKER 2>/dev/null
+  tar -C /tmp -czf "$OUTDIR/gpu-check.tar.gz" gpu-check
+  ls -la "$OUTDIR";;
+esac

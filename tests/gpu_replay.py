@@ -1,0 +1,69 @@
+"""Replay a GPU run's record (bench/gpu: every /metrics scrape and every completion of one stack, in order) through
+rigkit's own validation, so the ordinary suite judges what a real H200 served (CI has no GPU).
+
+ReplayClient is rigkit's ServingClient with its transport replaced by the record: each /metrics scrape answers the
+next recorded text, each completion the next recorded result. Prompts are built as usual (the texts differ from the
+recorded ones; the counters and outputs are the engine's). A restart is a no-op: the record goes on with the scrapes
+taken after the real one.
+"""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import json
+from pathlib import Path
+from typing import Optional
+
+from rigkit.remote.client import ServingClient, StreamResult
+from rigkit.validation.greedy import TokenChoice
+from rigkit.validation.procedure import LOGPROBS_WARMUP_PROMPT
+
+GPU_FIXTURES = Path(__file__).parent / "fixtures" / "gpu-h200-vllm0.26"
+
+
+def read_record(path: Path) -> list[dict]:
+    with gzip.open(path, "rt") as f:
+        return [json.loads(line) for line in f if line.strip()]
+
+
+class RecordExhausted(AssertionError):
+    """The procedure asked for more than the GPU run recorded: it no longer walks the steps that ran."""
+
+
+class ReplayClient(ServingClient):
+    def __init__(self, record: list[dict], max_model_len: Optional[int] = 8192, model: str = "tiny"):
+        super().__init__("http://replay.invalid", model=model)
+        self.scrapes = [item["text"] for item in record if item["kind"] == "scrape"]
+        self.requests = [item for item in record if item["kind"] == "request"]
+        self._max_model_len = max_model_len
+        self.scraped = self.answered = 0
+
+    def models(self) -> list[dict]:
+        return [{"id": self._model, "max_model_len": self._max_model_len}]
+
+    def wait_ready(self, timeout_s: float = 0, poll_s: float = 0) -> float:
+        return 0.0
+
+    def count_tokens(self, text: str) -> Optional[int]:
+        return None
+
+    def metrics_text(self) -> str:
+        if self.scraped >= len(self.scrapes):
+            raise RecordExhausted(f"scrape {self.scraped + 1} asked, {len(self.scrapes)} recorded")
+        self.scraped += 1
+        return self.scrapes[self.scraped - 1]
+
+    def stream_completion(self, prompt: str, max_tokens: int, *args, **kwargs) -> StreamResult:
+        warmup_sha = hashlib.sha256(LOGPROBS_WARMUP_PROMPT.encode()).hexdigest()[:16]
+        upcoming = self.requests[self.answered] if self.answered < len(self.requests) else None
+        if prompt == LOGPROBS_WARMUP_PROMPT and (upcoming is None or upcoming.get("prompt_sha") != warmup_sha):
+            # a record from before the logprobs warm-up (rigkit.validation.procedure): it measures nothing, answer it here
+            return StreamResult(ttft_s=0.01, total_s=0.01, prompt_tokens=8, completion_tokens=1, cached_tokens=0,
+                                chunks=1, text="", decode_tps=None)
+        if upcoming is None:
+            raise RecordExhausted(f"completion {self.answered + 1} asked, {len(self.requests)} recorded")
+        self.answered += 1
+        result = dict(upcoming["result"])
+        result["tokens"] = [TokenChoice(t["token"], t["logprob"], t.get("top") or {}) for t in result.get("tokens", [])]
+        return StreamResult(**result)

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Mapping, Optional, Sequence
 
 from rigkit.card import Capacity, GreedyCheck, StatModel, TierProof, TierResult, TTFTPair
-from rigkit.client import Measured, ServingClient, measure, prefill_timeout
+from rigkit.client import Measured, ServingClient, ServingError, measure, prefill_timeout
 from rigkit.greedy import SERVED_BUT_WRONG, Completion, compare_greedy, judge  # noqa: F401  (compare_greedy: its API)
 from rigkit.errors import ConfigError
 from rigkit.metrics import Snapshot, require_prefix_counters
@@ -204,7 +204,17 @@ def validate_tiers(client: ServingClient, restart: Optional[Callable[[], None]],
     if settings.top_logprobs:
         # vLLM CPU compiles its sampler's logprobs path (torch inductor) at the first request asking for logprobs:
         # tens of seconds that must not land in the calibration or a measured window
-        client.stream_completion(LOGPROBS_WARMUP_PROMPT, max_tokens=1, logprobs=settings.top_logprobs)
+        try:
+            warmup = client.stream_completion(LOGPROBS_WARMUP_PROMPT, max_tokens=1, logprobs=settings.top_logprobs)
+            problem = warmup.error or ("" if warmup.tokens else "the reply carried no logprobs")
+        except ServingError as exc:
+            problem = str(exc)
+        if problem:
+            raise ConfigError("validate_top_logprobs", settings.top_logprobs,
+                              f"a one-token request asking for logprobs failed: {problem}",
+                              "give the engine what logprobs need (vLLM CPU compiles that path: g++ and the Python "
+                              "headers in the image), or set validate_top_logprobs: 0 (then any difference in "
+                              "the output is served-but-wrong)")
     calibration_tokens = max(CALIBRATION_MIN_TOKENS, int(settings.prompt_tokens * CALIBRATION_FRACTION))
     calibration = client.build_prompt(PromptSpec(settings.prompt_kind, calibration_tokens, seed - 1))
     calibrated = client.stream_completion(calibration.text, max_tokens=1)

@@ -83,9 +83,10 @@ SERVED_MODEL_NAME = "tiny"
 SERVE_MODULE = "vllm.entrypoints.openai.api_server"
 
 BASE_SUITE = "bookworm"
-# libnuma1: vLLM's CPU kernels link it; the wheels do not bundle it. g++: vLLM CPU compiles its sampler's logprobs
-# path with torch inductor at the first request that asks for logprobs (without a compiler: EngineDeadError).
-BASE_PACKAGES = ("python3", "python3-venv", "libnuma1", "ca-certificates", "g++")
+# libnuma1: vLLM's CPU kernels link it; the wheels do not bundle it. g++ and python3-dev (Python.h): vLLM CPU
+# compiles its sampler's logprobs path with torch inductor at the first request that asks for logprobs (without
+# them: "No working C++ compiler", then "Python.h: No such file or directory", each an EngineDeadError).
+BASE_PACKAGES = ("python3", "python3-venv", "libnuma1", "ca-certificates", "g++", "python3-dev")
 BASE_IMAGE_NAME = "rigkit/serving-base"
 BUILD_IMAGE_NAME = "rigkit/vllm-cpu-tiny-build"
 

@@ -25,13 +25,13 @@ from dataclasses import dataclass, field
 from typing import Callable, Mapping, Optional, Sequence
 
 from rigkit.errors import ConfigError
-from rigkit.remote.client import Measured, ServingClient, measure, prefill_timeout
+from rigkit.remote.client import Measured, ServingClient, ServingError, measure, prefill_timeout
 from rigkit.settings.defaults import CALIBRATION_MIN_TOKENS
 from rigkit.settings.defaults import VALIDATION_VARIABLES as VARIABLES
 from rigkit.settings.sizing import capacity_from
 from rigkit.settings.variables import resolve
 from rigkit.validation.card import Capacity, GreedyCheck, StatModel, TierProof, TierResult, TTFTPair
-from rigkit.validation.greedy import SERVED_BUT_WRONG, Completion, compare_greedy, judge  # noqa: F401  (compare_greedy: its API)
+from rigkit.validation.greedy import SERVED_BUT_WRONG, Completion, compare_greedy, judge  # noqa: F401  (compare_greedy: its API)  # noqa: F401  (compare_greedy: its API)
 from rigkit.validation.metrics import Snapshot, require_prefix_counters
 from rigkit.validation.prompts import Prompt, PromptSpec
 from rigkit.validation.tiers import Tier, TierLabel, label
@@ -232,7 +232,17 @@ def validate_tiers(client: ServingClient, restart: Optional[Callable[[], None]],
     if settings.top_logprobs:
         # vLLM CPU compiles its sampler's logprobs path (torch inductor) at the first request asking for logprobs:
         # tens of seconds that must not land in the calibration or a measured window
-        client.stream_completion(LOGPROBS_WARMUP_PROMPT, max_tokens=1, logprobs=settings.top_logprobs)
+        try:
+            warmup = client.stream_completion(LOGPROBS_WARMUP_PROMPT, max_tokens=1, logprobs=settings.top_logprobs)
+            problem = warmup.error or ("" if warmup.tokens else "the reply carried no logprobs")
+        except ServingError as exc:
+            problem = str(exc)
+        if problem:
+            raise ConfigError("validate_top_logprobs", settings.top_logprobs,
+                              f"a one-token request asking for logprobs failed: {problem}",
+                              "give the engine what logprobs need (vLLM CPU compiles that path: g++ and the Python "
+                              "headers in the image), or set validate_top_logprobs: 0 (then any difference in "
+                              "the output is served-but-wrong)")
     calibration_tokens = max(CALIBRATION_MIN_TOKENS, int(settings.prompt_tokens * CALIBRATION_FRACTION))
     calibration = client.build_prompt(PromptSpec(settings.prompt_kind, calibration_tokens, seed - 1))
     calibrated = client.stream_completion(calibration.text, max_tokens=1)

@@ -227,6 +227,19 @@ def test_without_logprobs_a_near_tie_cannot_be_told_and_fails(recorded):
     assert not connector.passed
 
 
+def test_an_engine_that_dies_on_logprobs_is_refused_before_anything_is_measured(recorded):
+    """The lab's first run with logprobs: vLLM CPU compiled the sampler's logprobs path, failed (no Python.h) and
+    the engine died. validate_tiers asks once, before the calibration, and says which setting and what fix."""
+    def die_on_logprobs(body: dict) -> None:
+        if body.get("logprobs"):
+            recorded.server.drop_stream_after = 0
+    recorded.server.on_completion = die_on_logprobs
+    with pytest.raises(ConfigError) as refused:
+        run(recorded)
+    assert refused.value.field == "validate_top_logprobs" and "Python" in refused.value.fix
+    assert len(recorded.server.completions) == 1  # nothing measured after it
+
+
 @pytest.mark.parametrize("name, value", [("validate_top_logprobs", -1), ("validate_top_logprobs", 21),
                                          ("validate_near_tie_nats", 0), ("validate_near_tie_nats", -0.5)])
 def test_bad_oracle_settings_refused_naming_the_field(name, value):

@@ -28,7 +28,13 @@ from rigkit.firewall import API_FIREWALL, allowed_sources, controller_source, ex
 from rigkit.settings.hostdata import RigSettings
 from rigkit.operations import refuse, say
 from roles import Run
-from roles.firewall import controller_namespace, firewall_applied, firewall_removed
+from rigkit.facts.batch import FactSpec
+from roles.firewall import applied_reads, controller_namespace, firewall_applied, firewall_removed
+
+
+def operation_reads(rig: RigSettings) -> list[FactSpec]:
+    """What this role's operations read on a rig that is already right (taking an old firewall off reads live)."""
+    return applied_reads(API_FIREWALL) if rig.api_firewall["api_firewall"] else []
 
 
 @deploy("api_firewall")

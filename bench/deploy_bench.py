@@ -198,6 +198,7 @@ def main() -> int:
 
     progress(f"upgrade release 1 -> 2 on {rig.name} (release 2 put on the rig first: no pull is timed)")
     rig_shell(rig, f"docker pull -q {release_2} >/dev/null")
+    time.sleep(1.1)  # `docker events --since` counts whole seconds: the pull above must fall before it
     since = rig_shell(rig, "date +%s").strip()
     with Availability(rig) as availability:
         upgrade_s, _ = pyinfra([rig], "deploy.py", f"serving_image={release_2}")

@@ -21,7 +21,8 @@ from rigkit.settings.hostdata import rig_settings
 from rigkit.fleet.inventory import is_service_host
 from rigkit.serving.ledger import LEDGER_PATH, ROLLBACK_KIND, Ledger, Release
 from rigkit.remote.registry import require_digest
-from roles import Run
+from rigkit.facts.surveyed import serve_operation_facts
+from roles import Run, operation_reads
 from roles.rig_lock import rig_lock
 from roles.serving import serving
 
@@ -49,4 +50,6 @@ else:
     rig_lock(settings, run)  # one deploy or rollback at a time per rig; the ledger is read under the lock
     if not run.refused_by:
         target = rollback_target(settings.serving["rollback_to"])
-        serving(settings.for_image(target.image), run, kind=ROLLBACK_KIND, restore_rendering=target.rendering)
+        release = settings.for_image(target.image)
+        serve_operation_facts(host, operation_reads(release, ("serving",)))
+        serving(release, run, kind=ROLLBACK_KIND, restore_rendering=target.rendering)

@@ -1,4 +1,4 @@
-"""Deploy timings on the lab (printed as a table, never asserted): the fleet targets of issue 4.
+"""Deploy timings on the lab (printed as a table, never asserted): the targets of issues 4 and 26.
 
     sudo .venv/bin/python bench/deploy_bench.py [--rigs rig4,rig5,rig6,rig8] [--skip-first]
 
@@ -8,7 +8,11 @@
 - upgrade release 1 -> 2 on one rig: wall time and how long /v1/models did not answer (polled every 0.2 s);
 - rollback.py to release 1, which the rig keeps: wall time, API unavailability (down + up + engine start),
   the toolkit's overhead (the rest: SSH, facts, rendering, smoke, ledger) and image pulls seen by the rig's
-  engine (`docker events`), which must be none (0 bytes).
+  engine (`docker events`), which must be none (0 bytes); the upgrade's overhead likewise (release 2 is put on
+  the rig first, so the upgrade pulls nothing either);
+- pyinfra's floor (`pyinfra INVENTORY fact server.Hostname`) on 1 and N rigs in the same run, and the fact round
+  trips of a no-op on one rig (`-vvv`'s "Loaded fact" lines: deterministic, unlike wall time on a shared machine).
+Each step prints a line as it starts; the end prints every target with met / NOT MET and its figure.
 
 Rigs are host-network lab rigs named with --rigs (default: the last four host-network rigs of the lab);
 the lab must be up (`rigkit lab up --rigs N`). Every vLLM start costs ~3 GB of RAM.
@@ -19,6 +23,7 @@ from __future__ import annotations
 import argparse
 import os
 import platform
+import statistics
 import subprocess
 import sys
 import threading
@@ -40,7 +45,37 @@ from rigkit.serving.render import CONTAINER_NAME  # noqa: E402
 
 INVENTORY = REPO_ROOT / "inventory" / "lab.py"
 POLL_S = 0.2
-TARGETS = {"noop_per_rig_s": 3.0, "scaling_4_vs_1": 1.5, "rollback_overhead_s": 5.0}
+# issue 26's targets
+NOOP_VS_FLOOR = 2.0          # a no-op within this many times pyinfra's one-fact floor, on 1 and on N rigs
+SCALING_N_VS_1 = 1.2         # a no-op on N rigs within this many times one rig
+OVERHEAD_S = 3.0             # a rollback's (and an upgrade's, image on the rig) overhead on top of down+up+start
+NOOP_ROUND_TRIPS = 2         # fact round trips per rig in a no-op
+FLOOR_FACT = "server.Hostname"
+
+
+def progress(message: str) -> None:
+    print(f"[{time.strftime('%H:%M:%S')}] {message}", flush=True)
+
+
+def verdict(target: str, met: bool, figure: str) -> str:
+    return f"  [{'met' if met else 'NOT MET'}] {target}: {figure}"
+
+
+def floor(rigs: list[RigState]) -> float:
+    args = [pyinfra_executable(), "-y", *[arg for rig in rigs for arg in ("--limit", rig.name)], str(INVENTORY),
+            "fact", FLOOR_FACT]
+    started = time.monotonic()
+    result = subprocess.run(args, cwd=REPO_ROOT, capture_output=True, text=True)
+    if result.returncode != 0:
+        raise SystemExit(f"pyinfra fact failed:\n{(result.stdout + result.stderr)[-4000:]}")
+    return time.monotonic() - started
+
+
+def noop_round_trips(rig: RigState) -> int:
+    """Fact round trips of a no-op deploy on one rig, counted in pyinfra -vvv's output."""
+    result = subprocess.run([pyinfra_executable(), "-y", "-vvv", "--limit", rig.name, str(INVENTORY), "deploy.py"],
+                            cwd=REPO_ROOT, capture_output=True, text=True)
+    return (result.stdout + result.stderr).count("Loaded fact")
 
 
 def rig_shell(rig: RigState, command: str) -> str:
@@ -113,11 +148,17 @@ class Row:
     note: str = ""
 
 
+def image_pulls(rig: RigState, since: str) -> list[str]:
+    return rig_shell(rig, f"docker events --since {since} --until $(date +%s) --filter type=image "
+                          "--filter event=pull").strip().splitlines()
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rigs", help="comma-separated rig names (4 for the full table)")
     parser.add_argument("--skip-first", action="store_true", help="skip the first-deploy rows (no vLLM restarts "
                         "for the scaling part)")
+    parser.add_argument("--repeat", type=int, default=3, help="runs per no-op and floor figure (the median is shown)")
     args = parser.parse_args()
     state = read_state()
     by_name = {rig.name: rig for rig in state.rigs}
@@ -129,28 +170,49 @@ def main() -> int:
 
     first: dict[int, float] = {}
     noop: dict[int, float] = {}
+    floors: dict[int, float] = {}
     for count in counts:
         group = rigs[:count]
         if not args.skip_first:
             for rig in group:
                 remove_stack(rig)
+            progress(f"first deploy of release 1 on {count} rig(s)")
             first[count], outcome = pyinfra(group, "deploy.py", f"serving_image={release_1}")
             rows.append(Row("first deploy (image cached)", count, first[count], outcome))
         else:
+            progress(f"converging {count} rig(s) on release 1")
             pyinfra(group, "deploy.py", f"serving_image={release_1}")
-        noop[count], outcome = pyinfra(group, "deploy.py", f"serving_image={release_1}")
-        rows.append(Row("no-op re-deploy", count, noop[count], f"{outcome}; {noop[count] / count:.2f} s per rig"))
+        samples, floor_samples = [], []
+        for attempt in range(args.repeat):
+            progress(f"no-op re-deploy and pyinfra's floor on {count} rig(s), {attempt + 1}/{args.repeat}")
+            seconds, outcome = pyinfra(group, "deploy.py", f"serving_image={release_1}")
+            samples.append(seconds)
+            floor_samples.append(floor(group))
+        noop[count], floors[count] = statistics.median(samples), statistics.median(floor_samples)
+        rows.append(Row("no-op re-deploy", count, noop[count], f"{outcome}; median of {args.repeat}"))
+        rows.append(Row(f"pyinfra floor (fact {FLOOR_FACT})", count, floors[count], f"median of {args.repeat}"))
 
     rig = rigs[0]
+    progress(f"fact round trips of a no-op on {rig.name} (pyinfra -vvv)")
+    round_trips = noop_round_trips(rig)
+
+    progress(f"upgrade release 1 -> 2 on {rig.name} (release 2 put on the rig first: no pull is timed)")
+    rig_shell(rig, f"docker pull -q {release_2} >/dev/null")
+    time.sleep(1.1)  # `docker events --since` counts whole seconds: the pull above must fall before it
+    since = rig_shell(rig, "date +%s").strip()
     with Availability(rig) as availability:
         upgrade_s, _ = pyinfra([rig], "deploy.py", f"serving_image={release_2}")
-    rows.append(Row("upgrade release 1 -> 2", 1, upgrade_s, f"/v1/models unavailable {availability.longest:.1f} s"))
+    upgrade_pulls = image_pulls(rig, since)
+    upgrade_overhead = upgrade_s - availability.longest
+    rows.append(Row("upgrade release 1 -> 2", 1, upgrade_s,
+                    f"/v1/models unavailable {availability.longest:.1f} s; toolkit overhead {upgrade_overhead:.1f} s; "
+                    f"image pulls {len(upgrade_pulls)}"))
 
+    progress(f"rollback.py to release 1 on {rig.name}")
     since = rig_shell(rig, "date +%s").strip()
     with Availability(rig) as availability:
         rollback_s, _ = pyinfra([rig], "rollback.py")
-    pulls = rig_shell(rig, f"docker events --since {since} --until $(date +%s) --filter type=image "
-                           "--filter event=pull").strip().splitlines()
+    pulls = image_pulls(rig, since)
     serving = rig_shell(rig, f"docker inspect --format '{{{{.Config.Image}}}}' {CONTAINER_NAME}").strip()
     overhead = rollback_s - availability.longest
     rows.append(Row("rollback to cached release 1", 1, rollback_s,
@@ -159,18 +221,31 @@ def main() -> int:
                     f"serving release 1: {serving == release_1}"))
 
     ram_gib = round(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30)
-    print(f"\nmachine: {platform.node()} {platform.machine()}, {os.cpu_count()} cores, {ram_gib} GiB RAM; "
+    load = os.getloadavg()[0]
+    print(f"\nmachine: {platform.node()} {platform.machine()}, {os.cpu_count()} cores, {ram_gib} GiB RAM, "
+          f"load {load:.1f} at the end (wall times on a shared machine are noisy; round trips are not); "
           f"rigs {', '.join(names)}")
-    print(f"{'measurement':<32} {'rigs':>4} {'seconds':>8}  note")
+    print(f"{'measurement':<36} {'rigs':>4} {'seconds':>8}  note")
     for row in rows:
-        print(f"{row.what:<32} {row.rigs:>4} {row.seconds:>8.1f}  {row.note}")
-    if len(counts) > 1:
-        top = counts[-1]
-        print(f"\nparallel scaling, {top} rigs vs 1: no-op {noop[top] / noop[1]:.2f}x"
-              + (f", first deploy {first[top] / first[1]:.2f}x" if first else "")
-              + f" (target <= {TARGETS['scaling_4_vs_1']}x)")
-    print(f"targets: no-op <= {TARGETS['noop_per_rig_s']} s per rig; rollback overhead <= "
-          f"{TARGETS['rollback_overhead_s']} s with 0 bytes pulled")
+        print(f"{row.what:<36} {row.rigs:>4} {row.seconds:>8.1f}  {row.note}")
+    top = counts[-1]
+    print("\ntargets (issue 26):")
+    print(verdict(f"no-op fact round trips per rig <= {NOOP_ROUND_TRIPS}", round_trips <= NOOP_ROUND_TRIPS,
+                  f"{round_trips} (pyinfra -vvv on {rig.name})"))
+    for count in sorted({1, top}):
+        ratio = noop[count] / floors[count]
+        print(verdict(f"no-op <= {NOOP_VS_FLOOR:g}x pyinfra's one-fact floor, {count} rig(s)", ratio <= NOOP_VS_FLOOR,
+                      f"{noop[count]:.2f} s vs {floors[count]:.2f} s ({ratio:.2f}x)"))
+    if top > 1:
+        ratio = noop[top] / noop[1]
+        print(verdict(f"no-op on {top} rigs <= {SCALING_N_VS_1:g}x one rig", ratio <= SCALING_N_VS_1,
+                      f"{noop[top]:.2f} s vs {noop[1]:.2f} s ({ratio:.2f}x)"))
+    print(verdict(f"rollback overhead <= {OVERHEAD_S:g} s, 0 bytes pulled", overhead <= OVERHEAD_S and not pulls,
+                  f"{overhead:.1f} s, {len(pulls)} pulls"))
+    print(verdict(f"upgrade (image on the rig) overhead <= {OVERHEAD_S:g} s, 0 bytes pulled",
+                  upgrade_overhead <= OVERHEAD_S and not upgrade_pulls,
+                  f"{upgrade_overhead:.1f} s, {len(upgrade_pulls)} pulls"))
+    print("  (no-op >= 5x faster than Ansible's deploy play: bench/peer_bench.py, which runs the play)")
     return 0
 
 

@@ -13,6 +13,8 @@ from typing import Optional, Sequence
 
 from pyinfra import host
 
+from rigkit.facts.batch import FactSpec
+from rigkit.facts.surveyed import serve_operation_facts
 from rigkit.settings.hostdata import RigSettings
 from rigkit.survey import RigState, read_rig_state
 
@@ -42,10 +44,22 @@ class Run:
         return self.survey
 
 
+def operation_reads(settings: RigSettings, names: Sequence[str] = PIPELINE) -> list[FactSpec]:
+    """Every fact the roles' operations read on a rig that is already right (each role's ``operation_reads``)."""
+    reads: list[FactSpec] = []
+    for name in names:
+        module = importlib.import_module(f"roles.{name}")
+        if hasattr(module, "operation_reads"):
+            reads += module.operation_reads(settings)
+    return list(dict.fromkeys(reads))
+
+
 def deploy_rig(settings: RigSettings, names: Sequence[str] = PIPELINE, run: Optional[Run] = None) -> Run:
     """The roles ``names`` in order on this host, stopping after one that refused it. The rig survey is
-    read right after the lock is held, so every plan is made from the state the previous deploy left."""
+    read right after the lock is held, so every plan is made from the state the previous deploy left; the
+    operations read the facts they need in one round trip when they run (rigkit.facts.surveyed)."""
     run = Run() if run is None else run
+    serve_operation_facts(host, operation_reads(settings, names))
     for name in names:
         role = getattr(importlib.import_module(f"roles.{name}"), name)
         role(settings, run)

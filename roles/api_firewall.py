@@ -24,11 +24,17 @@ from pyinfra.api.deploy import deploy
 from pyinfra.operations import python
 
 from rigkit.errors import PreflightError
+from rigkit.facts.batch import FactSpec
 from rigkit.firewall import API_FIREWALL, allowed_sources, controller_source, exposure_notice, refuse_same_namespace
 from rigkit.operations import refuse, say
 from rigkit.settings.hostdata import RigSettings
 from roles import Run
-from roles.firewall import controller_namespace, firewall_applied, firewall_removed
+from roles.firewall import applied_reads, controller_namespace, firewall_applied, firewall_removed
+
+
+def operation_reads(rig: RigSettings) -> list[FactSpec]:
+    """What this role's operations read on a rig that is already right (taking an old firewall off reads live)."""
+    return applied_reads(API_FIREWALL) if rig.api_firewall["api_firewall"] else []
 
 
 @deploy("api_firewall")

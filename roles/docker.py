@@ -20,13 +20,17 @@ from io import StringIO
 
 from pyinfra import host
 from pyinfra.api.deploy import deploy
-from pyinfra.facts.deb import DebArch
+from pyinfra.facts.deb import DebArch, DebPackages
+from pyinfra.facts.files import FileContents
 from pyinfra.facts.server import Users
 from pyinfra.operations import files, server, systemd
 from pyinfra.operations.util import any_changed
 
 from rigkit.distro import DOCKER_SUPPORTED_OS, TargetOS, target_os
 from rigkit.errors import PreflightError
+from rigkit.facts.apt import AptHeldPackages
+from rigkit.facts.batch import FactSpec
+from rigkit.facts.surveyed import directory_reads, service_reads
 from rigkit.operations.apt import APT_KEYRINGS_DIR, apt_source_line, packages_held, packages_installed, pinned
 from rigkit.operations.docker import docker_engine_verified, json_file_merged
 from rigkit.settings.hostdata import RigSettings
@@ -67,6 +71,13 @@ def engine_check_repeats(state: RigState, verify_image: str | None) -> bool:
     and no container would run (none declared, no local image to pick)."""
     answered = state.engine is not None and not state.engine["error"]
     return answered and not verify_image and not state.local_images
+
+
+def operation_reads(rig: RigSettings) -> list[FactSpec]:
+    """What this role's operations read on a rig that is already right (docker-ce's repository files are
+    read as they run)."""
+    return [*directory_reads("/etc/docker"), FactSpec.of(FileContents, path=DAEMON_JSON), FactSpec.of(DebPackages),
+            FactSpec.of(AptHeldPackages), *service_reads(DOCKER_SERVICE)]
 
 
 @deploy("docker")

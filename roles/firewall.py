@@ -10,8 +10,12 @@ from io import StringIO
 from typing import Sequence
 
 from pyinfra import host
+from pyinfra.facts.deb import DebPackages
 from pyinfra.operations import files, systemd
 
+from rigkit.facts.batch import FactSpec
+from rigkit.facts.firewall import NftTableComment
+from rigkit.facts.surveyed import put_reads, service_reads
 from rigkit.firewall import Firewall, Network, ruleset, ruleset_comment, source_text, unit_text
 from rigkit.operations import say
 from rigkit.operations.apt import packages_installed
@@ -23,6 +27,12 @@ PACKAGES = ["nftables"]
 def controller_namespace() -> str:
     """This machine's network namespace, as the host's NetworkNamespace fact names one (the lab's guard)."""
     return os.readlink("/proc/self/ns/net")
+
+
+def applied_reads(firewall: Firewall) -> list[FactSpec]:
+    """What firewall_applied's operations read on a host that already holds the firewall."""
+    return [FactSpec.of(DebPackages), *put_reads(firewall.ruleset_path), *put_reads(firewall.unit_path),
+            FactSpec.of(NftTableComment, table=firewall.table), *service_reads(firewall.unit_name)]
 
 
 def firewall_applied(firewall: Firewall, ports: Sequence[int], sources: Sequence[Network]) -> None:

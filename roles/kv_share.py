@@ -15,15 +15,33 @@ from __future__ import annotations
 
 from pyinfra import host
 from pyinfra.api.deploy import deploy
+from pyinfra.facts.deb import DebPackages
+from pyinfra.facts.files import FileContents
 from pyinfra.operations import files
 
+from rigkit.facts.batch import FactSpec
+from rigkit.facts.disk import MountedFilesystem, MountWritable
+from rigkit.facts.surveyed import directory_reads
 from rigkit.kv_share import NFS_FSTYPES, fstab_entry_line
 from rigkit.operations import say
 from rigkit.operations.apt import packages_installed
-from rigkit.operations.disk import fstab_entry, mount_writable, mounted
+from rigkit.operations.disk import FSTAB, fstab_entry, mount_writable, mounted
 from rigkit.settings.defaults import KV_SHARE_NFS_CLIENT_PACKAGE
 from rigkit.settings.hostdata import RigSettings
 from roles import Run
+
+
+def operation_reads(rig: RigSettings) -> list[FactSpec]:
+    """What this role's operations read on a rig that is already right."""
+    settings = rig.kv_share
+    if settings["kv_share_source"] is None:
+        return []
+    mount_point = settings["kv_share_mount_point"]
+    mount = []
+    if settings["kv_share_fstype"] in NFS_FSTYPES:
+        mount = [FactSpec.of(DebPackages), *directory_reads(mount_point), FactSpec.of(FileContents, path=FSTAB),
+                 FactSpec.of(MountedFilesystem, mount_point=mount_point)]
+    return mount + [FactSpec.of(MountWritable, path=mount_point)]
 
 
 @deploy("kv_share")

@@ -19,13 +19,16 @@ from typing import Optional
 
 from pyinfra import host
 from pyinfra.api.deploy import deploy
+from pyinfra.facts.files import FileContents
 from pyinfra.operations import files
 
 from rigkit.disk import fstab_line
 from rigkit.errors import ConfigError, PreflightError
-from rigkit.facts.disk import BlockDeviceList
+from rigkit.facts.batch import FactSpec
+from rigkit.facts.disk import BlockDeviceList, BlockDeviceProbe, MountedFilesystem
+from rigkit.facts.surveyed import directory_reads
 from rigkit.operations import say
-from rigkit.operations.disk import filesystem_made, fstab_entry, mounted
+from rigkit.operations.disk import FSTAB, filesystem_made, fstab_entry, mounted
 from rigkit.settings.defaults import LABEL_LIMITS, l2_cache_path
 from rigkit.settings.hostdata import RigSettings
 from rigkit.survey import RigState
@@ -92,6 +95,17 @@ def checked_device(settings: dict, state: RigState) -> tuple[dict, list[str], st
                              f"{current_mount['source']} is mounted there, not {probe['path']}",
                              "unmount it, or choose another l2_mount_point")
     return probe, lsblk, action
+
+
+def operation_reads(rig: RigSettings) -> list[FactSpec]:
+    """What this role's operations read on a rig that is already right."""
+    settings = rig.l2_disk
+    if not settings["l2_device"]:
+        return []
+    mount_point = settings["l2_mount_point"]
+    return [FactSpec.of(BlockDeviceProbe, device=settings["l2_device"]), *directory_reads(mount_point),
+            FactSpec.of(FileContents, path=FSTAB), FactSpec.of(MountedFilesystem, mount_point=mount_point),
+            *directory_reads(l2_cache_path(settings))]
 
 
 @deploy("l2_disk")

@@ -16,10 +16,13 @@ from io import StringIO
 
 from pyinfra import host
 from pyinfra.api.deploy import deploy
-from pyinfra.facts.deb import DebArch
+from pyinfra.facts.deb import DebArch, DebPackages
 from pyinfra.operations import files, systemd
 
 from rigkit.distro import target_os
+from rigkit.facts.apt import AptHeldPackages
+from rigkit.facts.batch import FactSpec
+from rigkit.facts.surveyed import directory_reads, put_reads
 from rigkit.operations import say
 from rigkit.operations.apt import APT_KEYRINGS_DIR, packages_held, packages_installed, pinned
 from rigkit.operations.nvidia import gpu_container_verified, nvidia_runtime_configured
@@ -32,6 +35,15 @@ TOOLKIT_PACKAGES = ["nvidia-container-toolkit", "nvidia-container-toolkit-base",
                     "libnvidia-container-tools", "libnvidia-container1"]
 TOOLKIT_KEYRING = f"{APT_KEYRINGS_DIR}/nvidia-container-toolkit.asc"
 TOOLKIT_SOURCE_LIST = "/etc/apt/sources.list.d/nvidia-container-toolkit.list"
+
+
+def operation_reads(rig: RigSettings) -> list[FactSpec]:
+    """What this role's operations read on a rig whose toolkit is right (the signing key's download and the
+    runtime's daemon.json check read as they run)."""
+    if rig.host["gpus"] == 0:
+        return []
+    return [*directory_reads(APT_KEYRINGS_DIR), *put_reads(TOOLKIT_SOURCE_LIST), FactSpec.of(DebPackages),
+            FactSpec.of(AptHeldPackages)]
 
 
 @deploy("nvidia_container_toolkit")

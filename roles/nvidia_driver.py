@@ -23,10 +23,16 @@ from io import StringIO
 
 from pyinfra import host
 from pyinfra.api.deploy import deploy
+from pyinfra.facts.deb import DebPackages
+from pyinfra.facts.server import KernelModules
 from pyinfra.operations import files, server, systemd
 from pyinfra.operations.util import any_changed
 
 from rigkit.distro import TargetOS, target_os
+from rigkit.facts.apt import AptHeldPackages
+from rigkit.facts.batch import FactSpec
+from rigkit.facts.nvidia import NvidiaSmiGpus
+from rigkit.facts.surveyed import put_reads, service_reads
 from rigkit.operations import say
 from rigkit.operations.apt import deb_from_url, packages_held, packages_installed, pinned
 from rigkit.operations.nvidia import kernel_module_unloaded, nvidia_driver_verified, nvidia_module_current
@@ -67,6 +73,16 @@ def package_specs(os: TargetOS, settings: dict) -> list[str]:
     version = settings["nvidia_driver_version"]
     # The branch-pinning package has its own version scheme: never pin it to the driver's.
     return [name if name == branch_pinning_package(settings) else pinned([name], version)[0] for name in names]
+
+
+def operation_reads(rig: RigSettings) -> list[FactSpec]:
+    """What this role's operations read on a rig whose driver is right (the CUDA keyring's package among the
+    packages; the loaded module's version only after an install, read then)."""
+    if rig.host["gpus"] == 0:
+        return []
+    persistence = service_reads("nvidia-persistenced") if rig.nvidia_driver["nvidia_driver_persistence_mode"] else []
+    return [FactSpec.of(DebPackages), *put_reads(NOUVEAU_BLACKLIST), FactSpec.of(KernelModules),
+            FactSpec.of(AptHeldPackages), *persistence, FactSpec.of(NvidiaSmiGpus)]
 
 
 @deploy("nvidia_driver")

@@ -31,11 +31,15 @@ from typing import Optional
 
 from pyinfra import host
 from pyinfra.api import deploy
+from pyinfra.facts.files import FileContents
 from pyinfra.operations import files, python, systemd
 from pyinfra.operations.util import any_changed
 
-from rigkit.facts.docker import ManifestProbe
+from rigkit.facts.batch import FactSpec
+from rigkit.facts.docker import ComposeCommand, DockerImagePresent, ManifestProbe
 from rigkit.facts.model import StagedModel
+from rigkit.facts.serving import StackContainers
+from rigkit.facts.surveyed import directory_reads, put_reads, service_reads
 from rigkit.files.l2_janitor import L2_JANITOR_INTERVAL_S, L2_JANITOR_MIN_FREE_BYTES, L2_JANITOR_UNIT
 from rigkit.model.source import parse_model_source, store_revision_dir, store_stamp
 from rigkit.operations import refusal_of, refuse, refusing_step
@@ -45,7 +49,14 @@ from rigkit.paths import RIG_LIB_DIR, RIG_STACK_DIR, RIG_STATE_DIR
 from rigkit.preflight import HostFacts, preflight, refusals
 from rigkit.remote.tunnel import serving_url
 from rigkit.serving import release_steps
-from rigkit.serving.commands import FILES_DIR, WAIT_READY_SCRIPT, WAIT_READY_SOURCE, ready_url, rendering_for
+from rigkit.serving.commands import (
+    FILES_DIR,
+    RELEASE_HASH_FILE,
+    WAIT_READY_SCRIPT,
+    WAIT_READY_SOURCE,
+    ready_url,
+    rendering_for,
+)
 from rigkit.serving.ledger import DEPLOY_KIND, ROLLBACK_KIND, Release, Rendering
 from rigkit.serving.release import (
     Outcome,
@@ -56,7 +67,7 @@ from rigkit.serving.release import (
     roll_back_or_refuse,
     rollback_target,
 )
-from rigkit.serving.render import COMPOSE_FILE_NAME, CONTAINER_NAME, ENV_FILE_MODE, ENV_FILE_NAME
+from rigkit.serving.render import COMPOSE_FILE_NAME, CONTAINER_NAME, ENV_FILE_MODE, ENV_FILE_NAME, STACK_NAME
 from rigkit.serving.smoke import HASH_SEED_ENV, SmokeReport, check_container, check_hash_seed, check_http
 from rigkit.settings.hostdata import RigSettings, Settings
 from rigkit.settings.knobs import KNOBS_BY_NAME
@@ -167,6 +178,24 @@ def _todays_rendering(rig: RigSettings, image: str) -> Optional[Rendering]:
     except Exception as exc:  # an old image the current data cannot render is no rollback target
         logger.warning(f"[{host.name}] cannot render {image} from today's data: {exc}")
         return None
+
+
+def operation_reads(rig: RigSettings) -> list[FactSpec]:
+    """What this role's operations read on a rig that already serves this release: its directories, files and
+    janitor unit, the image, and the release check (stack_release)."""
+    settings = rig.stack
+    reads = [*directory_reads(RIG_STACK_DIR), *directory_reads(RIG_STATE_DIR), *directory_reads(RIG_LIB_DIR)]
+    if settings.l2_active:
+        reads += directory_reads(settings.knobs["l2_path"])
+    reads += put_reads(WAIT_READY_SCRIPT)
+    if settings.runs_l2_janitor:
+        reads += [*put_reads(L2_JANITOR_SCRIPT), *put_reads(f"/etc/systemd/system/{L2_JANITOR_UNIT}"),
+                  *service_reads(L2_JANITOR_UNIT)]
+    elif settings.l2_active and settings.knobs["kv_share"]:
+        reads += service_reads(L2_JANITOR_UNIT)
+    return reads + [*put_reads(f"{RIG_STACK_DIR}/{COMPOSE_FILE_NAME}"), *put_reads(f"{RIG_STACK_DIR}/{ENV_FILE_NAME}"),
+                    FactSpec.of(DockerImagePresent, image=settings.image), FactSpec.of(StackContainers, stack=STACK_NAME),
+                    FactSpec.of(FileContents, path=RELEASE_HASH_FILE), FactSpec.of(ComposeCommand)]
 
 
 @deploy("serving")

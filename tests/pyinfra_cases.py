@@ -34,7 +34,9 @@ A case holds:
   "Preflight refused" step raises when it runs), ``hidden`` (strings no printed line may contain: a
   secret), ``error`` (substring of
   the refusal), and/or ``prepare_round_trips`` (how many fact reads, a FactBatch counting once, the
-  deploy makes before any operation runs: the SSH round trips a no-op re-deploy spends preparing).
+  deploy makes before any operation runs: the SSH round trips a no-op re-deploy spends preparing) and
+  ``execute_round_trips`` (the same, while the operations run: on a rig already right, the one batch of
+  rigkit.facts.surveyed; the case runner runs no command, so an operation's change does not end that picture).
 
 The hosts are fakes by necessity: there is no GPU driver, CUDA repository or NVMe here. The lab
 tests (tests/lab/test_roles_lab.py) run the docker and l2_disk roles against real rigs.
@@ -331,8 +333,9 @@ def check_case(case_path: Path) -> None:
         assert any(note in line for line in result["notes"]), f"{note!r} not in notes {result['notes']}"
     for secret in case.get("hidden", []):
         assert not any(secret in line for line in result["notes"]), f"{secret!r} printed: {result['notes']}"
-    if "prepare_round_trips" in case:
-        assert result["round_trips"]["prepare"] == case["prepare_round_trips"], f"facts asked: {result['asked']}"
+    for stage in ("prepare", "execute"):
+        if f"{stage}_round_trips" in case:
+            assert result["round_trips"][stage] == case[f"{stage}_round_trips"], f"facts asked: {result['asked']}"
     for function, parts in case.get("python_args", {}).items():
         assert function in result["python_args"], f"no Python step {function!r}: {result['commands']}"
         for part in _as_list(parts):

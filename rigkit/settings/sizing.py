@@ -16,7 +16,7 @@ from __future__ import annotations
 import math
 from typing import Mapping, Optional, Sequence
 
-from rigkit.validation.card import Capacity, CapacityTier
+from rigkit.validation.card.schema import Capacity, CapacityTier  # not the package: its renderers load plotting
 
 GB = 10**9
 GIB = 2**30

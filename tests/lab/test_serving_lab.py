@@ -8,16 +8,21 @@ namespace is reachable no other way. `deployed` (tests/lab/conftest.py) deploys 
 from __future__ import annotations
 
 import json
+from pathlib import Path
+
 import pytest
 import requests
 
 from rigkit.lab.pyinfra_output import parse_results
 from rigkit.settings.knobs import KNOBS_BY_NAME
 from rigkit.serving.ledger import LEDGER_PATH
-from rigkit.serving.render import CONTAINER_NAME
+from rigkit.paths import RIG_STACK_DIR
+from rigkit.serving.render import COMPOSE_FILE_NAME, CONTAINER_NAME
 from rigkit.remote.tunnel import serving_url
 
 pytestmark = [pytest.mark.lab, pytest.mark.vllm]
+
+DEPLOYS = Path(__file__).parent / "deploys"
 
 BIND_ADDRESS = KNOBS_BY_NAME["bind_address"].default
 
@@ -65,6 +70,24 @@ def test_second_run_changes_nothing(lab, deployed, run_pyinfra, rig_exec):
     assert total.success == 0 and total.error == 0, result.stdout[-4000:]
     after = {rig.name: rig_exec(rig, f"docker inspect --format '{{{{.Id}}}}' {CONTAINER_NAME}").stdout for rig in lab.rigs}
     assert before == after  # same containers: nothing was restarted
+
+
+def test_a_file_changed_after_the_survey_is_put_right(lab, deployed, run_pyinfra, rig_exec):
+    """The survey is read while the deploy is prepared; the file is changed after it, before the operations run:
+    they read the rig as they run, upload the rendered compose.yml again, and leave the stack running."""
+    rig = lab.rigs[0]
+    compose = f"{RIG_STACK_DIR}/{COMPOSE_FILE_NAME}"
+    rendered = rig_exec(rig, f"sha1sum < {compose}").stdout
+    container = rig_exec(rig, f"docker inspect --format '{{{{.Id}}}}' {CONTAINER_NAME}").stdout
+    result = run_pyinfra(args=["--limit", rig.name], deploy=DEPLOYS / "change_after_survey.py")
+    assert_ok(result)
+    assert parse_results(result.stdout + result.stderr)["serving | Render compose.yml"].success == 1
+    assert grand_total(result).success == 1, result.stdout[-4000:]
+    assert rig_exec(rig, f"sha1sum < {compose}").stdout == rendered
+    assert rig_exec(rig, f"docker inspect --format '{{{{.Id}}}}' {CONTAINER_NAME}").stdout == container
+    again = run_pyinfra(args=["--limit", rig.name], deploy="deploy.py")
+    assert_ok(again)
+    assert grand_total(again).success == 0, again.stdout[-4000:]
 
 
 def test_declared_knobs_reach_the_container(lab, deployed, rig_exec):

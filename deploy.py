@@ -52,8 +52,9 @@ gateway = is_gateway(host.groups)
 if KV_STORE_GROUP in host.groups:  # the fleet's KV store: no serving stack, the store role only
     settings = validated(needs_stack=False)
     rigs = inventory_rigs(host.inventory) if settings.kv_store["kv_store_firewall"] else {}
-    kv_store(settings, Run(), {name: rig_address(name, data, knobs["bind_address"])
-                               for name, (data, knobs) in rigs.items()})
+    kv_store(
+        settings, Run(), {name: rig_address(name, data, knobs["bind_address"]) for name, (data, knobs) in rigs.items()}
+    )
 elif gateway:  # every rig's data validated here too: a bad value stops the run before any host is touched
     settings = rig_settings(host.data.dict(), needs_stack=False)
     refuse_router_on_controller(host.name, settings.router)

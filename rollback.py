@@ -17,11 +17,11 @@ from pyinfra import host
 from pyinfra.facts.files import FileContents
 
 from rigkit.errors import ConfigError
-from rigkit.settings.hostdata import rig_settings
-from rigkit.fleet.inventory import is_service_host
-from rigkit.serving.ledger import LEDGER_PATH, ROLLBACK_KIND, Ledger, Release
-from rigkit.remote.registry import require_digest
 from rigkit.facts.surveyed import serve_operation_facts
+from rigkit.fleet.inventory import is_service_host
+from rigkit.remote.registry import require_digest
+from rigkit.serving.ledger import LEDGER_PATH, ROLLBACK_KIND, Ledger, Release
+from rigkit.settings.hostdata import rig_settings
 from roles import Run, operation_reads
 from roles.rig_lock import rig_lock
 from roles.serving import serving
@@ -36,9 +36,12 @@ def rollback_target(wanted: str | None) -> Release:
     target = ledger.rollback_target()
     if target is None:
         current = ledger.current.image if ledger.current else None
-        raise ConfigError("rollback_to", None,
-                          f"{host.name}'s ledger has no verified release before its latest deploy ({current})",
-                          "pass --data rollback_to=REPO@sha256:<digest>")
+        raise ConfigError(
+            "rollback_to",
+            None,
+            f"{host.name}'s ledger has no verified release before its latest deploy ({current})",
+            "pass --data rollback_to=REPO@sha256:<digest>",
+        )
     return target
 
 

@@ -80,12 +80,12 @@ def _rig_probe(knobs) -> Optional[RigProbe]:
 def _restart_stack(compose: str) -> None:
     """A full `down` then `up -d` (rigkit.serving.commands.restart_commands)."""
     if _shell(" && ".join(restart_commands(compose))) is None:
-        raise ConfigError("restart", RIG_STACK_DIR, "compose down/up failed on the rig",
-                          "run deploy.py again, then validate")
+        raise ConfigError(
+            "restart", RIG_STACK_DIR, "compose down/up failed on the rig", "run deploy.py again, then validate"
+        )
 
 
-def _decode_ab(data: dict, stack, compose: str, url: str, settings: ValidationSettings,
-               probe: Optional[RigProbe]):
+def _decode_ab(data: dict, stack, compose: str, url: str, settings: ValidationSettings, probe: Optional[RigProbe]):
     """Decode A/B on this rig: the profile and its derived baseline (only the connector differs),
     interleaved; the rig ends as it was deployed (same files, so the release hash still holds)."""
     with_connector, baseline = ab_pair(load_profiles(), stack.profile.name)
@@ -153,8 +153,12 @@ def _validate() -> None:
         check_fits(plan_from(settings), knobs["max_model_len"])
     compose = host.get_fact(ComposeCommand)
     if compose is None:
-        raise ConfigError("compose", None, "neither `docker compose` nor `docker-compose` on the rig",
-                          "run deploy.py (the docker role installs compose)")
+        raise ConfigError(
+            "compose",
+            None,
+            "neither `docker compose` nor `docker-compose` on the rig",
+            "run deploy.py (the docker role installs compose)",
+        )
     l2_path = knobs["l2_path"] if stack.l2_active else None
     tier_sizes = {}
     if stack.l1_gib:
@@ -162,23 +166,32 @@ def _validate() -> None:
     if l2_path:
         tier_sizes[f"L2 disk {knobs['l2_budget_gb']:g} GB"] = int(knobs["l2_budget_gb"] * GB)
     with ExitStack() as tunnels:
-        url = tunnels.enter_context(serving_url(data, knobs["bind_address"], knobs["serving_port"],
-                                                inventory_name=host.name))
+        url = tunnels.enter_context(
+            serving_url(data, knobs["bind_address"], knobs["serving_port"], inventory_name=host.name)
+        )
         # LMCache's own counters (its lookups, per tier where exported) are on its HTTP API, which the stack binds
         # to the rig's loopback: a second tunnel, scraped with vLLM's /metrics in every window
-        lmcache = [tunnels.enter_context(serving_url(data, "127.0.0.1", port, inventory_name=host.name)) + "/metrics"
-                   for knob, port in stack.listen_ports.items() if knob == "lmcache_http_port"]
+        lmcache = [
+            tunnels.enter_context(serving_url(data, "127.0.0.1", port, inventory_name=host.name)) + "/metrics"
+            for knob, port in stack.listen_ports.items()
+            if knob == "lmcache_http_port"
+        ]
         probe = _rig_probe(knobs)
         client = ServingClient(url, model=knobs["served_model_name"], extra_metrics_urls=lmcache, probe=probe)
         if settings.soak_sessions:  # refuse a soak that cannot fit before the tiers take their minutes
             client.wait_ready()
             check_fits(plan_from(settings), client.max_model_len)
         try:
-            result = validate_tiers(client, lambda: _restart_stack(compose), settings,
-                                    connector_configured=stack.profile.connector is not None,
-                                    store_bytes=_store_bytes(l2_path) if l2_path else None,
-                                    capacity_tiers=tier_sizes, not_applicable=stack.tiers_not_applicable,
-                                    store_chunk_tokens=stack.store_chunk_tokens)
+            result = validate_tiers(
+                client,
+                lambda: _restart_stack(compose),
+                settings,
+                connector_configured=stack.profile.connector is not None,
+                store_bytes=_store_bytes(l2_path) if l2_path else None,
+                capacity_tiers=tier_sizes,
+                not_applicable=stack.tiers_not_applicable,
+                store_chunk_tokens=stack.store_chunk_tokens,
+            )
         except Exception:
             l2 = read_l2(_shell, stack)  # a full L2 disk is a likely cause of a dead engine: say so
             if l2 is not None and l2.level != "ok":
@@ -187,16 +200,37 @@ def _validate() -> None:
         soak = None
         if settings.soak_sessions:
             probe = memory_probe(_shell)
-            soak = run_soak(client, plan_from(settings), limits_from(settings), lambda: probe.read(_shell),
-                            probe.source, seed=settings.seed, prompt_kind=settings.prompt_kind,
-                            prefill_tokens_per_s=result.prefill_tokens_per_s)
+            soak = run_soak(
+                client,
+                plan_from(settings),
+                limits_from(settings),
+                lambda: probe.read(_shell),
+                probe.source,
+                seed=settings.seed,
+                prompt_kind=settings.prompt_kind,
+                prefill_tokens_per_s=result.prefill_tokens_per_s,
+            )
         decode_ab = _decode_ab(data, stack, compose, url, settings, probe) if settings.decode_ab else None
-    repro = {"profile": stack.profile.name, "image_digest": stack.image, "model_source": stack.knobs["model_source"],
-             "l2_integrity": l2_integrity(stack),
-             "knobs": {k: v for k, v in knobs.items() if k not in SECRET_SETTINGS}, **rig_facts(l2_path)}
-    card = to_card(host.name, RUN_ID, result, settings, stack.profile.connector is not None,
-                   decode_ab=decode_ab, repro=repro, l2=read_l2(_shell, stack), soak=soak,
-                   speculative=stack.knobs["speculative_config"] is not None)
+    repro = {
+        "profile": stack.profile.name,
+        "image_digest": stack.image,
+        "model_source": stack.knobs["model_source"],
+        "l2_integrity": l2_integrity(stack),
+        "knobs": {k: v for k, v in knobs.items() if k not in SECRET_SETTINGS},
+        **rig_facts(l2_path),
+    }
+    card = to_card(
+        host.name,
+        RUN_ID,
+        result,
+        settings,
+        stack.profile.connector is not None,
+        decode_ab=decode_ab,
+        repro=repro,
+        l2=read_l2(_shell, stack),
+        soak=soak,
+        speculative=stack.knobs["speculative_config"] is not None,
+    )
     run_dir = REPO_ROOT / RESULTS_DIR / RUN_ID
     write_card(run_dir, card)
     if replayed is not None:  # the replay's fleet card sets the recorded rigs beside this run's

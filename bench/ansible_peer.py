@@ -27,11 +27,11 @@ if str(REPO_ROOT) not in sys.path:
     sys.path.insert(0, str(REPO_ROOT))
 
 from rigkit.errors import ConfigError  # noqa: E402
-from rigkit.settings.hostdata import RigSettings  # noqa: E402
-from rigkit.serving.ledger import Rendering  # noqa: E402
 from rigkit.paths import RIG_STACK_DIR, RIG_STATE_DIR  # noqa: E402
-from rigkit.serving.render import COMPOSE_FILE_NAME, COMPOSE_PROJECT, CONTAINER_NAME, ENV_FILE_MODE, ENV_FILE_NAME  # noqa: E402
 from rigkit.serving.commands import ready_url, rendering_for  # noqa: E402
+from rigkit.serving.ledger import Rendering  # noqa: E402
+from rigkit.serving.render import COMPOSE_FILE_NAME, COMPOSE_PROJECT, CONTAINER_NAME, ENV_FILE_MODE, ENV_FILE_NAME  # noqa: E402
+from rigkit.settings.hostdata import RigSettings  # noqa: E402
 from roles.docker import DAEMON_JSON  # noqa: E402
 
 ANSIBLE_DIR = BENCH_DIR / "ansible"
@@ -46,18 +46,29 @@ MASTER_EXIT_WAIT_S = 5.0
 
 # pyinfra SSH data key -> how the Ansible ssh connection gets the same behaviour. Anything else under ssh_ is
 # refused: a connection setting silently dropped would time another connection than rigkit's.
-SSH_HOST_VARS = {"ssh_hostname": "ansible_host", "ssh_port": "ansible_port", "ssh_user": "ansible_user",
-                 "ssh_key": "ansible_ssh_private_key_file"}
+SSH_HOST_VARS = {
+    "ssh_hostname": "ansible_host",
+    "ssh_port": "ansible_port",
+    "ssh_user": "ansible_user",
+    "ssh_key": "ansible_ssh_private_key_file",
+}
 SSH_OPTION_KEYS = ("ssh_known_hosts_file", "ssh_strict_host_key_checking", "ssh_allow_agent", "ssh_look_for_keys")
 
 
 def pinned_requirement(requirements: Path = REQUIREMENTS) -> str:
     """The ``ansible-core==X.Y.Z`` line of the requirements file."""
-    lines = [line.strip() for line in requirements.read_text().splitlines()
-             if line.strip() and not line.lstrip().startswith("#")]
+    lines = [
+        line.strip()
+        for line in requirements.read_text().splitlines()
+        if line.strip() and not line.lstrip().startswith("#")
+    ]
     if len(lines) != 1 or not re.fullmatch(r"ansible-core==\d+\.\d+\.\d+", lines[0]):
-        raise ConfigError("bench/ansible/requirements.txt", lines, "must pin exactly one ansible-core==X.Y.Z",
-                          "write one line such as ansible-core==2.19.14")
+        raise ConfigError(
+            "bench/ansible/requirements.txt",
+            lines,
+            "must pin exactly one ansible-core==X.Y.Z",
+            "write one line such as ansible-core==2.19.14",
+        )
     return lines[0]
 
 
@@ -73,24 +84,33 @@ def ensure_ansible(venv: Path = VENV_DIR, python: str = sys.executable, requirem
         return venv_bin("ansible-playbook", venv)
     if not venv_bin("python", venv).exists():
         subprocess.run([python, "-m", "venv", str(venv)], check=True)
-    result = subprocess.run([str(venv_bin("pip", venv)), "install", "-q", "-r", str(requirements)],
-                            capture_output=True, text=True)
+    result = subprocess.run(
+        [str(venv_bin("pip", venv)), "install", "-q", "-r", str(requirements)], capture_output=True, text=True
+    )
     if result.returncode != 0:
         version = subprocess.run([str(venv_bin("python", venv)), "-V"], capture_output=True, text=True).stdout.strip()
-        raise ConfigError("bench/ansible/requirements.txt", pin, f"pip could not install it into {venv} "
-                          f"({version}): {result.stderr.strip()[-600:]}",
-                          "pin an ansible-core whose Requires-Python admits that Python (2.19: 3.11+, 2.20: 3.12+)")
+        raise ConfigError(
+            "bench/ansible/requirements.txt",
+            pin,
+            f"pip could not install it into {venv} ({version}): {result.stderr.strip()[-600:]}",
+            "pin an ansible-core whose Requires-Python admits that Python (2.19: 3.11+, 2.20: 3.12+)",
+        )
     stamp.write_text(pin + "\n")
     return venv_bin("ansible-playbook", venv)
 
 
 def ssh_common_args(name: str, data: Mapping[str, Any]) -> str:
     """OpenSSH options giving Ansible's connection what pyinfra's SSH data asks of rigkit's."""
-    unmapped = sorted(key for key in data if key.startswith("ssh_") and key not in SSH_HOST_VARS
-                      and key not in SSH_OPTION_KEYS)
+    unmapped = sorted(
+        key for key in data if key.startswith("ssh_") and key not in SSH_HOST_VARS and key not in SSH_OPTION_KEYS
+    )
     if unmapped:
-        raise ConfigError(f"{name}.{unmapped[0]}", data[unmapped[0]], "has no Ansible equivalent in the peer bench",
-                          f"map it in bench/ansible_peer.py (SSH_OPTION_KEYS) or remove it from {name}'s data")
+        raise ConfigError(
+            f"{name}.{unmapped[0]}",
+            data[unmapped[0]],
+            "has no Ansible equivalent in the peer bench",
+            f"map it in bench/ansible_peer.py (SSH_OPTION_KEYS) or remove it from {name}'s data",
+        )
     options = []
     if data.get("ssh_known_hosts_file"):
         options.append(f"UserKnownHostsFile={data['ssh_known_hosts_file']}")
@@ -106,8 +126,11 @@ def ssh_common_args(name: str, data: Mapping[str, Any]) -> str:
 def directories(rig: RigSettings) -> list[dict[str, str]]:
     """The directories rigkit's roles ensure for the stack (daemon.json's, the stack's 0700, state, L2 dir)."""
     settings = rig.stack
-    wanted = [{"path": str(Path(DAEMON_JSON).parent), "mode": "0755"}, {"path": RIG_STACK_DIR, "mode": "0700"},
-              {"path": RIG_STATE_DIR}]
+    wanted = [
+        {"path": str(Path(DAEMON_JSON).parent), "mode": "0755"},
+        {"path": RIG_STACK_DIR, "mode": "0700"},
+        {"path": RIG_STATE_DIR},
+    ]
     if settings.l2_active:
         wanted.append({"path": settings.knobs["l2_path"]})
     return wanted
@@ -120,20 +143,26 @@ def host_vars(name: str, data: Mapping[str, Any], rig: RigSettings, inputs: Path
     common = ssh_common_args(name, data)
     if common:
         hostvars["ansible_ssh_common_args"] = common
-    hostvars.update({
-        "docker_daemon_options": dict(rig.docker["docker_daemon_options"]),
-        "rigkit_dirs": directories(rig),
-        "rigkit_compose_src": str(inputs / COMPOSE_FILE_NAME),
-        "rigkit_env_src": str(inputs / ENV_FILE_NAME),
-        "rigkit_image": rig.stack.image,
-        "rigkit_ready_url": ready_url(rendering),
-        "rigkit_ready_timeout_s": rig.stack.knobs["ready_timeout_s"],
-    })
+    hostvars.update(
+        {
+            "docker_daemon_options": dict(rig.docker["docker_daemon_options"]),
+            "rigkit_dirs": directories(rig),
+            "rigkit_compose_src": str(inputs / COMPOSE_FILE_NAME),
+            "rigkit_env_src": str(inputs / ENV_FILE_NAME),
+            "rigkit_image": rig.stack.image,
+            "rigkit_ready_url": ready_url(rendering),
+            "rigkit_ready_timeout_s": rig.stack.knobs["ready_timeout_s"],
+        }
+    )
     return hostvars
 
 
-GROUP_VARS = {"rigkit_daemon_json": DAEMON_JSON, "rigkit_stack_dir": RIG_STACK_DIR,
-              "rigkit_compose_project": COMPOSE_PROJECT, "rigkit_container": CONTAINER_NAME}
+GROUP_VARS = {
+    "rigkit_daemon_json": DAEMON_JSON,
+    "rigkit_stack_dir": RIG_STACK_DIR,
+    "rigkit_compose_project": COMPOSE_PROJECT,
+    "rigkit_container": CONTAINER_NAME,
+}
 
 
 def inventory(hosts: Mapping[str, dict[str, Any]]) -> dict[str, Any]:
@@ -157,24 +186,44 @@ def write_inputs(rigs: Mapping[str, tuple[Mapping[str, Any], RigSettings]], dire
         env_file.write_text(rendering.env)
         hosts[name] = host_vars(name, data, rig, inputs)
     path = directory / "inventory.yml"
-    path.write_text("# Generated by bench/ansible_peer.py from the host data rigkit deploys with: do not edit.\n"
-                    + yaml.safe_dump(inventory(hosts), sort_keys=False))
+    path.write_text(
+        "# Generated by bench/ansible_peer.py from the host data rigkit deploys with: do not edit.\n"
+        + yaml.safe_dump(inventory(hosts), sort_keys=False)
+    )
     return path
 
 
 def playbook_env(control_path_dir: Path, generated: Path = GENERATED_DIR) -> dict[str, str]:
     """Environment of an ansible-playbook run: the bench's ansible.cfg, its own control sockets and home."""
-    return {**os.environ, "ANSIBLE_CONFIG": str(CONFIG), "ANSIBLE_SSH_CONTROL_PATH_DIR": str(control_path_dir),
-            "ANSIBLE_HOME": str(generated / "home"), "ANSIBLE_LOCAL_TEMP": str(generated / "tmp"),
-            "ANSIBLE_NOCOLOR": "1", "ANSIBLE_FORCE_COLOR": "0",
-            # ansible-core refuses a controller locale that is not UTF-8
-            "LC_ALL": "C.UTF-8", "LANG": "C.UTF-8"}
+    return {
+        **os.environ,
+        "ANSIBLE_CONFIG": str(CONFIG),
+        "ANSIBLE_SSH_CONTROL_PATH_DIR": str(control_path_dir),
+        "ANSIBLE_HOME": str(generated / "home"),
+        "ANSIBLE_LOCAL_TEMP": str(generated / "tmp"),
+        "ANSIBLE_NOCOLOR": "1",
+        "ANSIBLE_FORCE_COLOR": "0",
+        # ansible-core refuses a controller locale that is not UTF-8
+        "LC_ALL": "C.UTF-8",
+        "LANG": "C.UTF-8",
+    }
 
 
-def playbook_argv(playbook_bin: Path, inventory_file: Path, limit: Sequence[str], extra: Sequence[str] = ()) -> list[str]:
+def playbook_argv(
+    playbook_bin: Path, inventory_file: Path, limit: Sequence[str], extra: Sequence[str] = ()
+) -> list[str]:
     """ansible-playbook on ``limit`` with at least one fork per rig (forks >= rigs, as Ansible's docs advise)."""
-    return [str(playbook_bin), "-i", str(inventory_file), "--limit", ",".join(limit),
-            "--forks", str(max(len(limit), 1)), *extra, str(PLAYBOOK)]
+    return [
+        str(playbook_bin),
+        "-i",
+        str(inventory_file),
+        "--limit",
+        ",".join(limit),
+        "--forks",
+        str(max(len(limit), 1)),
+        *extra,
+        str(PLAYBOOK),
+    ]
 
 
 @dataclass(frozen=True)
@@ -194,7 +243,7 @@ def parse_recap(output: str) -> dict[str, HostRecap]:
     lines = output.splitlines()
     starts = [i for i, line in enumerate(lines) if line.startswith("PLAY RECAP")]
     recap: dict[str, HostRecap] = {}
-    for line in lines[starts[-1] + 1:] if starts else []:
+    for line in lines[starts[-1] + 1 :] if starts else []:
         match = RECAP_LINE.match(line.strip())
         if not match:
             continue
@@ -204,7 +253,7 @@ def parse_recap(output: str) -> dict[str, HostRecap]:
 
 
 def run_outcome(recap: Mapping[str, HostRecap], hosts: Sequence[str]) -> Optional[str]:
-    """"no change", "changed", or None when a host failed, was unreachable or is missing from the recap."""
+    """ "no change", "changed", or None when a host failed, was unreachable or is missing from the recap."""
     if any(name not in recap or recap[name].failed or recap[name].unreachable for name in hosts):
         return None
     return "changed" if any(recap[name].changed for name in hosts) else "no change"
@@ -215,8 +264,9 @@ def close_masters(control_path_dir: Path) -> None:
     if not control_path_dir.is_dir():
         return
     for socket_path in control_path_dir.iterdir():
-        subprocess.run(["ssh", "-o", f"ControlPath={socket_path}", "-O", "exit", "bench-master"],
-                       capture_output=True, timeout=30)
+        subprocess.run(
+            ["ssh", "-o", f"ControlPath={socket_path}", "-O", "exit", "bench-master"], capture_output=True, timeout=30
+        )
     deadline = time.monotonic() + MASTER_EXIT_WAIT_S  # a master removes its socket as it exits
     while any(control_path_dir.iterdir()) and time.monotonic() < deadline:
         time.sleep(0.1)

@@ -36,20 +36,20 @@ import requests
 REPO_ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO_ROOT))
 
+from rigkit.fleet.pyinfra_args import pyinfra_executable  # noqa: E402
 from rigkit.lab.pyinfra_output import parse_results  # noqa: E402
 from rigkit.lab.state import RigState, read_state  # noqa: E402
-from rigkit.serving.ledger import LEDGER_PATH  # noqa: E402
 from rigkit.paths import RIG_STACK_DIR, RIG_STATE_DIR  # noqa: E402
-from rigkit.fleet.pyinfra_args import pyinfra_executable  # noqa: E402
+from rigkit.serving.ledger import LEDGER_PATH  # noqa: E402
 from rigkit.serving.render import CONTAINER_NAME  # noqa: E402
 
 INVENTORY = REPO_ROOT / "inventory" / "lab.py"
 POLL_S = 0.2
 # issue 26's targets
-NOOP_VS_FLOOR = 2.0          # a no-op within this many times pyinfra's one-fact floor, on 1 and on N rigs
-SCALING_N_VS_1 = 1.2         # a no-op on N rigs within this many times one rig
-OVERHEAD_S = 3.0             # a rollback's (and an upgrade's, image on the rig) overhead on top of down+up+start
-NOOP_ROUND_TRIPS = 2         # fact round trips per rig in a no-op
+NOOP_VS_FLOOR = 2.0  # a no-op within this many times pyinfra's one-fact floor, on 1 and on N rigs
+SCALING_N_VS_1 = 1.2  # a no-op on N rigs within this many times one rig
+OVERHEAD_S = 3.0  # a rollback's (and an upgrade's, image on the rig) overhead on top of down+up+start
+NOOP_ROUND_TRIPS = 2  # fact round trips per rig in a no-op
 FLOOR_FACT = "server.Hostname"
 
 
@@ -62,8 +62,14 @@ def verdict(target: str, met: bool, figure: str) -> str:
 
 
 def floor(rigs: list[RigState]) -> float:
-    args = [pyinfra_executable(), "-y", *[arg for rig in rigs for arg in ("--limit", rig.name)], str(INVENTORY),
-            "fact", FLOOR_FACT]
+    args = [
+        pyinfra_executable(),
+        "-y",
+        *[arg for rig in rigs for arg in ("--limit", rig.name)],
+        str(INVENTORY),
+        "fact",
+        FLOOR_FACT,
+    ]
     started = time.monotonic()
     result = subprocess.run(args, cwd=REPO_ROOT, capture_output=True, text=True)
     if result.returncode != 0:
@@ -73,14 +79,19 @@ def floor(rigs: list[RigState]) -> float:
 
 def noop_round_trips(rig: RigState) -> int:
     """Fact round trips of a no-op deploy on one rig, counted in pyinfra -vvv's output."""
-    result = subprocess.run([pyinfra_executable(), "-y", "-vvv", "--limit", rig.name, str(INVENTORY), "deploy.py"],
-                            cwd=REPO_ROOT, capture_output=True, text=True)
+    result = subprocess.run(
+        [pyinfra_executable(), "-y", "-vvv", "--limit", rig.name, str(INVENTORY), "deploy.py"],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+    )
     return (result.stdout + result.stderr).count("Loaded fact")
 
 
 def rig_shell(rig: RigState, command: str) -> str:
-    return subprocess.run(["docker", "exec", rig.container, "bash", "-c", command], capture_output=True,
-                          text=True, timeout=600).stdout
+    return subprocess.run(
+        ["docker", "exec", rig.container, "bash", "-c", command], capture_output=True, text=True, timeout=600
+    ).stdout
 
 
 def pyinfra(rigs: list[RigState], deploy: str, *data: str) -> tuple[float, str]:
@@ -100,8 +111,11 @@ def pyinfra(rigs: list[RigState], deploy: str, *data: str) -> tuple[float, str]:
 
 
 def remove_stack(rig: RigState) -> None:
-    rig_shell(rig, f"docker rm -f {CONTAINER_NAME} >/dev/null 2>&1; rm -rf {RIG_STACK_DIR} "
-                   f"{RIG_STATE_DIR}/release.sha256 {LEDGER_PATH}")
+    rig_shell(
+        rig,
+        f"docker rm -f {CONTAINER_NAME} >/dev/null 2>&1; rm -rf {RIG_STACK_DIR} "
+        f"{RIG_STATE_DIR}/release.sha256 {LEDGER_PATH}",
+    )
 
 
 class Availability:
@@ -149,15 +163,19 @@ class Row:
 
 
 def image_pulls(rig: RigState, since: str) -> list[str]:
-    return rig_shell(rig, f"docker events --since {since} --until $(date +%s) --filter type=image "
-                          "--filter event=pull").strip().splitlines()
+    return (
+        rig_shell(rig, f"docker events --since {since} --until $(date +%s) --filter type=image --filter event=pull")
+        .strip()
+        .splitlines()
+    )
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rigs", help="comma-separated rig names (4 for the full table)")
-    parser.add_argument("--skip-first", action="store_true", help="skip the first-deploy rows (no vLLM restarts "
-                        "for the scaling part)")
+    parser.add_argument(
+        "--skip-first", action="store_true", help="skip the first-deploy rows (no vLLM restarts for the scaling part)"
+    )
     parser.add_argument("--repeat", type=int, default=3, help="runs per no-op and floor figure (the median is shown)")
     args = parser.parse_args()
     state = read_state()
@@ -204,9 +222,15 @@ def main() -> int:
         upgrade_s, _ = pyinfra([rig], "deploy.py", f"serving_image={release_2}")
     upgrade_pulls = image_pulls(rig, since)
     upgrade_overhead = upgrade_s - availability.longest
-    rows.append(Row("upgrade release 1 -> 2", 1, upgrade_s,
-                    f"/v1/models unavailable {availability.longest:.1f} s; toolkit overhead {upgrade_overhead:.1f} s; "
-                    f"image pulls {len(upgrade_pulls)}"))
+    rows.append(
+        Row(
+            "upgrade release 1 -> 2",
+            1,
+            upgrade_s,
+            f"/v1/models unavailable {availability.longest:.1f} s; toolkit overhead {upgrade_overhead:.1f} s; "
+            f"image pulls {len(upgrade_pulls)}",
+        )
+    )
 
     progress(f"rollback.py to release 1 on {rig.name}")
     since = rig_shell(rig, "date +%s").strip()
@@ -215,36 +239,68 @@ def main() -> int:
     pulls = image_pulls(rig, since)
     serving = rig_shell(rig, f"docker inspect --format '{{{{.Config.Image}}}}' {CONTAINER_NAME}").strip()
     overhead = rollback_s - availability.longest
-    rows.append(Row("rollback to cached release 1", 1, rollback_s,
-                    f"unavailable {availability.longest:.1f} s (down+up+engine start); toolkit overhead "
-                    f"{overhead:.1f} s; image pulls {len(pulls)} (0 bytes pulled: {not pulls}); "
-                    f"serving release 1: {serving == release_1}"))
+    rows.append(
+        Row(
+            "rollback to cached release 1",
+            1,
+            rollback_s,
+            f"unavailable {availability.longest:.1f} s (down+up+engine start); toolkit overhead "
+            f"{overhead:.1f} s; image pulls {len(pulls)} (0 bytes pulled: {not pulls}); "
+            f"serving release 1: {serving == release_1}",
+        )
+    )
 
     ram_gib = round(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30)
     load = os.getloadavg()[0]
-    print(f"\nmachine: {platform.node()} {platform.machine()}, {os.cpu_count()} cores, {ram_gib} GiB RAM, "
-          f"load {load:.1f} at the end (wall times on a shared machine are noisy; round trips are not); "
-          f"rigs {', '.join(names)}")
+    print(
+        f"\nmachine: {platform.node()} {platform.machine()}, {os.cpu_count()} cores, {ram_gib} GiB RAM, "
+        f"load {load:.1f} at the end (wall times on a shared machine are noisy; round trips are not); "
+        f"rigs {', '.join(names)}"
+    )
     print(f"{'measurement':<36} {'rigs':>4} {'seconds':>8}  note")
     for row in rows:
         print(f"{row.what:<36} {row.rigs:>4} {row.seconds:>8.1f}  {row.note}")
     top = counts[-1]
     print("\ntargets (issue 26):")
-    print(verdict(f"no-op fact round trips per rig <= {NOOP_ROUND_TRIPS}", round_trips <= NOOP_ROUND_TRIPS,
-                  f"{round_trips} (pyinfra -vvv on {rig.name})"))
+    print(
+        verdict(
+            f"no-op fact round trips per rig <= {NOOP_ROUND_TRIPS}",
+            round_trips <= NOOP_ROUND_TRIPS,
+            f"{round_trips} (pyinfra -vvv on {rig.name})",
+        )
+    )
     for count in sorted({1, top}):
         ratio = noop[count] / floors[count]
-        print(verdict(f"no-op <= {NOOP_VS_FLOOR:g}x pyinfra's one-fact floor, {count} rig(s)", ratio <= NOOP_VS_FLOOR,
-                      f"{noop[count]:.2f} s vs {floors[count]:.2f} s ({ratio:.2f}x)"))
+        print(
+            verdict(
+                f"no-op <= {NOOP_VS_FLOOR:g}x pyinfra's one-fact floor, {count} rig(s)",
+                ratio <= NOOP_VS_FLOOR,
+                f"{noop[count]:.2f} s vs {floors[count]:.2f} s ({ratio:.2f}x)",
+            )
+        )
     if top > 1:
         ratio = noop[top] / noop[1]
-        print(verdict(f"no-op on {top} rigs <= {SCALING_N_VS_1:g}x one rig", ratio <= SCALING_N_VS_1,
-                      f"{noop[top]:.2f} s vs {noop[1]:.2f} s ({ratio:.2f}x)"))
-    print(verdict(f"rollback overhead <= {OVERHEAD_S:g} s, 0 bytes pulled", overhead <= OVERHEAD_S and not pulls,
-                  f"{overhead:.1f} s, {len(pulls)} pulls"))
-    print(verdict(f"upgrade (image on the rig) overhead <= {OVERHEAD_S:g} s, 0 bytes pulled",
-                  upgrade_overhead <= OVERHEAD_S and not upgrade_pulls,
-                  f"{upgrade_overhead:.1f} s, {len(upgrade_pulls)} pulls"))
+        print(
+            verdict(
+                f"no-op on {top} rigs <= {SCALING_N_VS_1:g}x one rig",
+                ratio <= SCALING_N_VS_1,
+                f"{noop[top]:.2f} s vs {noop[1]:.2f} s ({ratio:.2f}x)",
+            )
+        )
+    print(
+        verdict(
+            f"rollback overhead <= {OVERHEAD_S:g} s, 0 bytes pulled",
+            overhead <= OVERHEAD_S and not pulls,
+            f"{overhead:.1f} s, {len(pulls)} pulls",
+        )
+    )
+    print(
+        verdict(
+            f"upgrade (image on the rig) overhead <= {OVERHEAD_S:g} s, 0 bytes pulled",
+            upgrade_overhead <= OVERHEAD_S and not upgrade_pulls,
+            f"{upgrade_overhead:.1f} s, {len(upgrade_pulls)} pulls",
+        )
+    )
     print("  (no-op >= 5x faster than Ansible's deploy play: bench/peer_bench.py, which runs the play)")
     return 0
 

@@ -20,9 +20,9 @@ from pathlib import Path
 REPO_ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO_ROOT))
 
+from rigkit.fleet.pyinfra_args import pyinfra_executable  # noqa: E402
 from rigkit.lab.cli import lab_down, lab_up  # noqa: E402
 from rigkit.lab.pyinfra_output import parse_results  # noqa: E402
-from rigkit.fleet.pyinfra_args import pyinfra_executable  # noqa: E402
 
 PROBE_DEPLOY = REPO_ROOT / "tests" / "lab" / "deploys" / "probe.py"
 PROBE_PATH = "/etc/rigkit-lab-probe"
@@ -41,8 +41,12 @@ def timed(action) -> float:
 
 def pyinfra_run(rig_name: str) -> tuple[float, str]:
     started = time.monotonic()
-    result = subprocess.run([pyinfra_executable(), "-y", "--limit", rig_name, str(INVENTORY), str(PROBE_DEPLOY)],
-                            cwd=REPO_ROOT, capture_output=True, text=True)
+    result = subprocess.run(
+        [pyinfra_executable(), "-y", "--limit", rig_name, str(INVENTORY), str(PROBE_DEPLOY)],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+    )
     elapsed = time.monotonic() - started
     if result.returncode != 0:
         raise SystemExit(f"pyinfra failed on {rig_name}:\n{result.stdout[-2000:]}\n{result.stderr[-2000:]}")
@@ -66,8 +70,10 @@ def main() -> int:
         state = lab_up(args.rigs, progress=quiet)
 
     warm = timed(up_again)
-    print(f"lab up, {'cold (cache purged)' if args.cold else 'after lab down (cache kept)'}, "
-          f"{args.rigs} rigs: {cold:7.1f} s")
+    print(
+        f"lab up, {'cold (cache purged)' if args.cold else 'after lab down (cache kept)'}, "
+        f"{args.rigs} rigs: {cold:7.1f} s"
+    )
     print(f"lab up, lab already up ({args.rigs} rigs):            {warm:7.1f} s")
     print(f"{'rig':<6} {'pyinfra first':>14} {'outcome':>9} {'pyinfra no-op':>14} {'outcome':>10}")
     for rig in state.rigs:

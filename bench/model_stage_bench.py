@@ -77,8 +77,9 @@ def run_mode(rig_to_rig: bool, data: dict, stores: dict) -> tuple[float, int, in
         print(f"    {line}", flush=True)
 
     started = time.monotonic()
-    report = FleetStager(source, root, files, data, stores, {name: 2 for name in data}, progress=progress,
-                         rig_to_rig=rig_to_rig).stage()
+    report = FleetStager(
+        source, root, files, data, stores, {name: 2 for name in data}, progress=progress, rig_to_rig=rig_to_rig
+    ).stage()
     wall = time.monotonic() - started
     return wall, report.source_bytes, sum(o.sent_bytes for o in report.outcomes.values()), report.lines()
 
@@ -110,10 +111,14 @@ def main() -> int:
         print(f"{label:<24} {from_source / 1e6:>14,.0f} MB {sent / 1e6:>9,.0f} MB {wall:>7.1f}s")
     once = results["once, then rig to rig"][1]
     every = results["source to every rig"][1]
-    print(f"source read once per fleet (rig to rig: {once / 1e6:,.0f} MB = model size {size / 1e6:,.0f} MB): "
-          f"{'met' if once == size else 'NOT MET'}")
-    print(f"source bytes cut {every / max(once, 1):.1f}x (target {TARGETS}x): "
-          f"{'met' if every == TARGETS * once else 'NOT MET'}")
+    print(
+        f"source read once per fleet (rig to rig: {once / 1e6:,.0f} MB = model size {size / 1e6:,.0f} MB): "
+        f"{'met' if once == size else 'NOT MET'}"
+    )
+    print(
+        f"source bytes cut {every / max(once, 1):.1f}x (target {TARGETS}x): "
+        f"{'met' if every == TARGETS * once else 'NOT MET'}"
+    )
     print("wall time: not judged (one machine: every transfer shares its disk and CPUs)")
     return 0 if once == size else 1
 

@@ -75,6 +75,7 @@ def ensure_mutmut() -> None:
     wanted = requirement.partition("==")[2]
     try:
         from importlib.metadata import version
+
         if version(MUTMUT) == wanted:
             return
     except Exception:
@@ -94,17 +95,26 @@ def selected_tests(modules: list[str], all_tests: bool) -> list[str]:
     patterns = []
     for module in modules:
         package, _, name = dotted(module).rpartition(".")
-        patterns.append(re.compile(rf"\b{re.escape(package)}\.{name}\b|from {re.escape(package)} import [^\n]*\b{name}\b"))
-    selected = {str(path.relative_to(REPO_ROOT)) for path in (REPO_ROOT / "tests").rglob("test_*.py")
-                if "lab" not in path.relative_to(REPO_ROOT / "tests").parts[:-1]
-                and any(p.search(path.read_text()) for p in patterns)}
+        patterns.append(
+            re.compile(rf"\b{re.escape(package)}\.{name}\b|from {re.escape(package)} import [^\n]*\b{name}\b")
+        )
+    selected = {
+        str(path.relative_to(REPO_ROOT))
+        for path in (REPO_ROOT / "tests").rglob("test_*.py")
+        if "lab" not in path.relative_to(REPO_ROOT / "tests").parts[:-1]
+        and any(p.search(path.read_text()) for p in patterns)
+    }
     return sorted(selected | set(EXTRA_TESTS))
 
 
 def tracked_files() -> list[str]:
     """The checkout's files as git sees them (tracked, and new ones not ignored)."""
-    out = subprocess.run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"], cwd=REPO_ROOT,
-                         capture_output=True, check=True).stdout.decode()
+    out = subprocess.run(
+        ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        check=True,
+    ).stdout.decode()
     return [name for name in out.split("\0") if name and name.split("/")[0] not in LEFT_OUT]
 
 
@@ -136,9 +146,11 @@ def write_config(modules: list[str], tests: list[str], files: list[str]) -> None
     """The checkout's pyproject.toml with mutmut's section: mutate the modules, copy the rest for the tests."""
     sources = sorted({module.split("/")[0] for module in modules})
     others = sorted({name.split("/")[0] for name in files} - set(sources) - {"pyproject.toml"})
-    config = (f"\n[tool.mutmut]\nsource_paths = {toml_list(sources)}\nonly_mutate = {toml_list(modules)}\n"
-              f"also_copy = {toml_list(others)}\npytest_add_cli_args_test_selection = {toml_list(tests)}\n"
-              f"pytest_add_cli_args = {toml_list(PYTEST_ARGS)}\n")
+    config = (
+        f"\n[tool.mutmut]\nsource_paths = {toml_list(sources)}\nonly_mutate = {toml_list(modules)}\n"
+        f"also_copy = {toml_list(others)}\npytest_add_cli_args_test_selection = {toml_list(tests)}\n"
+        f"pytest_add_cli_args = {toml_list(PYTEST_ARGS)}\n"
+    )
     target = WORK_DIR / "pyproject.toml"
     text = (REPO_ROOT / "pyproject.toml").read_text() + config
     if not target.is_file() or target.read_text() != text:
@@ -147,8 +159,11 @@ def write_config(modules: list[str], tests: list[str], files: list[str]) -> None
 
 def mutmut_run(jobs: int, mutants: list[str] = ()) -> subprocess.CompletedProcess:
     """`mutmut run` in the work directory: every mutant not judged yet, or these (again)."""
-    return subprocess.run([sys.executable, "-m", MUTMUT, "run", "--max-children", str(jobs), *mutants], cwd=WORK_DIR,
-                          env={**os.environ, HYPOTHESIS_PROFILE_ENV: "mutation"})
+    return subprocess.run(
+        [sys.executable, "-m", MUTMUT, "run", "--max-children", str(jobs), *mutants],
+        cwd=WORK_DIR,
+        env={**os.environ, HYPOTHESIS_PROFILE_ENV: "mutation"},
+    )
 
 
 def explained_survivors() -> set[str]:
@@ -164,8 +179,13 @@ def is_explained(mutant: str, explained: set[str]) -> bool:
 
 def results() -> dict[str, str]:
     """mutant name -> status, from `mutmut results --all true`."""
-    out = subprocess.run([sys.executable, "-m", MUTMUT, "results", "--all", "true"], cwd=WORK_DIR,
-                         capture_output=True, text=True, check=True).stdout
+    out = subprocess.run(
+        [sys.executable, "-m", MUTMUT, "results", "--all", "true"],
+        cwd=WORK_DIR,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
     return {m["name"]: m["status"].strip() for m in map(RESULT_LINE.match, out.splitlines()) if m}
 
 
@@ -182,33 +202,47 @@ def report(modules: list[str], statuses: dict[str, str], elapsed_s: float, show:
     for module, counts in by_module.items():
         total.update(counts)
         other = sum(counts.values()) - sum(counts[s] for s in ("killed", "survived", "no tests", "timeout"))
-        print(f"{module:32} {sum(counts.values()):7} {counts['killed']:7} {counts['survived']:8} "
-              f"{counts['no tests']:8} {counts['timeout']:7} {other:5}")
+        print(
+            f"{module:32} {sum(counts.values()):7} {counts['killed']:7} {counts['survived']:8} "
+            f"{counts['no tests']:8} {counts['timeout']:7} {other:5}"
+        )
     mutants = sum(total.values())
     judged = total["killed"] + total["survived"] + total["no tests"]
     rate = 100.0 * (total["killed"] + total["timeout"]) / mutants if mutants else 0.0
-    print(f"{'all':32} {mutants:7} {total['killed']:7} {total['survived']:8} {total['no tests']:8} "
-          f"{total['timeout']:7}  kill rate {rate:.1f}% ({judged} judged) in {elapsed_s / 60:.1f} min")
+    print(
+        f"{'all':32} {mutants:7} {total['killed']:7} {total['survived']:8} {total['no tests']:8} "
+        f"{total['timeout']:7}  kill rate {rate:.1f}% ({judged} judged) in {elapsed_s / 60:.1f} min"
+    )
     alive = sorted(m for m, status in statuses.items() if status in ("survived", "no tests"))
     explained = explained_survivors()
     unexplained = [m for m in alive if not is_explained(m, explained)]
     if alive:
-        print(f"\nsurvivors ({len(alive)}; {len(alive) - len(unexplained)} explained as equivalent in "
-              f"{EXPLAINED.relative_to(REPO_ROOT)}):")
+        print(
+            f"\nsurvivors ({len(alive)}; {len(alive) - len(unexplained)} explained as equivalent in "
+            f"{EXPLAINED.relative_to(REPO_ROOT)}):"
+        )
         for mutant in alive:
             print(f"  {mutant}: {statuses[mutant]}{'' if mutant in unexplained else ' (explained)'}")
             if show:
-                diff = subprocess.run([sys.executable, "-m", MUTMUT, "show", mutant], cwd=WORK_DIR,
-                                      capture_output=True, text=True).stdout
+                diff = subprocess.run(
+                    [sys.executable, "-m", MUTMUT, "show", mutant], cwd=WORK_DIR, capture_output=True, text=True
+                ).stdout
                 print("    " + diff.strip().replace("\n", "\n    "))
-    stale = sorted(name for name in explained if module_of(name, modules) != "?"
-                   and not any(fnmatch.fnmatchcase(m, name) for m in alive))
+    stale = sorted(
+        name
+        for name in explained
+        if module_of(name, modules) != "?" and not any(fnmatch.fnmatchcase(m, name) for m in alive)
+    )
     if stale:
-        print(f"\nexplained in {EXPLAINED.relative_to(REPO_ROOT)} but not surviving now (remove them): "
-              + ", ".join(stale))
+        print(
+            f"\nexplained in {EXPLAINED.relative_to(REPO_ROOT)} but not surviving now (remove them): "
+            + ", ".join(stale)
+        )
     every_one = not unexplained
-    print(f"\nevery survivor killed or explained: {'met' if every_one else 'not met'}"
-          + ("" if every_one else f" ({len(unexplained)} unexplained: kill each with a test or explain it)"))
+    print(
+        f"\nevery survivor killed or explained: {'met' if every_one else 'not met'}"
+        + ("" if every_one else f" ({len(unexplained)} unexplained: kill each with a test or explain it)")
+    )
     in_time = elapsed_s <= TIME_TARGET_S
     print(f"within {TIME_TARGET_S // 60} min: {'met' if in_time else 'not met'} ({elapsed_s / 60:.1f} min)")
     return every_one
@@ -243,7 +277,9 @@ def main() -> int:
     started = time.monotonic()
     run = mutmut_run(args.jobs)
     # mutmut keeps a survivor's verdict until its function changes: a test written since may kill it
-    survivors = sorted(m for m, status in results().items() if status in ("survived", "no tests") and module_of(m, modules) != "?")
+    survivors = sorted(
+        m for m, status in results().items() if status in ("survived", "no tests") and module_of(m, modules) != "?"
+    )
     if run.returncode == 0 and earlier and survivors:
         print(f"retesting the {len(survivors)} survivors against today's tests", flush=True)
         run = mutmut_run(args.jobs, survivors)

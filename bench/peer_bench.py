@@ -44,12 +44,12 @@ from deploy_bench import INVENTORY, REPO_ROOT, Availability, pyinfra, rig_shell 
 
 from rigkit.errors import ConfigError  # noqa: E402
 from rigkit.fleet.inventory import load_inventory  # noqa: E402
+from rigkit.fleet.pyinfra_args import pyinfra_executable  # noqa: E402
+from rigkit.lab.state import RigState, read_state  # noqa: E402
+from rigkit.serving.commands import rendering_for  # noqa: E402
+from rigkit.serving.render import CONTAINER_NAME, KNOBS_HASH_LABEL  # noqa: E402
 from rigkit.settings.hostdata import RigSettings, rig_settings  # noqa: E402
 from rigkit.settings.knobs import KNOBS_BY_NAME  # noqa: E402
-from rigkit.lab.state import RigState, read_state  # noqa: E402
-from rigkit.fleet.pyinfra_args import pyinfra_executable  # noqa: E402
-from rigkit.serving.render import CONTAINER_NAME, KNOBS_HASH_LABEL  # noqa: E402
-from rigkit.serving.commands import rendering_for  # noqa: E402
 
 FLOOR, RIGKIT, ANSIBLE_WARM, ANSIBLE_COLD = "pyinfra floor", "rigkit", "Ansible warm", "Ansible cold"
 ANSIBLE = "Ansible"  # the knob change has one Ansible run (masters cold)
@@ -58,8 +58,8 @@ NO_CHANGE = "no change"
 FLOOR_FACT = "server.Hostname"
 DEFAULT_KNOB = "max_num_seqs=16"
 # Issue 14's targets, on 4 rigs, in the same run.
-TARGET_NOOP_VS_ANSIBLE = 5.0   # rigkit's no-op at least this many times faster than Ansible's
-TARGET_NOOP_VS_FLOOR = 2.0     # and at most this many times pyinfra's floor
+TARGET_NOOP_VS_ANSIBLE = 5.0  # rigkit's no-op at least this many times faster than Ansible's
+TARGET_NOOP_VS_FLOOR = 2.0  # and at most this many times pyinfra's floor
 TARGET_RIGS = 4
 
 
@@ -76,11 +76,11 @@ class KnobChange:
     """One knob change brought up by one tool on one rig."""
 
     tool: str
-    what: str            # e.g. "sets max_num_seqs=16"
+    what: str  # e.g. "sets max_num_seqs=16"
     wall_s: float
     engine_start_s: Optional[float]  # the new container's start -> /v1/models answered again; None: not seen
-    recreated: bool      # another container than before the run
-    serving: bool        # carries the expected knobs hash and /v1/models answers
+    recreated: bool  # another container than before the run
+    serving: bool  # carries the expected knobs hash and /v1/models answers
 
     @property
     def valid(self) -> bool:
@@ -133,28 +133,40 @@ def verdicts(results: Results) -> list[Verdict]:
     if None in (rigkit, warm, cold, floor):
         return [Verdict("no-op targets", f"not measured on {scope}", None)]
     noop_why = f"; {', '.join(not_noops)} changed something, so it was no no-op" if not_noops else ""
-    out.append(Verdict(
-        f"rigkit's no-op at least {TARGET_NOOP_VS_ANSIBLE:g}x faster than Ansible's, {scope}",
-        f"rigkit {rigkit:.2f} s, Ansible {warm:.2f} s with warm SSH masters ({warm / rigkit:.2f}x), "
-        f"{cold:.2f} s cold ({cold / rigkit:.2f}x); judged on warm, Ansible's tuned best{noop_why}",
-        None if not_noops else warm / rigkit >= TARGET_NOOP_VS_ANSIBLE))
-    out.append(Verdict(
-        f"rigkit's no-op within {TARGET_NOOP_VS_FLOOR:g}x of pyinfra's floor, {scope}",
-        f"rigkit {rigkit:.2f} s, floor {floor:.2f} s ({rigkit / floor:.2f}x){noop_why if RIGKIT in not_noops else ''}",
-        None if RIGKIT in not_noops else rigkit / floor <= TARGET_NOOP_VS_FLOOR))
+    out.append(
+        Verdict(
+            f"rigkit's no-op at least {TARGET_NOOP_VS_ANSIBLE:g}x faster than Ansible's, {scope}",
+            f"rigkit {rigkit:.2f} s, Ansible {warm:.2f} s with warm SSH masters ({warm / rigkit:.2f}x), "
+            f"{cold:.2f} s cold ({cold / rigkit:.2f}x); judged on warm, Ansible's tuned best{noop_why}",
+            None if not_noops else warm / rigkit >= TARGET_NOOP_VS_ANSIBLE,
+        )
+    )
+    out.append(
+        Verdict(
+            f"rigkit's no-op within {TARGET_NOOP_VS_FLOOR:g}x of pyinfra's floor, {scope}",
+            f"rigkit {rigkit:.2f} s, floor {floor:.2f} s ({rigkit / floor:.2f}x){noop_why if RIGKIT in not_noops else ''}",
+            None if RIGKIT in not_noops else rigkit / floor <= TARGET_NOOP_VS_FLOOR,
+        )
+    )
     ours, theirs = results.knob.get(RIGKIT), results.knob.get(ANSIBLE)
     if ours is None or theirs is None:
         out.append(Verdict("knob change: rigkit's overhead no more than Ansible's", "not measured", None))
     elif not (ours.valid and theirs.valid):
-        broken = [f"{k.tool} ({'not recreated' if not k.recreated else 'not serving' if not k.serving else 'engine start not seen'})"
-                  for k in (ours, theirs) if not k.valid]
+        broken = [
+            f"{k.tool} ({'not recreated' if not k.recreated else 'not serving' if not k.serving else 'engine start not seen'})"
+            for k in (ours, theirs)
+            if not k.valid
+        ]
         out.append(Verdict("knob change: rigkit's overhead no more than Ansible's", ", ".join(broken), None))
     else:
-        out.append(Verdict(
-            "knob change -> serving: rigkit's overhead on top of the engine start no more than Ansible's",
-            f"rigkit {ours.overhead_s:.1f} s (wall {ours.wall_s:.1f} s, engine {ours.engine_start_s:.1f} s), "
-            f"Ansible {theirs.overhead_s:.1f} s (wall {theirs.wall_s:.1f} s, engine {theirs.engine_start_s:.1f} s)",
-            ours.overhead_s <= theirs.overhead_s))
+        out.append(
+            Verdict(
+                "knob change -> serving: rigkit's overhead on top of the engine start no more than Ansible's",
+                f"rigkit {ours.overhead_s:.1f} s (wall {ours.wall_s:.1f} s, engine {ours.engine_start_s:.1f} s), "
+                f"Ansible {theirs.overhead_s:.1f} s (wall {theirs.wall_s:.1f} s, engine {theirs.engine_start_s:.1f} s)",
+                ours.overhead_s <= theirs.overhead_s,
+            )
+        )
     return out
 
 
@@ -182,9 +194,11 @@ def format_table(results: Results, repeat: int) -> str:
         for change in results.knob.values():
             engine = "not seen" if change.engine_start_s is None else f"{change.engine_start_s:.1f} s"
             overhead = "-" if change.overhead_s is None else f"{change.overhead_s:.1f} s"
-            lines.append(f"  {change.tool:<8} {change.what:<28} wall {change.wall_s:6.1f} s  engine start {engine:>8}  "
-                         f"overhead {overhead:>7}  recreated {'yes' if change.recreated else 'NO'}, "
-                         f"serving {'yes' if change.serving else 'NO'}")
+            lines.append(
+                f"  {change.tool:<8} {change.what:<28} wall {change.wall_s:6.1f} s  engine start {engine:>8}  "
+                f"overhead {overhead:>7}  recreated {'yes' if change.recreated else 'NO'}, "
+                f"serving {'yes' if change.serving else 'NO'}"
+            )
     return "\n".join(lines)
 
 
@@ -192,8 +206,12 @@ def parse_knob(text: str) -> tuple[str, Any]:
     """``name=value`` as pyinfra's --data reads it (JSON where it parses: 16 is a number, true a boolean)."""
     name, sep, raw = text.partition("=")
     if not sep or name not in KNOBS_BY_NAME:
-        raise ConfigError("--knob", text, "is not NAME=VALUE with a serving knob's name",
-                          f"give a knob of rigkit/settings/knobs.py, e.g. {DEFAULT_KNOB}")
+        raise ConfigError(
+            "--knob",
+            text,
+            "is not NAME=VALUE with a serving knob's name",
+            f"give a knob of rigkit/settings/knobs.py, e.g. {DEFAULT_KNOB}",
+        )
     try:
         return name, json.loads(raw)
     except ValueError:
@@ -204,8 +222,12 @@ def knob_changed(data: Mapping[str, Any], name: str, value: Any) -> RigSettings:
     """The rig's settings with the knob changed; refused when that renders the same files (nothing to time)."""
     changed = rig_settings({**data, name: value})
     if rendering_for(changed.stack) == rendering_for(rig_settings(dict(data)).stack):
-        raise ConfigError("--knob", f"{name}={value}", "renders the same compose.yml and .env as the rig's data",
-                          "pick a value (or a knob the profile renders) that changes the stack")
+        raise ConfigError(
+            "--knob",
+            f"{name}={value}",
+            "renders the same compose.yml and .env as the rig's data",
+            "pick a value (or a knob the profile renders) that changes the stack",
+        )
     return changed
 
 
@@ -215,12 +237,13 @@ def parse_docker_time(text: str) -> float:
     if "." in text:
         whole, fraction = text.split(".", 1)
         digits = "".join(ch for ch in fraction if ch.isdigit())
-        zone = fraction[len(digits):]
+        zone = fraction[len(digits) :]
         text = f"{whole}.{digits[:6]}{zone}"
     return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
 
 
 # --- runs against the lab ---------------------------------------------------------------------------------------
+
 
 def timed(argv: Sequence[str], env: Optional[Mapping[str, str]] = None, cwd: Path = REPO_ROOT) -> tuple[float, str]:
     started = time.monotonic()
@@ -246,8 +269,11 @@ def rigkit_deploy(rigs: Sequence[RigState]) -> Sample:
 
 def ansible_deploy(playbook: Path, inventory_file: Path, rigs: Sequence[RigState], control_dir: Path) -> Sample:
     names = [rig.name for rig in rigs]
-    seconds, output = timed(ansible_peer.playbook_argv(playbook, inventory_file, names),
-                            env=ansible_peer.playbook_env(control_dir), cwd=ansible_peer.ANSIBLE_DIR)
+    seconds, output = timed(
+        ansible_peer.playbook_argv(playbook, inventory_file, names),
+        env=ansible_peer.playbook_env(control_dir),
+        cwd=ansible_peer.ANSIBLE_DIR,
+    )
     outcome = ansible_peer.run_outcome(ansible_peer.parse_recap(output), names)
     if outcome is None:
         raise SystemExit(f"ansible-playbook did not complete on {names}:\n{output[-4000:]}")
@@ -256,8 +282,11 @@ def ansible_deploy(playbook: Path, inventory_file: Path, rigs: Sequence[RigState
 
 def serving_container(rig: RigState) -> tuple[str, Optional[float], str]:
     """(id, start as Unix time, knobs-hash label) of the rig's serving container ("" when there is none)."""
-    out = rig_shell(rig, "docker inspect --format '{{.Id}} {{.State.StartedAt}} "
-                         f"{{{{index .Config.Labels \"{KNOBS_HASH_LABEL}\"}}}}' {CONTAINER_NAME} 2>/dev/null").split()
+    out = rig_shell(
+        rig,
+        "docker inspect --format '{{.Id}} {{.State.StartedAt}} "
+        f'{{{{index .Config.Labels "{KNOBS_HASH_LABEL}"}}}}\' {CONTAINER_NAME} 2>/dev/null',
+    ).split()
     if len(out) < 3:
         return "", None, ""
     return out[0], parse_docker_time(out[1]), out[2]
@@ -275,11 +304,19 @@ def knob_change(tool: str, what: str, rig: RigState, run: Callable[[], Sample], 
     with Availability(rig) as availability:
         sample = run()
     after, started_at, knobs_hash = serving_container(rig)
-    engine = (availability.back_at - started_at
-              if availability.back_at is not None and started_at is not None and availability.back_at >= started_at
-              else None)
-    return KnobChange(tool, what, sample.seconds, engine, recreated=bool(after) and after != before,
-                      serving=knobs_hash == expected_hash and answers(rig))
+    engine = (
+        availability.back_at - started_at
+        if availability.back_at is not None and started_at is not None and availability.back_at >= started_at
+        else None
+    )
+    return KnobChange(
+        tool,
+        what,
+        sample.seconds,
+        engine,
+        recreated=bool(after) and after != before,
+        serving=knobs_hash == expected_hash and answers(rig),
+    )
 
 
 def pick_rigs(names: Optional[str]) -> list[RigState]:
@@ -289,8 +326,12 @@ def pick_rigs(names: Optional[str]) -> list[RigState]:
     rigs = [by_name[name] for name in chosen]
     in_netns = [rig.name for rig in rigs if rig.netns]
     if in_netns:
-        raise ConfigError("--rigs", ",".join(in_netns), "are in their own network namespace: the bench polls the API "
-                          "from here", "name host-network rigs (`rigkit lab up --rigs 4 --netns-rigs 0`)")
+        raise ConfigError(
+            "--rigs",
+            ",".join(in_netns),
+            "are in their own network namespace: the bench polls the API from here",
+            "name host-network rigs (`rigkit lab up --rigs 4 --netns-rigs 0`)",
+        )
     return rigs
 
 
@@ -336,11 +377,16 @@ def main() -> int:
         control_dir = control_root / "knob"
         control_dir.mkdir()
         results.knob[ANSIBLE] = knob_change(
-            ANSIBLE, f"sets {knob_name}={knob_value}", rig,
-            lambda: ansible_deploy(playbook, changed_inventory, [rig], control_dir), changed.stack.knobs_hash)
+            ANSIBLE,
+            f"sets {knob_name}={knob_value}",
+            rig,
+            lambda: ansible_deploy(playbook, changed_inventory, [rig], control_dir),
+            changed.stack.knobs_hash,
+        )
         ansible_peer.close_masters(control_dir)
         results.knob[RIGKIT] = knob_change(
-            RIGKIT, f"sets {knob_name} back", rig, lambda: rigkit_deploy([rig]), baseline[names[0]][1].stack.knobs_hash)
+            RIGKIT, f"sets {knob_name} back", rig, lambda: rigkit_deploy([rig]), baseline[names[0]][1].stack.knobs_hash
+        )
     finally:
         for directory in control_root.iterdir():
             ansible_peer.close_masters(directory)
@@ -348,12 +394,16 @@ def main() -> int:
         ansible_peer.write_inputs(baseline)  # the generated inventory says what the rigs run again
 
     ram_gib = round(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30)
-    print(f"\nmachine: {platform.node()} {platform.machine()}, {os.cpu_count()} cores, {ram_gib} GiB RAM; "
-          f"rigs {', '.join(names)}; {ansible_peer.pinned_requirement()}")
+    print(
+        f"\nmachine: {platform.node()} {platform.machine()}, {os.cpu_count()} cores, {ram_gib} GiB RAM; "
+        f"rigs {', '.join(names)}; {ansible_peer.pinned_requirement()}"
+    )
     print(format_table(results, args.repeat))
-    print("\nrigkit's no-op is deploy.py as a user runs it (every role, the preflights); it runs no smoke when "
-          "nothing changed (no smoke-lite is built). Ansible's play does the minimal job only and ends with a "
-          "/v1/models check.")
+    print(
+        "\nrigkit's no-op is deploy.py as a user runs it (every role, the preflights); it runs no smoke when "
+        "nothing changed (no smoke-lite is built). Ansible's play does the minimal job only and ends with a "
+        "/v1/models check."
+    )
     print("targets:")
     for verdict in verdicts(results):
         print("  " + verdict.line())

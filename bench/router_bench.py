@@ -53,15 +53,23 @@ sys.path.insert(0, str(BENCH_DIR))
 
 from router_launcher import started_router  # noqa: E402
 
-from rigkit.validation import metrics  # noqa: E402
-from rigkit.remote.client import ServingClient, StreamResult, prefill_timeout  # noqa: E402
-from rigkit.settings.defaults import ROUTER_GROUP  # noqa: E402
 from rigkit.errors import ConfigError, RigkitError  # noqa: E402
 from rigkit.fleet.inventory import load_inventory  # noqa: E402
-from rigkit.settings.hostdata import rig_settings  # noqa: E402
-from rigkit.validation.prompts import new_session_id  # noqa: E402
-from rigkit.validation.soak import Plan, check_fits, conversation_tokens, next_message, transcript_entry, turn_order, turn_prompt  # noqa: E402
+from rigkit.remote.client import ServingClient, StreamResult, prefill_timeout  # noqa: E402
 from rigkit.remote.tunnel import serving_url  # noqa: E402
+from rigkit.settings.defaults import ROUTER_GROUP  # noqa: E402
+from rigkit.settings.hostdata import rig_settings  # noqa: E402
+from rigkit.validation import metrics  # noqa: E402
+from rigkit.validation.prompts import new_session_id  # noqa: E402
+from rigkit.validation.soak import (
+    Plan,
+    check_fits,
+    conversation_tokens,
+    next_message,
+    transcript_entry,
+    turn_order,
+    turn_prompt,
+)  # noqa: E402
 
 CACHE_AWARE, ROUND_ROBIN, DIRECT = "cache_aware", "round_robin", "direct"
 POLICIES = (CACHE_AWARE, ROUND_ROBIN)
@@ -127,6 +135,7 @@ class Results:
 
 # --- pure: what the windows and the records say ---------------------------------------------------------------
 
+
 def cache_tokens(window: metrics.Delta) -> tuple[float, float]:
     """(prompt tokens served from a cache, prompt tokens) of one rig's /metrics window."""
     if window.prompt_tokens_by_source:  # each prompt token once (the prefix counters can count twice, vllm#43736)
@@ -140,8 +149,11 @@ def served_by(windows: Mapping[str, metrics.Delta]) -> tuple[Optional[str], floa
     is None when no rig or more than one saw prompt tokens (then the window does not name one)."""
     per_rig = {name: cache_tokens(window) for name, window in windows.items()}
     moved = [name for name, (_, prompt) in per_rig.items() if prompt > 0]
-    return (moved[0] if len(moved) == 1 else None,
-            sum(cached for cached, _ in per_rig.values()), sum(prompt for _, prompt in per_rig.values()))
+    return (
+        moved[0] if len(moved) == 1 else None,
+        sum(cached for cached, _ in per_rig.values()),
+        sum(prompt for _, prompt in per_rig.values()),
+    )
 
 
 def per_turn(records: Sequence[TurnRecord], target: str) -> list[TurnFigures]:
@@ -152,8 +164,14 @@ def per_turn(records: Sequence[TurnRecord], target: str) -> list[TurnFigures]:
         answered = [r for r in mine if r.turn == turn and not r.error]
         prompt = sum(r.prompt_tokens for r in answered)
         ttfts = [r.ttft_s for r in answered if r.ttft_s is not None]
-        figures.append(TurnFigures(turn, sum(r.cached_tokens for r in answered) / prompt if prompt else None,
-                                   statistics.median(ttfts) if ttfts else None, len(answered)))
+        figures.append(
+            TurnFigures(
+                turn,
+                sum(r.cached_tokens for r in answered) / prompt if prompt else None,
+                statistics.median(ttfts) if ttfts else None,
+                len(answered),
+            )
+        )
     return figures
 
 
@@ -216,14 +234,23 @@ def format_table(results: Results) -> str:
     lines.append(row("failed requests", [str(sum(1 for r in records if r.target == t and r.error)) for t in TARGETS]))
     latency = {policy: added_latency(results.latency.get(policy, ())) for policy in POLICIES}
     pairs = max((figure.pairs for figure in latency.values() if figure), default=0)
-    lines.append(row(f"router's added TTFT, median ({pairs} pairs)",
-                     [_ms(latency[p].median_s if latency[p] else None, signed=True) for p in POLICIES] + ["-"]))
-    lines.append(row("router's added TTFT, 90th percentile",
-                     [_ms(latency[p].p90_s if latency[p] else None, signed=True) for p in POLICIES] + ["-"]))
+    lines.append(
+        row(
+            f"router's added TTFT, median ({pairs} pairs)",
+            [_ms(latency[p].median_s if latency[p] else None, signed=True) for p in POLICIES] + ["-"],
+        )
+    )
+    lines.append(
+        row(
+            "router's added TTFT, 90th percentile",
+            [_ms(latency[p].p90_s if latency[p] else None, signed=True) for p in POLICIES] + ["-"],
+        )
+    )
     return "\n".join(lines)
 
 
 # --- the rigs ---------------------------------------------------------------------------------------------------
+
 
 @dataclass(frozen=True)
 class BenchRig:
@@ -239,16 +266,20 @@ def bench_rigs(hosts: Mapping[str, dict], names: Optional[Sequence[str]] = None)
     rigs = {name: host for name, host in hosts.items() if ROUTER_GROUP not in host.get("groups", ())}
     unknown = [name for name in names or () if name not in rigs]
     if unknown:
-        raise ConfigError("--rigs", ",".join(unknown), "names no rig of the inventory",
-                          f"name rigs of {', '.join(rigs)}")
+        raise ConfigError(
+            "--rigs", ",".join(unknown), "names no rig of the inventory", f"name rigs of {', '.join(rigs)}"
+        )
     chosen = list(names) if names else list(rigs)
     if not chosen:
         raise ConfigError("inventory", None, "lists no rig", "pass an inventory with serving rigs")
     out = []
     for name in chosen:
         knobs = rig_settings(rigs[name]["data"]).stack.knobs
-        out.append(BenchRig(name, rigs[name]["data"], knobs["bind_address"], int(knobs["serving_port"]),
-                            knobs["served_model_name"]))
+        out.append(
+            BenchRig(
+                name, rigs[name]["data"], knobs["bind_address"], int(knobs["serving_port"]), knobs["served_model_name"]
+            )
+        )
     return out
 
 
@@ -256,18 +287,22 @@ def bench_rigs(hosts: Mapping[str, dict], names: Optional[Sequence[str]] = None)
 def rig_urls(rigs: Sequence[BenchRig]) -> Iterator[dict[str, str]]:
     """Every rig's API URL as the controller reaches it (a tunnel to a loopback bind), open for the block."""
     with ExitStack() as stack:
-        yield {rig.name: stack.enter_context(serving_url(rig.data, rig.bind_address, rig.serving_port, rig.name))
-               for rig in rigs}
+        yield {
+            rig.name: stack.enter_context(serving_url(rig.data, rig.bind_address, rig.serving_port, rig.name))
+            for rig in rigs
+        }
 
 
 # --- the run ----------------------------------------------------------------------------------------------------
+
 
 def scrape(rig_clients: Mapping[str, ServingClient]) -> dict[str, metrics.Snapshot]:
     return {name: client.metrics() for name, client in rig_clients.items()}
 
 
-def served_request(client: ServingClient, rig_clients: Mapping[str, ServingClient], prompt: str, max_tokens: int,
-                   timeout_s: float) -> tuple[Optional[str], float, float, StreamResult]:
+def served_request(
+    client: ServingClient, rig_clients: Mapping[str, ServingClient], prompt: str, max_tokens: int, timeout_s: float
+) -> tuple[Optional[str], float, float, StreamResult]:
     """One streamed request through `client` with every rig's /metrics scraped around it. A connection closed
     before any response is asked again once, saying so: seen once in the lab through vllm-router 0.1.17
     (RemoteDisconnected between turns: a pooled connection closed while idle), no policy's doing."""
@@ -285,8 +320,14 @@ def served_request(client: ServingClient, rig_clients: Mapping[str, ServingClien
     return rig, cached, prompt_tokens, result
 
 
-def run_sessions(target: str, session_client: Callable[[int], ServingClient], rig_clients: Mapping[str, ServingClient],
-                 writer: ServingClient, plan: Plan, rng: random.Random) -> list[TurnRecord]:
+def run_sessions(
+    target: str,
+    session_client: Callable[[int], ServingClient],
+    rig_clients: Mapping[str, ServingClient],
+    writer: ServingClient,
+    plan: Plan,
+    rng: random.Random,
+) -> list[TurnRecord]:
     """The soak's conversations (turn_order), each turn through session_client(session), every message salted
     with the target's name; `writer` sizes the messages (its /tokenize)."""
     timeout_s = prefill_timeout(conversation_tokens(plan), None)
@@ -296,8 +337,12 @@ def run_sessions(target: str, session_client: Callable[[int], ServingClient], ri
         try:
             message = next_message(writer, PROMPT_KIND, plan.message_tokens, rng, f"{target}-{new_session_id()}")
             rig, cached, prompt_tokens, result = served_request(
-                session_client(session), rig_clients, turn_prompt(transcripts[session], message),
-                plan.reply_tokens, timeout_s)
+                session_client(session),
+                rig_clients,
+                turn_prompt(transcripts[session], message),
+                plan.reply_tokens,
+                timeout_s,
+            )
             transcripts[session].append(transcript_entry(message, result.text))
             records.append(TurnRecord(target, session, turn, rig, cached, prompt_tokens, result.ttft_s, result.error))
         except (RigkitError, requests.RequestException, ValueError) as exc:
@@ -305,8 +350,14 @@ def run_sessions(target: str, session_client: Callable[[int], ServingClient], ri
     return records
 
 
-def measure_added_latency(policy: str, router_client: ServingClient, rig_clients: Mapping[str, ServingClient],
-                          writer: ServingClient, pairs: int, rng: random.Random) -> list[LatencyPair]:
+def measure_added_latency(
+    policy: str,
+    router_client: ServingClient,
+    rig_clients: Mapping[str, ServingClient],
+    writer: ServingClient,
+    pairs: int,
+    rng: random.Random,
+) -> list[LatencyPair]:
     """`pairs` times: the warm request through the router, then direct to the rig that served it."""
     prompt = next_message(writer, PROMPT_KIND, LATENCY_PROMPT_TOKENS, rng, f"latency-{policy}-{new_session_id()}")
     timeout_s = prefill_timeout(LATENCY_PROMPT_TOKENS, None)
@@ -330,8 +381,14 @@ def router_version() -> str:
         return "not installed"
 
 
-def run_bench(urls: Mapping[str, str], plan: Plan, pairs: int, model: Optional[str] = None,
-              seed: Optional[int] = None, progress: Callable[[str], None] = print) -> Results:
+def run_bench(
+    urls: Mapping[str, str],
+    plan: Plan,
+    pairs: int,
+    model: Optional[str] = None,
+    seed: Optional[int] = None,
+    progress: Callable[[str], None] = print,
+) -> Results:
     """Both routers over `urls` (rig name -> API URL), the sessions through each and direct, the latency pairs."""
     names = list(urls)
     rig_clients = {name: ServingClient(url, model=model) for name, url in urls.items()}
@@ -347,24 +404,30 @@ def run_bench(urls: Mapping[str, str], plan: Plan, pairs: int, model: Optional[s
             client = ServingClient(router.url, model=model)
             results.records += run_sessions(policy, lambda _session: client, rig_clients, writer, plan, rng)
         progress(f"{plan.sessions} sessions x {plan.turns} turns direct (session s on rig s mod {len(names)})")
-        results.records += run_sessions(DIRECT, lambda session: rig_clients[names[session % len(names)]],
-                                        rig_clients, writer, plan, rng)
+        results.records += run_sessions(
+            DIRECT, lambda session: rig_clients[names[session % len(names)]], rig_clients, writer, plan, rng
+        )
         for policy, router in routers.items():
             progress(f"router's added latency, {policy}: {pairs} pairs")
-            results.latency[policy] = measure_added_latency(policy, ServingClient(router.url, model=model),
-                                                            rig_clients, writer, pairs, rng)
+            results.latency[policy] = measure_added_latency(
+                policy, ServingClient(router.url, model=model), rig_clients, writer, pairs, rng
+            )
     return results
 
 
 def report(results: Results) -> str:
     plan = results.plan
-    head = (f"router bench: {plan.sessions} sessions x {plan.turns} turns ({plan.open_sessions} open at a time), "
-            f"messages ~{plan.message_tokens} tokens, replies {plan.reply_tokens} tokens; vllm-router "
-            f"{results.router_version}; rigs {', '.join(results.rigs)}")
-    notes = ("hit rate: prompt tokens the serving rig took from a cache (GPU or connector) / prompt tokens, from the "
-             "rigs' /metrics; TTFT: the client's, here; direct: session s on rig s mod "
-             f"{len(results.rigs)}, through the same tunnels the routers use; added TTFT: routed - direct, the same "
-             "warm request, paired")
+    head = (
+        f"router bench: {plan.sessions} sessions x {plan.turns} turns ({plan.open_sessions} open at a time), "
+        f"messages ~{plan.message_tokens} tokens, replies {plan.reply_tokens} tokens; vllm-router "
+        f"{results.router_version}; rigs {', '.join(results.rigs)}"
+    )
+    notes = (
+        "hit rate: prompt tokens the serving rig took from a cache (GPU or connector) / prompt tokens, from the "
+        "rigs' /metrics; TTFT: the client's, here; direct: session s on rig s mod "
+        f"{len(results.rigs)}, through the same tunnels the routers use; added TTFT: routed - direct, the same "
+        "warm request, paired"
+    )
     return "\n".join([head, format_table(results), notes])
 
 

@@ -24,8 +24,8 @@ from typing import Iterator, Sequence
 
 import requests
 
-from rigkit.settings.defaults import ROUTER_POLICIES
 from rigkit.errors import ConfigError, RigkitError
+from rigkit.settings.defaults import ROUTER_POLICIES
 
 LOOPBACK = "127.0.0.1"
 # Healthy workers: ready ~1.2 s after the start (measured on this machine with 0.1.17).
@@ -54,10 +54,27 @@ def router_argv(policy: str, worker_urls: Sequence[str], port: int, prometheus_p
         raise ConfigError("policy", policy, "is not a vllm-router policy", f"use one of {', '.join(ROUTER_POLICIES)}")
     if not worker_urls:
         raise ConfigError("worker_urls", [], "a router needs at least one worker", "pass the rigs' API URLs")
-    return [sys.executable, "-m", "vllm_router.launch_router", "--host", LOOPBACK, "--port", str(port),
-            "--prometheus-host", LOOPBACK, "--prometheus-port", str(prometheus_port), "--policy", policy,
-            "--worker-startup-check-interval", str(WORKER_STARTUP_CHECK_S), "--log-level", "warning",
-            "--worker-urls", *worker_urls]
+    return [
+        sys.executable,
+        "-m",
+        "vllm_router.launch_router",
+        "--host",
+        LOOPBACK,
+        "--port",
+        str(port),
+        "--prometheus-host",
+        LOOPBACK,
+        "--prometheus-port",
+        str(prometheus_port),
+        "--policy",
+        policy,
+        "--worker-startup-check-interval",
+        str(WORKER_STARTUP_CHECK_S),
+        "--log-level",
+        "warning",
+        "--worker-urls",
+        *worker_urls,
+    ]
 
 
 @dataclass(frozen=True)
@@ -93,9 +110,17 @@ def started_router(policy: str, worker_urls: Sequence[str]) -> Iterator[Router]:
         deadline = time.monotonic() + READY_TIMEOUT_S
         while not _healthy(router.url):
             if process.poll() is not None or time.monotonic() > deadline:
-                why = f"exited {process.returncode}" if process.poll() is not None else f"not healthy after {READY_TIMEOUT_S:.0f} s"
-                raise RouterStartError("vllm-router", policy, f"{why}; its log:\n{log.read_text()[-3000:]}",
-                                       "check that every worker URL answers /health and vllm-router is installed")
+                why = (
+                    f"exited {process.returncode}"
+                    if process.poll() is not None
+                    else f"not healthy after {READY_TIMEOUT_S:.0f} s"
+                )
+                raise RouterStartError(
+                    "vllm-router",
+                    policy,
+                    f"{why}; its log:\n{log.read_text()[-3000:]}",
+                    "check that every worker URL answers /health and vllm-router is installed",
+                )
             time.sleep(READY_POLL_S)
         yield router
     finally:

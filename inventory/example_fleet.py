@@ -13,13 +13,16 @@ fleet-wide data is group_data/example_fleet.py. Per host: the SSH address and th
 """
 
 example_dual_3090 = [
-    ("rig-a", {"ssh_hostname": "192.0.2.11",
-               "l2_device": "/dev/disk/by-id/nvme-Samsung_SSD_990_PRO_2TB_S7DNNJ0W000001A"}),
-    ("rig-b", {"ssh_hostname": "192.0.2.12",
-               "l2_device": "/dev/disk/by-id/nvme-WD_BLACK_SN850X_2000GB_230000000001"}),
+    (
+        "rig-a",
+        {"ssh_hostname": "192.0.2.11", "l2_device": "/dev/disk/by-id/nvme-Samsung_SSD_990_PRO_2TB_S7DNNJ0W000001A"},
+    ),
+    ("rig-b", {"ssh_hostname": "192.0.2.12", "l2_device": "/dev/disk/by-id/nvme-WD_BLACK_SN850X_2000GB_230000000001"}),
 ]
 
 example_quad_gpu = [
-    ("rig-c", {"ssh_hostname": "192.0.2.13",
-               "l2_device": "/dev/disk/by-id/nvme-SAMSUNG_MZQL23T8HCLS-00A07_S64HNE0T000001"}),
+    (
+        "rig-c",
+        {"ssh_hostname": "192.0.2.13", "l2_device": "/dev/disk/by-id/nvme-SAMSUNG_MZQL23T8HCLS-00A07_S64HNE0T000001"},
+    ),
 ]

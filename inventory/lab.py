@@ -13,25 +13,29 @@ The shared KV tier's stand-in for a NAS: the host directory every rig has bind-m
 (`kv_share_fstype` none); `--data kv_share=true` puts cpu-lab's store there, the first rig its one janitor.
 """
 
-from rigkit.lab.rigs import KV_SHARE_DIR as _KV_SHARE_DIR, KV_SHARE_IN_RIG as _KV_SHARE_IN_RIG
+from rigkit.lab.rigs import KV_SHARE_DIR as _KV_SHARE_DIR
+from rigkit.lab.rigs import KV_SHARE_IN_RIG as _KV_SHARE_IN_RIG
 from rigkit.lab.state import read_state as _read_state
 
 
 def _lab_hosts() -> list:
     state = _read_state()  # no lab: ConfigError "... run `rigkit lab up` first"
     return [
-        (rig.name, {
-            **state.ssh_data(rig),
-            "serving_port": rig.serving_port,
-            "l2_device": rig.nvme_path,
-            "lab_rig": True,
-            "lab_netns": rig.netns,
-            "lab_registry": state.registry,
-            "kv_share_source": f"lab:{_KV_SHARE_DIR}",
-            "kv_share_mount_point": _KV_SHARE_IN_RIG,
-            "kv_share_fstype": "none",
-            "kv_share_janitor": index == 0,
-        })
+        (
+            rig.name,
+            {
+                **state.ssh_data(rig),
+                "serving_port": rig.serving_port,
+                "l2_device": rig.nvme_path,
+                "lab_rig": True,
+                "lab_netns": rig.netns,
+                "lab_registry": state.registry,
+                "kv_share_source": f"lab:{_KV_SHARE_DIR}",
+                "kv_share_mount_point": _KV_SHARE_IN_RIG,
+                "kv_share_fstype": "none",
+                "kv_share_janitor": index == 0,
+            },
+        )
         for index, rig in enumerate(state.rigs)
     ]
 

@@ -14,7 +14,8 @@ import runpy as _runpy
 from pathlib import Path as _Path
 
 from rigkit.errors import ConfigError as _ConfigError
-from rigkit.lab.router_server import LAB_ROUTER_HOST as _HOST, LAB_ROUTER_PORT as _PORT
+from rigkit.lab.router_server import LAB_ROUTER_HOST as _HOST
+from rigkit.lab.router_server import LAB_ROUTER_PORT as _PORT
 from rigkit.lab.state import read_state as _read_state
 from rigkit.router import CONTROLLER_HOST as _CONTROLLER
 

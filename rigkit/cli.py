@@ -14,15 +14,29 @@ SUBCOMMANDS = {
     "demo": ("rigkit.lab.demo", "lab up, deploy to every lab rig, run the checks, summarise"),
     "check-compose": ("rigkit.serving.compose_guard", "list variables a compose entrypoint reads but does not declare"),
     "resolve": ("rigkit.remote.registry", "resolve IMAGE:TAG to IMAGE@sha256:... via the registry API"),
-    "resolve-model": ("rigkit.model.resolve", "pin a model: ORG/NAME[@BRANCH] to its commit, controller:/DIR to its "
-                      "manifest hash"),
-    "stage": ("rigkit.model.fleet", "stage each rig's pinned model (model_source) into its store: once from the "
-              "source, then rig to rig; --check reports damage"),
+    "resolve-model": (
+        "rigkit.model.resolve",
+        "pin a model: ORG/NAME[@BRANCH] to its commit, controller:/DIR to its manifest hash",
+    ),
+    "stage": (
+        "rigkit.model.fleet",
+        "stage each rig's pinned model (model_source) into its store: once from the "
+        "source, then rig to rig; --check reports damage",
+    ),
     "card": ("rigkit.validation.card.cli", "re-render results cards from a run's JSON"),
-    "deploy": ("rigkit.commands.deploy", "run a deploy over a fleet and summarise each rig (status, step, reason, release)"),
-    "status": ("rigkit.commands.status", "what each rig runs against today's data: drift, health, ledger, driver, L2, shm"),
-    "validate-shared": ("rigkit.commands.validate_shared", "the warm-shared tier: prefill on each sharing rig, ask every other, "
-                        "label by the asked rig's counters, into the cards"),
+    "deploy": (
+        "rigkit.commands.deploy",
+        "run a deploy over a fleet and summarise each rig (status, step, reason, release)",
+    ),
+    "status": (
+        "rigkit.commands.status",
+        "what each rig runs against today's data: drift, health, ledger, driver, L2, shm",
+    ),
+    "validate-shared": (
+        "rigkit.commands.validate_shared",
+        "the warm-shared tier: prefill on each sharing rig, ask every other, "
+        "label by the asked rig's counters, into the cards",
+    ),
 }
 
 

@@ -53,8 +53,9 @@ check_mount_options = check_of(mount_options_problem, "write options separated b
 def check_account_name(name: str) -> None:
     """Variable check for a user or group that owns the L2 directories (ValueError with the reason)."""
     if not _ACCOUNT_NAME.fullmatch(name):
-        raise ValueError("must be a user or group name (lowercase letters, digits, '_', '-'; at most 32) "
-                         "or a numeric id")
+        raise ValueError(
+            "must be a user or group name (lowercase letters, digits, '_', '-'; at most 32) or a numeric id"
+        )
 
 
 check_account_name.fix = "write a user or group name such as root or rigkit, or a numeric id"

@@ -33,9 +33,10 @@ def target_os(meta: dict[str, str], field: str, supported: frozenset = SUPPORTED
     codename = str(meta.get("VERSION_CODENAME", "") or meta.get("UBUNTU_CODENAME", ""))
     if (os_id, version) not in supported:
         names = ", ".join(f"{i} {v}" for i, v in sorted(supported))
-        raise ConfigError(field, f"{os_id} {version}".strip() or "unknown OS",
-                          "this role installs only on a supported OS",
-                          f"run it on {names}, or leave the host out of this role")
+        raise ConfigError(
+            field,
+            f"{os_id} {version}".strip() or "unknown OS",
+            "this role installs only on a supported OS",
+            f"run it on {names}, or leave the host out of this role",
+        )
     return TargetOS(os_id, version, codename)
-
-

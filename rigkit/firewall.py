@@ -34,14 +34,14 @@ SYSTEMD_UNIT_DIR = "/etc/systemd/system"
 class Firewall:
     """One firewall rigkit manages: what a ruleset, its boot unit, the role and its refusals are named by."""
 
-    setting: str         # the bool variable turning it on; names it in the ruleset, its comment and refusals
-    title: str           # what the unit and the role's operations call it ("API firewall")
-    table: str           # nft table inet <table>: this firewall's own, no other is touched
-    chain: str           # the chain the guarded ports jump to
-    ruleset_path: str    # the nft script on the host
-    unit_name: str       # the systemd unit that loads it at boot
-    guards: str          # what its ports are, for the unit's description ("the serving ports")
-    before: str          # the unit that must not start before the table is loaded (the guarded service)
+    setting: str  # the bool variable turning it on; names it in the ruleset, its comment and refusals
+    title: str  # what the unit and the role's operations call it ("API firewall")
+    table: str  # nft table inet <table>: this firewall's own, no other is touched
+    chain: str  # the chain the guarded ports jump to
+    ruleset_path: str  # the nft script on the host
+    unit_name: str  # the systemd unit that loads it at boot
+    guards: str  # what its ports are, for the unit's description ("the serving ports")
+    before: str  # the unit that must not start before the table is loaded (the guarded service)
 
     @property
     def unit_path(self) -> str:
@@ -53,9 +53,16 @@ class Firewall:
         return f"rigkit {self.setting} "
 
 
-API_FIREWALL = Firewall(setting="api_firewall", title="API firewall", table="rigkit_api", chain="api",
-                        ruleset_path="/etc/rigkit/api-firewall.nft", unit_name="rigkit-api-firewall.service",
-                        guards="the serving ports", before="docker.service")
+API_FIREWALL = Firewall(
+    setting="api_firewall",
+    title="API firewall",
+    table="rigkit_api",
+    chain="api",
+    ruleset_path="/etc/rigkit/api-firewall.nft",
+    unit_name="rigkit-api-firewall.service",
+    guards="the serving ports",
+    before="docker.service",
+)
 
 Network = Union[ipaddress.IPv4Network, ipaddress.IPv6Network]
 
@@ -70,8 +77,9 @@ def parse_source(text: str, firewall: Firewall = API_FIREWALL) -> Network:
     except ValueError as exc:
         if "host bits set" in str(exc):
             loose = ipaddress.ip_network(text, strict=False)
-            raise ValueError(f"{text!r} has host bits set: write {loose} for the network, or "
-                             f"{text.split('/')[0]} for the one host") from None
+            raise ValueError(
+                f"{text!r} has host bits set: write {loose} for the network, or {text.split('/')[0]} for the one host"
+            ) from None
         raise ValueError(f"{text!r} is not an IP address or network (10.0.0.5, 10.0.0.0/24, fd00::/64)") from None
     if network.prefixlen == 0:
         raise ValueError(f"{text!r} allows every address: turn {firewall.setting} off instead")
@@ -80,13 +88,14 @@ def parse_source(text: str, firewall: Firewall = API_FIREWALL) -> Network:
 
 def sources_check(firewall: Firewall) -> Callable[[list], None]:
     """The variable check of a firewall's allowed sources (api_allowed_sources): a list of addresses or networks."""
+
     def check(value: list) -> None:
         for item in value:
             if not isinstance(item, str):
                 raise ValueError(f"{item!r} is not text: give each source as a string such as '10.0.0.5'")
             parse_source(item, firewall)
 
-    check.fix = "write a list of addresses or CIDR networks as the host sees them, e.g. [\"10.0.0.5\", \"10.0.1.0/24\"]"
+    check.fix = 'write a list of addresses or CIDR networks as the host sees them, e.g. ["10.0.0.5", "10.0.1.0/24"]'
     return check
 
 
@@ -113,15 +122,20 @@ def controller_source(allow: bool, ssh_connection: Optional[str]) -> Optional[Ne
         return None
     address = controller_address(ssh_connection)
     if address is None:
-        raise PreflightError("api_allow_controller", True, "the deploy's SSH session on the rig carries no "
-                             f"SSH_CONNECTION address ({ssh_connection!r}), so the controller's address is unknown",
-                             "add the controller's address as the rig sees it to api_allowed_sources and set "
-                             "api_allow_controller: false")
+        raise PreflightError(
+            "api_allow_controller",
+            True,
+            "the deploy's SSH session on the rig carries no "
+            f"SSH_CONNECTION address ({ssh_connection!r}), so the controller's address is unknown",
+            "add the controller's address as the rig sees it to api_allowed_sources and set "
+            "api_allow_controller: false",
+        )
     return address
 
 
-def allowed_sources(declared: Iterable[str], controller: Optional[Network] = None,
-                    firewall: Firewall = API_FIREWALL) -> list[Network]:
+def allowed_sources(
+    declared: Iterable[str], controller: Optional[Network] = None, firewall: Firewall = API_FIREWALL
+) -> list[Network]:
     """Every source besides loopback, each once, in a stable order (the ruleset's hash depends on it)."""
     networks = {parse_source(text, firewall) for text in declared}
     if controller is not None:
@@ -175,19 +189,21 @@ def ruleset(firewall: Firewall, ports: Sequence[int], sources: Sequence[Network]
     """The nft script: creates the table if absent, deletes it, defines it anew, in one transaction
     (``nft -f`` is atomic), so only this firewall's table is replaced and a bad script changes nothing."""
     table = firewall.table
-    return "\n".join([
-        "#!/usr/sbin/nft -f",
-        f"# Rendered by rigkit (rigkit/firewall.py, {firewall.setting}): change host or group data, not this file.",
-        f"# TCP ports {', '.join(str(port) for port in sorted(set(ports)))} only from loopback and the sources below;",
-        "# every other packet passes this table untouched.",
-        f"table inet {table}",
-        f"delete table inet {table}",
-        f"table inet {table} {{",
-        f'\tcomment "{ruleset_comment(firewall, ports, sources)}"',
-        *_rules(firewall, ports, sources),
-        "}",
-        "",
-    ])
+    return "\n".join(
+        [
+            "#!/usr/sbin/nft -f",
+            f"# Rendered by rigkit (rigkit/firewall.py, {firewall.setting}): change host or group data, not this file.",
+            f"# TCP ports {', '.join(str(port) for port in sorted(set(ports)))} only from loopback and the sources below;",
+            "# every other packet passes this table untouched.",
+            f"table inet {table}",
+            f"delete table inet {table}",
+            f"table inet {table} {{",
+            f'\tcomment "{ruleset_comment(firewall, ports, sources)}"',
+            *_rules(firewall, ports, sources),
+            "}",
+            "",
+        ]
+    )
 
 
 def unit_text(firewall: Firewall) -> str:
@@ -215,11 +231,15 @@ def exposure_notice(enabled: bool, bind_address: str, port: int) -> Optional[str
     """What the deploy says about who can reach the API, or None when there is nothing to say."""
     loopback = ipaddress.ip_address(bind_address).is_loopback
     if enabled and loopback:
-        return (f"api_firewall: bind_address {bind_address} is loopback: only the rig itself reaches port {port} "
-                "(the firewall matters once bind_address is not loopback, e.g. 0.0.0.0 for a router)")
+        return (
+            f"api_firewall: bind_address {bind_address} is loopback: only the rig itself reaches port {port} "
+            "(the firewall matters once bind_address is not loopback, e.g. 0.0.0.0 for a router)"
+        )
     if not enabled and not loopback:
-        return (f"api_firewall: off, and the API listens on {bind_address}:{port}: every host that can route to "
-                "the rig reaches it; set api_firewall: true and api_allowed_sources to limit it")
+        return (
+            f"api_firewall: off, and the API listens on {bind_address}:{port}: every host that can route to "
+            "the rig reaches it; set api_firewall: true and api_allowed_sources to limit it"
+        )
     return None
 
 
@@ -227,10 +247,14 @@ def refuse_on_shared_network(firewall: Firewall, data: Mapping, enabled: bool) -
     """The lab's hard rule: a lab rig on host networking shares this machine's network namespace, so its
     nft rules would be this machine's firewall. Only a lab rig in its own namespace may take one."""
     if enabled and data.get("lab_rig") and not data.get("lab_netns"):
-        raise ConfigError(firewall.setting, True, "this lab rig runs on host networking: its network namespace is "
-                          "the controller's, so the rig's firewall rules would change this machine's firewall",
-                          f"enable {firewall.setting} only on a lab rig in its own network namespace (lab_netns: "
-                          f"the netns rigs of `rigkit lab up`), or set {firewall.setting}: false")
+        raise ConfigError(
+            firewall.setting,
+            True,
+            "this lab rig runs on host networking: its network namespace is "
+            "the controller's, so the rig's firewall rules would change this machine's firewall",
+            f"enable {firewall.setting} only on a lab rig in its own network namespace (lab_netns: "
+            f"the netns rigs of `rigkit lab up`), or set {firewall.setting}: false",
+        )
 
 
 def refuse_same_namespace(firewall: Firewall, rig_namespace: Optional[str], controller_namespace: str) -> None:
@@ -239,6 +263,10 @@ def refuse_same_namespace(firewall: Firewall, rig_namespace: Optional[str], cont
     Meaningful only inside the lab, where both run on one kernel (every machine's first namespace has the
     same number)."""
     if rig_namespace and rig_namespace == controller_namespace:
-        raise PreflightError(firewall.setting, True, f"the rig's network namespace {rig_namespace} is the "
-                             "controller's own: its firewall rules would change this machine's firewall",
-                             f"run this lab rig in its own network namespace, or set {firewall.setting}: false")
+        raise PreflightError(
+            firewall.setting,
+            True,
+            f"the rig's network namespace {rig_namespace} is the "
+            "controller's own: its firewall rules would change this machine's firewall",
+            f"run this lab rig in its own network namespace, or set {firewall.setting}: false",
+        )

@@ -33,8 +33,12 @@ def check_share_settings(section: Mapping[str, Any]) -> None:
         return
     server, _, export = source.partition(":")
     if not server or not export.startswith("/"):
-        raise ConfigError("kv_share_source", source, f"is not an NFS export (kv_share_fstype {fstype})",
-                          "write it as SERVER:/EXPORT, e.g. nas:/export/rigkit-kv")
+        raise ConfigError(
+            "kv_share_source",
+            source,
+            f"is not an NFS export (kv_share_fstype {fstype})",
+            "write it as SERVER:/EXPORT, e.g. nas:/export/rigkit-kv",
+        )
 
 
 def store_identity(source: str) -> str:
@@ -51,33 +55,53 @@ def shareable_profiles(profiles: Mapping[str, Any]) -> list[str]:
     return sorted(name for name, profile in profiles.items() if profile.connector and profile.connector.shareable)
 
 
-def shared_l2_path(profile: Any, knobs: Mapping[str, Any], section: Mapping[str, Any],
-                   profiles: Mapping[str, Any]) -> Optional[str]:
+def shared_l2_path(
+    profile: Any, knobs: Mapping[str, Any], section: Mapping[str, Any], profiles: Mapping[str, Any]
+) -> Optional[str]:
     """Where the connector store lives with ``kv_share`` on (None when off); ConfigError when the profile has
     no shared-capable tier, no source is declared, or an explicit l2_path lies off the shared mount."""
     if not knobs["kv_share"]:
         return None  # kv_share_janitor alone says nothing: it names the janitor of a store once one is shared
     if not (profile.connector and profile.connector.shareable):
-        raise ConfigError("kv_share", True, f"profile {profile.name} has no tier that can live on a shared mount",
-                          f"use a profile with one ({', '.join(shareable_profiles(profiles))}), or set kv_share: false")
+        raise ConfigError(
+            "kv_share",
+            True,
+            f"profile {profile.name} has no tier that can live on a shared mount",
+            f"use a profile with one ({', '.join(shareable_profiles(profiles))}), or set kv_share: false",
+        )
     if section["kv_share_source"] is None:
-        raise ConfigError("kv_share_source", None, "kv_share is on but no shared mount is declared",
-                          "set kv_share_source (e.g. nas:/export/rigkit-kv) and kv_share_mount_point in group data")
+        raise ConfigError(
+            "kv_share_source",
+            None,
+            "kv_share is on but no shared mount is declared",
+            "set kv_share_source (e.g. nas:/export/rigkit-kv) and kv_share_mount_point in group data",
+        )
     mount_point = section["kv_share_mount_point"]
     path = knobs["l2_path"] or kv_share_store_path(section)
     if posixpath.commonpath([path, mount_point]) != mount_point or path == mount_point:
-        raise ConfigError("l2_path", path, f"is not a directory inside the shared mount {mount_point} (kv_share)",
-                          "leave l2_path unset (the store then is kv_share_mount_point/kv_share_store_dir)")
+        raise ConfigError(
+            "l2_path",
+            path,
+            f"is not a directory inside the shared mount {mount_point} (kv_share)",
+            "leave l2_path unset (the store then is kv_share_mount_point/kv_share_store_dir)",
+        )
     return path
 
 
 def fstab_entry_line(section: Mapping[str, Any]) -> str:
     """The export's /etc/fstab line, every field quoted by fstab rules (no fsck pass for a network mount)."""
-    return fstab_line(section["kv_share_source"], section["kv_share_mount_point"], section["kv_share_fstype"],
-                      section["kv_share_mount_options"], dump=0, pass_number=0)
+    return fstab_line(
+        section["kv_share_source"],
+        section["kv_share_mount_point"],
+        section["kv_share_fstype"],
+        section["kv_share_mount_options"],
+        dump=0,
+        pass_number=0,
+    )
 
 
 # The fleet view: rigs sharing one store.
+
 
 def store_member(data: Mapping[str, Any]) -> Optional[dict[str, Any]]:
     """A host's share of the fleet check ({source, seed, janitor}), None when it keeps its store to itself."""
@@ -86,8 +110,11 @@ def store_member(data: Mapping[str, Any]) -> Optional[dict[str, Any]]:
         return None
     section = resolve(KV_SHARE_VARIABLES, dict(data))
     source = section["kv_share_source"]
-    return {"source": None if source is None else store_identity(source), "seed": knobs["kv_hash_seed"],
-            "janitor": knobs["kv_share_janitor"]}
+    return {
+        "source": None if source is None else store_identity(source),
+        "seed": knobs["kv_hash_seed"],
+        "janitor": knobs["kv_share_janitor"],
+    }
 
 
 def check_shared_stores(hosts: Iterable[tuple[str, Mapping[str, Any]]]) -> None:
@@ -104,18 +131,27 @@ def check_shared_stores(hosts: Iterable[tuple[str, Mapping[str, Any]]]) -> None:
         if len(set(seeds.values())) > 1:
             first = next(iter(seeds))
             other = next(name for name, seed in seeds.items() if seed != seeds[first])
-            raise ConfigError(f"{other}.kv_hash_seed", seeds[other],
-                              f"differs from {first}'s {seeds[first]} while both share the store {source}: engines "
-                              "with different hash seeds never find each other's blocks",
-                              "declare kv_hash_seed once for the fleet (group data), not per rig")
+            raise ConfigError(
+                f"{other}.kv_hash_seed",
+                seeds[other],
+                f"differs from {first}'s {seeds[first]} while both share the store {source}: engines "
+                "with different hash seeds never find each other's blocks",
+                "declare kv_hash_seed once for the fleet (group data), not per rig",
+            )
         janitors = sorted(name for name, member in members.items() if member["janitor"])
         if len(janitors) != 1:
-            problem = (f"{', '.join(janitors)} all run the L2 janitor on it: each evicts the others' entries to its "
-                       "own budget" if janitors else "no rig runs the L2 janitor on it: nothing keeps it under "
-                       "l2_budget_gb and a full store kills every engine on it")
-            raise ConfigError("kv_share_janitor", ", ".join(janitors) or None,
-                              f"rigs {', '.join(sorted(members))} share the store {source}; {problem}",
-                              "set kv_share_janitor: true on exactly one rig of the store")
+            problem = (
+                f"{', '.join(janitors)} all run the L2 janitor on it: each evicts the others' entries to its own budget"
+                if janitors
+                else "no rig runs the L2 janitor on it: nothing keeps it under "
+                "l2_budget_gb and a full store kills every engine on it"
+            )
+            raise ConfigError(
+                "kv_share_janitor",
+                ", ".join(janitors) or None,
+                f"rigs {', '.join(sorted(members))} share the store {source}; {problem}",
+                "set kv_share_janitor: true on exactly one rig of the store",
+            )
 
 
 def check_inventory(hosts: Iterable[tuple[str, Iterable[str], Mapping[str, Any]]]) -> None:

@@ -39,10 +39,16 @@ INCLUDE_LINE = f"include {RIGKIT_CONF}"
 
 # The store's own firewall: independent of the API firewall's table, file and unit (the lab puts the store on a
 # rig, so one host may hold both), loaded before valkey starts at boot.
-KV_STORE_FIREWALL = Firewall(setting="kv_store_firewall", title="KV store firewall", table="rigkit_kv_store",
-                             chain="kv_store", ruleset_path="/etc/rigkit/kv-store-firewall.nft",
-                             unit_name="rigkit-kv-store-firewall.service", guards="the store's port",
-                             before=VALKEY_SERVICE)
+KV_STORE_FIREWALL = Firewall(
+    setting="kv_store_firewall",
+    title="KV store firewall",
+    table="rigkit_kv_store",
+    chain="kv_store",
+    ruleset_path="/etc/rigkit/kv-store-firewall.nft",
+    unit_name="rigkit-kv-store-firewall.service",
+    guards="the store's port",
+    before=VALKEY_SERVICE,
+)
 
 # Short passwords fall to guessing: valkey answers AUTH in microseconds and never locks an account out.
 MIN_PASSWORD_LENGTH = 16
@@ -114,8 +120,7 @@ def answers_as_declared(settings: Mapping, answers: Mapping) -> list[str]:
         problems.append(f"a PING without the password got {answers['unauthenticated']!r}, not {NOAUTH_REPLY}")
     if answers["authenticated"] != "PONG":
         problems.append(f"a PING with the password got {answers['authenticated']!r}, not PONG")
-    wanted = {"maxmemory": str(maxmemory_bytes(settings)),
-              "maxmemory-policy": settings["kv_store_maxmemory_policy"]}
+    wanted = {"maxmemory": str(maxmemory_bytes(settings)), "maxmemory-policy": settings["kv_store_maxmemory_policy"]}
     for name, value in wanted.items():
         if answers["config"].get(name) != value:
             problems.append(f"CONFIG GET {name} is {answers['config'].get(name)!r}, not {value!r}")
@@ -139,8 +144,12 @@ def _loopback(addresses: Sequence[str]) -> bool:
     return any(ipaddress.ip_address(address).is_loopback for address in addresses)
 
 
-def store_sources(settings: Mapping, store: tuple[str, str], rigs: Mapping[str, str],
-                  resolve: Callable[[str], list[str]] = resolve_address) -> list[Network]:
+def store_sources(
+    settings: Mapping,
+    store: tuple[str, str],
+    rigs: Mapping[str, str],
+    resolve: Callable[[str], list[str]] = resolve_address,
+) -> list[Network]:
     """The sources the store firewall allows besides loopback, each once and ordered (rigkit.firewall).
 
     ``kv_store_allowed_sources`` when declared; else every rig of the inventory at its address (``rigs``: rig
@@ -157,26 +166,36 @@ def store_sources(settings: Mapping, store: tuple[str, str], rigs: Mapping[str, 
     return allowed_sources(texts, None, KV_STORE_FIREWALL)
 
 
-def _rig_sources(settings: Mapping, store: tuple[str, str], rigs: Mapping[str, str],
-                 resolve: Callable[[str], list[str]]) -> list[str]:
+def _rig_sources(
+    settings: Mapping, store: tuple[str, str], rigs: Mapping[str, str], resolve: Callable[[str], list[str]]
+) -> list[str]:
     store_name, store_address = store
-    fix = ("or declare kv_store_allowed_sources on the store host: the rigs' addresses as the store sees them")
+    fix = "or declare kv_store_allowed_sources on the store host: the rigs' addresses as the store sees them"
     if not rigs and any(not ipaddress.ip_address(a).is_loopback for a in settings["kv_store_bind_addresses"]):
-        raise ConfigError("kv_store_allowed_sources", None, f"kv_store_firewall is on and the inventory has no rig "
-                          f"to allow: {store_name} would take connections to kv_store_port from its own loopback only",
-                          f"deploy the store in the same inventory as its rigs, {fix}")
+        raise ConfigError(
+            "kv_store_allowed_sources",
+            None,
+            f"kv_store_firewall is on and the inventory has no rig "
+            f"to allow: {store_name} would take connections to kv_store_port from its own loopback only",
+            f"deploy the store in the same inventory as its rigs, {fix}",
+        )
     store_ips = _resolved(store_name, store_address, resolve, "the store host", fix)
     sources: list[str] = []
     for name, address in rigs.items():
-        ips = _resolved(name, address, resolve, "rig", "set an IP ssh_hostname or router_worker_address for "
-                        f"{name}, " + fix)
+        ips = _resolved(
+            name, address, resolve, "rig", f"set an IP ssh_hostname or router_worker_address for {name}, " + fix
+        )
         if _loopback(ips):
             if _loopback(store_ips):
                 continue  # the rig shares the store's loopback (the lab's host network): loopback passes already
-            raise ConfigError("kv_store_allowed_sources", address, f"rig {name}'s address {address} is loopback while "
-                              f"the store {store_name} is at {store_address}: the rig reaches the store from an "
-                              "address the inventory does not name", f"set router_worker_address for {name} to its "
-                              f"address on the store's network, {fix}")
+            raise ConfigError(
+                "kv_store_allowed_sources",
+                address,
+                f"rig {name}'s address {address} is loopback while "
+                f"the store {store_name} is at {store_address}: the rig reaches the store from an "
+                "address the inventory does not name",
+                f"set router_worker_address for {name} to its address on the store's network, {fix}",
+            )
         sources += ips
     return sources
 
@@ -185,5 +204,9 @@ def _resolved(name: str, address: str, resolve: Callable[[str], list[str]], what
     try:
         return resolve(address)
     except OSError as exc:
-        raise ConfigError("kv_store_allowed_sources", address, f"{what} {name}'s address {address} does not resolve "
-                          f"on the controller ({exc})", fix) from None
+        raise ConfigError(
+            "kv_store_allowed_sources",
+            address,
+            f"{what} {name}'s address {address} does not resolve on the controller ({exc})",
+            fix,
+        ) from None

@@ -42,15 +42,17 @@ def l2_probe_command(path: str, janitor_unit: str, janitor_status_file: str) -> 
     """One shell command, run on the rig, printing key=value lines that parse_l2_probe reads."""
     quoted = shlex.quote(path)
     df = f"df -B1 --output={{}} -- {quoted} 2>/dev/null | tail -n 1"
-    return "; ".join([
-        f"echo \"mount=$({df.format('target')})\"",
-        f"echo \"fs_size=$({df.format('size')} | tr -d ' ')\"",
-        f"echo \"fs_free=$({df.format('avail')} | tr -d ' ')\"",
-        f"echo \"store_bytes=$(du -sb -- {quoted} 2>/dev/null | cut -f1)\"",
-        f"echo \"janitor=$(systemctl is-active {shlex.quote(janitor_unit)} 2>/dev/null)\"",
-        "echo \"now=$(date +%s)\"",
-        f"echo \"janitor_status=$(cat {shlex.quote(janitor_status_file)} 2>/dev/null)\"",
-    ])
+    return "; ".join(
+        [
+            f'echo "mount=$({df.format("target")})"',
+            f"echo \"fs_size=$({df.format('size')} | tr -d ' ')\"",
+            f"echo \"fs_free=$({df.format('avail')} | tr -d ' ')\"",
+            f'echo "store_bytes=$(du -sb -- {quoted} 2>/dev/null | cut -f1)"',
+            f'echo "janitor=$(systemctl is-active {shlex.quote(janitor_unit)} 2>/dev/null)"',
+            'echo "now=$(date +%s)"',
+            f'echo "janitor_status=$(cat {shlex.quote(janitor_status_file)} 2>/dev/null)"',
+        ]
+    )
 
 
 def parse_l2_probe(text: str) -> L2Probe:
@@ -64,15 +66,25 @@ def parse_l2_probe(text: str) -> L2Probe:
         status = json.loads(values.get("janitor_status", "")) or None
     except ValueError:
         status = None
-    return L2Probe(mount=values.get("mount", "").strip() or None, fs_size_bytes=number("fs_size"),
-                   fs_free_bytes=number("fs_free"), store_bytes=number("store_bytes"),
-                   janitor=values.get("janitor", "").strip() or None,
-                   now=float(number("now")) if number("now") is not None else None,
-                   janitor_status=status if isinstance(status, dict) else None)
+    return L2Probe(
+        mount=values.get("mount", "").strip() or None,
+        fs_size_bytes=number("fs_size"),
+        fs_free_bytes=number("fs_free"),
+        store_bytes=number("store_bytes"),
+        janitor=values.get("janitor", "").strip() or None,
+        now=float(number("now")) if number("now") is not None else None,
+        janitor_status=status if isinstance(status, dict) else None,
+    )
 
 
-def classify_l2(probe: L2Probe, path: str, budget_bytes: int, min_free_bytes: int, janitor_unit: Optional[str],
-                now: Optional[float] = None) -> L2Report:
+def classify_l2(
+    probe: L2Probe,
+    path: str,
+    budget_bytes: int,
+    min_free_bytes: int,
+    janitor_unit: Optional[str],
+    now: Optional[float] = None,
+) -> L2Report:
     """The L2 tier's state from the rig's numbers. janitor_unit: the unit that must keep the store under its
     budget (None when the connector evicts by itself). Worst first: full, janitor-down, unknown, low, over-budget."""
     status = probe.janitor_status or {}
@@ -80,51 +92,108 @@ def classify_l2(probe: L2Probe, path: str, budget_bytes: int, min_free_bytes: in
     found: list[tuple[str, str, str]] = []  # (state, level, problem with its fix)
     free, store = probe.fs_free_bytes, probe.store_bytes
     if free is not None and free < min_free_bytes:
-        why = ("the store is empty: something else fills the disk"
-               if status.get("state") == STATE_BELOW_FLOOR or not store else
-               f"the store holds {fmt_bytes(store)}")
-        found.append(("full", "fail", f"L2 full: {mount} has {fmt_bytes(free)} free, below the floor "
-                      f"{fmt_bytes(min_free_bytes)} ({why}): free space on {mount} or lower l2_budget_gb"))
+        why = (
+            "the store is empty: something else fills the disk"
+            if status.get("state") == STATE_BELOW_FLOOR or not store
+            else f"the store holds {fmt_bytes(store)}"
+        )
+        found.append(
+            (
+                "full",
+                "fail",
+                f"L2 full: {mount} has {fmt_bytes(free)} free, below the floor "
+                f"{fmt_bytes(min_free_bytes)} ({why}): free space on {mount} or lower l2_budget_gb",
+            )
+        )
     if janitor_unit:
         if probe.janitor != "active":
-            found.append(("janitor-down", "fail", f"L2 janitor {janitor_unit} is {probe.janitor or 'unknown'}: nothing "
-                          f"keeps the store under l2_budget_gb nor {mount} above its floor: run deploy.py "
-                          f"(journalctl -u {janitor_unit} says why it stopped)"))
+            found.append(
+                (
+                    "janitor-down",
+                    "fail",
+                    f"L2 janitor {janitor_unit} is {probe.janitor or 'unknown'}: nothing "
+                    f"keeps the store under l2_budget_gb nor {mount} above its floor: run deploy.py "
+                    f"(journalctl -u {janitor_unit} says why it stopped)",
+                )
+            )
         elif status.get("state") == STATE_REFUSED:
             found.append(("janitor-down", "fail", f"L2 janitor refuses to work: {status.get('message')}"))
         elif not status:
-            found.append(("unknown", "warn", f"L2 janitor {janitor_unit} is active but wrote no status: "
-                          f"run deploy.py (an older janitor writes none)"))
+            found.append(
+                (
+                    "unknown",
+                    "warn",
+                    f"L2 janitor {janitor_unit} is active but wrote no status: "
+                    f"run deploy.py (an older janitor writes none)",
+                )
+            )
         else:
             now = probe.now if now is None else now
             age = (now - status.get("updated_at", 0)) if now is not None else 0
             if age > L2_JANITOR_STALE_S:
-                found.append(("janitor-down", "warn", f"L2 janitor {janitor_unit} last reported {age:.0f} s ago: "
-                              f"it is stuck; journalctl -u {janitor_unit}, then systemctl restart {janitor_unit}"))
+                found.append(
+                    (
+                        "janitor-down",
+                        "warn",
+                        f"L2 janitor {janitor_unit} last reported {age:.0f} s ago: "
+                        f"it is stuck; journalctl -u {janitor_unit}, then systemctl restart {janitor_unit}",
+                    )
+                )
     if free is None or store is None:
-        found.append(("unknown", "warn", f"L2 state of {path} unknown (df/du read nothing on the rig): "
-                      "check that the path exists there (run deploy.py)"))
+        found.append(
+            (
+                "unknown",
+                "warn",
+                f"L2 state of {path} unknown (df/du read nothing on the rig): "
+                "check that the path exists there (run deploy.py)",
+            )
+        )
     else:
         headroom, room_to_budget = free - min_free_bytes, budget_bytes - store
         if 0 <= headroom < room_to_budget:
             most = (store + headroom) / GB
-            found.append(("low", "warn", f"L2 low: {mount} has {fmt_bytes(free)} free: the store ({fmt_bytes(store)}) "
-                          f"can grow only {fmt_bytes(headroom)} more before the floor {fmt_bytes(min_free_bytes)}, not "
-                          f"the {fmt_bytes(room_to_budget)} its budget allows: free space on {mount} or lower "
-                          f"l2_budget_gb to at most {most:.3g}"))
+            found.append(
+                (
+                    "low",
+                    "warn",
+                    f"L2 low: {mount} has {fmt_bytes(free)} free: the store ({fmt_bytes(store)}) "
+                    f"can grow only {fmt_bytes(headroom)} more before the floor {fmt_bytes(min_free_bytes)}, not "
+                    f"the {fmt_bytes(room_to_budget)} its budget allows: free space on {mount} or lower "
+                    f"l2_budget_gb to at most {most:.3g}",
+                )
+            )
         if store > budget_bytes * (1 + L2_OVER_BUDGET_TOLERANCE):
-            found.append(("over-budget", "warn", f"L2 store {fmt_bytes(store)} over its budget {fmt_bytes(budget_bytes)}"
-                          + (": the janitor is not keeping up" if janitor_unit else
-                             ": the connector does not evict to l2_budget_gb; lower its own disk limit")))
+            found.append(
+                (
+                    "over-budget",
+                    "warn",
+                    f"L2 store {fmt_bytes(store)} over its budget {fmt_bytes(budget_bytes)}"
+                    + (
+                        ": the janitor is not keeping up"
+                        if janitor_unit
+                        else ": the connector does not evict to l2_budget_gb; lower its own disk limit"
+                    ),
+                )
+            )
     level = "fail" if any(f[1] == "fail" for f in found) else "warn" if found else "ok"
     last = status.get("last_eviction") or {}
-    return L2Report(path=path, mount=probe.mount, fs_size_bytes=probe.fs_size_bytes, fs_free_bytes=free,
-                    min_free_bytes=min_free_bytes, store_bytes=store, budget_bytes=budget_bytes,
-                    janitor=probe.janitor if janitor_unit else None, janitor_state=status.get("state"),
-                    evicted_entries=status.get("evicted_entries", 0), evicted_bytes=status.get("evicted_bytes", 0),
-                    last_eviction_reason=last.get("reason"),
-                    state=next((f[0] for f in found if f[1] == level), "ok"), level=level,
-                    problems=[f[2] for f in found])
+    return L2Report(
+        path=path,
+        mount=probe.mount,
+        fs_size_bytes=probe.fs_size_bytes,
+        fs_free_bytes=free,
+        min_free_bytes=min_free_bytes,
+        store_bytes=store,
+        budget_bytes=budget_bytes,
+        janitor=probe.janitor if janitor_unit else None,
+        janitor_state=status.get("state"),
+        evicted_entries=status.get("evicted_entries", 0),
+        evicted_bytes=status.get("evicted_bytes", 0),
+        last_eviction_reason=last.get("reason"),
+        state=next((f[0] for f in found if f[1] == level), "ok"),
+        level=level,
+        problems=[f[2] for f in found],
+    )
 
 
 def l2_probe_for(stack) -> str:

@@ -81,7 +81,7 @@ def parse_driver_version(text: str) -> Optional[str]:
 
 
 def driver_branch(version: str) -> str:
-    """"580.159.04" -> "580": the branch that driver packages are named after."""
+    """ "580.159.04" -> "580": the branch that driver packages are named after."""
     return version.split(".", 1)[0]
 
 

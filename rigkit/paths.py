@@ -31,11 +31,42 @@ RIG_LIB_DIR = "/usr/local/lib/rigkit"
 # Host paths a user sets (l2_path, the L2 mount point, ...) are bind-mounted read-write into the container,
 # mounted over, chowned and chmodded by rigkit. Trees that belong to the system or the container engine:
 # no such path may be at or under them.
-SYSTEM_TREES = ("/bin", "/boot", "/dev", "/etc", "/lib", "/lib32", "/lib64", "/libx32", "/proc", "/run", "/sbin",
-                "/sys", "/usr", "/var/lib/docker", "/var/lib/containerd", RIG_RELEASES_DIR)
+SYSTEM_TREES = (
+    "/bin",
+    "/boot",
+    "/dev",
+    "/etc",
+    "/lib",
+    "/lib32",
+    "/lib64",
+    "/libx32",
+    "/proc",
+    "/run",
+    "/sbin",
+    "/sys",
+    "/usr",
+    "/var/lib/docker",
+    "/var/lib/containerd",
+    RIG_RELEASES_DIR,
+)
 # Directories that hold other things: a path may be inside them, never one of them.
-SYSTEM_DIRECTORIES = ("/", "/home", "/media", "/mnt", "/opt", "/root", "/srv", "/tmp", "/var", "/var/cache",
-                      "/var/lib", "/var/log", "/var/spool", "/var/tmp", RIG_STATE_DIR)
+SYSTEM_DIRECTORIES = (
+    "/",
+    "/home",
+    "/media",
+    "/mnt",
+    "/opt",
+    "/root",
+    "/srv",
+    "/tmp",
+    "/var",
+    "/var/cache",
+    "/var/lib",
+    "/var/log",
+    "/var/spool",
+    "/var/tmp",
+    RIG_STATE_DIR,
+)
 # Longest file name (one path component) Linux filesystems take, in bytes (NAME_MAX).
 NAME_MAX_BYTES = 255
 

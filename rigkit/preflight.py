@@ -60,13 +60,19 @@ class HostFacts:
     def from_state(cls, state: RigState, **overrides: Any) -> "HostFacts":
         """The gates' view of the rig survey; ``overrides`` for what a gate reads differently (a GPU
         memory table only where nvidia-smi answers, the L2 free space only once the disk is mounted)."""
-        facts = dict(meminfo=state.meminfo, host_shm_bytes=state.shm_bytes, host_shm_free=state.shm_free,
-                     l2_free_bytes=state.l2_free_bytes,
-                     gpu_memory_csv="\n".join(state.gpu_memory) if state.nvidia_smi_cli else None,
-                     has_engine=state.docker_cli is not None, compose_command=state.compose_command,
-                     image_present=state.image_present, port_listeners=state.port_listeners,
-                     stack_port_listeners=state.stack_port_listeners,
-                     stack_container_ids=state.running_stack_ids)
+        facts = dict(
+            meminfo=state.meminfo,
+            host_shm_bytes=state.shm_bytes,
+            host_shm_free=state.shm_free,
+            l2_free_bytes=state.l2_free_bytes,
+            gpu_memory_csv="\n".join(state.gpu_memory) if state.nvidia_smi_cli else None,
+            has_engine=state.docker_cli is not None,
+            compose_command=state.compose_command,
+            image_present=state.image_present,
+            port_listeners=state.port_listeners,
+            stack_port_listeners=state.stack_port_listeners,
+            stack_container_ids=state.running_stack_ids,
+        )
         return cls(**{**facts, **overrides})
 
 
@@ -107,24 +113,51 @@ def check_ram(settings: Settings, meminfo: dict[str, int]) -> list[Finding]:
     needed = l1 + reserve
     findings = []
     if available_bytes < needed * GIB:
-        problem = (f"MemAvailable {available:g} GiB < L1 {l1} + reserve {reserve} = {needed} GiB "
-                   "(an oversized cache once OOM'd the host; force does not override this)")
+        problem = (
+            f"MemAvailable {available:g} GiB < L1 {l1} + reserve {reserve} = {needed} GiB "
+            "(an oversized cache once OOM'd the host; force does not override this)"
+        )
         most = int(available_bytes // GIB)
         if l1:
-            findings.append(Finding("refuse", "ram", "l1_size_gb", l1, problem,
-                                    f"set l1_size_gb to at most {max(most - reserve, 0)} (GiB) or free memory"))
+            findings.append(
+                Finding(
+                    "refuse",
+                    "ram",
+                    "l1_size_gb",
+                    l1,
+                    problem,
+                    f"set l1_size_gb to at most {max(most - reserve, 0)} (GiB) or free memory",
+                )
+            )
         else:  # no L1 in this profile: the reserve alone is over what the rig has free
-            findings.append(Finding("refuse", "ram", "ram_reserve_gb", reserve, problem,
-                                    f"free memory on the rig or set ram_reserve_gb to at most {most} (GiB)"))
+            findings.append(
+                Finding(
+                    "refuse",
+                    "ram",
+                    "ram_reserve_gb",
+                    reserve,
+                    problem,
+                    f"free memory on the rig or set ram_reserve_gb to at most {most} (GiB)",
+                )
+            )
     else:
-        findings.append(Finding("ok", "ram", "l1_size_gb", l1,
-                                f"MemAvailable {available:g} GiB >= L1 + reserve {needed} GiB"))
+        findings.append(
+            Finding("ok", "ram", "l1_size_gb", l1, f"MemAvailable {available:g} GiB >= L1 + reserve {needed} GiB")
+        )
     total = _gb(meminfo.get("MemTotal", 0))
     minimum = settings.profile.resources.min_ram_gb
     if total < minimum:
-        findings.append(Finding("refuse", "ram", "serving_profile", settings.profile.name,
-                                f"MemTotal {total:g} GB < {minimum} GB that profile {settings.profile.name} needs",
-                                "pick a smaller profile or a bigger rig", forceable=True))
+        findings.append(
+            Finding(
+                "refuse",
+                "ram",
+                "serving_profile",
+                settings.profile.name,
+                f"MemTotal {total:g} GB < {minimum} GB that profile {settings.profile.name} needs",
+                "pick a smaller profile or a bigger rig",
+                forceable=True,
+            )
+        )
     return findings
 
 
@@ -132,38 +165,76 @@ def check_host_shm(settings: Settings, shm_bytes: Optional[int], shm_free: Optio
     """The stack runs with `ipc: host`, so its /dev/shm is the rig's own: compose's shm_size does not apply. Its size
     first, then what is FREE: stale CPU-tier segments of stopped engines fill it while its size stays the same."""
     if shm_bytes is None:
-        return [Finding("warn", "host-shm", "/dev/shm", None, "size of the rig's /dev/shm unknown",
-                        "check `df -h /dev/shm` on the rig")]
+        return [
+            Finding(
+                "warn",
+                "host-shm",
+                "/dev/shm",
+                None,
+                "size of the rig's /dev/shm unknown",
+                "check `df -h /dev/shm` on the rig",
+            )
+        ]
     size_mb, l1 = shm_bytes // 2**20, settings.l1_gib
     if size_mb < ENGINE_SHM_MIN_MB:
-        return [Finding("refuse", "host-shm", "/dev/shm", f"{size_mb} MiB",
-                        f"the rig's /dev/shm is {size_mb} MiB < {ENGINE_SHM_MIN_MB} MiB the engine needs "
-                        "(ipc: host shares it with the container)",
-                        f"remount /dev/shm larger on the rig (mount -o remount,size={max(l1, 1)}G /dev/shm)")]
+        return [
+            Finding(
+                "refuse",
+                "host-shm",
+                "/dev/shm",
+                f"{size_mb} MiB",
+                f"the rig's /dev/shm is {size_mb} MiB < {ENGINE_SHM_MIN_MB} MiB the engine needs "
+                "(ipc: host shares it with the container)",
+                f"remount /dev/shm larger on the rig (mount -o remount,size={max(l1, 1)}G /dev/shm)",
+            )
+        ]
     connector = settings.profile.connector
     in_shm = bool(connector and connector.l1_in_shm)
     needed_mb = l1 * 1024 * in_shm + ENGINE_SHM_MIN_MB
     if in_shm and size_mb < needed_mb:
-        return [Finding("refuse", "host-shm", "/dev/shm", f"{size_mb} MiB",
-                        f"the rig's /dev/shm is {size_mb} MiB < L1 {l1} GiB + {ENGINE_SHM_MIN_MB} MiB for the engine: "
-                        f"profile {settings.profile.name} keeps its CPU tier in /dev/shm and fills it at start "
-                        "(ipc: host shares it with the container)",
-                        f"remount /dev/shm with size >= {math.ceil(needed_mb / 1024)}G on the rig "
-                        f"(mount -o remount,size={math.ceil(needed_mb / 1024)}G /dev/shm) or lower l1_size_gb")]
+        return [
+            Finding(
+                "refuse",
+                "host-shm",
+                "/dev/shm",
+                f"{size_mb} MiB",
+                f"the rig's /dev/shm is {size_mb} MiB < L1 {l1} GiB + {ENGINE_SHM_MIN_MB} MiB for the engine: "
+                f"profile {settings.profile.name} keeps its CPU tier in /dev/shm and fills it at start "
+                "(ipc: host shares it with the container)",
+                f"remount /dev/shm with size >= {math.ceil(needed_mb / 1024)}G on the rig "
+                f"(mount -o remount,size={math.ceil(needed_mb / 1024)}G /dev/shm) or lower l1_size_gb",
+            )
+        ]
     if shm_free is not None:
         free_mb, offload_mb = shm_free["free_bytes"] // 2**20, shm_free["offload_bytes"] // 2**20
         if free_mb + offload_mb < needed_mb:
-            what = f"L1 {l1} GiB + {ENGINE_SHM_MIN_MB} MiB for the engine" if in_shm else \
-                f"{ENGINE_SHM_MIN_MB} MiB the engine needs"
-            return [Finding("refuse", "host-shm", "/dev/shm", f"{free_mb} MiB free",
-                            f"the rig's /dev/shm has {free_mb} MiB free (+{offload_mb} MiB of vLLM CPU-tier segments "
-                            f"the restart frees) < {what}: something else fills it",
-                            "list it (ls -la /dev/shm on the rig) and remove what no running process uses, or lower "
-                            "l1_size_gb")]
+            what = (
+                f"L1 {l1} GiB + {ENGINE_SHM_MIN_MB} MiB for the engine"
+                if in_shm
+                else f"{ENGINE_SHM_MIN_MB} MiB the engine needs"
+            )
+            return [
+                Finding(
+                    "refuse",
+                    "host-shm",
+                    "/dev/shm",
+                    f"{free_mb} MiB free",
+                    f"the rig's /dev/shm has {free_mb} MiB free (+{offload_mb} MiB of vLLM CPU-tier segments "
+                    f"the restart frees) < {what}: something else fills it",
+                    "list it (ls -la /dev/shm on the rig) and remove what no running process uses, or lower l1_size_gb",
+                )
+            ]
     if size_mb < l1 * 1024:
-        return [Finding("warn", "host-shm", "/dev/shm", f"{size_mb} MiB",
-                        f"the rig's /dev/shm {size_mb} MiB < L1 {l1} GiB (ipc: host shares it with the container)",
-                        f"remount /dev/shm with size >= {l1}G")]
+        return [
+            Finding(
+                "warn",
+                "host-shm",
+                "/dev/shm",
+                f"{size_mb} MiB",
+                f"the rig's /dev/shm {size_mb} MiB < L1 {l1} GiB (ipc: host shares it with the container)",
+                f"remount /dev/shm with size >= {l1}G",
+            )
+        ]
     free = "" if shm_free is None else f", {shm_free['free_bytes'] // 2**20} MiB free"
     return [Finding("ok", "host-shm", "/dev/shm", f"{size_mb} MiB", f"rig /dev/shm large enough{free}")]
 
@@ -173,25 +244,57 @@ def check_l2(settings: Settings, free_bytes: Optional[int]) -> list[Finding]:
         return [Finding("ok", "l2", "l2_enabled", False, "no L2 disk tier: skipped")]
     path, budget = settings.knobs["l2_path"], settings.knobs["l2_budget_gb"]
     if free_bytes is None:
-        return [Finding("warn", "l2", "l2_path", path, f"free space under {path} unknown",
-                        "check that the L2 disk is mounted (the L2 disk role)")]
+        return [
+            Finding(
+                "warn",
+                "l2",
+                "l2_path",
+                path,
+                f"free space under {path} unknown",
+                "check that the L2 disk is mounted (the L2 disk role)",
+            )
+        ]
     free = _gb(free_bytes)
     if free < budget:
-        return [Finding("refuse", "l2", "l2_budget_gb", budget, f"{path} has {free:g} GB free < L2 budget {budget:g} GB",
-                        f"free space on {path} or set l2_budget_gb to at most {free:g}", forceable=True)]
+        return [
+            Finding(
+                "refuse",
+                "l2",
+                "l2_budget_gb",
+                budget,
+                f"{path} has {free:g} GB free < L2 budget {budget:g} GB",
+                f"free space on {path} or set l2_budget_gb to at most {free:g}",
+                forceable=True,
+            )
+        ]
     warn_below = min(L2_FREE_WARN_GB, L2_FREE_BUDGETS_WARN * budget)
     if free < warn_below:
-        return [Finding("warn", "l2", "l2_path", path, f"{path} has only {free:g} GB free (< {warn_below:g} GB: "
-                        f"{L2_FREE_WARN_GB} GB, or {L2_FREE_BUDGETS_WARN} x l2_budget_gb when that is less)",
-                        "use a larger disk for the L2 tier")]
+        return [
+            Finding(
+                "warn",
+                "l2",
+                "l2_path",
+                path,
+                f"{path} has only {free:g} GB free (< {warn_below:g} GB: "
+                f"{L2_FREE_WARN_GB} GB, or {L2_FREE_BUDGETS_WARN} x l2_budget_gb when that is less)",
+                "use a larger disk for the L2 tier",
+            )
+        ]
     return [Finding("ok", "l2", "l2_path", path, f"{path} has {free:g} GB free >= budget {budget:g} GB")]
 
 
 def check_l2_if_mounted(settings: Settings, free_bytes: Optional[int]) -> list[Finding]:
     """Before the l2_disk role: ``free_bytes`` None means the L2 disk is not mounted yet (serving checks it later)."""
     if free_bytes is None and settings.l2_active:
-        return [Finding("ok", "l2", "l2_path", settings.knobs["l2_path"],
-                        "L2 disk not mounted yet: its free space is checked once the l2_disk role mounted it")]
+        return [
+            Finding(
+                "ok",
+                "l2",
+                "l2_path",
+                settings.knobs["l2_path"],
+                "L2 disk not mounted yet: its free space is checked once the l2_disk role mounted it",
+            )
+        ]
     return check_l2(settings, free_bytes)
 
 
@@ -200,9 +303,14 @@ def _tensor_parallel_refusal(settings: Settings, available: int, where: str) -> 
     tensor_parallel = settings.knobs["tensor_parallel_size"]
     if tensor_parallel <= available:
         return None
-    return Finding("refuse", "gpu", "tensor_parallel_size", tensor_parallel,
-                   f"needs {tensor_parallel} GPUs, one per rank, but {where} {available}",
-                   f"set tensor_parallel_size to at most {available}, or give the stack more GPUs")
+    return Finding(
+        "refuse",
+        "gpu",
+        "tensor_parallel_size",
+        tensor_parallel,
+        f"needs {tensor_parallel} GPUs, one per rank, but {where} {available}",
+        f"set tensor_parallel_size to at most {available}, or give the stack more GPUs",
+    )
 
 
 def check_gpus(settings: Settings, gpu_memory_csv: Optional[str]) -> list[Finding]:
@@ -211,22 +319,44 @@ def check_gpus(settings: Settings, gpu_memory_csv: Optional[str]) -> list[Findin
         return [Finding("ok", "gpu", "serving_profile", profile.name, "profile needs no GPUs: skipped")]
     gpus: list[GpuMemoryReading] = parse_gpu_memory(gpu_memory_csv) if gpu_memory_csv else []
     if not gpus:
-        return [Finding("refuse", "gpu", "serving_profile", profile.name,
-                        f"profile {profile.name} needs {profile.resources.gpus} GPU(s) but the rig reports none",
-                        "install the NVIDIA driver (the driver role) or pick a CPU profile such as cpu-lab")]
+        return [
+            Finding(
+                "refuse",
+                "gpu",
+                "serving_profile",
+                profile.name,
+                f"profile {profile.name} needs {profile.resources.gpus} GPU(s) but the rig reports none",
+                "install the NVIDIA driver (the driver role) or pick a CPU profile such as cpu-lab",
+            )
+        ]
     by_index = {gpu.index: gpu for gpu in gpus}
     selected = settings.gpu_ids or sorted(by_index)
     absent = [index for index in selected if index not in by_index]
     if absent:
-        return [Finding("refuse", "gpu", "gpu_mask", settings.knobs["gpu_mask"],
-                        f"GPU(s) {absent} not on this rig (it has {sorted(by_index)})",
-                        "fix gpu_mask for this host")]
+        return [
+            Finding(
+                "refuse",
+                "gpu",
+                "gpu_mask",
+                settings.knobs["gpu_mask"],
+                f"GPU(s) {absent} not on this rig (it has {sorted(by_index)})",
+                "fix gpu_mask for this host",
+            )
+        ]
     if len(selected) < profile.resources.gpus:
-        return [Finding("refuse", "gpu", "serving_profile", profile.name,
-                        f"{len(selected)} GPU(s) selected, profile needs {profile.resources.gpus}",
-                        "select more GPUs or pick another profile")]
-    too_wide = _tensor_parallel_refusal(settings, len(selected), "gpu_mask selects" if settings.gpu_ids else
-                                        "the rig has")
+        return [
+            Finding(
+                "refuse",
+                "gpu",
+                "serving_profile",
+                profile.name,
+                f"{len(selected)} GPU(s) selected, profile needs {profile.resources.gpus}",
+                "select more GPUs or pick another profile",
+            )
+        ]
+    too_wide = _tensor_parallel_refusal(
+        settings, len(selected), "gpu_mask selects" if settings.gpu_ids else "the rig has"
+    )
     if too_wide:
         return [too_wide]
     minimum = settings.knobs["gpu_free_fraction_min"]
@@ -240,21 +370,31 @@ def check_gpus(settings: Settings, gpu_memory_csv: Optional[str]) -> list[Findin
         gpu = by_index[index]
         if gpu.free_fraction < minimum:
             fix = f"stop what holds GPU {index} (nvidia-smi shows it) or exclude it via gpu_mask"
-            findings.append(Finding(
-                "refuse", "gpu", field, minimum,
-                f"GPU {index} has {gpu.free_fraction:.1%} free ({gpu.free_mib} of {gpu.total_mib} MiB) "
-                f"< {minimum:.0%}" + (" (vLLM would not start)" if engine_bar else ""),
-                fix + (f", or lower gpu_memory_utilization to at most {math.floor(gpu.free_fraction * 100) / 100:.2f}"
-                       if engine_bar else ""),
-                forceable=not engine_bar))
+            findings.append(
+                Finding(
+                    "refuse",
+                    "gpu",
+                    field,
+                    minimum,
+                    f"GPU {index} has {gpu.free_fraction:.1%} free ({gpu.free_mib} of {gpu.total_mib} MiB) "
+                    f"< {minimum:.0%}" + (" (vLLM would not start)" if engine_bar else ""),
+                    fix
+                    + (
+                        f", or lower gpu_memory_utilization to at most {math.floor(gpu.free_fraction * 100) / 100:.2f}"
+                        if engine_bar
+                        else ""
+                    ),
+                    forceable=not engine_bar,
+                )
+            )
         else:
-            findings.append(Finding("ok", "gpu", "gpu_mask", index,
-                                    f"GPU {index} {gpu.free_fraction:.1%} free"))
+            findings.append(Finding("ok", "gpu", "gpu_mask", index, f"GPU {index} {gpu.free_fraction:.1%} free"))
     return findings
 
 
-def check_gpus_before_driver(settings: Settings, gpu_memory_csv: Optional[str], nvidia_pci_gpus: int,
-                             declared_gpus: int) -> list[Finding]:
+def check_gpus_before_driver(
+    settings: Settings, gpu_memory_csv: Optional[str], nvidia_pci_gpus: int, declared_gpus: int
+) -> list[Finding]:
     """Before the nvidia_driver role: where nvidia-smi answers, ``check_gpus``; without it (``gpu_memory_csv``
     None) the PCI bus must show the GPUs the profile needs and ``gpus`` must let the driver role install."""
     profile = settings.profile
@@ -262,35 +402,75 @@ def check_gpus_before_driver(settings: Settings, gpu_memory_csv: Optional[str], 
         return check_gpus(settings, gpu_memory_csv)
     needed = profile.resources.gpus
     if nvidia_pci_gpus == 0:
-        return [Finding("refuse", "gpu", "serving_profile", profile.name,
-                        f"profile {profile.name} needs {needed} GPU(s) but the rig reports none "
-                        "(no nvidia-smi, no NVIDIA GPU on its PCI bus)",
-                        "pick a CPU profile such as cpu-lab, or a rig with GPUs")]
+        return [
+            Finding(
+                "refuse",
+                "gpu",
+                "serving_profile",
+                profile.name,
+                f"profile {profile.name} needs {needed} GPU(s) but the rig reports none "
+                "(no nvidia-smi, no NVIDIA GPU on its PCI bus)",
+                "pick a CPU profile such as cpu-lab, or a rig with GPUs",
+            )
+        ]
     if nvidia_pci_gpus < needed:
-        return [Finding("refuse", "gpu", "serving_profile", profile.name,
-                        f"profile {profile.name} needs {needed} GPU(s); the rig's PCI bus shows {nvidia_pci_gpus}",
-                        "pick a profile for fewer GPUs, or a rig with more")]
-    too_wide = None if settings.gpu_ids else _tensor_parallel_refusal(settings, nvidia_pci_gpus,
-                                                                       "the rig's PCI bus shows")
+        return [
+            Finding(
+                "refuse",
+                "gpu",
+                "serving_profile",
+                profile.name,
+                f"profile {profile.name} needs {needed} GPU(s); the rig's PCI bus shows {nvidia_pci_gpus}",
+                "pick a profile for fewer GPUs, or a rig with more",
+            )
+        ]
+    too_wide = (
+        None if settings.gpu_ids else _tensor_parallel_refusal(settings, nvidia_pci_gpus, "the rig's PCI bus shows")
+    )
     if too_wide:
         return [too_wide]
     if declared_gpus < needed:
-        return [Finding("refuse", "gpu", "gpus", declared_gpus,
-                        f"the rig has {nvidia_pci_gpus} NVIDIA GPU(s) and no driver yet, but gpus={declared_gpus} "
-                        f"makes the driver roles skip it (profile {profile.name} needs {needed})",
-                        f"set gpus: {nvidia_pci_gpus} for this host")]
-    return [Finding("ok", "gpu", "gpus", declared_gpus,
-                    f"{nvidia_pci_gpus} NVIDIA GPU(s) on the PCI bus, no driver yet: "
-                    "their memory is checked once the nvidia_driver role installed it")]
+        return [
+            Finding(
+                "refuse",
+                "gpu",
+                "gpus",
+                declared_gpus,
+                f"the rig has {nvidia_pci_gpus} NVIDIA GPU(s) and no driver yet, but gpus={declared_gpus} "
+                f"makes the driver roles skip it (profile {profile.name} needs {needed})",
+                f"set gpus: {nvidia_pci_gpus} for this host",
+            )
+        ]
+    return [
+        Finding(
+            "ok",
+            "gpu",
+            "gpus",
+            declared_gpus,
+            f"{nvidia_pci_gpus} NVIDIA GPU(s) on the PCI bus, no driver yet: "
+            "their memory is checked once the nvidia_driver role installed it",
+        )
+    ]
 
 
 def check_engine(facts: HostFacts) -> list[Finding]:
     if not facts.has_engine:
-        return [Finding("refuse", "engine", "docker", None, "no Docker engine answers on the rig",
-                        "run the docker role first")]
+        return [
+            Finding(
+                "refuse", "engine", "docker", None, "no Docker engine answers on the rig", "run the docker role first"
+            )
+        ]
     if facts.compose_command is None:
-        return [Finding("refuse", "engine", "compose", None, "neither `docker compose` nor `docker-compose`",
-                        "install the compose plugin (the docker role does)")]
+        return [
+            Finding(
+                "refuse",
+                "engine",
+                "compose",
+                None,
+                "neither `docker compose` nor `docker-compose`",
+                "install the compose plugin (the docker role does)",
+            )
+        ]
     return [Finding("ok", "engine", "compose", facts.compose_command, f"docker and {facts.compose_command} present")]
 
 
@@ -299,13 +479,27 @@ def check_image(settings: Settings, facts: HostFacts) -> list[Finding]:
         return [Finding("ok", "image", "serving_image", settings.image, "image already on the rig")]
     if facts.image_probe_error:  # unreachable, hung, digest not served, auth...: each has its own words and fix
         failure = registry_failure(facts.image_probe_error, settings.image)
-        return [Finding("refuse", "image", "serving_image", settings.image,
-                        f"{failure.problem}; the image is not on the rig (docker: {facts.image_probe_error})",
-                        failure.fix)]
+        return [
+            Finding(
+                "refuse",
+                "image",
+                "serving_image",
+                settings.image,
+                f"{failure.problem}; the image is not on the rig (docker: {facts.image_probe_error})",
+                failure.fix,
+            )
+        ]
     if facts.registry_reachable is False:
-        return [Finding("refuse", "image", "serving_image", settings.image,
-                        "image not on the rig and its registry is unreachable",
-                        "bring the registry back or deploy a digest the rig keeps (rollback)")]
+        return [
+            Finding(
+                "refuse",
+                "image",
+                "serving_image",
+                settings.image,
+                "image not on the rig and its registry is unreachable",
+                "bring the registry back or deploy a digest the rig keeps (rollback)",
+            )
+        ]
     return [Finding("ok", "image", "serving_image", settings.image, "image will be pulled by digest")]
 
 
@@ -313,34 +507,57 @@ def check_port(settings: Settings, facts: HostFacts) -> list[Finding]:
     """Every port the stack listens on must be free on the rig, or held by rigkit's own stack (which the
     release replaces)."""
     heard = {"serving_port": facts.port_listeners, **(facts.stack_port_listeners or {})}
-    return [finding for knob, port in settings.listen_ports.items() if heard.get(knob) is not None
-            for finding in _check_one_port(knob, port, heard[knob], facts.stack_container_ids)]
+    return [
+        finding
+        for knob, port in settings.listen_ports.items()
+        if heard.get(knob) is not None
+        for finding in _check_one_port(knob, port, heard[knob], facts.stack_container_ids)
+    ]
 
 
 def _check_one_port(knob: str, port: int, listeners: list[dict], stack_ids: tuple[str, ...]) -> list[Finding]:
     ours = [cid for cid in stack_ids if cid]
-    foreign = [listener for listener in listeners
-               if not any(full.startswith(cid) for full in listener.get("containers", []) for cid in ours)]
+    foreign = [
+        listener
+        for listener in listeners
+        if not any(full.startswith(cid) for full in listener.get("containers", []) for cid in ours)
+    ]
     if not foreign:
         return [Finding("ok", "port", knob, port, f"port {port} free or held by rigkit's stack")]
-    who = ", ".join(f"pid {l['pid']} ({l.get('command')})" if l.get("pid") else "a process outside the rig's view"
-                    for l in foreign)
-    return [Finding("refuse", "port", knob, port, f"TCP port {port} on the rig is already in use by {who}",
-                    f"stop what listens there (`ss -ltnp 'sport = :{port}'` on the rig) or set {knob} "
-                    "to a free port")]
+    who = ", ".join(
+        f"pid {who['pid']} ({who.get('command')})" if who.get("pid") else "a process outside the rig's view"
+        for who in foreign
+    )
+    return [
+        Finding(
+            "refuse",
+            "port",
+            knob,
+            port,
+            f"TCP port {port} on the rig is already in use by {who}",
+            f"stop what listens there (`ss -ltnp 'sport = :{port}'` on the rig) or set {knob} to a free port",
+        )
+    ]
 
 
 def with_force(settings: Settings, findings: list[Finding]) -> list[Finding]:
     """``force`` turns forceable refusals into warnings; the others stay refusals."""
     if not settings.knobs["force"]:
         return findings
-    return [replace(f, level="warn", message=f"{f.message} (forced)") if f.level == "refuse" and f.forceable
-            else f for f in findings]
+    return [
+        replace(f, level="warn", message=f"{f.message} (forced)") if f.level == "refuse" and f.forceable else f
+        for f in findings
+    ]
 
 
-ENGINE_LATER = Finding("ok", "engine", "docker", None,
-                       "no Docker engine or compose yet: the docker role installs it in this run; engine, compose "
-                       "and image are checked once it ran, before the serving role changes anything")
+ENGINE_LATER = Finding(
+    "ok",
+    "engine",
+    "docker",
+    None,
+    "no Docker engine or compose yet: the docker role installs it in this run; engine, compose "
+    "and image are checked once it ran, before the serving role changes anything",
+)
 
 
 def engine_checks(settings: Settings, facts: HostFacts) -> list[Finding]:
@@ -352,9 +569,15 @@ def preflight(settings: Settings, facts: HostFacts, engine_later: bool = False) 
     """Every check (the serving role). ``engine_later``: an earlier role of this run installs the engine (the
     facts predate it), so its checks are left to ``engine_preflight`` once that role ran."""
     engine = [ENGINE_LATER] if engine_later else engine_checks(settings, facts)
-    return with_force(settings, check_ram(settings, facts.meminfo)
-                      + check_host_shm(settings, facts.host_shm_bytes, facts.host_shm_free) + check_l2(settings, facts.l2_free_bytes)
-                      + check_gpus(settings, facts.gpu_memory_csv) + engine + check_port(settings, facts))
+    return with_force(
+        settings,
+        check_ram(settings, facts.meminfo)
+        + check_host_shm(settings, facts.host_shm_bytes, facts.host_shm_free)
+        + check_l2(settings, facts.l2_free_bytes)
+        + check_gpus(settings, facts.gpu_memory_csv)
+        + engine
+        + check_port(settings, facts),
+    )
 
 
 def engine_preflight(settings: Settings, facts: HostFacts) -> list[Finding]:
@@ -363,17 +586,22 @@ def engine_preflight(settings: Settings, facts: HostFacts) -> list[Finding]:
     return with_force(settings, engine_checks(settings, facts))
 
 
-def bare_host_preflight(settings: Settings, facts: HostFacts, nvidia_pci_gpus: int = 0,
-                        declared_gpus: int = 0) -> list[Finding]:
+def bare_host_preflight(
+    settings: Settings, facts: HostFacts, nvidia_pci_gpus: int = 0, declared_gpus: int = 0
+) -> list[Finding]:
     """What the host answers before any role changed it (the preflight role); no engine needed.
 
     ``facts.l2_free_bytes`` None: the L2 disk is not mounted yet; ``facts.gpu_memory_csv`` None: no working
     nvidia-smi yet (then ``nvidia_pci_gpus`` and ``declared_gpus`` decide). The engine fields are not read.
     """
-    return with_force(settings, check_ram(settings, facts.meminfo) + check_host_shm(settings, facts.host_shm_bytes, facts.host_shm_free)
-                      + check_l2_if_mounted(settings, facts.l2_free_bytes)
-                      + check_gpus_before_driver(settings, facts.gpu_memory_csv, nvidia_pci_gpus, declared_gpus)
-                      + check_port(settings, facts))
+    return with_force(
+        settings,
+        check_ram(settings, facts.meminfo)
+        + check_host_shm(settings, facts.host_shm_bytes, facts.host_shm_free)
+        + check_l2_if_mounted(settings, facts.l2_free_bytes)
+        + check_gpus_before_driver(settings, facts.gpu_memory_csv, nvidia_pci_gpus, declared_gpus)
+        + check_port(settings, facts),
+    )
 
 
 def refusals(findings: list[Finding]) -> list[Finding]:

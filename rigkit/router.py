@@ -55,12 +55,19 @@ ROUTER_HEALTH_CHECK_INTERVAL_S = 2
 ROUTER_HEALTH_CHECK_TIMEOUT_S = 2
 ROUTER_HEALTH_FAILURE_THRESHOLD = 2
 ROUTER_HEALTH_SUCCESS_THRESHOLD = 2
-ROUTER_UNHEALTHY_WITHIN_S = ROUTER_HEALTH_FAILURE_THRESHOLD * (ROUTER_HEALTH_CHECK_INTERVAL_S
-                                                               + ROUTER_HEALTH_CHECK_TIMEOUT_S)
-HEALTH_FLAGS = ("--health-check-interval-secs", str(ROUTER_HEALTH_CHECK_INTERVAL_S),
-                "--health-check-timeout-secs", str(ROUTER_HEALTH_CHECK_TIMEOUT_S),
-                "--health-failure-threshold", str(ROUTER_HEALTH_FAILURE_THRESHOLD),
-                "--health-success-threshold", str(ROUTER_HEALTH_SUCCESS_THRESHOLD))
+ROUTER_UNHEALTHY_WITHIN_S = ROUTER_HEALTH_FAILURE_THRESHOLD * (
+    ROUTER_HEALTH_CHECK_INTERVAL_S + ROUTER_HEALTH_CHECK_TIMEOUT_S
+)
+HEALTH_FLAGS = (
+    "--health-check-interval-secs",
+    str(ROUTER_HEALTH_CHECK_INTERVAL_S),
+    "--health-check-timeout-secs",
+    str(ROUTER_HEALTH_CHECK_TIMEOUT_S),
+    "--health-failure-threshold",
+    str(ROUTER_HEALTH_FAILURE_THRESHOLD),
+    "--health-success-threshold",
+    str(ROUTER_HEALTH_SUCCESS_THRESHOLD),
+)
 
 
 @dataclass(frozen=True)
@@ -101,12 +108,15 @@ def refuse_router_on_controller(name: str, router: Mapping[str, Any]) -> None:
     """The router role on the controller installs vllm-router, a systemd unit and files under /etc and /usr/local on
     the machine running rigkit: refused unless its data says so in so many words (router_on_controller)."""
     if name == CONTROLLER_HOST and not router["router_on_controller"]:
-        raise ConfigError("router_on_controller", router["router_on_controller"],
-                          f"{CONTROLLER_HOST} is the controller itself: the router role would install vllm-router, "
-                          "its systemd unit and files under /etc and /usr/local on this machine",
-                          f"name the gateway by its SSH address, leave {CONTROLLER_HOST} out of this run (--limit the "
-                          f"rigs; a router you run yourself there is still drained through), or set "
-                          f"router_on_controller: true in {CONTROLLER_HOST}'s data")
+        raise ConfigError(
+            "router_on_controller",
+            router["router_on_controller"],
+            f"{CONTROLLER_HOST} is the controller itself: the router role would install vllm-router, "
+            "its systemd unit and files under /etc and /usr/local on this machine",
+            f"name the gateway by its SSH address, leave {CONTROLLER_HOST} out of this run (--limit the "
+            f"rigs; a router you run yourself there is still drained through), or set "
+            f"router_on_controller: true in {CONTROLLER_HOST}'s data",
+        )
 
 
 def worker_address(name: str, data: Mapping[str, Any], bind_address: str) -> str:
@@ -116,10 +126,13 @@ def worker_address(name: str, data: Mapping[str, Any], bind_address: str) -> str
     address = rig_address(name, data, bind_address)
     if data.get("router_worker_address") or not is_loopback_bind(bind_address) or is_loopback_bind(address):
         return address
-    raise ConfigError(f"{name}.bind_address", bind_address,
-                      f"the rig's API listens on its own loopback, which the router cannot reach at {address}",
-                      "set bind_address to an address the gateway reaches (0.0.0.0 behind the API firewall), "
-                      f"or router_worker_address for {name}, or leave {name} out of the router's inventory")
+    raise ConfigError(
+        f"{name}.bind_address",
+        bind_address,
+        f"the rig's API listens on its own loopback, which the router cannot reach at {address}",
+        "set bind_address to an address the gateway reaches (0.0.0.0 behind the API firewall), "
+        f"or router_worker_address for {name}, or leave {name} out of the router's inventory",
+    )
 
 
 def worker_url(address: str, port: int) -> str:
@@ -130,16 +143,23 @@ def workers(rigs: Mapping[str, tuple[Mapping[str, Any], Mapping[str, Any]]]) -> 
     """The router's workers: rig name -> (host data, the rig's validated knobs), in inventory order.
     ConfigError when there is none, or two rigs give the same URL (the router would list it once)."""
     if not rigs:
-        raise ConfigError("inventory", None, f"the run has a gateway (group {ROUTER_GROUP}) but no rig to route to",
-                          f"add the rigs to the same inventory as the hosts of group {ROUTER_GROUP}")
+        raise ConfigError(
+            "inventory",
+            None,
+            f"the run has a gateway (group {ROUTER_GROUP}) but no rig to route to",
+            f"add the rigs to the same inventory as the hosts of group {ROUTER_GROUP}",
+        )
     found: dict[str, str] = {}
     out = []
     for name, (data, knobs) in rigs.items():
         url = worker_url(worker_address(name, data, knobs["bind_address"]), knobs["serving_port"])
         if url in found:
-            raise ConfigError(f"{name}.serving_port", knobs["serving_port"],
-                              f"{name} and {found[url]} both reach the router as {url}",
-                              "give each rig on one address its own serving_port, or set router_worker_address")
+            raise ConfigError(
+                f"{name}.serving_port",
+                knobs["serving_port"],
+                f"{name} and {found[url]} both reach the router as {url}",
+                "give each rig on one address its own serving_port, or set router_worker_address",
+            )
         found[url] = name
         out.append(Worker(name, url, knobs["served_model_name"]))
     return out
@@ -151,11 +171,19 @@ def pip_find_links(value: Optional[str]) -> Optional[str]:
         return None
     scheme = urlsplit(value).scheme
     if not (scheme in ("http", "https") or (not scheme and value.startswith("/"))):
-        raise ConfigError("router_pip_find_links", value, "is neither an http(s) URL nor an absolute directory",
-                          "set it to the wheelhouse's URL (http://HOST:PORT/) or its absolute path on the gateway")
+        raise ConfigError(
+            "router_pip_find_links",
+            value,
+            "is neither an http(s) URL nor an absolute directory",
+            "set it to the wheelhouse's URL (http://HOST:PORT/) or its absolute path on the gateway",
+        )
     if any(char.isspace() or char in "'\"\\`$;&|<>(){}*?!#" for char in value):
-        raise ConfigError("router_pip_find_links", value, "holds a blank or a shell character",
-                          "give the wheelhouse a plain URL or path")
+        raise ConfigError(
+            "router_pip_find_links",
+            value,
+            "holds a blank or a shell character",
+            "give the wheelhouse a plain URL or path",
+        )
     return value
 
 
@@ -168,8 +196,9 @@ def api_key(router: Mapping[str, Any], environ: Mapping[str, str] = os.environ) 
     """router_api_key from host data, else the controller's RIGKIT_ROUTER_API_KEY (off every command line)."""
     key = router["router_api_key"] or environ.get(controller_secret_variable("router_api_key")) or None
     if key is not None and (any(char.isspace() for char in key) or "\x00" in key):
-        raise ConfigError("router_api_key", REDACTED, "holds a blank, a newline or a NUL",
-                          "use a key of visible characters only")
+        raise ConfigError(
+            "router_api_key", REDACTED, "holds a blank, a newline or a NUL", "use a key of visible characters only"
+        )
     return key
 
 
@@ -180,8 +209,12 @@ def router_url(router: Mapping[str, Any]) -> str:
 
 def refuse_shared_port(router: Mapping[str, Any]) -> None:
     if router["router_metrics_port"] == router["router_port"]:
-        raise ConfigError("router_metrics_port", router["router_metrics_port"], "is router_port too: the router "
-                          "would fail at start", f"set router_metrics_port to another port, e.g. {router['router_port'] + 1}")
+        raise ConfigError(
+            "router_metrics_port",
+            router["router_metrics_port"],
+            "is router_port too: the router would fail at start",
+            f"set router_metrics_port to another port, e.g. {router['router_port'] + 1}",
+        )
 
 
 def command_line(router: Mapping[str, Any], workers_: Sequence[Worker], with_api_key: bool) -> list[str]:
@@ -190,13 +223,25 @@ def command_line(router: Mapping[str, Any], workers_: Sequence[Worker], with_api
     argv = [ROUTER_PYTHON, ROUTER_LAUNCHER]
     if with_api_key:
         argv += ["--api-key-file", ROUTER_API_KEY_FILE]
-    argv += ["--host", router["router_bind_address"], "--port", str(router["router_port"]),
-             "--prometheus-host", router["router_bind_address"],
-             "--prometheus-port", str(router["router_metrics_port"]),
-             "--policy", router["router_policy"],
-             "--worker-startup-timeout-secs", str(ROUTER_WORKER_STARTUP_TIMEOUT_S),
-             "--worker-startup-check-interval", str(ROUTER_WORKER_STARTUP_CHECK_INTERVAL_S), *HEALTH_FLAGS,
-             "--worker-urls", *[worker.url for worker in workers_]]
+    argv += [
+        "--host",
+        router["router_bind_address"],
+        "--port",
+        str(router["router_port"]),
+        "--prometheus-host",
+        router["router_bind_address"],
+        "--prometheus-port",
+        str(router["router_metrics_port"]),
+        "--policy",
+        router["router_policy"],
+        "--worker-startup-timeout-secs",
+        str(ROUTER_WORKER_STARTUP_TIMEOUT_S),
+        "--worker-startup-check-interval",
+        str(ROUTER_WORKER_STARTUP_CHECK_INTERVAL_S),
+        *HEALTH_FLAGS,
+        "--worker-urls",
+        *[worker.url for worker in workers_],
+    ]
     return argv
 
 
@@ -205,8 +250,9 @@ def unit_text(router: Mapping[str, Any], workers_: Sequence[Worker], with_api_ke
     try:
         exec_start = exec_command_line(command_line(router, workers_, with_api_key))
     except ValueError as exc:
-        raise ConfigError("router_bind_address", router["router_bind_address"], str(exc),
-                          "give plain addresses and URLs") from None
+        raise ConfigError(
+            "router_bind_address", router["router_bind_address"], str(exc), "give plain addresses and URLs"
+        ) from None
     return (
         f"[Unit]\nDescription=rigkit router: vllm-router {router['router_version']} in front of "
         f"{len(workers_)} rig(s)\nAfter=network-online.target\nWants=network-online.target\n\n"
@@ -221,6 +267,7 @@ def worker_mismatch(declared: Sequence[Worker], listed: Sequence[str]) -> Option
     wanted = {worker.url: worker.rig for worker in declared}
     missing = [f"{rig} ({url})" for url, rig in wanted.items() if url not in listed]
     extra = [url for url in listed if url not in wanted]
-    parts = ([f"missing {', '.join(missing)}"] if missing else []) + ([f"not declared {', '.join(extra)}"]
-                                                                       if extra else [])
+    parts = ([f"missing {', '.join(missing)}"] if missing else []) + (
+        [f"not declared {', '.join(extra)}"] if extra else []
+    )
     return "; ".join(parts) or None

@@ -96,8 +96,12 @@ def survey_specs(rig: RigSettings) -> dict[str, FactSpec]:
     if firewall["api_firewall"] and rig.data.get("lab_rig"):
         specs["net_namespace"] = FactSpec.of(NetworkNamespace)
     if stack is not None and stack.profile.needs_gpus:
-        specs.update(nvidia_smi_cli=FactSpec.of(Which, command="nvidia-smi"), nvidia_smi=FactSpec.of(NvidiaSmiGpus),
-                     gpu_memory=FactSpec.of(NvidiaGpuMemory), pci_gpus=FactSpec.of(NvidiaPciGpus))
+        specs.update(
+            nvidia_smi_cli=FactSpec.of(Which, command="nvidia-smi"),
+            nvidia_smi=FactSpec.of(NvidiaSmiGpus),
+            gpu_memory=FactSpec.of(NvidiaGpuMemory),
+            pci_gpus=FactSpec.of(NvidiaPciGpus),
+        )
     return specs
 
 
@@ -105,16 +109,30 @@ def survey_specs(rig: RigSettings) -> dict[str, FactSpec]:
 STACK_PORT_PREFIX = "stack_port:"
 
 # What a field holds when nothing declared asks the survey to read it.
-NOT_READ: dict[str, Any] = {"shm_free": None, "port_listeners": [], "image_present": False, "l2_device": None, "l2_mount": None,
-                            "l2_free_bytes": None, "kv_share_mount": None, "nvidia_smi_cli": None, "nvidia_smi": None, "gpu_memory": [],
-                            "pci_gpus": 0, "api_firewall_trace": [], "ssh_connection": None, "net_namespace": None}
+NOT_READ: dict[str, Any] = {
+    "shm_free": None,
+    "port_listeners": [],
+    "image_present": False,
+    "l2_device": None,
+    "l2_mount": None,
+    "l2_free_bytes": None,
+    "kv_share_mount": None,
+    "nvidia_smi_cli": None,
+    "nvidia_smi": None,
+    "gpu_memory": [],
+    "pci_gpus": 0,
+    "api_firewall_trace": [],
+    "ssh_connection": None,
+    "net_namespace": None,
+}
 
 
 def state_from(values: dict[str, Any]) -> RigState:
     """A RigState from each field's fact value (``survey_specs``' keys); unread fields get NOT_READ."""
     merged = {**NOT_READ, **{k: v for k, v in values.items() if not k.startswith(STACK_PORT_PREFIX)}}
-    merged["stack_port_listeners"] = {k[len(STACK_PORT_PREFIX):]: list(v or []) for k, v in values.items()
-                                      if k.startswith(STACK_PORT_PREFIX)}
+    merged["stack_port_listeners"] = {
+        k[len(STACK_PORT_PREFIX) :]: list(v or []) for k, v in values.items() if k.startswith(STACK_PORT_PREFIX)
+    }
     merged["os_release"] = (merged["os_release"] or {}).get("release_meta") or {}
     merged["image_present"] = bool(merged["docker_cli"] and merged["image_present"])
     merged["gpu_memory"] = list(merged["gpu_memory"] or [])

@@ -22,8 +22,17 @@ from rigkit.survey import RigState, read_rig_state
 # host refuses fails the rig before any role changes it. api_firewall before serving: a release that binds
 # beyond loopback never listens before its firewall is loaded. kv_share before serving: the shared store must be
 # mounted before the stack's container binds it.
-PIPELINE = ("rig_lock", "preflight", "nvidia_driver", "docker", "nvidia_container_toolkit", "l2_disk", "api_firewall",
-            "kv_share", "serving")
+PIPELINE = (
+    "rig_lock",
+    "preflight",
+    "nvidia_driver",
+    "docker",
+    "nvidia_container_toolkit",
+    "l2_disk",
+    "api_firewall",
+    "kv_share",
+    "serving",
+)
 
 
 @dataclass

@@ -54,8 +54,14 @@ def api_firewall(rig: RigSettings, run: Run) -> None:
             refuse_same_namespace(API_FIREWALL, state.net_namespace, controller_namespace())
         controller = controller_source(settings["api_allow_controller"], state.ssh_connection)
     except PreflightError as refused:
-        python.call(name="API firewall refused", function=refuse, field=refused.field, value=refused.value,
-                    problem=refused.problem, fix=refused.fix)
+        python.call(
+            name="API firewall refused",
+            function=refuse,
+            field=refused.field,
+            value=refused.value,
+            problem=refused.problem,
+            fix=refused.fix,
+        )
         run.refused_by = "api_firewall"
         return
     sources = allowed_sources(settings["api_allowed_sources"], controller, API_FIREWALL)

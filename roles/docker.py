@@ -47,8 +47,12 @@ def engine_packages(os: TargetOS, settings: dict) -> list[str]:
     """apt package specs for the chosen source, with the declared pins."""
     engine_version, compose_version = settings["docker_version"], settings["docker_compose_version"]
     if settings["docker_source"] == "docker-ce":
-        return [*pinned(["docker-ce", "docker-ce-cli"], engine_version), "containerd.io",
-                "docker-buildx-plugin", *pinned(["docker-compose-plugin"], compose_version)]
+        return [
+            *pinned(["docker-ce", "docker-ce-cli"], engine_version),
+            "containerd.io",
+            "docker-buildx-plugin",
+            *pinned(["docker-compose-plugin"], compose_version),
+        ]
     compose = "docker-compose" if os.id == "debian" else "docker-compose-v2"
     # Debian 13 builds the CLI from the engine's source as its own package, at the engine's version
     engine = ["docker.io", "docker-cli"] if (os.id, os.version) == ("debian", "13") else ["docker.io"]
@@ -62,8 +66,12 @@ def check_users(users: list[str]) -> None:
     existing = host.get_fact(Users)
     for user in users:
         if user not in existing:
-            raise PreflightError("docker_users", user, "no such user on the host",
-                                 "create the user first, or remove it from docker_users")
+            raise PreflightError(
+                "docker_users",
+                user,
+                "no such user on the host",
+                "create the user first, or remove it from docker_users",
+            )
 
 
 def engine_check_repeats(state: RigState, verify_image: str | None) -> bool:
@@ -76,8 +84,13 @@ def engine_check_repeats(state: RigState, verify_image: str | None) -> bool:
 def operation_reads(rig: RigSettings) -> list[FactSpec]:
     """What this role's operations read on a rig that is already right (docker-ce's repository files are
     read as they run)."""
-    return [*directory_reads("/etc/docker"), FactSpec.of(FileContents, path=DAEMON_JSON), FactSpec.of(DebPackages),
-            FactSpec.of(AptHeldPackages), *service_reads(DOCKER_SERVICE)]
+    return [
+        *directory_reads("/etc/docker"),
+        FactSpec.of(FileContents, path=DAEMON_JSON),
+        FactSpec.of(DebPackages),
+        FactSpec.of(AptHeldPackages),
+        *service_reads(DOCKER_SERVICE),
+    ]
 
 
 @deploy("docker")
@@ -97,23 +110,33 @@ def docker(rig: RigSettings, run: Run) -> None:
 
     # daemon.json first: a fresh engine then starts with it (no default bridge, ever, in the lab).
     files.directory(name="/etc/docker", path="/etc/docker", mode="755")
-    daemon = json_file_merged(name="Merge rigkit's options into daemon.json",
-                              path=DAEMON_JSON, options=settings["docker_daemon_options"])
+    daemon = json_file_merged(
+        name="Merge rigkit's options into daemon.json", path=DAEMON_JSON, options=settings["docker_daemon_options"]
+    )
     install = packages_installed(name="Install the Docker engine", packages=engine_packages(os, settings))
     packages_held(name="Hold the Docker engine packages", packages=engine_packages(os, settings))
-    started = systemd.service(name="Docker engine enabled and running", service=DOCKER_SERVICE,
-                              running=True, enabled=True)
+    started = systemd.service(
+        name="Docker engine enabled and running", service=DOCKER_SERVICE, running=True, enabled=True
+    )
     # An install, an upgrade or a start already reads the new file: restart only a running engine.
-    restart = systemd.service(name="Restart the engine for the new daemon.json", service=DOCKER_SERVICE,
-                              restarted=True, _if=[daemon.did_change, install.did_not_change,
-                                                   started.did_not_change])
+    restart = systemd.service(
+        name="Restart the engine for the new daemon.json",
+        service=DOCKER_SERVICE,
+        restarted=True,
+        _if=[daemon.did_change, install.did_not_change, started.did_not_change],
+    )
 
     for user in settings["docker_users"]:
-        server.user(name=f"{user} in the docker group", user=user, groups=["docker"], append=True,
-                    ensure_home=False)
+        server.user(name=f"{user} in the docker group", user=user, groups=["docker"], append=True, ensure_home=False)
 
-    only_after_a_change = ({"_if": any_changed(daemon, install, started, restart)}
-                           if engine_check_repeats(state, settings["docker_verify_image"]) else {})
-    docker_engine_verified(name="Verify the engine answers and runs a container",
-                           image=settings["docker_verify_image"], image_field="docker_verify_image",
-                           **only_after_a_change)
+    only_after_a_change = (
+        {"_if": any_changed(daemon, install, started, restart)}
+        if engine_check_repeats(state, settings["docker_verify_image"])
+        else {}
+    )
+    docker_engine_verified(
+        name="Verify the engine answers and runs a container",
+        image=settings["docker_verify_image"],
+        image_field="docker_verify_image",
+        **only_after_a_change,
+    )

@@ -31,8 +31,13 @@ def controller_namespace() -> str:
 
 def applied_reads(firewall: Firewall) -> list[FactSpec]:
     """What firewall_applied's operations read on a host that already holds the firewall."""
-    return [FactSpec.of(DebPackages), *put_reads(firewall.ruleset_path), *put_reads(firewall.unit_path),
-            FactSpec.of(NftTableComment, table=firewall.table), *service_reads(firewall.unit_name)]
+    return [
+        FactSpec.of(DebPackages),
+        *put_reads(firewall.ruleset_path),
+        *put_reads(firewall.unit_path),
+        FactSpec.of(NftTableComment, table=firewall.table),
+        *service_reads(firewall.unit_name),
+    ]
 
 
 def firewall_applied(firewall: Firewall, ports: Sequence[int], sources: Sequence[Network]) -> None:
@@ -40,13 +45,22 @@ def firewall_applied(firewall: Firewall, ports: Sequence[int], sources: Sequence
     wanted ruleset's hash (``nft -c`` first), the unit enabled; the deploy says who may reach the ports."""
     title = firewall.title
     packages_installed(name="Install nftables", packages=PACKAGES)
-    files.put(name=f"{title} ruleset", src=StringIO(ruleset(firewall, ports, sources)), dest=firewall.ruleset_path,
-              mode="644")
-    unit = files.put(name=f"{title} unit (loads the ruleset at boot)", src=StringIO(unit_text(firewall)),
-                     dest=firewall.unit_path, mode="644")
+    files.put(
+        name=f"{title} ruleset", src=StringIO(ruleset(firewall, ports, sources)), dest=firewall.ruleset_path, mode="644"
+    )
+    unit = files.put(
+        name=f"{title} unit (loads the ruleset at boot)",
+        src=StringIO(unit_text(firewall)),
+        dest=firewall.unit_path,
+        mode="644",
+    )
     systemd.daemon_reload(name=f"systemd reads the {title} unit", _if=unit.did_change)
-    ruleset_loaded(name=f"nft table inet {firewall.table} holds the ruleset", path=firewall.ruleset_path,
-                   comment=ruleset_comment(firewall, ports, sources), table=firewall.table)
+    ruleset_loaded(
+        name=f"nft table inet {firewall.table} holds the ruleset",
+        path=firewall.ruleset_path,
+        comment=ruleset_comment(firewall, ports, sources),
+        table=firewall.table,
+    )
     systemd.service(name=f"{title} unit enabled", service=firewall.unit_name, running=True, enabled=True)
     allowed = ", ".join(["loopback", *(source_text(source) for source in sources)])
     say(host, f"{firewall.setting}: TCP {', '.join(map(str, sorted(set(ports))))} from {allowed} only")
@@ -59,8 +73,9 @@ def firewall_removed(firewall: Firewall, trace: Sequence[str]) -> None:
         return
     title = firewall.title
     if "unit" in trace:
-        systemd.service(name=f"{title} unit stopped and disabled", service=firewall.unit_name, running=False,
-                        enabled=False)
+        systemd.service(
+            name=f"{title} unit stopped and disabled", service=firewall.unit_name, running=False, enabled=False
+        )
     if "table" in trace:
         table_removed(name=f"nft table inet {firewall.table} removed", table=firewall.table)
     files.file(name=f"{title} unit file removed", path=firewall.unit_path, present=False)

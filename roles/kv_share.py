@@ -39,8 +39,12 @@ def operation_reads(rig: RigSettings) -> list[FactSpec]:
     mount_point = settings["kv_share_mount_point"]
     mount = []
     if settings["kv_share_fstype"] in NFS_FSTYPES:
-        mount = [FactSpec.of(DebPackages), *directory_reads(mount_point), FactSpec.of(FileContents, path=FSTAB),
-                 FactSpec.of(MountedFilesystem, mount_point=mount_point)]
+        mount = [
+            FactSpec.of(DebPackages),
+            *directory_reads(mount_point),
+            FactSpec.of(FileContents, path=FSTAB),
+            FactSpec.of(MountedFilesystem, mount_point=mount_point),
+        ]
     return mount + [FactSpec.of(MountWritable, path=mount_point)]
 
 
@@ -54,9 +58,15 @@ def kv_share(rig: RigSettings, run: Run) -> None:
     if settings["kv_share_fstype"] in NFS_FSTYPES:
         packages_installed(name="NFS client", packages=[KV_SHARE_NFS_CLIENT_PACKAGE])
         files.directory(name="Shared KV mount point", path=mount_point)
-        fstab_entry(name="fstab entry of the shared KV export", mount_point=mount_point,
-                    entry=fstab_entry_line(settings))
-        mounted(name="Shared KV export mounted (remounted on changed options)", mount_point=mount_point,
-                device=None, options=settings["kv_share_mount_options"])
-    mount_writable(name="Shared KV mount is a mount point and writable", mount_point=mount_point,
-                   field="kv_share_mount_point")
+        fstab_entry(
+            name="fstab entry of the shared KV export", mount_point=mount_point, entry=fstab_entry_line(settings)
+        )
+        mounted(
+            name="Shared KV export mounted (remounted on changed options)",
+            mount_point=mount_point,
+            device=None,
+            options=settings["kv_share_mount_options"],
+        )
+    mount_writable(
+        name="Shared KV mount is a mount point and writable", mount_point=mount_point, field="kv_share_mount_point"
+    )

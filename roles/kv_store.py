@@ -89,21 +89,41 @@ def kv_store(rig: RigSettings, run: Run, rigs: Optional[Mapping[str, str]] = Non
             if rig.data.get("lab_rig"):
                 refuse_same_namespace(KV_STORE_FIREWALL, host.get_fact(NetworkNamespace), controller_namespace())
         except PreflightError as refused:
-            python.call(name="KV store firewall refused", function=refuse, field=refused.field, value=refused.value,
-                        problem=refused.problem, fix=refused.fix)
+            python.call(
+                name="KV store firewall refused",
+                function=refuse,
+                field=refused.field,
+                value=refused.value,
+                problem=refused.problem,
+                fix=refused.fix,
+            )
             run.refused_by = "kv_store"
             return
         firewall_applied(KV_STORE_FIREWALL, [settings["kv_store_port"]], sources)
     packages_installed(name="Install valkey-server", packages=list(VALKEY_PACKAGES))
-    config = secret_file(name="rigkit's valkey directives (password, limit, policy, bind)", dest=RIGKIT_CONF,
-                         text=text, mode=RIGKIT_CONF_MODE, user="root", group=VALKEY_USER)
-    include = files.line(name="valkey.conf includes rigkit's directives last", path=VALKEY_MAIN_CONF,
-                         line=INCLUDE_LINE, ensure_newline=True)
+    config = secret_file(
+        name="rigkit's valkey directives (password, limit, policy, bind)",
+        dest=RIGKIT_CONF,
+        text=text,
+        mode=RIGKIT_CONF_MODE,
+        user="root",
+        group=VALKEY_USER,
+    )
+    include = files.line(
+        name="valkey.conf includes rigkit's directives last",
+        path=VALKEY_MAIN_CONF,
+        line=INCLUDE_LINE,
+        ensure_newline=True,
+    )
     systemd.service(name="valkey-server enabled and running", service=VALKEY_SERVICE, running=True, enabled=True)
     # the package starts valkey with its own defaults: any change of either file needs a restart to apply
     # a plain restart: systemd.service(restarted=True) plans "start" for a service not running while the deploy
     # is prepared, which on a fresh host (started by the package meanwhile) would leave the defaults in force
-    server.shell(name="Restart valkey-server for the new configuration",
-                 commands=[StringCommand("systemctl", "restart", VALKEY_SERVICE)], _if=any_changed(config, include))
-    store_verified(name="Verify valkey refuses a client without the password and holds the declared limit",
-                   store=settings)
+    server.shell(
+        name="Restart valkey-server for the new configuration",
+        commands=[StringCommand("systemctl", "restart", VALKEY_SERVICE)],
+        _if=any_changed(config, include),
+    )
+    store_verified(
+        name="Verify valkey refuses a client without the password and holds the declared limit", store=settings
+    )

@@ -31,8 +31,12 @@ from roles import Run
 from roles.docker import DAEMON_JSON, DOCKER_SERVICE
 
 # NVIDIA's install guide pins these four together to one version.
-TOOLKIT_PACKAGES = ["nvidia-container-toolkit", "nvidia-container-toolkit-base",
-                    "libnvidia-container-tools", "libnvidia-container1"]
+TOOLKIT_PACKAGES = [
+    "nvidia-container-toolkit",
+    "nvidia-container-toolkit-base",
+    "libnvidia-container-tools",
+    "libnvidia-container1",
+]
 TOOLKIT_KEYRING = f"{APT_KEYRINGS_DIR}/nvidia-container-toolkit.asc"
 TOOLKIT_SOURCE_LIST = "/etc/apt/sources.list.d/nvidia-container-toolkit.list"
 
@@ -42,8 +46,12 @@ def operation_reads(rig: RigSettings) -> list[FactSpec]:
     runtime's daemon.json check read as they run)."""
     if rig.host["gpus"] == 0:
         return []
-    return [*directory_reads(APT_KEYRINGS_DIR), *put_reads(TOOLKIT_SOURCE_LIST), FactSpec.of(DebPackages),
-            FactSpec.of(AptHeldPackages)]
+    return [
+        *directory_reads(APT_KEYRINGS_DIR),
+        *put_reads(TOOLKIT_SOURCE_LIST),
+        FactSpec.of(DebPackages),
+        FactSpec.of(AptHeldPackages),
+    ]
 
 
 @deploy("nvidia_container_toolkit")
@@ -56,20 +64,26 @@ def nvidia_container_toolkit(rig: RigSettings, run: Run) -> None:
 
     url = settings["nvidia_ctk_apt_url"]
     files.directory(name="apt keyrings directory", path=APT_KEYRINGS_DIR, mode="755")
-    files.download(name="NVIDIA container toolkit signing key", src=f"{url}/gpgkey", dest=TOOLKIT_KEYRING,
-                   mode="644")
+    files.download(name="NVIDIA container toolkit signing key", src=f"{url}/gpgkey", dest=TOOLKIT_KEYRING, mode="644")
     arch = host.get_fact(DebArch)
     source = f"deb [signed-by={TOOLKIT_KEYRING}] {url}/stable/deb/{arch} /\n"
-    files.put(name="NVIDIA container toolkit apt repository", src=StringIO(source), dest=TOOLKIT_SOURCE_LIST,
-              mode="644")
+    files.put(
+        name="NVIDIA container toolkit apt repository", src=StringIO(source), dest=TOOLKIT_SOURCE_LIST, mode="644"
+    )
     toolkit = pinned(TOOLKIT_PACKAGES, settings["nvidia_ctk_version"])
     packages_installed(name="Install the NVIDIA container toolkit", packages=toolkit)
     packages_held(name="Hold the NVIDIA container toolkit packages", packages=toolkit)
 
-    runtime = nvidia_runtime_configured(name="Register the nvidia runtime with Docker",
-                                        daemon_json=DAEMON_JSON,
-                                        set_default=settings["nvidia_ctk_default_runtime"])
-    systemd.service(name="Restart the engine for the nvidia runtime", service=DOCKER_SERVICE,
-                    restarted=True, _if=runtime.did_change)
-    gpu_container_verified(name="Verify a GPU container sees the host's GPUs",
-                           image=settings["nvidia_ctk_verify_image"], image_field="nvidia_ctk_verify_image")
+    runtime = nvidia_runtime_configured(
+        name="Register the nvidia runtime with Docker",
+        daemon_json=DAEMON_JSON,
+        set_default=settings["nvidia_ctk_default_runtime"],
+    )
+    systemd.service(
+        name="Restart the engine for the nvidia runtime", service=DOCKER_SERVICE, restarted=True, _if=runtime.did_change
+    )
+    gpu_container_verified(
+        name="Verify a GPU container sees the host's GPUs",
+        image=settings["nvidia_ctk_verify_image"],
+        image_field="nvidia_ctk_verify_image",
+    )

@@ -40,8 +40,10 @@ from rigkit.settings.hostdata import RigSettings
 from roles import Run
 
 NOUVEAU_BLACKLIST = "/etc/modprobe.d/rigkit-blacklist-nouveau.conf"
-NOUVEAU_BLACKLIST_TEXT = "# written by rigkit: the NVIDIA driver needs nouveau out of the way\n" \
-                         "blacklist nouveau\noptions nouveau modeset=0\n"
+NOUVEAU_BLACKLIST_TEXT = (
+    "# written by rigkit: the NVIDIA driver needs nouveau out of the way\n"
+    "blacklist nouveau\noptions nouveau modeset=0\n"
+)
 CUDA_KEYRING_PACKAGE = "cuda-keyring"
 CUDA_KEYRING_DEB = "cuda-keyring_1.1-1_all.deb"
 
@@ -81,8 +83,14 @@ def operation_reads(rig: RigSettings) -> list[FactSpec]:
     if rig.host["gpus"] == 0:
         return []
     persistence = service_reads("nvidia-persistenced") if rig.nvidia_driver["nvidia_driver_persistence_mode"] else []
-    return [FactSpec.of(DebPackages), *put_reads(NOUVEAU_BLACKLIST), FactSpec.of(KernelModules),
-            FactSpec.of(AptHeldPackages), *persistence, FactSpec.of(NvidiaSmiGpus)]
+    return [
+        FactSpec.of(DebPackages),
+        *put_reads(NOUVEAU_BLACKLIST),
+        FactSpec.of(KernelModules),
+        FactSpec.of(AptHeldPackages),
+        *persistence,
+        FactSpec.of(NvidiaSmiGpus),
+    ]
 
 
 @deploy("nvidia_driver")
@@ -96,13 +104,16 @@ def nvidia_driver(rig: RigSettings, run: Run) -> None:
         if settings["nvidia_driver_server"]:
             say(host, "nvidia_driver: nvidia_driver_server applies to Ubuntu only; Debian uses the CUDA repo")
         repo = f"{settings['nvidia_driver_cuda_repo_url']}/debian{os.version}/x86_64"
-        deb_from_url(name="NVIDIA CUDA repository keyring", package=CUDA_KEYRING_PACKAGE,
-                     url=f"{repo}/{CUDA_KEYRING_DEB}")
+        deb_from_url(
+            name="NVIDIA CUDA repository keyring", package=CUDA_KEYRING_PACKAGE, url=f"{repo}/{CUDA_KEYRING_DEB}"
+        )
 
-    blacklist = files.put(name="Blacklist nouveau", src=StringIO(NOUVEAU_BLACKLIST_TEXT),
-                          dest=NOUVEAU_BLACKLIST, mode="644")
-    server.shell(name="Rebuild the initramfs without nouveau", commands=["update-initramfs -u"],
-                 _if=blacklist.did_change)
+    blacklist = files.put(
+        name="Blacklist nouveau", src=StringIO(NOUVEAU_BLACKLIST_TEXT), dest=NOUVEAU_BLACKLIST, mode="644"
+    )
+    server.shell(
+        name="Rebuild the initramfs without nouveau", commands=["update-initramfs -u"], _if=blacklist.did_change
+    )
     kernel_module_unloaded(name="Unload nouveau", module="nouveau")
 
     _, version_package = driver_packages(os, settings)
@@ -125,8 +136,9 @@ def nvidia_driver(rig: RigSettings, run: Run) -> None:
         _if=any_changed(install, blacklist),
     )
     if settings["nvidia_driver_persistence_mode"]:
-        systemd.service(name="Persistence mode (nvidia-persistenced)", service="nvidia-persistenced",
-                        running=True, enabled=True)
+        systemd.service(
+            name="Persistence mode (nvidia-persistenced)", service="nvidia-persistenced", running=True, enabled=True
+        )
     nvidia_driver_verified(
         name="Verify nvidia-smi reports the pinned driver",
         version_package=version_package,

@@ -53,8 +53,11 @@ def gather_findings(rig: RigSettings, state: RigState) -> list[Finding]:
     device_refusal, l2_measurable = _l2_device(rig, state)
     # a broken nvidia-smi (driver/library mismatch) is the driver role's to fix: count the bus instead
     smi_answers = state.nvidia_smi is not None and not state.nvidia_smi["error"]
-    facts = HostFacts.from_state(state, gpu_memory_csv="\n".join(state.gpu_memory) if smi_answers else None,
-                                 l2_free_bytes=state.l2_free_bytes if l2_measurable else None)
+    facts = HostFacts.from_state(
+        state,
+        gpu_memory_csv="\n".join(state.gpu_memory) if smi_answers else None,
+        l2_free_bytes=state.l2_free_bytes if l2_measurable else None,
+    )
     findings = bare_host_preflight(settings, facts, state.pci_gpus, rig.host["gpus"])
     return findings + ([device_refusal] if device_refusal else [])
 

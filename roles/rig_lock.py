@@ -51,22 +51,27 @@ class Holder:
     command: str = ""
 
     def to_line(self) -> str:
-        return (f"controller={self.controller} pid={self.pid} started={self.started:.0f} "
-                f"rig_pid={self.rig_pid} command={self.command}")
+        return (
+            f"controller={self.controller} pid={self.pid} started={self.started:.0f} "
+            f"rig_pid={self.rig_pid} command={self.command}"
+        )
 
     @classmethod
     def from_line(cls, line: str) -> Optional["Holder"]:
         head, _, command = line.strip().partition(" command=")
         fields = dict(part.split("=", 1) for part in head.split() if "=" in part)
         try:
-            return cls(fields["controller"], int(fields["pid"]), float(fields["started"]), int(fields["rig_pid"]),
-                       command)
+            return cls(
+                fields["controller"], int(fields["pid"]), float(fields["started"]), int(fields["rig_pid"]), command
+            )
         except (KeyError, ValueError):
             return None
 
     def describe(self, now: float) -> str:
-        return (f"controller {self.controller} pid {self.pid} since {now - self.started:.0f} s "
-                f"({(self.command or 'unknown command')[:80]})")
+        return (
+            f"controller {self.controller} pid {self.pid} since {now - self.started:.0f} s "
+            f"({(self.command or 'unknown command')[:80]})"
+        )
 
 
 def pid_alive(pid: int) -> bool:
@@ -79,8 +84,9 @@ def pid_alive(pid: int) -> bool:
     return True
 
 
-def stale_reason(holder: Holder, now: float, controller: str, stale_after_s: int,
-                 is_alive: Callable[[int], bool] = pid_alive) -> Optional[str]:
+def stale_reason(
+    holder: Holder, now: float, controller: str, stale_after_s: int, is_alive: Callable[[int], bool] = pid_alive
+) -> Optional[str]:
     """Why the holder's lock may be taken over, or None while it must be respected."""
     if holder.controller == controller and not is_alive(holder.pid):
         return f"its controller pid {holder.pid} on {controller} is gone"
@@ -149,7 +155,7 @@ def rig_lock(rig: RigSettings, run: Run) -> None:
     reader = channel.makefile("r")
     first = reader.readline().strip()
     if first.startswith("HELD"):
-        holder = Holder.from_line(first[len("HELD"):])
+        holder = Holder.from_line(first[len("HELD") :])
         now = time.time()
         reason = stale_reason(holder, now, controller, stale_s) if holder else None
         if reason:
@@ -164,11 +170,13 @@ def rig_lock(rig: RigSettings, run: Run) -> None:
         return
     channel.close()
     if first.startswith("TIMEOUT"):
-        holder = Holder.from_line(first[len("TIMEOUT"):])
+        holder = Holder.from_line(first[len("TIMEOUT") :])
         who = holder.describe(time.time()) if holder else "an unknown holder"
         problem = f"another deploy holds this rig's lock ({who}) and did not finish within rig_lock_wait_s={wait_s}"
-        fix = (f"let that deploy finish and re-run, or raise rig_lock_wait_s; a lock older than "
-               f"rig_lock_stale_s={stale_s} is taken over")
+        fix = (
+            f"let that deploy finish and re-run, or raise rig_lock_wait_s; a lock older than "
+            f"rig_lock_stale_s={stale_s} is taken over"
+        )
     else:
         problem = f"could not take {LOCK_PATH} on the rig (answer {first!r}; flock from util-linux is required)"
         fix = "check that the rig has flock and that /var/lib/rigkit is writable"

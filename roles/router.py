@@ -61,8 +61,12 @@ def smoke_through_router(router: Mapping, data: Mapping, model: str) -> None:
         checks = check_router(url, model)
     failed = [check for check in checks if not check.ok]
     if failed:
-        raise RigkitError("router", url, f"smoke through the router failed: {failed[0].detail}",
-                          "see `journalctl -u rigkit-router` on the gateway and the rigs' smoke")
+        raise RigkitError(
+            "router",
+            url,
+            f"smoke through the router failed: {failed[0].detail}",
+            "see `journalctl -u rigkit-router` on the gateway and the rigs' smoke",
+        )
 
 
 @deploy("router")
@@ -74,29 +78,56 @@ def router(settings: RigSettings, run: Run, workers: Sequence[Worker | Mapping[s
 
     packages_installed(name="python3-venv for the router", packages=ROUTER_APT_PACKAGES)
     pip.venv(name="The router's venv", path=ROUTER_VENV, python="python3")
-    install = pip.packages(name=f"vllm-router {config['router_version']}",
-                           packages=[f"{ROUTER_PACKAGE}=={config['router_version']}"], pip=ROUTER_PIP,
-                           extra_install_args=pip_install_args(find_links))
+    install = pip.packages(
+        name=f"vllm-router {config['router_version']}",
+        packages=[f"{ROUTER_PACKAGE}=={config['router_version']}"],
+        pip=ROUTER_PIP,
+        extra_install_args=pip_install_args(find_links),
+    )
     files.directory(name="rigkit helper directory", path=RIG_LIB_DIR)
     files.directory(name="router configuration directory", path=ROUTER_CONFIG_DIR, mode="700")
-    launcher = files.put(name="Router launcher", src=str(ROUTER_LAUNCHER_SOURCE), dest=ROUTER_LAUNCHER,
-                         mode="644", create_remote_dir=False)
-    files.put(name="Router check helper", src=str(ROUTER_CHECK_SOURCE), dest=ROUTER_CHECK, mode="755",
-              create_remote_dir=False)
+    launcher = files.put(
+        name="Router launcher",
+        src=str(ROUTER_LAUNCHER_SOURCE),
+        dest=ROUTER_LAUNCHER,
+        mode="644",
+        create_remote_dir=False,
+    )
+    files.put(
+        name="Router check helper", src=str(ROUTER_CHECK_SOURCE), dest=ROUTER_CHECK, mode="755", create_remote_dir=False
+    )
     if key is not None:
         key_file = secret_file(name="The workers' API key (0600)", text=key + "\n", dest=ROUTER_API_KEY_FILE)
     else:
         key_file = files.file(name="No API key file", path=ROUTER_API_KEY_FILE, present=False)
-    unit = files.put(name="Router unit", src=StringIO(unit_text(config, workers, with_api_key=key is not None)),
-                     dest=ROUTER_UNIT_PATH, mode="644", create_remote_dir=False)
+    unit = files.put(
+        name="Router unit",
+        src=StringIO(unit_text(config, workers, with_api_key=key is not None)),
+        dest=ROUTER_UNIT_PATH,
+        mode="644",
+        create_remote_dir=False,
+    )
     systemd.daemon_reload(name="systemd reads the router unit", _if=unit.did_change)
     started = systemd.service(name="Router enabled and running", service=ROUTER_UNIT, running=True, enabled=True)
     # A start already reads the new unit and install: restart only a router that was running before.
     changed = any_changed(install, launcher, key_file, unit)
-    restarted = systemd.service(name="Router restarted for its new unit or install", service=ROUTER_UNIT,
-                                restarted=True, _if=[changed, started.did_not_change])
-    router_verified(name="Router answers and lists the rigs", url=router_url(config), workers=workers,
-                    timeout_s=ROUTER_READY_TIMEOUT_S)
-    python.call(name="Smoke through the router", function=refusing_step(smoke_through_router),
-                _if=any_changed(install, launcher, key_file, unit, started, restarted),
-                router=config, data=dict(settings.data), model=workers[0].model if workers else "")
+    restarted = systemd.service(
+        name="Router restarted for its new unit or install",
+        service=ROUTER_UNIT,
+        restarted=True,
+        _if=[changed, started.did_not_change],
+    )
+    router_verified(
+        name="Router answers and lists the rigs",
+        url=router_url(config),
+        workers=workers,
+        timeout_s=ROUTER_READY_TIMEOUT_S,
+    )
+    python.call(
+        name="Smoke through the router",
+        function=refusing_step(smoke_through_router),
+        _if=any_changed(install, launcher, key_file, unit, started, restarted),
+        router=config,
+        data=dict(settings.data),
+        model=workers[0].model if workers else "",
+    )

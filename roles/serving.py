@@ -90,8 +90,18 @@ def janitor_unit(settings: Settings) -> str:
     return (
         "[Unit]\nDescription=rigkit L2 janitor: keep the KV store under its budget (LRU)\n\n"
         "[Service]\n"
-        "ExecStart=" + exec_command_line(["/usr/bin/python3", L2_JANITOR_SCRIPT, settings.knobs["l2_path"], budget,
-                                          L2_JANITOR_MIN_FREE_BYTES, L2_JANITOR_INTERVAL_S]) + "\n"
+        "ExecStart="
+        + exec_command_line(
+            [
+                "/usr/bin/python3",
+                L2_JANITOR_SCRIPT,
+                settings.knobs["l2_path"],
+                budget,
+                L2_JANITOR_MIN_FREE_BYTES,
+                L2_JANITOR_INTERVAL_S,
+            ]
+        )
+        + "\n"
         "Restart=always\n\n[Install]\nWantedBy=multi-user.target\n"
     )
 
@@ -102,22 +112,32 @@ PARENT_ENSURED = {"create_remote_dir": False}
 
 
 def l2_janitor(settings: Settings) -> None:
-    script = files.put(name="L2 janitor script", src=str(L2_JANITOR_SOURCE), dest=L2_JANITOR_SCRIPT, mode="755",
-                       **PARENT_ENSURED)
-    unit = files.put(name="L2 janitor unit", src=StringIO(janitor_unit(settings)),
-                     dest=f"/etc/systemd/system/{L2_JANITOR_UNIT}", **PARENT_ENSURED)
+    script = files.put(
+        name="L2 janitor script", src=str(L2_JANITOR_SOURCE), dest=L2_JANITOR_SCRIPT, mode="755", **PARENT_ENSURED
+    )
+    unit = files.put(
+        name="L2 janitor unit",
+        src=StringIO(janitor_unit(settings)),
+        dest=f"/etc/systemd/system/{L2_JANITOR_UNIT}",
+        **PARENT_ENSURED,
+    )
     systemd.daemon_reload(name="systemd reads the L2 janitor unit", _if=unit.did_change)
     systemd.service(name="L2 janitor running", service=L2_JANITOR_UNIT, running=True, enabled=True)
-    systemd.service(name="L2 janitor restarted for its new settings", service=L2_JANITOR_UNIT, restarted=True,
-                    _if=any_changed(script, unit))
+    systemd.service(
+        name="L2 janitor restarted for its new settings",
+        service=L2_JANITOR_UNIT,
+        restarted=True,
+        _if=any_changed(script, unit),
+    )
 
 
 def preflight_facts(settings: Settings, state: RigState) -> HostFacts:
     """The serving preflight's view of the rig survey; the registry is asked (one more round trip) only
     when the image is not on the rig."""
     probe_registry = state.docker_cli is not None and not state.image_present
-    return HostFacts.from_state(state, image_probe_error=host.get_fact(ManifestProbe, image=settings.image)
-                                if probe_registry else None)
+    return HostFacts.from_state(
+        state, image_probe_error=host.get_fact(ManifestProbe, image=settings.image) if probe_registry else None
+    )
 
 
 def smoke(rendering: Rendering, data: dict) -> SmokeReport:
@@ -137,9 +157,18 @@ def smoke(rendering: Rendering, data: dict) -> SmokeReport:
     return report
 
 
-def after_release(rendering: Rendering, rig: RigSettings, compose: Optional[str], kind: str, run_smoke: bool,
-                  auto_rollback: bool, keep_images: int, ready_timeout_s: int, note: str = "",
-                  release_op=None) -> None:
+def after_release(
+    rendering: Rendering,
+    rig: RigSettings,
+    compose: Optional[str],
+    kind: str,
+    run_smoke: bool,
+    auto_rollback: bool,
+    keep_images: int,
+    ready_timeout_s: int,
+    note: str = "",
+    release_op=None,
+) -> None:
     """Smoke, ledger, stored rendering, automatic rollback and pruning, right after a release was brought up:
     rigkit.serving.release decides each step, rigkit.serving.release_steps carries it out on the rig.
 
@@ -161,8 +190,11 @@ def after_release(rendering: Rendering, rig: RigSettings, compose: Optional[str]
     if plan.failed is None:
         return
     target = rollback_target(plan, auto_rollback)
-    restored = (release_steps.restored_rendering(host, target, _todays_rendering(rig, target.image))
-                if target is not None else None)
+    restored = (
+        release_steps.restored_rendering(host, target, _todays_rendering(rig, target.image))
+        if target is not None
+        else None
+    )
     decision = roll_back_or_refuse(plan.failed, kind, auto_rollback, target, restored)
     if isinstance(decision, Refuse):
         raise release_steps.failure(decision)
@@ -189,13 +221,21 @@ def operation_reads(rig: RigSettings) -> list[FactSpec]:
         reads += directory_reads(settings.knobs["l2_path"])
     reads += put_reads(WAIT_READY_SCRIPT)
     if settings.runs_l2_janitor:
-        reads += [*put_reads(L2_JANITOR_SCRIPT), *put_reads(f"/etc/systemd/system/{L2_JANITOR_UNIT}"),
-                  *service_reads(L2_JANITOR_UNIT)]
+        reads += [
+            *put_reads(L2_JANITOR_SCRIPT),
+            *put_reads(f"/etc/systemd/system/{L2_JANITOR_UNIT}"),
+            *service_reads(L2_JANITOR_UNIT),
+        ]
     elif settings.l2_active and settings.knobs["kv_share"]:
         reads += service_reads(L2_JANITOR_UNIT)
-    return reads + [*put_reads(f"{RIG_STACK_DIR}/{COMPOSE_FILE_NAME}"), *put_reads(f"{RIG_STACK_DIR}/{ENV_FILE_NAME}"),
-                    FactSpec.of(DockerImagePresent, image=settings.image), FactSpec.of(StackContainers, stack=STACK_NAME),
-                    FactSpec.of(FileContents, path=RELEASE_HASH_FILE), FactSpec.of(ComposeCommand)]
+    return reads + [
+        *put_reads(f"{RIG_STACK_DIR}/{COMPOSE_FILE_NAME}"),
+        *put_reads(f"{RIG_STACK_DIR}/{ENV_FILE_NAME}"),
+        FactSpec.of(DockerImagePresent, image=settings.image),
+        FactSpec.of(StackContainers, stack=STACK_NAME),
+        FactSpec.of(FileContents, path=RELEASE_HASH_FILE),
+        FactSpec.of(ComposeCommand),
+    ]
 
 
 @deploy("serving")
@@ -221,8 +261,12 @@ def serving(rig: RigSettings, run: Run, kind: str = DEPLOY_KIND, restore_renderi
         engine_checked(name="Engine, compose and image checks (the engine is installed by now)", settings=settings)
     rendering, note = rendering_for(settings), ""
     if kind == ROLLBACK_KIND:
-        target = Release(image=settings.image, profile=settings.profile.name, knobs_hash=settings.knobs_hash,
-                         rendering=restore_rendering)
+        target = Release(
+            image=settings.image,
+            profile=settings.profile.name,
+            knobs_hash=settings.knobs_hash,
+            rendering=restore_rendering,
+        )
         restored = release_steps.restored_rendering(host, target, rendering)
         rendering, note = restored.rendering, restored.note
     # the model the rendering mounts (a rollback's: the revision its stored rendering names) must be staged and
@@ -230,43 +274,85 @@ def serving(rig: RigSettings, run: Run, kind: str = DEPLOY_KIND, restore_renderi
     mounted = parse_model_source(rendering.model) if rendering.model else None
     if mounted is not None:
         store = settings.knobs["model_store_path"]
-        if host.get_fact(StagedModel, revision_dir=store_revision_dir(store, mounted),
-                         stamp=store_stamp(store, mounted)) is None:
-            python.call(name="Model staged", function=refuse, field="model_source", value=mounted.spec,
-                        problem=f"not staged and verified in {store_revision_dir(store, mounted)} on this rig",
-                        fix="stage it first: `rigkit stage INVENTORY` (`rigkit deploy` stages before it deploys)")
+        if (
+            host.get_fact(
+                StagedModel, revision_dir=store_revision_dir(store, mounted), stamp=store_stamp(store, mounted)
+            )
+            is None
+        ):
+            python.call(
+                name="Model staged",
+                function=refuse,
+                field="model_source",
+                value=mounted.spec,
+                problem=f"not staged and verified in {store_revision_dir(store, mounted)} on this rig",
+                fix="stage it first: `rigkit stage INVENTORY` (`rigkit deploy` stages before it deploys)",
+            )
             return
     files.directory(name="rigkit directories", path=RIG_STACK_DIR, mode="700")
     files.directory(name="rigkit state directory", path=RIG_STATE_DIR)
     files.directory(name="rigkit helper directory", path=RIG_LIB_DIR)
     if settings.l2_active:
         files.directory(name="L2 cache directory", path=settings.knobs["l2_path"])
-    files.put(name="Wait-ready helper", src=str(WAIT_READY_SOURCE), dest=WAIT_READY_SCRIPT, mode="755",
-              **PARENT_ENSURED)
+    files.put(
+        name="Wait-ready helper", src=str(WAIT_READY_SOURCE), dest=WAIT_READY_SCRIPT, mode="755", **PARENT_ENSURED
+    )
     if settings.runs_l2_janitor:
         l2_janitor(settings)
     elif settings.l2_active and settings.knobs["kv_share"]:
         # a shared store has one janitor (kv_share_janitor): this rig's own, from before, must not evict there
-        systemd.service(name="L2 janitor left to the shared store's janitor rig", service=L2_JANITOR_UNIT,
-                        running=False, enabled=False)
-    files.put(name="Render compose.yml", src=StringIO(rendering.compose),
-              dest=f"{RIG_STACK_DIR}/{COMPOSE_FILE_NAME}", mode="644", **PARENT_ENSURED)
-    secret_file(name="Render .env (0600: may hold a token)", text=rendering.env,
-                dest=f"{RIG_STACK_DIR}/{ENV_FILE_NAME}", mode=f"{ENV_FILE_MODE:o}")
+        systemd.service(
+            name="L2 janitor left to the shared store's janitor rig",
+            service=L2_JANITOR_UNIT,
+            running=False,
+            enabled=False,
+        )
+    files.put(
+        name="Render compose.yml",
+        src=StringIO(rendering.compose),
+        dest=f"{RIG_STACK_DIR}/{COMPOSE_FILE_NAME}",
+        mode="644",
+        **PARENT_ENSURED,
+    )
+    secret_file(
+        name="Render .env (0600: may hold a token)",
+        text=rendering.env,
+        dest=f"{RIG_STACK_DIR}/{ENV_FILE_NAME}",
+        mode=f"{ENV_FILE_MODE:o}",
+    )
     image_pulled(name=PULL_STEP, image=settings.image)
     # the store must be on the filesystem meant for it: the shared mount, else the L2 disk when one is declared
-    disk_mount = (rig.kv_share["kv_share_mount_point"] if settings.knobs["kv_share"]
-                  else rig.l2_disk["l2_mount_point"] if rig.l2_disk["l2_device"] else None)
+    disk_mount = (
+        rig.kv_share["kv_share_mount_point"]
+        if settings.knobs["kv_share"]
+        else rig.l2_disk["l2_mount_point"]
+        if rig.l2_disk["l2_device"]
+        else None
+    )
     # A failed release must reach after_release (which rolls it back), so its error is not fatal here.
-    release = stack_release(name=f"Release {settings.image}", image=settings.image,
-                            knobs_hash=rendering.knobs_hash,
-                            digest=rendering.hash, url=ready_url(rendering),
-                            timeout_s=settings.knobs["ready_timeout_s"], _ignore_errors=True,
-                            l2_guard=(settings.knobs["l2_path"], disk_mount) if settings.l2_active and disk_mount
-                            else None)
+    release = stack_release(
+        name=f"Release {settings.image}",
+        image=settings.image,
+        knobs_hash=rendering.knobs_hash,
+        digest=rendering.hash,
+        url=ready_url(rendering),
+        timeout_s=settings.knobs["ready_timeout_s"],
+        _ignore_errors=True,
+        l2_guard=(settings.knobs["l2_path"], disk_mount) if settings.l2_active and disk_mount else None,
+    )
     # a refusal inside (rolled back, or no rollback target) fails the rig with its one line, no traceback
-    python.call(name="Smoke, ledger, prune", function=refusing_step(after_release),
-                _if=lambda: release.did_change() or release.did_error(),
-                rendering=rendering, rig=rig, compose=None, kind=kind, run_smoke=role["serving_smoke"],
-                auto_rollback=role["serving_auto_rollback"], keep_images=settings.knobs["keep_images"],
-                ready_timeout_s=settings.knobs["ready_timeout_s"], note=note, release_op=release)
+    python.call(
+        name="Smoke, ledger, prune",
+        function=refusing_step(after_release),
+        _if=lambda: release.did_change() or release.did_error(),
+        rendering=rendering,
+        rig=rig,
+        compose=None,
+        kind=kind,
+        run_smoke=role["serving_smoke"],
+        auto_rollback=role["serving_auto_rollback"],
+        keep_images=settings.knobs["keep_images"],
+        ready_timeout_s=settings.knobs["ready_timeout_s"],
+        note=note,
+        release_op=release,
+    )

@@ -18,14 +18,17 @@ import yaml
 from rigkit.serving.render import entrypoint_script, env_values, render_compose, render_env
 
 DOCKER_COMPOSE = shutil.which("docker-compose")
-needs_compose = pytest.mark.skipif(DOCKER_COMPOSE is None, reason="docker-compose not installed (bin/setup installs it)")
+needs_compose = pytest.mark.skipif(
+    DOCKER_COMPOSE is None, reason="docker-compose not installed (bin/setup installs it)"
+)
 
 SHIM = """#!/bin/bash
 python3 -c 'import json, sys; print(json.dumps(sys.argv[1:]))' "$@" >> "$ARGV_LOG.$(basename "$0")"
 """
 # `lmcache server`, a Python script as pip installs it: records its argv (as the program sees it, in
 # $ARGV_LOG.lmcache) and its command line (as ps shows it, in $ARGV_LOG.lmcache.cmdline), then answers /healthcheck
-# on its --http-port for LMCACHE_SHIM_LIVES_S seconds (5: two Python starts on a loaded 2-core host took over 2; or exits at once with LMCACHE_SHIM_LIVES_S=0, as a server
+# on its --http-port for LMCACHE_SHIM_LIVES_S seconds (5: two Python starts on a loaded 2-core host took over 2;
+# or exits at once with LMCACHE_SHIM_LIVES_S=0, as a server
 # that fails to start)
 LMCACHE_SHIM = """#!/usr/bin/python3
 import http.server, json, os, sys, threading
@@ -55,16 +58,19 @@ def free_port() -> int:
         return probe.getsockname()[1]
 
 
-
-
-
 def composed_service(directory: Path, settings) -> dict:
     """The serving service as docker-compose itself reads the rendered files (no host env leaking in)."""
     (directory / "compose.yml").write_text(render_compose(settings))
     (directory / ".env").write_text(render_env(settings))
     env = {key: value for key, value in os.environ.items() if key in ("PATH", "HOME", "LANG")}
-    result = subprocess.run([DOCKER_COMPOSE, "-f", "compose.yml", "config"], cwd=directory, env=env,
-                            capture_output=True, text=True, timeout=60)
+    result = subprocess.run(
+        [DOCKER_COMPOSE, "-f", "compose.yml", "config"],
+        cwd=directory,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert result.returncode == 0, result.stderr
     service = yaml.safe_load(result.stdout)["services"]["serving"]
     # `config` prints a compose file again, escaping every `$` as `$$`: undo that to get what the container gets
@@ -91,8 +97,9 @@ def launched_argv(tmp_path: Path, settings, programs=("vllm",)) -> dict[str, lis
     env = {**service["environment"], "PATH": f"{bin_dir}:/usr/bin:/bin", "ARGV_LOG": str(log)}
     if "LMCACHE_HTTP_PORT" in env:  # a port free on this machine, whatever the knob's default
         env["LMCACHE_HTTP_PORT"] = str(free_port())
-    result = subprocess.run(["bash", "-c", *service["command"]], env=env, cwd=tmp_path, capture_output=True,
-                            text=True, timeout=30)
+    result = subprocess.run(
+        ["bash", "-c", *service["command"]], env=env, cwd=tmp_path, capture_output=True, text=True, timeout=30
+    )
     assert result.returncode == 0, result.stderr
     # a program started in the background (the lmcache server) may write a moment later
     deadline = time.monotonic() + 5
@@ -130,8 +137,13 @@ def start_entrypoint(tmp_path: Path, s, vllm_shim: str = SHIM, **env_extra) -> s
         (bin_dir / name).write_text(shim)
         (bin_dir / name).chmod(0o755)
     script = entrypoint_script(s).replace("/opt/vllm/bin/python", str(bin_dir / "python"))
-    env = {"PATH": f"{bin_dir}:/usr/bin:/bin", "ARGV_LOG": str(tmp_path / "argv"), **env_values(s),
-           **s.profile.fixed_env, **env_extra}
+    env = {
+        "PATH": f"{bin_dir}:/usr/bin:/bin",
+        "ARGV_LOG": str(tmp_path / "argv"),
+        **env_values(s),
+        **s.profile.fixed_env,
+        **env_extra,
+    }
     return subprocess.run(["bash", "-c", script], env=env, capture_output=True, text=True, timeout=30)
 
 
@@ -140,8 +152,9 @@ def run_entrypoint(tmp_path: Path, s) -> dict[str, list[str]]:
     log = tmp_path / "argv"
     assert result.returncode == 0, result.stderr
     deadline = time.monotonic() + 5
-    expected = {"vllm", "lmcache"} if s.profile.name == "lmcache-mp" else {
-        "python" if s.profile.name == "cpu-lab" else "vllm"}
+    expected = (
+        {"vllm", "lmcache"} if s.profile.name == "lmcache-mp" else {"python" if s.profile.name == "cpu-lab" else "vllm"}
+    )
     # the lmcache server is started in the background: give its shim a moment
     while time.monotonic() < deadline and not all(Path(f"{log}.{name}").exists() for name in expected):
         time.sleep(0.05)

@@ -79,8 +79,7 @@ class FakeOpenAI:
         for rank, other in enumerate(others):
             if len(top) < body["logprobs"] and other != text:
                 top[self.token_id(other)] = chosen - margin - 2.0 * rank
-        return {"tokens": [self.token_id(text)], "token_logprobs": [chosen], "top_logprobs": [top],
-                "text_offset": [0]}
+        return {"tokens": [self.token_id(text)], "token_logprobs": [chosen], "top_logprobs": [top], "text_offset": [0]}
 
     def _handler(self):
         fake = self
@@ -102,8 +101,10 @@ class FakeOpenAI:
                 if self.path == "/health":
                     self._send(200, b"")
                 elif self.path == "/v1/models":
-                    cards = [{"id": name, "object": "model", "max_model_len": FAKE_MAX_MODEL_LEN}
-                             for name in fake.served_names]
+                    cards = [
+                        {"id": name, "object": "model", "max_model_len": FAKE_MAX_MODEL_LEN}
+                        for name in fake.served_names
+                    ]
                     self._send(200, json.dumps({"object": "list", "data": cards}).encode())
                 elif self.path == "/metrics":
                     text = fake.metrics_text
@@ -123,8 +124,13 @@ class FakeOpenAI:
                     time.sleep(fake.api_overhead_s)
                     fake.on_refused(body)
                     fake.refused_completions.append(body)
-                    error = {"object": "error", "message": f"The model `{body.get('model')}` does not exist.",
-                             "type": "NotFoundError", "param": None, "code": 404}
+                    error = {
+                        "object": "error",
+                        "message": f"The model `{body.get('model')}` does not exist.",
+                        "type": "NotFoundError",
+                        "param": None,
+                        "code": 404,
+                    }
                     self._send(404, json.dumps(error).encode())
                 elif self.path == "/v1/completions":
                     time.sleep(fake.api_overhead_s)

@@ -59,8 +59,16 @@ class ReplayClient(ServingClient):
         upcoming = self.requests[self.answered] if self.answered < len(self.requests) else None
         if prompt == LOGPROBS_WARMUP_PROMPT and (upcoming is None or upcoming.get("prompt_sha") != warmup_sha):
             # a record from before the logprobs warm-up (rigkit.validation.procedure): it measures nothing, answer it here
-            return StreamResult(ttft_s=0.01, total_s=0.01, prompt_tokens=8, completion_tokens=1, cached_tokens=0,
-                                chunks=1, text="", decode_tps=None)
+            return StreamResult(
+                ttft_s=0.01,
+                total_s=0.01,
+                prompt_tokens=8,
+                completion_tokens=1,
+                cached_tokens=0,
+                chunks=1,
+                text="",
+                decode_tps=None,
+            )
         if upcoming is None:
             raise RecordExhausted(f"completion {self.answered + 1} asked, {len(self.requests)} recorded")
         self.answered += 1

@@ -65,10 +65,10 @@ from pyinfra.connectors.util import CommandOutput
 from pyinfra.context import ctx_host, ctx_state
 
 from rigkit.errors import RigkitError
-from rigkit.settings.hostdata import RigSettings, rig_settings
-from roles import Run, deploy_rig
 from rigkit.facts.batch import FactBatch
 from rigkit.facts.server import ExactFileText
+from rigkit.settings.hostdata import RigSettings, rig_settings
+from roles import Run, deploy_rig
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
@@ -94,8 +94,10 @@ class FakeFacts:
         self.dirs: set[str] = STANDARD_DIRS | set(case.get("dirs", []))
         self.modes: dict[str, int] = case.get("modes", {})
         if "os" in case:
-            self.facts.setdefault("server.LinuxDistribution", {
-                "name": None, "major": None, "minor": None, "release_meta": OS_RELEASES[case["os"]]})
+            self.facts.setdefault(
+                "server.LinuxDistribution",
+                {"name": None, "major": None, "minor": None, "release_meta": OS_RELEASES[case["os"]]},
+            )
         self.asked: list[str] = []
         self.asked_executing: list[str] = []
         self.round_trips = {"prepare": 0, "execute": 0}
@@ -113,8 +115,11 @@ class FakeFacts:
         call_kwargs.pop("self", None)
         name = cls.name
         # an argument names the fact's key: a path, an image, a port (PortListeners:8080)
-        keys = [f"{name}:{value}" for value in call_kwargs.values()
-                if isinstance(value, (str, int)) and not isinstance(value, bool)] + [name]
+        keys = [
+            f"{name}:{value}"
+            for value in call_kwargs.values()
+            if isinstance(value, (str, int)) and not isinstance(value, bool)
+        ] + [name]
         self.asked.append(keys[0])
         if self.state.is_executing:
             self.asked_executing.append(keys[0])
@@ -129,8 +134,11 @@ class FakeFacts:
         return fact.default()
 
     def _from_files(self, cls, fact, name: str, path):
-        if path is None or name not in ("files.File", "files.Sha1File", "files.FileContents", "files.Directory") \
-                and cls not in TEXT_FILE_FACTS:
+        if (
+            path is None
+            or name not in ("files.File", "files.Sha1File", "files.FileContents", "files.Directory")
+            and cls not in TEXT_FILE_FACTS
+        ):
             return _NOT_DERIVED
         text = self.files.get(path)
         if cls in TEXT_FILE_FACTS:
@@ -145,9 +153,13 @@ class FakeFacts:
             return hashlib.sha1(text.encode()).hexdigest()
         if name == "files.FileContents":
             return text.splitlines() or None  # pyinfra gives an empty file's no output the default, None
-        return {"user": "root", "group": "root", "mode": self.modes.get(path, 644), "size": len(text),
-                "mtime": datetime(2026, 1, 1)}
-
+        return {
+            "user": "root",
+            "group": "root",
+            "mode": self.modes.get(path, 644),
+            "size": len(text),
+            "mtime": datetime(2026, 1, 1),
+        }
 
     def _directory(self, path: str):
         inside = path.rstrip("/") + "/"
@@ -224,7 +236,9 @@ def resolve_if(condition) -> bool:
 def run_case(case_dir: str, case: dict) -> dict:
     """Run the role (or operation) of ``case_dir`` against the case; return commands, notes, error."""
     inventory = Inventory((["rig"], {}), override_data=None)
-    state = State(inventory, Config(DIFF=case.get("diff", False)), check_for_changes=False)  # as `pyinfra -y`: operations run only once
+    state = State(
+        inventory, Config(DIFF=case.get("diff", False)), check_for_changes=False
+    )  # as `pyinfra -y`: operations run only once
     state.print_noop_info = True  # noop lines are notes a case can expect (pyinfra logs them at debug otherwise)
     host = inventory.get_host("rig")
     host.data.__dict__["override_datas"].update(case.get("data", {}))
@@ -234,10 +248,16 @@ def run_case(case_dir: str, case: dict) -> dict:
     host.connected = True
     notes = NoteCatcher()
 
-    result: dict[str, Any] = {"commands": [], "notes": notes.lines, "noops": notes.noops, "error": None,
-                              "asked": facts.asked,
-                              "asked_executing": facts.asked_executing, "round_trips": facts.round_trips,
-                              "python_args": {}}
+    result: dict[str, Any] = {
+        "commands": [],
+        "notes": notes.lines,
+        "noops": notes.noops,
+        "error": None,
+        "asked": facts.asked,
+        "asked_executing": facts.asked_executing,
+        "round_trips": facts.round_trips,
+        "python_args": {},
+    }
     with notes:
         _run(case_dir, case, state, host, result)
     return result
@@ -247,7 +267,9 @@ def _settings(case_dir: str, case: dict, kwargs: dict) -> RigSettings:
     """The rig's settings as the entry point builds them: deploy.py for the pipeline and the serving and
     preflight roles (a stack is required), on their own for the provisioning roles; rollback.py's for
     ``image_override``."""
-    settings = rig_settings(case.get("data", {}), needs_stack=case_dir in ("pipeline", "serving", "preflight", "api_firewall"))
+    settings = rig_settings(
+        case.get("data", {}), needs_stack=case_dir in ("pipeline", "serving", "preflight", "api_firewall")
+    )
     image = kwargs.pop("image_override", None)
     return settings.for_image(image) if image else settings
 
@@ -259,8 +281,10 @@ def _returning(value):
 def _operation_kwargs(op, case: dict) -> dict:
     """An operation case's ``kwargs`` as Python values: {"returns": value} is a function returning value;
     ``settings``, when the operation takes it, is built from the case's ``data``."""
-    kwargs = {key: _returning(value["returns"]) if isinstance(value, dict) and set(value) == {"returns"} else value
-              for key, value in case.get("kwargs", {}).items()}
+    kwargs = {
+        key: _returning(value["returns"]) if isinstance(value, dict) and set(value) == {"returns"} else value
+        for key, value in case.get("kwargs", {}).items()
+    }
     if "settings" in inspect.signature(op._inner).parameters:
         kwargs["settings"] = rig_settings(case.get("data", {})).stack
     return kwargs
@@ -304,7 +328,8 @@ def _run(case_dir: str, case: dict, state: State, host, result: dict) -> None:
             for command in commands:
                 if isinstance(command, FunctionCommand):
                     result["python_args"][command.function.__name__] = " ".join(
-                        value for value in list(command.args) + list(command.kwargs.values()) if isinstance(value, str))
+                        value for value in list(command.args) + list(command.kwargs.values()) if isinstance(value, str)
+                    )
 
 
 def case_files(folder: Path) -> list[Path]:

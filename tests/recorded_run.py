@@ -16,8 +16,13 @@ class RecordedRun:
     prompt again (warm-connector), a down/up, the session prompt again (warm-persistent). One session, as
     recorded; the calibration prompt (before the session's first request) leaves the counters as they are."""
 
-    def __init__(self, server: FakeOpenAI, folder: Path = METRICS, restarted: str = "05-restarted-idle",
-                 persistent: str = "06-after-warm-persistent"):
+    def __init__(
+        self,
+        server: FakeOpenAI,
+        folder: Path = METRICS,
+        restarted: str = "05-restarted-idle",
+        persistent: str = "06-after-warm-persistent",
+    ):
         self.server = server
         self.folder, self.restarted, self.persistent = folder, restarted, persistent
         self.session_prompt = None
@@ -36,10 +41,14 @@ class RecordedRun:
                 return
             self.session_prompt = prompt
         session = prompt == self.session_prompt
-        after = {("00-idle", True): "01-after-cold", ("01-after-cold", True): "02-after-warm-gpu",
-                 ("02-after-warm-gpu", False): "03-after-fillers", ("03-after-fillers", False): "03-after-fillers",
-                 ("03-after-fillers", True): "04-after-warm-connector",
-                 (self.restarted, True): self.persistent}
+        after = {
+            ("00-idle", True): "01-after-cold",
+            ("01-after-cold", True): "02-after-warm-gpu",
+            ("02-after-warm-gpu", False): "03-after-fillers",
+            ("03-after-fillers", False): "03-after-fillers",
+            ("03-after-fillers", True): "04-after-warm-connector",
+            (self.restarted, True): self.persistent,
+        }
         self.show(after[(self.step, session)])
 
     def restart(self) -> None:

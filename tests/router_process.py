@@ -28,10 +28,24 @@ def free_port() -> int:
 class RouterProcess:
     def __init__(self, worker_urls: Sequence[str], policy: str = "round_robin", extra: Sequence[str] = ()):
         self.port, self.prometheus_port = free_port(), free_port()
-        self.argv = [sys.executable, "-m", "vllm_router.launch_router", "--host", "127.0.0.1",
-                     "--port", str(self.port), "--prometheus-host", "127.0.0.1",
-                     "--prometheus-port", str(self.prometheus_port), "--policy", policy,
-                     "--worker-urls", *worker_urls, *extra]
+        self.argv = [
+            sys.executable,
+            "-m",
+            "vllm_router.launch_router",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(self.port),
+            "--prometheus-host",
+            "127.0.0.1",
+            "--prometheus-port",
+            str(self.prometheus_port),
+            "--policy",
+            policy,
+            "--worker-urls",
+            *worker_urls,
+            *extra,
+        ]
         self.log = Path(tempfile.mkstemp(prefix="vllm-router-", suffix=".log")[1])
         self.process: subprocess.Popen | None = None
 

@@ -27,6 +27,7 @@ class _RigSSHServer(paramiko.ServerInterface):
 
     def check_channel_exec_request(self, channel, command):
         """A command the client runs on the "rig": run here by a shell, stdin from the channel, stdout back."""
+
         def execute():
             stdin = channel.makefile("rb").read()  # until the client's shutdown_write
             done = subprocess.run(command.decode(), shell=True, input=stdin, capture_output=True, timeout=60)
@@ -90,15 +91,22 @@ def ssh_rig(tmp_path):
                 while transport.is_active():
                     channel = transport.accept(1)
                     if channel is not None and channel.get_id() in server.destinations:  # else: a session
-                        threading.Thread(target=_pump, args=(channel, server.destinations[channel.get_id()]),
-                                         daemon=True).start()
+                        threading.Thread(
+                            target=_pump, args=(channel, server.destinations[channel.get_id()]), daemon=True
+                        ).start()
 
             threading.Thread(target=channels, daemon=True).start()
 
     threading.Thread(target=serve, daemon=True).start()
-    data = {"ssh_hostname": "127.0.0.1", "ssh_port": listener.getsockname()[1], "ssh_user": "root",
-            "ssh_key": str(key_file), "ssh_known_hosts_file": str(tmp_path / "known_hosts"),
-            "ssh_allow_agent": False, "ssh_look_for_keys": False}
+    data = {
+        "ssh_hostname": "127.0.0.1",
+        "ssh_port": listener.getsockname()[1],
+        "ssh_user": "root",
+        "ssh_key": str(key_file),
+        "ssh_known_hosts_file": str(tmp_path / "known_hosts"),
+        "ssh_allow_agent": False,
+        "ssh_look_for_keys": False,
+    }
     yield data, host_key
     stop.set()
     listener.close()

@@ -18,10 +18,10 @@ from pathlib import Path
 
 import pytest
 
-from rigkit.settings.hostdata import rig_settings
-from rigkit.serving.ledger import Ledger, Release
 from rigkit.paths import RIG_STACK_DIR, RIG_STATE_DIR
 from rigkit.serving.commands import rendering_for
+from rigkit.serving.ledger import Ledger, Release
+from rigkit.settings.hostdata import rig_settings
 from rigkit.status.probe import status_script
 from rigkit.status.rig import assess
 
@@ -55,17 +55,32 @@ def api_port():
 
 
 def stack_of(port: int, l2: Path, **knobs):
-    data = {"serving_profile": "cpu-lab", "serving_image": IMAGE_1, "gpus": 0, "serving_port": port,
-            "l2_path": str(l2), **knobs}
+    data = {
+        "serving_profile": "cpu-lab",
+        "serving_image": IMAGE_1,
+        "gpus": 0,
+        "serving_port": port,
+        "l2_path": str(l2),
+        **knobs,
+    }
     return rig_settings(data).stack
 
 
 def made_up_inspect(image: str, env: dict[str, str], running: bool = True, labels: dict | None = None) -> list[dict]:
     """Made up, with the fields rigkit reads from docker 20.10's `docker inspect` of the stack's container."""
-    return [{"Id": "4b1d2c3e5f60" + "0" * 52, "Name": "/rigkit-serving", "RestartCount": 0,
-             "Config": {"Image": image, "Labels": {"org.rigkit.stack": "serving", **(labels or {})},
-                        "Env": [f"{k}={v}" for k, v in env.items()] + ["PATH=/usr/local/sbin:/usr/bin"]},
-             "State": {"Status": "running" if running else "exited", "Running": running}}]
+    return [
+        {
+            "Id": "4b1d2c3e5f60" + "0" * 52,
+            "Name": "/rigkit-serving",
+            "RestartCount": 0,
+            "Config": {
+                "Image": image,
+                "Labels": {"org.rigkit.stack": "serving", **(labels or {})},
+                "Env": [f"{k}={v}" for k, v in env.items()] + ["PATH=/usr/local/sbin:/usr/bin"],
+            },
+            "State": {"Status": "running" if running else "exited", "Running": running},
+        }
+    ]
 
 
 class Rig:
@@ -81,15 +96,27 @@ class Rig:
         (self.stack_dir / "compose.yml").write_text(rendering.compose)
         (self.stack_dir / ".env").write_text(rendering.env)
         (self.state_dir / "release.sha256").write_text(rendering.hash + "\n")
-        ledger = Ledger([Release(image=stack.image, profile="cpu-lab", knobs_hash=stack.knobs_hash, smoke="pass",
-                                 rendering=rendering.hash, deployed_at="2026-12-01T12:30:05+00:00")])
+        ledger = Ledger(
+            [
+                Release(
+                    image=stack.image,
+                    profile="cpu-lab",
+                    knobs_hash=stack.knobs_hash,
+                    smoke="pass",
+                    rendering=rendering.hash,
+                    deployed_at="2026-12-01T12:30:05+00:00",
+                )
+            ]
+        )
         (self.state_dir / "ledger.json").write_text(ledger.to_json())
         (self.l2 / "entry-1").write_bytes(b"k" * 4096)
         (root / "janitor.json").write_text(json.dumps({"state": "ok", "updated_at": time.time()}))
         self.labels = {"org.rigkit.profile": rendering.profile, "org.rigkit.knobs-hash": rendering.knobs_hash}
         self.inspect(made_up_inspect(stack.image, rendering.container_env(), running, self.labels))
-        self.tool("docker", 'case "$1" in info) echo 20.10.24;; ps) echo 4b1d2c3e5f60;; '
-                            f'inspect) cat {root}/inspect.json;; esac')
+        self.tool(
+            "docker",
+            f'case "$1" in info) echo 20.10.24;; ps) echo 4b1d2c3e5f60;; inspect) cat {root}/inspect.json;; esac',
+        )
         self.tool("nvidia-smi", f"cat {NVIDIA_SMI}")
         self.tool("systemctl", "echo active")
 
@@ -103,8 +130,12 @@ class Rig:
 
     def run(self, script: str) -> str:
         """The script as a rig runs it, its rig paths moved under root."""
-        for rig_path, here in ((RIG_STACK_DIR, self.stack_dir), (RIG_STATE_DIR, self.state_dir),
-                               ("/dev/shm", self.shm), (JANITOR_STATUS, self.root / "janitor.json")):
+        for rig_path, here in (
+            (RIG_STACK_DIR, self.stack_dir),
+            (RIG_STATE_DIR, self.state_dir),
+            ("/dev/shm", self.shm),
+            (JANITOR_STATUS, self.root / "janitor.json"),
+        ):
             script = script.replace(rig_path, str(here))
         env = {**os.environ, "PATH": f"{self.bin}:{os.environ['PATH']}"}
         return subprocess.run(["sh", "-c", script], capture_output=True, text=True, env=env, timeout=60).stdout

@@ -3,39 +3,82 @@ no other unit test covers are tested here (registry probe and port-in-use prefli
 
 from __future__ import annotations
 
-import json
 import re
 import socket
 import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 
 from rigkit.errors import ConfigError
-from rigkit.settings.hostdata import rig_settings, settings_for_host
-from rigkit.paths import REPO_ROOT
-from rigkit.preflight import HostFacts, preflight, refusals
-from rigkit.settings.sizing import GB
 from rigkit.facts.docker import ManifestProbe
 from rigkit.facts.server import PortListeners
+from rigkit.paths import REPO_ROOT
+from rigkit.preflight import HostFacts, preflight, refusals
+from rigkit.settings.hostdata import rig_settings, settings_for_host
+from rigkit.settings.sizing import GB
 
 CATALOGUE = REPO_ROOT / "docs" / "bad-input-catalogue.md"
-ISSUE_ROWS = ("tag", "digest", "RAM gate", "mem_limit", "shm", "NVMe path", "formatted", "adapter JSON",
-              "unknown knob", "newline or NUL", "port", "incubating", "GPU profile", "SSH key",
-              # issue 10: every value a user can set
-              "NaN", "fraction", "None", "tuple", "empty model", "image reference", "tag and digest", "GPU twice",
-              "system directory", "mount options", "ExecStart", "U+2028", "IPv6", "homoglyph", "as a dict",
-              # issue 13: the engine settings
-              "engine setting", "speculative config", "extra engine argument",
-              "below `gpu_memory_utilization`",
-              # issue 25: by class
-              "number past its ceiling", "package repository URL", "apt version", "fstab source", "filesystem label",
-              "IPv4-mapped", "address put in a URL", "Docker daemon option", "credential inside", "secret in a refusal",
-              "allow-list", "max_model_len", "export spelled two ways", "profiles.yaml", "inventory with no hosts",
-              "mistyped `--limit`", "more canaries", "plain pyinfra")
-CPU_LAB = {"serving_profile": "cpu-lab", "serving_image": "127.0.0.1:5000/rigkit/vllm-cpu-tiny@sha256:" + "1" * 64,
-           "serving_port": 8104}
+ISSUE_ROWS = (
+    "tag",
+    "digest",
+    "RAM gate",
+    "mem_limit",
+    "shm",
+    "NVMe path",
+    "formatted",
+    "adapter JSON",
+    "unknown knob",
+    "newline or NUL",
+    "port",
+    "incubating",
+    "GPU profile",
+    "SSH key",
+    # issue 10: every value a user can set
+    "NaN",
+    "fraction",
+    "None",
+    "tuple",
+    "empty model",
+    "image reference",
+    "tag and digest",
+    "GPU twice",
+    "system directory",
+    "mount options",
+    "ExecStart",
+    "U+2028",
+    "IPv6",
+    "homoglyph",
+    "as a dict",
+    # issue 13: the engine settings
+    "engine setting",
+    "speculative config",
+    "extra engine argument",
+    "below `gpu_memory_utilization`",
+    # issue 25: by class
+    "number past its ceiling",
+    "package repository URL",
+    "apt version",
+    "fstab source",
+    "filesystem label",
+    "IPv4-mapped",
+    "address put in a URL",
+    "Docker daemon option",
+    "credential inside",
+    "secret in a refusal",
+    "allow-list",
+    "max_model_len",
+    "export spelled two ways",
+    "profiles.yaml",
+    "inventory with no hosts",
+    "mistyped `--limit`",
+    "more canaries",
+    "plain pyinfra",
+)
+CPU_LAB = {
+    "serving_profile": "cpu-lab",
+    "serving_image": "127.0.0.1:5000/rigkit/vllm-cpu-tiny@sha256:" + "1" * 64,
+    "serving_port": 8104,
+}
 
 
 def catalogue_rows() -> list[str]:
@@ -61,8 +104,14 @@ def test_every_referenced_test_exists():
 
 
 def facts(**changes) -> HostFacts:
-    base = dict(meminfo={"MemAvailable": 20 * GB, "MemTotal": 24 * GB}, l2_free_bytes=2 * GB, has_engine=True,
-                compose_command="docker-compose", image_present=False, host_shm_bytes=2 * 2**30)
+    base = dict(
+        meminfo={"MemAvailable": 20 * GB, "MemTotal": 24 * GB},
+        l2_free_bytes=2 * GB,
+        has_engine=True,
+        compose_command="docker-compose",
+        image_present=False,
+        host_shm_bytes=2 * 2**30,
+    )
     return HostFacts(**{**base, **changes})
 
 
@@ -130,17 +179,32 @@ def test_manifest_probe_reads_the_engine_answer():
     assert "--insecure" not in probe.command("ghcr.io/x/y@sha256:" + "1" * 64)
 
 
-STORY_RIG = {"serving_profile": "lmcache-mp", "allow_incubating": True, "gpus": 2, "model": "Qwen/Qwen3.6-27B-FP8",
-             "serving_image": "lmcache/vllm-openai@sha256:" + "0" * 64, "tensor_parallel_size": 2, "l1_size_gb": 60,
-             "mem_limit_gb": 110, "speculative_config": {"method": "mtp", "num_speculative_tokens": 3}}
+STORY_RIG = {
+    "serving_profile": "lmcache-mp",
+    "allow_incubating": True,
+    "gpus": 2,
+    "model": "Qwen/Qwen3.6-27B-FP8",
+    "serving_image": "lmcache/vllm-openai@sha256:" + "0" * 64,
+    "tensor_parallel_size": 2,
+    "l1_size_gb": 60,
+    "mem_limit_gb": 110,
+    "speculative_config": {"method": "mtp", "num_speculative_tokens": 3},
+}
 
 
-@pytest.mark.parametrize("field, value, fix", [
-    ("kv_cache_dtype", "int8", "int8_per_token_head"),
-    ("gpu_memory_utilization", 1.2, "above 0 and at most 1"),
-    ("speculative_config", '{"method": "mtp", "num_speculative_tokens": 3,}', "speculative decoding as a JSON object"),
-    ("extra_engine_args", ["--tensor-parallel-size", "4"], "set the knob that renders it"),
-])
+@pytest.mark.parametrize(
+    "field, value, fix",
+    [
+        ("kv_cache_dtype", "int8", "int8_per_token_head"),
+        ("gpu_memory_utilization", 1.2, "above 0 and at most 1"),
+        (
+            "speculative_config",
+            '{"method": "mtp", "num_speculative_tokens": 3,}',
+            "speculative decoding as a JSON object",
+        ),
+        ("extra_engine_args", ["--tensor-parallel-size", "4"], "set the knob that renders it"),
+    ],
+)
 def test_a_bad_engine_setting_stops_the_run_before_any_host(field, value, fix):
     # rig_settings is what deploy.py builds while pyinfra prepares: a refusal there stops the run with one line
     with pytest.raises(ConfigError) as caught:

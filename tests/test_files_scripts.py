@@ -17,8 +17,9 @@ SCRIPTS = sorted(FILES_DIR.glob("*.sh"))
 def test_shellcheck_finds_nothing(script: Path):
     shellcheck = shutil.which("shellcheck")
     assert shellcheck, "shellcheck is missing: bin/setup installs it"
-    result = subprocess.run([shellcheck, "--shell=bash", "--exclude=SC2154", str(script)], capture_output=True,
-                            text=True)
+    result = subprocess.run(
+        [shellcheck, "--shell=bash", "--exclude=SC2154", str(script)], capture_output=True, text=True
+    )
     assert result.returncode == 0, result.stdout
 
 

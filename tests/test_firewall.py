@@ -17,21 +17,37 @@ import subprocess
 from pathlib import Path
 
 import pytest
-
 from pyinfra_cases import run_case
+
 from rigkit.errors import ConfigError, PreflightError
 from rigkit.facts.firewall import NftTableComment, SshConnection
-from rigkit.firewall import (API_FIREWALL, allowed_sources, controller_address, controller_source, exposure_notice,
-                             parse_source, refuse_on_shared_network, refuse_same_namespace, ruleset, ruleset_comment,
-                             source_text, unit_text)
-from rigkit.settings.hostdata import rig_settings
+from rigkit.firewall import (
+    API_FIREWALL,
+    allowed_sources,
+    controller_address,
+    controller_source,
+    exposure_notice,
+    parse_source,
+    refuse_on_shared_network,
+    refuse_same_namespace,
+    ruleset,
+    ruleset_comment,
+    source_text,
+    unit_text,
+)
 from rigkit.kv_store import KV_STORE_FIREWALL
 from rigkit.lab.unpacked_tools import unpacked_tool
+from rigkit.settings.hostdata import rig_settings
 
 FIXTURES = Path(__file__).parent / "fixtures" / "firewall"
 SSH_CONNECTION = "10.213.3.1 40000 10.213.3.2 22"
-CPU_LAB = {"serving_profile": "cpu-lab", "serving_image": "127.0.0.1:5000/rigkit/vllm-cpu-tiny@sha256:" + "3f" * 32,
-           "gpus": 0, "serving_port": 8103, "num_gpu_blocks_override": 72}
+CPU_LAB = {
+    "serving_profile": "cpu-lab",
+    "serving_image": "127.0.0.1:5000/rigkit/vllm-cpu-tiny@sha256:" + "3f" * 32,
+    "gpus": 0,
+    "serving_port": 8103,
+    "num_gpu_blocks_override": 72,
+}
 
 
 def captured_sources():
@@ -39,7 +55,10 @@ def captured_sources():
 
 
 def test_the_rendering_is_the_one_real_nft_accepted():
-    assert ruleset(API_FIREWALL, [8103, 5555, 8080], captured_sources()) == (FIXTURES / "ruleset-three-ports.nft").read_text()
+    assert (
+        ruleset(API_FIREWALL, [8103, 5555, 8080], captured_sources())
+        == (FIXTURES / "ruleset-three-ports.nft").read_text()
+    )
 
 
 def test_only_the_stack_ports_enter_the_drop_chain_and_loopback_is_matched_by_source():
@@ -48,14 +67,20 @@ def test_only_the_stack_ports_enter_the_drop_chain_and_loopback_is_matched_by_so
     # a connection to the rig's own non-loopback address also arrives on lo: the source decides, not lo alone
     assert 'iif "lo" accept' not in text and 'iif "lo" ip saddr 127.0.0.0/8 accept' in text
     assert "ip saddr" not in text.replace("ip saddr 127.0.0.0/8", "")  # no sources declared: none rendered
-    assert text.splitlines()[4:7] == ["table inet rigkit_api", "delete table inet rigkit_api", "table inet rigkit_api {"]
+    assert text.splitlines()[4:7] == [
+        "table inet rigkit_api",
+        "delete table inet rigkit_api",
+        "table inet rigkit_api {",
+    ]
 
 
 def test_the_hash_names_ports_and_sources():
     sources = captured_sources()
     assert ruleset_comment(API_FIREWALL, [8103], sources) != ruleset_comment(API_FIREWALL, [8104], sources)
     assert ruleset_comment(API_FIREWALL, [8103], sources) != ruleset_comment(API_FIREWALL, [8103], sources[:-1])
-    assert ruleset_comment(API_FIREWALL, [8103], sources) == ruleset_comment(API_FIREWALL, [8103], list(reversed(sources))[::-1])
+    assert ruleset_comment(API_FIREWALL, [8103], sources) == ruleset_comment(
+        API_FIREWALL, [8103], list(reversed(sources))[::-1]
+    )
 
 
 def test_a_port_that_is_not_an_int_is_never_rendered():
@@ -65,13 +90,16 @@ def test_a_port_that_is_not_an_int_is_never_rendered():
         ruleset(API_FIREWALL, [True], [])
 
 
-@pytest.mark.parametrize("text, words", [
-    ("10.0.0.5/24", ["host bits set", "10.0.0.0/24", "10.0.0.5 for the one host"]),
-    ("0.0.0.0/0", ["allows every address"]),
-    ("::/0", ["allows every address"]),
-    ("10.0.0.0/8; flush ruleset", ["not an IP address"]),
-    ("router.lan", ["not an IP address"]),
-])
+@pytest.mark.parametrize(
+    "text, words",
+    [
+        ("10.0.0.5/24", ["host bits set", "10.0.0.0/24", "10.0.0.5 for the one host"]),
+        ("0.0.0.0/0", ["allows every address"]),
+        ("::/0", ["allows every address"]),
+        ("10.0.0.0/8; flush ruleset", ["not an IP address"]),
+        ("router.lan", ["not an IP address"]),
+    ],
+)
 def test_bad_sources_are_refused_naming_the_fix(text, words):
     with pytest.raises(ValueError) as refused:
         parse_source(text)
@@ -87,13 +115,18 @@ def test_a_bad_source_in_host_data_is_a_config_error_naming_the_field():
         rig_settings({**CPU_LAB, "api_allowed_sources": [10]})
 
 
-@pytest.mark.parametrize("connection, expected", [
-    (SSH_CONNECTION, "10.213.3.1"),
-    ("::ffff:192.168.1.9 5000 ::ffff:192.168.1.2 22", "192.168.1.9"),
-    ("fe80::1%eth0 5000 fe80::2%eth0 22", "fe80::1"),
-    ("2001:db8::7 5000 2001:db8::2 22", "2001:db8::7"),
-    ("", None), (None, None), ("garbage 1 2 3", None),
-])
+@pytest.mark.parametrize(
+    "connection, expected",
+    [
+        (SSH_CONNECTION, "10.213.3.1"),
+        ("::ffff:192.168.1.9 5000 ::ffff:192.168.1.2 22", "192.168.1.9"),
+        ("fe80::1%eth0 5000 fe80::2%eth0 22", "fe80::1"),
+        ("2001:db8::7 5000 2001:db8::2 22", "2001:db8::7"),
+        ("", None),
+        (None, None),
+        ("garbage 1 2 3", None),
+    ],
+)
 def test_the_controller_address_from_ssh_connection(connection, expected):
     address = controller_address(connection)
     assert (source_text(address) if address else None) == expected
@@ -168,10 +201,14 @@ def test_the_role_refuses_a_lab_rig_whose_namespace_is_the_controllers(monkeypat
     import roles.api_firewall
 
     monkeypatch.setattr(roles.api_firewall, "controller_namespace", lambda: "net:[4026531840]")
-    case = {"os": "debian-12", "data": {**CPU_LAB, "api_firewall": True, "bind_address": "0.0.0.0", "lab_rig": True,
-                                        "lab_netns": True},
-            "facts": {"rigkit.facts.firewall.SshConnection": SSH_CONNECTION,
-                      "rigkit.facts.firewall.NetworkNamespace": "net:[4026531840]"}}
+    case = {
+        "os": "debian-12",
+        "data": {**CPU_LAB, "api_firewall": True, "bind_address": "0.0.0.0", "lab_rig": True, "lab_netns": True},
+        "facts": {
+            "rigkit.facts.firewall.SshConnection": SSH_CONNECTION,
+            "rigkit.facts.firewall.NetworkNamespace": "net:[4026531840]",
+        },
+    }
     result = run_case("api_firewall", case)
     assert result["commands"] == ["<python: refuse>"], result["commands"]
     assert "controller's own" in result["python_args"]["refuse"]
@@ -180,6 +217,7 @@ def test_the_role_refuses_a_lab_rig_whose_namespace_is_the_controllers(monkeypat
 
 
 # --- the store firewall: the same machinery, another declaration ----------------------------------------------
+
 
 def store_ruleset(sources=()) -> str:
     return ruleset(KV_STORE_FIREWALL, [6390], list(sources))
@@ -190,13 +228,19 @@ def test_the_store_firewall_has_its_own_table_chain_file_unit_and_comment():
     for field in ("setting", "table", "chain", "ruleset_path", "unit_name", "unit_path", "comment_prefix"):
         assert getattr(api, field) != getattr(store, field), field
     text = store_ruleset(allowed_sources(["10.213.3.2"], None, store))
-    assert text.splitlines()[4:7] == ["table inet rigkit_kv_store", "delete table inet rigkit_kv_store",
-                                      "table inet rigkit_kv_store {"]
+    assert text.splitlines()[4:7] == [
+        "table inet rigkit_kv_store",
+        "delete table inet rigkit_kv_store",
+        "table inet rigkit_kv_store {",
+    ]
     assert "tcp dport { 6390 } jump kv_store" in text and "rigkit_api" not in text
     assert f'comment "{ruleset_comment(store, [6390], allowed_sources(["10.213.3.2"], None, store))}"' in text
     assert ruleset_comment(store, [6390], []) != ruleset_comment(api, [6390], [])  # one hash never names both
     unit = unit_text(store)
-    assert "nft table inet rigkit_kv_store" in unit and "Before=network-pre.target shutdown.target valkey-server.service" in unit
+    assert (
+        "nft table inet rigkit_kv_store" in unit
+        and "Before=network-pre.target shutdown.target valkey-server.service" in unit
+    )
     assert f'"-f" "{store.ruleset_path}"' in unit and "rigkit_api" not in unit
 
 
@@ -226,20 +270,27 @@ def test_the_lab_store_inventory_turns_the_store_firewall_off():
 
 # --- a real nft, in a private network namespace (this machine's firewall is never touched) -------------------
 
+
 def _nft() -> str | None:
     return os.environ.get("RIGKIT_TEST_NFT") or shutil.which("nft") or unpacked_tool("nft")
 
 
 NFT_BIN = _nft()
-needs_nft = pytest.mark.skipif(NFT_BIN is None or shutil.which("unshare") is None,
-                               reason="no nft in $RIGKIT_TEST_NFT, on PATH or unpacked by bin/setup "
-                                      "(rigkit/lab/unpacked_tools.py), or no unshare")
+needs_nft = pytest.mark.skipif(
+    NFT_BIN is None or shutil.which("unshare") is None,
+    reason="no nft in $RIGKIT_TEST_NFT, on PATH or unpacked by bin/setup (rigkit/lab/unpacked_tools.py), or no unshare",
+)
 
 
 def _in_private_netns(script: str) -> subprocess.CompletedProcess:
     """``script`` under sh in a new user and network namespace: nft there sees only that namespace's tables."""
-    return subprocess.run(["unshare", "-rn", "sh", "-c", script], capture_output=True, text=True, timeout=60,
-                          env={**os.environ, "NFT": NFT_BIN})
+    return subprocess.run(
+        ["unshare", "-rn", "sh", "-c", script],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "NFT": NFT_BIN},
+    )
 
 
 @needs_nft
@@ -265,9 +316,11 @@ def test_both_tables_load_side_by_side_and_each_reload_or_removal_leaves_the_oth
     api.write_text(ruleset(API_FIREWALL, [8103], captured_sources()))
     store.write_text(store_ruleset(allowed_sources(["10.213.3.2"], None, KV_STORE_FIREWALL)))
     a, s = shlex.quote(str(api)), shlex.quote(str(store))
-    result = _in_private_netns(f'set -e; "$NFT" -f {a}; "$NFT" -f {s}; "$NFT" -f {a}; "$NFT" list tables; echo --; '
-                               f'"$NFT" delete table inet {API_FIREWALL.table}; "$NFT" list tables; echo --; '
-                               f'"$NFT" list table inet {KV_STORE_FIREWALL.table}')
+    result = _in_private_netns(
+        f'set -e; "$NFT" -f {a}; "$NFT" -f {s}; "$NFT" -f {a}; "$NFT" list tables; echo --; '
+        f'"$NFT" delete table inet {API_FIREWALL.table}; "$NFT" list tables; echo --; '
+        f'"$NFT" list table inet {KV_STORE_FIREWALL.table}'
+    )
     assert result.returncode == 0, result.stderr
     both, after_delete, store_table = result.stdout.split("--\n")
     assert sorted(both.split("\n")[:-1]) == ["table inet rigkit_api", "table inet rigkit_kv_store"]

@@ -10,18 +10,23 @@ import pytest
 import yaml
 
 from rigkit.errors import ConfigError
-from rigkit.settings.hostdata import rig_settings
 from rigkit.kv_share import check_inventory, check_shared_stores, fstab_entry_line
 from rigkit.lab.rigs import KV_SHARE_DIR, KV_SHARE_IN_RIG, has_kv_share
-from rigkit.serving.smoke import check_hash_seed
 from rigkit.serving.commands import rendering_for
+from rigkit.serving.smoke import check_hash_seed
+from rigkit.settings.hostdata import rig_settings
 
 LAB_IMAGE = "127.0.0.1:5000/rigkit/vllm-cpu-tiny@sha256:" + "1" * 64
 TIERED_IMAGE = "vllm/vllm-openai@sha256:" + "4" * 64
 NAS = {"kv_share_source": "nas:/export/rigkit-kv", "kv_share_mount_point": "/mnt/kv"}
 CPU_LAB = {"serving_profile": "cpu-lab", "serving_image": LAB_IMAGE, **NAS}
-TIERED = {"serving_profile": "native-tiered", "serving_image": TIERED_IMAGE, "allow_incubating": True,
-          "model": "Qwen/Qwen3-8B", **NAS}
+TIERED = {
+    "serving_profile": "native-tiered",
+    "serving_image": TIERED_IMAGE,
+    "allow_incubating": True,
+    "model": "Qwen/Qwen3-8B",
+    **NAS,
+}
 
 
 def stack(data: dict):
@@ -38,18 +43,27 @@ def connector_config(svc: dict) -> dict:
 
 # ---- settings and refusals ----
 
+
 def test_kv_share_moves_the_connector_store_onto_the_shared_mount():
     assert stack(CPU_LAB).knobs["l2_path"] == "/mnt/rigkit-l2/lmcache"  # off: the store stays on the L2 disk
     assert stack({**CPU_LAB, "kv_share": True}).knobs["l2_path"] == "/mnt/kv/kv"
-    assert stack({**CPU_LAB, "kv_share": True, "kv_share_store_dir": "cpu-lab/tiny"}).knobs["l2_path"] == \
-        "/mnt/kv/cpu-lab/tiny"
+    assert (
+        stack({**CPU_LAB, "kv_share": True, "kv_share_store_dir": "cpu-lab/tiny"}).knobs["l2_path"]
+        == "/mnt/kv/cpu-lab/tiny"
+    )
 
 
-@pytest.mark.parametrize("profile, extra", [("native-offload", {"model": "m", "serving_image": "vllm/vllm-openai@sha256:" + "3" * 64}),
-                                            ("lmcache-mp", {"model": "m", "allow_incubating": True,
-                                                            "serving_image": "lmcache/vllm-openai@sha256:" + "2" * 64}),
-                                            ("native-tiered-baseline", {"model": "m", "allow_incubating": True,
-                                                                        "serving_image": TIERED_IMAGE})])
+@pytest.mark.parametrize(
+    "profile, extra",
+    [
+        ("native-offload", {"model": "m", "serving_image": "vllm/vllm-openai@sha256:" + "3" * 64}),
+        (
+            "lmcache-mp",
+            {"model": "m", "allow_incubating": True, "serving_image": "lmcache/vllm-openai@sha256:" + "2" * 64},
+        ),
+        ("native-tiered-baseline", {"model": "m", "allow_incubating": True, "serving_image": TIERED_IMAGE}),
+    ],
+)
 def test_kv_share_is_refused_for_a_profile_without_a_shared_capable_tier_naming_those_with_one(profile, extra):
     with pytest.raises(ConfigError) as caught:
         stack({**NAS, "serving_profile": profile, **extra, "kv_share": True})
@@ -70,18 +84,21 @@ def test_an_explicit_l2_path_off_the_shared_mount_is_refused(path):
     assert caught.value.field == "l2_path" and "/mnt/kv" in caught.value.problem
 
 
-@pytest.mark.parametrize("field, value, problem", [
-    ("kv_share_source", "/export/rigkit-kv", "not an NFS export"),
-    ("kv_share_source", "nas:export", "not an NFS export"),
-    ("kv_share_source", "nas:/export/a b", "whitespace"),
-    ("kv_share_mount_point", "/mnt", "system directory"),
-    ("kv_share_mount_point", "/mnt/kv:ro", "':'"),
-    ("kv_share_fstype", "cifs", "nfs4"),
-    ("kv_share_mount_options", "noatime, hard", "blank"),
-    ("kv_share_store_dir", "/abs", "relative"),
-    ("kv_hash_seed", -1, "between 0 and 4294967295"),
-    ("kv_hash_seed", 2**32, "4294967295"),
-])
+@pytest.mark.parametrize(
+    "field, value, problem",
+    [
+        ("kv_share_source", "/export/rigkit-kv", "not an NFS export"),
+        ("kv_share_source", "nas:export", "not an NFS export"),
+        ("kv_share_source", "nas:/export/a b", "whitespace"),
+        ("kv_share_mount_point", "/mnt", "system directory"),
+        ("kv_share_mount_point", "/mnt/kv:ro", "':'"),
+        ("kv_share_fstype", "cifs", "nfs4"),
+        ("kv_share_mount_options", "noatime, hard", "blank"),
+        ("kv_share_store_dir", "/abs", "relative"),
+        ("kv_hash_seed", -1, "between 0 and 4294967295"),
+        ("kv_hash_seed", 2**32, "4294967295"),
+    ],
+)
 def test_bad_share_settings_are_refused_naming_the_field(field, value, problem):
     with pytest.raises(ConfigError) as caught:
         rig_settings({**CPU_LAB, field: value})
@@ -89,8 +106,9 @@ def test_bad_share_settings_are_refused_naming_the_field(field, value, problem):
 
 
 def test_a_directory_already_shared_needs_no_nfs_form():
-    section = rig_settings({**CPU_LAB, "kv_share_source": "lab:/var/lib/rigkit-lab/kv-share",
-                            "kv_share_fstype": "none"}).kv_share
+    section = rig_settings(
+        {**CPU_LAB, "kv_share_source": "lab:/var/lib/rigkit-lab/kv-share", "kv_share_fstype": "none"}
+    ).kv_share
     assert section["kv_share_fstype"] == "none"
 
 
@@ -101,18 +119,24 @@ def test_the_fstab_line_quotes_its_fields_and_skips_the_fsck_pass():
 
 # ---- rendering ----
 
+
 def test_cpu_lab_on_the_shared_store_binds_it_where_the_connector_reads_and_hashes_with_the_fleet_seed():
     svc = service({**CPU_LAB, "kv_share": True, "kv_hash_seed": 11})
     assert svc["volumes"] == [{"type": "bind", "source": "/mnt/kv/kv", "target": "/kv-store"}]
     assert connector_config(svc)["kv_connector_extra_config"] == {"shared_storage_path": "/kv-store"}
-    assert rendering_for(stack({**CPU_LAB, "kv_share": True, "kv_hash_seed": 11})).container_env()["PYTHONHASHSEED"] == "11"
+    assert (
+        rendering_for(stack({**CPU_LAB, "kv_share": True, "kv_hash_seed": 11})).container_env()["PYTHONHASHSEED"]
+        == "11"
+    )
 
 
 def test_cpu_lab_off_the_shared_store_renders_as_before_without_a_seed():
     own = stack(CPU_LAB)
     assert "PYTHONHASHSEED" not in rendering_for(own).container_env()
     # the new knobs at their defaults leave the knobs hash (and so every deployed rig) where it was
-    assert own.knobs_hash == stack({**CPU_LAB, "kv_share": False, "kv_hash_seed": 0, "kv_share_janitor": True}).knobs_hash
+    assert (
+        own.knobs_hash == stack({**CPU_LAB, "kv_share": False, "kv_hash_seed": 0, "kv_share_janitor": True}).knobs_hash
+    )
 
 
 def test_native_tiered_on_the_shared_store_puts_its_fs_tier_root_there():
@@ -125,6 +149,7 @@ def test_native_tiered_on_the_shared_store_puts_its_fs_tier_root_there():
 
 # ---- the janitor: one rig per shared store ----
 
+
 def test_only_the_stores_janitor_rig_runs_the_janitor_on_a_shared_store():
     assert stack(CPU_LAB).runs_l2_janitor  # its own store: its own janitor, as before
     assert not stack({**CPU_LAB, "kv_share": True}).runs_l2_janitor
@@ -132,6 +157,7 @@ def test_only_the_stores_janitor_rig_runs_the_janitor_on_a_shared_store():
 
 
 # ---- the fleet: one seed and one janitor per shared store ----
+
 
 def rig(seed=0, janitor=False, share=True, source="nas:/export/rigkit-kv") -> dict:
     return {**CPU_LAB, "kv_share_source": source, "kv_share": share, "kv_hash_seed": seed, "kv_share_janitor": janitor}
@@ -178,11 +204,16 @@ def test_the_inventory_check_leaves_the_gateways_out():
 
 # ---- smoke: the container's seed against the fleet's ----
 
+
 def made_up_container_env(data: dict) -> str:
     """What `docker exec rigkit-serving env` prints for this rendering (made up: the declared environment plus
     what docker itself sets; no capture of a kv_share container exists yet)."""
-    env = {"PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "HOSTNAME": "rig1",
-           **rendering_for(stack(data)).container_env(), "HOME": "/root"}
+    env = {
+        "PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+        "HOSTNAME": "rig1",
+        **rendering_for(stack(data)).container_env(),
+        "HOME": "/root",
+    }
     return "".join(f"{name}={value}\n" for name, value in env.items())
 
 
@@ -199,6 +230,7 @@ def test_smoke_fails_a_container_with_another_seed_or_none():
 
 
 # ---- the lab's stand-in for a NAS ----
+
 
 def test_a_lab_rig_container_is_reused_only_with_the_shared_directory_bind_mounted():
     mounts = [{"Type": "bind", "Source": "/var/lib/rigkit-lab/rigs/rig1/docker", "Destination": "/var/lib/docker"}]

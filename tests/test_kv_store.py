@@ -17,21 +17,28 @@ import time
 from pathlib import Path
 
 import pytest
-
 from engine_argv import free_port, run_entrypoint
+
 from rigkit import kv_store
 from rigkit.errors import ConfigError
 from rigkit.facts.kv_store import StoreAnswers
-from rigkit.settings.hostdata import rig_settings, settings_for_host
 from rigkit.lab.unpacked_tools import unpacked_tool
 from rigkit.serving.render import compose_document, render_env
+from rigkit.settings.hostdata import rig_settings, settings_for_host
 from rigkit.settings.sizing import GIB
 
 PLANTED = "planted-kv-store-secret-7f3a"
 STORE = {"kv_store_password": PLANTED, "kv_store_bind_addresses": ["127.0.0.1"], "kv_store_maxmemory_gib": 1}
-LMCACHE_RIG = {"serving_profile": "lmcache-mp", "allow_incubating": True, "model": "m",
-               "serving_image": "lmcache/vllm-openai@sha256:" + "a" * 64, "l2_enabled": True,
-               "l2_kv_store_address": "10.213.3.1", "kv_store_password": PLANTED, "kv_store_port": 6390}
+LMCACHE_RIG = {
+    "serving_profile": "lmcache-mp",
+    "allow_incubating": True,
+    "model": "m",
+    "serving_image": "lmcache/vllm-openai@sha256:" + "a" * 64,
+    "l2_enabled": True,
+    "l2_kv_store_address": "10.213.3.1",
+    "kv_store_password": PLANTED,
+    "kv_store_port": 6390,
+}
 
 
 def store_section(**data) -> dict:
@@ -39,18 +46,26 @@ def store_section(**data) -> dict:
 
 
 def test_config_binds_the_declared_addresses_with_password_and_limit() -> None:
-    text = kv_store.config_text(store_section(kv_store_bind_addresses=["127.0.0.1", "10.0.0.5"],
-                                              kv_store_maxmemory_gib=3), PLANTED)
+    text = kv_store.config_text(
+        store_section(kv_store_bind_addresses=["127.0.0.1", "10.0.0.5"], kv_store_maxmemory_gib=3), PLANTED
+    )
     lines = text.splitlines()
     assert "bind 127.0.0.1 10.0.0.5" in lines and "protected-mode yes" in lines
     assert f'requirepass "{PLANTED}"' in lines
     assert f"maxmemory {3 * GIB}" in lines and "maxmemory-policy allkeys-lru" in lines
 
 
-@pytest.mark.parametrize("password, problem", [
-    ("short-secret", "fewer than"), ('has"quote-inside-xx', "quote"), ("has\\backslash-inside", "backslash"),
-    ("has a space-inside-xx", "whitespace"), ("has\nnewline-inside-xx", "control"), ("tab\there-inside-xxxx", "control"),
-])
+@pytest.mark.parametrize(
+    "password, problem",
+    [
+        ("short-secret", "fewer than"),
+        ('has"quote-inside-xx', "quote"),
+        ("has\\backslash-inside", "backslash"),
+        ("has a space-inside-xx", "whitespace"),
+        ("has\nnewline-inside-xx", "control"),
+        ("tab\there-inside-xxxx", "control"),
+    ],
+)
 def test_passwords_valkey_conf_or_env_would_need_escaped_are_refused(password: str, problem: str) -> None:
     assert problem in kv_store.password_problem(password)
     with pytest.raises(ValueError):
@@ -72,7 +87,7 @@ def test_the_lmcache_rig_points_its_l2_at_the_store_without_the_password_in_comp
     assert PLANTED not in compose and "RIGKIT_KV_STORE_PASSWORD=${RIGKIT_KV_STORE_PASSWORD:-}" in compose
     env = render_env(settings)
     assert f"RIGKIT_KV_STORE_PASSWORD='{PLANTED}'" in env.splitlines()
-    assert "LMCACHE_L2_ADAPTER='{\"type\":\"valkey\",\"startup_nodes\":\"10.213.3.1:6390\"}'" in env.splitlines()
+    assert 'LMCACHE_L2_ADAPTER=\'{"type":"valkey","startup_nodes":"10.213.3.1:6390"}\'' in env.splitlines()
 
 
 def test_lmcache_gets_the_password_in_its_adapter_json_but_no_command_line_shows_it(tmp_path: Path) -> None:
@@ -85,12 +100,15 @@ def test_lmcache_gets_the_password_in_its_adapter_json_but_no_command_line_shows
     assert PLANTED not in command_line and PLANTED not in json.dumps(launched["vllm"])
 
 
-@pytest.mark.parametrize("change, field", [
-    ({"kv_store_password": None}, "kv_store_password"),
-    ({"l2_enabled": False}, "l2_enabled"),
-    ({"l2_adapter_json": '{"type":"fs","base_path":"/kv"}'}, "l2_adapter_json"),
-    ({"l2_kv_store_address": "store.lan"}, "l2_kv_store_address"),
-])
+@pytest.mark.parametrize(
+    "change, field",
+    [
+        ({"kv_store_password": None}, "kv_store_password"),
+        ({"l2_enabled": False}, "l2_enabled"),
+        ({"l2_adapter_json": '{"type":"fs","base_path":"/kv"}'}, "l2_adapter_json"),
+        ({"l2_kv_store_address": "store.lan"}, "l2_kv_store_address"),
+    ],
+)
 def test_a_rig_pointed_at_the_store_is_refused_without_what_it_needs(change: dict, field: str) -> None:
     data = {key: value for key, value in {**LMCACHE_RIG, **change}.items() if value is not None}
     with pytest.raises(ConfigError) as caught:
@@ -107,6 +125,7 @@ def test_a_bad_password_is_refused_redacted() -> None:
 
 # --- the real server ---------------------------------------------------------------------------------------
 
+
 def _server_binaries() -> tuple[str, str] | None:
     where = os.environ.get("RIGKIT_TEST_VALKEY_BIN")
     path = where if where else None
@@ -119,9 +138,12 @@ def _server_binaries() -> tuple[str, str] | None:
 
 
 BINARIES = _server_binaries()
-needs_server = pytest.mark.skipif(BINARIES is None, reason="no valkey-server/redis-server in "
-                                                            "$RIGKIT_TEST_VALKEY_BIN, on PATH or unpacked by bin/setup "
-                                                            "(rigkit/lab/unpacked_tools.py)")
+needs_server = pytest.mark.skipif(
+    BINARIES is None,
+    reason="no valkey-server/redis-server in "
+    "$RIGKIT_TEST_VALKEY_BIN, on PATH or unpacked by bin/setup "
+    "(rigkit/lab/unpacked_tools.py)",
+)
 
 
 def _free_port() -> int:
@@ -189,8 +211,13 @@ def test_the_real_server_refuses_a_wrong_password(store, tmp_path: Path) -> None
 # --- the store firewall's sources (rigkit.kv_store.store_sources) --------------------------------------------
 
 STORE_HOST = ("store1", "10.213.3.1")
-NAMES = {"rig1.lan": ["10.213.3.2"], "rig3.lan": ["10.213.3.4", "fd00::4"], "10.213.3.2": ["10.213.3.2"],
-         "127.0.0.1": ["127.0.0.1"], "10.213.3.1": ["10.213.3.1"]}
+NAMES = {
+    "rig1.lan": ["10.213.3.2"],
+    "rig3.lan": ["10.213.3.4", "fd00::4"],
+    "10.213.3.2": ["10.213.3.2"],
+    "127.0.0.1": ["127.0.0.1"],
+    "10.213.3.1": ["10.213.3.1"],
+}
 
 
 def made_up_resolver(name: str) -> list[str]:
@@ -202,6 +229,7 @@ def made_up_resolver(name: str) -> list[str]:
 
 def sources(settings: dict, rigs: dict, store=STORE_HOST) -> list[str]:
     from rigkit.firewall import source_text
+
     return [source_text(n) for n in kv_store.store_sources(settings, store, rigs, made_up_resolver)]
 
 
@@ -266,15 +294,25 @@ def test_the_rigs_are_the_inventorys_hosts_that_are_neither_router_nor_store_at_
     from rigkit.fleet.inventory import inventory_rigs
     from rigkit.router import rig_address
 
-    rig = {"serving_profile": "cpu-lab", "serving_image": "127.0.0.1:5000/rigkit/vllm-cpu-tiny@sha256:" + "3f" * 32,
-           "gpus": 0, "num_gpu_blocks_override": 72}
-    inventory = Inventory((["rig1", "rig3", "gw", "store1"], {}),
-                          rigs=(["rig1", "rig3"], {}), routers=(["gw"], {}), kv_stores=(["store1"], {}),
-                          override_data=None)
+    rig = {
+        "serving_profile": "cpu-lab",
+        "serving_image": "127.0.0.1:5000/rigkit/vllm-cpu-tiny@sha256:" + "3f" * 32,
+        "gpus": 0,
+        "num_gpu_blocks_override": 72,
+    }
+    inventory = Inventory(
+        (["rig1", "rig3", "gw", "store1"], {}),
+        rigs=(["rig1", "rig3"], {}),
+        routers=(["gw"], {}),
+        kv_stores=(["store1"], {}),
+        override_data=None,
+    )
     inventory.get_host("rig1").data.__dict__["override_datas"].update(
-        {**rig, "bind_address": "0.0.0.0", "ssh_hostname": "10.213.3.2"})
+        {**rig, "bind_address": "0.0.0.0", "ssh_hostname": "10.213.3.2"}
+    )
     inventory.get_host("rig3").data.__dict__["override_datas"].update(
-        {**rig, "bind_address": "10.213.3.4", "ssh_hostname": "rig3.lan"})
+        {**rig, "bind_address": "10.213.3.4", "ssh_hostname": "rig3.lan"}
+    )
     rigs = inventory_rigs(inventory)
     assert list(rigs) == ["rig1", "rig3"]
     addresses = {name: rig_address(name, data, knobs["bind_address"]) for name, (data, knobs) in rigs.items()}

@@ -45,8 +45,13 @@ def small_fs(tmp_path):
     """A real 2 MiB tmpfs: the L2 filesystem in miniature (mounting needs root)."""
     mount = tmp_path / "l2"
     mount.mkdir()
-    if os.geteuid() != 0 or subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={SMALL_FS_BYTES}", "tmpfs",
-                                            str(mount)], capture_output=True).returncode != 0:
+    if (
+        os.geteuid() != 0
+        or subprocess.run(
+            ["mount", "-t", "tmpfs", "-o", f"size={SMALL_FS_BYTES}", "tmpfs", str(mount)], capture_output=True
+        ).returncode
+        != 0
+    ):
         pytest.skip("mounting a tmpfs needs root")
     try:
         yield mount
@@ -108,7 +113,7 @@ def test_foreign_file_filling_the_disk_evicts_just_enough_store_entries(small_fs
     assert sorted(p.name for p in store.iterdir()) == [f"e{i}" for i in range(3, 8)]
     assert foreign.stat().st_size == foreign_size
     assert round_.state == janitor.STATE_OK and round_.fs_free_bytes >= floor
-    assert f"below the floor" in round_.reason and str(small_fs) in round_.reason
+    assert "below the floor" in round_.reason and str(small_fs) in round_.reason
     assert round_.mount == str(small_fs)
 
 
@@ -207,8 +212,11 @@ def test_running_janitor_logs_evictions_and_a_floor_it_cannot_restore_loudly(sma
     make_entry(store, "e0", ENTRY_BYTES, used_at=OLD)
     floor = 1 * 2**20
     foreign = fill_to_free(small_fs, floor // 2)
-    process = subprocess.Popen([sys.executable, str(JANITOR_PATH), str(store), str(10 * 2**20), str(floor), "0.1",
-                                str(status_file)], stdout=subprocess.PIPE, text=True)
+    process = subprocess.Popen(
+        [sys.executable, str(JANITOR_PATH), str(store), str(10 * 2**20), str(floor), "0.1", str(status_file)],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     try:
         deadline = time.monotonic() + 30
         while not status_file.exists() and time.monotonic() < deadline:
@@ -221,8 +229,9 @@ def test_running_janitor_logs_evictions_and_a_floor_it_cannot_restore_loudly(sma
     assert status["fs_free_bytes"] < floor and status["min_free_bytes"] == floor
     assert foreign.exists()
     lines = output.splitlines()
-    assert any(line.startswith("<5>evicted 1 entries") and "e0" in line and "below the floor" in line
-               for line in lines), output
+    assert any(
+        line.startswith("<5>evicted 1 entries") and "e0" in line and "below the floor" in line for line in lines
+    ), output
     assert any(line.startswith("<3>L2 BELOW-FLOOR") and str(small_fs) in line for line in lines), output
 
 
@@ -232,9 +241,13 @@ def test_the_uploaded_file_runs_alone_with_the_standard_library_only(tmp_path):
     alone, status_file = tmp_path / "alone" / "l2_janitor.py", tmp_path / "status.json"
     alone.parent.mkdir()
     shutil.copy(JANITOR_PATH, alone)
-    process = subprocess.Popen([sys.executable, "-I", "-S", str(alone), str(tmp_path / "no-store"), "1000", "0",
-                                "0.1", str(status_file)], cwd=alone.parent, stdout=subprocess.PIPE,
-                               stderr=subprocess.PIPE, text=True)
+    process = subprocess.Popen(
+        [sys.executable, "-I", "-S", str(alone), str(tmp_path / "no-store"), "1000", "0", "0.1", str(status_file)],
+        cwd=alone.parent,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         deadline = time.monotonic() + 30
         while not status_file.exists() and time.monotonic() < deadline and process.poll() is None:

@@ -7,11 +7,18 @@ import subprocess
 
 import pytest
 
-from rigkit.validation.card import fmt_l2
 from rigkit.files import l2_janitor
+from rigkit.l2_state import (
+    L2_JANITOR_STALE_S,
+    L2_OVER_BUDGET_TOLERANCE,
+    L2Probe,
+    classify_l2,
+    l2_probe_command,
+    parse_l2_probe,
+    read_l2,
+)
 from rigkit.settings.hostdata import settings_for_host
-from rigkit.l2_state import (L2_JANITOR_STALE_S, L2_OVER_BUDGET_TOLERANCE, L2Probe, classify_l2, l2_probe_command,
-                             parse_l2_probe, read_l2)
+from rigkit.validation.card import fmt_l2
 
 MB = 10**6
 UNIT = "rigkit-l2-janitor.service"
@@ -24,8 +31,15 @@ NOW = 1_800_000_000.0
 def probe(free: int, store: int, janitor: str = "active", status: dict | None = None, size: int = 2000 * MB) -> L2Probe:
     if status is None:
         status = {"state": l2_janitor.STATE_OK, "updated_at": NOW - 1, "evicted_entries": 0, "evicted_bytes": 0}
-    return L2Probe(mount="/mnt/rigkit-l2", fs_size_bytes=size, fs_free_bytes=free, store_bytes=store, janitor=janitor,
-                   now=NOW, janitor_status=status)
+    return L2Probe(
+        mount="/mnt/rigkit-l2",
+        fs_size_bytes=size,
+        fs_free_bytes=free,
+        store_bytes=store,
+        janitor=janitor,
+        now=NOW,
+        janitor_status=status,
+    )
 
 
 def classify(p: L2Probe, janitor_unit: str | None = UNIT):
@@ -38,8 +52,13 @@ def test_plenty_of_room_is_ok():
 
 
 def test_free_below_the_floor_is_full_and_fails_with_the_fix():
-    status = {"state": l2_janitor.STATE_BELOW_FLOOR, "updated_at": NOW - 1, "evicted_entries": 7,
-              "evicted_bytes": 24 * MB, "last_eviction": {"reason": "free 120.0 MB below the floor"}}
+    status = {
+        "state": l2_janitor.STATE_BELOW_FLOOR,
+        "updated_at": NOW - 1,
+        "evicted_entries": 7,
+        "evicted_bytes": 24 * MB,
+        "last_eviction": {"reason": "free 120.0 MB below the floor"},
+    }
     report = classify(probe(free=120 * MB, store=0, status=status))
     assert (report.state, report.level) == ("full", "fail")
     assert "free space on /mnt/rigkit-l2 or lower l2_budget_gb" in report.problems[0]
@@ -103,10 +122,13 @@ def test_the_worst_state_names_the_report():
 
 def test_parser_reads_numbers_and_the_janitor_status():
     status = {"state": "ok", "evicted_entries": 3}
-    text = (f"mount=/mnt/rigkit-l2\nfs_size=2040373248\nfs_free=1916182528\nstore_bytes=8352\njanitor=active\n"
-            f"now=1796069692\njanitor_status={json.dumps(status)}\n")
-    assert parse_l2_probe(text) == L2Probe("/mnt/rigkit-l2", 2040373248, 1916182528, 8352, "active", 1796069692.0,
-                                           status)
+    text = (
+        f"mount=/mnt/rigkit-l2\nfs_size=2040373248\nfs_free=1916182528\nstore_bytes=8352\njanitor=active\n"
+        f"now=1796069692\njanitor_status={json.dumps(status)}\n"
+    )
+    assert parse_l2_probe(text) == L2Probe(
+        "/mnt/rigkit-l2", 2040373248, 1916182528, 8352, "active", 1796069692.0, status
+    )
     broken = parse_l2_probe("fs_free=\njanitor_status={not json\nstore_bytes=12x\n")
     assert (broken.fs_free_bytes, broken.janitor_status, broken.store_bytes) == (None, None, None)
 
@@ -116,8 +138,13 @@ def small_fs(tmp_path):
     """A real 4 MiB tmpfs standing in for the L2 filesystem (mounting needs root)."""
     mount = tmp_path / "l2"
     mount.mkdir()
-    if os.geteuid() != 0 or subprocess.run(["mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", str(mount)],
-                                           capture_output=True).returncode != 0:
+    if (
+        os.geteuid() != 0
+        or subprocess.run(
+            ["mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", str(mount)], capture_output=True
+        ).returncode
+        != 0
+    ):
         pytest.skip("mounting a tmpfs needs root")
     try:
         yield mount
@@ -133,8 +160,14 @@ def local_shell(command: str) -> str | None:
 def test_read_l2_of_the_cpu_lab_stack_uses_its_budget_the_janitor_floor_and_unit(small_fs):
     store = small_fs / "kv"
     store.mkdir()
-    stack = settings_for_host({"serving_profile": "cpu-lab", "serving_port": 8104, "l2_path": str(store),
-                               "serving_image": "127.0.0.1:5000/rigkit/vllm-cpu-tiny@sha256:" + "1" * 64})
+    stack = settings_for_host(
+        {
+            "serving_profile": "cpu-lab",
+            "serving_port": 8104,
+            "l2_path": str(store),
+            "serving_image": "127.0.0.1:5000/rigkit/vllm-cpu-tiny@sha256:" + "1" * 64,
+        }
+    )
     report = read_l2(local_shell, stack)
     assert report.budget_bytes == int(stack.knobs["l2_budget_gb"] * 10**9)
     assert report.min_free_bytes == 256 * 2**20 > report.fs_free_bytes  # a 4 MiB disk is under the janitor's floor
@@ -151,8 +184,9 @@ def test_probe_command_reads_a_real_filesystem_and_status_file(small_fs, tmp_pat
     subprocess.run(["fallocate", "-l", str(3 * 2**20), str(mount / "foreign.bin")], check=True)
     status_file = tmp_path / "status.json"
     status_file.write_text(json.dumps({"state": l2_janitor.STATE_BELOW_FLOOR, "evicted_entries": 2}))
-    output = subprocess.run(["sh", "-c", l2_probe_command(str(store), UNIT, str(status_file))],
-                            capture_output=True, text=True, check=True).stdout
+    output = subprocess.run(
+        ["sh", "-c", l2_probe_command(str(store), UNIT, str(status_file))], capture_output=True, text=True, check=True
+    ).stdout
     parsed = parse_l2_probe(output)
     assert parsed.mount == str(mount) and parsed.fs_size_bytes == 4 * 2**20
     assert parsed.fs_free_bytes < 2**20 and parsed.store_bytes >= 100_000

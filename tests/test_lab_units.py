@@ -50,9 +50,10 @@ def test_dockerd_command_has_no_bridge_and_wrapper_only_when_asked():
 
 # ---- runc wrapper: drops CAP_SYS_RESOURCE, then execs the real runc ----
 
+
 def _fake_runc(tmp_path: Path) -> Path:
     fake = tmp_path / "runc"
-    fake.write_text("#!/bin/sh\necho \"$@\" > \"$(dirname \"$0\")/argv\"\n")
+    fake.write_text('#!/bin/sh\necho "$@" > "$(dirname "$0")/argv"\n')
     fake.chmod(fake.stat().st_mode | stat.S_IXUSR)
     return fake
 
@@ -64,11 +65,16 @@ def _caps(*names):
 def test_wrapper_drops_the_capability_from_the_bundle_on_create(tmp_path):
     bundle = tmp_path / "bundle"
     bundle.mkdir()
-    (bundle / "config.json").write_text(json.dumps({"process": {"capabilities": _caps("CAP_CHOWN", "CAP_SYS_RESOURCE")}}))
+    (bundle / "config.json").write_text(
+        json.dumps({"process": {"capabilities": _caps("CAP_CHOWN", "CAP_SYS_RESOURCE")}})
+    )
     fake = _fake_runc(tmp_path)
     args = ["--root", "/run/x", "--log", "/tmp/l", "create", "--bundle", str(bundle), "--pid-file", "/tmp/p", "cid"]
-    subprocess.run([sys.executable, str(engine.RUNC_WRAPPER_SOURCE), *args], check=True,
-                   env={**os.environ, "RIGKIT_REAL_RUNC": str(fake)})
+    subprocess.run(
+        [sys.executable, str(engine.RUNC_WRAPPER_SOURCE), *args],
+        check=True,
+        env={**os.environ, "RIGKIT_REAL_RUNC": str(fake)},
+    )
     caps = json.loads((bundle / "config.json").read_text())["process"]["capabilities"]
     assert caps == _caps("CAP_CHOWN")
     assert (tmp_path / "argv").read_text().split() == args
@@ -78,19 +84,26 @@ def test_wrapper_drops_the_capability_from_the_exec_process(tmp_path):
     process = tmp_path / "process.json"
     process.write_text(json.dumps({"args": ["sh"], "capabilities": _caps("CAP_SYS_RESOURCE", "CAP_KILL")}))
     fake = _fake_runc(tmp_path)
-    subprocess.run([sys.executable, str(engine.RUNC_WRAPPER_SOURCE), "exec", f"--process={process}", "cid"],
-                   check=True, env={**os.environ, "RIGKIT_REAL_RUNC": str(fake)})
+    subprocess.run(
+        [sys.executable, str(engine.RUNC_WRAPPER_SOURCE), "exec", f"--process={process}", "cid"],
+        check=True,
+        env={**os.environ, "RIGKIT_REAL_RUNC": str(fake)},
+    )
     assert json.loads(process.read_text())["capabilities"] == _caps("CAP_KILL")
 
 
 def test_wrapper_leaves_other_commands_alone(tmp_path):
     fake = _fake_runc(tmp_path)
-    subprocess.run([sys.executable, str(engine.RUNC_WRAPPER_SOURCE), "--version"], check=True,
-                   env={**os.environ, "RIGKIT_REAL_RUNC": str(fake)})
+    subprocess.run(
+        [sys.executable, str(engine.RUNC_WRAPPER_SOURCE), "--version"],
+        check=True,
+        env={**os.environ, "RIGKIT_REAL_RUNC": str(fake)},
+    )
     assert (tmp_path / "argv").read_text().split() == ["--version"]
 
 
 # ---- ports ----
+
 
 def test_ports_start_after_the_base_and_are_stable_per_rig():
     assert rigs.allocate_ports(3, rigs.SSH_PORT_BASE) == [2201, 2202, 2203]
@@ -117,6 +130,7 @@ def test_rig_index_from_container_name():
 
 
 # ---- rig files ----
+
 
 def test_sshd_config_listens_on_loopback_key_only():
     config = rigs.sshd_config(2203, "/etc/ssh/rigkit/key")
@@ -146,19 +160,26 @@ def test_known_hosts_line_is_read_by_paramiko(tmp_path):
 
 def test_nvme_env_names_the_link_and_its_directory():
     env = rigs.nvme_env("/dev/loop3", "/dev/disk/by-id/nvme-rigkit-lab-rig2")
-    assert env.splitlines() == ["LOOP_DEVICE=/dev/loop3", "NVME_PATH=/dev/disk/by-id/nvme-rigkit-lab-rig2",
-                                "NVME_DIR=/dev/disk/by-id"]
+    assert env.splitlines() == [
+        "LOOP_DEVICE=/dev/loop3",
+        "NVME_PATH=/dev/disk/by-id/nvme-rigkit-lab-rig2",
+        "NVME_DIR=/dev/disk/by-id",
+    ]
 
 
 # ---- teardown selection: only what the lab made ----
 
-LOSETUP_JSON = json.dumps({"loopdevices": [
-    {"name": "/dev/loop0", "back-file": "/var/lib/rigkit-lab/rigs/rig1/nvme.img"},
-    {"name": "/dev/loop1", "back-file": "/var/lib/rigkit-lab/rigs/rig2/nvme.img (deleted)"},
-    {"name": "/dev/loop2", "back-file": "/var/lib/rigkit-lab-other/x.img"},
-    {"name": "/dev/loop3", "back-file": "/home/user/disk.img"},
-    {"name": "/dev/loop4", "back-file": None},
-]})
+LOSETUP_JSON = json.dumps(
+    {
+        "loopdevices": [
+            {"name": "/dev/loop0", "back-file": "/var/lib/rigkit-lab/rigs/rig1/nvme.img"},
+            {"name": "/dev/loop1", "back-file": "/var/lib/rigkit-lab/rigs/rig2/nvme.img (deleted)"},
+            {"name": "/dev/loop2", "back-file": "/var/lib/rigkit-lab-other/x.img"},
+            {"name": "/dev/loop3", "back-file": "/home/user/disk.img"},
+            {"name": "/dev/loop4", "back-file": None},
+        ]
+    }
+)
 
 
 def test_only_loop_devices_backed_by_lab_files_are_released():
@@ -170,14 +191,18 @@ def test_no_loop_devices_when_losetup_lists_none():
 
 
 def test_mounts_of_lab_devices_or_under_the_lab_dir_deepest_first():
-    findmnt = json.dumps({"filesystems": [
-        {"source": "/dev/vda", "target": "/"},
-        {"source": "/dev/loop0", "target": "/mnt/l2"},
-        {"source": "tmpfs", "target": "/var/lib/rigkit-lab/rigs/rig1/docker"},
-        {"source": "overlay", "target": "/var/lib/rigkit-lab/rigs/rig1/docker/overlay2/abc/merged"},
-        {"source": "/dev/loop3", "target": "/home/user/mnt"},
-        {"source": "tmpfs", "target": "/var/lib/rigkit-labX"},
-    ]})
+    findmnt = json.dumps(
+        {
+            "filesystems": [
+                {"source": "/dev/vda", "target": "/"},
+                {"source": "/dev/loop0", "target": "/mnt/l2"},
+                {"source": "tmpfs", "target": "/var/lib/rigkit-lab/rigs/rig1/docker"},
+                {"source": "overlay", "target": "/var/lib/rigkit-lab/rigs/rig1/docker/overlay2/abc/merged"},
+                {"source": "/dev/loop3", "target": "/home/user/mnt"},
+                {"source": "tmpfs", "target": "/var/lib/rigkit-labX"},
+            ]
+        }
+    )
     assert rigs.mounts_to_release(findmnt, ["/dev/loop0"], Path("/var/lib/rigkit-lab")) == [
         "/var/lib/rigkit-lab/rigs/rig1/docker/overlay2/abc/merged",
         "/var/lib/rigkit-lab/rigs/rig1/docker",
@@ -216,7 +241,9 @@ def test_mirror_ignores_security_only_disabled_and_foreign_files():
 
 
 def test_mirror_from_one_line_list_with_options():
-    sources = {"sources.list": "# comment\ndeb [arch=amd64 signed-by=/k.gpg] http://mirror.example/debian bookworm main\n"}
+    sources = {
+        "sources.list": "# comment\ndeb [arch=amd64 signed-by=/k.gpg] http://mirror.example/debian bookworm main\n"
+    }
     assert rig_image.parse_apt_mirror(sources) == "http://mirror.example/debian"
 
 
@@ -235,6 +262,7 @@ def test_rig_image_ships_a_no_bridge_daemon_json():
 
 # ---- registry config ----
 
+
 def test_registry_config_binds_loopback_and_stores_in_the_cache():
     config = registry_server.registry_config("/var/cache/rigkit/registry")
     assert "addr: 127.0.0.1:5000\n" in config
@@ -243,13 +271,28 @@ def test_registry_config_binds_loopback_and_stores_in_the_cache():
 
 # ---- state file ----
 
+
 def _state() -> LabState:
-    rig = RigState(name="rig1", container="rigkit-lab-rig1", ssh_host="127.0.0.1", ssh_port=2201, serving_port=8101,
-                   nvme_path="/dev/disk/by-id/nvme-rigkit-lab-rig1", loop_device="/dev/loop0",
-                   loop_image="/x/rigs/rig1/nvme.img", docker_dir="/x/rigs/rig1/docker")
-    return LabState(registry="127.0.0.1:5000", ssh_key="/x/ssh/id_ed25519", known_hosts="/x/ssh/known_hosts",
-                    rigs=[rig], serving_image={"releases": {"1": "a@sha256:1", "2": "a@sha256:2"}},
-                    engine={"pid": 12, "started_by_lab": True, "runtime_wrapper": True}, registry_pid=13)
+    rig = RigState(
+        name="rig1",
+        container="rigkit-lab-rig1",
+        ssh_host="127.0.0.1",
+        ssh_port=2201,
+        serving_port=8101,
+        nvme_path="/dev/disk/by-id/nvme-rigkit-lab-rig1",
+        loop_device="/dev/loop0",
+        loop_image="/x/rigs/rig1/nvme.img",
+        docker_dir="/x/rigs/rig1/docker",
+    )
+    return LabState(
+        registry="127.0.0.1:5000",
+        ssh_key="/x/ssh/id_ed25519",
+        known_hosts="/x/ssh/known_hosts",
+        rigs=[rig],
+        serving_image={"releases": {"1": "a@sha256:1", "2": "a@sha256:2"}},
+        engine={"pid": 12, "started_by_lab": True, "runtime_wrapper": True},
+        registry_pid=13,
+    )
 
 
 def test_state_round_trips(tmp_path):
@@ -266,8 +309,12 @@ def test_missing_state_says_run_lab_up(tmp_path):
 
 def test_lab_inventory_without_state_says_run_lab_up(tmp_path):
     inventory = Path(__file__).resolve().parent.parent / "inventory" / "lab.py"
-    result = subprocess.run([sys.executable, str(inventory)], capture_output=True, text=True,
-                            env={**os.environ, "RIGKIT_LAB_DIR": str(tmp_path)})
+    result = subprocess.run(
+        [sys.executable, str(inventory)],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "RIGKIT_LAB_DIR": str(tmp_path)},
+    )
     assert result.returncode != 0
     assert "run `rigkit lab up` first" in result.stderr
 
@@ -277,8 +324,13 @@ def test_lab_inventory_maps_each_rig_to_pyinfra_ssh_data(tmp_path):
     write_state(state, tmp_path / "state.json")
     inventory = Path(__file__).resolve().parent.parent / "inventory" / "lab.py"
     code = f"import runpy, json; print(json.dumps(runpy.run_path({str(inventory)!r})['lab']))"
-    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
-                            env={**os.environ, "RIGKIT_LAB_DIR": str(tmp_path)})
+    result = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        check=True,
+        env={**os.environ, "RIGKIT_LAB_DIR": str(tmp_path)},
+    )
     [(name, data)] = json.loads(result.stdout)
     assert name == "rig1"
     assert data["ssh_port"] == 2201 and data["ssh_user"] == "root" and data["ssh_key"] == state.ssh_key
@@ -316,6 +368,7 @@ def test_pyinfra_output_without_results_gives_nothing():
 
 # ---- refusals that carry the fix ----
 
+
 def test_lab_up_as_non_root_names_the_fix(monkeypatch):
     from rigkit.errors import PreflightError
     from rigkit.lab import cli
@@ -344,6 +397,7 @@ def test_a_running_plain_runc_engine_is_refused_where_the_capability_is_missing(
 
 
 # ---- rigs in their own network namespace ----
+
 
 def test_netns_rig_addresses_are_a_private_slash_30_per_rig():
     from rigkit.lab import netns
@@ -401,17 +455,33 @@ def test_netns_rig_known_hosts_line_is_read_by_paramiko(tmp_path):
     assert paramiko.HostKeys(str(tmp_path / "known_hosts")).check("10.213.7.2", loaded)
 
 
-IP_ADDR_JSON = json.dumps([
-    {"ifname": "lo", "flags": ["LOOPBACK", "UP", "LOWER_UP"],
-     "addr_info": [{"family": "inet", "local": "127.0.0.1", "prefixlen": 8}]},
-    {"ifname": "eth0", "flags": ["BROADCAST", "MULTICAST", "UP", "LOWER_UP"],
-     "addr_info": [{"family": "inet", "local": "192.0.2.2", "prefixlen": 24},
-                   {"family": "inet6", "local": "fd00::2", "prefixlen": 64}]},
-    {"ifname": "rigkit-rig7", "flags": ["BROADCAST", "MULTICAST", "UP", "LOWER_UP"],
-     "addr_info": [{"family": "inet", "local": "10.213.7.1", "prefixlen": 30}]},
-    {"ifname": "rigkit-rig8", "flags": ["BROADCAST", "MULTICAST"],
-     "addr_info": [{"family": "inet", "local": "10.213.8.1", "prefixlen": 30}]},
-])
+IP_ADDR_JSON = json.dumps(
+    [
+        {
+            "ifname": "lo",
+            "flags": ["LOOPBACK", "UP", "LOWER_UP"],
+            "addr_info": [{"family": "inet", "local": "127.0.0.1", "prefixlen": 8}],
+        },
+        {
+            "ifname": "eth0",
+            "flags": ["BROADCAST", "MULTICAST", "UP", "LOWER_UP"],
+            "addr_info": [
+                {"family": "inet", "local": "192.0.2.2", "prefixlen": 24},
+                {"family": "inet6", "local": "fd00::2", "prefixlen": 64},
+            ],
+        },
+        {
+            "ifname": "rigkit-rig7",
+            "flags": ["BROADCAST", "MULTICAST", "UP", "LOWER_UP"],
+            "addr_info": [{"family": "inet", "local": "10.213.7.1", "prefixlen": 30}],
+        },
+        {
+            "ifname": "rigkit-rig8",
+            "flags": ["BROADCAST", "MULTICAST"],
+            "addr_info": [{"family": "inet", "local": "10.213.8.1", "prefixlen": 30}],
+        },
+    ]
+)
 
 
 def test_veth_is_ok_only_up_with_its_address():
@@ -427,8 +497,9 @@ def test_lab_subnet_used_by_something_else_is_found():
     from rigkit.lab import netns
 
     assert netns.foreign_addresses_in_lab_subnet(IP_ADDR_JSON) == []
-    taken = json.loads(IP_ADDR_JSON) + [{"ifname": "wg0", "flags": ["UP"],
-                                         "addr_info": [{"family": "inet", "local": "10.213.0.9", "prefixlen": 24}]}]
+    taken = json.loads(IP_ADDR_JSON) + [
+        {"ifname": "wg0", "flags": ["UP"], "addr_info": [{"family": "inet", "local": "10.213.0.9", "prefixlen": 24}]}
+    ]
     assert netns.foreign_addresses_in_lab_subnet(json.dumps(taken)) == ["10.213.0.9 on wg0"]
 
 
@@ -440,11 +511,22 @@ def test_only_lab_veths_are_removed():
 
 def test_state_of_a_netns_rig_round_trips_and_an_older_state_still_loads(tmp_path):
     state = _state()
-    state.rigs.append(RigState(name="rig7", container="rigkit-lab-rig7", ssh_host="10.213.7.2", ssh_port=22,
-                               serving_port=8107, nvme_path="/dev/disk/by-id/nvme-rigkit-lab-rig7",
-                               loop_device="/dev/loop6", loop_image="/x/rigs/rig7/nvme.img",
-                               docker_dir="/x/rigs/rig7/docker", netns=True, host_address="10.213.7.1",
-                               rig_address="10.213.7.2"))
+    state.rigs.append(
+        RigState(
+            name="rig7",
+            container="rigkit-lab-rig7",
+            ssh_host="10.213.7.2",
+            ssh_port=22,
+            serving_port=8107,
+            nvme_path="/dev/disk/by-id/nvme-rigkit-lab-rig7",
+            loop_device="/dev/loop6",
+            loop_image="/x/rigs/rig7/nvme.img",
+            docker_dir="/x/rigs/rig7/docker",
+            netns=True,
+            host_address="10.213.7.1",
+            rig_address="10.213.7.2",
+        )
+    )
     write_state(state, tmp_path / "state.json")
     assert read_state(tmp_path / "state.json") == state
     older = json.loads(state.to_json())
@@ -458,19 +540,38 @@ def test_state_of_a_netns_rig_round_trips_and_an_older_state_still_loads(tmp_pat
 
 def test_lab_inventory_reaches_a_netns_rig_at_its_own_address(tmp_path):
     state = _state()
-    state.rigs = [RigState(name="rig7", container="rigkit-lab-rig7", ssh_host="10.213.7.2", ssh_port=22,
-                           serving_port=8107, nvme_path="/n", loop_device="/dev/loop6", loop_image="/i",
-                           docker_dir="/d", netns=True, host_address="10.213.7.1", rig_address="10.213.7.2")]
+    state.rigs = [
+        RigState(
+            name="rig7",
+            container="rigkit-lab-rig7",
+            ssh_host="10.213.7.2",
+            ssh_port=22,
+            serving_port=8107,
+            nvme_path="/n",
+            loop_device="/dev/loop6",
+            loop_image="/i",
+            docker_dir="/d",
+            netns=True,
+            host_address="10.213.7.1",
+            rig_address="10.213.7.2",
+        )
+    ]
     write_state(state, tmp_path / "state.json")
     inventory = Path(__file__).resolve().parent.parent / "inventory" / "lab.py"
     code = f"import runpy, json; print(json.dumps(runpy.run_path({str(inventory)!r})['lab']))"
-    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
-                            env={**os.environ, "RIGKIT_LAB_DIR": str(tmp_path)})
+    result = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        check=True,
+        env={**os.environ, "RIGKIT_LAB_DIR": str(tmp_path)},
+    )
     [(name, data)] = json.loads(result.stdout)
     assert (name, data["ssh_hostname"], data["ssh_port"], data["serving_port"]) == ("rig7", "10.213.7.2", 22, 8107)
 
 
 # ---- the registry forwarder (a real network namespace: needs root and unshare) ----
+
 
 def _needs_root_and_unshare():
     import shutil
@@ -509,12 +610,17 @@ def test_forwarder_relays_from_inside_another_netns_and_exits_with_it(tmp_path):
         in_ns = ["nsenter", "--target", str(holder.pid), "--net"]
         subprocess.run([*in_ns, "ip", "link", "set", "lo", "up"], check=True)
         # from inside the namespace the host's server is out of reach until the forwarder runs
-        fetch = [*in_ns, sys.executable, "-c",
-                 f"import sys, urllib.request; sys.stdout.buffer.write(urllib.request.urlopen("
-                 f"'http://127.0.0.1:{port}/', timeout=10).read())"]
+        fetch = [
+            *in_ns,
+            sys.executable,
+            "-c",
+            f"import sys, urllib.request; sys.stdout.buffer.write(urllib.request.urlopen("
+            f"'http://127.0.0.1:{port}/', timeout=10).read())",
+        ]
         assert subprocess.run(fetch, capture_output=True).returncode != 0
-        forwarder = subprocess.Popen(netns.forwarder_command(holder.pid, "127.0.0.1", port),
-                                     stdout=subprocess.PIPE, text=True)
+        forwarder = subprocess.Popen(
+            netns.forwarder_command(holder.pid, "127.0.0.1", port), stdout=subprocess.PIPE, text=True
+        )
         assert "->" in forwarder.stdout.readline()  # listening
         fetched = subprocess.run(fetch, capture_output=True, timeout=30)
         assert fetched.returncode == 0, fetched.stderr
@@ -545,12 +651,24 @@ def test_a_lab_up_that_names_no_distribution_keeps_each_rig_s():
     from rigkit.lab.state import RigState
 
     def rig(index: int, distro: str) -> RigState:
-        return RigState(name=f"rig{index}", container=rigs.container_name(f"rig{index}"), ssh_host="127.0.0.1",
-                        ssh_port=2200 + index, serving_port=8100 + index, nvme_path="", loop_device="",
-                        loop_image="", docker_dir="", distro=distro)
+        return RigState(
+            name=f"rig{index}",
+            container=rigs.container_name(f"rig{index}"),
+            ssh_host="127.0.0.1",
+            ssh_port=2200 + index,
+            serving_port=8100 + index,
+            nvme_path="",
+            loop_device="",
+            loop_image="",
+            docker_dir="",
+            distro=distro,
+        )
 
-    assert rigs.distros_of([rig(3, "bookworm"), rig(2, "trixie"), rig(1, "bookworm")]) == ["bookworm", "trixie",
-                                                                                            "bookworm"]
+    assert rigs.distros_of([rig(3, "bookworm"), rig(2, "trixie"), rig(1, "bookworm")]) == [
+        "bookworm",
+        "trixie",
+        "bookworm",
+    ]
     assert rigs.distros_of([rig(2, "trixie")]) == ["bookworm", "trixie"]
     assert rigs.distros_of([]) == []
 
@@ -570,8 +688,9 @@ def test_remove_tree_takes_a_tree_deeper_than_the_descriptors_it_may_hold(tmp_pa
     deepest = tree.joinpath(*["d"] * 120)
     deepest.mkdir(parents=True)
     (deepest / "leaf").write_text("x")
-    result = subprocess.run([sys.executable, "-c", REMOVE_TREE_IN_FEW_FDS, str(tree)], capture_output=True,
-                            text=True, timeout=60)
+    result = subprocess.run(
+        [sys.executable, "-c", REMOVE_TREE_IN_FEW_FDS, str(tree)], capture_output=True, text=True, timeout=60
+    )
     assert result.returncode == 0, result.stderr
     assert not tree.exists() and tmp_path.exists()
 
@@ -598,17 +717,35 @@ def test_remove_tree_never_crosses_into_a_mount_and_names_it(tmp_path):
 
 def _lab_rig(index: int, netns: bool) -> RigState:
     name = rigs.rig_name(index)
-    return RigState(name=name, container=rigs.container_name(name), ssh_host="127.0.0.1", ssh_port=2200 + index,
-                    serving_port=8100 + index, nvme_path="", loop_device="", loop_image="", docker_dir="", netns=netns)
+    return RigState(
+        name=name,
+        container=rigs.container_name(name),
+        ssh_host="127.0.0.1",
+        ssh_port=2200 + index,
+        serving_port=8100 + index,
+        nvme_path="",
+        loop_device="",
+        loop_image="",
+        docker_dir="",
+        netns=netns,
+    )
 
 
-@pytest.mark.parametrize("existing, count, netns_count, unmet", [
-    ([(1, False), (2, False), (3, False)], 3, 1, ["rig3"]),  # the lab up on host networking: rig3 cannot be converted
-    ([(1, False), (2, False), (3, True)], 3, 1, []),  # the lab tests' shape
-    ([(1, False), (2, False)], 3, 1, []),  # rig3 not made yet: lab up makes it in its own netns
-    ([(1, False), (2, False), (3, True)], 3, 0, []),  # a netns rig beyond what is asked is no refusal
-    ([(1, False), (2, False), (3, False)], 3, 2, ["rig2", "rig3"]),
-])
+@pytest.mark.parametrize(
+    "existing, count, netns_count, unmet",
+    [
+        (
+            [(1, False), (2, False), (3, False)],
+            3,
+            1,
+            ["rig3"],
+        ),  # the lab up on host networking: rig3 cannot be converted
+        ([(1, False), (2, False), (3, True)], 3, 1, []),  # the lab tests' shape
+        ([(1, False), (2, False)], 3, 1, []),  # rig3 not made yet: lab up makes it in its own netns
+        ([(1, False), (2, False), (3, True)], 3, 0, []),  # a netns rig beyond what is asked is no refusal
+        ([(1, False), (2, False), (3, False)], 3, 2, ["rig2", "rig3"]),
+    ],
+)
 def test_a_lab_of_the_wrong_shape_is_named_before_any_rig_changes(existing, count, netns_count, unmet):
     assert rigs.unconvertible([_lab_rig(i, netns) for i, netns in existing], count, netns_count) == unmet
 
@@ -619,7 +756,7 @@ def test_the_lab_router_runs_with_the_router_roles_health_checks():
 
     argv = router_argv(["http://127.0.0.1:8101"])
     assert " ".join(HEALTH_FLAGS) in " ".join(argv)
-    assert argv[argv.index("--worker-urls") + 1:] == ["http://127.0.0.1:8101"]
+    assert argv[argv.index("--worker-urls") + 1 :] == ["http://127.0.0.1:8101"]
 
 
 def test_lab_up_router_refuses_while_no_rig_serves_and_leaves_a_netns_rig_out(monkeypatch):

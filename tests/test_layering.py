@@ -20,8 +20,11 @@ def imported_modules(path: Path) -> set[str]:
 
 
 def test_rigkit_never_imports_roles():
-    offenders = [str(path.relative_to(RIGKIT.parent)) for path in sorted(RIGKIT.rglob("*.py"))
-                 if "roles" in imported_modules(path)]
+    offenders = [
+        str(path.relative_to(RIGKIT.parent))
+        for path in sorted(RIGKIT.rglob("*.py"))
+        if "roles" in imported_modules(path)
+    ]
     assert offenders == []
 
 
@@ -46,7 +49,7 @@ TOP = {"commands", "lab", "cli"}
 # Imports inside a function, each with the reason it is not at the top of its module.
 LOCAL_IMPORTS = {
     ("rigkit/lab/cli.py", "rigkit.lab.serving_image"): "optional: a lab without the serving image's build inputs "
-                                                       "still comes up (the tests that need the image fail alone)",
+    "still comes up (the tests that need the image fail alone)",
 }
 
 
@@ -62,8 +65,12 @@ def subject(module: str) -> str:
 def rigkit_imports(path: Path) -> list[tuple[str, bool]]:
     """(module imported, imported inside a function) for each rigkit import of a file."""
     tree = ast.parse(path.read_text(), str(path))
-    in_functions = {id(inner) for node in ast.walk(tree) if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
-                    for inner in ast.walk(node)}
+    in_functions = {
+        id(inner)
+        for node in ast.walk(tree)
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
+        for inner in ast.walk(node)
+    }
     found = []
     for node in ast.walk(tree):
         if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("rigkit"):
@@ -98,13 +105,15 @@ def test_no_import_circles():
             name = name.rpartition(".")[0]
         return name
 
-    graph = {name: {owner(imported) for imported, _ in rigkit_imports(path)} - {name, "rigkit"}
-             for name, path in modules.items()}
+    graph = {
+        name: {owner(imported) for imported, _ in rigkit_imports(path)} - {name, "rigkit"}
+        for name, path in modules.items()
+    }
     circles, done = [], set()
 
     def visit(name: str, trail: list[str]) -> None:
         if name in trail:
-            circles.append(trail[trail.index(name):] + [name])
+            circles.append(trail[trail.index(name) :] + [name])
             return
         if name in done:
             return
@@ -118,6 +127,10 @@ def test_no_import_circles():
 
 
 def test_project_imports_sit_at_the_top_of_their_module_or_say_why_not():
-    local = {(str(path.relative_to(RIGKIT.parent)), imported) for path in sorted(RIGKIT.rglob("*.py"))
-             for imported, inside in rigkit_imports(path) if inside}
+    local = {
+        (str(path.relative_to(RIGKIT.parent)), imported)
+        for path in sorted(RIGKIT.rglob("*.py"))
+        for imported, inside in rigkit_imports(path)
+        if inside
+    }
     assert local == set(LOCAL_IMPORTS)

@@ -25,16 +25,22 @@ def test_full_csv_with_header_and_units():
     text = (H200 / "query-gpu.csv").read_text()
     rows = parse_csv_table(text)
     assert rows[0]["name"] == "NVIDIA H200" and rows[1]["driver_version"] == "580.159.04"
-    assert [(g.index, g.free_mib, g.total_mib) for g in parse_gpu_memory(text)] == [(0, 143156, 143771),
-                                                                                (1, 143156, 143771)]
+    assert [(g.index, g.free_mib, g.total_mib) for g in parse_gpu_memory(text)] == [
+        (0, 143156, 143771),
+        (1, 143156, 143771),
+    ]
 
 
 def test_driver_version_from_proc_and_query():
     proc = (H200 / "host.txt").read_text().split("\n\n")[0]
     assert parse_driver_version(proc) == "580.159.04"
     assert parse_driver_version("550.54.14\n550.54.14\n") == "550.54.14"
-    assert parse_driver_version(
-        "NVRM version: NVIDIA UNIX x86_64 Kernel Module  535.183.01  Sun May 12 19:39:15 UTC 2024\n") == "535.183.01"
+    assert (
+        parse_driver_version(
+            "NVRM version: NVIDIA UNIX x86_64 Kernel Module  535.183.01  Sun May 12 19:39:15 UTC 2024\n"
+        )
+        == "535.183.01"
+    )
     assert parse_driver_version("") is None
     assert driver_branch("580.159.04") == "580"
 

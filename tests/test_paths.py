@@ -3,12 +3,28 @@
 import pytest
 
 from rigkit.errors import ConfigError
+from rigkit.paths import (
+    SYSTEM_DIRECTORIES,
+    SYSTEM_TREES,
+    check_device_path,
+    check_host_path,
+    check_relative_path,
+    device_path_problem,
+    host_path_problem,
+    relative_path_problem,
+)
 from rigkit.settings.knobs import KNOBS_BY_NAME
-from rigkit.paths import (SYSTEM_DIRECTORIES, SYSTEM_TREES, check_device_path, check_host_path, check_relative_path,
-                          device_path_problem, host_path_problem, relative_path_problem)
 
-GOOD = ["/mnt/rigkit-l2", "/mnt/rigkit-l2/lmcache", "/var/lib/rigkit/kv", "/data/kv store", "/srv/kv/\u00e9t\u00e9",
-        "/mnt/\U0001F600", "/home/alice/kv", "/mnt/" + "a" * 255]
+GOOD = [
+    "/mnt/rigkit-l2",
+    "/mnt/rigkit-l2/lmcache",
+    "/var/lib/rigkit/kv",
+    "/data/kv store",
+    "/srv/kv/\u00e9t\u00e9",
+    "/mnt/\U0001f600",
+    "/home/alice/kv",
+    "/mnt/" + "a" * 255,
+]
 
 
 @pytest.mark.parametrize("path", GOOD)
@@ -22,20 +38,33 @@ def test_host_paths_are_absolute(path):
     assert "absolute" in host_path_problem(path)
 
 
-@pytest.mark.parametrize("path", ["/mnt//kv", "//mnt/kv", "/mnt/kv/", "/mnt/./kv", "/mnt/kv/.", "/mnt/../etc",
-                                  "/mnt/kv/.."])
+@pytest.mark.parametrize(
+    "path", ["/mnt//kv", "//mnt/kv", "/mnt/kv/", "/mnt/./kv", "/mnt/kv/.", "/mnt/../etc", "/mnt/kv/.."]
+)
 def test_host_paths_are_normalised(path):
     assert "normalised" in host_path_problem(path)
 
 
-@pytest.mark.parametrize("path", ["/", *SYSTEM_TREES, *SYSTEM_DIRECTORIES, "/etc/rigkit", "/usr/local/kv",
-                                  "/var/lib/docker/volumes/kv", "/boot/efi", "/proc/self"])
+@pytest.mark.parametrize(
+    "path",
+    [
+        "/",
+        *SYSTEM_TREES,
+        *SYSTEM_DIRECTORIES,
+        "/etc/rigkit",
+        "/usr/local/kv",
+        "/var/lib/docker/volumes/kv",
+        "/boot/efi",
+        "/proc/self",
+    ],
+)
 def test_system_directories_refused(path):
     assert "system directory" in host_path_problem(path)
 
 
-@pytest.mark.parametrize("char", ["\n", "\r", "\t", "\x00", "\x7f", "\x85", "\u2028", "\u2029", "\u200b",
-                                  "\ufeff", "\u00a0", "\u3000", "$"])
+@pytest.mark.parametrize(
+    "char", ["\n", "\r", "\t", "\x00", "\x7f", "\x85", "\u2028", "\u2029", "\u200b", "\ufeff", "\u00a0", "\u3000", "$"]
+)
 def test_characters_no_target_carries_unchanged(char):
     assert host_path_problem(f"/mnt/a{char}b") is not None
     assert relative_path_problem(f"a{char}b") is not None
@@ -61,8 +90,17 @@ def test_relative_paths_stay_inside(path):
         check_relative_path(path)
 
 
-@pytest.mark.parametrize("path, ok", [("/dev/disk/by-id/nvme-x", True), ("/dev/nvme0n1", True), ("/mnt/x", False),
-                                      ("/dev/../etc/passwd", False), ("/dev/disk/by-id/a b\n", False), ("/dev/", False)])
+@pytest.mark.parametrize(
+    "path, ok",
+    [
+        ("/dev/disk/by-id/nvme-x", True),
+        ("/dev/nvme0n1", True),
+        ("/mnt/x", False),
+        ("/dev/../etc/passwd", False),
+        ("/dev/disk/by-id/a b\n", False),
+        ("/dev/", False),
+    ],
+)
 def test_device_paths(path, ok):
     assert (device_path_problem(path) is None) is ok
     if not ok:

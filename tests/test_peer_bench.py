@@ -20,18 +20,32 @@ import yaml
 
 from rigkit.errors import ConfigError
 from rigkit.fleet.inventory import load_inventory
-from rigkit.settings.hostdata import rig_settings
 from rigkit.lab.rig_image import RIG_DAEMON_JSON
 from rigkit.lab.state import read_state
 from rigkit.operations.docker import merge_options, render_json
 from rigkit.paths import REPO_ROOT
 from rigkit.serving.commands import rendering_for
+from rigkit.settings.hostdata import rig_settings
 
 sys.path.insert(0, str(REPO_ROOT / "bench"))
 import ansible_peer  # noqa: E402
 import peer_bench  # noqa: E402
-from peer_bench import (ANSIBLE, ANSIBLE_COLD, ANSIBLE_WARM, FLOOR, NO_CHANGE, RIGKIT, KnobChange, Results,  # noqa: E402
-                        Sample, format_table, knob_changed, parse_docker_time, parse_knob, verdicts)
+from peer_bench import (
+    ANSIBLE,
+    ANSIBLE_COLD,
+    ANSIBLE_WARM,
+    FLOOR,
+    NO_CHANGE,
+    RIGKIT,
+    KnobChange,
+    Results,  # noqa: E402
+    Sample,
+    format_table,
+    knob_changed,
+    parse_docker_time,
+    parse_knob,
+    verdicts,
+)
 
 LAB_STATE_DIR = REPO_ROOT / "tests" / "fixtures" / "lab"
 # docker inspect --format '{{.State.StartedAt}}' of a lab rig, as the engine printed it
@@ -70,15 +84,30 @@ def test_inventory_connects_to_each_rig_as_pyinfra_does(generated):
     assert sorted(group["hosts"]) == [rig.name for rig in state.rigs]
     for rig in state.rigs:
         hostvars = group["hosts"][rig.name]
-        assert (hostvars["ansible_host"], hostvars["ansible_port"], hostvars["ansible_user"],
-                hostvars["ansible_ssh_private_key_file"]) == (rig.ssh_host, rig.ssh_port, "root", state.ssh_key)
+        assert (
+            hostvars["ansible_host"],
+            hostvars["ansible_port"],
+            hostvars["ansible_user"],
+            hostvars["ansible_ssh_private_key_file"],
+        ) == (rig.ssh_host, rig.ssh_port, "root", state.ssh_key)
         assert hostvars["ansible_ssh_common_args"].split() == [
-            "-o", f"UserKnownHostsFile={state.known_hosts}", "-o", "StrictHostKeyChecking=yes",
-            "-o", "IdentityAgent=none", "-o", "IdentitiesOnly=yes"]
+            "-o",
+            f"UserKnownHostsFile={state.known_hosts}",
+            "-o",
+            "StrictHostKeyChecking=yes",
+            "-o",
+            "IdentityAgent=none",
+            "-o",
+            "IdentitiesOnly=yes",
+        ]
         assert hostvars["rigkit_ready_url"] == f"http://127.0.0.1:{rig.serving_port}/v1/models"
     assert group["hosts"]["rig3"]["ansible_host"] == "10.213.3.2" and group["hosts"]["rig3"]["ansible_port"] == 22
-    assert group["vars"] == {"rigkit_daemon_json": "/etc/docker/daemon.json", "rigkit_stack_dir": "/etc/rigkit/stack",
-                             "rigkit_compose_project": "rigkit", "rigkit_container": "rigkit-serving"}
+    assert group["vars"] == {
+        "rigkit_daemon_json": "/etc/docker/daemon.json",
+        "rigkit_stack_dir": "/etc/rigkit/stack",
+        "rigkit_compose_project": "rigkit",
+        "rigkit_container": "rigkit-serving",
+    }
 
 
 def test_inputs_are_rigkits_own_rendering(generated, lab_hosts):
@@ -90,10 +119,18 @@ def test_inputs_are_rigkits_own_rendering(generated, lab_hosts):
         env = Path(hostvars["rigkit_env_src"])
         assert env.read_text() == rendering.env and env.stat().st_mode & 0o777 == 0o600
         assert hostvars["rigkit_image"] == read_state(LAB_STATE_DIR / "state.json").serving_image["releases"]["1"]
-        assert hostvars["docker_daemon_options"] == {"bridge": "none", "iptables": False, "ip-forward": False,
-                                                     "ip-masq": False}
-        assert [d["path"] for d in hostvars["rigkit_dirs"]] == ["/etc/docker", "/etc/rigkit/stack", "/var/lib/rigkit",
-                                                                "/mnt/rigkit-l2/lmcache"]
+        assert hostvars["docker_daemon_options"] == {
+            "bridge": "none",
+            "iptables": False,
+            "ip-forward": False,
+            "ip-masq": False,
+        }
+        assert [d["path"] for d in hostvars["rigkit_dirs"]] == [
+            "/etc/docker",
+            "/etc/rigkit/stack",
+            "/var/lib/rigkit",
+            "/mnt/rigkit-l2/lmcache",
+        ]
 
 
 def test_an_ssh_setting_with_no_ansible_equivalent_is_refused(lab_hosts):
@@ -112,15 +149,23 @@ def test_requirements_pin_exactly_one_ansible_core(tmp_path):
 
 
 def test_the_venv_runs_the_pinned_ansible_core(playbook_bin):
-    version = subprocess.run([str(playbook_bin.with_name("ansible")), "--version"], capture_output=True, text=True,
-                             env=ansible_peer.playbook_env(Path("/nonexistent"))).stdout
+    version = subprocess.run(
+        [str(playbook_bin.with_name("ansible")), "--version"],
+        capture_output=True,
+        text=True,
+        env=ansible_peer.playbook_env(Path("/nonexistent")),
+    ).stdout
     assert f"[core {ansible_peer.pinned_requirement().split('==')[1]}]" in version.splitlines()[0]
 
 
 def test_ansible_reads_the_tuning_from_its_config(playbook_bin, tmp_path):
-    dump = subprocess.run([str(playbook_bin.with_name("ansible-config")), "dump", "--only-changed", "-t", "all",
-                           "--format", "json"], capture_output=True, text=True,
-                          env=ansible_peer.playbook_env(tmp_path, tmp_path), check=True).stdout
+    dump = subprocess.run(
+        [str(playbook_bin.with_name("ansible-config")), "dump", "--only-changed", "-t", "all", "--format", "json"],
+        capture_output=True,
+        text=True,
+        env=ansible_peer.playbook_env(tmp_path, tmp_path),
+        check=True,
+    ).stdout
     entries = json.loads(dump)
     core = {entry["name"]: entry["value"] for entry in entries if "name" in entry}
     ssh = next(plugin["ssh"] for entry in entries for plugin in entry.get("CONNECTION_PLUGINS", []) if "ssh" in plugin)
@@ -136,23 +181,36 @@ def test_ansible_reads_the_tuning_from_its_config(playbook_bin, tmp_path):
 
 def test_the_playbook_parses(playbook_bin, generated, tmp_path):
     inventory_file, _ = generated
-    subprocess.run(ansible_peer.playbook_argv(playbook_bin, inventory_file, ["rig1"], ["--syntax-check"]),
-                   env=ansible_peer.playbook_env(tmp_path, tmp_path), check=True, capture_output=True)
+    subprocess.run(
+        ansible_peer.playbook_argv(playbook_bin, inventory_file, ["rig1"], ["--syntax-check"]),
+        env=ansible_peer.playbook_env(tmp_path, tmp_path),
+        check=True,
+        capture_output=True,
+    )
 
 
-def run_locally(playbook_bin, inventory_file, root: Path, options=("--tags", "files"), env=None,
-                extra=None) -> str:
+def run_locally(playbook_bin, inventory_file, root: Path, options=("--tags", "files"), env=None, extra=None) -> str:
     """The play for rig1 on this machine (local connection), every path under ``root``; by default only its
     ``files`` tasks."""
-    variables = {"rigkit_daemon_json": f"{root}/etc/docker/daemon.json", "rigkit_stack_dir": f"{root}/stack",
-                 "rigkit_dirs": [{"path": f"{root}/etc/docker", "mode": "0755"},
-                                 {"path": f"{root}/stack", "mode": "0700"}, {"path": f"{root}/state"}],
-                 "ansible_connection": "local", "ansible_python_interpreter": sys.executable, **(extra or {})}
+    variables = {
+        "rigkit_daemon_json": f"{root}/etc/docker/daemon.json",
+        "rigkit_stack_dir": f"{root}/stack",
+        "rigkit_dirs": [
+            {"path": f"{root}/etc/docker", "mode": "0755"},
+            {"path": f"{root}/stack", "mode": "0700"},
+            {"path": f"{root}/state"},
+        ],
+        "ansible_connection": "local",
+        "ansible_python_interpreter": sys.executable,
+        **(extra or {}),
+    }
     (root / "extra.json").write_text(json.dumps(variables))
-    result = subprocess.run(ansible_peer.playbook_argv(playbook_bin, inventory_file, ["rig1"],
-                                                       [*options, "-e", f"@{root / 'extra.json'}"]),
-                            env={**ansible_peer.playbook_env(root / "cp", root), **(env or {})},
-                            capture_output=True, text=True)
+    result = subprocess.run(
+        ansible_peer.playbook_argv(playbook_bin, inventory_file, ["rig1"], [*options, "-e", f"@{root / 'extra.json'}"]),
+        env={**ansible_peer.playbook_env(root / "cp", root), **(env or {})},
+        capture_output=True,
+        text=True,
+    )
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-2000:]
     return result.stdout
 
@@ -190,7 +248,7 @@ def test_a_daemon_json_that_already_says_it_is_left_as_it_is(playbook_bin, gener
     (tmp_path / "etc" / "docker" / "daemon.json").write_text(lab_file)
     output = run_files_locally(playbook_bin, inventory_file, tmp_path)
     assert (tmp_path / "etc" / "docker" / "daemon.json").read_text() == lab_file
-    merge_task = output[output.index("TASK [Merge the daemon options"):].split("TASK [", 2)[1]
+    merge_task = output[output.index("TASK [Merge the daemon options") :].split("TASK [", 2)[1]
     assert "skipping: [rig1]" in merge_task
 
 
@@ -239,8 +297,9 @@ def shim_calls(root: Path) -> list[str]:
     return lines
 
 
-def test_the_play_pulls_brings_up_and_waits_only_when_something_changed(playbook_bin, generated, lab_hosts, tmp_path,
-                                                                          docker_shim, models_api):
+def test_the_play_pulls_brings_up_and_waits_only_when_something_changed(
+    playbook_bin, generated, lab_hosts, tmp_path, docker_shim, models_api
+):
     inventory_file, group = generated
     image, stack = group["hosts"]["rig1"]["rigkit_image"], tmp_path / "stack"
     (tmp_path / "etc" / "docker").mkdir(parents=True)
@@ -249,8 +308,11 @@ def test_the_play_pulls_brings_up_and_waits_only_when_something_changed(playbook
     first = run_locally(playbook_bin, inventory_file, tmp_path, engine, docker_shim, {"rigkit_ready_url": models_api})
     calls = shim_calls(tmp_path)
     assert [call.split(" (in ")[0] for call in calls[:-1]] == [
-        f"docker image inspect --format . {image}", f"docker pull {image}", "docker compose version",
-        "docker inspect --format {{.State.Running}} rigkit-serving"]
+        f"docker image inspect --format . {image}",
+        f"docker pull {image}",
+        "docker compose version",
+        "docker inspect --format {{.State.Running}} rigkit-serving",
+    ]
     assert calls[-1] == f"docker compose -p rigkit up -d --remove-orphans (in {stack})"  # compose reads .env there
     assert ansible_peer.run_outcome(ansible_peer.parse_recap(first), ["rig1"]) == "changed"
 
@@ -261,16 +323,24 @@ def test_the_play_pulls_brings_up_and_waits_only_when_something_changed(playbook
     # a knob changed, on a Debian 12 rig (compose v1): the new files, then `docker-compose up -d`
     data = lab_hosts["rig1"]
     changed = ansible_peer.write_inputs({"rig1": (data, knob_changed(data, "max_num_seqs", 16))}, tmp_path / "knob")
-    run_locally(playbook_bin, changed, tmp_path, engine, {**docker_shim, "SHIM_COMPOSE_V1": "1"},
-                {"rigkit_ready_url": models_api})
+    run_locally(
+        playbook_bin,
+        changed,
+        tmp_path,
+        engine,
+        {**docker_shim, "SHIM_COMPOSE_V1": "1"},
+        {"rigkit_ready_url": models_api},
+    )
     assert shim_calls(tmp_path)[-1] == f"docker-compose -p rigkit up -d --remove-orphans (in {stack})"
     assert "--max-num-seqs 16" in (stack / "compose.yml").read_text()
 
 
 def test_a_recap_missing_a_host_or_with_a_failure_is_no_outcome():
-    output = ("PLAY RECAP *****\n"
-              "rig1                       : ok=9    changed=0    unreachable=0    failed=0    skipped=1    rescued=0\n"
-              "rig2                       : ok=3    changed=0    unreachable=0    failed=1    skipped=0    rescued=0\n")
+    output = (
+        "PLAY RECAP *****\n"
+        "rig1                       : ok=9    changed=0    unreachable=0    failed=0    skipped=1    rescued=0\n"
+        "rig2                       : ok=3    changed=0    unreachable=0    failed=1    skipped=0    rescued=0\n"
+    )
     recap = ansible_peer.parse_recap(output)
     assert recap["rig1"] == ansible_peer.HostRecap(ok=9, changed=0, unreachable=0, failed=0, skipped=1)
     assert ansible_peer.run_outcome(recap, ["rig1"]) == NO_CHANGE
@@ -290,14 +360,22 @@ def measured(noop: dict, knob: dict) -> Results:
     return results
 
 
-MADE_UP_KNOB = {RIGKIT: KnobChange(RIGKIT, "sets max_num_seqs back", 46.0, 40.0, True, True),
-                ANSIBLE: KnobChange(ANSIBLE, "sets max_num_seqs=16", 43.0, 41.0, True, True)}
+MADE_UP_KNOB = {
+    RIGKIT: KnobChange(RIGKIT, "sets max_num_seqs back", 46.0, 40.0, True, True),
+    ANSIBLE: KnobChange(ANSIBLE, "sets max_num_seqs=16", 43.0, 41.0, True, True),
+}
 
 
 def test_verdicts_of_a_run_that_meets_the_noop_targets_and_misses_the_knob_one():
-    results = measured({FLOOR: {1: [0.8], 4: [1.0, 1.1, 1.2]}, RIGKIT: {1: [1.0], 4: [2.0, 2.1, 2.2]},
-                        ANSIBLE_WARM: {1: [5.0], 4: [11.0, 11.5, 12.0]}, ANSIBLE_COLD: {1: [6.0], 4: [13.0]}},
-                       MADE_UP_KNOB)
+    results = measured(
+        {
+            FLOOR: {1: [0.8], 4: [1.0, 1.1, 1.2]},
+            RIGKIT: {1: [1.0], 4: [2.0, 2.1, 2.2]},
+            ANSIBLE_WARM: {1: [5.0], 4: [11.0, 11.5, 12.0]},
+            ANSIBLE_COLD: {1: [6.0], 4: [13.0]},
+        },
+        MADE_UP_KNOB,
+    )
     noop_ansible, noop_floor, knob = verdicts(results)
     assert noop_ansible.met is True and "11.50 s with warm SSH masters (5.48x)" in noop_ansible.detail
     assert noop_floor.met is True and "(1.91x)" in noop_floor.detail
@@ -305,18 +383,23 @@ def test_verdicts_of_a_run_that_meets_the_noop_targets_and_misses_the_knob_one()
 
 
 def test_verdicts_of_a_slow_noop():
-    results = measured({FLOOR: {4: [1.0]}, RIGKIT: {4: [4.5]}, ANSIBLE_WARM: {4: [6.0]}, ANSIBLE_COLD: {4: [8.0]}},
-                       {RIGKIT: KnobChange(RIGKIT, "", 42.0, 40.0, True, True),
-                        ANSIBLE: KnobChange(ANSIBLE, "", 43.0, 40.0, True, True)})
+    results = measured(
+        {FLOOR: {4: [1.0]}, RIGKIT: {4: [4.5]}, ANSIBLE_WARM: {4: [6.0]}, ANSIBLE_COLD: {4: [8.0]}},
+        {
+            RIGKIT: KnobChange(RIGKIT, "", 42.0, 40.0, True, True),
+            ANSIBLE: KnobChange(ANSIBLE, "", 43.0, 40.0, True, True),
+        },
+    )
     noop_ansible, noop_floor, knob = verdicts(results)
     assert (noop_ansible.met, noop_floor.met, knob.met) == (False, False, True)
     assert noop_ansible.line().startswith("[NOT MET] rigkit's no-op at least 5x faster than Ansible's, 4 rigs")
 
 
 def test_a_noop_that_changed_something_or_a_knob_change_not_recreated_is_not_judged():
-    results = measured({FLOOR: {4: [1.0]}, RIGKIT: {4: [(2.0, "changed")]}, ANSIBLE_WARM: {4: [11.0]},
-                        ANSIBLE_COLD: {4: [12.0]}},
-                       {RIGKIT: MADE_UP_KNOB[RIGKIT], ANSIBLE: KnobChange(ANSIBLE, "", 3.0, None, False, True)})
+    results = measured(
+        {FLOOR: {4: [1.0]}, RIGKIT: {4: [(2.0, "changed")]}, ANSIBLE_WARM: {4: [11.0]}, ANSIBLE_COLD: {4: [12.0]}},
+        {RIGKIT: MADE_UP_KNOB[RIGKIT], ANSIBLE: KnobChange(ANSIBLE, "", 3.0, None, False, True)},
+    )
     noop_ansible, noop_floor, knob = verdicts(results)
     assert (noop_ansible.met, noop_floor.met, knob.met) == (None, None, None)
     assert "rigkit changed something" in noop_ansible.detail and "Ansible (not recreated)" in knob.detail
@@ -324,22 +407,46 @@ def test_a_noop_that_changed_something_or_a_knob_change_not_recreated_is_not_jud
 
 
 def test_fewer_rigs_than_the_target_names_are_said():
-    results = measured({FLOOR: {1: [1.0], 2: [1.0]}, RIGKIT: {1: [1.5], 2: [1.8]}, ANSIBLE_WARM: {1: [9.0], 2: [9.5]},
-                        ANSIBLE_COLD: {1: [9.0], 2: [10.0]}}, {})
+    results = measured(
+        {
+            FLOOR: {1: [1.0], 2: [1.0]},
+            RIGKIT: {1: [1.5], 2: [1.8]},
+            ANSIBLE_WARM: {1: [9.0], 2: [9.5]},
+            ANSIBLE_COLD: {1: [9.0], 2: [10.0]},
+        },
+        {},
+    )
     assert "2 rigs (the target names 4)" in verdicts(results)[0].target
 
 
 def test_the_table_puts_the_tools_side_by_side():
-    results = measured({FLOOR: {1: [0.8], 4: [1.0, 1.1, 1.2]}, RIGKIT: {1: [1.0], 4: [2.0, 2.1, 2.2]},
-                        ANSIBLE_WARM: {1: [5.0], 4: [11.0, 11.5, 12.0]}, ANSIBLE_COLD: {1: [6.0], 4: [13.0]}},
-                       MADE_UP_KNOB)
+    results = measured(
+        {
+            FLOOR: {1: [0.8], 4: [1.0, 1.1, 1.2]},
+            RIGKIT: {1: [1.0], 4: [2.0, 2.1, 2.2]},
+            ANSIBLE_WARM: {1: [5.0], 4: [11.0, 11.5, 12.0]},
+            ANSIBLE_COLD: {1: [6.0], 4: [13.0]},
+        },
+        MADE_UP_KNOB,
+    )
     lines = format_table(results, 3).splitlines()
-    assert lines[0].split() == ["measurement", "rigs", "pyinfra", "floor", "rigkit", "Ansible", "warm", "Ansible", "cold"]
+    assert lines[0].split() == [
+        "measurement",
+        "rigs",
+        "pyinfra",
+        "floor",
+        "rigkit",
+        "Ansible",
+        "warm",
+        "Ansible",
+        "cold",
+    ]
     assert lines[1].split() == ["no-op", "(median", "of", "3)", "1", "0.80", "s", "1.00", "s", "5.00", "s", "6.00", "s"]
     assert lines[2].split()[4:] == ["4", "1.10", "s", "2.10", "s", "11.50", "s", "13.00", "s"]
     knob_lines = [line for line in lines if "wall" in line]
-    assert " ".join(knob_lines[0].split()) == ("rigkit sets max_num_seqs back wall 46.0 s engine start 40.0 s "
-                                               "overhead 6.0 s recreated yes, serving yes")
+    assert " ".join(knob_lines[0].split()) == (
+        "rigkit sets max_num_seqs back wall 46.0 s engine start 40.0 s overhead 6.0 s recreated yes, serving yes"
+    )
     assert "overhead 2.0 s" in " ".join(knob_lines[1].split())
 
 

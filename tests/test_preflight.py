@@ -6,16 +6,29 @@ from pathlib import Path
 import pytest
 
 from rigkit.errors import PreflightError
+from rigkit.preflight import (
+    ENGINE_SHM_MIN_MB,
+    L2_FREE_WARN_GB,
+    HostFacts,
+    bare_host_preflight,
+    engine_preflight,
+    preflight,
+    raise_if_refused,
+    refusals,
+)
 from rigkit.settings.hostdata import settings_for_host
-from rigkit.preflight import (ENGINE_SHM_MIN_MB, HostFacts, L2_FREE_WARN_GB, bare_host_preflight, engine_preflight,
-                              preflight, raise_if_refused, refusals)
 from rigkit.settings.sizing import GB, GIB
 
 H200 = Path(__file__).parent / "fixtures" / "nvidia-smi" / "h200-x2-ubuntu2404"
 IDLE = (H200 / "query-gpu-noheader.csv").read_text()
 BUSY = (H200 / "query-gpu-busy-noheader.csv").read_text()
-LMCACHE = {"serving_profile": "lmcache-mp", "allow_incubating": True, "model": "m", "l1_size_gb": 60,
-           "serving_image": "lmcache/vllm-openai@sha256:" + "2" * 64}
+LMCACHE = {
+    "serving_profile": "lmcache-mp",
+    "allow_incubating": True,
+    "model": "m",
+    "l1_size_gb": 60,
+    "serving_image": "lmcache/vllm-openai@sha256:" + "2" * 64,
+}
 CPU_LAB = {"serving_profile": "cpu-lab", "serving_image": "127.0.0.1:5000/rigkit/vllm-cpu-tiny@sha256:" + "1" * 64}
 
 
@@ -38,9 +51,16 @@ def meminfo_gib(available: float, total: float = 256) -> dict:
 
 
 def facts(**changes) -> HostFacts:
-    base = dict(meminfo=h200_meminfo(), l2_free_bytes=900 * GB, gpu_memory_csv=IDLE, has_engine=True,
-                compose_command="docker compose", image_present=False, registry_reachable=True,
-                host_shm_bytes=128 * 2**30)
+    base = dict(
+        meminfo=h200_meminfo(),
+        l2_free_bytes=900 * GB,
+        gpu_memory_csv=IDLE,
+        has_engine=True,
+        compose_command="docker compose",
+        image_present=False,
+        registry_reachable=True,
+        host_shm_bytes=128 * 2**30,
+    )
     return HostFacts(**{**base, **changes})
 
 
@@ -179,7 +199,6 @@ def test_min_ram_of_the_profile():
     assert ram.field == "serving_profile" and "64" in ram.message
 
 
-
 def test_rig_shm_too_small_for_the_engine_is_refused_with_the_remount_fix():
     # ipc: host gives the container the rig's /dev/shm: Docker's 64 MiB default killed vLLM in the lab
     (shm,) = by_check(run(CPU_LAB, meminfo=meminfo_gb(20, 24), host_shm_bytes=64 * 2**20), "host-shm")
@@ -193,11 +212,11 @@ def test_rig_shm_below_l1_warns():
     assert shm.level == "warn" and "L1 60 GiB" in shm.message
 
 
-
 # --- every gate at exact equality: the boundary value passes, the next step below does not ----------------
 # (the rule each gate states is "at least": MemAvailable >= L1 + reserve, free fraction >= the minimum, ...;
 # MemAvailable is compared in bytes against GiB, so "the next step below" is one byte less; the other GB
 # figures are compared as the message prints them, to 0.1 GB, so "the next step below" is 0.1 GB less)
+
 
 def gpu_csv(free_mib: int, total_mib: int = 100_000) -> str:
     """nvidia-smi's GPU_MEMORY_QUERY answer for two GPUs with the same memory."""
@@ -211,40 +230,94 @@ def cpu_lab_reserve_gb() -> float:
 MIB = 2**20
 GATES = [
     # id, data, facts exactly at the boundary, facts one step below it, check, level below
-    ("ram: MemAvailable == L1 + reserve", LMCACHE, dict(meminfo=meminfo_gib(60 + 28)),
-     dict(meminfo={**meminfo_gib(60 + 28), "MemAvailable": (60 + 28) * GIB - 1}), "ram", "refuse"),
-    ("ram: MemAvailable == reserve, no L1", CPU_LAB,
-     dict(meminfo=meminfo_gib(cpu_lab_reserve_gb(), 24), gpu_memory_csv=None),
-     dict(meminfo={**meminfo_gib(0, 24), "MemAvailable": int(cpu_lab_reserve_gb() * GIB) - 1}, gpu_memory_csv=None),
-     "ram", "refuse"),
-    ("ram: MemTotal == the profile's min_ram_gb", LMCACHE, dict(meminfo=meminfo_gib(100, 64)),
-     dict(meminfo=meminfo_gib(100, 63.9)), "ram", "refuse"),
-    ("gpu: free fraction == gpu_free_fraction_min", {**LMCACHE, "gpu_free_fraction_min": 0.8},
-     dict(gpu_memory_csv=gpu_csv(80_000)), dict(gpu_memory_csv=gpu_csv(79_999)), "gpu", "refuse"),
-    ("gpu: free fraction == the real H200's", {**LMCACHE, "gpu_free_fraction_min": 143156 / 143771},
-     dict(gpu_memory_csv=IDLE), dict(gpu_memory_csv=gpu_csv(143155, 143771)), "gpu", "refuse"),
-    ("host-shm: /dev/shm == the engine's minimum", CPU_LAB,
-     dict(meminfo=meminfo_gb(20, 24), gpu_memory_csv=None, host_shm_bytes=ENGINE_SHM_MIN_MB * MIB),
-     dict(meminfo=meminfo_gb(20, 24), gpu_memory_csv=None, host_shm_bytes=(ENGINE_SHM_MIN_MB - 1) * MIB),
-     "host-shm", "refuse"),
-    ("host-shm: /dev/shm == L1", LMCACHE, dict(host_shm_bytes=60 * 1024 * MIB),
-     dict(host_shm_bytes=(60 * 1024 - 1) * MIB), "host-shm", "warn"),
-    ("l2: free == l2_budget_gb", {**LMCACHE, "l2_enabled": True, "l2_budget_gb": 60},
-     dict(l2_free_bytes=60 * GB), dict(l2_free_bytes=int(59.9 * GB)), "l2", "refuse"),
-    ("l2: free == the warning floor", {**LMCACHE, "l2_enabled": True, "l2_budget_gb": 40},
-     dict(l2_free_bytes=L2_FREE_WARN_GB * GB), dict(l2_free_bytes=int((L2_FREE_WARN_GB - 0.1) * GB)), "l2", "warn"),
+    (
+        "ram: MemAvailable == L1 + reserve",
+        LMCACHE,
+        dict(meminfo=meminfo_gib(60 + 28)),
+        dict(meminfo={**meminfo_gib(60 + 28), "MemAvailable": (60 + 28) * GIB - 1}),
+        "ram",
+        "refuse",
+    ),
+    (
+        "ram: MemAvailable == reserve, no L1",
+        CPU_LAB,
+        dict(meminfo=meminfo_gib(cpu_lab_reserve_gb(), 24), gpu_memory_csv=None),
+        dict(meminfo={**meminfo_gib(0, 24), "MemAvailable": int(cpu_lab_reserve_gb() * GIB) - 1}, gpu_memory_csv=None),
+        "ram",
+        "refuse",
+    ),
+    (
+        "ram: MemTotal == the profile's min_ram_gb",
+        LMCACHE,
+        dict(meminfo=meminfo_gib(100, 64)),
+        dict(meminfo=meminfo_gib(100, 63.9)),
+        "ram",
+        "refuse",
+    ),
+    (
+        "gpu: free fraction == gpu_free_fraction_min",
+        {**LMCACHE, "gpu_free_fraction_min": 0.8},
+        dict(gpu_memory_csv=gpu_csv(80_000)),
+        dict(gpu_memory_csv=gpu_csv(79_999)),
+        "gpu",
+        "refuse",
+    ),
+    (
+        "gpu: free fraction == the real H200's",
+        {**LMCACHE, "gpu_free_fraction_min": 143156 / 143771},
+        dict(gpu_memory_csv=IDLE),
+        dict(gpu_memory_csv=gpu_csv(143155, 143771)),
+        "gpu",
+        "refuse",
+    ),
+    (
+        "host-shm: /dev/shm == the engine's minimum",
+        CPU_LAB,
+        dict(meminfo=meminfo_gb(20, 24), gpu_memory_csv=None, host_shm_bytes=ENGINE_SHM_MIN_MB * MIB),
+        dict(meminfo=meminfo_gb(20, 24), gpu_memory_csv=None, host_shm_bytes=(ENGINE_SHM_MIN_MB - 1) * MIB),
+        "host-shm",
+        "refuse",
+    ),
+    (
+        "host-shm: /dev/shm == L1",
+        LMCACHE,
+        dict(host_shm_bytes=60 * 1024 * MIB),
+        dict(host_shm_bytes=(60 * 1024 - 1) * MIB),
+        "host-shm",
+        "warn",
+    ),
+    (
+        "l2: free == l2_budget_gb",
+        {**LMCACHE, "l2_enabled": True, "l2_budget_gb": 60},
+        dict(l2_free_bytes=60 * GB),
+        dict(l2_free_bytes=int(59.9 * GB)),
+        "l2",
+        "refuse",
+    ),
+    (
+        "l2: free == the warning floor",
+        {**LMCACHE, "l2_enabled": True, "l2_budget_gb": 40},
+        dict(l2_free_bytes=L2_FREE_WARN_GB * GB),
+        dict(l2_free_bytes=int((L2_FREE_WARN_GB - 0.1) * GB)),
+        "l2",
+        "warn",
+    ),
 ]
 
 
-@pytest.mark.parametrize("data,at,below,check,level_below", [gate[1:] for gate in GATES],
-                         ids=[gate[0] for gate in GATES])
+@pytest.mark.parametrize(
+    "data,at,below,check,level_below", [gate[1:] for gate in GATES], ids=[gate[0] for gate in GATES]
+)
 def test_a_gate_passes_at_exact_equality_and_not_below(data, at, below, check, level_below):
     assert {f.level for f in by_check(run(data, **at), check)} == {"ok"}
     assert level_below in {f.level for f in by_check(run(data, **below), check)}
 
 
-@pytest.mark.parametrize("pci,declared,passes", [(1, 1, True), (0, 1, False), (1, 0, False)],
-                         ids=["pci == needed, gpus == needed", "pci below", "gpus below"])
+@pytest.mark.parametrize(
+    "pci,declared,passes",
+    [(1, 1, True), (0, 1, False), (1, 0, False)],
+    ids=["pci == needed, gpus == needed", "pci below", "gpus below"],
+)
 def test_bare_host_gpu_count_gates_at_exact_equality(pci, declared, passes):
     # lmcache-mp needs 1 GPU; before the driver, the PCI bus and the declared gpus must each show that many
     bare = facts(gpu_memory_csv=None)
@@ -261,18 +334,29 @@ def test_tensor_parallel_wider_than_the_rig_is_refused_even_forced():
 
 def test_lmcache_ports_are_preflighted_like_serving_port():
     nginx = [{"pid": 4242, "containers": [], "command": "nginx"}]
-    (port,) = refusals(run(LMCACHE, port_listeners=[], stack_port_listeners={"lmcache_port": [],
-                                                                             "lmcache_http_port": nginx}))
+    (port,) = refusals(
+        run(LMCACHE, port_listeners=[], stack_port_listeners={"lmcache_port": [], "lmcache_http_port": nginx})
+    )
     assert (port.check, port.field, port.value) == ("port", "lmcache_http_port", 8080)
     assert "pid 4242 (nginx)" in port.message and "set lmcache_http_port to a free port" in port.fix
     # held by rigkit's own stack (the release replaces it): fine
     ours = [{"pid": 1, "containers": ["ab" * 32], "command": "python3"}]
-    assert not refusals(run(LMCACHE, port_listeners=[], stack_container_ids=("abab",),
-                            stack_port_listeners={"lmcache_port": ours, "lmcache_http_port": ours}))
+    assert not refusals(
+        run(
+            LMCACHE,
+            port_listeners=[],
+            stack_container_ids=("abab",),
+            stack_port_listeners={"lmcache_port": ours, "lmcache_http_port": ours},
+        )
+    )
 
 
-NATIVE = {"serving_profile": "native-offload", "model": "m", "l1_size_gb": 64,
-          "serving_image": "vllm/vllm-openai@sha256:" + "9" * 64}
+NATIVE = {
+    "serving_profile": "native-offload",
+    "model": "m",
+    "l1_size_gb": 64,
+    "serving_image": "vllm/vllm-openai@sha256:" + "9" * 64,
+}
 TIERED = {**NATIVE, "serving_profile": "native-tiered", "allow_incubating": True}
 
 
@@ -283,10 +367,12 @@ def test_native_tiered_refuses_a_rig_shm_below_its_cpu_tier():
         (shm,) = by_check(run({**TIERED, "force": force}, host_shm_bytes=8 * GIB), "host-shm")
         assert shm.level == "refuse" and "8192 MiB < L1 64 GiB + 256 MiB" in shm.message
         assert "size >= 65G" in shm.fix
-    assert {f.level for f in by_check(run(TIERED, host_shm_bytes=64 * GIB + ENGINE_SHM_MIN_MB * MIB), "host-shm")} \
-        == {"ok"}
-    assert by_check(run(TIERED, host_shm_bytes=64 * GIB + ENGINE_SHM_MIN_MB * MIB - MIB), "host-shm")[0].level \
-        == "refuse"
+    assert {f.level for f in by_check(run(TIERED, host_shm_bytes=64 * GIB + ENGINE_SHM_MIN_MB * MIB), "host-shm")} == {
+        "ok"
+    }
+    assert (
+        by_check(run(TIERED, host_shm_bytes=64 * GIB + ENGINE_SHM_MIN_MB * MIB - MIB), "host-shm")[0].level == "refuse"
+    )
     # native-offload's CPU tier is pinned memory on 0.26, no /dev/shm file (H200): a small /dev/shm only warns
     assert by_check(run(NATIVE, host_shm_bytes=8 * GIB), "host-shm")[0].level == "warn"
     assert by_check(run(LMCACHE, host_shm_bytes=8 * GIB), "host-shm")[0].level == "warn"
@@ -305,5 +391,9 @@ def test_a_shm_filled_by_stale_segments_is_judged_by_what_is_free_not_its_size()
     assert by_check(run(NATIVE, host_shm_bytes=size, host_shm_free=full), "host-shm")[0].level == "ok"
     nothing = {"free_bytes": 100 * MIB, "offload_bytes": 0}
     assert by_check(run(NATIVE, host_shm_bytes=size, host_shm_free=nothing), "host-shm")[0].level == "refuse"
-    assert "rig /dev/shm large enough, 131072 MiB free" in by_check(
-        run(TIERED, host_shm_bytes=size, host_shm_free={"free_bytes": size, "offload_bytes": 0}), "host-shm")[0].message
+    assert (
+        "rig /dev/shm large enough, 131072 MiB free"
+        in by_check(
+            run(TIERED, host_shm_bytes=size, host_shm_free={"free_bytes": size, "offload_bytes": 0}), "host-shm"
+        )[0].message
+    )

@@ -8,25 +8,40 @@ from pathlib import Path
 import pytest
 
 from rigkit.errors import PreflightError
-from rigkit.settings.hostdata import settings_for_host
-from rigkit.preflight import Finding, HostFacts, bare_host_preflight, preflight, refusals
-from rigkit.settings.sizing import GB, GIB
 from rigkit.facts.nvidia import NvidiaPciGpus, nvidia_pci_gpus_command
+from rigkit.preflight import Finding, HostFacts, bare_host_preflight, preflight, refusals
+from rigkit.settings.hostdata import settings_for_host
+from rigkit.settings.sizing import GB, GIB
 
 H200 = Path(__file__).parent / "fixtures" / "nvidia-smi" / "h200-x2-ubuntu2404"
 IDLE = (H200 / "query-gpu-noheader.csv").read_text()
 BUSY = (H200 / "query-gpu-busy-noheader.csv").read_text()
-LMCACHE = {"serving_profile": "lmcache-mp", "allow_incubating": True, "model": "m", "l1_size_gb": 60,
-           "serving_image": "lmcache/vllm-openai@sha256:" + "2" * 64}
-CPU_LAB = {"serving_profile": "cpu-lab", "serving_image": "127.0.0.1:5000/rigkit/vllm-cpu-tiny@sha256:" + "1" * 64,
-           "serving_port": 8104}
+LMCACHE = {
+    "serving_profile": "lmcache-mp",
+    "allow_incubating": True,
+    "model": "m",
+    "l1_size_gb": 60,
+    "serving_image": "lmcache/vllm-openai@sha256:" + "2" * 64,
+}
+CPU_LAB = {
+    "serving_profile": "cpu-lab",
+    "serving_image": "127.0.0.1:5000/rigkit/vllm-cpu-tiny@sha256:" + "1" * 64,
+    "serving_port": 8104,
+}
 
 
 def bare(**changes) -> HostFacts:
     """A bare host: no engine, no compose, no image (none of which this gate may read)."""
-    base = dict(meminfo={"MemAvailable": 200 * GB, "MemTotal": 256 * GB}, host_shm_bytes=128 * 2**30,
-                l2_free_bytes=None, gpu_memory_csv=None, has_engine=False, compose_command=None,
-                image_present=False, port_listeners=[])
+    base = dict(
+        meminfo={"MemAvailable": 200 * GB, "MemTotal": 256 * GB},
+        host_shm_bytes=128 * 2**30,
+        l2_free_bytes=None,
+        gpu_memory_csv=None,
+        has_engine=False,
+        compose_command=None,
+        image_present=False,
+        port_listeners=[],
+    )
     return HostFacts(**{**base, **changes})
 
 
@@ -52,8 +67,9 @@ def test_a_fresh_gpu_host_passes_without_engine_driver_or_l2_disk():
 
 def test_ram_gate_refuses_before_anything_changes_even_forced():
     for force in (False, True):
-        ram = only(refusals(run({**LMCACHE, "force": force}, meminfo={"MemAvailable": 80 * GIB,
-                                                                       "MemTotal": 256 * GB})), "ram")
+        ram = only(
+            refusals(run({**LMCACHE, "force": force}, meminfo={"MemAvailable": 80 * GIB, "MemTotal": 256 * GB})), "ram"
+        )
         assert ram.field == "l1_size_gb" and ram.value == 60 and "at most 52" in ram.fix
 
 
@@ -81,8 +97,9 @@ def test_gpu_profile_on_a_host_without_nvidia_gpus_refused_even_forced():
 def test_fewer_gpus_on_the_bus_than_the_profile_needs():
     # every shipped GPU profile needs one GPU: a four-GPU variant of lmcache-mp stands in for a bigger one
     settings = settings_for_host(LMCACHE, variables=[])
-    profile = settings.profile.model_copy(update={"resources": settings.profile.resources.model_copy(
-        update={"gpus": 4})})
+    profile = settings.profile.model_copy(
+        update={"resources": settings.profile.resources.model_copy(update={"gpus": 4})}
+    )
     findings = bare_host_preflight(replace(settings, profile=profile), bare(), nvidia_pci_gpus=2, declared_gpus=4)
     gpu = only(refusals(findings), "gpu")
     assert gpu.field == "serving_profile" and "needs 4 GPU(s); the rig's PCI bus shows 2" in gpu.message
@@ -117,7 +134,11 @@ def test_a_refusal_raised_elsewhere_keeps_field_value_and_fix():
     error = PreflightError("l2_device", "/dev/disk/by-id/nvme-typo", "no block device at this path", "set l2_device")
     finding = Finding.refused_by("l2-device", error)
     assert (finding.level, finding.field, finding.value, finding.fix) == (
-        "refuse", "l2_device", "/dev/disk/by-id/nvme-typo", "set l2_device")
+        "refuse",
+        "l2_device",
+        "/dev/disk/by-id/nvme-typo",
+        "set l2_device",
+    )
     assert str(finding) == "[refuse] l2-device: no block device at this path. Fix: set l2_device"
 
 
@@ -129,21 +150,28 @@ def test_ram_gate_without_l1_names_the_reserve():
 
 def test_nvidia_pci_gpu_count_reads_vendor_and_class_from_sysfs(tmp_path):
     # no NVIDIA device on this machine: a sysfs-shaped directory stands in for the bus of a 2-GPU rig
-    devices = {"0000:17:00.0": ("0x10de", "0x030200"),  # H200 (3D controller)
-               "0000:65:00.0": ("0x10de", "0x030200"),
-               "0000:65:00.1": ("0x10de", "0x040300"),  # an NVIDIA audio function: not a GPU
-               "0000:00:02.0": ("0x8086", "0x030000")}  # Intel VGA: not NVIDIA
+    devices = {
+        "0000:17:00.0": ("0x10de", "0x030200"),  # H200 (3D controller)
+        "0000:65:00.0": ("0x10de", "0x030200"),
+        "0000:65:00.1": ("0x10de", "0x040300"),  # an NVIDIA audio function: not a GPU
+        "0000:00:02.0": ("0x8086", "0x030000"),
+    }  # Intel VGA: not NVIDIA
     for name, (vendor, pci_class) in devices.items():
         (tmp_path / name).mkdir()
         (tmp_path / name / "vendor").write_text(vendor + "\n")
         (tmp_path / name / "class").write_text(pci_class + "\n")
-    out = subprocess.run(["sh", "-c", nvidia_pci_gpus_command(str(tmp_path))], capture_output=True, text=True,
-                         check=True).stdout.splitlines()
+    out = subprocess.run(
+        ["sh", "-c", nvidia_pci_gpus_command(str(tmp_path))], capture_output=True, text=True, check=True
+    ).stdout.splitlines()
     assert NvidiaPciGpus().process(out) == 2
     empty = tmp_path / "empty"
     empty.mkdir()
-    assert subprocess.run(["sh", "-c", nvidia_pci_gpus_command(str(empty))], capture_output=True, text=True,
-                          check=True).stdout == ""
+    assert (
+        subprocess.run(
+            ["sh", "-c", nvidia_pci_gpus_command(str(empty))], capture_output=True, text=True, check=True
+        ).stdout
+        == ""
+    )
 
 
 def test_tensor_parallel_wider_than_the_pci_bus_is_refused():

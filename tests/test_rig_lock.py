@@ -10,13 +10,18 @@ from pathlib import Path
 
 from roles.rig_lock import EXIT_TIMEOUT, HOLDER_FILE, Holder, lock_script, stale_reason, this_command
 
-
 # The lock protocol, run for real: two "controllers" are two sh processes on this machine.
+
 
 def start_locker(state_dir: Path, name: str, wait_s: int) -> subprocess.Popen:
     script = lock_script(f"controller={name} pid={os.getpid()}", wait_s, str(state_dir))
-    return subprocess.Popen(["sh", "-c", script], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
-                            env={**os.environ, "RIGKIT_LOCK_COMMAND": f"test {name}"})
+    return subprocess.Popen(
+        ["sh", "-c", script],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "RIGKIT_LOCK_COMMAND": f"test {name}"},
+    )
 
 
 def test_second_deploy_waits_then_times_out_then_takes_over_a_stale_holder(tmp_path):
@@ -90,6 +95,15 @@ def test_holder_line_round_trip_and_garbage():
 
 
 def test_the_holder_records_the_program_and_its_files_never_an_option_value():
-    argv = ["/usr/bin/pyinfra", "-y", "--data", "hf_token=hf_planted_secret", "inventory/lab.py", "deploy.py",
-            "--data=serving_image=x.py", "--limit", "rig1"]
+    argv = [
+        "/usr/bin/pyinfra",
+        "-y",
+        "--data",
+        "hf_token=hf_planted_secret",
+        "inventory/lab.py",
+        "deploy.py",
+        "--data=serving_image=x.py",
+        "--limit",
+        "rig1",
+    ]
     assert this_command(argv) == "pyinfra inventory/lab.py deploy.py"

@@ -3,8 +3,6 @@ command line in front of fake workers on loopback (tests/fake_openai.py)."""
 
 from __future__ import annotations
 
-import os
-import shlex
 import socket
 import subprocess
 import sys
@@ -12,13 +10,26 @@ import time
 
 import pytest
 import requests
-
 from fake_openai import FakeOpenAI
-from rigkit.settings.defaults import ROUTER_VARIABLES
+
 from rigkit.errors import ConfigError
-from rigkit.router import (ROUTER_LAUNCHER, ROUTER_LAUNCHER_SOURCE, ROUTER_PYTHON, Worker, api_key, command_line,
-                           is_gateway, pip_find_links, pip_install_args, router_url, unit_text, worker_address,
-                           worker_mismatch, workers)
+from rigkit.router import (
+    ROUTER_LAUNCHER,
+    ROUTER_LAUNCHER_SOURCE,
+    ROUTER_PYTHON,
+    Worker,
+    api_key,
+    command_line,
+    is_gateway,
+    pip_find_links,
+    pip_install_args,
+    router_url,
+    unit_text,
+    worker_address,
+    worker_mismatch,
+    workers,
+)
+from rigkit.settings.defaults import ROUTER_VARIABLES
 from rigkit.settings.variables import resolve
 
 ROUTER = resolve(ROUTER_VARIABLES, {})
@@ -34,8 +45,10 @@ def test_worker_address_follows_the_bind_address() -> None:
     assert worker_address("rig1", {"ssh_hostname": "rig1.lan"}, "192.168.7.5") == "192.168.7.5"
     # the lab: the gateway shares the host's loopback with a host-network rig
     assert worker_address("rig1", {"ssh_hostname": "127.0.0.1"}, "127.0.0.1") == "127.0.0.1"
-    assert worker_address("rig1", {"ssh_hostname": "10.0.0.5", "router_worker_address": "10.9.9.9"},
-                          "127.0.0.1") == "10.9.9.9"
+    assert (
+        worker_address("rig1", {"ssh_hostname": "10.0.0.5", "router_worker_address": "10.9.9.9"}, "127.0.0.1")
+        == "10.9.9.9"
+    )
 
 
 def test_a_rig_bound_to_its_own_loopback_is_refused() -> None:
@@ -45,10 +58,14 @@ def test_a_rig_bound_to_its_own_loopback_is_refused() -> None:
 
 
 def test_workers_are_every_rig_in_order_and_distinct() -> None:
-    rigs = {"rig1": ({"ssh_hostname": "127.0.0.1"}, KNOBS),
-            "rig2": ({"ssh_hostname": "127.0.0.1"}, {**KNOBS, "serving_port": 8102})}
-    assert workers(rigs) == [Worker("rig1", "http://127.0.0.1:8101", "tiny"),
-                             Worker("rig2", "http://127.0.0.1:8102", "tiny")]
+    rigs = {
+        "rig1": ({"ssh_hostname": "127.0.0.1"}, KNOBS),
+        "rig2": ({"ssh_hostname": "127.0.0.1"}, {**KNOBS, "serving_port": 8102}),
+    }
+    assert workers(rigs) == [
+        Worker("rig1", "http://127.0.0.1:8101", "tiny"),
+        Worker("rig2", "http://127.0.0.1:8102", "tiny"),
+    ]
     with pytest.raises(ConfigError, match="both reach the router as http://127.0.0.1:8101"):
         workers({"rig1": rigs["rig1"], "rig2": ({"ssh_hostname": "127.0.0.1"}, KNOBS)})
     with pytest.raises(ConfigError, match="no rig to route to"):
@@ -56,7 +73,9 @@ def test_workers_are_every_rig_in_order_and_distinct() -> None:
 
 
 def test_ipv6_worker_url_is_bracketed() -> None:
-    assert workers({"r": ({"ssh_hostname": "fd00::5"}, {**KNOBS, "bind_address": "::"})})[0].url == "http://[fd00::5]:8101"
+    assert (
+        workers({"r": ({"ssh_hostname": "fd00::5"}, {**KNOBS, "bind_address": "::"})})[0].url == "http://[fd00::5]:8101"
+    )
 
 
 @pytest.mark.parametrize("value", ["http://127.0.0.1:8999/", "/srv/wheels"])
@@ -109,10 +128,13 @@ def test_router_url_reaches_a_wildcard_bind_on_loopback() -> None:
 def test_worker_mismatch_names_missing_and_extra() -> None:
     declared = [Worker("rig1", "http://a:1", "m"), Worker("rig2", "http://b:2", "m")]
     assert worker_mismatch(declared, ["http://a:1", "http://b:2"]) is None
-    assert worker_mismatch(declared, ["http://a:1", "http://c:3"]) == "missing rig2 (http://b:2); not declared http://c:3"
+    assert (
+        worker_mismatch(declared, ["http://a:1", "http://c:3"]) == "missing rig2 (http://b:2); not declared http://c:3"
+    )
 
 
 # --- the real vllm-router ------------------------------------------------------------------------------------
+
 
 def free_port() -> int:
     with socket.socket() as sock:
@@ -140,8 +162,12 @@ def test_real_router_serves_through_with_the_rendered_command_line(tmp_path) -> 
     key_file.chmod(0o600)
     with FakeOpenAI() as one, FakeOpenAI() as two:
         declared = [Worker("rig1", one.url, "tiny"), Worker("rig2", two.url, "tiny")]
-        config = {**ROUTER, "router_port": free_port(), "router_metrics_port": free_port(),
-                  "router_policy": "round_robin"}
+        config = {
+            **ROUTER,
+            "router_port": free_port(),
+            "router_metrics_port": free_port(),
+            "router_policy": "round_robin",
+        }
         argv = command_line(config, declared, with_api_key=True)
         assert argv[:2] == [ROUTER_PYTHON, ROUTER_LAUNCHER]
         argv[:2] = [sys.executable, str(ROUTER_LAUNCHER_SOURCE)]  # the gateway's paths, here
@@ -153,9 +179,12 @@ def test_real_router_serves_through_with_the_rendered_command_line(tmp_path) -> 
             listed = requests.get(f"{url}/list_workers", timeout=5).json()["urls"]
             assert sorted(listed) == sorted([one.url, two.url]) and worker_mismatch(declared, listed) is None
             for _ in range(4):
-                response = requests.post(f"{url}/v1/chat/completions", timeout=30, headers={
-                    "Authorization": "Bearer client-key"}, json={
-                    "model": "tiny", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4})
+                response = requests.post(
+                    f"{url}/v1/chat/completions",
+                    timeout=30,
+                    headers={"Authorization": "Bearer client-key"},
+                    json={"model": "tiny", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4},
+                )
                 assert response.status_code == 200
                 assert response.json()["choices"][0]["message"]["content"] == "Hello there."
             # round robin: both rigs answered. Measured on 0.1.17: a request carries the client's own key to the

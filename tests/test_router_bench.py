@@ -9,19 +9,33 @@ import sys
 
 import pytest
 
-from rigkit.validation import metrics
 from rigkit.errors import ConfigError
 from rigkit.fleet.inventory import load_inventory
 from rigkit.paths import REPO_ROOT
+from rigkit.validation import metrics
 from rigkit.validation.soak import Plan
 from tests.fake_openai import FakeOpenAI
 
 sys.path.insert(0, str(REPO_ROOT / "bench"))
 import router_bench  # noqa: E402
 import router_launcher  # noqa: E402
-from router_bench import (CACHE_AWARE, DIRECT, ROUND_ROBIN, LatencyPair, Results, TurnRecord, added_latency,  # noqa: E402
-                          bench_rigs, cache_tokens, format_table, later_turns_hit_rate, per_turn, requests_per_rig,
-                          served_by, sessions_on_one_rig)
+from router_bench import (
+    CACHE_AWARE,
+    DIRECT,
+    ROUND_ROBIN,
+    LatencyPair,
+    Results,
+    TurnRecord,
+    added_latency,  # noqa: E402
+    bench_rigs,
+    cache_tokens,
+    format_table,
+    later_turns_hit_rate,
+    per_turn,
+    requests_per_rig,
+    served_by,
+    sessions_on_one_rig,
+)
 
 METRICS = REPO_ROOT / "tests" / "fixtures" / "metrics"  # captured from the lab's vLLM (steps.json says what ran)
 LAB_STATE_DIR = REPO_ROOT / "tests" / "fixtures" / "lab"
@@ -33,6 +47,7 @@ def captured_window(before: str, after: str) -> metrics.Delta:
 
 
 # --- which rig served a request, and from which cache -------------------------------------------------------------
+
 
 def test_a_warm_request_reads_as_its_gpu_hits_over_its_prompt_tokens():
     # prompt A again at once: 3456 of its 3516 tokens from the GPU cache (the response said cached_tokens 3456)
@@ -58,6 +73,7 @@ def test_the_rig_whose_tokens_moved_served_the_request():
 
 
 # --- aggregation over the records ---------------------------------------------------------------------------------
+
 
 def record(target, session, turn, rig, cached, prompt, ttft, error=None):
     return TurnRecord(target, session, turn, rig, cached, prompt, ttft, error)
@@ -93,8 +109,10 @@ def test_a_failed_turn_is_left_out_of_the_figures_and_breaks_its_sessions_rig():
 
 
 def test_the_routers_added_latency_is_routed_minus_direct_per_pair():
-    pairs = [LatencyPair("rig1", routed, direct) for routed, direct in
-             [(0.012, 0.010), (0.015, 0.010), (0.011, 0.010), (0.030, 0.010), (0.009, 0.010)]]
+    pairs = [
+        LatencyPair("rig1", routed, direct)
+        for routed, direct in [(0.012, 0.010), (0.015, 0.010), (0.011, 0.010), (0.030, 0.010), (0.009, 0.010)]
+    ]
     figure = added_latency(pairs)
     assert figure.pairs == 5
     assert figure.median_s == pytest.approx(0.002)  # differences -1, 1, 2, 5, 20 ms
@@ -103,8 +121,12 @@ def test_the_routers_added_latency_is_routed_minus_direct_per_pair():
 
 
 def test_the_table_puts_both_policies_side_by_side_with_direct_beside_them():
-    results = Results(Plan(2, 2, 64, 8), ["rig1", "rig2", "rig3"], list(CONSTRUCTED),
-                      {CACHE_AWARE: [LatencyPair("rig1", 0.012, 0.010)], ROUND_ROBIN: []})
+    results = Results(
+        Plan(2, 2, 64, 8),
+        ["rig1", "rig2", "rig3"],
+        list(CONSTRUCTED),
+        {CACHE_AWARE: [LatencyPair("rig1", 0.012, 0.010)], ROUND_ROBIN: []},
+    )
     lines = format_table(results).splitlines()
     assert lines[0].split() == [CACHE_AWARE, ROUND_ROBIN, DIRECT]
     rows = {label: cells for label, *cells in (re.split(r"\s{2,}", line.strip()) for line in lines[1:])}
@@ -117,6 +139,7 @@ def test_the_table_puts_both_policies_side_by_side_with_direct_beside_them():
 
 
 # --- the rigs of an inventory -------------------------------------------------------------------------------------
+
 
 @pytest.fixture(scope="module")
 def lab_hosts():
@@ -163,10 +186,12 @@ class MadeUpPrefixCache:
 
     def _publish(self) -> None:
         labels = '{engine="0",model_name="tiny"}'
-        self.fake.metrics_text = (f"# TYPE vllm:prefix_cache_queries_total counter\n"
-                                  f"vllm:prefix_cache_queries_total{labels} {self.queries}.0\n"
-                                  f"# TYPE vllm:prefix_cache_hits_total counter\n"
-                                  f"vllm:prefix_cache_hits_total{labels} {self.hits}.0\n")
+        self.fake.metrics_text = (
+            f"# TYPE vllm:prefix_cache_queries_total counter\n"
+            f"vllm:prefix_cache_queries_total{labels} {self.queries}.0\n"
+            f"# TYPE vllm:prefix_cache_hits_total counter\n"
+            f"vllm:prefix_cache_hits_total{labels} {self.hits}.0\n"
+        )
 
 
 @pytest.fixture
@@ -182,14 +207,16 @@ def fake_workers():
 
 
 def test_the_bench_runs_through_the_real_router_which_keeps_a_session_under_cache_aware_and_spreads_it_round_robin(
-        fake_workers):
+    fake_workers,
+):
     urls = {f"fake{i}": worker.url for i, worker in enumerate(fake_workers)}
     pairs = 3
     results = router_bench.run_bench(urls, Plan(2, 2, 64, 4), pairs, progress=lambda _line: None, seed=1)
     records = results.records
     assert [r for r in records if r.error] == []
     assert sorted((r.target, r.session, r.turn) for r in records) == sorted(
-        (target, s, t) for target in (CACHE_AWARE, ROUND_ROBIN, DIRECT) for s in (0, 1) for t in (0, 1))
+        (target, s, t) for target in (CACHE_AWARE, ROUND_ROBIN, DIRECT) for s in (0, 1) for t in (0, 1)
+    )
     assert all(r.rig in urls for r in records)  # every window named the worker that answered
 
     # the router's behaviour: cache_aware keeps each session on one worker, round_robin moves it every turn

@@ -11,7 +11,7 @@ from pyinfra.api.state import StateStage
 from pyinfra.context import ctx_state
 from pyinfra_cli.util import load_deploy_file
 
-DEPLOY_SHAPE = '''
+DEPLOY_SHAPE = """
 from pyinfra import host
 from pyinfra.operations import server
 from rigkit.operations.router import rigs_before_router
@@ -24,7 +24,7 @@ if ORDERED and any(is_gateway(other.groups) for other in host.inventory):
 if is_gateway(host.groups):
     for i in range(2):
         server.shell(name=f"router op {i}", commands=["true"])
-'''
+"""
 
 
 def op_order(tmp_path, ordered: bool) -> list[str]:

@@ -2,8 +2,8 @@
 
 import re
 
-from rigkit.settings.defaults import ROUTER_VARIABLES
 from rigkit.paths import REPO_ROOT
+from rigkit.settings.defaults import ROUTER_VARIABLES
 
 
 def test_the_test_extra_pins_the_router_role_s_release():

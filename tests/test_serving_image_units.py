@@ -5,9 +5,7 @@ import shutil
 
 import pytest
 
-from rigkit.lab import proc
-
-from rigkit.lab import lab_model
+from rigkit.lab import lab_model, proc
 from rigkit.lab import serving_image as si
 
 DIGEST_A = "sha256:" + "a" * 64
@@ -16,6 +14,7 @@ REPO = "127.0.0.1:5000/rigkit/vllm-cpu-tiny"
 
 
 # ------------------------------------------------------------------ input-hash keying
+
 
 def test_input_hash_is_stable_and_order_independent_for_mappings():
     assert si.input_hash("x", {"a": 1, "b": 2}) == si.input_hash("x", {"b": 2, "a": 1})
@@ -49,8 +48,9 @@ def test_editing_a_context_file_changes_the_image_key(tmp_path):
     dockerfile = context / "Dockerfile"
     dockerfile.write_text(dockerfile.read_text() + "# edited\n")
     assert si.image_key("base", "wheels", si.directory_digest(context)) != before
-    assert si.image_key("other-base", "wheels", si.directory_digest(context)) != \
-        si.image_key("base", "wheels", si.directory_digest(context))
+    assert si.image_key("other-base", "wheels", si.directory_digest(context)) != si.image_key(
+        "base", "wheels", si.directory_digest(context)
+    )
 
 
 def test_directory_digest_ignores_mtime_and_bytecode(tmp_path):
@@ -64,6 +64,7 @@ def test_directory_digest_ignores_mtime_and_bytecode(tmp_path):
 
 # ------------------------------------------------------------------ the tiny model
 
+
 def test_the_image_key_follows_the_model_inputs(monkeypatch):
     before = si.context_inputs()
     assert before[si.MODEL_CONTEXT_DIR] == lab_model.model_key()
@@ -75,9 +76,17 @@ def test_config_json_is_the_tiny_qwen3():
     config = json.loads((lab_model.SOURCES / "config.json").read_text())
     assert config["architectures"] == ["Qwen3ForCausalLM"]
     assert config["model_type"] == "qwen3"
-    expected = {"hidden_size": 256, "intermediate_size": 512, "num_hidden_layers": 2, "num_attention_heads": 4,
-                "num_key_value_heads": 2, "head_dim": 64, "vocab_size": 2048, "tie_word_embeddings": True,
-                "torch_dtype": "bfloat16"}
+    expected = {
+        "hidden_size": 256,
+        "intermediate_size": 512,
+        "num_hidden_layers": 2,
+        "num_attention_heads": 4,
+        "num_key_value_heads": 2,
+        "head_dim": 64,
+        "vocab_size": 2048,
+        "tie_word_embeddings": True,
+        "torch_dtype": "bfloat16",
+    }
     assert {key: config[key] for key in expected} == expected
     assert config["max_position_embeddings"] >= 8192
 
@@ -107,20 +116,25 @@ def test_dockerfile_takes_every_pin_from_build_args():
 
 # ------------------------------------------------------------------ releases and digests
 
+
 def test_releases_differ_only_in_label_and_env():
     one = si.release_dockerfile("build:key", "1").splitlines()
     two = si.release_dockerfile("build:key", "2").splitlines()
     differing = [(a, b) for a, b in zip(one, two) if a != b]
     assert len(one) == len(two)
-    assert differing == [('LABEL org.rigkit.release="1"', 'LABEL org.rigkit.release="2"'),
-                         ("ENV RIGKIT_RELEASE=1", "ENV RIGKIT_RELEASE=2")]
+    assert differing == [
+        ('LABEL org.rigkit.release="1"', 'LABEL org.rigkit.release="2"'),
+        ("ENV RIGKIT_RELEASE=1", "ENV RIGKIT_RELEASE=2"),
+    ]
     assert one[0] == "FROM build:key"
 
 
 def test_digest_from_push_output():
-    output = ("The push refers to repository [127.0.0.1:5000/rigkit/vllm-cpu-tiny]\n"
-              "5f70bf18a086: Pushed\n"
-              f"release-1-abc: digest: {DIGEST_A} size: 1573\n")
+    output = (
+        "The push refers to repository [127.0.0.1:5000/rigkit/vllm-cpu-tiny]\n"
+        "5f70bf18a086: Pushed\n"
+        f"release-1-abc: digest: {DIGEST_A} size: 1573\n"
+    )
     assert si.digest_from_push_output(output) == DIGEST_A
     assert si.digest_from_push_output("5f70bf18a086: Pushed\n") is None
 
@@ -145,9 +159,14 @@ def test_pushed_reference_falls_back_to_a_single_repo_digest():
 
 def test_result_record_shape():
     record = si.result_record("127.0.0.1:5000", {"1": f"{REPO}@{DIGEST_A}", "2": f"{REPO}@{DIGEST_B}"})
-    assert record == {"repository": REPO, "releases": {"1": f"{REPO}@{DIGEST_A}", "2": f"{REPO}@{DIGEST_B}"},
-                      "model_dir": "/models/tiny", "python": "/opt/vllm/bin/python", "served_model_name": "tiny",
-                      "serve_module": "vllm.entrypoints.openai.api_server"}
+    assert record == {
+        "repository": REPO,
+        "releases": {"1": f"{REPO}@{DIGEST_A}", "2": f"{REPO}@{DIGEST_B}"},
+        "model_dir": "/models/tiny",
+        "python": "/opt/vllm/bin/python",
+        "served_model_name": "tiny",
+        "serve_module": "vllm.entrypoints.openai.api_server",
+    }
 
 
 def test_cached_releases_need_the_same_registry_and_both_releases(tmp_path, monkeypatch):
@@ -182,26 +201,38 @@ def test_debian_mirror_from_deb822():
 
 
 def test_debian_mirror_from_one_line_format_and_skips_other_suites():
-    text = ("deb http://security.example/debian-security bookworm-security main\n"
-            "deb-src http://src.example/debian bookworm main\n"
-            "deb [arch=amd64 signed-by=/k.gpg] http://mirror.example/debian bookworm main contrib\n")
+    text = (
+        "deb http://security.example/debian-security bookworm-security main\n"
+        "deb-src http://src.example/debian bookworm main\n"
+        "deb [arch=amd64 signed-by=/k.gpg] http://mirror.example/debian bookworm main contrib\n"
+    )
     assert si.debian_mirror(["", text]) == "http://mirror.example/debian"
 
 
 def test_debian_mirror_none_when_absent():
     assert si.debian_mirror(["Types: deb\nURIs: http://x/debian\nSuites: trixie\nComponents: main\n"]) is None
-    assert si.debian_mirror(["Types: deb\nURIs: http://x/debian\nSuites: bookworm\nComponents: main\nEnabled: no\n"]) \
+    assert (
+        si.debian_mirror(["Types: deb\nURIs: http://x/debian\nSuites: bookworm\nComponents: main\nEnabled: no\n"])
         is None
+    )
 
 
 # ------------------------------------------------------------------ long steps (real subprocesses, no Docker)
 
+
 def test_streamed_reports_interesting_lines_and_heartbeats(monkeypatch):
     import re
+
     monkeypatch.setattr(proc, "HEARTBEAT_S", 0.5)  # _streamed lives in rigkit.lab.proc
     messages: list[str] = []
-    output = si._streamed(["bash", "-c", "echo noise; sleep 1.6; echo 'Step 1/2 : FROM x'"], "image build", "fix",
-                          messages.append, timeout=30, interesting=re.compile(r"^Step "))
+    output = si._streamed(
+        ["bash", "-c", "echo noise; sleep 1.6; echo 'Step 1/2 : FROM x'"],
+        "image build",
+        "fix",
+        messages.append,
+        timeout=30,
+        interesting=re.compile(r"^Step "),
+    )
     assert output == "noise\nStep 1/2 : FROM x"
     assert messages[-1] == "image build: Step 1/2 : FROM x"
     assert any(message.startswith("image build: still running") for message in messages[:-1])
@@ -209,10 +240,18 @@ def test_streamed_reports_interesting_lines_and_heartbeats(monkeypatch):
 
 def test_streamed_failure_names_the_step_and_the_fix():
     import re
+
     from rigkit.lab.proc import LabStepError
+
     with pytest.raises(LabStepError) as caught:
-        si._streamed(["bash", "-c", "echo 'no space left'; exit 3"], "push release 1", "free disk space",
-                     lambda _: None, timeout=30, interesting=re.compile("x"))
+        si._streamed(
+            ["bash", "-c", "echo 'no space left'; exit 3"],
+            "push release 1",
+            "free disk space",
+            lambda _: None,
+            timeout=30,
+            interesting=re.compile("x"),
+        )
     assert caught.value.field == "push release 1"
     assert "exit 3" in caught.value.problem and "no space left" in caught.value.problem
     assert caught.value.fix == "free disk space"

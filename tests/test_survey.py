@@ -7,10 +7,19 @@ from rigkit.settings.hostdata import rig_settings
 from rigkit.survey import NOT_READ, RigState, read_rig_state, state_from, survey_specs
 from roles import Run
 
-CPU_LAB = {"serving_profile": "cpu-lab", "model": "/models/tiny", "serving_port": 8101,
-           "serving_image": "127.0.0.1:5000/rigkit/vllm-cpu-tiny@sha256:" + "1" * 64}
-GPU_RIG = {"serving_profile": "native-offload", "model": "Qwen/Qwen3-8B", "gpus": 2, "l2_device": "/dev/nvme1n1",
-           "serving_image": "vllm/vllm-openai@sha256:" + "2" * 64}
+CPU_LAB = {
+    "serving_profile": "cpu-lab",
+    "model": "/models/tiny",
+    "serving_port": 8101,
+    "serving_image": "127.0.0.1:5000/rigkit/vllm-cpu-tiny@sha256:" + "1" * 64,
+}
+GPU_RIG = {
+    "serving_profile": "native-offload",
+    "model": "Qwen/Qwen3-8B",
+    "gpus": 2,
+    "l2_device": "/dev/nvme1n1",
+    "serving_image": "vllm/vllm-openai@sha256:" + "2" * 64,
+}
 
 
 def counting(host, monkeypatch) -> list:
@@ -30,8 +39,9 @@ def test_the_survey_is_one_round_trip_and_each_field_is_what_its_fact_reads_alon
     reads = counting(local_host, monkeypatch)
     state = read_rig_state(local_host, settings)
     assert reads == [FactBatch]
-    alone = {field: local_host.get_fact(spec.fact, **dict(spec.kwargs))
-             for field, spec in survey_specs(settings).items()}
+    alone = {
+        field: local_host.get_fact(spec.fact, **dict(spec.kwargs)) for field, spec in survey_specs(settings).items()
+    }
     assert state.os_release == alone["os_release"]["release_meta"] and state.os_release["ID"]
     assert state.meminfo.keys() == alone["meminfo"].keys() and state.meminfo["MemTotal"] == alone["meminfo"]["MemTotal"]
     for field in ("shm_bytes", "docker_cli", "compose_command", "stack_containers", "local_images"):
@@ -49,9 +59,17 @@ def test_what_nothing_declared_asks_for_is_not_read():
 
 
 def test_unread_fields_hold_the_absent_value_and_an_image_needs_a_docker_cli():
-    values = {"os_release": {"release_meta": {"ID": "debian"}}, "meminfo": {}, "shm_bytes": None, "docker_cli": None,
-              "engine": None, "compose_command": None, "stack_containers": None, "local_images": None,
-              "image_present": True}
+    values = {
+        "os_release": {"release_meta": {"ID": "debian"}},
+        "meminfo": {},
+        "shm_bytes": None,
+        "docker_cli": None,
+        "engine": None,
+        "compose_command": None,
+        "stack_containers": None,
+        "local_images": None,
+        "image_present": True,
+    }
     state = state_from(values)
     assert isinstance(state, RigState) and state.os_release == {"ID": "debian"}
     assert state.image_present is False  # no docker CLI: nothing is in an image store
@@ -67,15 +85,30 @@ def test_a_run_reads_the_survey_once(local_host, monkeypatch):
 
 
 def test_every_port_the_stack_listens_on_is_surveyed_in_the_same_round_trip():
-    lmcache = {"serving_profile": "lmcache-mp", "allow_incubating": True, "model": "m", "gpus": 1,
-               "serving_image": "lmcache/vllm-openai@sha256:" + "2" * 64, "lmcache_http_port": 9090}
+    lmcache = {
+        "serving_profile": "lmcache-mp",
+        "allow_incubating": True,
+        "model": "m",
+        "gpus": 1,
+        "serving_image": "lmcache/vllm-openai@sha256:" + "2" * 64,
+        "lmcache_http_port": 9090,
+    }
     specs = survey_specs(rig_settings(lmcache))
     assert dict(specs["port_listeners"].kwargs) == {"port": 8000}
     assert dict(specs["stack_port:lmcache_port"].kwargs) == {"port": 5555}
     assert dict(specs["stack_port:lmcache_http_port"].kwargs) == {"port": 9090}
     assert not any(key.startswith("stack_port:") for key in survey_specs(rig_settings(CPU_LAB)))
-    values = {"os_release": {}, "meminfo": {}, "shm_bytes": None, "docker_cli": None, "engine": None,
-              "compose_command": None, "stack_containers": None, "local_images": None,
-              "stack_port:lmcache_http_port": [{"pid": 7, "containers": [], "command": "nginx"}]}
-    assert state_from(values).stack_port_listeners == {"lmcache_http_port": [{"pid": 7, "containers": [],
-                                                                              "command": "nginx"}]}
+    values = {
+        "os_release": {},
+        "meminfo": {},
+        "shm_bytes": None,
+        "docker_cli": None,
+        "engine": None,
+        "compose_command": None,
+        "stack_containers": None,
+        "local_images": None,
+        "stack_port:lmcache_http_port": [{"pid": 7, "containers": [], "command": "nginx"}],
+    }
+    assert state_from(values).stack_port_listeners == {
+        "lmcache_http_port": [{"pid": 7, "containers": [], "command": "nginx"}]
+    }

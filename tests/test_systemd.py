@@ -2,8 +2,8 @@
 written from those pages reads every argument back exactly, and systemd-analyze verify accepts the unit
 without a warning (an unknown escape or specifier would be reported)."""
 
-import shlex
 import re
+import shlex
 import shutil
 import subprocess
 
@@ -13,17 +13,38 @@ from rigkit.systemd import exec_argument, exec_command_line
 
 SYSTEMD_ANALYZE = shutil.which("systemd-analyze")
 C_UNESCAPES = {"\\": "\\", '"': '"', "n": "\n", "t": "\t", "r": "\r", "a": "\a", "b": "\b", "f": "\f", "v": "\v"}
-ARGUMENTS = ["/mnt/l2 disk/lmcache", "100%", "%h", "$HOME", "${HOME}", "$$", 'say "hi"', "back\\slash",
-             "trailing\\", "new\nline", "tab\there", "bell\a", "esc\x1b", "del\x7f", "caf\u00e9 \U0001F600", "", "'single'",
-             ";", "a b  c"]
+ARGUMENTS = [
+    "/mnt/l2 disk/lmcache",
+    "100%",
+    "%h",
+    "$HOME",
+    "${HOME}",
+    "$$",
+    'say "hi"',
+    "back\\slash",
+    "trailing\\",
+    "new\nline",
+    "tab\there",
+    "bell\a",
+    "esc\x1b",
+    "del\x7f",
+    "caf\u00e9 \U0001f600",
+    "",
+    "'single'",
+    ";",
+    "a b  c",
+]
 
 
 def decode(command_line: str) -> list[str]:
     """What systemd makes of a command line of quoted words (the subset rigkit writes)."""
     words = []
     for quoted in re.findall(r'"((?:[^"\\]|\\.)*)"', command_line):
-        unescaped = re.sub(r"\\x([0-9a-f]{2})|\\(.)",
-                           lambda m: chr(int(m.group(1), 16)) if m.group(1) else C_UNESCAPES[m.group(2)], quoted)
+        unescaped = re.sub(
+            r"\\x([0-9a-f]{2})|\\(.)",
+            lambda m: chr(int(m.group(1), 16)) if m.group(1) else C_UNESCAPES[m.group(2)],
+            quoted,
+        )
         words.append(unescaped.replace("%%", "%").replace("$$", "$"))
     assert " ".join(f'"{w}"' for w in re.findall(r'"((?:[^"\\]|\\.)*)"', command_line)) == command_line
     return words
@@ -52,15 +73,17 @@ def test_nul_and_relative_executable_refused():
 @pytest.mark.skipif(SYSTEMD_ANALYZE is None, reason="systemd-analyze not installed")
 def test_systemd_accepts_the_quoted_unit_without_a_warning(tmp_path):
     unit = tmp_path / "rigkit-quoting-test.service"
-    unit.write_text("[Unit]\nDescription=quoting test\n\n[Service]\nType=oneshot\n"
-                    f"ExecStart={exec_command_line(['/bin/true', *ARGUMENTS])}\n")
-    result = subprocess.run([SYSTEMD_ANALYZE, "verify", "--man=no", str(unit)], capture_output=True, text=True,
-                            timeout=60)
+    unit.write_text(
+        "[Unit]\nDescription=quoting test\n\n[Service]\nType=oneshot\n"
+        f"ExecStart={exec_command_line(['/bin/true', *ARGUMENTS])}\n"
+    )
+    result = subprocess.run(
+        [SYSTEMD_ANALYZE, "verify", "--man=no", str(unit)], capture_output=True, text=True, timeout=60
+    )
     assert result.returncode == 0 and "rigkit-quoting-test" not in result.stderr, result.stderr
     # the check can fail: an unknown escape is reported
     unit.write_text(unit.read_text().replace('"$$HOME"', '"\\q"'))
-    bad = subprocess.run([SYSTEMD_ANALYZE, "verify", "--man=no", str(unit)], capture_output=True, text=True,
-                         timeout=60)
+    bad = subprocess.run([SYSTEMD_ANALYZE, "verify", "--man=no", str(unit)], capture_output=True, text=True, timeout=60)
     assert "escape" in bad.stderr
 
 
@@ -68,8 +91,13 @@ def test_the_l2_janitor_unit_passes_a_path_with_a_space_as_one_argument():
     from rigkit.settings.hostdata import settings_for_host
     from roles.serving import janitor_unit
 
-    settings = settings_for_host({"serving_profile": "cpu-lab", "l2_path": "/mnt/rig kit/lmcache",
-                                  "serving_image": "127.0.0.1:5000/rigkit/vllm-cpu-tiny@sha256:" + "1" * 64})
+    settings = settings_for_host(
+        {
+            "serving_profile": "cpu-lab",
+            "l2_path": "/mnt/rig kit/lmcache",
+            "serving_image": "127.0.0.1:5000/rigkit/vllm-cpu-tiny@sha256:" + "1" * 64,
+        }
+    )
     (line,) = [line for line in janitor_unit(settings).splitlines() if line.startswith("ExecStart=")]
     argv = shlex.split(line.removeprefix("ExecStart="))  # systemd's double quotes split like the shell's here
     assert argv[:3] == ["/usr/bin/python3", "/usr/local/lib/rigkit/l2_janitor.py", "/mnt/rig kit/lmcache"]

@@ -22,10 +22,15 @@ REPO = Path(__file__).resolve().parents[2]
 FIXTURES = REPO / "tests" / "fixtures"
 LOG_TAIL_LINES = 120
 # device paths -> placeholders (the harness's own layout: bench/gpu/go.sh, run.py)
-SCRUB = [(re.compile(r"/tmp/gpu-check-kv"), "<kv>"), (re.compile(r"/tmp/gpu-check-model"), "<model>"),
-         (re.compile(r"/tmp/site-lm"), "<site-lm>"), (re.compile(r"/tmp/site"), "<site>"),
-         (re.compile(r"/tmp/gpu-check"), "<results>"), (re.compile(r"/[\w./-]*/\.gpucheck/repo"), "<repo>"),
-         (re.compile(r"/[\w./-]*/\.gpucheck"), "<carry>")]
+SCRUB = [
+    (re.compile(r"/tmp/gpu-check-kv"), "<kv>"),
+    (re.compile(r"/tmp/gpu-check-model"), "<model>"),
+    (re.compile(r"/tmp/site-lm"), "<site-lm>"),
+    (re.compile(r"/tmp/site"), "<site>"),
+    (re.compile(r"/tmp/gpu-check"), "<results>"),
+    (re.compile(r"/[\w./-]*/\.gpucheck/repo"), "<repo>"),
+    (re.compile(r"/[\w./-]*/\.gpucheck"), "<carry>"),
+]
 
 
 def scrub(text: str) -> str:
@@ -36,10 +41,23 @@ def scrub(text: str) -> str:
 
 def keep(member: str) -> bool:
     name = Path(member).name
-    return (name in {"record.jsonl.gz", "result.json", "run-script.sh", "run-env.json", "run.log", "summary.json",
-                     "stacks.json", "versions.txt", "training.json", "l2-files.txt"}
-            or (Path(member).parent.name == "cards" and name.endswith((".md", ".card.json")))
-            or re.fullmatch(r"server-\d+\.log", name) is not None)
+    return (
+        name
+        in {
+            "record.jsonl.gz",
+            "result.json",
+            "run-script.sh",
+            "run-env.json",
+            "run.log",
+            "summary.json",
+            "stacks.json",
+            "versions.txt",
+            "training.json",
+            "l2-files.txt",
+        }
+        or (Path(member).parent.name == "cards" and name.endswith((".md", ".card.json")))
+        or re.fullmatch(r"server-\d+\.log", name) is not None
+    )
 
 
 def write(dest: Path, name: str, data: bytes) -> None:
@@ -54,8 +72,13 @@ def write(dest: Path, name: str, data: bytes) -> None:
     text = scrub(data.decode(errors="replace"))
     if re.fullmatch(r"server-\d+\.log", name):
         lines = text.splitlines()
-        text = "\n".join([f"[first {len(lines) - LOG_TAIL_LINES} lines left out]"] * (len(lines) > LOG_TAIL_LINES)
-                         + lines[-LOG_TAIL_LINES:]) + "\n"
+        text = (
+            "\n".join(
+                [f"[first {len(lines) - LOG_TAIL_LINES} lines left out]"] * (len(lines) > LOG_TAIL_LINES)
+                + lines[-LOG_TAIL_LINES:]
+            )
+            + "\n"
+        )
     dest.write_text(text)
 
 

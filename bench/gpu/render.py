@@ -19,17 +19,26 @@ from pathlib import Path
 REPO_ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO_ROOT))
 
-from rigkit.settings.hostdata import rig_settings  # noqa: E402
-from rigkit.serving.render import L2_CONTAINER_PATH, entrypoint_script, env_values, l2_integrity  # noqa: E402
 from rigkit.serving.commands import shm_cleanup_command  # noqa: E402
+from rigkit.serving.render import L2_CONTAINER_PATH, entrypoint_script, env_values, l2_integrity  # noqa: E402
+from rigkit.settings.hostdata import rig_settings  # noqa: E402
 
 DIGEST = "@sha256:" + "0" * 64  # never pulled: the check runs the carried wheels, not an image
 MODEL_IN_CONTAINER = "/models/gpu-check"  # the harness points RIGKIT_MODEL at the device's model directory
 # What makes nine engines fit one H200 and evict with a few fillers (README: "Changes against the rendering")
-DEVICE_KNOBS = {"model": MODEL_IN_CONTAINER, "served_model_name": "tiny", "max_model_len": 8192,
-                "num_gpu_blocks_override": 1024, "gpu_memory_utilization": 0.08, "max_num_seqs": 16,
-                "l1_size_gb": 1, "model_size_gb": 1, "mem_headroom_gb": 8, "allow_incubating": True,
-                "bind_address": "127.0.0.1"}
+DEVICE_KNOBS = {
+    "model": MODEL_IN_CONTAINER,
+    "served_model_name": "tiny",
+    "max_model_len": 8192,
+    "num_gpu_blocks_override": 1024,
+    "gpu_memory_utilization": 0.08,
+    "max_num_seqs": 16,
+    "l1_size_gb": 1,
+    "model_size_gb": 1,
+    "mem_headroom_gb": 8,
+    "allow_incubating": True,
+    "bind_address": "127.0.0.1",
+}
 EXTRA_ARGS = ["--enforce-eager", "--enable-prompt-tokens-details"]
 KV_SHARE = {"kv_share": True, "kv_share_fstype": "none", "kv_share_source": "/srv/rigkit-kv"}
 
@@ -38,16 +47,30 @@ CASES: dict[str, dict] = {
     "native-offload": {"serving_profile": "native-offload", "serving_image": "vllm/vllm-openai" + DIGEST},
     "prefix-only": {"serving_profile": "prefix-only", "serving_image": "vllm/vllm-openai" + DIGEST},
     "native-tiered": {"serving_profile": "native-tiered", "serving_image": "vllm/vllm-openai" + DIGEST},
-    "native-tiered-baseline": {"serving_profile": "native-tiered-baseline",
-                               "serving_image": "vllm/vllm-openai" + DIGEST},
-    "lmcache-mp-l2": {"serving_profile": "lmcache-mp", "serving_image": "lmcache/vllm-openai" + DIGEST,
-                      "l2_enabled": True, "lmcache_port": 5555, "lmcache_http_port": 8080},
-    "lmcache-mp-l1": {"serving_profile": "lmcache-mp", "serving_image": "lmcache/vllm-openai" + DIGEST,
-                      "lmcache_port": 5565, "lmcache_http_port": 8090},
-    "lmcache-mp-baseline": {"serving_profile": "lmcache-mp-baseline",
-                            "serving_image": "lmcache/vllm-openai" + DIGEST},
-    "kv-share-a": {"serving_profile": "native-tiered", "serving_image": "vllm/vllm-openai" + DIGEST,
-                   **KV_SHARE, "kv_share_janitor": True},
+    "native-tiered-baseline": {
+        "serving_profile": "native-tiered-baseline",
+        "serving_image": "vllm/vllm-openai" + DIGEST,
+    },
+    "lmcache-mp-l2": {
+        "serving_profile": "lmcache-mp",
+        "serving_image": "lmcache/vllm-openai" + DIGEST,
+        "l2_enabled": True,
+        "lmcache_port": 5555,
+        "lmcache_http_port": 8080,
+    },
+    "lmcache-mp-l1": {
+        "serving_profile": "lmcache-mp",
+        "serving_image": "lmcache/vllm-openai" + DIGEST,
+        "lmcache_port": 5565,
+        "lmcache_http_port": 8090,
+    },
+    "lmcache-mp-baseline": {"serving_profile": "lmcache-mp-baseline", "serving_image": "lmcache/vllm-openai" + DIGEST},
+    "kv-share-a": {
+        "serving_profile": "native-tiered",
+        "serving_image": "vllm/vllm-openai" + DIGEST,
+        **KV_SHARE,
+        "kv_share_janitor": True,
+    },
     "kv-share-b": {"serving_profile": "native-tiered", "serving_image": "vllm/vllm-openai" + DIGEST, **KV_SHARE},
     # native-tiered whose fs tier is corrupted (bytes flipped in every stored file) while the stack is down:
     # the warm-persistent step must not pass
@@ -63,18 +86,25 @@ def render_case(case: str, port: int, weights: str) -> dict:
     data = {**CASES[case], **DEVICE_KNOBS, "serving_port": port, "extra_engine_args": extra}
     stack = rig_settings(data).stack
     return {
-        "case": case, "profile": stack.profile.name, "port": port,
+        "case": case,
+        "profile": stack.profile.name,
+        "port": port,
         "served_model_name": stack.knobs["served_model_name"],
-        "script": entrypoint_script(stack), "env": env_values(stack), "fixed_env": dict(stack.profile.fixed_env),
+        "script": entrypoint_script(stack),
+        "env": env_values(stack),
+        "fixed_env": dict(stack.profile.fixed_env),
         "connector": stack.profile.connector is not None,
         "l2_container_path": L2_CONTAINER_PATH if stack.l2_active else None,
         "store": SHARED_STORE.get(case, case),
         "corrupt_store_at_restart": case in CORRUPTED,
         "lmcache_http_port": stack.listen_ports.get("lmcache_http_port"),
-        "l1_gib": stack.l1_gib, "l2_budget_gb": stack.knobs["l2_budget_gb"] if stack.l2_active else None,
-        "not_applicable": stack.tiers_not_applicable, "store_chunk_tokens": stack.store_chunk_tokens,
+        "l1_gib": stack.l1_gib,
+        "l2_budget_gb": stack.knobs["l2_budget_gb"] if stack.l2_active else None,
+        "not_applicable": stack.tiers_not_applicable,
+        "store_chunk_tokens": stack.store_chunk_tokens,
         "l1_in_shm": bool(stack.profile.connector and stack.profile.connector.l1_in_shm),
-        "shm_cleanup": shm_cleanup_command(), "l2_integrity": l2_integrity(stack),
+        "shm_cleanup": shm_cleanup_command(),
+        "l2_integrity": l2_integrity(stack),
         "knobs": {k: v for k, v in stack.knobs.items() if k != "hf_token"},
     }
 
@@ -86,9 +116,13 @@ def render_all(weights: str) -> list[dict]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("out", type=Path)
-    parser.add_argument("--weights", choices=["dummy", "real"], default="real",
-                        help="dummy: vLLM's --load-format dummy (every prompt gives the same tokens: the greedy "
-                             "check is vacuous); real: the model directory's safetensors")
+    parser.add_argument(
+        "--weights",
+        choices=["dummy", "real"],
+        default="real",
+        help="dummy: vLLM's --load-format dummy (every prompt gives the same tokens: the greedy "
+        "check is vacuous); real: the model directory's safetensors",
+    )
     args = parser.parse_args()
     stacks = render_all(args.weights)
     args.out.write_text(json.dumps({"weights": args.weights, "stacks": stacks}, indent=1) + "\n")

@@ -30,12 +30,12 @@ HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]
 sys.path[:0] = [str(HERE / "stubs"), str(REPO)]
 
-from rigkit.validation.card import RigCard  # noqa: E402
-from rigkit.validation.card.store import render_run, write_card  # noqa: E402
 from rigkit.remote.client import ServingClient  # noqa: E402
+from rigkit.validation.card import RigCard  # noqa: E402
+from rigkit.validation.card.assemble import to_card  # noqa: E402
+from rigkit.validation.card.store import render_run, write_card  # noqa: E402
 from rigkit.validation.metrics import as_dict  # noqa: E402
 from rigkit.validation.procedure import ValidationSettings, validate_tiers  # noqa: E402
-from rigkit.validation.card.assemble import to_card  # noqa: E402
 from rigkit.validation.warm_shared import run_pairs  # noqa: E402
 
 RUN_ID = os.environ.get("RUN_ID", "gpu-check")
@@ -68,8 +68,11 @@ class Run:
 def offload_segments() -> list[str]:
     """/dev/shm files of the kinds the stacks make: vLLM's CPU tier, LMCache's, Python's multiprocessing."""
     try:
-        return sorted(f"{p.name} {p.stat().st_size}" for p in Path("/dev/shm").iterdir()
-                      if p.name.startswith(("vllm_offload_", "lmcache", "psm_")))
+        return sorted(
+            f"{p.name} {p.stat().st_size}"
+            for p in Path("/dev/shm").iterdir()
+            if p.name.startswith(("vllm_offload_", "lmcache", "psm_"))
+        )
     except OSError as exc:
         return [f"error {exc}"]
 
@@ -97,27 +100,39 @@ class Stack:
         env_values["RIGKIT_MODEL"] = MODEL_DIR
         lmcache = info["lmcache_http_port"] is not None or info["profile"].startswith("lmcache")
         env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHASHSEED")}
-        env.update(PATH=f"{ENGINE_BIN}:{os.environ['PATH']}",
-                   PYTHONPATH="/tmp/site-lm:/tmp/site" if lmcache else "/tmp/site",
-                   HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", VLLM_USE_FLASHINFER_SAMPLER="0",
-                   PYTHONUNBUFFERED="1", **info["fixed_env"], **env_values)
+        env.update(
+            PATH=f"{ENGINE_BIN}:{os.environ['PATH']}",
+            PYTHONPATH="/tmp/site-lm:/tmp/site" if lmcache else "/tmp/site",
+            HF_HUB_OFFLINE="1",
+            TRANSFORMERS_OFFLINE="1",
+            VLLM_USE_FLASHINFER_SAMPLER="0",
+            PYTHONUNBUFFERED="1",
+            **info["fixed_env"],
+            **env_values,
+        )
         self.script, self.env = script, env
         self.dir = run.results / self.name
         self.dir.mkdir(parents=True, exist_ok=True)
         (self.dir / "run-script.sh").write_text(script)
-        (self.dir / "run-env.json").write_text(json.dumps({**info["fixed_env"], **env_values,
-                                                          "PYTHONPATH": env["PYTHONPATH"]}, indent=1) + "\n")
+        (self.dir / "run-env.json").write_text(
+            json.dumps({**info["fixed_env"], **env_values, "PYTHONPATH": env["PYTHONPATH"]}, indent=1) + "\n"
+        )
         self.starts, self.proc, self.events = 0, None, []
         self.lm_url = f"http://127.0.0.1:{info['lmcache_http_port']}/metrics" if info["lmcache_http_port"] else None
 
     def start(self) -> None:
         self.starts += 1
         log = open(self.dir / f"server-{self.starts}.log", "wb")
-        self.proc = subprocess.Popen(["/bin/bash", "-c", self.script], env=self.env, stdout=log,
-                                     stderr=subprocess.STDOUT, start_new_session=True, cwd="/tmp")
+        self.proc = subprocess.Popen(
+            ["/bin/bash", "-c", self.script],
+            env=self.env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            cwd="/tmp",
+        )
         self.started = time.time()
-        self.events.append({"event": "start", "n": self.starts, "t": self.started - T0,
-                            "shm": offload_segments()})
+        self.events.append({"event": "start", "n": self.starts, "t": self.started - T0, "shm": offload_segments()})
         self.run.log(f"{self.name}: start #{self.starts}")
 
     def wait_ready(self, timeout: float) -> bool:
@@ -169,10 +184,20 @@ class Stack:
         left = offload_segments()
         cleanup = subprocess.run(["/bin/bash", "-c", self.info["shm_cleanup"]], capture_output=True, text=True)
         after = offload_segments()
-        self.events.append({"event": "stop", "t": time.time() - T0, "shm_before": before, "shm_left_by_stop": left,
-                            "cleanup_output": cleanup.stdout + cleanup.stderr, "shm_after_cleanup": after})
-        self.run.log(f"{self.name}: stopped; /dev/shm segments {len(before)} before, {len(left)} left by the stop, "
-                     f"{len(after)} after rigkit's cleanup ({cleanup.stdout.strip() or 'removed none'})")
+        self.events.append(
+            {
+                "event": "stop",
+                "t": time.time() - T0,
+                "shm_before": before,
+                "shm_left_by_stop": left,
+                "cleanup_output": cleanup.stdout + cleanup.stderr,
+                "shm_after_cleanup": after,
+            }
+        )
+        self.run.log(
+            f"{self.name}: stopped; /dev/shm segments {len(before)} before, {len(left)} left by the stop, "
+            f"{len(after)} after rigkit's cleanup ({cleanup.stdout.strip() or 'removed none'})"
+        )
 
 
 def corrupt_store(directory: Path) -> dict:
@@ -184,8 +209,7 @@ def corrupt_store(directory: Path) -> dict:
             continue
         with open(path, "r+b") as f:
             f.seek(size // 4)
-            f.write(bytes(rng.getrandbits(8) for _ in range(size // 2)) if size < 1 << 16
-                    else os.urandom(size // 2))
+            f.write(bytes(rng.getrandbits(8) for _ in range(size // 2)) if size < 1 << 16 else os.urandom(size // 2))
         files, touched = files + 1, touched + size // 2
     return {"files": files, "bytes_overwritten": touched}
 
@@ -204,9 +228,17 @@ class RecordingClient(ServingClient):
 
     def stream_completion(self, prompt, max_tokens, *args, **kwargs):
         result = super().stream_completion(prompt, max_tokens, *args, **kwargs)
-        self.record.append({"kind": "request", "url": self.base_url, "t": time.time() - T0,
-                            "prompt_sha": hashlib.sha256(prompt.encode()).hexdigest()[:16],
-                            "prompt_chars": len(prompt), "max_tokens": max_tokens, "result": result.as_dict()})
+        self.record.append(
+            {
+                "kind": "request",
+                "url": self.base_url,
+                "t": time.time() - T0,
+                "prompt_sha": hashlib.sha256(prompt.encode()).hexdigest()[:16],
+                "prompt_chars": len(prompt),
+                "max_tokens": max_tokens,
+                "result": result.as_dict(),
+            }
+        )
         return result
 
 
@@ -225,6 +257,7 @@ def tier_dump(run) -> dict:
 def store_bytes(path: Path):
     def measure() -> int:
         return sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
+
     return measure
 
 
@@ -232,8 +265,16 @@ def machine_facts() -> dict:
     """What validate.py's rig_facts records of a rig, read on the device: GPUs, driver, CUDA, RAM."""
     facts: dict = {}
     try:
-        rows = subprocess.run(["nvidia-smi", "--query-gpu=name,driver_version", "--format=csv,noheader"],
-                              capture_output=True, text=True, timeout=30).stdout.strip().splitlines()
+        rows = (
+            subprocess.run(
+                ["nvidia-smi", "--query-gpu=name,driver_version", "--format=csv,noheader"],
+                capture_output=True,
+                text=True,
+                timeout=30,
+            )
+            .stdout.strip()
+            .splitlines()
+        )
         header = subprocess.run(["nvidia-smi"], capture_output=True, text=True, timeout=30).stdout
     except (OSError, subprocess.TimeoutExpired):
         return facts
@@ -273,27 +314,49 @@ def validate_stack(stack: Stack, summary: dict) -> None:
         try:
             if time.time() > run.deadline - 60:
                 raise RuntimeError("skipped: too close to the deadline")
-            client = RecordingClient(stack.url, model=info["served_model_name"],
-                                     extra_metrics_urls=[stack.lm_url] if stack.lm_url else [], record=record)
+            client = RecordingClient(
+                stack.url,
+                model=info["served_model_name"],
+                extra_metrics_urls=[stack.lm_url] if stack.lm_url else [],
+                record=record,
+            )
             settings = ValidationSettings.from_data(VALIDATION_DATA)
             tiers = {f"L1 RAM {info['l1_gib']} GiB": info["l1_gib"] * 2**30} if info["l1_gib"] else {}
             if stack.l2_dir:
                 tiers[f"L2 disk {info['l2_budget_gb']:g} GB"] = int(info["l2_budget_gb"] * 10**9)
             run.log(f"{stack.name}: validate_tiers")
-            validation = validate_tiers(client, restart, settings, connector_configured=info["connector"],
-                                        store_bytes=store_bytes(stack.l2_dir) if stack.l2_dir else None,
-                                        capacity_tiers=tiers, not_applicable=info["not_applicable"],
-                                        store_chunk_tokens=info["store_chunk_tokens"])
+            validation = validate_tiers(
+                client,
+                restart,
+                settings,
+                connector_configured=info["connector"],
+                store_bytes=store_bytes(stack.l2_dir) if stack.l2_dir else None,
+                capacity_tiers=tiers,
+                not_applicable=info["not_applicable"],
+                store_chunk_tokens=info["store_chunk_tokens"],
+            )
             out["tiers"] = [tier_dump(t) for t in validation.tiers]
             out["failures"] = validation.failures
-            card = to_card(stack.name, RUN_ID, validation, settings, info["connector"],
-                           repro={"profile": info["profile"], "knobs": info["knobs"],
-                                  "l2_integrity": info.get("l2_integrity"), **MACHINE})
+            card = to_card(
+                stack.name,
+                RUN_ID,
+                validation,
+                settings,
+                info["connector"],
+                repro={
+                    "profile": info["profile"],
+                    "knobs": info["knobs"],
+                    "l2_integrity": info.get("l2_integrity"),
+                    **MACHINE,
+                },
+            )
             out["card_passed"] = card.passed
             write_card(run.results / "cards", card)
             for tier in out["tiers"]:
-                run.log(f"{stack.name}: {tier['expected']:16s} labels {tier['labels']} passed {tier['passed']} "
-                        f"greedy {[g.get('verdict') for g in tier.get('greedy', [])]}")
+                run.log(
+                    f"{stack.name}: {tier['expected']:16s} labels {tier['labels']} passed {tier['passed']} "
+                    f"greedy {[g.get('verdict') for g in tier.get('greedy', [])]}"
+                )
             run.log(f"{stack.name}: card {'PASS' if card.passed else 'FAIL'}")
         except Exception as exc:  # noqa: BLE001 - recorded, the other stacks go on
             out["error"] = "".join(traceback.format_exception(exc))
@@ -310,19 +373,27 @@ def validate_share(a: Stack, b: Stack, summary: dict) -> None:
     out: dict = {"case": "kv-share", "stacks": [a.name, b.name]}
     with MEASURE:
         try:
-            clients = {s.name: RecordingClient(s.url, model=s.info["served_model_name"], record=record)
-                       for s in (a, b)}
+            clients = {s.name: RecordingClient(s.url, model=s.info["served_model_name"], record=record) for s in (a, b)}
             settings = ValidationSettings.from_data(VALIDATION_DATA)
             run.log("kv-share: run_pairs")
             pairs = run_pairs(clients, {a.name: settings, b.name: settings}, [[a.name, b.name]])
             out["pairs"] = [p.model_dump(mode="json") for p in pairs]
             out["passed"] = all(p.passed for p in pairs)
             for name in (a.name, b.name):  # each engine's card carries the pairs it was asked in
-                write_card(run.results / "cards", RigCard(rig=name, run_id=RUN_ID, repro={"profile": a.info["profile"]},
-                                                          shared=[p for p in pairs if p.target == name]))
+                write_card(
+                    run.results / "cards",
+                    RigCard(
+                        rig=name,
+                        run_id=RUN_ID,
+                        repro={"profile": a.info["profile"]},
+                        shared=[p for p in pairs if p.target == name],
+                    ),
+                )
             for p in pairs:
-                run.log(f"kv-share: {p.source} -> {p.target}: prefill {p.prefill.labels} asked {p.asked.labels} "
-                        f"passed {p.passed} greedy same {[g.same for g in p.asked.greedy]}")
+                run.log(
+                    f"kv-share: {p.source} -> {p.target}: prefill {p.prefill.labels} asked {p.asked.labels} "
+                    f"passed {p.passed} greedy same {[g.same for g in p.asked.greedy]}"
+                )
         except Exception as exc:  # noqa: BLE001
             out["error"] = "".join(traceback.format_exception(exc))
             run.log(f"kv-share: ERROR {exc!r}")
@@ -341,8 +412,9 @@ def main() -> None:
     rendered = json.loads(stacks_file.read_text())
     wanted = sys.argv[4:] or [s["case"] for s in rendered["stacks"]]
     stacks = {s["case"]: Stack(s, run) for s in rendered["stacks"] if s["case"] in wanted}
-    run.log(f"cases {list(stacks)}, weights {rendered['weights']}, model {MODEL_DIR}; "
-            f"/dev/shm before: {offload_segments()}")
+    run.log(
+        f"cases {list(stacks)}, weights {rendered['weights']}, model {MODEL_DIR}; /dev/shm before: {offload_segments()}"
+    )
     for stack in stacks.values():
         stack.start()
         time.sleep(3)
@@ -355,11 +427,17 @@ def main() -> None:
                 ready[stack.name] = stack.wait_ready(240)
     run.log(f"ready: {ready}")
     summary: dict = {"ready": ready, "weights": rendered["weights"], "validation": VALIDATION_DATA}
-    threads = [threading.Thread(target=validate_stack, args=(s, summary), daemon=True)
-               for name, s in stacks.items() if not name.startswith("kv-share") and ready[name]]
+    threads = [
+        threading.Thread(target=validate_stack, args=(s, summary), daemon=True)
+        for name, s in stacks.items()
+        if not name.startswith("kv-share") and ready[name]
+    ]
     if {"kv-share-a", "kv-share-b"} <= set(stacks) and ready["kv-share-a"] and ready["kv-share-b"]:
-        threads.append(threading.Thread(target=validate_share, args=(stacks["kv-share-a"], stacks["kv-share-b"],
-                                                                     summary), daemon=True))
+        threads.append(
+            threading.Thread(
+                target=validate_share, args=(stacks["kv-share-a"], stacks["kv-share-b"], summary), daemon=True
+            )
+        )
     for thread in threads:
         thread.start()
         time.sleep(0.2)
@@ -370,8 +448,9 @@ def main() -> None:
     for stack in stacks.values():
         if stack.l2_dir:
             files = [p for p in stack.l2_dir.rglob("*") if p.is_file()]
-            (stack.dir / "l2-files.txt").write_text(f"{len(files)} files, {sum(p.stat().st_size for p in files)} "
-                                                    "bytes\n")
+            (stack.dir / "l2-files.txt").write_text(
+                f"{len(files)} files, {sum(p.stat().st_size for p in files)} bytes\n"
+            )
     stoppers = [threading.Thread(target=s.stop) for s in stacks.values() if s.proc is not None and s.alive()]
     for thread in stoppers:
         thread.start()
@@ -382,9 +461,21 @@ def main() -> None:
         render_run(results / "cards")
     except Exception as exc:  # noqa: BLE001
         run.log(f"render_run: {exc!r}")
-    (results / "summary.json").write_text(json.dumps({k: v if k in ("ready", "weights", "validation") else {
-        "error": (v.get("error") or "")[-400:] or None, "card_passed": v.get("card_passed", v.get("passed"))}
-        for k, v in summary.items()}, indent=1) + "\n")
+    (results / "summary.json").write_text(
+        json.dumps(
+            {
+                k: v
+                if k in ("ready", "weights", "validation")
+                else {
+                    "error": (v.get("error") or "")[-400:] or None,
+                    "card_passed": v.get("card_passed", v.get("passed")),
+                }
+                for k, v in summary.items()
+            },
+            indent=1,
+        )
+        + "\n"
+    )
 
 
 if __name__ == "__main__":

@@ -1,7 +1,8 @@
 """Train the GPU check's test model on the device: the tiny Qwen3 config (hidden 1024, 8 layers, 8 KV heads x 64)
 memorises one fixed text of each kind in TRAIN_KINDS (rigkit.validation.prompts: narrative, code; ~4,000 characters each), so its
 next-token distributions are peaked (vLLM's dummy weights give the same tokens for every prompt; seeded random ones
-are nearly flat, so one bf16 step flips a greedy token: ../shared/gpu/README.md). Saved as model.safetensors beside the config and tokenizer.
+are nearly flat, so one bf16 step flips a greedy token: ../shared/gpu/README.md). Saved as model.safetensors beside
+the config and tokenizer.
 
     python3 train_model.py SRC_MODEL_DIR DEST_DIR [SECONDS]
 """
@@ -45,7 +46,7 @@ def main() -> None:
     start, step, loss = time.time(), 0, None
     while time.time() - start < budget:
         offsets = torch.randint(0, len(ids), (BATCH,))
-        batch = torch.stack([stream[o:o + SEQ] for o in offsets.tolist()])
+        batch = torch.stack([stream[o : o + SEQ] for o in offsets.tolist()])
         with torch.autocast("cuda", dtype=torch.bfloat16):
             loss = model(input_ids=batch, labels=batch).loss
         loss.backward()

@@ -46,21 +46,46 @@ from rigkit.rollout.stage_runner import rollout_step
 
 def add_own_options(parser: argparse.ArgumentParser, defaults: bool = True) -> None:
     """rigkit deploy's own options (the rest goes to pyinfra)."""
-    parser.add_argument("--deploy", default=DEFAULT_DEPLOY if defaults else None,
-                        help=f"deploy file (default {DEFAULT_DEPLOY}; {ROLLBACK_DEPLOY} rolls back)")
-    parser.add_argument("--canary", type=int, default=None, metavar="N",
-                        help="rollout: N canary rigs first, smoke + cache proof (overrides rollout_canary)")
-    parser.add_argument("--batch", type=int, default=None, metavar="M",
-                        help="rollout: then the others M at a time (overrides rollout_batch); with --deploy "
-                             f"{ROLLBACK_DEPLOY}: roll back M rigs at a time, each out of the router meanwhile")
-    parser.add_argument("--on-failure", default=None, choices=("leave", "rollback"),
-                        help="rollout: after a halt, leave or roll back the rigs it upgraded (rollout_on_failure)")
-    parser.add_argument("--recheck-canaries", action="store_true", default=None,
-                        help="rollout re-run: deploy and prove the canaries again even when they passed")
-    parser.add_argument("--all-at-once", action="store_true", default=None,
-                        help="every targeted rig in one run, also behind a router (which then still sends them "
-                             "requests while they restart); without it, an inventory with a router goes one rig at a "
-                             "time, each drained from the router first")
+    parser.add_argument(
+        "--deploy",
+        default=DEFAULT_DEPLOY if defaults else None,
+        help=f"deploy file (default {DEFAULT_DEPLOY}; {ROLLBACK_DEPLOY} rolls back)",
+    )
+    parser.add_argument(
+        "--canary",
+        type=int,
+        default=None,
+        metavar="N",
+        help="rollout: N canary rigs first, smoke + cache proof (overrides rollout_canary)",
+    )
+    parser.add_argument(
+        "--batch",
+        type=int,
+        default=None,
+        metavar="M",
+        help="rollout: then the others M at a time (overrides rollout_batch); with --deploy "
+        f"{ROLLBACK_DEPLOY}: roll back M rigs at a time, each out of the router meanwhile",
+    )
+    parser.add_argument(
+        "--on-failure",
+        default=None,
+        choices=("leave", "rollback"),
+        help="rollout: after a halt, leave or roll back the rigs it upgraded (rollout_on_failure)",
+    )
+    parser.add_argument(
+        "--recheck-canaries",
+        action="store_true",
+        default=None,
+        help="rollout re-run: deploy and prove the canaries again even when they passed",
+    )
+    parser.add_argument(
+        "--all-at-once",
+        action="store_true",
+        default=None,
+        help="every targeted rig in one run, also behind a router (which then still sends them "
+        "requests while they restart); without it, an inventory with a router goes one rig at a "
+        "time, each drained from the router first",
+    )
 
 
 # The same options after INVENTORY, where argparse hands everything to pyinfra_args (REMAINDER).
@@ -71,8 +96,11 @@ add_own_options(OWN_OPTIONS, defaults=False)
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("inventory", help="pyinfra inventory file, e.g. inventory/lab.py")
     add_own_options(parser)
-    parser.add_argument("pyinfra_args", nargs=argparse.REMAINDER,
-                        help="passed to pyinfra as they are (--limit, --data, --fail-percent, -v, ...)")
+    parser.add_argument(
+        "pyinfra_args",
+        nargs=argparse.REMAINDER,
+        help="passed to pyinfra as they are (--limit, --data, --fail-percent, -v, ...)",
+    )
 
 
 def own_options_from_remainder(args: argparse.Namespace) -> argparse.Namespace:
@@ -111,14 +139,20 @@ def _run(args: argparse.Namespace) -> int:
     if rolled is not None:
         return rolled
     dry = is_dry_run(pyinfra_args)
-    if deploy in (DEFAULT_DEPLOY, ROLLBACK_DEPLOY) and not dry and (note := plain_run_note(targets.hosts, targets.names)):
+    if (
+        deploy in (DEFAULT_DEPLOY, ROLLBACK_DEPLOY)
+        and not dry
+        and (note := plain_run_note(targets.hosts, targets.names))
+    ):
         print(f"--> rigkit deploy: {note}", flush=True)
     with rollout_step(ALL_AT_ONCE):
         status, outcomes = fleet_deploy(targets, args.deploy, pyinfra_args)
     print("\n--> rigkit fleet summary:")
     print(format_table(outcomes))
     bad = [o.rig for o in outcomes if o.status not in (OK, DRY_RUN)]
-    print(f"{len(outcomes) - len(bad)} of {len(outcomes)} rigs "
-          + ("checked by a dry run (nothing changed)" if dry else "completed")
-          + (f"; not {'checked' if dry else 'completed'}: {', '.join(bad)}" if bad else ""))
+    print(
+        f"{len(outcomes) - len(bad)} of {len(outcomes)} rigs "
+        + ("checked by a dry run (nothing changed)" if dry else "completed")
+        + (f"; not {'checked' if dry else 'completed'}: {', '.join(bad)}" if bad else "")
+    )
     return status

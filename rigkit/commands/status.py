@@ -39,10 +39,19 @@ from rigkit.status.report import exit_status, format_report
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("inventory", help="pyinfra inventory file, e.g. inventory/lab.py")
-    parser.add_argument("--limit", action="append", default=[],
-                        help="host or group names or globs, as pyinfra's --limit (a comma list is split)")
-    parser.add_argument("--data", action="append", default=[], metavar="KEY=VALUE",
-                        help="override host data as pyinfra's --data does (what a deploy with it would render)")
+    parser.add_argument(
+        "--limit",
+        action="append",
+        default=[],
+        help="host or group names or globs, as pyinfra's --limit (a comma list is split)",
+    )
+    parser.add_argument(
+        "--data",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override host data as pyinfra's --data does (what a deploy with it would render)",
+    )
     parser.add_argument("--json", action="store_true", help="print the whole structure as JSON")
 
 

@@ -35,13 +35,25 @@ from rigkit.validation.warm_shared import pair_line, validate_shared
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("inventory", help="pyinfra inventory file, e.g. inventory/lab.py")
-    parser.add_argument("--limit", action="append", default=[],
-                        help="host or group names or globs, as pyinfra's --limit (a comma list is split)")
-    parser.add_argument("--data", action="append", default=[], metavar="KEY=VALUE",
-                        help="override host data as pyinfra's --data does (e.g. kv_share=true, validate_sessions=1)")
-    parser.add_argument("--run-dir", type=Path, default=None,
-                        help="results/<run-id> to add the pairs to (a validate.py run); default: a new run "
-                             "(RIGKIT_RUN_ID when set)")
+    parser.add_argument(
+        "--limit",
+        action="append",
+        default=[],
+        help="host or group names or globs, as pyinfra's --limit (a comma list is split)",
+    )
+    parser.add_argument(
+        "--data",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override host data as pyinfra's --data does (e.g. kv_share=true, validate_sessions=1)",
+    )
+    parser.add_argument(
+        "--run-dir",
+        type=Path,
+        default=None,
+        help="results/<run-id> to add the pairs to (a validate.py run); default: a new run (RIGKIT_RUN_ID when set)",
+    )
 
 
 def run(args: argparse.Namespace) -> int:

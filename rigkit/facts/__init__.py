@@ -12,5 +12,5 @@ def split_exit(output: list[str]) -> tuple[list[str], int]:
     """Separate the trailing ``exit=N`` line the facts' commands print from the tool's own output."""
     lines = list(output)
     if lines and lines[-1].startswith("exit="):
-        return lines[:-1], int(lines[-1][len("exit="):] or 1)
+        return lines[:-1], int(lines[-1][len("exit=") :] or 1)
     return lines, 1

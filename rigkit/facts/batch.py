@@ -51,21 +51,22 @@ class FactBatch(FactBase):
         self._facts = [(spec, spec.fact()) for spec in facts]
         # a marker the facts' own output cannot contain by accident
         self._marker = f"{BATCH_MARKER}{secrets.token_hex(6)}"
-        lines = ['d=$(mktemp -d 2>/dev/null) || exit 0', "trap 'rm -rf \"$d\"' EXIT"]
+        lines = ["d=$(mktemp -d 2>/dev/null) || exit 0", "trap 'rm -rf \"$d\"' EXIT"]
         for index, (spec, fact) in enumerate(self._facts):
             kwargs = dict(spec.kwargs)
             if fact.shell_executable:
                 raise ValueError(f"{spec}: a fact with its own shell cannot join a batch")
-            run = f"( {_shell_text(fact.command(**kwargs))}\n) >\"$d/{index}\" 2>/dev/null; s=$?"
+            run = f'( {_shell_text(fact.command(**kwargs))}\n) >"$d/{index}" 2>/dev/null; s=$?'
             needs = fact.requires_command(**kwargs)
             if needs:
                 run = f"if command -v {shlex.quote(needs)} >/dev/null 2>&1; then {run}; else s=missing; fi"
-            lines.append(f"{{ {run}; echo \"$s\" >\"$d/{index}.status\"; }} &")
+            lines.append(f'{{ {run}; echo "$s" >"$d/{index}.status"; }} &')
         lines.append("wait")
         # the newline ends an output whose last line has none; process() removes it again
         indexes = " ".join(str(index) for index in range(len(self._facts)))
-        lines.append(f"for i in {indexes}; do cat \"$d/$i\"; "
-                     f"printf '\\n{self._marker} %s\\n' \"$(cat \"$d/$i.status\")\"; done")
+        lines.append(
+            f'for i in {indexes}; do cat "$d/$i"; printf \'\\n{self._marker} %s\\n\' "$(cat "$d/$i.status")"; done'
+        )
         return "\n".join(lines)
 
     def process(self, output: list[str]) -> dict[FactSpec, Any]:
@@ -80,7 +81,7 @@ class FactBatch(FactBase):
             done += 1
             if lines and lines[-1] == "":
                 lines.pop()  # the newline printed before the marker
-            status = line[len(self._marker) + 1:]
+            status = line[len(self._marker) + 1 :]
             if status == "missing" or (status == "0" and not lines):
                 results[spec] = fact.default()
             elif status == "0":
@@ -100,5 +101,3 @@ def facts_now(host: Host, specs: Iterable[FactSpec]) -> dict[FactSpec, Any]:
         if spec not in values:  # a batch that failed as a whole: read each on its own
             values[spec] = host.get_fact(spec.fact, **dict(spec.kwargs))
     return values
-
-

@@ -17,8 +17,10 @@ class BlockDeviceProbe(FactBase):
 
     def command(self, device: str) -> str:
         quoted = shlex.quote(device)
-        return (f"if [ -b {quoted} ]; then echo path=$(readlink -f {quoted}); "
-                f"blkid -p -o export {quoted} 2>/dev/null; true; fi")
+        return (
+            f"if [ -b {quoted} ]; then echo path=$(readlink -f {quoted}); "
+            f"blkid -p -o export {quoted} 2>/dev/null; true; fi"
+        )
 
     def process(self, output: list[str]) -> Optional[dict]:
         probe = {}
@@ -45,8 +47,7 @@ class MountedFilesystem(FactBase):
     """What is mounted at a path: {"source", "fstype", "options": [..]}, or None."""
 
     def command(self, mount_point: str) -> str:
-        return (f"findmnt -n -o SOURCE,FSTYPE,OPTIONS --mountpoint {shlex.quote(mount_point)} "
-                "2>/dev/null || true")
+        return f"findmnt -n -o SOURCE,FSTYPE,OPTIONS --mountpoint {shlex.quote(mount_point)} 2>/dev/null || true"
 
     def process(self, output: list[str]) -> Optional[dict]:
         fields = " ".join(output).split()
@@ -60,8 +61,10 @@ class DiskFree(FactBase):
 
     def command(self, path: str) -> str:
         quoted = shlex.quote(path)
-        return (f"p={quoted}; while [ ! -e \"$p\" ] && [ \"$p\" != / ]; do p=$(dirname \"$p\"); done; "
-                "df -B1 --output=avail \"$p\" | tail -n 1")
+        return (
+            f'p={quoted}; while [ ! -e "$p" ] && [ "$p" != / ]; do p=$(dirname "$p"); done; '
+            'df -B1 --output=avail "$p" | tail -n 1'
+        )
 
     def process(self, output):
         text = "".join(output).strip()
@@ -73,8 +76,10 @@ class MountWritable(FactBase):
 
     def command(self, path: str) -> str:
         quoted = shlex.quote(path)
-        return (f"if mountpoint -q {quoted}; then echo mounted; else echo not-mounted; fi; "
-                f"if [ -w {quoted} ]; then echo writable; else echo read-only; fi")
+        return (
+            f"if mountpoint -q {quoted}; then echo mounted; else echo not-mounted; fi; "
+            f"if [ -w {quoted} ]; then echo writable; else echo read-only; fi"
+        )
 
     def process(self, output: list[str]) -> dict:
         words = [line.strip() for line in output]

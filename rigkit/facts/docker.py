@@ -52,8 +52,9 @@ class DockerRunCheck(FactBase):
         return "docker"
 
     def command(self, image: str, run_args: str = "", container_command: str = "true") -> str:
-        return (f"docker run --rm --network host {run_args} {shlex.quote(image)} {container_command} 2>&1; "
-                'echo "exit=$?"')
+        return (
+            f'docker run --rm --network host {run_args} {shlex.quote(image)} {container_command} 2>&1; echo "exit=$?"'
+        )
 
     def process(self, output: list[str]) -> dict:
         lines, status = split_exit(output)
@@ -77,8 +78,10 @@ class ComposeCommand(FactBase):
     """``docker compose`` (v2 plugin) or ``docker-compose`` (v1), whichever the rig has, else None."""
 
     def command(self) -> str:
-        return ("if docker compose version >/dev/null 2>&1; then echo 'docker compose'; "
-                "elif command -v docker-compose >/dev/null 2>&1; then echo docker-compose; fi")
+        return (
+            "if docker compose version >/dev/null 2>&1; then echo 'docker compose'; "
+            "elif command -v docker-compose >/dev/null 2>&1; then echo docker-compose; fi"
+        )
 
     def process(self, output):
         text = "".join(output).strip()
@@ -107,10 +110,12 @@ class ManifestProbe(FactBase):
         insecure = "--insecure " if api_base(parse_reference(image).registry).startswith("http://") else ""
         bound = MANIFEST_PROBE_TIMEOUT_S
         # coreutils timeout exits 124 when the bound ran out
-        return (f"out=$(DOCKER_CLI_EXPERIMENTAL=enabled timeout {bound} docker manifest inspect {insecure}{quoted} "
-                f"2>&1); status=$?; if [ $status -eq 0 ]; then echo available; elif [ $status -eq 124 ]; then "
-                f"echo 'missing {PROBE_TIMEOUT_MARK}: no answer within {bound} s'; "
-                f"else printf 'missing %s\\n' \"$(printf '%s' \"$out\" | tail -n 1)\"; fi")
+        return (
+            f"out=$(DOCKER_CLI_EXPERIMENTAL=enabled timeout {bound} docker manifest inspect {insecure}{quoted} "
+            f"2>&1); status=$?; if [ $status -eq 0 ]; then echo available; elif [ $status -eq 124 ]; then "
+            f"echo 'missing {PROBE_TIMEOUT_MARK}: no answer within {bound} s'; "
+            f"else printf 'missing %s\\n' \"$(printf '%s' \"$out\" | tail -n 1)\"; fi"
+        )
 
     def process(self, output):
         text = "\n".join(output).strip()

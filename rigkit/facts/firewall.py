@@ -22,8 +22,10 @@ class NftTableComment(FactBase):
 
     def command(self, table: str) -> str:
         name = shlex.quote(table)
-        return (f"if t=$(nft list table inet {name} 2>/dev/null); then echo {TABLE_MARKER}; "
-                "printf '%s\\n' \"$t\" | sed -n 's/^[[:space:]]*comment \"\\(.*\\)\"$/\\1/p' | head -n 1; fi")
+        return (
+            f"if t=$(nft list table inet {name} 2>/dev/null); then echo {TABLE_MARKER}; "
+            "printf '%s\\n' \"$t\" | sed -n 's/^[[:space:]]*comment \"\\(.*\\)\"$/\\1/p' | head -n 1; fi"
+        )
 
     def process(self, output: list[str]) -> Optional[str]:
         if not output or output[0] != TABLE_MARKER:
@@ -39,8 +41,10 @@ class FirewallTrace(FactBase):
 
     def command(self, table: str, ruleset_path: str, unit_path: str) -> str:
         ruleset, unit, name = shlex.quote(ruleset_path), shlex.quote(unit_path), shlex.quote(table)
-        return (f"[ -e {ruleset} ] && echo ruleset; [ -e {unit} ] && echo unit; "
-                f"command -v nft >/dev/null 2>&1 && nft list table inet {name} >/dev/null 2>&1 && echo table; true")
+        return (
+            f"[ -e {ruleset} ] && echo ruleset; [ -e {unit} ] && echo unit; "
+            f"command -v nft >/dev/null 2>&1 && nft list table inet {name} >/dev/null 2>&1 && echo table; true"
+        )
 
     def process(self, output: list[str]) -> list[str]:
         return [line for line in output if line in ("ruleset", "unit", "table")]
@@ -54,7 +58,7 @@ def trace_kwargs(firewall: Firewall) -> dict[str, str]:
 # The deploy's own SSH session sets SSH_CONNECTION; sudo (pyinfra's _sudo) resets the environment, so the
 # command walks up its ancestors to the login shell sshd started, whose environment still holds it.
 _SSH_CONNECTION_SCRIPT = (
-    'c=${SSH_CONNECTION:-}; p=$$; '
+    "c=${SSH_CONNECTION:-}; p=$$; "
     'while [ -z "$c" ] && [ "${p:-0}" -gt 1 ] 2>/dev/null; do '
     "p=$(sed -n 's/^PPid:[[:space:]]*//p' /proc/$p/status 2>/dev/null); "
     "c=$(tr '\\0' '\\n' 2>/dev/null < /proc/${p:-0}/environ | sed -n 's/^SSH_CONNECTION=//p'); done; "

@@ -21,17 +21,19 @@ class StoreAnswers(FactBase):
 
     def command(self, address: str, port: int) -> str:
         cli = f"valkey-cli --no-auth-warning -h {shlex.quote(address)} -p {int(port)}"
-        return "\n".join([
-            f"auth=$({AUTH_FROM_CONFIG})",
-            "echo '--unauthenticated'",
-            f"env -u REDISCLI_AUTH -u VALKEYCLI_AUTH {cli} PING 2>&1",
-            'export REDISCLI_AUTH="$auth" VALKEYCLI_AUTH="$auth"',
-            "echo '--authenticated'",
-            f"{cli} PING 2>&1",
-            "echo '--config'",
-            f"{cli} CONFIG GET maxmemory 2>&1",
-            f"{cli} CONFIG GET maxmemory-policy 2>&1",
-        ])
+        return "\n".join(
+            [
+                f"auth=$({AUTH_FROM_CONFIG})",
+                "echo '--unauthenticated'",
+                f"env -u REDISCLI_AUTH -u VALKEYCLI_AUTH {cli} PING 2>&1",
+                'export REDISCLI_AUTH="$auth" VALKEYCLI_AUTH="$auth"',
+                "echo '--authenticated'",
+                f"{cli} PING 2>&1",
+                "echo '--config'",
+                f"{cli} CONFIG GET maxmemory 2>&1",
+                f"{cli} CONFIG GET maxmemory-policy 2>&1",
+            ]
+        )
 
     def process(self, output: list[str]) -> dict:
         sections: dict[str, list[str]] = {name: [] for name in _SECTIONS}
@@ -44,5 +46,8 @@ class StoreAnswers(FactBase):
         config_lines = sections["config"]
         # valkey-cli without a terminal prints CONFIG GET's reply as name and value on lines of their own
         config = dict(zip(config_lines[0::2], config_lines[1::2]))
-        return {"unauthenticated": " ".join(sections["unauthenticated"]),
-                "authenticated": " ".join(sections["authenticated"]), "config": config}
+        return {
+            "unauthenticated": " ".join(sections["unauthenticated"]),
+            "authenticated": " ".join(sections["authenticated"]),
+            "config": config,
+        }

@@ -42,8 +42,11 @@ class NvidiaSmiGpus(FactBase):
 
 def parse_query_gpus(lines: list[str]) -> list[dict]:
     """uuid and driver_version of each GPU in a ``nvidia-smi --query-gpu=... --format=csv`` answer."""
-    return [{"uuid": row["uuid"], "driver_version": row["driver_version"]}
-            for row in parse_csv_table("\n".join(lines)) if "uuid" in row and "driver_version" in row]
+    return [
+        {"uuid": row["uuid"], "driver_version": row["driver_version"]}
+        for row in parse_csv_table("\n".join(lines))
+        if "uuid" in row and "driver_version" in row
+    ]
 
 
 class NvidiaGpuMemory(FactBase):
@@ -70,8 +73,10 @@ PCI_DEVICES_DIR = "/sys/bus/pci/devices"
 
 def nvidia_pci_gpus_command(devices_dir: str = PCI_DEVICES_DIR) -> str:
     """Prints one line per NVIDIA GPU among the PCI devices in ``devices_dir`` (sysfs layout)."""
-    return (f"for d in {devices_dir}/*; do [ \"$(cat \"$d/vendor\" 2>/dev/null)\" = {NVIDIA_PCI_VENDOR} ] "
-            f"&& case \"$(cat \"$d/class\")\" in {PCI_DISPLAY_CLASS}*) echo \"$d\";; esac; done; true")
+    return (
+        f'for d in {devices_dir}/*; do [ "$(cat "$d/vendor" 2>/dev/null)" = {NVIDIA_PCI_VENDOR} ] '
+        f'&& case "$(cat "$d/class")" in {PCI_DISPLAY_CLASS}*) echo "$d";; esac; done; true'
+    )
 
 
 class NvidiaPciGpus(FactBase):

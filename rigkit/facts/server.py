@@ -58,8 +58,10 @@ class ShmFree(FactBase):
     stopped one's by rigkit.serving.commands.shm_cleanup_command)}; None when /dev/shm cannot be read."""
 
     def command(self) -> str:
-        return ("df -B1 --output=avail /dev/shm 2>/dev/null | tail -n 1; "
-                "find /dev/shm -maxdepth 1 -name 'vllm_offload_*.mmap' -printf '%s\\n' 2>/dev/null")
+        return (
+            "df -B1 --output=avail /dev/shm 2>/dev/null | tail -n 1; "
+            "find /dev/shm -maxdepth 1 -name 'vllm_offload_*.mmap' -printf '%s\\n' 2>/dev/null"
+        )
 
     def process(self, output):
         lines = [line.strip() for line in output if line.strip()]

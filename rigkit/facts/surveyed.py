@@ -97,10 +97,13 @@ class OperationFacts:
         return fact_key(fact, named)
 
     def get_fact(self, fact: type, *args, **kwargs) -> Any:
-        if fact is FactBatch and self.host.in_op:  # facts_now: the declared ones from the picture, the rest in one batch
+        if (
+            fact is FactBatch and self.host.in_op
+        ):  # facts_now: the declared ones from the picture, the rest in one batch
             wanted = kwargs["facts"]
-            served = {spec: self.get_fact(spec.fact, **dict(spec.kwargs)) for spec in wanted
-                      if spec_key(spec) in self.specs}
+            served = {
+                spec: self.get_fact(spec.fact, **dict(spec.kwargs)) for spec in wanted if spec_key(spec) in self.specs
+            }
             rest = tuple(spec for spec in wanted if spec not in served)
             if len(rest) > 1:
                 served.update(self._live(FactBatch, facts=rest) or {})

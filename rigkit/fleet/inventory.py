@@ -64,6 +64,7 @@ print(json.dumps({"hosts": {h.name: {"data": h.data.dict(), "groups": sorted(h.g
 
 # Connection data: each targeted host must have a way to authenticate before anything runs.
 
+
 def check_connection_data(name: str, data: dict, environ: Optional[dict] = None) -> None:
     """ConfigError when the host has no usable SSH key (a missing key file, or no key/agent/password at all)."""
     environ = os.environ if environ is None else environ
@@ -73,73 +74,113 @@ def check_connection_data(name: str, data: dict, environ: Optional[dict] = None)
     if key:
         path = Path(os.path.expanduser(str(key)))
         if not path.is_file() or not os.access(path, os.R_OK):
-            raise ConfigError(f"{name}.ssh_key", str(key), "the SSH key file does not exist or is not readable",
-                              "point ssh_key at the private key that opens this rig (inventory or group_data)")
+            raise ConfigError(
+                f"{name}.ssh_key",
+                str(key),
+                "the SSH key file does not exist or is not readable",
+                "point ssh_key at the private key that opens this rig (inventory or group_data)",
+            )
         return
     if data.get("ssh_password"):
         return
     agent = data.get("ssh_allow_agent", True) and environ.get("SSH_AUTH_SOCK")
     default_keys = data.get("ssh_look_for_keys", True) and any(
-        Path(os.path.expanduser(f"~/.ssh/{n}")).is_file() for n in ("id_ed25519", "id_ecdsa", "id_rsa"))
+        Path(os.path.expanduser(f"~/.ssh/{n}")).is_file() for n in ("id_ed25519", "id_ecdsa", "id_rsa")
+    )
     if not (agent or default_keys):
-        raise ConfigError(f"{name}.ssh_key", None,
-                          "no SSH key for this host: no ssh_key, no ssh_password, no agent and no default key "
-                          "(~/.ssh/id_*) to fall back on",
-                          f"set ssh_key for {name} in the inventory or its group_data")
+        raise ConfigError(
+            f"{name}.ssh_key",
+            None,
+            "no SSH key for this host: no ssh_key, no ssh_password, no agent and no default key "
+            "(~/.ssh/id_*) to fall back on",
+            f"set ssh_key for {name} in the inventory or its group_data",
+        )
 
 
 def load_inventory(inventory: str, cwd: Path = REPO_ROOT, data_args: Sequence[str] = ()) -> dict[str, dict]:
     """host name -> {"data": merged host data, "groups": [...]}, loaded by pyinfra's own code in a child;
     ``data_args``: --data KEY=VALUE pairs, which override the inventory's data as in the pyinfra run."""
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")]))}
-    result = subprocess.run([sys.executable, "-c", LOAD_INVENTORY, inventory, str(cwd), json.dumps(list(data_args))],
-                            env=env,
-                            capture_output=True, text=True, timeout=120)
+    result = subprocess.run(
+        [sys.executable, "-c", LOAD_INVENTORY, inventory, str(cwd), json.dumps(list(data_args))],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     if result.returncode != 0:
-        raise ConfigError("inventory", inventory, f"pyinfra could not load it: {result.stderr.strip()[-800:]}",
-                          "fix the inventory file (it is Python) or its group_data")
+        raise ConfigError(
+            "inventory",
+            inventory,
+            f"pyinfra could not load it: {result.stderr.strip()[-800:]}",
+            "fix the inventory file (it is Python) or its group_data",
+        )
     loaded = json.loads(result.stdout)
     if "error" in loaded:
         error = loaded["error"]
         where = f"{error['file']}:{error['line']}" if error["file"] else inventory
-        raise ConfigError("inventory", inventory, f"{where} raised {error['type']}: {error['message']}",
-                          f"fix {where} (inventory and group_data files are Python, run as pyinfra loads them)")
+        raise ConfigError(
+            "inventory",
+            inventory,
+            f"{where} raised {error['type']}: {error['message']}",
+            f"fix {where} (inventory and group_data files are Python, run as pyinfra loads them)",
+        )
     check_inventory(inventory, loaded["hosts"], loaded["declared"], loaded["group_data"], loaded["group_files"])
     return loaded["hosts"]
 
 
-def check_inventory(inventory: str, hosts: Mapping[str, Mapping], declared: Mapping[str, Sequence[str]],
-                    group_data: Mapping[str, Mapping], group_files: Sequence[str] = ()) -> None:
+def check_inventory(
+    inventory: str,
+    hosts: Mapping[str, Mapping],
+    declared: Mapping[str, Sequence[str]],
+    group_data: Mapping[str, Mapping],
+    group_files: Sequence[str] = (),
+) -> None:
     """ConfigError for what pyinfra takes silently: no host at all, a host twice in one group, a host in two
     groups whose data set one name to different values (pyinfra picks one by group order), a group_data file
     whose name is a near-miss of a group (``group_files``: their names)."""
     if not hosts:
-        raise ConfigError("inventory", inventory, "declares no hosts", "list the rigs in a group of the inventory "
-                          "file, e.g. rigs = [(\"rig-a\", {\"ssh_hostname\": \"10.0.0.11\"})]")
+        raise ConfigError(
+            "inventory",
+            inventory,
+            "declares no hosts",
+            'list the rigs in a group of the inventory file, e.g. rigs = [("rig-a", {"ssh_hostname": "10.0.0.11"})]',
+        )
     for group, names in declared.items():
         twice = sorted({name for name in names if names.count(name) > 1})
         if twice:
-            raise ConfigError(f"{inventory}: {group}", twice[0], f"lists the host {twice[0]} twice",
-                              "list each host once per group (its data in one place)")
+            raise ConfigError(
+                f"{inventory}: {group}",
+                twice[0],
+                f"lists the host {twice[0]} twice",
+                "list each host once per group (its data in one place)",
+            )
     populated = sorted({g for host in hosts.values() for g in host.get("groups", []) if g != "all"})
     for group in sorted(set(group_files) - set(populated) - {"all"}):
         near = closest_name(group, populated)
         if near:  # group_data/ also holds other inventories' files: only a near-miss is a typo
-            raise ConfigError(f"group_data/{group}.py", None, "matches no group of the inventory, so its data "
-                              "reaches no host", f"rename it group_data/{near}.py (the group {near!r})")
+            raise ConfigError(
+                f"group_data/{group}.py",
+                None,
+                "matches no group of the inventory, so its data reaches no host",
+                f"rename it group_data/{near}.py (the group {near!r})",
+            )
     for name, host in sorted(hosts.items()):
         groups = [g for g in host.get("groups", []) if g != "all" and group_data.get(g)]
         for index, first in enumerate(groups):
-            for other in groups[index + 1:]:
+            for other in groups[index + 1 :]:
                 for key in sorted(set(group_data[first]) & set(group_data[other])):
                     one, two = (json.dumps(group_data[g][key], default=str) for g in (first, other))
                     if one != two:
                         shown = REDACTED if key in SECRET_SETTINGS else None
-                        raise ConfigError(f"{name}.{key}", shown or group_data[other][key],
-                                          f"host {name} is in groups {first} and {other}, whose data set {key} to "
-                                          f"{shown or repr(group_data[first][key])} and "
-                                          f"{shown or repr(group_data[other][key])}: pyinfra would pick one silently",
-                                          f"set {key} in one of the two groups only, or on the host itself")
+                        raise ConfigError(
+                            f"{name}.{key}",
+                            shown or group_data[other][key],
+                            f"host {name} is in groups {first} and {other}, whose data set {key} to "
+                            f"{shown or repr(group_data[first][key])} and "
+                            f"{shown or repr(group_data[other][key])}: pyinfra would pick one silently",
+                            f"set {key} in one of the two groups only, or on the host itself",
+                        )
 
 
 def _matches(name: str, info: Mapping, pattern: str) -> bool:
@@ -155,8 +196,12 @@ def targeted(hosts: dict[str, dict], patterns: Sequence[str]) -> list[str]:
         if not any(_matches(name, info, pattern) for name, info in hosts.items()):
             names = sorted({*hosts, *(g for info in hosts.values() for g in info.get("groups", []))})
             near = closest_name(pattern, names)
-            raise ConfigError("--limit", pattern, "matches no host or group of the inventory",
-                              f"did you mean {near!r}?" if near else f"use host or group names: {', '.join(names)}")
+            raise ConfigError(
+                "--limit",
+                pattern,
+                "matches no host or group of the inventory",
+                f"did you mean {near!r}?" if near else f"use host or group names: {', '.join(names)}",
+            )
     return [name for name, info in hosts.items() if any(_matches(name, info, p) for p in patterns)]
 
 
@@ -175,5 +220,7 @@ def inventory_rigs(hosts: Iterable) -> dict[str, tuple[dict, dict]]:
     its validated serving knobs): the router's workers and the store firewall's sources. A bad value of any
     rig is a ConfigError before any host is touched."""
     found = {other.name: {"groups": list(other.groups), "data": other.data.dict()} for other in hosts}
-    return {name: (found[name]["data"], rig_settings(found[name]["data"]).stack.knobs)
-            for name in rigs_among(found, list(found))}
+    return {
+        name: (found[name]["data"], rig_settings(found[name]["data"]).stack.knobs)
+        for name in rigs_among(found, list(found))
+    }

@@ -14,7 +14,7 @@ from rigkit.remote.registry import registry_failure
 REASON_CHARS = 1200  # a reason is kept whole up to this (under the table); the table's column is cut
 OK, FAILED, UNREACHABLE, ABORTED, NOT_RUN = "ok", "failed", "unreachable", "aborted", "not run"
 DRY_RUN = "dry run"  # reached, prepared, nothing changed (pyinfra --dry): its changes are in pyinfra's table above
-DRY_RUN_REASON = "nothing changed: --dry shows what would, in pyinfra's \"Detected changes\" table above"
+DRY_RUN_REASON = 'nothing changed: --dry shows what would, in pyinfra\'s "Detected changes" table above'
 # the line that ends a run: its results, or a dry run's table of what would change
 RESULTS_LINE, DETECTED_CHANGES_LINE = "--> Results:", "--> Detected changes:"
 
@@ -24,13 +24,26 @@ RAISED_RE = re.compile(r"^(?:[\w.]+\.)?(?P<type>\w*(?:Error|Exception)): (?P<msg
 # pyinfra's own line for an error that stopped the run (a rigkit refusal while preparing is one)
 RUN_ERROR_RE = re.compile(r"^--> pyinfra error(?: in .*? line \d+)?: (?P<msg>.+)$")
 OPERATION_RE = re.compile(r"^--> Starting operation: (?P<name>.*?)\s*$")
-CALLBACK_ERROR_RE = re.compile(r"Unexpected error in Python callback: (?P<type>\w+)\((?P<quote>['\"])(?P<msg>.*)(?P=quote),?\)$")
+CALLBACK_ERROR_RE = re.compile(
+    r"Unexpected error in Python callback: (?P<type>\w+)\((?P<quote>['\"])(?P<msg>.*)(?P=quote),?\)$"
+)
 # pyinfra's own line for a failed operation ("Error" or "Error: executed N commands"), not a command's
 # output that starts with the word (docker's "Error response from daemon: ...")
 PYINFRA_ERROR_RE = re.compile(r"^Error(?::|$)")
 # Lines pyinfra prints per host that are bookkeeping, not the reason for a failure.
-NOT_A_REASON = ("Connected", "Ready:", "Success", "No changes", "Error:", "Error (ignored)", "Loaded fact",
-                "Traceback", "File ", "^", "Unexpected error in Python callback")
+NOT_A_REASON = (
+    "Connected",
+    "Ready:",
+    "Success",
+    "No changes",
+    "Error:",
+    "Error (ignored)",
+    "Loaded fact",
+    "Traceback",
+    "File ",
+    "^",
+    "Unexpected error in Python callback",
+)
 
 
 @dataclass
@@ -49,7 +62,7 @@ def _clean(line: str) -> str:
 
 def _short(text: str, limit: int = REASON_CHARS) -> str:
     text = " ".join(text.split())
-    return text if len(text) <= limit else text[:limit - 1] + "…"
+    return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
 def _reason_from(lines: list[str], operation: Optional[str] = None) -> str:
@@ -58,7 +71,7 @@ def _reason_from(lines: list[str], operation: Optional[str] = None) -> str:
     docker error is worded by what it says of the registry (rigkit.remote.registry.registry_failure)."""
     for text in reversed(lines):
         if text.startswith(REFUSED_PREFIX):
-            return text[len(REFUSED_PREFIX):]
+            return text[len(REFUSED_PREFIX) :]
         match = CALLBACK_ERROR_RE.search(text)
         if match:
             return match.group("msg").replace("\\n", " ").replace("\\r", " ")  # repr's escapes

@@ -97,8 +97,9 @@ def pyinfra_command(pyinfra_args: Sequence[str], inventory: str, deploy: str) ->
 
 def run_pyinfra_streaming(argv: list[str]) -> tuple[int, str]:
     """Run pyinfra, echoing its output as it comes, and return (exit status, the whole output)."""
-    process = subprocess.Popen(argv, cwd=REPO_ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                               bufsize=1)
+    process = subprocess.Popen(
+        argv, cwd=REPO_ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1
+    )
     captured = []
     assert process.stdout is not None
     for line in process.stdout:

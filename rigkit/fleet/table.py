@@ -17,8 +17,10 @@ STEP_CHARS = 32
 REASON_MIN_CHARS = 24
 REASON_LINES = 2
 # a rigkit error's text: field=value: problem. Fix: fix
-RIGKIT_ERROR_RE = re.compile(r"^(?P<field>[^\s=]+)=(?P<value>'(?:[^'\\]|\\.)*'|\"(?:[^\"\\]|\\.)*\"|\S+): "
-                             r"(?P<problem>.*?)(?:\. Fix: (?P<fix>.*))?$")
+RIGKIT_ERROR_RE = re.compile(
+    r"^(?P<field>[^\s=]+)=(?P<value>'(?:[^'\\]|\\.)*'|\"(?:[^\"\\]|\\.)*\"|\S+): "
+    r"(?P<problem>.*?)(?:\. Fix: (?P<fix>.*))?$"
+)
 
 
 def table_width() -> int:
@@ -27,7 +29,7 @@ def table_width() -> int:
 
 
 def _cut(text: str, limit: int) -> str:
-    return text if len(text) <= limit else text[:limit - 1] + "…"
+    return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
 def _wrap(text: str, width: int, **indents) -> list[str]:
@@ -48,8 +50,10 @@ def format_table(outcomes: Sequence[RigOutcome], width: Optional[int] = None) ->
     REASON_LINES lines; every reason the table does not show whole follows it in full, as do the notes."""
     width = width or table_width()
     header = ("rig", "status", "step", "release", "reason")
-    rows = [header] + [(o.rig, o.status, _cut(o.step or "-", STEP_CHARS), o.release or "-",
-                        reason_headline(o.reason) or "-") for o in outcomes]
+    rows = [header] + [
+        (o.rig, o.status, _cut(o.step or "-", STEP_CHARS), o.release or "-", reason_headline(o.reason) or "-")
+        for o in outcomes
+    ]
     widths = [max(len(row[i]) for row in rows) for i in range(len(header) - 1)]
     column = sum(widths) + 2 * len(widths)  # where the reason column starts
     beside = width - column >= REASON_MIN_CHARS
@@ -61,7 +65,7 @@ def format_table(outcomes: Sequence[RigOutcome], width: Optional[int] = None) ->
         if index and len(wrapped) <= REASON_LINES and row[-1] == outcomes[index - 1].reason:
             shown_whole.add(row[0])
         if len(wrapped) > REASON_LINES:
-            wrapped = wrapped[:REASON_LINES - 1] + [_cut(" ".join(wrapped[REASON_LINES - 1:]), room)]
+            wrapped = wrapped[: REASON_LINES - 1] + [_cut(" ".join(wrapped[REASON_LINES - 1 :]), room)]
         cells = "  ".join(cell.ljust(widths[i]) for i, cell in enumerate(row[:-1]))
         if beside:
             lines += [f"{cells}  {wrapped[0]}".rstrip()] + [indent + more for more in wrapped[1:]]

@@ -47,7 +47,15 @@ def _nothing_targeted(inventory: str, hosts: dict[str, dict], patterns: list[str
     if not hosts:
         return ConfigError("inventory", inventory, "has no hosts", "add the rigs to the inventory file")
     if not patterns:
-        return ConfigError("inventory", inventory, f"has no {kind} (only {', '.join(sorted(hosts))})",
-                           "add the rigs to the inventory file")
-    return ConfigError("--limit", ",".join(patterns), f"matches no {kind} of {inventory}",
-                       f"use host or group names from the inventory: {', '.join(sorted(hosts))}")
+        return ConfigError(
+            "inventory",
+            inventory,
+            f"has no {kind} (only {', '.join(sorted(hosts))})",
+            "add the rigs to the inventory file",
+        )
+    return ConfigError(
+        "--limit",
+        ",".join(patterns),
+        f"matches no {kind} of {inventory}",
+        f"use host or group names from the inventory: {', '.join(sorted(hosts))}",
+    )

@@ -27,18 +27,24 @@ from rigkit.paths import CACHE_DIR, LAB_DIR, LAB_STATE_FILE
 
 DEFAULT_RIGS = 2
 DEFAULT_NETNS_RIGS = 0  # the demo runs on host-network rigs; the lab tests ask for one netns rig
-MANIFEST_ACCEPT = ", ".join((
-    "application/vnd.docker.distribution.manifest.v2+json",
-    "application/vnd.docker.distribution.manifest.list.v2+json",
-    "application/vnd.oci.image.manifest.v1+json",
-    "application/vnd.oci.image.index.v1+json",
-))
+MANIFEST_ACCEPT = ", ".join(
+    (
+        "application/vnd.docker.distribution.manifest.v2+json",
+        "application/vnd.docker.distribution.manifest.list.v2+json",
+        "application/vnd.oci.image.manifest.v1+json",
+        "application/vnd.oci.image.index.v1+json",
+    )
+)
 
 
 def _require_root(action: str) -> None:
     if os.geteuid() != 0:
-        raise PreflightError("user", os.geteuid(), f"not root; `lab {action}` runs an engine, loop devices and "
-                             "privileged rigs", f"sudo .venv/bin/rigkit lab {action}")
+        raise PreflightError(
+            "user",
+            os.geteuid(),
+            f"not root; `lab {action}` runs an engine, loop devices and privileged rigs",
+            f"sudo .venv/bin/rigkit lab {action}",
+        )
 
 
 def _ensure_serving_image(registry: str, progress: Progress) -> dict | None:
@@ -50,9 +56,14 @@ def _ensure_serving_image(registry: str, progress: Progress) -> dict | None:
     return ensure_serving_image(registry, progress)
 
 
-def lab_up(rig_count: int = DEFAULT_RIGS, progress: Progress = print_progress,
-           serving_image: bool = True, netns_rigs: int = DEFAULT_NETNS_RIGS,
-           distros: Optional[Sequence[str]] = None, router: bool = False) -> LabState:
+def lab_up(
+    rig_count: int = DEFAULT_RIGS,
+    progress: Progress = print_progress,
+    serving_image: bool = True,
+    netns_rigs: int = DEFAULT_NETNS_RIGS,
+    distros: Optional[Sequence[str]] = None,
+    router: bool = False,
+) -> LabState:
     """Bring the lab up (idempotent: a second call reuses what runs and recreates what is missing).
 
     ``distros``: rig N's Debian suite is ``distros[N-1]`` (bookworm beyond the list); None keeps each
@@ -68,13 +79,21 @@ def lab_up(rig_count: int = DEFAULT_RIGS, progress: Progress = print_progress,
     images = {suite: rig_image.ensure_rig_image(progress, suite) for suite in {rig_image.SUITE, *distros}}
     if "trixie" in images:
         rig_image.ensure_compose_v2_copy(images["trixie"], "trixie", progress)
-    lab_rigs = rigs.ensure_rigs(rig_count, images, progress, netns_count=netns_rigs, registry=registry_server.REGISTRY,
-                                distros=distros)
+    lab_rigs = rigs.ensure_rigs(
+        rig_count, images, progress, netns_count=netns_rigs, registry=registry_server.REGISTRY, distros=distros
+    )
     image = images[rig_image.SUITE]
-    state = LabState(registry=registry_server.REGISTRY, ssh_key=str(rigs.LAB_KEY), known_hosts=str(rigs.KNOWN_HOSTS),
-                     rigs=lab_rigs, rig_image=image, serving_image=previous.serving_image if previous else None,
-                     engine=engine_record, registry_pid=registry_pid,
-                     router=previous.router if previous and router_server.router_pid() else None)
+    state = LabState(
+        registry=registry_server.REGISTRY,
+        ssh_key=str(rigs.LAB_KEY),
+        known_hosts=str(rigs.KNOWN_HOSTS),
+        rigs=lab_rigs,
+        rig_image=image,
+        serving_image=previous.serving_image if previous else None,
+        engine=engine_record,
+        registry_pid=registry_pid,
+        router=previous.router if previous and router_server.router_pid() else None,
+    )
     write_state(state)
     if serving_image:
         record = _ensure_serving_image(registry_server.REGISTRY, progress)
@@ -112,8 +131,9 @@ def lab_down(progress: Progress = print_progress, purge_cache: bool = False) -> 
 
 
 def _remove_lab_images(progress: Progress) -> None:
-    result = subprocess.run(["docker", "images", "-q", "--filter", f"label={rig_image.IMAGE_LABEL}"],
-                            capture_output=True, text=True)
+    result = subprocess.run(
+        ["docker", "images", "-q", "--filter", f"label={rig_image.IMAGE_LABEL}"], capture_output=True, text=True
+    )
     images = sorted(set(result.stdout.split()))
     if images:
         progress(f"cache: removing {len(images)} lab images from the engine")
@@ -123,8 +143,9 @@ def _remove_lab_images(progress: Progress) -> None:
 def _manifest_present(reference: str) -> bool:
     registry, rest = reference.split("/", 1)
     name, digest = rest.split("@", 1)
-    request = urllib.request.Request(f"http://{registry}/v2/{name}/manifests/{digest}", method="HEAD",
-                                     headers={"Accept": MANIFEST_ACCEPT})
+    request = urllib.request.Request(
+        f"http://{registry}/v2/{name}/manifests/{digest}", method="HEAD", headers={"Accept": MANIFEST_ACCEPT}
+    )
     try:
         with urllib.request.urlopen(request, timeout=5) as response:
             return response.status == 200
@@ -139,8 +160,11 @@ def lab_status() -> dict:
     status: dict = {
         "state_file": str(LAB_STATE_FILE) if state else None,
         "engine": {**engine.engine_state(), "answers": True} if engine_up else {"answers": False},
-        "registry": {"address": registry_server.REGISTRY, "pid": registry_server.registry_pid(),
-                     "answers": registry_server.registry_answers()},
+        "registry": {
+            "address": registry_server.REGISTRY,
+            "pid": registry_server.registry_pid(),
+            "answers": registry_server.registry_answers(),
+        },
         "rigs": [],
         "serving_image": None,
         "router": None,
@@ -149,16 +173,28 @@ def lab_status() -> dict:
         return status
     if state.router:
         status["router"] = {**state.router, "answers": router_server.answers(f"{state.router['url']}/health")}
-    running = set(subprocess.run(["docker", "ps", "--format", "{{.Names}}"], capture_output=True,
-                                 text=True).stdout.split()) if engine_up else set()
+    running = (
+        set(subprocess.run(["docker", "ps", "--format", "{{.Names}}"], capture_output=True, text=True).stdout.split())
+        if engine_up
+        else set()
+    )
     for rig in state.rigs:
         up = rig.container in running
-        status["rigs"].append({
-            "name": rig.name, "container": rig.container, "running": up,
-            "ssh": f"{rig.ssh_host}:{rig.ssh_port}", "ssh_ok": up and rigs.ssh_ready(rig),
-            "netns": rig.netns, "host_address": rig.host_address, "rig_address": rig.rig_address,
-            "serving_port": rig.serving_port, "nvme_path": rig.nvme_path, "loop_device": rig.loop_device,
-        })
+        status["rigs"].append(
+            {
+                "name": rig.name,
+                "container": rig.container,
+                "running": up,
+                "ssh": f"{rig.ssh_host}:{rig.ssh_port}",
+                "ssh_ok": up and rigs.ssh_ready(rig),
+                "netns": rig.netns,
+                "host_address": rig.host_address,
+                "rig_address": rig.rig_address,
+                "serving_port": rig.serving_port,
+                "nvme_path": rig.nvme_path,
+                "loop_device": rig.loop_device,
+            }
+        )
     if state.serving_image:
         status["serving_image"] = {
             release: {"reference": reference, "in_registry": _manifest_present(reference)}
@@ -172,8 +208,10 @@ def _print_status(status: dict) -> bool:
     healthy = True
     engine_status = status["engine"]
     if engine_status["answers"]:
-        print(f"engine    ok   {engine_status['socket']} (pid {engine_status['pid'] or '-'}, "
-              f"started by lab: {engine_status['started_by_lab']}, runc wrapper: {engine_status['runtime_wrapper']})")
+        print(
+            f"engine    ok   {engine_status['socket']} (pid {engine_status['pid'] or '-'}, "
+            f"started by lab: {engine_status['started_by_lab']}, runc wrapper: {engine_status['runtime_wrapper']})"
+        )
     else:
         print("engine    DOWN")
         healthy = False
@@ -187,14 +225,18 @@ def _print_status(status: dict) -> bool:
         ok = rig["running"] and rig["ssh_ok"]
         healthy &= ok
         network = f"  own netns (host end {rig['host_address']})" if rig.get("netns") else ""
-        print(f"{rig['name']:<9} {'ok  ' if ok else 'DOWN'} ssh {rig['ssh']}  serving :{rig['serving_port']}  "
-              f"nvme {rig['nvme_path']} -> {rig['loop_device']}  ({rig['container']}){network}")
+        print(
+            f"{rig['name']:<9} {'ok  ' if ok else 'DOWN'} ssh {rig['ssh']}  serving :{rig['serving_port']}  "
+            f"nvme {rig['nvme_path']} -> {rig['loop_device']}  ({rig['container']}){network}"
+        )
     router = status.get("router")
     if router:
         healthy &= router["answers"]
-        print(f"router    {'ok  ' if router['answers'] else 'DOWN'} {router['url']} (pid {router.get('pid') or '-'}) "
-              f"-> {', '.join(router['workers'])}" + (f"; left out: {'; '.join(router['left_out'])}"
-                                                       if router.get("left_out") else ""))
+        print(
+            f"router    {'ok  ' if router['answers'] else 'DOWN'} {router['url']} (pid {router.get('pid') or '-'}) "
+            f"-> {', '.join(router['workers'])}"
+            + (f"; left out: {'; '.join(router['left_out'])}" if router.get("left_out") else "")
+        )
     if status["serving_image"] is None:
         print("serving   none recorded")
     else:
@@ -208,18 +250,32 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     actions = parser.add_subparsers(dest="lab_action", required=True)
     up = actions.add_parser("up", help="bring the lab up (idempotent)")
     up.add_argument("--rigs", type=int, default=DEFAULT_RIGS, help=f"number of rigs (default {DEFAULT_RIGS})")
-    up.add_argument("--netns-rigs", type=int, default=DEFAULT_NETNS_RIGS,
-                    help="how many of the last --rigs get their own network namespace when first made "
-                         f"(reached at 10.213.N.2:22; their API only through an SSH tunnel; default {DEFAULT_NETNS_RIGS})")
-    up.add_argument("--distros", type=lambda text: [part.strip() for part in text.split(",") if part.strip()],
-                    default=None, help="each rig's Debian suite in order, e.g. bookworm,trixie "
-                                       f"(one of {', '.join(rig_image.SUITES)}; bookworm beyond the list; "
-                                       "default: existing rigs keep theirs)")
-    up.add_argument("--no-serving-image", action="store_true",
-                    help="skip building/pushing the vLLM serving image (minutes when cold)")
-    up.add_argument("--router", action="store_true",
-                    help="also run vllm-router on 127.0.0.1:8310 in front of the host-network rigs that serve "
-                         "(after a deploy); inventory/lab_router.py declares it for rigkit deploy")
+    up.add_argument(
+        "--netns-rigs",
+        type=int,
+        default=DEFAULT_NETNS_RIGS,
+        help="how many of the last --rigs get their own network namespace when first made "
+        f"(reached at 10.213.N.2:22; their API only through an SSH tunnel; default {DEFAULT_NETNS_RIGS})",
+    )
+    up.add_argument(
+        "--distros",
+        type=lambda text: [part.strip() for part in text.split(",") if part.strip()],
+        default=None,
+        help="each rig's Debian suite in order, e.g. bookworm,trixie "
+        f"(one of {', '.join(rig_image.SUITES)}; bookworm beyond the list; "
+        "default: existing rigs keep theirs)",
+    )
+    up.add_argument(
+        "--no-serving-image",
+        action="store_true",
+        help="skip building/pushing the vLLM serving image (minutes when cold)",
+    )
+    up.add_argument(
+        "--router",
+        action="store_true",
+        help="also run vllm-router on 127.0.0.1:8310 in front of the host-network rigs that serve "
+        "(after a deploy); inventory/lab_router.py declares it for rigkit deploy",
+    )
     status = actions.add_parser("status", help="rigs, ports, SSH health, digests, engine and registry health")
     status.add_argument("--json", action="store_true", help="print the status as JSON")
     down = actions.add_parser("down", help="remove everything the lab made (keeps the cache)")
@@ -229,8 +285,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     try:
         if args.lab_action == "up":
-            lab_up(args.rigs, serving_image=not args.no_serving_image, netns_rigs=args.netns_rigs,
-                   distros=args.distros or None, router=args.router)
+            lab_up(
+                args.rigs,
+                serving_image=not args.no_serving_image,
+                netns_rigs=args.netns_rigs,
+                distros=args.distros or None,
+                router=args.router,
+            )
             return 0
         if args.lab_action == "down":
             lab_down(purge_cache=args.purge_cache)

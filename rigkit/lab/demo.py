@@ -42,9 +42,13 @@ def rig_summary(rig, state) -> dict:
     finally:
         ssh.close()
     current = ledger.current
-    return {"rig": rig.name, "port": rig.serving_port,
-            "image": current.image.rsplit("@", 1)[-1][:19] if current else "-",
-            "smoke": (current.smoke or "-") if current else "-", "releases": len(ledger.releases)}
+    return {
+        "rig": rig.name,
+        "port": rig.serving_port,
+        "image": current.image.rsplit("@", 1)[-1][:19] if current else "-",
+        "smoke": (current.smoke or "-") if current else "-",
+        "releases": len(ledger.releases),
+    }
 
 
 def validation_lines(status: int, run_dir: Path) -> list[str]:
@@ -52,8 +56,10 @@ def validation_lines(status: int, run_dir: Path) -> list[str]:
     try:
         cards = load_cards(run_dir)
     except ConfigError:
-        return [f"validation: FAILED (exit {status}) before any card was written ({run_dir} holds none): "
-                "its pyinfra output above says why"]
+        return [
+            f"validation: FAILED (exit {status}) before any card was written ({run_dir} holds none): "
+            "its pyinfra output above says why"
+        ]
     verdict = "ok" if status == 0 else f"FAILED (exit {status})"
     return [f"validation: {verdict}", *run_lines(cards, run_dir)]
 

@@ -56,8 +56,13 @@ def needs_runc_wrapper() -> bool:
 
 
 def _docker(*args: str, timeout: float = 15.0) -> subprocess.CompletedProcess:
-    return subprocess.run(["docker", *args], capture_output=True, text=True, timeout=timeout,
-                          env={**os.environ, "DOCKER_HOST": f"unix://{DOCKER_SOCKET}"})
+    return subprocess.run(
+        ["docker", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env={**os.environ, "DOCKER_HOST": f"unix://{DOCKER_SOCKET}"},
+    )
 
 
 def engine_answers() -> bool:
@@ -100,16 +105,20 @@ def _check_reusable(progress: Progress) -> None:
     bridges = bridge_networks()
     if bridges:
         raise PreflightError(
-            "docker engine", str(DOCKER_SOCKET),
+            "docker engine",
+            str(DOCKER_SOCKET),
             f"the running engine has bridge network(s) {bridges}; lab traffic must stay on host networking",
             "stop that engine (systemctl stop docker docker.socket) and run `rigkit lab up` again: it starts "
-            "its own with --bridge=none --iptables=false --ip-forward=false --ip-masq=false")
+            "its own with --bridge=none --iptables=false --ip-forward=false --ip-masq=false",
+        )
     if needs_runc_wrapper() and default_runtime() == "runc":
         raise PreflightError(
-            "docker engine", str(DOCKER_SOCKET),
+            "docker engine",
+            str(DOCKER_SOCKET),
             "this machine lacks CAP_SYS_RESOURCE, so privileged rigs need the runc wrapper, but the running "
             "engine uses plain runc",
-            "stop that engine and run `rigkit lab up` again (it starts one with the wrapper)")
+            "stop that engine and run `rigkit lab up` again (it starts one with the wrapper)",
+        )
     progress("docker engine: reusing the running engine (no bridge)")
 
 
@@ -132,25 +141,36 @@ def ensure_engine(progress: Progress) -> dict:
         _check_reusable(progress)
         return engine_state()
     if os.geteuid() != 0:
-        raise PreflightError("user", os.geteuid(), "the lab starts a Docker engine and privileged rigs",
-                             "run as root (sudo rigkit lab up)")
+        raise PreflightError(
+            "user",
+            os.geteuid(),
+            "the lab starts a Docker engine and privileged rigs",
+            "run as root (sudo rigkit lab up)",
+        )
     if not shutil.which("dockerd"):
         raise PreflightError("dockerd", None, "no Docker engine installed", "apt-get install docker.io (or bin/setup)")
     use_wrapper = needs_runc_wrapper()
     if use_wrapper:
         _install_wrapper()
     ENGINE_DATA_ROOT.mkdir(parents=True, exist_ok=True)
-    progress("docker engine: starting dockerd (no bridge"
-             + (", runc wrapper for the missing CAP_SYS_RESOURCE" if use_wrapper else "") + ")")
+    progress(
+        "docker engine: starting dockerd (no bridge"
+        + (", runc wrapper for the missing CAP_SYS_RESOURCE" if use_wrapper else "")
+        + ")"
+    )
     pid = start_daemon(dockerd_command(use_wrapper), ENGINE_LOG_FILE, ENGINE_PID_FILE)
     # The new dockerd must be the one answering: an engine still shutting down from `lab down` may
     # answer for a moment while the new one waits for the socket.
-    if not wait_until(lambda: not process_alive(pid) or (pid_runs(pid, "dockerd") and engine_answers()),
-                      ENGINE_START_TIMEOUT_S, 0.3) or not pid_runs(pid, "dockerd"):
+    if not wait_until(
+        lambda: not process_alive(pid) or (pid_runs(pid, "dockerd") and engine_answers()), ENGINE_START_TIMEOUT_S, 0.3
+    ) or not pid_runs(pid, "dockerd"):
         tail = " | ".join(ENGINE_LOG_FILE.read_text(errors="replace").strip().splitlines()[-5:])
-        raise LabStepError("docker engine", " ".join(dockerd_command(use_wrapper)),
-                           f"dockerd did not come up (log {ENGINE_LOG_FILE}: {tail})",
-                           "read the log; another engine may hold /var/run/docker.pid or the socket")
+        raise LabStepError(
+            "docker engine",
+            " ".join(dockerd_command(use_wrapper)),
+            f"dockerd did not come up (log {ENGINE_LOG_FILE}: {tail})",
+            "read the log; another engine may hold /var/run/docker.pid or the socket",
+        )
     progress(f"docker engine: ready (pid {pid}, data root {ENGINE_DATA_ROOT})")
     return engine_state()
 

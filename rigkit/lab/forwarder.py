@@ -114,8 +114,10 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     server, inode = listen_in_netns(args.listen_netns, args.listen)
     threading.Thread(target=watch, args=(args.listen_netns, inode), daemon=True).start()
-    print(f"forwarder: {args.listen_netns} {args.listen[0]}:{args.listen[1]} -> "
-          f"{args.connect[0]}:{args.connect[1]}", flush=True)
+    print(
+        f"forwarder: {args.listen_netns} {args.listen[0]}:{args.listen[1]} -> {args.connect[0]}:{args.connect[1]}",
+        flush=True,
+    )
     while True:
         client, _ = server.accept()
         threading.Thread(target=relay, args=(client, args.connect), daemon=True).start()

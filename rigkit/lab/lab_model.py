@@ -31,8 +31,14 @@ TRAIN_SCRIPT = SOURCES / "train_model.py"
 MODEL_ROOT = CACHE_DIR / "lab-model"
 # The training venv: torch is the serving image's (REQUIREMENTS there); the rest are pinned so that the same
 # inputs give the same weights.
-TRAIN_REQUIREMENTS = ("torch==2.13.0", "transformers==4.57.6", "tokenizers==0.22.2", "safetensors==0.8.0",
-                      "numpy==2.4.6", "huggingface_hub==0.36.2")
+TRAIN_REQUIREMENTS = (
+    "torch==2.13.0",
+    "transformers==4.57.6",
+    "tokenizers==0.22.2",
+    "safetensors==0.8.0",
+    "numpy==2.4.6",
+    "huggingface_hub==0.36.2",
+)
 # What a complete model directory holds (a directory without all of them is a broken, partial one).
 MODEL_FILES = ("config.json", "tokenizer.json", "tokenizer_config.json", "model.safetensors", "training.json")
 
@@ -41,7 +47,9 @@ CORPUS_DOCUMENTS = 1200
 CORPUS_DOCUMENT_CHARS = (600, 4000)
 EVAL_SEED = 777
 EVAL_PROMPTS = 6
-EVAL_PROMPT_CHARS = 3500 * 4  # 7,300-9,200 tokens of this tokenizer: longer than the lab validation's 3,500-token sessions
+EVAL_PROMPT_CHARS = (
+    3500 * 4
+)  # 7,300-9,200 tokens of this tokenizer: longer than the lab validation's 3,500-token sessions
 
 VENV_TIMEOUT_S = 1200.0
 TRAIN_TIMEOUT_S = 1800.0
@@ -79,10 +87,16 @@ def venv_key() -> str:
 def model_key() -> str:
     """The model's inputs: its sources, the training pins, and the corpus's (rigkit.validation.prompts' code and the seeds and
     sizes drawn from it; hashing those, not the 3 MB of text, keeps the key cheap)."""
-    corpus = [hashlib.sha256(Path(prompts.__file__).read_bytes()).hexdigest(), CORPUS_SEED, CORPUS_DOCUMENTS,
-              list(CORPUS_DOCUMENT_CHARS), EVAL_SEED, EVAL_PROMPTS, EVAL_PROMPT_CHARS]
-    return input_hash("lab-model", directory_digest(SOURCES), list(TRAIN_REQUIREMENTS),
-                                    corpus)
+    corpus = [
+        hashlib.sha256(Path(prompts.__file__).read_bytes()).hexdigest(),
+        CORPUS_SEED,
+        CORPUS_DOCUMENTS,
+        list(CORPUS_DOCUMENT_CHARS),
+        EVAL_SEED,
+        EVAL_PROMPTS,
+        EVAL_PROMPT_CHARS,
+    ]
+    return input_hash("lab-model", directory_digest(SOURCES), list(TRAIN_REQUIREMENTS), corpus)
 
 
 def model_dir(key: str | None = None) -> Path:
@@ -106,11 +120,22 @@ def ensure_training_venv(progress: Progress = print) -> Path:
         return python
     shutil.rmtree(venv, ignore_errors=True)
     progress(f"lab model: training venv {venv} ({' '.join(TRAIN_REQUIREMENTS)}, ~2 min once)")
-    _streamed([sys.executable, "-m", "venv", str(venv)], "lab model venv", "check python3-venv is installed",
-                  progress, VENV_TIMEOUT_S, re.compile("$^"))
-    _streamed([str(python), "-m", "pip", "install", "--disable-pip-version-check", "-q", *TRAIN_REQUIREMENTS],
-                  "lab model venv", "pip must find these pins (torch 2.13.0 CPU is the serving image's own)",
-                  progress, VENV_TIMEOUT_S, re.compile(r"^(ERROR|Successfully)"))
+    _streamed(
+        [sys.executable, "-m", "venv", str(venv)],
+        "lab model venv",
+        "check python3-venv is installed",
+        progress,
+        VENV_TIMEOUT_S,
+        re.compile("$^"),
+    )
+    _streamed(
+        [str(python), "-m", "pip", "install", "--disable-pip-version-check", "-q", *TRAIN_REQUIREMENTS],
+        "lab model venv",
+        "pip must find these pins (torch 2.13.0 CPU is the serving image's own)",
+        progress,
+        VENV_TIMEOUT_S,
+        re.compile(r"^(ERROR|Successfully)"),
+    )
     (venv / ".complete").write_text(" ".join(TRAIN_REQUIREMENTS) + "\n")
     return python
 
@@ -130,13 +155,27 @@ def ensure_lab_model(progress: Progress = print) -> Path:
     (partial.parent / f"{key}.corpus.jsonl").write_text(_jsonl(training_corpus()))
     (partial.parent / f"{key}.eval.jsonl").write_text(_jsonl(eval_prompts()))
     progress(f"lab model: training the tiny Qwen3 into {target} (a few minutes on the CPU)")
-    _streamed([str(python), str(TRAIN_SCRIPT), str(partial), str(partial.parent / f"{key}.corpus.jsonl"),
-                   str(partial.parent / f"{key}.eval.jsonl")], "lab model training",
-                  f"read the output above; rerun to retry (the partial directory {partial} is discarded)",
-                  progress, TRAIN_TIMEOUT_S, re.compile(r"^(model|tokenizer):"))
+    _streamed(
+        [
+            str(python),
+            str(TRAIN_SCRIPT),
+            str(partial),
+            str(partial.parent / f"{key}.corpus.jsonl"),
+            str(partial.parent / f"{key}.eval.jsonl"),
+        ],
+        "lab model training",
+        f"read the output above; rerun to retry (the partial directory {partial} is discarded)",
+        progress,
+        TRAIN_TIMEOUT_S,
+        re.compile(r"^(model|tokenizer):"),
+    )
     if not is_complete(partial):
-        raise LabStepError("lab model training", str(partial), "the training wrote no complete model directory",
-                           f"expected {', '.join(MODEL_FILES)}")
+        raise LabStepError(
+            "lab model training",
+            str(partial),
+            "the training wrote no complete model directory",
+            f"expected {', '.join(MODEL_FILES)}",
+        )
     shutil.rmtree(target, ignore_errors=True)
     partial.rename(target)
     return target

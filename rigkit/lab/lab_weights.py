@@ -30,8 +30,13 @@ IMAGE_MODEL_DIR = "/models/tiny"
 
 
 def _docker(*args: str, timeout: float = 120.0) -> subprocess.CompletedProcess:
-    return subprocess.run(["docker", *args], capture_output=True, text=True, timeout=timeout,
-                          env={**os.environ, "DOCKER_HOST": f"unix://{DOCKER_SOCKET}"})
+    return subprocess.run(
+        ["docker", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env={**os.environ, "DOCKER_HOST": f"unix://{DOCKER_SOCKET}"},
+    )
 
 
 def model_from_serving_image(image: str, progress: Callable[[str], None] = print) -> Path:
@@ -42,8 +47,12 @@ def model_from_serving_image(image: str, progress: Callable[[str], None] = print
     progress(f"[lab model] copying {IMAGE_MODEL_DIR} out of {image}")
     created = _docker("create", image, "true")
     if created.returncode != 0:
-        raise LabStepError("lab model", image, f"docker create failed: {created.stderr.strip()}",
-                           "bring the lab up (`rigkit lab up`): it builds the serving image")
+        raise LabStepError(
+            "lab model",
+            image,
+            f"docker create failed: {created.stderr.strip()}",
+            "bring the lab up (`rigkit lab up`): it builds the serving image",
+        )
     container = created.stdout.strip()
     staging = target.with_name(target.name + ".tmp")
     shutil.rmtree(staging, ignore_errors=True)
@@ -51,8 +60,12 @@ def model_from_serving_image(image: str, progress: Callable[[str], None] = print
     try:
         copied = _docker("cp", f"{container}:{IMAGE_MODEL_DIR}", str(staging))
         if copied.returncode != 0:
-            raise LabStepError("lab model", image, f"docker cp failed: {copied.stderr.strip()}",
-                               "rebuild the lab's serving image (`rigkit lab up`)")
+            raise LabStepError(
+                "lab model",
+                image,
+                f"docker cp failed: {copied.stderr.strip()}",
+                "rebuild the lab's serving image (`rigkit lab up`)",
+            )
     finally:
         _docker("rm", "-f", container)
     os.replace(staging, target)
@@ -64,8 +77,12 @@ def lab_model_dir(serving_image: Optional[str] = None, progress: Callable[[str],
     if _trained_model is not None:
         return Path(_trained_model(progress))
     if serving_image is None:
-        raise LabStepError("lab model", None, "no trained lab model in this checkout and no serving image given",
-                           "pass the lab's serving image (state.serving_image releases)")
+        raise LabStepError(
+            "lab model",
+            None,
+            "no trained lab model in this checkout and no serving image given",
+            "pass the lab's serving image (state.serving_image releases)",
+        )
     return model_from_serving_image(serving_image, progress)
 
 

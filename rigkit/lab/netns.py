@@ -26,11 +26,11 @@ from pathlib import Path
 from rigkit.errors import PreflightError
 from rigkit.lab.proc import LabStepError, Progress, read_pid, run, start_daemon, stop_pid, wait_until
 
-SUBNET_PREFIX = "10.213"          # 10.213.N.0/30 for rig N
+SUBNET_PREFIX = "10.213"  # 10.213.N.0/30 for rig N
 PREFIX_LENGTH = 30
 LAB_SUBNET = ipaddress.ip_network(f"{SUBNET_PREFIX}.0.0/16")
 MAX_NETNS_RIG_INDEX = 255
-VETH_PREFIX = "rigkit-rig"        # host end rigkit-rigN (IFNAMSIZ: at most 15 characters)
+VETH_PREFIX = "rigkit-rig"  # host end rigkit-rigN (IFNAMSIZ: at most 15 characters)
 RIG_INTERFACE = "eth0"
 RIG_SSH_PORT = 22
 FORWARDER_SCRIPT = Path(__file__).resolve().with_name("forwarder.py")
@@ -42,8 +42,9 @@ FORWARDER_READY_TIMEOUT_S = 10.0
 def addresses(index: int) -> tuple[str, str]:
     """(host end, rig end) of rig INDEX's private /30."""
     if not 1 <= index <= MAX_NETNS_RIG_INDEX:
-        raise PreflightError("netns rig index", index, f"outside 1..{MAX_NETNS_RIG_INDEX} ({SUBNET_PREFIX}.N.0/30)",
-                             "use fewer rigs")
+        raise PreflightError(
+            "netns rig index", index, f"outside 1..{MAX_NETNS_RIG_INDEX} ({SUBNET_PREFIX}.N.0/30)", "use fewer rigs"
+        )
     return f"{SUBNET_PREFIX}.{index}.1", f"{SUBNET_PREFIX}.{index}.2"
 
 
@@ -72,8 +73,9 @@ def foreign_addresses_in_lab_subnet(ip_addr_json: str) -> list[str]:
 
 def lab_links(ip_link_json: str) -> list[str]:
     """Host-side lab veths (from `ip -j link`)."""
-    return [link["ifname"] for link in json.loads(ip_link_json or "[]")
-            if link.get("ifname", "").startswith(VETH_PREFIX)]
+    return [
+        link["ifname"] for link in json.loads(ip_link_json or "[]") if link.get("ifname", "").startswith(VETH_PREFIX)
+    ]
 
 
 def has_address(ip_addr_json: str, interface: str, address: str) -> bool:
@@ -81,13 +83,16 @@ def has_address(ip_addr_json: str, interface: str, address: str) -> bool:
     for link in json.loads(ip_addr_json or "[]"):
         if link.get("ifname") != interface or "UP" not in link.get("flags", []):
             continue
-        if any(info.get("local") == address and info.get("prefixlen") == PREFIX_LENGTH
-               for info in link.get("addr_info", [])):
+        if any(
+            info.get("local") == address and info.get("prefixlen") == PREFIX_LENGTH
+            for info in link.get("addr_info", [])
+        ):
             return True
     return False
 
 
 # ---- plumbing -----------------------------------------------------------------------------------
+
 
 def _ip_json(*args: str, pid: int | None = None) -> str:
     prefix = ["nsenter", "--target", str(pid), "--net"] if pid else []
@@ -96,14 +101,18 @@ def _ip_json(*args: str, pid: int | None = None) -> str:
 
 def _link_ok(index: int, pid: int) -> bool:
     host_address, rig_address = addresses(index)
-    return (has_address(_ip_json("addr", "show", "dev", veth_name(index)), veth_name(index), host_address)
-            and has_address(_ip_json("addr", "show", "dev", RIG_INTERFACE, pid=pid), RIG_INTERFACE, rig_address))
+    return has_address(
+        _ip_json("addr", "show", "dev", veth_name(index)), veth_name(index), host_address
+    ) and has_address(_ip_json("addr", "show", "dev", RIG_INTERFACE, pid=pid), RIG_INTERFACE, rig_address)
 
 
 def ensure_guard_route() -> None:
     """Lab addresses without a veth fail at once instead of following the default route out."""
-    run(["ip", "route", "replace", "unreachable", str(LAB_SUBNET)], "netns rigs: guard route",
-        f"ip route show {LAB_SUBNET}; remove what conflicts")
+    run(
+        ["ip", "route", "replace", "unreachable", str(LAB_SUBNET)],
+        "netns rigs: guard route",
+        f"ip route show {LAB_SUBNET}; remove what conflicts",
+    )
 
 
 def guard_route_present() -> bool:
@@ -114,8 +123,12 @@ def guard_route_present() -> bool:
 def _check_subnet_free() -> None:
     foreign = foreign_addresses_in_lab_subnet(_ip_json("addr"))
     if foreign:
-        raise PreflightError("netns rig subnet", str(LAB_SUBNET), f"already used on this host: {', '.join(foreign)}",
-                             "free it, or bring up rigs on host networking only (--netns-rigs 0)")
+        raise PreflightError(
+            "netns rig subnet",
+            str(LAB_SUBNET),
+            f"already used on this host: {', '.join(foreign)}",
+            "free it, or bring up rigs on host networking only (--netns-rigs 0)",
+        )
 
 
 def ensure_link(index: int, pid: int, progress: Progress) -> bool:
@@ -132,8 +145,10 @@ def ensure_link(index: int, pid: int, progress: Progress) -> bool:
     host_address, rig_address = addresses(index)
     step, fix = f"rig{index}: veth", f"ip link del {name}; then `rigkit lab up` again"
     in_rig = ["nsenter", "--target", str(pid), "--net"]
-    progress(f"rig{index}: veth {name} {host_address}/{PREFIX_LENGTH} <-> {RIG_INTERFACE} {rig_address} (rig pid {pid})")
-    subprocess.run(["ip", "link", "del", name], capture_output=True)               # half-made earlier
+    progress(
+        f"rig{index}: veth {name} {host_address}/{PREFIX_LENGTH} <-> {RIG_INTERFACE} {rig_address} (rig pid {pid})"
+    )
+    subprocess.run(["ip", "link", "del", name], capture_output=True)  # half-made earlier
     subprocess.run([*in_rig, "ip", "link", "del", RIG_INTERFACE], capture_output=True)
     run(["ip", "link", "add", name, "type", "veth", "peer", "name", peer], step, fix)
     run(["ip", "link", "set", peer, "netns", str(pid)], step, fix)
@@ -159,10 +174,19 @@ def remove_links(progress: Progress) -> None:
 
 # ---- the registry forwarder ---------------------------------------------------------------------
 
+
 def forwarder_command(pid: int, registry_host: str, registry_port: int) -> list[str]:
     address = f"{registry_host}:{registry_port}"
-    return [sys.executable, str(FORWARDER_SCRIPT), "--listen-netns", f"/proc/{pid}/ns/net",
-            "--listen", address, "--connect", address]
+    return [
+        sys.executable,
+        str(FORWARDER_SCRIPT),
+        "--listen-netns",
+        f"/proc/{pid}/ns/net",
+        "--listen",
+        address,
+        "--connect",
+        address,
+    ]
 
 
 def _cmdline(pid: int | None) -> list[str]:
@@ -180,8 +204,11 @@ def is_forwarder(cmdline: list[str]) -> bool:
 
 def forwarder_processes() -> list[int]:
     """Every running lab forwarder, whoever recorded it (the lab-down check)."""
-    return [int(entry.name) for entry in Path("/proc").iterdir()
-            if entry.name.isdigit() and is_forwarder(_cmdline(int(entry.name)))]
+    return [
+        int(entry.name)
+        for entry in Path("/proc").iterdir()
+        if entry.name.isdigit() and is_forwarder(_cmdline(int(entry.name)))
+    ]
 
 
 def _stop(pid: int) -> bool:
@@ -189,8 +216,9 @@ def _stop(pid: int) -> bool:
     return is_forwarder(cmdline) and stop_pid(pid, os.path.basename(cmdline[0]), grace_seconds=5.0)
 
 
-def ensure_forwarder(rig_dir: Path, index: int, pid: int, registry_host: str, registry_port: int,
-                     progress: Progress) -> int:
+def ensure_forwarder(
+    rig_dir: Path, index: int, pid: int, registry_host: str, registry_port: int, progress: Progress
+) -> int:
     """A forwarder for rig INDEX's current namespace runs; returns its PID."""
     wanted = forwarder_command(pid, registry_host, registry_port)
     pid_file = rig_dir / FORWARDER_PID_FILE
@@ -202,18 +230,22 @@ def ensure_forwarder(rig_dir: Path, index: int, pid: int, registry_host: str, re
     if recorded and _stop(recorded):
         progress(f"rig{index}: stopped the registry forwarder of an earlier namespace (pid {recorded})")
     forwarder = start_daemon(wanted, rig_dir / FORWARDER_LOG_FILE, pid_file)
-    progress(f"rig{index}: registry forwarder {registry_host}:{registry_port} inside the rig -> host "
-             f"(pid {forwarder})")
+    progress(f"rig{index}: registry forwarder {registry_host}:{registry_port} inside the rig -> host (pid {forwarder})")
     return forwarder
 
 
 def wait_registry_reachable(container: str, index: int, registry: str) -> None:
     """The rig reaches the lab registry by its usual address (through the forwarder)."""
     probe = ["docker", "exec", container, "curl", "-sf", "-o", "/dev/null", "-m", "3", f"http://{registry}/v2/"]
-    if not wait_until(lambda: subprocess.run(probe, capture_output=True).returncode == 0,
-                      FORWARDER_READY_TIMEOUT_S, 0.3):
-        raise LabStepError(f"rig{index}: registry forwarder", registry, "the rig cannot reach the lab registry",
-                           f"read {FORWARDER_LOG_FILE} in the rig's lab directory; is the registry up?")
+    if not wait_until(
+        lambda: subprocess.run(probe, capture_output=True).returncode == 0, FORWARDER_READY_TIMEOUT_S, 0.3
+    ):
+        raise LabStepError(
+            f"rig{index}: registry forwarder",
+            registry,
+            "the rig cannot reach the lab registry",
+            f"read {FORWARDER_LOG_FILE} in the rig's lab directory; is the registry up?",
+        )
 
 
 def stop_forwarders(progress: Progress) -> None:

@@ -28,8 +28,15 @@ class LabStepError(RigkitError):
     """A lab step failed: the field is the step, the value the command or path it tripped on."""
 
 
-def run(cmd: Sequence[str], step: str, fix: str, *, input_text: str | None = None,
-        timeout: float | None = None, check: bool = True) -> subprocess.CompletedProcess:
+def run(
+    cmd: Sequence[str],
+    step: str,
+    fix: str,
+    *,
+    input_text: str | None = None,
+    timeout: float | None = None,
+    check: bool = True,
+) -> subprocess.CompletedProcess:
     """Run a command, capture its output, and on failure raise an error naming the step and the fix."""
     try:
         result = subprocess.run(list(cmd), input=input_text, capture_output=True, text=True, timeout=timeout)
@@ -56,8 +63,9 @@ def start_daemon(cmd: Sequence[str], log_file: Path, pid_file: Path) -> int:
     """Start a daemon as a plain background process in its own session; record its PID."""
     log_file.parent.mkdir(parents=True, exist_ok=True)
     with open(log_file, "ab") as log:
-        process = subprocess.Popen(list(cmd), stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                                   start_new_session=True)
+        process = subprocess.Popen(
+            list(cmd), stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+        )
     pid_file.write_text(f"{process.pid}\n")
     return process.pid
 
@@ -130,15 +138,17 @@ def wait_until(predicate: Callable[[], bool], timeout: float, interval: float = 
 PROGRESS_INTERVAL_S = 10.0
 
 
-def run_with_progress(cmd: Sequence[str], step: str, fix: str, progress: Progress, label: str,
-                      interval: float = PROGRESS_INTERVAL_S) -> None:
+def run_with_progress(
+    cmd: Sequence[str], step: str, fix: str, progress: Progress, label: str, interval: float = PROGRESS_INTERVAL_S
+) -> None:
     """Run a long command; every INTERVAL seconds report its latest output line; on failure name the step."""
     started = time.monotonic()
     last_report = started
     tail: list[str] = []
     try:
-        process = subprocess.Popen(list(cmd), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                                   errors="replace")
+        process = subprocess.Popen(
+            list(cmd), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, errors="replace"
+        )
     except FileNotFoundError as exc:
         raise LabStepError(step, cmd[0], f"command not found ({exc})", fix) from exc
     assert process.stdout is not None
@@ -174,14 +184,27 @@ def directory_digest(directory: Path) -> dict[str, str]:
     }
 
 
-def _streamed(cmd: Sequence[str], step: str, fix: str, progress: Progress, timeout: float,
-              interesting: re.Pattern[str], input_text: str | None = None,
-              env: dict[str, str] | None = None) -> str:
+def _streamed(
+    cmd: Sequence[str],
+    step: str,
+    fix: str,
+    progress: Progress,
+    timeout: float,
+    interesting: re.Pattern[str],
+    input_text: str | None = None,
+    env: dict[str, str] | None = None,
+) -> str:
     """Run a long command, pass its interesting lines and a heartbeat to PROGRESS, return all output."""
     started = time.monotonic()
     try:
-        process = subprocess.Popen(list(cmd), stdin=subprocess.PIPE if input_text is not None else subprocess.DEVNULL,
-                                   stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+        process = subprocess.Popen(
+            list(cmd),
+            stdin=subprocess.PIPE if input_text is not None else subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            env=env,
+        )
     except FileNotFoundError as exc:
         raise LabStepError(step, cmd[0], f"command not found ({exc})", fix) from exc
     if input_text is not None:

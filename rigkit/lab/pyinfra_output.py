@@ -27,7 +27,7 @@ def parse_results(output: str) -> dict[str, OperationResult]:
         start = next(i for i, line in enumerate(lines) if line.strip() == "--> Results:")
     except StopIteration:
         return results
-    for line in lines[start + 1:]:
+    for line in lines[start + 1 :]:
         words = line.split()
         if not words or line.startswith("-->"):
             if results:

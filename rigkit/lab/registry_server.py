@@ -75,22 +75,33 @@ def ensure_registry(progress: Progress) -> int:
         progress(f"registry: reusing {REGISTRY} (pid {pid})")
         return pid
     if port_taken():
-        raise PreflightError("registry port", REGISTRY, "something the lab did not start listens there",
-                             "stop it (ss -ltnp 'sport = :5000' shows which process) and run `rigkit lab up` again")
+        raise PreflightError(
+            "registry port",
+            REGISTRY,
+            "something the lab did not start listens there",
+            "stop it (ss -ltnp 'sport = :5000' shows which process) and run `rigkit lab up` again",
+        )
     if not shutil.which(REGISTRY_EXECUTABLE):
-        raise PreflightError("docker-registry", None, "Debian's registry is not installed",
-                             "apt-get install docker-registry (or bin/setup)")
+        raise PreflightError(
+            "docker-registry",
+            None,
+            "Debian's registry is not installed",
+            "apt-get install docker-registry (or bin/setup)",
+        )
     REGISTRY_STORAGE.mkdir(parents=True, exist_ok=True)
     REGISTRY_CONFIG.parent.mkdir(parents=True, exist_ok=True)
     REGISTRY_CONFIG.write_text(registry_config(str(REGISTRY_STORAGE)))
     progress(f"registry: starting docker-registry on {REGISTRY} (storage {REGISTRY_STORAGE})")
     cmd = [REGISTRY_EXECUTABLE, "serve", str(REGISTRY_CONFIG)]
     pid = start_daemon(cmd, REGISTRY_LOG_FILE, REGISTRY_PID_FILE)
-    if not wait_until(lambda: not process_alive(pid) or registry_answers(), REGISTRY_START_TIMEOUT_S) \
-            or not registry_answers():
+    if (
+        not wait_until(lambda: not process_alive(pid) or registry_answers(), REGISTRY_START_TIMEOUT_S)
+        or not registry_answers()
+    ):
         tail = " | ".join(REGISTRY_LOG_FILE.read_text(errors="replace").strip().splitlines()[-5:])
-        raise LabStepError("registry", " ".join(cmd), f"did not answer on {REGISTRY} (log {REGISTRY_LOG_FILE}: {tail})",
-                           "read the log")
+        raise LabStepError(
+            "registry", " ".join(cmd), f"did not answer on {REGISTRY} (log {REGISTRY_LOG_FILE}: {tail})", "read the log"
+        )
     progress(f"registry: ready (pid {pid})")
     return pid
 

@@ -35,17 +35,39 @@ IMAGE_LABEL = "rigkit.lab.image"
 CONTAINER_LABEL = "rigkit.lab"
 
 RIG_PACKAGES = (
-    "openssh-server", "python3", "systemd", "systemd-sysv", "dbus", "docker.io", "docker-compose",
-    "e2fsprogs", "xfsprogs", "util-linux", "iproute2", "sudo", "ca-certificates", "procps", "curl",
+    "openssh-server",
+    "python3",
+    "systemd",
+    "systemd-sysv",
+    "dbus",
+    "docker.io",
+    "docker-compose",
+    "e2fsprogs",
+    "xfsprogs",
+    "util-linux",
+    "iproute2",
+    "sudo",
+    "ca-certificates",
+    "procps",
+    "curl",
     # the api_firewall role's nft (a netns rig cannot reach a package mirror to install it)
     "nftables",
 )
 # Units that make no sense (or fight the host) in a container sharing the host's network and /dev.
 MASKED_UNITS = (
-    "getty@.service", "serial-getty@.service", "console-getty.service", "getty.target",
-    "systemd-udevd.service", "systemd-udevd-control.socket", "systemd-udevd-kernel.socket",
-    "systemd-logind.service", "systemd-timesyncd.service", "systemd-networkd.service",
-    "systemd-networkd.socket", "systemd-networkd-wait-online.service", "systemd-resolved.service",
+    "getty@.service",
+    "serial-getty@.service",
+    "console-getty.service",
+    "getty.target",
+    "systemd-udevd.service",
+    "systemd-udevd-control.socket",
+    "systemd-udevd-kernel.socket",
+    "systemd-logind.service",
+    "systemd-timesyncd.service",
+    "systemd-networkd.service",
+    "systemd-networkd.socket",
+    "systemd-networkd-wait-online.service",
+    "systemd-resolved.service",
     # its ExecStop is `nft flush ruleset`: on a host-network rig that would be this machine's whole firewall
     "nftables.service",
 )
@@ -88,6 +110,7 @@ ExecStart=-/bin/mount -a
 WantedBy=multi-user.target
 """
 
+
 def rig_packages(suite: str = SUITE) -> tuple[str, ...]:
     return RIG_PACKAGES + EXTRA_PACKAGES[suite]
 
@@ -105,11 +128,11 @@ chmod +x /usr/sbin/policy-rc.d
 echo '[rig image] apt-get update'
 apt-get update -q
 echo '[rig image] apt-get install'
-apt-get install -y -q --no-install-recommends {' '.join(RIG_PACKAGES)}
+apt-get install -y -q --no-install-recommends {" ".join(RIG_PACKAGES)}
 rm -f /usr/sbin/policy-rc.d
 apt-get clean
 rm -rf /var/lib/apt/lists/*
-systemctl mask {' '.join(MASKED_UNITS)}
+systemctl mask {" ".join(MASKED_UNITS)}
 # rigs boot lean; the docker role enables the engine (tests start it with systemctl start docker)
 systemctl disable docker.service docker.socket containerd.service
 mkdir -p /etc/docker /etc/rigkit-lab
@@ -183,8 +206,12 @@ def host_apt_mirror() -> str:
             sources[path.name] = path.read_text(errors="replace")
     mirror = parse_apt_mirror(sources)
     if not mirror:
-        raise PreflightError("apt sources", "/etc/apt/sources.list.d", f"no enabled `deb` source for {SUITE}",
-                             f"add a Debian {SUITE} mirror to /etc/apt/sources.list.d/ (debootstrap uses it)")
+        raise PreflightError(
+            "apt sources",
+            "/etc/apt/sources.list.d",
+            f"no enabled `deb` source for {SUITE}",
+            f"add a Debian {SUITE} mirror to /etc/apt/sources.list.d/ (debootstrap uses it)",
+        )
     return mirror
 
 
@@ -201,17 +228,29 @@ def _build_base(tag: str, progress: Progress, suite: str = SUITE) -> None:
     rootfs = Path(tempfile.mkdtemp(prefix="rig-rootfs-", dir=build_dir))
     try:
         progress(f"rig base: debootstrap --variant=minbase {suite} (about a minute)")
-        run_with_progress(["debootstrap", "--variant=minbase", suite, str(rootfs), mirror], "rig base: debootstrap",
-                          "check the mirror in /etc/apt/sources.list.d/ is reachable; rerun `rigkit lab up`",
-                          progress, "debootstrap")
+        run_with_progress(
+            ["debootstrap", "--variant=minbase", suite, str(rootfs), mirror],
+            "rig base: debootstrap",
+            "check the mirror in /etc/apt/sources.list.d/ is reachable; rerun `rigkit lab up`",
+            progress,
+            "debootstrap",
+        )
         progress(f"rig base: docker import as {tag}")
         tar = subprocess.Popen(["tar", "-C", str(rootfs), "-c", "."], stdout=subprocess.PIPE)
-        imported = subprocess.run(["docker", "import", "--change", f"LABEL {IMAGE_LABEL}=base", "-", tag],
-                                  stdin=tar.stdout, capture_output=True, text=True)
+        imported = subprocess.run(
+            ["docker", "import", "--change", f"LABEL {IMAGE_LABEL}=base", "-", tag],
+            stdin=tar.stdout,
+            capture_output=True,
+            text=True,
+        )
         tar.stdout.close()
         if tar.wait() != 0 or imported.returncode != 0:
-            raise LabStepError("rig base: docker import", tag, imported.stderr.strip() or "tar failed",
-                               "check free space under the engine's data root")
+            raise LabStepError(
+                "rig base: docker import",
+                tag,
+                imported.stderr.strip() or "tar failed",
+                "check free space under the engine's data root",
+            )
     finally:
         shutil.rmtree(rootfs, ignore_errors=True)
 
@@ -221,14 +260,40 @@ def _build_rig_image(base: str, tag: str, progress: Progress, suite: str = SUITE
     subprocess.run(["docker", "rm", "-f", builder], capture_output=True)
     try:
         progress(f"rig image: installing {len(rig_packages(suite))} packages in {builder} (about a minute)")
-        run_with_progress(["docker", "run", "--name", builder, "--network", "host",
-                           "--label", f"{CONTAINER_LABEL}={LAB_DIR}", base, "bash", "-c", install_script(suite)],
-                          "rig image: package install", "check the apt mirror is reachable; rerun `rigkit lab up`",
-                          progress, "rig image")
-        run(["docker", "commit",
-             "--change", 'CMD ["/sbin/init"]',
-             "--change", f"LABEL {IMAGE_LABEL}=rig", builder, tag],
-            "rig image: docker commit", "check free space under the engine's data root")
+        run_with_progress(
+            [
+                "docker",
+                "run",
+                "--name",
+                builder,
+                "--network",
+                "host",
+                "--label",
+                f"{CONTAINER_LABEL}={LAB_DIR}",
+                base,
+                "bash",
+                "-c",
+                install_script(suite),
+            ],
+            "rig image: package install",
+            "check the apt mirror is reachable; rerun `rigkit lab up`",
+            progress,
+            "rig image",
+        )
+        run(
+            [
+                "docker",
+                "commit",
+                "--change",
+                'CMD ["/sbin/init"]',
+                "--change",
+                f"LABEL {IMAGE_LABEL}=rig",
+                builder,
+                tag,
+            ],
+            "rig image: docker commit",
+            "check free space under the engine's data root",
+        )
     finally:
         subprocess.run(["docker", "rm", "-f", builder], capture_output=True)
 
@@ -236,15 +301,17 @@ def _build_rig_image(base: str, tag: str, progress: Progress, suite: str = SUITE
 def ensure_rig_image(progress: Progress, suite: str = SUITE) -> str:
     """The rig image tag of ``suite``, built if the engine does not have it yet."""
     if suite not in SUITES:
-        raise PreflightError("--distros", suite, "not a rig distribution the lab builds",
-                             f"use one of {', '.join(SUITES)}")
+        raise PreflightError(
+            "--distros", suite, "not a rig distribution the lab builds", f"use one of {', '.join(SUITES)}"
+        )
     tag = rig_image_tag(suite)
     if image_exists(tag):
         progress(f"rig image: cached ({tag})")
         return tag
     if os.geteuid() != 0:
-        raise PreflightError("user", os.geteuid(), "building the rig image needs root (debootstrap)",
-                             "run as root (sudo rigkit lab up)")
+        raise PreflightError(
+            "user", os.geteuid(), "building the rig image needs root (debootstrap)", "run as root (sudo rigkit lab up)"
+        )
     base = base_tag(suite)
     if image_exists(base):
         progress(f"rig base: cached ({base})")
@@ -268,12 +335,19 @@ def ensure_compose_v2_copy(image: str, suite: str, progress: Progress) -> Path:
     target.parent.mkdir(parents=True, exist_ok=True)
     partial = target.with_suffix(".partial")
     with partial.open("wb") as out:
-        copied = subprocess.run(["docker", "run", "--rm", "--network", "none", image, "cat", COMPOSE_V2_IN_RIG],
-                                stdout=out, stderr=subprocess.PIPE)
+        copied = subprocess.run(
+            ["docker", "run", "--rm", "--network", "none", image, "cat", COMPOSE_V2_IN_RIG],
+            stdout=out,
+            stderr=subprocess.PIPE,
+        )
     if copied.returncode != 0:
         partial.unlink(missing_ok=True)
-        raise LabStepError("rig image: copy compose v2", image, copied.stderr.decode().strip() or "cat failed",
-                           "check the image has the docker-compose package")
+        raise LabStepError(
+            "rig image: copy compose v2",
+            image,
+            copied.stderr.decode().strip() or "cat failed",
+            "check the image has the docker-compose package",
+        )
     partial.chmod(0o755)
     partial.rename(target)
     progress(f"rig image: compose v2 copied to {target}")

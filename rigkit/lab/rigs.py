@@ -31,10 +31,10 @@ from rigkit.lab.state import RigState
 from rigkit.paths import LAB_DIR
 
 SSH_HOST = "127.0.0.1"
-SSH_PORT_BASE = 2200          # rig1 -> 2201
-SERVING_PORT_BASE = 8100      # rig1 -> 8101
+SSH_PORT_BASE = 2200  # rig1 -> 2201
+SERVING_PORT_BASE = 8100  # rig1 -> 8101
 RESERVED_PORTS = frozenset({2024})  # taken on the development machine
-NVME_SIZE_BYTES = 2 * 1024**3       # sparse, unformatted
+NVME_SIZE_BYTES = 2 * 1024**3  # sparse, unformatted
 NVME_PATH_TEMPLATE = "/dev/disk/by-id/nvme-rigkit-lab-{name}"
 RIG_LABEL = "rigkit.lab.rig"
 RIG_IMAGE_LABEL = "rigkit.lab.rig-image"
@@ -131,16 +131,19 @@ def mounts_to_release(findmnt_json: str, loop_devices: list[str], directory: Pat
 
 # ---- keys -------------------------------------------------------------------------------------
 
+
 def _write_keypair(private_path: Path, comment: str) -> str:
     """An ed25519 key pair in OpenSSH format (created once); returns the public key line."""
     public_path = private_path.with_name(private_path.name + ".pub")
     if not (private_path.exists() and public_path.exists()):
         private_path.parent.mkdir(parents=True, exist_ok=True)
         key = Ed25519PrivateKey.generate()
-        private_bytes = key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.OpenSSH,
-                                          serialization.NoEncryption())
-        public_line = key.public_key().public_bytes(serialization.Encoding.OpenSSH,
-                                                    serialization.PublicFormat.OpenSSH).decode()
+        private_bytes = key.private_bytes(
+            serialization.Encoding.PEM, serialization.PrivateFormat.OpenSSH, serialization.NoEncryption()
+        )
+        public_line = (
+            key.public_key().public_bytes(serialization.Encoding.OpenSSH, serialization.PublicFormat.OpenSSH).decode()
+        )
         private_path.touch(mode=0o600)
         private_path.write_bytes(private_bytes)
         private_path.chmod(0o600)
@@ -155,9 +158,11 @@ def ensure_lab_key() -> Path:
 
 # ---- loop devices -----------------------------------------------------------------------------
 
+
 def _attached_loop(image: Path) -> str | None:
-    result = subprocess.run(["losetup", "--associated", str(image), "--noheadings", "--output", "NAME"],
-                            capture_output=True, text=True)
+    result = subprocess.run(
+        ["losetup", "--associated", str(image), "--noheadings", "--output", "NAME"], capture_output=True, text=True
+    )
     names = result.stdout.split()
     return names[0] if names else None
 
@@ -169,8 +174,11 @@ def ensure_loop_device(image: Path) -> str:
     attached = _attached_loop(image)
     if attached:
         return attached
-    return run(["losetup", "--find", "--show", str(image)], "rig nvme: losetup",
-               "free a loop device (losetup -l) or load the loop module (modprobe loop)").stdout.strip()
+    return run(
+        ["losetup", "--find", "--show", str(image)],
+        "rig nvme: losetup",
+        "free a loop device (losetup -l) or load the loop module (modprobe loop)",
+    ).stdout.strip()
 
 
 def lab_loop_devices() -> list[str]:
@@ -180,6 +188,7 @@ def lab_loop_devices() -> list[str]:
 
 # ---- containers -------------------------------------------------------------------------------
 
+
 def _inspect(container: str) -> dict | None:
     result = subprocess.run(["docker", "inspect", container], capture_output=True, text=True)
     if result.returncode != 0:
@@ -188,8 +197,11 @@ def _inspect(container: str) -> dict | None:
 
 
 def lab_containers() -> list[str]:
-    result = subprocess.run(["docker", "ps", "-a", "--filter", f"label={CONTAINER_LABEL}={LAB_DIR}",
-                             "--format", "{{.Names}}"], capture_output=True, text=True)
+    result = subprocess.run(
+        ["docker", "ps", "-a", "--filter", f"label={CONTAINER_LABEL}={LAB_DIR}", "--format", "{{.Names}}"],
+        capture_output=True,
+        text=True,
+    )
     return result.stdout.split()
 
 
@@ -204,8 +216,17 @@ def _ssh_ready(rig: RigState, key_path: Path, known_hosts: Path) -> bool:
     try:
         client.load_host_keys(str(known_hosts))
         client.set_missing_host_key_policy(paramiko.RejectPolicy())
-        client.connect(rig.ssh_host, port=rig.ssh_port, username="root", key_filename=str(key_path),
-                       allow_agent=False, look_for_keys=False, timeout=3, banner_timeout=3, auth_timeout=3)
+        client.connect(
+            rig.ssh_host,
+            port=rig.ssh_port,
+            username="root",
+            key_filename=str(key_path),
+            allow_agent=False,
+            look_for_keys=False,
+            timeout=3,
+            banner_timeout=3,
+            auth_timeout=3,
+        )
         _, stdout, _ = client.exec_command("true", timeout=5)
         return stdout.channel.recv_exit_status() == 0
     except (paramiko.SSHException, OSError, EOFError):
@@ -218,8 +239,9 @@ def ssh_ready(rig: RigState) -> bool:
     return _ssh_ready(rig, LAB_KEY, KNOWN_HOSTS)
 
 
-def _prepare_rig_files(index: int, ssh_port: int, serving_port: int,
-                       own_netns: bool = False, distro: str = "bookworm") -> tuple[RigState, Path, str]:
+def _prepare_rig_files(
+    index: int, ssh_port: int, serving_port: int, own_netns: bool = False, distro: str = "bookworm"
+) -> tuple[RigState, Path, str]:
     name = rig_name(index)
     rig_dir = RIGS_DIR / name
     (rig_dir / "hostkeys").mkdir(parents=True, exist_ok=True)
@@ -232,17 +254,30 @@ def _prepare_rig_files(index: int, ssh_port: int, serving_port: int,
     loop_device = ensure_loop_device(loop_image)
     nvme_path = NVME_PATH_TEMPLATE.format(name=name)
     (rig_dir / "nvme.env").write_text(nvme_env(loop_device, nvme_path))
-    rig = RigState(name=name, container=container_name(name), ssh_host=ssh_host, ssh_port=ssh_port,
-                   serving_port=serving_port, nvme_path=nvme_path, loop_device=loop_device,
-                   loop_image=str(loop_image), docker_dir=str(rig_dir / "docker"), netns=own_netns,
-                   host_address=host_address, rig_address=rig_address, distro=distro)
+    rig = RigState(
+        name=name,
+        container=container_name(name),
+        ssh_host=ssh_host,
+        ssh_port=ssh_port,
+        serving_port=serving_port,
+        nvme_path=nvme_path,
+        loop_device=loop_device,
+        loop_image=str(loop_image),
+        docker_dir=str(rig_dir / "docker"),
+        netns=own_netns,
+        host_address=host_address,
+        rig_address=rig_address,
+        distro=distro,
+    )
     return rig, rig_dir, host_public
 
 
 def has_kv_share(inspect_info: dict) -> bool:
     """The rig container (its `docker inspect`) has the lab's shared KV directory at KV_SHARE_IN_RIG."""
-    return any(mount.get("Source") == str(KV_SHARE_DIR) and mount.get("Destination") == KV_SHARE_IN_RIG
-               for mount in inspect_info.get("Mounts") or [])
+    return any(
+        mount.get("Source") == str(KV_SHARE_DIR) and mount.get("Destination") == KV_SHARE_IN_RIG
+        for mount in inspect_info.get("Mounts") or []
+    )
 
 
 def _run_container(rig: RigState, rig_dir: Path, image: str) -> None:
@@ -256,44 +291,92 @@ def _run_container(rig: RigState, rig_dir: Path, image: str) -> None:
     }
     if rig.netns:
         # sshd may start before the veth has the rig's address: let it bind that address anyway
-        network = ["--network", "none", "--sysctl", "net.ipv4.ip_nonlocal_bind=1",
-                   "--add-host", f"{rig.name}:{rig.rig_address}"]
+        network = [
+            "--network",
+            "none",
+            "--sysctl",
+            "net.ipv4.ip_nonlocal_bind=1",
+            "--add-host",
+            f"{rig.name}:{rig.rig_address}",
+        ]
     else:
         network = ["--network", "host"]
-    cmd = ["docker", "run", "-d", "--name", rig.container, "--hostname", rig.name,
-           "--privileged", "--cgroupns=private", *network, "--stop-signal", "SIGRTMIN+3",
-           "--tmpfs", "/run", "--tmpfs", "/run/lock", "--shm-size", RIG_SHM_SIZE,
-           "--label", f"{RIG_SHM_LABEL}={RIG_SHM_SIZE}", "--label", f"{CONTAINER_LABEL}={LAB_DIR}", "--label", f"{RIG_LABEL}={rig.name}",
-           "--label", f"{RIG_IMAGE_LABEL}={image}", "--label", f"{RIG_LOOP_LABEL}={rig.loop_device}",
-           "--label", f"{RIG_NETWORK_LABEL}={NETWORK_NETNS if rig.netns else NETWORK_HOST}"]
+    cmd = [
+        "docker",
+        "run",
+        "-d",
+        "--name",
+        rig.container,
+        "--hostname",
+        rig.name,
+        "--privileged",
+        "--cgroupns=private",
+        *network,
+        "--stop-signal",
+        "SIGRTMIN+3",
+        "--tmpfs",
+        "/run",
+        "--tmpfs",
+        "/run/lock",
+        "--shm-size",
+        RIG_SHM_SIZE,
+        "--label",
+        f"{RIG_SHM_LABEL}={RIG_SHM_SIZE}",
+        "--label",
+        f"{CONTAINER_LABEL}={LAB_DIR}",
+        "--label",
+        f"{RIG_LABEL}={rig.name}",
+        "--label",
+        f"{RIG_IMAGE_LABEL}={image}",
+        "--label",
+        f"{RIG_LOOP_LABEL}={rig.loop_device}",
+        "--label",
+        f"{RIG_NETWORK_LABEL}={NETWORK_NETNS if rig.netns else NETWORK_HOST}",
+    ]
     for source, target in mounts.items():
         cmd += ["-v", f"{source}:{target}"]
-    run([*cmd, image], f"rig {rig.name}: docker run",
-        "read `docker logs` of the container; `rigkit lab down` then `rigkit lab up` starts clean")
+    run(
+        [*cmd, image],
+        f"rig {rig.name}: docker run",
+        "read `docker logs` of the container; `rigkit lab down` then `rigkit lab up` starts clean",
+    )
 
 
 def _ensure_container(rig: RigState, rig_dir: Path, image: str, progress: Progress) -> None:
     info = _inspect(rig.container)
     if info is not None:
         labels = info["Config"].get("Labels") or {}
-        same = (labels.get(RIG_IMAGE_LABEL) == image and labels.get(RIG_LOOP_LABEL) == rig.loop_device
-                and labels.get(RIG_SHM_LABEL) == RIG_SHM_SIZE and has_kv_share(info))
+        same = (
+            labels.get(RIG_IMAGE_LABEL) == image
+            and labels.get(RIG_LOOP_LABEL) == rig.loop_device
+            and labels.get(RIG_SHM_LABEL) == RIG_SHM_SIZE
+            and has_kv_share(info)
+        )
         if same and info["State"]["Running"]:
             progress(f"{rig.name}: running, reused")
             return
         if same:
             progress(f"{rig.name}: starting the stopped container")
-            run(["docker", "start", rig.container], f"rig {rig.name}: docker start",
-                "`rigkit lab down` then `rigkit lab up`")
+            run(
+                ["docker", "start", rig.container],
+                f"rig {rig.name}: docker start",
+                "`rigkit lab down` then `rigkit lab up`",
+            )
             return
         progress(f"{rig.name}: image, loop device, shm size or shared KV directory changed, recreating the container")
         run(["docker", "rm", "-f", rig.container], f"rig {rig.name}: docker rm", "remove it by hand")
     for port in () if rig.netns else (rig.ssh_port, rig.serving_port):
         if not _port_free(port):
-            raise PreflightError(f"{rig.name} port", port, "something the lab did not start listens there",
-                                 f"stop it (ss -ltnp 'sport = :{port}') or bring up fewer rigs (--rigs)")
-    progress(f"{rig.name}: starting (ssh {rig.ssh_host}:{rig.ssh_port}, serving {rig.serving_port}, "
-             f"nvme {rig.loop_device}{', own network namespace' if rig.netns else ''})")
+            raise PreflightError(
+                f"{rig.name} port",
+                port,
+                "something the lab did not start listens there",
+                f"stop it (ss -ltnp 'sport = :{port}') or bring up fewer rigs (--rigs)",
+            )
+    progress(
+        f"{rig.name}: starting (ssh {rig.ssh_host}:{rig.ssh_port}, serving {rig.serving_port}, "
+        f"nvme {rig.loop_device}{', own network namespace' if rig.netns else ''})"
+    )
     _run_container(rig, rig_dir, image)
 
 
@@ -301,8 +384,7 @@ def container_pid(container: str) -> int:
     info = _inspect(container)
     pid = info["State"]["Pid"] if info and info["State"]["Running"] else 0
     if not pid:
-        raise LabStepError(f"{container}: pid", container, "the container is not running",
-                           f"docker logs {container}")
+        raise LabStepError(f"{container}: pid", container, "the container is not running", f"docker logs {container}")
     return pid
 
 
@@ -321,21 +403,41 @@ def ensure_rig_network(rig: RigState, rig_dir: Path, registry: str, progress: Pr
 
 
 def _wait_ready(rig: RigState) -> None:
-    nvme_ok = wait_until(lambda: subprocess.run(["docker", "exec", rig.container, "test", "-b", rig.nvme_path],
-                                                capture_output=True).returncode == 0, 30, 0.5)
+    nvme_ok = wait_until(
+        lambda: (
+            subprocess.run(
+                ["docker", "exec", rig.container, "test", "-b", rig.nvme_path], capture_output=True
+            ).returncode
+            == 0
+        ),
+        30,
+        0.5,
+    )
     if not nvme_ok:
-        raise LabStepError(f"rig {rig.name}: nvme", rig.nvme_path, f"no block device link to {rig.loop_device}",
-                           f"docker exec {rig.container} systemctl status rigkit-lab-nvme")
+        raise LabStepError(
+            f"rig {rig.name}: nvme",
+            rig.nvme_path,
+            f"no block device link to {rig.loop_device}",
+            f"docker exec {rig.container} systemctl status rigkit-lab-nvme",
+        )
     if not wait_until(lambda: ssh_ready(rig), SSH_READY_TIMEOUT_S, 0.5):
-        raise LabStepError(f"rig {rig.name}: ssh", f"{rig.ssh_host}:{rig.ssh_port}", "sshd did not accept the lab key",
-                           f"docker exec {rig.container} systemctl status ssh; docker logs {rig.container}")
+        raise LabStepError(
+            f"rig {rig.name}: ssh",
+            f"{rig.ssh_host}:{rig.ssh_port}",
+            "sshd did not accept the lab key",
+            f"docker exec {rig.container} systemctl status ssh; docker logs {rig.container}",
+        )
 
 
 def netns_indices(count: int, netns_count: int) -> set[int]:
     """The rigs asked to get their own network namespace: the last NETNS_COUNT of COUNT."""
     if not 0 <= netns_count <= count:
-        raise PreflightError("--netns-rigs", netns_count, f"must be between 0 and --rigs ({count})",
-                             "pass a smaller --netns-rigs or a larger --rigs")
+        raise PreflightError(
+            "--netns-rigs",
+            netns_count,
+            f"must be between 0 and --rigs ({count})",
+            "pass a smaller --netns-rigs or a larger --rigs",
+        )
     return set(range(count - netns_count + 1, count + 1))
 
 
@@ -348,8 +450,10 @@ def unconvertible(rigs: Sequence[RigState], count: int, netns_count: int) -> lis
 
 def network_modes(requested_netns: set[int], existing: dict[int, str], count: int) -> dict[int, bool]:
     """Index -> own netns, for rigs 1..COUNT: an existing rig keeps its mode (no label: host networking)."""
-    return {index: existing[index] == NETWORK_NETNS if index in existing else index in requested_netns
-            for index in range(1, count + 1)}
+    return {
+        index: existing[index] == NETWORK_NETNS if index in existing else index in requested_netns
+        for index in range(1, count + 1)
+    }
 
 
 def distros_of(rigs: Sequence[RigState]) -> list[str]:
@@ -358,8 +462,14 @@ def distros_of(rigs: Sequence[RigState]) -> list[str]:
     return [by_index.get(index, "bookworm") for index in range(1, max(by_index, default=0) + 1)]
 
 
-def ensure_rigs(count: int, images: dict[str, str], progress: Progress, netns_count: int = 0,
-                registry: str = REGISTRY, distros: Sequence[str] = ()) -> list[RigState]:
+def ensure_rigs(
+    count: int,
+    images: dict[str, str],
+    progress: Progress,
+    netns_count: int = 0,
+    registry: str = REGISTRY,
+    distros: Sequence[str] = (),
+) -> list[RigState]:
     """At least COUNT rigs answering SSH, rig N running the image of ``distros[N-1]`` (``images``: suite ->
     rig image; bookworm where the list is shorter); the last NETNS_COUNT of them new ones in their own
     network namespace. A rig whose distribution changed is recreated.
@@ -376,22 +486,26 @@ def ensure_rigs(count: int, images: dict[str, str], progress: Progress, netns_co
     existing = list(existing_modes)
     extra = sorted(index for index in existing if index and index > count)
     if extra:
-        progress(f"rigs: keeping {', '.join(rig_name(i) for i in extra)} beyond --rigs {count} "
-                 "(`rigkit lab down` to shrink)")
+        progress(
+            f"rigs: keeping {', '.join(rig_name(i) for i in extra)} beyond --rigs {count} (`rigkit lab down` to shrink)"
+        )
         count = extra[-1]
     modes = network_modes(requested_netns, existing_modes, count)
     for index in sorted(i for i in existing_modes if i in requested_netns and not modes[i]):
-        progress(f"{rig_name(index)}: keeps host networking (an existing rig is never converted; "
-                 "`rigkit lab down` to change)")
+        progress(
+            f"{rig_name(index)}: keeps host networking (an existing rig is never converted; "
+            "`rigkit lab down` to change)"
+        )
     ssh_ports = allocate_ports(count, SSH_PORT_BASE)
     serving_ports = allocate_ports(count, SERVING_PORT_BASE)
     suites = [distros[i - 1] if i <= len(distros) else "bookworm" for i in range(1, count + 1)]
-    prepared = [_prepare_rig_files(i, ssh_ports[i - 1], serving_ports[i - 1], modes[i], suites[i - 1])
-                for i in range(1, count + 1)]
+    prepared = [
+        _prepare_rig_files(i, ssh_ports[i - 1], serving_ports[i - 1], modes[i], suites[i - 1])
+        for i in range(1, count + 1)
+    ]
     _release_unused_rig_dirs({rig.name for rig, _, _ in prepared}, progress)
     KV_SHARE_DIR.mkdir(exist_ok=True)
-    KNOWN_HOSTS.write_text("".join(known_hosts_line(rig.ssh_port, public, rig.ssh_host)
-                                   for rig, _, public in prepared))
+    KNOWN_HOSTS.write_text("".join(known_hosts_line(rig.ssh_port, public, rig.ssh_host) for rig, _, public in prepared))
 
     def bring_up(item: tuple[RigState, Path, str]) -> RigState:
         rig, rig_dir, _ = item
@@ -408,17 +522,41 @@ def ensure_rigs(count: int, images: dict[str, str], progress: Progress, netns_co
 
 
 def _rig_containers() -> list[str]:
-    result = subprocess.run(["docker", "ps", "-a", "--filter", f"label={CONTAINER_LABEL}={LAB_DIR}",
-                             "--filter", f"label={RIG_LABEL}", "--format", "{{.Names}}"], capture_output=True, text=True)
+    result = subprocess.run(
+        [
+            "docker",
+            "ps",
+            "-a",
+            "--filter",
+            f"label={CONTAINER_LABEL}={LAB_DIR}",
+            "--filter",
+            f"label={RIG_LABEL}",
+            "--format",
+            "{{.Names}}",
+        ],
+        capture_output=True,
+        text=True,
+    )
     return result.stdout.split()
 
 
 def _existing_network_modes() -> dict[int, str]:
     """Index -> network mode label of every existing rig container (rigs made before the label: host)."""
-    result = subprocess.run(["docker", "ps", "-a", "--filter", f"label={CONTAINER_LABEL}={LAB_DIR}",
-                             "--filter", f"label={RIG_LABEL}",
-                             "--format", f'{{{{.Names}}}} {{{{.Label "{RIG_NETWORK_LABEL}"}}}}'],
-                            capture_output=True, text=True)
+    result = subprocess.run(
+        [
+            "docker",
+            "ps",
+            "-a",
+            "--filter",
+            f"label={CONTAINER_LABEL}={LAB_DIR}",
+            "--filter",
+            f"label={RIG_LABEL}",
+            "--format",
+            f'{{{{.Names}}}} {{{{.Label "{RIG_NETWORK_LABEL}"}}}}',
+        ],
+        capture_output=True,
+        text=True,
+    )
     modes = {}
     for line in result.stdout.splitlines():
         name, _, mode = line.partition(" ")
@@ -460,8 +598,9 @@ def release_all_without_engine(progress: Progress) -> None:
     netns.stop_forwarders(progress)
     netns.remove_links(progress)
     devices = lab_loop_devices()
-    findmnt = subprocess.run(["findmnt", "--json", "--list", "--output", "SOURCE,TARGET"],
-                             capture_output=True, text=True)
+    findmnt = subprocess.run(
+        ["findmnt", "--json", "--list", "--output", "SOURCE,TARGET"], capture_output=True, text=True
+    )
     for target in mounts_to_release(findmnt.stdout, devices, LAB_DIR):
         progress(f"mounts: unmounting {target}")
         if subprocess.run(["umount", target], capture_output=True).returncode != 0:

@@ -59,10 +59,26 @@ def answers(url: str, timeout_s: float = 3.0) -> bool:
 
 
 def router_argv(worker_urls: Sequence[str]) -> list[str]:
-    return [sys.executable, "-m", ROUTER_MODULE, "--host", LAB_ROUTER_HOST, "--port", str(LAB_ROUTER_PORT),
-            "--prometheus-host", LAB_ROUTER_HOST, "--prometheus-port", str(LAB_ROUTER_METRICS_PORT),
-            "--policy", LAB_ROUTER_POLICY, "--worker-startup-timeout-secs", str(ROUTER_WORKER_STARTUP_TIMEOUT_S),
-            *HEALTH_FLAGS, "--worker-urls", *worker_urls]
+    return [
+        sys.executable,
+        "-m",
+        ROUTER_MODULE,
+        "--host",
+        LAB_ROUTER_HOST,
+        "--port",
+        str(LAB_ROUTER_PORT),
+        "--prometheus-host",
+        LAB_ROUTER_HOST,
+        "--prometheus-port",
+        str(LAB_ROUTER_METRICS_PORT),
+        "--policy",
+        LAB_ROUTER_POLICY,
+        "--worker-startup-timeout-secs",
+        str(ROUTER_WORKER_STARTUP_TIMEOUT_S),
+        *HEALTH_FLAGS,
+        "--worker-urls",
+        *worker_urls,
+    ]
 
 
 def router_pid() -> Optional[int]:
@@ -84,13 +100,21 @@ def ensure_router(rigs: Sequence[RigState], progress: Progress) -> dict:
     serving = [rig for rig in behind if answers(f"{rig_url(rig)}/health")]
     left_out += [f"{rig.name} (does not serve yet)" for rig in behind if rig not in serving]
     if not serving:
-        raise PreflightError("--router", lab_router_url(), "no lab rig on host networking serves yet (vllm-router "
-                             "waits at start for every worker)",
-                             "deploy first (rigkit deploy inventory/lab.py), then run `rigkit lab up --router`")
+        raise PreflightError(
+            "--router",
+            lab_router_url(),
+            "no lab rig on host networking serves yet (vllm-router waits at start for every worker)",
+            "deploy first (rigkit deploy inventory/lab.py), then run `rigkit lab up --router`",
+        )
     urls = [rig_url(rig) for rig in serving]
-    record = {"url": lab_router_url(), "metrics_port": LAB_ROUTER_METRICS_PORT, "policy": LAB_ROUTER_POLICY,
-              "workers": {rig.name: rig_url(rig) for rig in serving}, "left_out": left_out,
-              "unhealthy_within_s": ROUTER_UNHEALTHY_WITHIN_S}
+    record = {
+        "url": lab_router_url(),
+        "metrics_port": LAB_ROUTER_METRICS_PORT,
+        "policy": LAB_ROUTER_POLICY,
+        "workers": {rig.name: rig_url(rig) for rig in serving},
+        "left_out": left_out,
+        "unhealthy_within_s": ROUTER_UNHEALTHY_WITHIN_S,
+    }
     pid = router_pid()
     if pid and answers(f"{lab_router_url()}/health"):
         listed = _listed()
@@ -100,17 +124,28 @@ def ensure_router(rigs: Sequence[RigState], progress: Progress) -> dict:
         progress(f"router: restarting (pid {pid}) for the workers {', '.join(urls)}")
         stop_router(progress)
     elif answers(f"{lab_router_url()}/health"):
-        raise PreflightError("router port", lab_router_url(), "something the lab did not start answers there",
-                             f"stop it (ss -ltnp 'sport = :{LAB_ROUTER_PORT}' shows which process)")
-    progress(f"router: starting vllm-router on {lab_router_url()} in front of {', '.join(urls)}"
-             + (f"; left out: {'; '.join(left_out)}" if left_out else ""))
+        raise PreflightError(
+            "router port",
+            lab_router_url(),
+            "something the lab did not start answers there",
+            f"stop it (ss -ltnp 'sport = :{LAB_ROUTER_PORT}' shows which process)",
+        )
+    progress(
+        f"router: starting vllm-router on {lab_router_url()} in front of {', '.join(urls)}"
+        + (f"; left out: {'; '.join(left_out)}" if left_out else "")
+    )
     argv = router_argv(urls)
     pid = start_daemon(argv, ROUTER_LOG_FILE, ROUTER_PID_FILE)
-    if not wait_until(lambda: not process_alive(pid) or answers(f"{lab_router_url()}/health"), ROUTER_START_TIMEOUT_S) \
-            or not answers(f"{lab_router_url()}/health"):
+    if not wait_until(
+        lambda: not process_alive(pid) or answers(f"{lab_router_url()}/health"), ROUTER_START_TIMEOUT_S
+    ) or not answers(f"{lab_router_url()}/health"):
         tail = " | ".join(ROUTER_LOG_FILE.read_text(errors="replace").strip().splitlines()[-5:])
-        raise LabStepError("router", " ".join(argv[:3]), f"did not answer on {lab_router_url()} (log "
-                           f"{ROUTER_LOG_FILE}: {tail})", "read the log; is vllm-router in .venv (bin/setup)?")
+        raise LabStepError(
+            "router",
+            " ".join(argv[:3]),
+            f"did not answer on {lab_router_url()} (log {ROUTER_LOG_FILE}: {tail})",
+            "read the log; is vllm-router in .venv (bin/setup)?",
+        )
     progress(f"router: ready (pid {pid}); a rig that stops answering leaves it within {ROUTER_UNHEALTHY_WITHIN_S} s")
     return {**record, "pid": pid}
 

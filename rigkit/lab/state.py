@@ -25,8 +25,8 @@ class RigState:
     # A rig in its own network namespace (a veth pair, a private /30): reached at rig_address:22,
     # its loopback is its own, so the controller reaches its serving API only through SSH.
     netns: bool = False
-    host_address: str = ""   # the host end of the rig's veth ("" on host networking)
-    rig_address: str = ""    # the rig end ("" on host networking)
+    host_address: str = ""  # the host end of the rig's veth ("" on host networking)
+    rig_address: str = ""  # the rig end ("" on host networking)
     distro: str = "bookworm"  # the rig's Debian suite (rigkit.lab.rig_image.SUITES)
 
     @classmethod
@@ -57,9 +57,16 @@ class LabState:
 
     def ssh_data(self, rig: RigState) -> dict:
         """pyinfra's connection data for a lab rig (the lab inventory's, rigkit.remote.tunnel's input)."""
-        return {"ssh_hostname": rig.ssh_host, "ssh_port": rig.ssh_port, "ssh_user": "root", "ssh_key": self.ssh_key,
-                "ssh_known_hosts_file": self.known_hosts, "ssh_strict_host_key_checking": "yes",
-                "ssh_allow_agent": False, "ssh_look_for_keys": False}
+        return {
+            "ssh_hostname": rig.ssh_host,
+            "ssh_port": rig.ssh_port,
+            "ssh_user": "root",
+            "ssh_key": self.ssh_key,
+            "ssh_known_hosts_file": self.known_hosts,
+            "ssh_strict_host_key_checking": "yes",
+            "ssh_allow_agent": False,
+            "ssh_look_for_keys": False,
+        }
 
     def rig(self, name: str) -> RigState:
         for rig in self.rigs:
@@ -82,8 +89,9 @@ def read_state(path: Path = LAB_STATE_FILE) -> LabState:
     except FileNotFoundError:
         raise ConfigError("lab state", str(path), "no lab is up", "run `rigkit lab up` first") from None
     except ValueError as exc:
-        raise ConfigError("lab state", str(path), f"unreadable ({exc})",
-                          "run `rigkit lab down` then `rigkit lab up`") from None
+        raise ConfigError(
+            "lab state", str(path), f"unreadable ({exc})", "run `rigkit lab down` then `rigkit lab up`"
+        ) from None
     return LabState.from_dict(data)
 
 

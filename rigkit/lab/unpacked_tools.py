@@ -65,8 +65,13 @@ def unpacked_tool(name: str) -> str | None:
 
 def _candidate_versions() -> dict[str, str]:
     """Each package's candidate version from apt's lists ({} for a package the lists do not hold)."""
-    result = run(["apt-cache", "show", "--no-all-versions", *TOOL_PACKAGES], "test tools: apt-cache show",
-                 "run apt-get update", check=False, timeout=APT_TIMEOUT_S)
+    result = run(
+        ["apt-cache", "show", "--no-all-versions", *TOOL_PACKAGES],
+        "test tools: apt-cache show",
+        "run apt-get update",
+        check=False,
+        timeout=APT_TIMEOUT_S,
+    )
     versions, package = {}, None
     for line in result.stdout.splitlines():
         if line.startswith("Package: "):
@@ -89,8 +94,12 @@ def _fetch_debs(into: Path) -> list[Path]:
     versions = _candidate_versions()
     if set(versions) != set(TOOL_PACKAGES):
         # a fresh machine's apt has no lists yet
-        run(["apt-get", "update", "-qq"], "test tools: apt-get update", "apt must reach Debian's package archive",
-            timeout=APT_TIMEOUT_S)
+        run(
+            ["apt-get", "update", "-qq"],
+            "test tools: apt-get update",
+            "apt must reach Debian's package archive",
+            timeout=APT_TIMEOUT_S,
+        )
         versions = _candidate_versions()
     arch = run(["dpkg", "--print-architecture"], "test tools: dpkg", "run on Debian or Ubuntu").stdout.strip()
     to_download = []
@@ -104,12 +113,18 @@ def _fetch_debs(into: Path) -> list[Path]:
         # apt-get download fetches as the _apt user: it must be able to write INTO
         into.chmod(0o777)
         fix = f"apt must reach Debian's package archive and know {' '.join(to_download)}"
-        result = subprocess.run(["apt-get", "download", "-qq", *to_download], cwd=into, capture_output=True,
-                                text=True, timeout=APT_TIMEOUT_S)
+        result = subprocess.run(
+            ["apt-get", "download", "-qq", *to_download],
+            cwd=into,
+            capture_output=True,
+            text=True,
+            timeout=APT_TIMEOUT_S,
+        )
         if result.returncode != 0:
             tail = " | ".join((result.stderr or result.stdout).strip().splitlines()[-5:])
-            raise LabStepError("test tools: apt-get download", " ".join(to_download), f"exit {result.returncode}: "
-                               f"{tail}", fix)
+            raise LabStepError(
+                "test tools: apt-get download", " ".join(to_download), f"exit {result.returncode}: {tail}", fix
+            )
     return sorted(into.glob("*.deb"))
 
 
@@ -124,8 +139,12 @@ def _write_wrappers(target: Path) -> None:
     (target / "bin").mkdir()
     for name, program in TOOLS.items():
         if not (root / program).exists():
-            raise LabStepError("test tools: unpack", program, "not in the unpacked packages",
-                               f"add the package holding it to TOOL_PACKAGES in {__name__}")
+            raise LabStepError(
+                "test tools: unpack",
+                program,
+                "not in the unpacked packages",
+                f"add the package holding it to TOOL_PACKAGES in {__name__}",
+            )
         wrapper = target / "bin" / name
         wrapper.write_text(WRAPPER.format(program=program, lib_path=lib_path))
         wrapper.chmod(0o755)
@@ -136,12 +155,20 @@ def _check_links(target: Path) -> None:
     root = target / "root"
     lib_path = ":".join(str(root / lib_dir) for lib_dir in _lib_dirs(root))
     for name, program in TOOLS.items():
-        linked = subprocess.run(["ldd", str(root / program)], capture_output=True, text=True,
-                                env={"LD_LIBRARY_PATH": lib_path, "PATH": "/usr/bin:/bin"})
+        linked = subprocess.run(
+            ["ldd", str(root / program)],
+            capture_output=True,
+            text=True,
+            env={"LD_LIBRARY_PATH": lib_path, "PATH": "/usr/bin:/bin"},
+        )
         missing = [line.split()[0] for line in linked.stdout.splitlines() if "not found" in line]
         if missing:
-            raise LabStepError("test tools: ldd", name, f"needs {', '.join(missing)}, not on this machine",
-                               f"add the package holding it to TOOL_PACKAGES in {__name__}")
+            raise LabStepError(
+                "test tools: ldd",
+                name,
+                f"needs {', '.join(missing)}, not on this machine",
+                f"add the package holding it to TOOL_PACKAGES in {__name__}",
+            )
 
 
 def ensure_unpacked_tools(progress: Progress) -> Path:
@@ -157,8 +184,12 @@ def ensure_unpacked_tools(progress: Progress) -> Path:
     with tempfile.TemporaryDirectory(prefix="rigkit-test-tools-") as debs:
         packages = _fetch_debs(Path(debs))
         for deb in packages:
-            run(["dpkg-deb", "-x", str(deb), str(partial / "root")], "test tools: dpkg-deb -x",
-                f"{deb.name} must be a complete .deb", timeout=APT_TIMEOUT_S)
+            run(
+                ["dpkg-deb", "-x", str(deb), str(partial / "root")],
+                "test tools: dpkg-deb -x",
+                f"{deb.name} must be a complete .deb",
+                timeout=APT_TIMEOUT_S,
+            )
         names = "\n".join(deb.name for deb in packages)
     _write_wrappers(partial)
     _check_links(partial)

@@ -36,18 +36,29 @@ def staged_settings(hosts: Mapping[str, Mapping], names: Sequence[str]) -> dict[
     return found
 
 
-def local_copy(source: ModelSource, token: Optional[str], progress: Callable[[str], None],
-               cache_dir: Optional[Path] = None, endpoint: Optional[str] = None) -> tuple[Path, dict]:
+def local_copy(
+    source: ModelSource,
+    token: Optional[str],
+    progress: Callable[[str], None],
+    cache_dir: Optional[Path] = None,
+    endpoint: Optional[str] = None,
+) -> tuple[Path, dict]:
     """The revision's files on the controller, verified, and their manifest."""
     if source.kind == HUB:
-        copy = fetch_to_controller(source, cache_dir or default_cache_dir(), endpoint=endpoint, token=token,
-                                   progress=progress)
+        copy = fetch_to_controller(
+            source, cache_dir or default_cache_dir(), endpoint=endpoint, token=token, progress=progress
+        )
         return copy.root, copy.files
     return Path(source.name), read_directory_manifest(source)
 
 
-def stage_inventory(hosts: Mapping[str, Mapping], names: Sequence[str], progress: Callable[[str], None] = print,
-                    rig_to_rig: bool = True, endpoint: Optional[str] = None) -> list[StageReport]:
+def stage_inventory(
+    hosts: Mapping[str, Mapping],
+    names: Sequence[str],
+    progress: Callable[[str], None] = print,
+    rig_to_rig: bool = True,
+    endpoint: Optional[str] = None,
+) -> list[StageReport]:
     """Stage the model of every targeted rig that declares one: one source read per model, then rig to rig."""
     by_source: dict[str, dict[str, Settings]] = defaultdict(dict)
     for name, settings in staged_settings(hosts, names).items():
@@ -58,10 +69,16 @@ def stage_inventory(hosts: Mapping[str, Mapping], names: Sequence[str], progress
         source = first.model_source
         progress(f"--> model {spec}: staging onto {len(rigs)} rig(s)")
         root, files = local_copy(source, first.knobs["hf_token"], progress, endpoint=endpoint)
-        stager = FleetStager(source, root, files, {name: hosts[name]["data"] for name in rigs},
-                             {name: settings.knobs["model_store_path"] for name, settings in rigs.items()},
-                             {name: settings.knobs["model_store_keep"] for name, settings in rigs.items()},
-                             progress=progress, rig_to_rig=rig_to_rig)
+        stager = FleetStager(
+            source,
+            root,
+            files,
+            {name: hosts[name]["data"] for name in rigs},
+            {name: settings.knobs["model_store_path"] for name, settings in rigs.items()},
+            {name: settings.knobs["model_store_keep"] for name, settings in rigs.items()},
+            progress=progress,
+            rig_to_rig=rig_to_rig,
+        )
         report = stager.stage()
         for line in report.lines():
             progress(f"    {line}")
@@ -89,8 +106,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--data", action="append", default=[], metavar="KEY=VALUE", help="as pyinfra's --data")
     parser.add_argument("--check", action="store_true", help="only report which rigs hold the model verified")
     parser.add_argument("--deep", action="store_true", help="with --check: re-hash every staged file")
-    parser.add_argument("--from-controller-only", action="store_true",
-                        help="send from the controller to every rig (no rig to rig): the benchmark's baseline")
+    parser.add_argument(
+        "--from-controller-only",
+        action="store_true",
+        help="send from the controller to every rig (no rig to rig): the benchmark's baseline",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -100,10 +120,17 @@ def run(args: argparse.Namespace) -> int:
         if args.check:
             results = check_inventory_models(hosts, names, deep=args.deep)
             for name, result in results.items():
-                state = "staged" if result["staged"] and not result["damaged"] else \
-                    "DAMAGED" if result["staged"] else "not staged"
-                print(f"{name}: {result['model']}: {state}"
-                      + "".join(f"\n    {item['path']}: {item['why']}" for item in result["damaged"]))
+                state = (
+                    "staged"
+                    if result["staged"] and not result["damaged"]
+                    else "DAMAGED"
+                    if result["staged"]
+                    else "not staged"
+                )
+                print(
+                    f"{name}: {result['model']}: {state}"
+                    + "".join(f"\n    {item['path']}: {item['why']}" for item in result["damaged"])
+                )
             return 0 if all(r["staged"] and not r["damaged"] for r in results.values()) else 1
         stage_inventory(hosts, names, rig_to_rig=not args.from_controller_only)
     except ConfigError as exc:
@@ -113,4 +140,3 @@ def run(args: argparse.Namespace) -> int:
         print(f"rigkit stage: {exc}", file=sys.stderr)
         return 1
     return 0
-

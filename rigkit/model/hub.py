@@ -56,28 +56,49 @@ def _api(endpoint: Optional[str], token: Optional[str]) -> HfApi:
 
 def _hub_error(exc: Exception, spec: str, what: str) -> RigkitError:
     if isinstance(exc, RevisionNotFoundError):
-        return RigkitError(FIELD, spec, f"the hub has no revision {what}", "check the commit: `rigkit "
-                           "resolve-model ORG/NAME@BRANCH` prints the commit a branch or tag points at")
+        return RigkitError(
+            FIELD,
+            spec,
+            f"the hub has no revision {what}",
+            "check the commit: `rigkit resolve-model ORG/NAME@BRANCH` prints the commit a branch or tag points at",
+        )
     if isinstance(exc, GatedRepoError):
-        return RigkitError(FIELD, spec, "a gated repository: the hub refused without an accepted token",
-                           "accept the model's terms on the hub and export RIGKIT_HF_TOKEN on the controller")
+        return RigkitError(
+            FIELD,
+            spec,
+            "a gated repository: the hub refused without an accepted token",
+            "accept the model's terms on the hub and export RIGKIT_HF_TOKEN on the controller",
+        )
     if isinstance(exc, RepositoryNotFoundError):
-        return RigkitError(FIELD, spec, "the hub has no such repository (or it is private)",
-                           "check the repository id; a private one needs RIGKIT_HF_TOKEN on the controller")
-    return RigkitError(FIELD, spec, f"the hub did not answer ({exc})",
-                       "check the controller's network and HF_ENDPOINT, then run again (finished files are kept)")
+        return RigkitError(
+            FIELD,
+            spec,
+            "the hub has no such repository (or it is private)",
+            "check the repository id; a private one needs RIGKIT_HF_TOKEN on the controller",
+        )
+    return RigkitError(
+        FIELD,
+        spec,
+        f"the hub did not answer ({exc})",
+        "check the controller's network and HF_ENDPOINT, then run again (finished files are kept)",
+    )
 
 
-def resolve_revision(repo: str, revision: str = "main", endpoint: Optional[str] = None,
-                     token: Optional[str] = None) -> str:
+def resolve_revision(
+    repo: str, revision: str = "main", endpoint: Optional[str] = None, token: Optional[str] = None
+) -> str:
     """The commit a branch or tag points at now: what `rigkit resolve-model` prints."""
     try:
         info = _api(endpoint, token).model_info(repo, revision=revision)
     except (HfHubHTTPError, OSError) as exc:
         raise _hub_error(exc, f"{repo}@{revision}", revision) from None
     if not COMMIT_RE.fullmatch(info.sha or ""):
-        raise RigkitError(FIELD, f"{repo}@{revision}", f"the hub answered no commit ({info.sha!r})",
-                          "check HF_ENDPOINT points at a hub")
+        raise RigkitError(
+            FIELD,
+            f"{repo}@{revision}",
+            f"the hub answered no commit ({info.sha!r})",
+            "check HF_ENDPOINT points at a hub",
+        )
     return info.sha
 
 
@@ -88,14 +109,23 @@ def hub_listing(source: ModelSource, endpoint: Optional[str] = None, token: Opti
     except (HfHubHTTPError, OSError) as exc:
         raise _hub_error(exc, source.spec, source.revision) from None
     if info.sha and info.sha != source.revision:
-        raise RigkitError(FIELD, source.spec, f"the hub answered commit {info.sha} for it",
-                          "pin the full 40-hex commit (`rigkit resolve-model` prints it)")
+        raise RigkitError(
+            FIELD,
+            source.spec,
+            f"the hub answered commit {info.sha} for it",
+            "pin the full 40-hex commit (`rigkit resolve-model` prints it)",
+        )
     files = []
     for sibling in info.siblings or []:
         lfs = sibling.lfs
-        files.append(HubFile(check_relative_file(sibling.rfilename, FIELD),
-                             int(lfs.size if lfs else sibling.size or 0),
-                             lfs.sha256 if lfs else None, sibling.blob_id))
+        files.append(
+            HubFile(
+                check_relative_file(sibling.rfilename, FIELD),
+                int(lfs.size if lfs else sibling.size or 0),
+                lfs.sha256 if lfs else None,
+                sibling.blob_id,
+            )
+        )
     if not files:
         raise RigkitError(FIELD, source.spec, "the hub lists no files at this commit", "check the commit")
     return files
@@ -135,8 +165,13 @@ def manifest_cache_path(cache_dir: Path, source: ModelSource) -> Path:
     return cache_dir / "rigkit-manifests" / f"{source.slug}@{source.revision}.json"
 
 
-def fetch_to_controller(source: ModelSource, cache_dir: Path, endpoint: Optional[str] = None,
-                        token: Optional[str] = None, progress: Callable[[str], None] = logger.warning) -> LocalCopy:
+def fetch_to_controller(
+    source: ModelSource,
+    cache_dir: Path,
+    endpoint: Optional[str] = None,
+    token: Optional[str] = None,
+    progress: Callable[[str], None] = logger.warning,
+) -> LocalCopy:
     """Every file of the hub commit in the controller's cache, each verified; the revision's LocalCopy."""
     assert source.kind == HUB
     listing = hub_listing(source, endpoint, token)
@@ -153,30 +188,49 @@ def fetch_to_controller(source: ModelSource, cache_dir: Path, endpoint: Optional
         path = None
         for attempt in (1, 2):
             try:
-                path = Path(hf_hub_download(source.name, item.path, revision=source.revision, cache_dir=cache_dir,
-                                            endpoint=endpoint, token=token or False, force_download=attempt > 1))
+                path = Path(
+                    hf_hub_download(
+                        source.name,
+                        item.path,
+                        revision=source.revision,
+                        cache_dir=cache_dir,
+                        endpoint=endpoint,
+                        token=token or False,
+                        force_download=attempt > 1,
+                    )
+                )
             except (HfHubHTTPError, OSError) as exc:
                 raise _hub_error(exc, source.spec, source.revision) from None
             known = recorded.get(item.path)
             stat = path.stat()
-            if known and known["size"] == stat.st_size and known["mtime_ns"] == stat.st_mtime_ns \
-                    and (known["sha256"] == item.sha256 or not item.sha256):
+            if (
+                known
+                and known["size"] == stat.st_size
+                and known["mtime_ns"] == stat.st_mtime_ns
+                and (known["sha256"] == item.sha256 or not item.sha256)
+            ):
                 break
             problem = _mismatch(item, path)
             if problem is None:
                 break
-            logger.warning(f"model {source.spec}: {item.path} fetched from the hub is corrupt ({problem}): "
-                           f"{'fetching it again' if attempt == 1 else 'refused'}")
+            logger.warning(
+                f"model {source.spec}: {item.path} fetched from the hub is corrupt ({problem}): "
+                f"{'fetching it again' if attempt == 1 else 'refused'}"
+            )
             _discard(path)
             if attempt == 2:
-                raise RigkitError(FIELD, source.spec, f"{item.path} from the hub does not match its listing twice "
-                                  f"({problem})", "check HF_ENDPOINT (a proxy rewriting files?) and run again")
+                raise RigkitError(
+                    FIELD,
+                    source.spec,
+                    f"{item.path} from the hub does not match its listing twice ({problem})",
+                    "check HF_ENDPOINT (a proxy rewriting files?) and run again",
+                )
         stat = path.stat()
         known = recorded.get(item.path)
         unchanged = known and known["size"] == stat.st_size and known["mtime_ns"] == stat.st_mtime_ns
         sha = known["sha256"] if unchanged else (item.sha256 or _hashes(path)[0])
         files[item.path] = {"size": stat.st_size, "sha256": sha, "mtime_ns": stat.st_mtime_ns}
-        root = Path(str(path)[:-len(item.path)]) if root is None else root
+        root = Path(str(path)[: -len(item.path)]) if root is None else root
         done += item.size
         progress(f"model {source.name}: {item.path} verified ({done / 1e6:,.0f} of {total / 1e6:,.0f} MB)")
     recorded_path.parent.mkdir(parents=True, exist_ok=True)
@@ -188,4 +242,3 @@ def fetch_to_controller(source: ModelSource, cache_dir: Path, endpoint: Optional
 def default_cache_dir() -> Path:
     """The controller's hub cache for rigkit (its own, so the user's HF cache is not shared with rigs' pins)."""
     return Path(os.environ.get("RIGKIT_MODEL_CACHE") or Path.home() / ".cache" / "rigkit" / "models")
-

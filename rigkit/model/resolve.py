@@ -1,8 +1,8 @@
 """`rigkit resolve-model SOURCE`: print the pinned model_source for a hub branch or tag, or a controller directory.
 
-    rigkit resolve-model Qwen/Qwen3-8B          -> Qwen/Qwen3-8B@<40-hex commit of main>
-    rigkit resolve-model Qwen/Qwen3-8B@v1.0     -> the commit the tag points at
-    rigkit resolve-model controller:/srv/tiny   -> controller:/srv/tiny@<manifest sha256> (writes the manifest)
+rigkit resolve-model Qwen/Qwen3-8B          -> Qwen/Qwen3-8B@<40-hex commit of main>
+rigkit resolve-model Qwen/Qwen3-8B@v1.0     -> the commit the tag points at
+rigkit resolve-model controller:/srv/tiny   -> controller:/srv/tiny@<manifest sha256> (writes the manifest)
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from rigkit.model.source import CONTROLLER_PREFIX, resolve_directory
 
 def resolve_model(value: str) -> str:
     if value.startswith(CONTROLLER_PREFIX):
-        return resolve_directory(value[len(CONTROLLER_PREFIX):].rsplit("@", 1)[0]).spec
+        return resolve_directory(value[len(CONTROLLER_PREFIX) :].rsplit("@", 1)[0]).spec
     repo, _, revision = value.partition("@")
     return f"{repo}@{resolve_revision(repo, revision or 'main')}"
 

@@ -72,42 +72,77 @@ class ModelSource:
 def parse_model_source(value: object, field: str = "model_source") -> ModelSource:
     """A model_source value as a ModelSource; ConfigError naming ``field``, the value and the fix otherwise."""
     if not isinstance(value, str) or not value.strip():
-        raise ConfigError(field, value, "no model source given",
-                          "set it to org/name@<40-hex commit> or controller:/dir@<manifest sha256>")
+        raise ConfigError(
+            field,
+            value,
+            "no model source given",
+            "set it to org/name@<40-hex commit> or controller:/dir@<manifest sha256>",
+        )
     if value.startswith(CONTROLLER_PREFIX):
         return _parse_directory(value, field)
     if value.startswith("/") or value.startswith("."):
-        raise ConfigError(field, value, "a path without saying where the directory is",
-                          f"write {CONTROLLER_PREFIX}{value} for a directory on the controller, then pin it: "
-                          f"run `rigkit resolve-model {CONTROLLER_PREFIX}{value}`")
+        raise ConfigError(
+            field,
+            value,
+            "a path without saying where the directory is",
+            f"write {CONTROLLER_PREFIX}{value} for a directory on the controller, then pin it: "
+            f"run `rigkit resolve-model {CONTROLLER_PREFIX}{value}`",
+        )
     repo, at, revision = value.partition("@")
     if not REPO_ID_RE.fullmatch(repo) or ".." in repo or "--" in repo:
-        raise ConfigError(field, value, "not a hub repository id (namespace/name: letters, digits, '-', '_', '.')",
-                          "write it as org/name@<40-hex commit>")
+        raise ConfigError(
+            field,
+            value,
+            "not a hub repository id (namespace/name: letters, digits, '-', '_', '.')",
+            "write it as org/name@<40-hex commit>",
+        )
     if not at or not revision:
-        raise ConfigError(field, value, "a hub repository without a revision: the hub serves whatever its main "
-                          "branch holds that day", f"pin a commit: run `rigkit resolve-model {repo}` and use what "
-                          f"it prints ({repo}@<40-hex commit>)")
+        raise ConfigError(
+            field,
+            value,
+            "a hub repository without a revision: the hub serves whatever its main branch holds that day",
+            f"pin a commit: run `rigkit resolve-model {repo}` and use what it prints ({repo}@<40-hex commit>)",
+        )
     if not COMMIT_RE.fullmatch(revision):
-        what = "a commit given in capitals" if COMMIT_RE.fullmatch(revision.lower()) else \
-            f"revision {revision!r} is a branch, a tag or a short commit: it can move or be ambiguous"
-        raise ConfigError(field, value, what, f"pin the full commit: run `rigkit resolve-model {repo}@{revision}` "
-                          f"and use what it prints ({repo}@<40-hex commit>)")
+        what = (
+            "a commit given in capitals"
+            if COMMIT_RE.fullmatch(revision.lower())
+            else f"revision {revision!r} is a branch, a tag or a short commit: it can move or be ambiguous"
+        )
+        raise ConfigError(
+            field,
+            value,
+            what,
+            f"pin the full commit: run `rigkit resolve-model {repo}@{revision}` "
+            f"and use what it prints ({repo}@<40-hex commit>)",
+        )
     return ModelSource(HUB, repo, revision)
 
 
 def _parse_directory(value: str, field: str) -> ModelSource:
-    rest = value[len(CONTROLLER_PREFIX):]
+    rest = value[len(CONTROLLER_PREFIX) :]
     path, at, revision = rest.rpartition("@") if "@" in rest else (rest, "", "")
     if not path.startswith("/") or any(part in ("..", ".") for part in path.split("/")):
-        raise ConfigError(field, value, "the directory must be an absolute path without '.' or '..'",
-                          f"write {CONTROLLER_PREFIX}/absolute/dir@<manifest sha256>")
+        raise ConfigError(
+            field,
+            value,
+            "the directory must be an absolute path without '.' or '..'",
+            f"write {CONTROLLER_PREFIX}/absolute/dir@<manifest sha256>",
+        )
     if not at:
-        raise ConfigError(field, value, "a directory without its manifest hash: its files could change unseen",
-                          f"pin it: run `rigkit resolve-model {value}` (writes the manifest, prints the pin)")
+        raise ConfigError(
+            field,
+            value,
+            "a directory without its manifest hash: its files could change unseen",
+            f"pin it: run `rigkit resolve-model {value}` (writes the manifest, prints the pin)",
+        )
     if not MANIFEST_HASH_RE.fullmatch(revision):
-        raise ConfigError(field, value, f"{revision!r} is not a manifest hash (64 lowercase hex digits)",
-                          f"run `rigkit resolve-model {CONTROLLER_PREFIX}{path}` and use what it prints")
+        raise ConfigError(
+            field,
+            value,
+            f"{revision!r} is not a manifest hash (64 lowercase hex digits)",
+            f"run `rigkit resolve-model {CONTROLLER_PREFIX}{path}` and use what it prints",
+        )
     return ModelSource(CONTROLLER, path.rstrip("/") or "/", revision)
 
 
@@ -116,10 +151,16 @@ Manifest = Mapping[str, Mapping[str, object]]
 
 
 def manifest_hash(files: Manifest) -> str:
-    canonical = json.dumps({"schema": MANIFEST_SCHEMA, "files": {path: {"size": int(entry["size"]),
-                                                                          "sha256": entry["sha256"]}
-                                                                   for path, entry in sorted(files.items())}},
-                           sort_keys=True, separators=(",", ":"))
+    canonical = json.dumps(
+        {
+            "schema": MANIFEST_SCHEMA,
+            "files": {
+                path: {"size": int(entry["size"]), "sha256": entry["sha256"]} for path, entry in sorted(files.items())
+            },
+        },
+        sort_keys=True,
+        separators=(",", ":"),
+    )
     return hashlib.sha256(canonical.encode()).hexdigest()
 
 
@@ -157,8 +198,9 @@ def directory_files(root: Path) -> list[str]:
     return sorted(found)
 
 
-def directory_manifest(root: Path, previous: Optional[Mapping] = None,
-                       progress: Optional[Callable[[str, int], None]] = None) -> dict[str, dict]:
+def directory_manifest(
+    root: Path, previous: Optional[Mapping] = None, progress: Optional[Callable[[str, int], None]] = None
+) -> dict[str, dict]:
     """sha256 of every file of a directory; a file whose size and mtime match ``previous`` (the manifest
     written before, with its mtime_ns) is not read again."""
     previous_files = (previous or {}).get("files", {})
@@ -179,8 +221,12 @@ def resolve_directory(path: str, field: str = "model_source") -> ModelSource:
     write MANIFEST_FILE_NAME into it, return the source with its manifest hash."""
     root = Path(path)
     if not root.is_dir():
-        raise ConfigError(field, f"{CONTROLLER_PREFIX}{path}", "no such directory on the controller",
-                          "give the directory holding the model's config.json and weights")
+        raise ConfigError(
+            field,
+            f"{CONTROLLER_PREFIX}{path}",
+            "no such directory on the controller",
+            "give the directory holding the model's config.json and weights",
+        )
     manifest_path = root / MANIFEST_FILE_NAME
     try:
         previous = json.loads(manifest_path.read_text())
@@ -188,8 +234,12 @@ def resolve_directory(path: str, field: str = "model_source") -> ModelSource:
         previous = None
     files = directory_manifest(root, previous)
     if not files:
-        raise ConfigError(field, f"{CONTROLLER_PREFIX}{path}", "the directory holds no files",
-                          "give the directory holding the model's config.json and weights")
+        raise ConfigError(
+            field,
+            f"{CONTROLLER_PREFIX}{path}",
+            "the directory holds no files",
+            "give the directory holding the model's config.json and weights",
+        )
     document = {"schema": MANIFEST_SCHEMA, "files": files, "hash": manifest_hash(files)}
     if previous != document:
         temporary = manifest_path.with_name(MANIFEST_FILE_NAME + ".tmp")
@@ -202,8 +252,9 @@ def read_directory_manifest(source: ModelSource, field: str = "model_source") ->
     """The pinned directory's manifest, refused when the directory's files no longer hash to the pin."""
     root = Path(source.name)
     if not root.is_dir():
-        raise ConfigError(field, source.spec, "no such directory on the controller",
-                          "restore the directory, or pin another source")
+        raise ConfigError(
+            field, source.spec, "no such directory on the controller", "restore the directory, or pin another source"
+        )
     try:
         previous = json.loads((root / MANIFEST_FILE_NAME).read_text())
     except (OSError, ValueError):
@@ -211,13 +262,18 @@ def read_directory_manifest(source: ModelSource, field: str = "model_source") ->
     files = directory_manifest(root, previous)
     found = manifest_hash(files)
     if found != source.revision:
-        raise ConfigError(field, source.spec, f"the directory's files hash to {found[:12]}…, not the pinned "
-                          f"{source.revision[:12]}…: they changed since it was pinned",
-                          f"pin what it holds now: run `rigkit resolve-model {CONTROLLER_PREFIX}{source.name}`")
+        raise ConfigError(
+            field,
+            source.spec,
+            f"the directory's files hash to {found[:12]}…, not the pinned "
+            f"{source.revision[:12]}…: they changed since it was pinned",
+            f"pin what it holds now: run `rigkit resolve-model {CONTROLLER_PREFIX}{source.name}`",
+        )
     return {path: {"size": entry["size"], "sha256": entry["sha256"]} for path, entry in files.items()}
 
 
 # ---- the store on a rig: paths and retention ----
+
 
 def store_model_dir(store: str, source: ModelSource) -> str:
     return posixpath.join(store, source.slug)
@@ -237,8 +293,9 @@ def store_stamp(store: str, source: ModelSource) -> str:
     return posixpath.join(store, source.slug, source.revision + STAMP_SUFFIX)
 
 
-def revisions_to_remove(staged: Iterable[str], newest_first: Iterable[str], needed: Iterable[str],
-                        keep: int) -> list[str]:
+def revisions_to_remove(
+    staged: Iterable[str], newest_first: Iterable[str], needed: Iterable[str], keep: int
+) -> list[str]:
     """Staged revisions of one model retention removes: all but the ``keep`` most recently deployed, never
     one a recorded release still needs (``needed``: the ledger's current, last known-good, rollback target
     and kept renderings) and never one staged but not yet deployed (``newest_first`` lacks it: it may be the

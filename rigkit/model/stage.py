@@ -83,8 +83,11 @@ class StageReport:
     source_bytes: int = 0  # bytes the controller sent from its copy of the source
 
     def lines(self) -> list[str]:
-        return [f"{name}: {outcome.action}{f' ({outcome.sent_bytes / 1e6:,.1f} MB)' if outcome.sent_bytes else ''}"
-                f"{f'; {outcome.note}' if outcome.note else ''}" for name, outcome in self.outcomes.items()]
+        return [
+            f"{name}: {outcome.action}{f' ({outcome.sent_bytes / 1e6:,.1f} MB)' if outcome.sent_bytes else ''}"
+            f"{f'; {outcome.note}' if outcome.note else ''}"
+            for name, outcome in self.outcomes.items()
+        ]
 
 
 class RigStore:
@@ -100,15 +103,26 @@ class RigStore:
 
     def _install_script(self) -> None:
         text = STORE_SCRIPT_SOURCE.read_bytes()
-        self.run(f"mkdir -p {shlex.quote(RIG_LIB_DIR)} && cat > {shlex.quote(STORE_SCRIPT)}.tmp && "
-                 f"mv {shlex.quote(STORE_SCRIPT)}.tmp {shlex.quote(STORE_SCRIPT)}", stdin=text)
+        self.run(
+            f"mkdir -p {shlex.quote(RIG_LIB_DIR)} && cat > {shlex.quote(STORE_SCRIPT)}.tmp && "
+            f"mv {shlex.quote(STORE_SCRIPT)}.tmp {shlex.quote(STORE_SCRIPT)}",
+            stdin=text,
+        )
 
     def command(self, verb: str, *args: str) -> str:
-        return " ".join(shlex.quote(part) for part in ("python3", STORE_SCRIPT, verb, self.store,
-                                                       self.source.slug, self.source.revision, *args))
+        return " ".join(
+            shlex.quote(part)
+            for part in ("python3", STORE_SCRIPT, verb, self.store, self.source.slug, self.source.revision, *args)
+        )
 
-    def run(self, command: str, stdin: Optional[bytes] = None, writer: Optional[Callable] = None,
-            progress: Optional[Callable[[str], None]] = None, agent: bool = False) -> tuple[int, str, str]:
+    def run(
+        self,
+        command: str,
+        stdin: Optional[bytes] = None,
+        writer: Optional[Callable] = None,
+        progress: Optional[Callable[[str], None]] = None,
+        agent: bool = False,
+    ) -> tuple[int, str, str]:
         """Run ``command`` on the rig: ``stdin`` bytes, or ``writer(channel)`` streaming them; stderr lines
         to ``progress`` as they come."""
         channel = self.client.get_transport().open_session()
@@ -149,17 +163,28 @@ class RigStore:
             stdout += data
         status = channel.recv_exit_status()
         reader.join(timeout=10)
-        return status, stdout.decode(errors="replace"), "\n".join(line for line in stderr
-                                                                    if not line.startswith("progress "))
+        return (
+            status,
+            stdout.decode(errors="replace"),
+            "\n".join(line for line in stderr if not line.startswith("progress ")),
+        )
 
     def call(self, verb: str, *args: str, stdin: Optional[bytes] = None) -> Any:
         status, out, err = self.run(self.command(verb, *args), stdin=stdin)
         if status == BUSY_EXIT:
-            raise RigkitError(FIELD, self.source.spec, f"{self.name}: another staging of this model is running on "
-                              "the rig", "wait for it to finish (two controllers staging at once), then run again")
+            raise RigkitError(
+                FIELD,
+                self.source.spec,
+                f"{self.name}: another staging of this model is running on the rig",
+                "wait for it to finish (two controllers staging at once), then run again",
+            )
         if status != 0:
-            raise RigkitError(FIELD, self.source.spec, f"{self.name}: model store {verb} failed ({err.strip()})",
-                              "read the error; the partial copy is kept and the next run resumes it")
+            raise RigkitError(
+                FIELD,
+                self.source.spec,
+                f"{self.name}: model store {verb} failed ({err.strip()})",
+                "read the error; the partial copy is kept and the next run resumes it",
+            )
         return json.loads(out.strip().splitlines()[-1])
 
     def host_key_line(self) -> str:
@@ -170,20 +195,26 @@ class RigStore:
 
 def _frames(root: Path, plan: list[dict], count: Callable[[int], None]) -> Callable:
     """A writer streaming the planned files of ``root`` from their offsets, as model_store.py receives them."""
+
     def write(channel) -> None:
         channel.sendall(f"{sum(item['size'] - item['offset'] for item in plan)}\n".encode())
         for item in plan:
             length = item["size"] - item["offset"]
-            channel.sendall((json.dumps({"path": item["path"], "offset": item["offset"], "size": length})
-                             + "\n").encode())
+            channel.sendall(
+                (json.dumps({"path": item["path"], "offset": item["offset"], "size": length}) + "\n").encode()
+            )
             with open(root / item["path"], "rb") as handle:
                 handle.seek(item["offset"])
                 left = length
                 while left:
                     chunk = handle.read(min(FRAME_CHUNK, left))
                     if not chunk:
-                        raise RigkitError(FIELD, str(root / item["path"]), "the source file is shorter than its "
-                                          "manifest", "pin the source again (`rigkit resolve-model`)")
+                        raise RigkitError(
+                            FIELD,
+                            str(root / item["path"]),
+                            "the source file is shorter than its manifest",
+                            "pin the source again (`rigkit resolve-model`)",
+                        )
                     channel.sendall(chunk)
                     left -= len(chunk)
                     count(len(chunk))
@@ -212,8 +243,9 @@ def forwarded_agent(keys: list[str]) -> Iterator[None]:
         return
     with tempfile.TemporaryDirectory(prefix="rigkit-agent-") as directory:
         socket_path = os.path.join(directory, "agent.sock")
-        agent = subprocess.Popen(["ssh-agent", "-D", "-a", socket_path], stdout=subprocess.DEVNULL,
-                                 stderr=subprocess.DEVNULL)
+        agent = subprocess.Popen(
+            ["ssh-agent", "-D", "-a", socket_path], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+        )
         try:
             for _ in range(100):
                 if os.path.exists(socket_path):
@@ -221,8 +253,13 @@ def forwarded_agent(keys: list[str]) -> Iterator[None]:
                 time.sleep(0.05)
             environment = {**os.environ, "SSH_AUTH_SOCK": socket_path}
             for key in keys:
-                subprocess.run(["ssh-add", "-q", "-t", "3600", os.path.expanduser(key)], env=environment, check=True,
-                               stdin=subprocess.DEVNULL, capture_output=True)
+                subprocess.run(
+                    ["ssh-add", "-q", "-t", "3600", os.path.expanduser(key)],
+                    env=environment,
+                    check=True,
+                    stdin=subprocess.DEVNULL,
+                    capture_output=True,
+                )
             previous = os.environ.get("SSH_AUTH_SOCK")
             os.environ["SSH_AUTH_SOCK"] = socket_path
             try:
@@ -240,9 +277,17 @@ def forwarded_agent(keys: list[str]) -> Iterator[None]:
 class FleetStager:
     """Stage ``source`` (its files under ``root``, manifest ``files``) onto ``rigs`` (name -> host data)."""
 
-    def __init__(self, source: ModelSource, root: Path, files: Mapping[str, Mapping], rigs: Mapping[str, Mapping],
-                 stores: Mapping[str, str], keep: Mapping[str, int], progress: Callable[[str], None] = logger.warning,
-                 rig_to_rig: bool = True):
+    def __init__(
+        self,
+        source: ModelSource,
+        root: Path,
+        files: Mapping[str, Mapping],
+        rigs: Mapping[str, Mapping],
+        stores: Mapping[str, str],
+        keep: Mapping[str, int],
+        progress: Callable[[str], None] = logger.warning,
+        rig_to_rig: bool = True,
+    ):
         self.source, self.root, self.files = source, root, dict(files)
         self.rigs, self.stores, self.keep, self.progress = rigs, stores, keep, progress
         self.rig_to_rig = rig_to_rig
@@ -259,22 +304,31 @@ class FleetStager:
             now = time.monotonic()
             if now - last[0] >= 2 or done == total:
                 last[0] = now
-                self.progress(f"{rig}: model {self.source.slug} from {sender}: {int(done) / 1e6:,.0f} of "
-                              f"{int(total) / 1e6:,.0f} MB")
+                self.progress(
+                    f"{rig}: model {self.source.slug} from {sender}: {int(done) / 1e6:,.0f} of "
+                    f"{int(total) / 1e6:,.0f} MB"
+                )
+
         return show
 
     def manifest_document(self) -> bytes:
         return json.dumps({"files": self.files, "hash": self.hash, "source": self.source.spec}).encode()
 
     def _preflight(self, store: RigStore, state: dict) -> None:
-        have = sum(min(size, int(self.files[path]["size"])) for path, size in state["partial"].items()
-                   if path in self.files)
+        have = sum(
+            min(size, int(self.files[path]["size"])) for path, size in state["partial"].items() if path in self.files
+        )
         needed = self.total - have
         if needed + STORE_MARGIN_BYTES > state["free"]:
-            raise RigkitError("model_store_path", store.store, f"{store.name}: the model needs {needed / 1e9:,.2f} GB "
-                              f"more (+{STORE_MARGIN_BYTES / 1e9:.0f} GB margin) but the store's filesystem has "
-                              f"{state['free'] / 1e9:,.2f} GB free", "free space there (older revisions: lower "
-                              "model_store_keep), or point model_store_path at a larger disk")
+            raise RigkitError(
+                "model_store_path",
+                store.store,
+                f"{store.name}: the model needs {needed / 1e9:,.2f} GB "
+                f"more (+{STORE_MARGIN_BYTES / 1e9:.0f} GB margin) but the store's filesystem has "
+                f"{state['free'] / 1e9:,.2f} GB free",
+                "free space there (older revisions: lower "
+                "model_store_keep), or point model_store_path at a larger disk",
+            )
 
     def _finish(self, store: RigStore) -> dict:
         return store.call("finish", stdin=self.manifest_document())
@@ -286,11 +340,18 @@ class FleetStager:
         def count(n: int) -> None:
             sent[0] += n
 
-        status, _, err = store.run(store.command("receive"), writer=_frames(self.root, plan, count),
-                                   progress=self._progress(store.name, CONTROLLER))
+        status, _, err = store.run(
+            store.command("receive"),
+            writer=_frames(self.root, plan, count),
+            progress=self._progress(store.name, CONTROLLER),
+        )
         if status != 0:
-            raise RigkitError(FIELD, self.source.spec, f"{store.name}: receiving the model failed ({err.strip()})",
-                              "run again: the files received so far are kept and resumed")
+            raise RigkitError(
+                FIELD,
+                self.source.spec,
+                f"{store.name}: receiving the model failed ({err.strip()})",
+                "run again: the files received so far are kept and resumed",
+            )
         with self.lock:
             self.report.source_bytes += sent[0]
         return sent[0]
@@ -298,19 +359,38 @@ class FleetStager:
     def _from_rig(self, sender: RigStore, receiver: RigStore, state: dict) -> int:
         plan = transfer_plan(self.files, state["partial"])
         known_hosts = f"{sender.store}/.known_hosts-{receiver.name}-{os.getpid()}"
-        sender.run(f"mkdir -p {shlex.quote(sender.store)} && cat > {shlex.quote(known_hosts)}",
-                   stdin=(receiver.host_key_line() + "\n").encode())
+        sender.run(
+            f"mkdir -p {shlex.quote(sender.store)} && cat > {shlex.quote(known_hosts)}",
+            stdin=(receiver.host_key_line() + "\n").encode(),
+        )
         host = ssh_address(receiver.name, receiver.data)
-        ssh = ["ssh", "-o", "BatchMode=yes", "-o", f"UserKnownHostsFile={known_hosts}", "-o",
-               "StrictHostKeyChecking=yes", "-o", "ConnectTimeout=15",
-               "-p", str(int(receiver.data.get("ssh_port") or 22)),
-               f"{receiver.data.get('ssh_user') or 'root'}@{host}", receiver.command("receive")]
-        pipeline = (f"{sender.command('send', json.dumps(plan))} | {' '.join(shlex.quote(part) for part in ssh)}; "
-                    f"status=$?; rm -f {shlex.quote(known_hosts)}; exit $status")
+        ssh = [
+            "ssh",
+            "-o",
+            "BatchMode=yes",
+            "-o",
+            f"UserKnownHostsFile={known_hosts}",
+            "-o",
+            "StrictHostKeyChecking=yes",
+            "-o",
+            "ConnectTimeout=15",
+            "-p",
+            str(int(receiver.data.get("ssh_port") or 22)),
+            f"{receiver.data.get('ssh_user') or 'root'}@{host}",
+            receiver.command("receive"),
+        ]
+        pipeline = (
+            f"{sender.command('send', json.dumps(plan))} | {' '.join(shlex.quote(part) for part in ssh)}; "
+            f"status=$?; rm -f {shlex.quote(known_hosts)}; exit $status"
+        )
         status, _, err = sender.run(pipeline, progress=self._progress(receiver.name, sender.name), agent=True)
         if status != 0:
-            raise RigkitError(FIELD, self.source.spec, f"{receiver.name}: from {sender.name} failed ({err.strip()})",
-                              f"check that {sender.name} reaches {host} over SSH with the controller's key")
+            raise RigkitError(
+                FIELD,
+                self.source.spec,
+                f"{receiver.name}: from {sender.name} failed ({err.strip()})",
+                f"check that {sender.name} reaches {host} over SSH with the controller's key",
+            )
         return sum(item["size"] - item["offset"] for item in plan)
 
     def _stage_one(self, sender_name: str, receiver: RigStore, stores: Mapping[str, RigStore]) -> None:
@@ -332,11 +412,17 @@ class FleetStager:
             outcome.action = action
             if result["ok"]:
                 return
-            self.progress(f"{receiver.name}: {len(result['bad'])} file(s) failed their sha256 and "
-                          f"{len(result['missing'])} are incomplete: sending them again")
+            self.progress(
+                f"{receiver.name}: {len(result['bad'])} file(s) failed their sha256 and "
+                f"{len(result['missing'])} are incomplete: sending them again"
+            )
             outcome.note = f"resent {', '.join(result['bad'] + result['missing'])}"
-        raise RigkitError(FIELD, self.source.spec, f"{receiver.name}: files still fail their sha256 after a second "
-                          "transfer", "check the rig's disk (dmesg) and the sender's copy (`rigkit stage --check`)")
+        raise RigkitError(
+            FIELD,
+            self.source.spec,
+            f"{receiver.name}: files still fail their sha256 after a second transfer",
+            "check the rig's disk (dmesg) and the sender's copy (`rigkit stage --check`)",
+        )
 
     def stage(self) -> StageReport:
         stores: dict[str, RigStore] = {}
@@ -352,8 +438,9 @@ class FleetStager:
                     continue
                 if state["verified"]:
                     reopened = store.call("reopen")
-                    self.progress(f"{name}: staged copy damaged ({', '.join(reopened['reopened']) or 'stamp'}): "
-                                  "repairing it")
+                    self.progress(
+                        f"{name}: staged copy damaged ({', '.join(reopened['reopened']) or 'stamp'}): repairing it"
+                    )
                 self._preflight(store, store.call("state"))
                 need.append(name)
             # without rig to rig (the benchmark's baseline), the controller sends to every rig at once
@@ -363,8 +450,9 @@ class FleetStager:
             with forwarded_agent(keys if rig_to_rig else []):
                 for pairs in rounds:
                     with ThreadPoolExecutor(max_workers=max(1, len(pairs))) as pool:
-                        futures = [pool.submit(self._stage_one, sender, stores[receiver], stores)
-                                   for sender, receiver in pairs]
+                        futures = [
+                            pool.submit(self._stage_one, sender, stores[receiver], stores) for sender, receiver in pairs
+                        ]
                         for future in futures:
                             future.result()
             for name, store in stores.items():
@@ -379,10 +467,14 @@ class FleetStager:
         status, ledger_text, _ = store.run(f"cat {shlex.quote(LEDGER_PATH)} 2>/dev/null || true")
         ledger = Ledger.from_json(ledger_text)
         prefix = f"{self.source.spec.rpartition('@')[0]}@"
-        needed = [spec[len(prefix):] for spec in ledger.models_needed(self.keep[name]) if spec.startswith(prefix)]
-        newest = [spec[len(prefix):] for spec in ledger.models_newest_first() if spec.startswith(prefix)]
+        needed = [spec[len(prefix) :] for spec in ledger.models_needed(self.keep[name]) if spec.startswith(prefix)]
+        newest = [spec[len(prefix) :] for spec in ledger.models_newest_first() if spec.startswith(prefix)]
         staged = store.call("list")
         for revision in revisions_to_remove(staged, newest, needed + [self.source.revision], self.keep[name]):
-            store.run(" ".join(shlex.quote(part) for part in ("python3", STORE_SCRIPT, "remove", store.store,
-                                                              self.source.slug, revision)))
+            store.run(
+                " ".join(
+                    shlex.quote(part)
+                    for part in ("python3", STORE_SCRIPT, "remove", store.store, self.source.slug, revision)
+                )
+            )
             self.progress(f"{name}: removed staged revision {revision[:12]} (model_store_keep {self.keep[name]})")

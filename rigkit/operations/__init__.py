@@ -81,5 +81,9 @@ def refusal_of(findings: Sequence) -> dict:
         (only,) = findings
         return {"field": only.field, "value": only.value, "problem": f"{only.check}: {only.message}", "fix": only.fix}
     first = findings[0]
-    return {"field": first.field, "value": first.value, "problem": "; ".join(str(f) for f in findings),
-            "fix": REFUSAL_FIX}
+    return {
+        "field": first.field,
+        "value": first.value,
+        "problem": "; ".join(str(f) for f in findings),
+        "fix": REFUSAL_FIX,
+    }

@@ -16,8 +16,9 @@ from rigkit.operations import fail
 
 
 @operation()
-def filesystem_made(device: str, fstype: str, label: str, uuid: str, mount_point: str,
-                    decide: Callable[[Optional[dict]], str]):
+def filesystem_made(
+    device: str, fstype: str, label: str, uuid: str, mount_point: str, decide: Callable[[Optional[dict]], str]
+):
     """
     Make a filesystem on ``device`` when ``decide(probe)`` says so.
 
@@ -37,11 +38,20 @@ def filesystem_made(device: str, fstype: str, label: str, uuid: str, mount_point
             yield StringCommand("umount", QuoteString(mount_point))
         yield StringCommand("wipefs", "-a", QuoteString(device))
     if fstype == "xfs":
-        yield StringCommand("mkfs.xfs", "-f", "-L", QuoteString(label), "-m", QuoteString(f"uuid={uuid}"),
-                            QuoteString(device))
+        yield StringCommand(
+            "mkfs.xfs", "-f", "-L", QuoteString(label), "-m", QuoteString(f"uuid={uuid}"), QuoteString(device)
+        )
     else:
-        yield StringCommand(QuoteString(f"mkfs.{fstype}"), "-q", "-F", "-L", QuoteString(label),
-                            "-U", QuoteString(uuid), QuoteString(device))
+        yield StringCommand(
+            QuoteString(f"mkfs.{fstype}"),
+            "-q",
+            "-F",
+            "-L",
+            QuoteString(label),
+            "-U",
+            QuoteString(uuid),
+            QuoteString(device),
+        )
 
 
 def fstab_with_entry(fstab: str, mount_point: str, entry: str) -> str:
@@ -82,13 +92,24 @@ def fstab_entry(mount_point: str, entry: str):
 
 
 # Options fstab accepts that the kernel never shows in the mount's option list.
-USERSPACE_MOUNT_OPTIONS = {"defaults", "nofail", "auto", "noauto", "user", "nouser", "users",
-                           "owner", "group", "_netdev"}
+USERSPACE_MOUNT_OPTIONS = {
+    "defaults",
+    "nofail",
+    "auto",
+    "noauto",
+    "user",
+    "nouser",
+    "users",
+    "owner",
+    "group",
+    "_netdev",
+}
 
 
 def kernel_options(options: str) -> list[str]:
-    return [o for o in options.split(",") if o and o not in USERSPACE_MOUNT_OPTIONS
-            and not o.startswith(("x-", "comment="))]
+    return [
+        o for o in options.split(",") if o and o not in USERSPACE_MOUNT_OPTIONS and not o.startswith(("x-", "comment="))
+    ]
 
 
 @operation()
@@ -107,8 +128,12 @@ def mounted(mount_point: str, device: Optional[str], options: str):
         return
     probe = host.get_fact(BlockDeviceProbe, device=device) if device else None
     if probe is not None and mount["source"] != probe["path"]:
-        raise fail("l2_mount_point", mount_point, f"{mount['source']} is mounted there, not {probe['path']}",
-                   "unmount it, or choose another l2_mount_point")
+        raise fail(
+            "l2_mount_point",
+            mount_point,
+            f"{mount['source']} is mounted there, not {probe['path']}",
+            "unmount it, or choose another l2_mount_point",
+        )
     wanted = kernel_options(options)
     if all(option in mount["options"] for option in wanted):
         host.noop(f"{mount_point} is mounted from {mount['source']} with {','.join(wanted) or 'its defaults'}")
@@ -130,9 +155,17 @@ def mount_writable(mount_point: str, field: str):
         return
     found = host.get_fact(MountWritable, path=mount_point)
     if not found["mounted"]:
-        raise fail(field, mount_point, "is not a mount point: the store would fill this rig's own disk and no "
-                   "other rig would see it", f"mount the shared export there (findmnt {mount_point})")
+        raise fail(
+            field,
+            mount_point,
+            "is not a mount point: the store would fill this rig's own disk and no other rig would see it",
+            f"mount the shared export there (findmnt {mount_point})",
+        )
     if not found["writable"]:
-        raise fail(field, mount_point, "is mounted but this rig cannot write there (read-only, or squashed root)",
-                   "export it read-write to the rigs (e.g. no_root_squash for root engines)")
+        raise fail(
+            field,
+            mount_point,
+            "is mounted but this rig cannot write there (read-only, or squashed root)",
+            "export it read-write to the rigs (e.g. no_root_squash for root engines)",
+        )
     host.noop(f"{mount_point} is mounted and writable")

@@ -24,8 +24,12 @@ def read_json_file(path: str) -> dict:
     try:
         value = json.loads(text)
     except json.JSONDecodeError as exc:
-        raise PreflightError(path, text[:80], f"not valid JSON ({exc})",
-                             f"repair or remove {path}; rigkit merges into it and will not guess") from None
+        raise PreflightError(
+            path,
+            text[:80],
+            f"not valid JSON ({exc})",
+            f"repair or remove {path}; rigkit merges into it and will not guess",
+        ) from None
     if not isinstance(value, dict):
         raise PreflightError(path, text[:80], "not a JSON object", f"make {path} a JSON object")
     return value
@@ -90,11 +94,18 @@ def docker_engine_verified(image: Optional[str], image_field: str):
         raise fail("docker", "engine", problem, "see `journalctl -u docker` on the host")
     chosen = pick_verify_image(image)
     if chosen is None:
-        say(host, f"docker {engine['server_version']} answers; no local image to run a container from, "
-                  f"run check skipped (set {image_field} to check it)")
+        say(
+            host,
+            f"docker {engine['server_version']} answers; no local image to run a container from, "
+            f"run check skipped (set {image_field} to check it)",
+        )
         return
     run = host.get_fact(DockerRunCheck, image=chosen)
     if not run["ok"]:
-        raise fail(image_field, chosen, f"the engine cannot run a container: {run['output'][-300:]}",
-                   f"fix the engine, or set {image_field} to an image that has /bin/true")
+        raise fail(
+            image_field,
+            chosen,
+            f"the engine cannot run a container: {run['output'][-300:]}",
+            f"fix the engine, or set {image_field} to an image that has /bin/true",
+        )
     host.noop(f"docker {engine['server_version']} answers and runs a container from {chosen}")

@@ -23,8 +23,9 @@ def secret_file(dest: str, text: str, mode: str = "600", user: str | None = None
     config = host.state.config
     show_diff, config.DIFF = config.DIFF, False
     try:
-        commands = list(files.put._inner(src=StringIO(text), dest=dest, mode=mode, user=user, group=group,
-                                              create_remote_dir=False))
+        commands = list(
+            files.put._inner(src=StringIO(text), dest=dest, mode=mode, user=user, group=group, create_remote_dir=False)
+        )
     finally:
         config.DIFF = show_diff
     if commands and show_diff:

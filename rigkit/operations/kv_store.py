@@ -27,7 +27,13 @@ def store_verified(store: Mapping):
     address, port = check_address(store), store["kv_store_port"]
     problems = answers_as_declared(store, host.get_fact(StoreAnswers, address=address, port=port))
     if problems:
-        raise fail("kv_store", f"{address}:{port}", "; ".join(problems),
-                   "see `journalctl -u valkey-server` on the host and /etc/valkey/rigkit.conf")
-    host.noop(f"valkey at {address}:{port} refuses a client without the password and holds maxmemory "
-              f"{maxmemory_bytes(store)} bytes, {store['kv_store_maxmemory_policy']}")
+        raise fail(
+            "kv_store",
+            f"{address}:{port}",
+            "; ".join(problems),
+            "see `journalctl -u valkey-server` on the host and /etc/valkey/rigkit.conf",
+        )
+    host.noop(
+        f"valkey at {address}:{port} refuses a client without the password and holds maxmemory "
+        f"{maxmemory_bytes(store)} bytes, {store['kv_store_maxmemory_policy']}"
+    )

@@ -31,8 +31,9 @@ def nvidia_runtime_configured(daemon_json: str, set_default: bool):
     if has_runtime and (is_default or not set_default):
         host.noop(f"{daemon_json} has the nvidia runtime{' as its default' if is_default else ''}")
         return
-    yield StringCommand("nvidia-ctk", "runtime", "configure", "--runtime=docker",
-                        *(["--set-as-default"] if set_default else []))
+    yield StringCommand(
+        "nvidia-ctk", "runtime", "configure", "--runtime=docker", *(["--set-as-default"] if set_default else [])
+    )
 
 
 @operation()
@@ -46,8 +47,14 @@ def kernel_module_unloaded(module: str):
         host.noop(f"module {module} is not loaded")
         return
     # a module in use cannot be unloaded now: not an error, it stays until the next boot
-    yield StringCommand("modprobe", "-r", QuoteString(module), "||",
-                        "echo", QuoteString(f"{module} is in use: it stays loaded until a reboot"))
+    yield StringCommand(
+        "modprobe",
+        "-r",
+        QuoteString(module),
+        "||",
+        "echo",
+        QuoteString(f"{module} is in use: it stays loaded until a reboot"),
+    )
 
 
 def module_action(loaded: Optional[str], target: Optional[str], branch: str, nouveau_loaded: bool) -> str:
@@ -71,8 +78,9 @@ def installed_driver_version(version_package: str) -> Optional[str]:
 
 
 @operation()
-def nvidia_module_current(version_package: str, pinned_version: Optional[str], branch: str,
-                          allow_reboot: bool, reboot_timeout: int = 600):
+def nvidia_module_current(
+    version_package: str, pinned_version: Optional[str], branch: str, allow_reboot: bool, reboot_timeout: int = 600
+):
     """
     Make the running kernel use the installed driver: load it, or reboot when another is loaded.
 
@@ -97,13 +105,19 @@ def nvidia_module_current(version_package: str, pinned_version: Optional[str], b
             running = "nouveau" if nouveau_loaded else f"nvidia {loaded}"
             if not host.state.is_executing:
                 # Stop only once the packages are in, so a later reboot picks the new driver up.
-                say(host, f"reboot required after this install ({running} is loaded) and "
-                          "nvidia_driver_allow_reboot=false: the deploy will stop there")
+                say(
+                    host,
+                    f"reboot required after this install ({running} is loaded) and "
+                    "nvidia_driver_allow_reboot=false: the deploy will stop there",
+                )
                 return
-            raise fail("nvidia_driver_allow_reboot", False,
-                       f"reboot required: the running kernel has {running} loaded, "
-                       f"the installed driver is {target or 'branch ' + branch}",
-                       "reboot the host (then run the deploy again), or set nvidia_driver_allow_reboot=true")
+            raise fail(
+                "nvidia_driver_allow_reboot",
+                False,
+                f"reboot required: the running kernel has {running} loaded, "
+                f"the installed driver is {target or 'branch ' + branch}",
+                "reboot the host (then run the deploy again), or set nvidia_driver_allow_reboot=true",
+            )
         yield from server.reboot._inner(reboot_timeout=reboot_timeout)
 
 
@@ -122,20 +136,30 @@ def nvidia_driver_verified(version_package: str, pinned_version: Optional[str], 
     wanted = expected or f"branch {branch}"
     smi = host.get_fact(NvidiaSmiGpus)
     if smi is None:
-        raise fail("nvidia_driver_branch", branch, "nvidia-smi is not installed after the driver install",
-                   "check the apt output above; the driver packages should provide nvidia-smi")
+        raise fail(
+            "nvidia_driver_branch",
+            branch,
+            "nvidia-smi is not installed after the driver install",
+            "check the apt output above; the driver packages should provide nvidia-smi",
+        )
     if smi["error"]:
-        raise fail("nvidia_driver_version", wanted, f"nvidia-smi fails: {smi['error']}",
-                   "a driver/library mismatch means the new driver is installed but not loaded: reboot")
+        raise fail(
+            "nvidia_driver_version",
+            wanted,
+            f"nvidia-smi fails: {smi['error']}",
+            "a driver/library mismatch means the new driver is installed but not loaded: reboot",
+        )
     reported = sorted({gpu["driver_version"] for gpu in smi["gpus"]})
     if not reported:
         raise fail("gpus", "?", "nvidia-smi lists no GPU", "check the GPUs are seen (lspci) and the module loads")
-    matches = all(v == expected for v in reported) if expected else all(
-        v.split(".")[0] == branch for v in reported)
+    matches = all(v == expected for v in reported) if expected else all(v.split(".")[0] == branch for v in reported)
     if not matches:
-        raise fail("nvidia_driver_version", wanted,
-                   f"nvidia-smi reports driver {', '.join(reported)} but {wanted} is pinned",
-                   "reboot to load the installed driver, or pin the version the host runs")
+        raise fail(
+            "nvidia_driver_version",
+            wanted,
+            f"nvidia-smi reports driver {', '.join(reported)} but {wanted} is pinned",
+            "reboot to load the installed driver, or pin the version the host runs",
+        )
     host.noop(f"nvidia-smi reports driver {', '.join(reported)} on {len(smi['gpus'])} GPU(s)")
 
 
@@ -159,11 +183,18 @@ def gpu_container_verified(image: Optional[str], image_field: str):
     if chosen is None:
         say(host, f"no local image to start a GPU container from: GPU check skipped (set {image_field})")
         return
-    run = host.get_fact(DockerRunCheck, image=chosen, run_args="--gpus all",
-                        container_command="nvidia-smi --query-gpu=uuid,driver_version --format=csv")
+    run = host.get_fact(
+        DockerRunCheck,
+        image=chosen,
+        run_args="--gpus all",
+        container_command="nvidia-smi --query-gpu=uuid,driver_version --format=csv",
+    )
     seen = sorted(gpu["uuid"] for gpu in parse_query_gpus(run["output"].splitlines()))
     if not run["ok"] or seen != host_gpus:
-        raise fail("nvidia_ctk_verify_image", chosen,
-                   f"a GPU container sees {seen or run['output'][-200:]}, the host has {host_gpus}",
-                   "check `nvidia-ctk runtime configure` ran and the engine was restarted")
+        raise fail(
+            "nvidia_ctk_verify_image",
+            chosen,
+            f"a GPU container sees {seen or run['output'][-200:]}, the host has {host_gpus}",
+            "check `nvidia-ctk runtime configure` ran and the engine was restarted",
+        )
     host.noop(f"a container from {chosen} with --gpus all sees the host's {len(host_gpus)} GPU(s)")

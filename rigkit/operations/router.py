@@ -26,18 +26,24 @@ def router_verified(url: str, workers: list[Worker], timeout_s: int):
         return
     found = host.get_fact(RouterWorkers, url=url, timeout_s=timeout_s)
     if not found["ready"]:
-        raise fail("router", url, f"/health did not answer within {timeout_s} s ({found['error']})",
-                   "see `journalctl -u rigkit-router` on the gateway: a worker that never became healthy is named "
-                   "there")
+        raise fail(
+            "router",
+            url,
+            f"/health did not answer within {timeout_s} s ({found['error']})",
+            "see `journalctl -u rigkit-router` on the gateway: a worker that never became healthy is named there",
+        )
     if found["urls"] is None:
         raise fail("router", url, f"no worker list: {found['error']}", "see `journalctl -u rigkit-router`")
     mismatch = worker_mismatch(workers, found["urls"])
     if mismatch:
-        raise fail("router", url, f"its workers differ from the rigs of the inventory: {mismatch}",
-                   "re-run the deploy over the whole inventory (someone changed the router's workers by hand, "
-                   "or /remove_worker took a rig out)")
-    host.noop(f"the router answers and routes to {len(workers)} rig(s): "
-              + ", ".join(worker.rig for worker in workers))
+        raise fail(
+            "router",
+            url,
+            f"its workers differ from the rigs of the inventory: {mismatch}",
+            "re-run the deploy over the whole inventory (someone changed the router's workers by hand, "
+            "or /remove_worker took a rig out)",
+        )
+    host.noop(f"the router answers and routes to {len(workers)} rig(s): " + ", ".join(worker.rig for worker in workers))
 
 
 @operation()

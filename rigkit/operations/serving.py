@@ -26,8 +26,9 @@ from rigkit.settings.hostdata import Settings
 
 
 @operation()
-def stack_release(image: str, knobs_hash: str, digest: str, url: str, timeout_s: int,
-                  l2_guard: Optional[tuple[str, str]] = None):
+def stack_release(
+    image: str, knobs_hash: str, digest: str, url: str, timeout_s: int, l2_guard: Optional[tuple[str, str]] = None
+):
     """
     Bring the rendered stack up unless the rig already runs exactly this rendering. The compose command is
     read as the release runs: an earlier role of the run may just have installed it.
@@ -47,8 +48,9 @@ def stack_release(image: str, knobs_hash: str, digest: str, url: str, timeout_s:
     containers = now[stack]
     applied = (now[release_hash] or [""])[0].strip()
     # the label catches a stack someone else re-rendered (validate.py's decode A/B runs the baseline)
-    serving = bool(containers) and all(c["running"] and c["image"] == image
-                                       and c["labels"].get(KNOBS_HASH_LABEL) == knobs_hash for c in containers)
+    serving = bool(containers) and all(
+        c["running"] and c["image"] == image and c["labels"].get(KNOBS_HASH_LABEL) == knobs_hash for c in containers
+    )
     if serving and applied == digest:
         host.noop(f"stack already serving {image}")
         return
@@ -84,14 +86,21 @@ def image_pulled(image: str):
 def engine_facts_now(image: str) -> HostFacts:
     """What the engine checks read, as the rig answers now (one round trip; the registry probe only when
     the image is not on the rig)."""
-    which, compose, present = (FactSpec.of(Which, command="docker"), FactSpec.of(ComposeCommand),
-                               FactSpec.of(DockerImagePresent, image=image))
+    which, compose, present = (
+        FactSpec.of(Which, command="docker"),
+        FactSpec.of(ComposeCommand),
+        FactSpec.of(DockerImagePresent, image=image),
+    )
     now = facts_now(host, [which, compose, present])
     has_engine = now[which] is not None
     image_present = bool(has_engine and now[present])
-    return HostFacts(meminfo={}, has_engine=has_engine, compose_command=now[compose], image_present=image_present,
-                     image_probe_error=host.get_fact(ManifestProbe, image=image)
-                     if has_engine and not image_present else None)
+    return HostFacts(
+        meminfo={},
+        has_engine=has_engine,
+        compose_command=now[compose],
+        image_present=image_present,
+        image_probe_error=host.get_fact(ManifestProbe, image=image) if has_engine and not image_present else None,
+    )
 
 
 @operation()

@@ -69,8 +69,14 @@ class ServingError(RigkitError):
 class ServingClient:
     """Talks to one vLLM OpenAI-compatible server at `base_url` (direct or through a tunnel)."""
 
-    def __init__(self, base_url: str, model: Optional[str] = None, session: Optional[requests.Session] = None,
-                 extra_metrics_urls: Sequence[str] = (), probe: Optional[RigProbe] = None):
+    def __init__(
+        self,
+        base_url: str,
+        model: Optional[str] = None,
+        session: Optional[requests.Session] = None,
+        extra_metrics_urls: Sequence[str] = (),
+        probe: Optional[RigProbe] = None,
+    ):
         """extra_metrics_urls: other /metrics to scrape with vLLM's (the LMCache MP server's HTTP port).
         probe: stream completions from the rig itself (RigProbe); None: from this process, through base_url."""
         self.base_url = base_url.rstrip("/")
@@ -101,8 +107,12 @@ class ServingClient:
     def _load_model_card(self) -> None:
         cards = self.models()
         if not cards:
-            raise ServingError("/v1/models", self.base_url, "the server lists no model",
-                               "check the served model name knob and the container log")
+            raise ServingError(
+                "/v1/models",
+                self.base_url,
+                "the server lists no model",
+                "check the served model name knob and the container log",
+            )
         card = next((c for c in cards if c["id"] == self._model), cards[0])
         self._model = card["id"]
         self._max_model_len = card.get("max_model_len")
@@ -118,8 +128,12 @@ class ServingClient:
             except (requests.RequestException, ValueError, KeyError) as exc:
                 last_error = str(exc)
             time.sleep(poll_s)
-        raise ServingError("/v1/models", self.base_url, f"not ready after {timeout_s:.0f} s ({last_error})",
-                           "read the container log tail; raise the ready timeout for large models")
+        raise ServingError(
+            "/v1/models",
+            self.base_url,
+            f"not ready after {timeout_s:.0f} s ({last_error})",
+            "read the container log tail; raise the ready timeout for large models",
+        )
 
     def metrics_text(self) -> str:
         """vLLM's /metrics, followed by every extra metrics endpoint's text."""
@@ -136,8 +150,9 @@ class ServingClient:
     def count_tokens(self, text: str) -> Optional[int]:
         """Exact prompt size from the server's tokenizer (vLLM /tokenize), None if unavailable."""
         try:
-            response = self.session.post(f"{self.base_url}/tokenize", json={"model": self.model, "prompt": text},
-                                         timeout=CONNECT_TIMEOUT_S)
+            response = self.session.post(
+                f"{self.base_url}/tokenize", json={"model": self.model, "prompt": text}, timeout=CONNECT_TIMEOUT_S
+            )
             if response.status_code != 200:
                 return None
             return int(response.json()["count"])
@@ -167,9 +182,16 @@ class ServingClient:
         """Where the client TTFT of this client's streams is measured (the card names it)."""
         return self.probe.transport if self.probe else f"{CONTROLLER_TRANSPORT}, through {self.base_url}"
 
-    def stream_completion(self, prompt: str, max_tokens: int, timeout_s: Optional[float] = None,
-                          ignore_eos: bool = True, seed: Optional[int] = None,
-                          api_overhead: bool = False, logprobs: int = 0) -> StreamResult:
+    def stream_completion(
+        self,
+        prompt: str,
+        max_tokens: int,
+        timeout_s: Optional[float] = None,
+        ignore_eos: bool = True,
+        seed: Optional[int] = None,
+        api_overhead: bool = False,
+        logprobs: int = 0,
+    ) -> StreamResult:
         """One streaming /v1/completions request, greedy (temperature 0; `seed` fixed when given); TTFT and
         decode speed measured by rigkit/files/ttft_probe.py: on the rig with a probe, else in this process.
         api_overhead: first measure the API server's cost of the same body (ttft.API_OVERHEAD_MODEL's 404).
@@ -180,9 +202,15 @@ class ServingClient:
         A timeout or disconnect is reported as an aborted prefill or decode, never raised.
         """
         timeout_s = timeout_s or UNMEASURED_PREFILL_TIMEOUT_S
-        body = {"model": self.model, "prompt": prompt, "max_tokens": max_tokens, "stream": True,
-                "temperature": 0.0, "ignore_eos": ignore_eos,
-                "stream_options": {"include_usage": True, "continuous_usage_stats": False}}
+        body = {
+            "model": self.model,
+            "prompt": prompt,
+            "max_tokens": max_tokens,
+            "stream": True,
+            "temperature": 0.0,
+            "ignore_eos": ignore_eos,
+            "stream_options": {"include_usage": True, "continuous_usage_stats": False},
+        }
         if seed is not None:
             body["seed"] = seed
         if logprobs:
@@ -192,8 +220,15 @@ class ServingClient:
         if self.probe is not None:
             raw = self.probe.stream("/v1/completions", body, CONNECT_TIMEOUT_S, timeout_s, overhead_model)
         else:
-            raw = ttft_probe.probe({"url": f"{self.base_url}/v1/completions", "body": body, "timeout_s": timeout_s,
-                                    "connect_timeout_s": CONNECT_TIMEOUT_S, "overhead_model": overhead_model})
+            raw = ttft_probe.probe(
+                {
+                    "url": f"{self.base_url}/v1/completions",
+                    "body": body,
+                    "timeout_s": timeout_s,
+                    "connect_timeout_s": CONNECT_TIMEOUT_S,
+                    "overhead_model": overhead_model,
+                }
+            )
         return stream_result(raw, timeout_s)
 
 
@@ -201,8 +236,12 @@ def stream_result(raw: dict, timeout_s: float) -> StreamResult:
     """The probe's JSON answer as a StreamResult; a refused request (not 200) raises ServingError."""
     status = raw.get("status")
     if status is not None and status != 200:
-        raise ServingError("/v1/completions", status, raw.get("error_body", ""),
-                           "check the prompt fits --max-model-len and the engine is alive")
+        raise ServingError(
+            "/v1/completions",
+            status,
+            raw.get("error_body", ""),
+            "check the prompt fits --max-model-len and the engine is alive",
+        )
     first, last, error = raw.get("first_token_s"), raw.get("last_token_s"), raw.get("error")
     usage = raw.get("usage") or {}
     completion_tokens = usage.get("completion_tokens")
@@ -211,13 +250,22 @@ def stream_result(raw: dict, timeout_s: float) -> StreamResult:
         decode_tps = (completion_tokens - 1) / (last - first)
     details = usage.get("prompt_tokens_details") or {}
     return StreamResult(
-        ttft_s=first, total_s=raw.get("total_s", 0.0),
-        prompt_tokens=usage.get("prompt_tokens"), completion_tokens=completion_tokens,
-        cached_tokens=details.get("cached_tokens"), chunks=raw.get("events", 0), text=raw.get("text", ""),
-        decode_tps=decode_tps, aborted=error is not None,
+        ttft_s=first,
+        total_s=raw.get("total_s", 0.0),
+        prompt_tokens=usage.get("prompt_tokens"),
+        completion_tokens=completion_tokens,
+        cached_tokens=details.get("cached_tokens"),
+        chunks=raw.get("events", 0),
+        text=raw.get("text", ""),
+        decode_tps=decode_tps,
+        aborted=error is not None,
         abort_phase=None if error is None else ("prefill" if first is None else "decode"),
-        error=error, timeout_s=timeout_s, api_overhead_s=raw.get("overhead_s"),
-        api_overhead_error=raw.get("overhead_error"), tokens=token_choices(raw.get("logprobs")))
+        error=error,
+        timeout_s=timeout_s,
+        api_overhead_s=raw.get("overhead_s"),
+        api_overhead_error=raw.get("overhead_error"),
+        tokens=token_choices(raw.get("logprobs")),
+    )
 
 
 def token_choices(logprobs: Optional[dict]) -> list[TokenChoice]:
@@ -226,8 +274,9 @@ def token_choices(logprobs: Optional[dict]) -> list[TokenChoice]:
     if not logprobs:
         return []
     choices = []
-    for token, logprob, top in zip(logprobs.get("tokens") or [], logprobs.get("token_logprobs") or [],
-                                   logprobs.get("top_logprobs") or []):
+    for token, logprob, top in zip(
+        logprobs.get("tokens") or [], logprobs.get("token_logprobs") or [], logprobs.get("top_logprobs") or []
+    ):
         if logprob is None:
             break
         choices.append(TokenChoice(token, float(logprob), {str(k): float(v) for k, v in (top or {}).items()}))
@@ -243,12 +292,19 @@ class Measured:
     ttft_check: Optional[TTFTCheck]
 
 
-def measure(client: ServingClient, prompt: str, max_tokens: int, timeout_s: Optional[float] = None,
-            seed: Optional[int] = None, logprobs: int = 0) -> Measured:
+def measure(
+    client: ServingClient,
+    prompt: str,
+    max_tokens: int,
+    timeout_s: Optional[float] = None,
+    seed: Optional[int] = None,
+    logprobs: int = 0,
+) -> Measured:
     """Scrape /metrics, send one streaming request, scrape again: the window proves what served it."""
     before = client.metrics()
-    result = client.stream_completion(prompt, max_tokens=max_tokens, timeout_s=timeout_s, seed=seed, api_overhead=True,
-                                      logprobs=logprobs)
+    result = client.stream_completion(
+        prompt, max_tokens=max_tokens, timeout_s=timeout_s, seed=seed, api_overhead=True, logprobs=logprobs
+    )
     after = client.metrics()
     window = metrics.delta(before, after)
     check = crosscheck_ttft(result.ttft_s, window, result.api_overhead_s) if result.ttft_s is not None else None

@@ -36,8 +36,17 @@ class _DroppedOnly(Retry):
 
 # one more try for a GET the server dropped unanswered; never for another method, a refused connection, an HTTP
 # status or a timeout
-ONE_RETRY = _DroppedOnly(total=1, connect=0, read=1, other=0, status=0, redirect=0,
-                         allowed_methods=frozenset({"GET"}), raise_on_status=False, respect_retry_after_header=False)
+ONE_RETRY = _DroppedOnly(
+    total=1,
+    connect=0,
+    read=1,
+    other=0,
+    status=0,
+    redirect=0,
+    allowed_methods=frozenset({"GET"}),
+    raise_on_status=False,
+    respect_retry_after_header=False,
+)
 
 
 class _IdleLimited:

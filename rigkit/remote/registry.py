@@ -41,12 +41,14 @@ DOCKER_HUB = "docker.io"
 DOCKER_HUB_API = "registry-1.docker.io"
 # Every manifest kind a multi-arch or single image may be stored as: the registry then returns the
 # digest `docker pull` would use instead of converting to a legacy schema.
-MANIFEST_ACCEPT = ", ".join([
-    "application/vnd.oci.image.index.v1+json",
-    "application/vnd.oci.image.manifest.v1+json",
-    "application/vnd.docker.distribution.manifest.list.v2+json",
-    "application/vnd.docker.distribution.manifest.v2+json",
-])
+MANIFEST_ACCEPT = ", ".join(
+    [
+        "application/vnd.oci.image.index.v1+json",
+        "application/vnd.oci.image.manifest.v1+json",
+        "application/vnd.docker.distribution.manifest.list.v2+json",
+        "application/vnd.docker.distribution.manifest.v2+json",
+    ]
+)
 RESOLVE_TIMEOUT_S = 15.0
 
 
@@ -74,25 +76,40 @@ def parse_reference(image: str, field: str = "image", repository_hint: Optional[
     rest, at, digest = image.partition("@")
     bare = digest if not rest else image if _BARE_DIGEST.fullmatch(image) else None
     if bare is not None:
-        raise ConfigError(field, image, "a digest without a repository: docker cannot tell which image it is",
-                          f"put the repository before it: {repository_hint or 'REPO'}@{bare}")
+        raise ConfigError(
+            field,
+            image,
+            "a digest without a repository: docker cannot tell which image it is",
+            f"put the repository before it: {repository_hint or 'REPO'}@{bare}",
+        )
     if _IMAGE_ID.fullmatch(image):
-        raise ConfigError(field, image, "an image ID, not a reference (docker refuses it as a repository name)",
-                          f"name the image by repository and digest: {example}")
+        raise ConfigError(
+            field,
+            image,
+            "an image ID, not a reference (docker refuses it as a repository name)",
+            f"name the image by repository and digest: {example}",
+        )
     tag = None
     colon = rest.rfind(":")
     if colon > rest.rfind("/"):
-        rest, tag = rest[:colon], rest[colon + 1:]
+        rest, tag = rest[:colon], rest[colon + 1 :]
         if not _TAG.fullmatch(tag):
-            raise ConfigError(field, image, f"malformed tag {tag!r} (letters, digits, '_', '.', '-'; at most 128)",
-                              f"pin it by digest: {rest}@{DIGEST_FORM}")
+            raise ConfigError(
+                field,
+                image,
+                f"malformed tag {tag!r} (letters, digits, '_', '.', '-'; at most 128)",
+                f"pin it by digest: {rest}@{DIGEST_FORM}",
+            )
     if at and not _ANY_DIGEST.fullmatch(digest):
         raise ConfigError(field, image, "malformed digest", f"use the form {rest}@{DIGEST_FORM}")
     first, _, remainder = rest.partition("/")
     if remainder and first.lower() != first and "." not in first and ":" not in first:
-        raise ConfigError(field, image, f"repository names must be lowercase (docker would take {first!r} for a "
-                          "registry host)", f"write it as {image.replace(first, first.lower(), 1)}, or give the "
-                          "registry host its domain or port")
+        raise ConfigError(
+            field,
+            image,
+            f"repository names must be lowercase (docker would take {first!r} for a registry host)",
+            f"write it as {image.replace(first, first.lower(), 1)}, or give the registry host its domain or port",
+        )
     if remainder and _looks_like_registry(first):
         registry, repository = first, remainder
         if not _DOMAIN.fullmatch(registry):
@@ -102,21 +119,26 @@ def parse_reference(image: str, field: str = "image", repository_hint: Optional[
     components = repository.split("/")
     if repository != repository.lower() and all(_PATH_COMPONENT.fullmatch(c.lower()) for c in components):
         fixed = image.replace(repository, repository.lower(), 1)
-        raise ConfigError(field, image, "repository names must be lowercase (docker refuses this one)",
-                          f"write it as {fixed}")
+        raise ConfigError(
+            field, image, "repository names must be lowercase (docker refuses this one)", f"write it as {fixed}"
+        )
     if not all(_PATH_COMPONENT.fullmatch(component) for component in components):
-        raise ConfigError(field, image, "not an image reference: each part of the repository is lowercase letters "
-                          "and digits, separated by '.', '_', '__' or dashes", f"use the form {example}, "
-                          "e.g. ghcr.io/org/name@sha256:...")
+        raise ConfigError(
+            field,
+            image,
+            "not an image reference: each part of the repository is lowercase letters "
+            "and digits, separated by '.', '_', '__' or dashes",
+            f"use the form {example}, e.g. ghcr.io/org/name@sha256:...",
+        )
     if len(rest) > NAME_MAX_LENGTH:
-        raise ConfigError(field, image, f"the name is longer than {NAME_MAX_LENGTH} characters",
-                          "use a shorter repository name")
+        raise ConfigError(
+            field, image, f"the name is longer than {NAME_MAX_LENGTH} characters", "use a shorter repository name"
+        )
     if registry in (DOCKER_HUB, "index.docker.io"):
         registry = DOCKER_HUB
         if "/" not in repository:
             repository = f"library/{repository}"
-    return ImageReference(name=rest, registry=registry, repository=repository, tag=tag or None,
-                          digest=digest or None)
+    return ImageReference(name=rest, registry=registry, repository=repository, tag=tag or None, digest=digest or None)
 
 
 def digest_form(image: str) -> str:
@@ -133,14 +155,26 @@ def require_digest(image: str, field: str, repository_hint: Optional[str] = None
     reference = parse_reference(image, field, repository_hint)
     if reference.digest is None:
         what = f"a tag ({reference.tag})" if reference.tag else "no digest (an implicit :latest tag)"
-        raise ConfigError(field, image, f"image given by {what}; tags are mutable and never deployed",
-                          f"pin it as {reference.name}@{DIGEST_FORM}: run `rigkit resolve {image}`")
+        raise ConfigError(
+            field,
+            image,
+            f"image given by {what}; tags are mutable and never deployed",
+            f"pin it as {reference.name}@{DIGEST_FORM}: run `rigkit resolve {image}`",
+        )
     if not DIGEST_RE.fullmatch(reference.digest):
-        raise ConfigError(field, image, "malformed digest (rigkit pins sha256 digests: 64 lowercase hex digits)",
-                          f"use the form {reference.name}@{DIGEST_FORM}")
+        raise ConfigError(
+            field,
+            image,
+            "malformed digest (rigkit pins sha256 digests: 64 lowercase hex digits)",
+            f"use the form {reference.name}@{DIGEST_FORM}",
+        )
     if reference.tag:
-        raise ConfigError(field, image, "both a tag and a digest: docker would ignore the tag",
-                          f"drop the tag: {reference.name}@{reference.digest}")
+        raise ConfigError(
+            field,
+            image,
+            "both a tag and a digest: docker would ignore the tag",
+            f"drop the tag: {reference.name}@{reference.digest}",
+        )
     return image
 
 
@@ -171,8 +205,7 @@ def _bearer_token(session: requests.Session, challenge: str, timeout: float) -> 
     return body.get("token") or body.get("access_token")
 
 
-def resolve(image_with_tag: str, timeout: float = RESOLVE_TIMEOUT_S,
-            session: Optional[requests.Session] = None) -> str:
+def resolve(image_with_tag: str, timeout: float = RESOLVE_TIMEOUT_S, session: Optional[requests.Session] = None) -> str:
     """``repo:tag`` -> ``repo@sha256:...`` as the registry reports it (Docker-Content-Digest)."""
     reference = parse_reference(image_with_tag)
     if reference.digest:
@@ -219,7 +252,14 @@ def resolve(image_with_tag: str, timeout: float = RESOLVE_TIMEOUT_S,
 # containerd's resolver ("failed to do request: ...", "pull access denied, repository does not exist or may
 # require authorization", "unexpected status from HEAD request to ...: 401 Unauthorized", "...: not found").
 UNREACHABLE, HUNG, NOT_SERVED, AUTH, TLS, RATE_LIMITED, UNKNOWN = (
-    "unreachable", "hung", "not served", "auth", "tls", "rate limited", "unknown")
+    "unreachable",
+    "hung",
+    "not served",
+    "auth",
+    "tls",
+    "rate limited",
+    "unknown",
+)
 # What the registry probe prints when rigkit's own bound on it ran out (rigkit.facts.docker.ManifestProbe).
 PROBE_TIMEOUT_MARK = "rigkit-probe-timeout"
 
@@ -232,15 +272,44 @@ _HTTP_STATUS = r"(?<![\w.:/])({})(?![\w.])"
 _FAILURE_SIGNS: tuple[tuple[str, tuple[str, ...]], ...] = (
     (UNREACHABLE, ("no such host", "server misbehaving", "temporary failure in name resolution")),
     (HUNG, ("tls handshake timeout", "awaiting (response )?headers", PROBE_TIMEOUT_MARK)),
-    (UNREACHABLE, ("connection refused", "no route to host", "network is unreachable", "host is unreachable",
-                   "connection reset by peer", "dial tcp")),
+    (
+        UNREACHABLE,
+        (
+            "connection refused",
+            "no route to host",
+            "network is unreachable",
+            "host is unreachable",
+            "connection reset by peer",
+            "dial tcp",
+        ),
+    ),
     (HUNG, ("i/o timeout", "context deadline exceeded", "timeout", "timed out")),
     (RATE_LIMITED, ("toomanyrequests", "too many requests", "rate limit", _HTTP_STATUS.format("429"))),
-    (AUTH, ("unauthorized", "authentication required", "denied", "no basic auth credentials",
-            "insufficient_scope", "forbidden", "incorrect username or password", _HTTP_STATUS.format("401|403"))),
+    (
+        AUTH,
+        (
+            "unauthorized",
+            "authentication required",
+            "denied",
+            "no basic auth credentials",
+            "insufficient_scope",
+            "forbidden",
+            "incorrect username or password",
+            _HTTP_STATUS.format("401|403"),
+        ),
+    ),
     (TLS, ("x509:", "certificate", "server gave http response to https client", "tls:")),
-    (NOT_SERVED, ("manifest unknown", "no such manifest", "name unknown", "not found", "does not exist",
-                  _HTTP_STATUS.format("404"))),
+    (
+        NOT_SERVED,
+        (
+            "manifest unknown",
+            "no such manifest",
+            "name unknown",
+            "not found",
+            "does not exist",
+            _HTTP_STATUS.format("404"),
+        ),
+    ),
 )
 
 
@@ -270,25 +339,39 @@ def registry_failure(answer: str, image: Optional[str] = None) -> RegistryFailur
     resolve = f"`rigkit resolve {name}:TAG`" if name else "`rigkit resolve REPO:TAG`"
     keep = "nothing on the rig was stopped: deploy again once it answers, or roll back to a digest the rig keeps"
     words = {
-        UNREACHABLE: (f"{the_registry} unreachable from the rig: nothing answers (connection refused, no route, "
-                      "or a name that does not resolve)",
-                      f"start the registry, or fix the rig's route or DNS to {host}; {keep}"),
-        HUNG: (f"{the_registry} hung: it accepts connections but does not answer (timed out; a stopped or "
-               "overloaded registry, or a proxy holding the connection)",
-               f"check that {host} is running and responsive (its process, disk and load); {keep}"),
-        NOT_SERVED: (f"{the_registry} answered that it does not serve this digest",
-                     f"check the digest ({resolve} prints the current one) and that the image was pushed to {host}; "
-                     "a private repository answers the same to a rig without credentials (docker login on the rig)"),
-        AUTH: (f"{the_registry} refused the rig's credentials (unauthorized or access denied)",
-               f"docker login {registry or ''} on the rig with an account that may pull the image (Docker Hub "
-               "also says this of a repository that does not exist)".replace("  ", " ")),
-        TLS: (f"no TLS with {the_registry}: certificate not trusted, or http where https is expected",
-              f"give the rig the registry's CA (/etc/docker/certs.d/{host}/ca.crt), or list {host} in "
-              "insecure-registries (docker_daemon_options)"),
-        RATE_LIMITED: (f"{the_registry} refused the pull: rate limit reached",
-                       f"wait for the limit to reset, docker login on the rig, or pull through a mirror; {keep}"),
-        UNKNOWN: (f"{the_registry} did not give the rig the image",
-                  f"read docker's answer; check the digest and that {host} is reachable from the rig"),
+        UNREACHABLE: (
+            f"{the_registry} unreachable from the rig: nothing answers (connection refused, no route, "
+            "or a name that does not resolve)",
+            f"start the registry, or fix the rig's route or DNS to {host}; {keep}",
+        ),
+        HUNG: (
+            f"{the_registry} hung: it accepts connections but does not answer (timed out; a stopped or "
+            "overloaded registry, or a proxy holding the connection)",
+            f"check that {host} is running and responsive (its process, disk and load); {keep}",
+        ),
+        NOT_SERVED: (
+            f"{the_registry} answered that it does not serve this digest",
+            f"check the digest ({resolve} prints the current one) and that the image was pushed to {host}; "
+            "a private repository answers the same to a rig without credentials (docker login on the rig)",
+        ),
+        AUTH: (
+            f"{the_registry} refused the rig's credentials (unauthorized or access denied)",
+            f"docker login {registry or ''} on the rig with an account that may pull the image (Docker Hub "
+            "also says this of a repository that does not exist)".replace("  ", " "),
+        ),
+        TLS: (
+            f"no TLS with {the_registry}: certificate not trusted, or http where https is expected",
+            f"give the rig the registry's CA (/etc/docker/certs.d/{host}/ca.crt), or list {host} in "
+            "insecure-registries (docker_daemon_options)",
+        ),
+        RATE_LIMITED: (
+            f"{the_registry} refused the pull: rate limit reached",
+            f"wait for the limit to reset, docker login on the rig, or pull through a mirror; {keep}",
+        ),
+        UNKNOWN: (
+            f"{the_registry} did not give the rig the image",
+            f"read docker's answer; check the digest and that {host} is reachable from the rig",
+        ),
     }
     problem, fix = words[kind]
     return RegistryFailure(kind, problem, fix)

@@ -90,8 +90,9 @@ def connect_ssh(host_data: Mapping[str, Any], inventory_name: Optional[str] = No
     """An SSH client connected with pyinfra's connection data for one host."""
     hostname = ssh_address(inventory_name or "", host_data)
     if not hostname:
-        raise TunnelError("ssh_hostname", None, "no address to reach the rig",
-                          "set ssh_hostname in the inventory for this host")
+        raise TunnelError(
+            "ssh_hostname", None, "no address to reach the rig", "set ssh_hostname in the inventory for this host"
+        )
     client = paramiko.SSHClient()
     known_hosts = host_data.get("ssh_known_hosts_file")
     known_hosts = os.path.expanduser(known_hosts) if known_hosts else None
@@ -110,16 +111,24 @@ def connect_ssh(host_data: Mapping[str, Any], inventory_name: Optional[str] = No
     port = int(host_data.get("ssh_port") or DEFAULT_SSH_PORT)
     try:
         client.connect(
-            hostname, port=port, username=host_data.get("ssh_user"),
+            hostname,
+            port=port,
+            username=host_data.get("ssh_user"),
             key_filename=os.path.expanduser(key) if key else None,
-            passphrase=host_data.get("ssh_key_password"), password=host_data.get("ssh_password"),
+            passphrase=host_data.get("ssh_key_password"),
+            password=host_data.get("ssh_password"),
             allow_agent=bool(host_data.get("ssh_allow_agent", True)),
             look_for_keys=bool(host_data.get("ssh_look_for_keys", True)),
-            timeout=SSH_CONNECT_TIMEOUT_S)
+            timeout=SSH_CONNECT_TIMEOUT_S,
+        )
     except (paramiko.SSHException, OSError) as exc:
         client.close()
-        raise TunnelError("ssh_hostname", f"{hostname}:{port}", f"SSH connection failed ({exc})",
-                          "check ssh_hostname/ssh_port/ssh_user/ssh_key and the rig's known host key") from None
+        raise TunnelError(
+            "ssh_hostname",
+            f"{hostname}:{port}",
+            f"SSH connection failed ({exc})",
+            "check ssh_hostname/ssh_port/ssh_user/ssh_key and the rig's known host key",
+        ) from None
     return client
 
 
@@ -164,8 +173,12 @@ class Tunnel:
             self._ssh.close()
             self._ssh = self._open()
             self.reconnects += 1
-            logging.getLogger(__name__).info("tunnel to %s:%d: SSH connection re-established (%d)",
-                                             self.remote_host, self.remote_port, self.reconnects)
+            logging.getLogger(__name__).info(
+                "tunnel to %s:%d: SSH connection re-established (%d)",
+                self.remote_host,
+                self.remote_port,
+                self.reconnects,
+            )
             return self._ssh.get_transport()
 
     def transport_active(self) -> bool:
@@ -264,11 +277,11 @@ def _make_handler(tunnel: Tunnel):
 
 
 @contextmanager
-def open_tunnel(host_data: Mapping[str, Any], bind: str, port: int,
-                inventory_name: Optional[str] = None) -> Iterator[Tunnel]:
+def open_tunnel(
+    host_data: Mapping[str, Any], bind: str, port: int, inventory_name: Optional[str] = None
+) -> Iterator[Tunnel]:
     """A started Tunnel to bind:port as the rig sees it (bind must be a loopback address)."""
-    tunnel = Tunnel(lambda: connect_ssh(host_data, inventory_name),
-                    "127.0.0.1" if bind == "localhost" else bind, port)
+    tunnel = Tunnel(lambda: connect_ssh(host_data, inventory_name), "127.0.0.1" if bind == "localhost" else bind, port)
     try:
         tunnel.start()
         yield tunnel
@@ -277,8 +290,9 @@ def open_tunnel(host_data: Mapping[str, Any], bind: str, port: int,
 
 
 @contextmanager
-def serving_url(host_data: Mapping[str, Any], bind: str, port: int,
-                inventory_name: Optional[str] = None) -> Iterator[str]:
+def serving_url(
+    host_data: Mapping[str, Any], bind: str, port: int, inventory_name: Optional[str] = None
+) -> Iterator[str]:
     """Base URL of the rig's serving API, through a tunnel when it binds the rig's loopback."""
     if not is_loopback_bind(bind):
         yield f"http://{url_host(direct_address(bind, host_data, inventory_name))}:{port}"

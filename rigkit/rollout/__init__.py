@@ -1,1 +1,2 @@
-"""Rollouts through canaries and batches, drained from the router rig by rig, and rolling rollbacks: plan, state, record, stages, the canary proof, the summary."""
+"""Rollouts through canaries and batches, drained from the router rig by rig, and rolling rollbacks: plan, state,
+record, the stage skeleton, the canary proof, the summary."""

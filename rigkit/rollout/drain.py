@@ -68,31 +68,45 @@ def routed_default(hosts: Mapping[str, Mapping], targeted: Sequence[str], explic
     routers = gateways(hosts)
     if explicit or not routers or not targeted:
         return None
-    return (f"the inventory has a router (on {', '.join(routers)}): {', '.join(targeted)} go one at a time, each "
-            f"out of the router until its smoke passed (--batch {ROUTER_DEFAULT_BATCH}); {ALL_AT_ONCE_OPTION} (or "
-            "--batch 0) restarts them all at once while the router still sends them requests")
+    return (
+        f"the inventory has a router (on {', '.join(routers)}): {', '.join(targeted)} go one at a time, each "
+        f"out of the router until its smoke passed (--batch {ROUTER_DEFAULT_BATCH}); {ALL_AT_ONCE_OPTION} (or "
+        "--batch 0) restarts them all at once while the router still sends them requests"
+    )
 
 
 def gateways_left_note(hosts: Mapping[str, Mapping], targeted_hosts: Sequence[str], inventory: str) -> Optional[str]:
     """A rolling run deploys rigs only: the targeted router hosts it leaves as they are, and the run that deploys
     them (None when it targets none). The controller (@local) counts only where its data lets the role run there
     (router_on_controller): a router someone runs there by hand is no host to deploy."""
-    left = [gateway for gateway in gateways(hosts) if gateway in targeted_hosts
-            and (gateway != CONTROLLER_HOST
-                 or resolve(ROUTER_VARIABLES, dict(hosts[gateway].get("data", {})))["router_on_controller"])]
+    left = [
+        gateway
+        for gateway in gateways(hosts)
+        if gateway in targeted_hosts
+        and (
+            gateway != CONTROLLER_HOST
+            or resolve(ROUTER_VARIABLES, dict(hosts[gateway].get("data", {})))["router_on_controller"]
+        )
+    ]
     if not left:
         return None
     limits = " ".join(f"--limit {gateway}" for gateway in left)
-    return (f"the router's host {', '.join(left)} is not deployed by a rolling run (rigs only): `rigkit deploy "
-            f"{inventory} {limits}` deploys it (its router restarts only when its unit or install changed)")
+    return (
+        f"the router's host {', '.join(left)} is not deployed by a rolling run (rigs only): `rigkit deploy "
+        f"{inventory} {limits}` deploys it (its router restarts only when its unit or install changed)"
+    )
 
 
 def unreachable_router_fix(exc: ConfigError) -> ConfigError:
     """The router a defaulted rolling run drains through does not answer (a first deploy, which installs it): the
     refusal says how to run every rig and the router in one run."""
-    return ConfigError(exc.field, exc.value, exc.problem,
-                       f"{exc.fix}; a first deploy, which installs the router, runs every rig at once: pass "
-                       f"{ALL_AT_ONCE_OPTION} (nothing is served through the router yet)")
+    return ConfigError(
+        exc.field,
+        exc.value,
+        exc.problem,
+        f"{exc.fix}; a first deploy, which installs the router, runs every rig at once: pass "
+        f"{ALL_AT_ONCE_OPTION} (nothing is served through the router yet)",
+    )
 
 
 def plain_run_note(hosts: Mapping[str, Mapping], targeted: Sequence[str]) -> Optional[str]:
@@ -101,9 +115,11 @@ def plain_run_note(hosts: Mapping[str, Mapping], targeted: Sequence[str]) -> Opt
     routers, rigs = gateways(hosts), rigs_among(hosts, targeted)
     if not routers or not rigs:
         return None
-    return (f"the router on {', '.join(routers)} is not drained by a run with {ALL_AT_ONCE_OPTION}: a rig it "
-            f"restarts ({', '.join(rigs)}) still gets requests until the router's next health check, and those fail; "
-            "without it each rig leaves the router first and comes back after its smoke")
+    return (
+        f"the router on {', '.join(routers)} is not drained by a run with {ALL_AT_ONCE_OPTION}: a rig it "
+        f"restarts ({', '.join(rigs)}) still gets requests until the router's next health check, and those fail; "
+        "without it each rig leaves the router first and comes back after its smoke"
+    )
 
 
 def refuse_full_drain(stages: Sequence[Any], worker_of: Mapping[str, str], routed: Mapping[str, Sequence[str]]) -> None:
@@ -113,20 +129,27 @@ def refuse_full_drain(stages: Sequence[Any], worker_of: Mapping[str, str], route
             out = [rig for rig in stage.rigs if worker_of[rig] in workers]
             if out and len(out) >= len(workers):
                 knob = "rollout_canary" if stage.canary else "rollout_batch"
-                raise ConfigError(knob, len(stage.rigs),
-                                  f"{stage.label} ({', '.join(stage.rigs)}) would take all {len(workers)} rigs the "
-                                  f"router on {gateway} routes to out of it at once: {NO_RIG_LEFT}",
-                                  f"pass {'--canary' if stage.canary else '--batch'} below {len(workers)} "
-                                  "(--batch 1 keeps the most rigs serving), or put more rigs behind the router")
+                raise ConfigError(
+                    knob,
+                    len(stage.rigs),
+                    f"{stage.label} ({', '.join(stage.rigs)}) would take all {len(workers)} rigs the "
+                    f"router on {gateway} routes to out of it at once: {NO_RIG_LEFT}",
+                    f"pass {'--canary' if stage.canary else '--batch'} below {len(workers)} "
+                    "(--batch 1 keeps the most rigs serving), or put more rigs behind the router",
+                )
 
 
 class RouterDrain:
     """The routers of one rollout: which rigs they route to, drains and restores, and the words for the summary.
     Without a router every call is a no-op (``active`` is False)."""
 
-    def __init__(self, admins: Mapping[str, RouterAdmin], worker_of: Mapping[str, str],
-                 in_flight: Callable[[str], ContextManager[Callable[[], float]]],
-                 out_of_router: Optional[Mapping[str, Sequence[str]]] = None):
+    def __init__(
+        self,
+        admins: Mapping[str, RouterAdmin],
+        worker_of: Mapping[str, str],
+        in_flight: Callable[[str], ContextManager[Callable[[], float]]],
+        out_of_router: Optional[Mapping[str, Sequence[str]]] = None,
+    ):
         self.admins = dict(admins)
         self.worker_of = dict(worker_of)
         self.in_flight = in_flight
@@ -142,8 +165,10 @@ class RouterDrain:
         return bool(self.admins)
 
     def describe(self, run: str = "deploy") -> str:
-        return "; ".join(f"router on {gateway}: {len(workers)} rigs routed, each drained before its {run} and "
-                         "back after its smoke" for gateway, workers in self.routed.items())
+        return "; ".join(
+            f"router on {gateway}: {len(workers)} rigs routed, each drained before its {run} and back after its smoke"
+            for gateway, workers in self.routed.items()
+        )
 
     def refuse_full_drain(self, stages: Sequence[Any]) -> None:
         refuse_full_drain(stages, self.worker_of, self.routed)
@@ -160,10 +185,11 @@ class RouterDrain:
             return None
         last = [gateway for gateway in routing if len(self.routed[gateway]) == 1]
         if last:
-            return (f"it is the only rig the router on {last[0]} still routes to (the others are out of it): "
-                    f"draining it would leave {NO_RIG_LEFT}; it keeps serving its release")
-        print(f"--> rigkit rollout: {rig} out of the router ({worker}), waiting for its requests to finish",
-              flush=True)
+            return (
+                f"it is the only rig the router on {last[0]} still routes to (the others are out of it): "
+                f"draining it would leave {NO_RIG_LEFT}; it keeps serving its release"
+            )
+        print(f"--> rigkit rollout: {rig} out of the router ({worker}), waiting for its requests to finish", flush=True)
         removed: list[str] = []
         try:
             for gateway in routing:
@@ -225,9 +251,12 @@ class RouterDrain:
     def add_back_commands(self, rig: str) -> list[str]:
         """The command that puts ``rig`` back into each router it is out of, with where to run it as a comment."""
         worker = self.worker_of[rig]
-        return [f"{add_worker_command(self.admins[gateway].gateway_url, worker)}  # on "
-                f"{'this controller' if gateway == LOCAL_HOST else gateway}"
-                for gateway in self.out.get(rig, ()) if gateway in self.admins]
+        return [
+            f"{add_worker_command(self.admins[gateway].gateway_url, worker)}  # on "
+            f"{'this controller' if gateway == LOCAL_HOST else gateway}"
+            for gateway in self.out.get(rig, ())
+            if gateway in self.admins
+        ]
 
 
 @contextmanager
@@ -241,18 +270,24 @@ def rig_in_flight(rig: str, data: Mapping[str, Any]) -> Iterator[Callable[[], fl
 
 
 @contextmanager
-def router_session(hosts: Mapping[str, Mapping], rigs: Sequence[str],
-                   out_of_router: Optional[Mapping[str, Sequence[str]]] = None) -> Iterator[RouterDrain]:
+def router_session(
+    hosts: Mapping[str, Mapping], rigs: Sequence[str], out_of_router: Optional[Mapping[str, Sequence[str]]] = None
+) -> Iterator[RouterDrain]:
     """The inventory's routers for one rollout, each reached through its gateway's tunnel for the whole rollout;
     a RouterDrain that does nothing when the inventory declares none."""
     with ExitStack() as stack:
         try:
-            admins = {gateway: RouterAdmin(stack.enter_context(router_url(gateway, hosts[gateway]["data"])),
-                                           gateway_url=gateway_router_url(hosts[gateway]["data"]))
-                      for gateway in gateways(hosts)}
+            admins = {
+                gateway: RouterAdmin(
+                    stack.enter_context(router_url(gateway, hosts[gateway]["data"])),
+                    gateway_url=gateway_router_url(hosts[gateway]["data"]),
+                )
+                for gateway in gateways(hosts)
+            }
             worker_of = {rig: rig_worker_url(rig, hosts[rig]["data"]) for rig in rigs} if admins else {}
             drain = RouterDrain(admins, worker_of, lambda rig: rig_in_flight(rig, hosts[rig]["data"]), out_of_router)
         except RigkitError as exc:  # a router the rollout cannot reach or read: refused before any rig is touched
-            raise ConfigError(exc.field, exc.value, f"{exc.problem} (the rollout drains rigs through it)",
-                              exc.fix) from None
+            raise ConfigError(
+                exc.field, exc.value, f"{exc.problem} (the rollout drains rigs through it)", exc.fix
+            ) from None
         yield drain

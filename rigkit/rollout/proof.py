@@ -36,28 +36,32 @@ def proof_verdict(validation: Any, connector_configured: bool) -> Proof:
         got = run.labels[-1]
         if not result.passed:
             aborted = f", request aborted in {result.aborted[0]}" if result.aborted else ""
-            problems.append(f"{tier.value} expected, measured {got.tier.value} (GPU hits +{got.gpu_hits:.0f}, "
-                            f"external hits +{got.external_hits:.0f}{aborted})")
+            problems.append(
+                f"{tier.value} expected, measured {got.tier.value} (GPU hits +{got.gpu_hits:.0f}, "
+                f"external hits +{got.external_hits:.0f}{aborted})"
+            )
         elif tier == Tier.WARM_GPU:
             proved.append(f"warm-gpu +{got.gpu_hits:.0f} GPU hits")
         elif tier == Tier.WARM_CONNECTOR:
-            proved.append(f"warm-connector +{got.external_hits:.0f} external hits after "
-                          f"{validation.fillers_sent} fillers")
+            proved.append(
+                f"warm-connector +{got.external_hits:.0f} external hits after {validation.fillers_sent} fillers"
+            )
     if problems:
         return Proof(False, "; ".join(problems))
     scope = "" if connector_configured else " (no KV connector: GPU prefix cache only)"
     return Proof(True, "cache proof passed: " + ", ".join(proved) + scope)
 
 
-def prove_cache(client: Any, data: Mapping[str, Any], connector_configured: bool,
-                ready_timeout_s: float = PROOF_READY_TIMEOUT_S) -> Proof:
+def prove_cache(
+    client: Any, data: Mapping[str, Any], connector_configured: bool, ready_timeout_s: float = PROOF_READY_TIMEOUT_S
+) -> Proof:
     """validate.py's tier procedure cut short: one salted session, no restart, no soak or A/B."""
-    settings = replace(ValidationSettings.from_data(data), sessions=1, restart=False, decode_ab=False,
-                       soak_sessions=0)
+    settings = replace(ValidationSettings.from_data(data), sessions=1, restart=False, decode_ab=False, soak_sessions=0)
     try:
         client.wait_ready(timeout_s=ready_timeout_s)
-        return proof_verdict(validate_tiers(client, None, settings, connector_configured=connector_configured),
-                             connector_configured)
+        return proof_verdict(
+            validate_tiers(client, None, settings, connector_configured=connector_configured), connector_configured
+        )
     except Exception as exc:  # a dead engine, a refused request: the proof failed, in its own words
         return Proof(False, f"{type(exc).__name__}: {exc}")
 

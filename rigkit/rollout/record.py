@@ -50,8 +50,9 @@ class RolloutRecord:
             return None
 
 
-def resume_record(existing: Optional[RolloutRecord], inventory: str, wanted: Mapping[str, str],
-                  states: Mapping[str, ReleaseState]) -> RolloutRecord:
+def resume_record(
+    existing: Optional[RolloutRecord], inventory: str, wanted: Mapping[str, str], states: Mapping[str, ReleaseState]
+) -> RolloutRecord:
     """The record of the same rollout (same wanted renderings), or a new one holding every rig's state now."""
     target = fingerprint(wanted)
     if existing is not None and existing.target == target:

@@ -60,6 +60,7 @@ NOT_A_ROLLBACK = "its ledger's current entry is a {kind}, not a rollback ({relea
 SMOKE_NOT_PASSED = "its rollback's smoke is {smoke}, not {passed} ({note})"
 NOT_VERIFIED = "its rollback's rendering {entry} is not the verified rendering the rig runs ({verified})"
 
+
 def rollback_batch(per_rig: Mapping[str, Mapping[str, Any]], flag: Optional[int]) -> int:
     """How many rigs roll back at a time: --batch (``flag``), else the rigs' one rollout_batch (0: all at once)."""
     batch = next(variable for variable in ROLLOUT_VARIABLES if variable.name == "rollout_batch")
@@ -79,33 +80,67 @@ def rollback_failure(rig: str, outcome: Optional[Any], state: ReleaseState) -> O
     if current.kind != ROLLBACK_KIND:
         return Failure(rig, VERIFY_STEP, NOT_A_ROLLBACK.format(kind=current.kind, release=current.summary()))
     if current.smoke != SMOKE_PASS:
-        return Failure(rig, VERIFY_STEP, SMOKE_NOT_PASSED.format(smoke=current.smoke or "not checked",
-                                                                 passed=SMOKE_PASS, note=current.note or "no note"))
+        return Failure(
+            rig,
+            VERIFY_STEP,
+            SMOKE_NOT_PASSED.format(
+                smoke=current.smoke or "not checked", passed=SMOKE_PASS, note=current.note or "no note"
+            ),
+        )
     if not state.verified or current.rendering != state.verified:
-        return Failure(rig, VERIFY_STEP, NOT_VERIFIED.format(entry=(current.rendering or "none")[:SHORT_DIGEST],
-                                                             verified=state.verified[:SHORT_DIGEST] or "none"))
+        return Failure(
+            rig,
+            VERIFY_STEP,
+            NOT_VERIFIED.format(
+                entry=(current.rendering or "none")[:SHORT_DIGEST], verified=state.verified[:SHORT_DIGEST] or "none"
+            ),
+        )
     return None
 
 
-def format_rollback_summary(batch: int, stages: Sequence[Stage], results: Sequence[StageResult],
-                            states: Mapping[str, ReleaseState], router_lines: Sequence[str] = (),
-                            commands: Sequence[str] = (), width: int = 100) -> str:
+def format_rollback_summary(
+    batch: int,
+    stages: Sequence[Stage],
+    results: Sequence[StageResult],
+    states: Mapping[str, ReleaseState],
+    router_lines: Sequence[str] = (),
+    commands: Sequence[str] = (),
+    width: int = 100,
+) -> str:
     """What the rolling rollback did, batch by batch, and what to do next (rigkit.rollout.summary.summary_text)."""
-    put_back = ("; the same command run again puts it back into the router once its rollback is verified, or by "
-                "hand with the command above" if commands else "")
-    return summary_text(f"--> rigkit rollback: {ROLLBACK_DEPLOY} in batches of {batch}, halting at the first rig not "
-                        "back on a verified rollback", stages, results, states,
-                        lambda result, rig: "rolled back and verified",
-                        f"rollback complete: {sum(len(s.rigs) for s in stages)} rigs on a verified rollback",
-                        f"Next: fix what the failed rig reports (its own log: docker logs rigkit-serving){put_back}. "
-                        "Rigs rolled back before it stay rolled back; rigs not reached serve the release they had: "
-                        "run the same command again to roll them back (a rig already rolled back finds its rollback "
-                        "done, No Change).", width, router_lines, commands=commands,
-                        untouched="each serves the release it had")
+    put_back = (
+        "; the same command run again puts it back into the router once its rollback is verified, or by "
+        "hand with the command above"
+        if commands
+        else ""
+    )
+    return summary_text(
+        f"--> rigkit rollback: {ROLLBACK_DEPLOY} in batches of {batch}, halting at the first rig not "
+        "back on a verified rollback",
+        stages,
+        results,
+        states,
+        lambda result, rig: "rolled back and verified",
+        f"rollback complete: {sum(len(s.rigs) for s in stages)} rigs on a verified rollback",
+        f"Next: fix what the failed rig reports (its own log: docker logs rigkit-serving){put_back}. "
+        "Rigs rolled back before it stay rolled back; rigs not reached serve the release they had: "
+        "run the same command again to roll them back (a rig already rolled back finds its rollback "
+        "done, No Change).",
+        width,
+        router_lines,
+        commands=commands,
+        untouched="each serves the release it had",
+    )
 
 
-def run_rolling_rollback(inventory: str, pyinfra_args: Sequence[str], hosts: Mapping[str, Mapping],
-                         names: Sequence[str], batch: int, records: Path = ROLLOUTS_DIR) -> tuple[int, str]:
+def run_rolling_rollback(
+    inventory: str,
+    pyinfra_args: Sequence[str],
+    hosts: Mapping[str, Mapping],
+    names: Sequence[str],
+    batch: int,
+    records: Path = ROLLOUTS_DIR,
+) -> tuple[int, str]:
     """rollback.py over ``names`` (targeted rigs, connection data checked), ``batch`` at a time, each rig out of the
     inventory's routers while it rolls back; (exit status, summary). ConfigError before any rig is touched. The rigs
     out of a router are kept in the rollout's record (its other fields as they were; a new record names no
@@ -131,14 +166,22 @@ def run_rolling_rollback(inventory: str, pyinfra_args: Sequence[str], hosts: Map
             results.append(result := _roll_back_stage(stage, context))
             if result.failures:
                 break
-        summary = format_rollback_summary(batch, stages, results, states, width=summary_width(),
-                                          router_lines=routed + router.lines, commands=router.add_back)
+        summary = format_rollback_summary(
+            batch,
+            stages,
+            results,
+            states,
+            width=summary_width(),
+            router_lines=routed + router.lines,
+            commands=router.add_back,
+        )
     return (1 if results[-1].failures else 0), summary
 
 
 def _roll_back_stage(stage: Stage, context: StageContext) -> StageResult:
     """One batch (rigkit.rollout.stage_runner): drain, rollback.py, read, back into the router only the rigs whose
     rollback is verified."""
+
     def judge(ran: tuple[str, ...], outcomes: Mapping[str, Any]) -> list[Failure]:
         return [failure for rig in ran if (failure := rollback_failure(rig, outcomes.get(rig), context.states[rig]))]
 
@@ -150,22 +193,26 @@ def rolling_rollback_command(args: Any, targets: Optional[Targets] = None) -> Op
     """`rigkit deploy --deploy rollback.py` with a batch (--batch, or rollout_batch data, or a router in the
     inventory): run it and print its summary; None without one (rigkit.fleet.deploy then runs rollback.py on every
     rig at once). ConfigError before any rig is touched."""
-    refuse_rollout_options({"--canary": args.canary, "--on-failure": args.on_failure,
-                            "--recheck-canaries": args.recheck_canaries})
+    refuse_rollout_options(
+        {"--canary": args.canary, "--on-failure": args.on_failure, "--recheck-canaries": args.recheck_canaries}
+    )
     rigs = targeted_rigs(args.inventory, args.pyinfra_args, targets)
     if not rigs.names:
         return None  # no rig among the targets: one run over them (a gateway)
     batch = rollback_batch(rigs.sections, args.batch)
-    defaulted = None if batch else routed_default(rigs.hosts, rigs.names, args.batch is not None or
-                                                  bool(args.all_at_once))
+    defaulted = (
+        None if batch else routed_default(rigs.hosts, rigs.names, args.batch is not None or bool(args.all_at_once))
+    )
     if defaulted:
         batch = ROUTER_DEFAULT_BATCH
         print(f"--> rigkit deploy: {defaulted}", flush=True)
     if not batch:
         return None
     if is_dry_run(rigs.pyinfra_args):
-        print(dry_run_text("rollback", plan_stages(rigs.names, 0, batch), gateways(rigs.hosts), summary_width()),
-              flush=True)
+        print(
+            dry_run_text("rollback", plan_stages(rigs.names, 0, batch), gateways(rigs.hosts), summary_width()),
+            flush=True,
+        )
         return None  # rigkit.fleet.deploy runs pyinfra --dry on every targeted rig at once
     try:
         status, summary = run_rolling_rollback(args.inventory, rigs.pyinfra_args, rigs.hosts, rigs.names, batch)

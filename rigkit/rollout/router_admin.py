@@ -71,8 +71,13 @@ class RouterAdmin:
     """One router's admin endpoints at ``url`` (direct or through the tunnel to its gateway); ``gateway_url`` is the
     router as its gateway reaches it (the by-hand commands printed run there), ``url`` when not given."""
 
-    def __init__(self, url: str, session: Optional[requests.Session] = None, timeout_s: float = ADMIN_TIMEOUT_S,
-                 gateway_url: Optional[str] = None):
+    def __init__(
+        self,
+        url: str,
+        session: Optional[requests.Session] = None,
+        timeout_s: float = ADMIN_TIMEOUT_S,
+        gateway_url: Optional[str] = None,
+    ):
         self.url = url.rstrip("/")
         self.gateway_url = (gateway_url or url).rstrip("/")
         self.session = session or server_session()
@@ -80,12 +85,17 @@ class RouterAdmin:
 
     def _call(self, method: str, path: str, timeout_s: Optional[float] = None, **params: str) -> requests.Response:
         try:
-            return self.session.request(method, f"{self.url}{path}", params=params or None,
-                                        timeout=timeout_s or self.timeout_s)
+            return self.session.request(
+                method, f"{self.url}{path}", params=params or None, timeout=timeout_s or self.timeout_s
+            )
         except requests.RequestException as exc:
-            raise RouterError("router", self.url, f"unreachable ({type(exc).__name__}: {exc})",
-                              "check that the router runs on the gateway (systemctl status on it) and that "
-                              "router_bind_address/router_port in the gateway's data are where it listens") from None
+            raise RouterError(
+                "router",
+                self.url,
+                f"unreachable ({type(exc).__name__}: {exc})",
+                "check that the router runs on the gateway (systemctl status on it) and that "
+                "router_bind_address/router_port in the gateway's data are where it listens",
+            ) from None
 
     def _json(self, path: str) -> Any:
         response = self._call("GET", path)
@@ -93,33 +103,51 @@ class RouterAdmin:
             response.raise_for_status()
             return response.json()
         except (requests.HTTPError, ValueError) as exc:
-            raise RouterError("router", f"{self.url}{path}", f"answered {response.status_code} "
-                              f"{response.text[:200]!r} ({exc})", "is it vllm-router? check router_port") from None
+            raise RouterError(
+                "router",
+                f"{self.url}{path}",
+                f"answered {response.status_code} {response.text[:200]!r} ({exc})",
+                "is it vllm-router? check router_port",
+            ) from None
 
     def health(self) -> None:
         response = self._call("GET", "/health")
         if response.status_code != 200:
-            raise RouterError("router", f"{self.url}/health", f"answered {response.status_code} "
-                              f"{response.text[:200]!r}", "read the router's journal on the gateway")
+            raise RouterError(
+                "router",
+                f"{self.url}/health",
+                f"answered {response.status_code} {response.text[:200]!r}",
+                "read the router's journal on the gateway",
+            )
 
     def list_workers(self) -> list[str]:
         return list(self._json("/list_workers")["urls"])
 
     def workers(self) -> list[Worker]:
-        return [Worker(w["url"], bool(w.get("is_healthy")), int(w.get("load") or 0))
-                for w in self._json("/workers")["workers"]]
+        return [
+            Worker(w["url"], bool(w.get("is_healthy")), int(w.get("load") or 0))
+            for w in self._json("/workers")["workers"]
+        ]
 
     def remove(self, worker_url: str) -> None:
         """Take ``worker_url`` out of the routing; the router sends it no new request once this returns."""
         listed = self.list_workers()
         if worker_url not in listed:
-            raise RouterError("worker", worker_url, f"unknown to the router at {self.url} (it routes to "
-                              f"{', '.join(listed) or 'no worker'})", "the router's --worker-urls and the rig's "
-                              "address (bind_address, serving_port) must name the rig the same way")
+            raise RouterError(
+                "worker",
+                worker_url,
+                f"unknown to the router at {self.url} (it routes to {', '.join(listed) or 'no worker'})",
+                "the router's --worker-urls and the rig's "
+                "address (bind_address, serving_port) must name the rig the same way",
+            )
         response = self._call("POST", "/remove_worker", url=worker_url)
         if worker_url in self.list_workers():
-            raise RouterError("worker", worker_url, f"still routed to after /remove_worker (answered "
-                              f"{response.status_code} {response.text[:200]!r})", "read the router's journal")
+            raise RouterError(
+                "worker",
+                worker_url,
+                f"still routed to after /remove_worker (answered {response.status_code} {response.text[:200]!r})",
+                "read the router's journal",
+            )
 
     def add(self, worker_url: str, timeout_s: float = ADD_TIMEOUT_S) -> None:
         """Route to ``worker_url`` again (the router health-checks it first); nothing to do when it is listed."""
@@ -131,14 +159,23 @@ class RouterAdmin:
         except RouterError as exc:  # no answer within timeout_s: the router's health check of it still waits
             answered = exc.problem
         if worker_url not in self.list_workers():
-            raise RouterError("worker", worker_url, f"not added back to the router ({answered})",
-                              f"check the rig's API, then on the gateway: "
-                              f"{add_worker_command(self.gateway_url, worker_url)}")
+            raise RouterError(
+                "worker",
+                worker_url,
+                f"not added back to the router ({answered})",
+                f"check the rig's API, then on the gateway: {add_worker_command(self.gateway_url, worker_url)}",
+            )
 
 
-def wait_idle(in_flight: Callable[[], float], worker_url: str, timeout_s: float = IDLE_TIMEOUT_S,
-              poll_s: float = IDLE_POLL_S, settle_s: float = IDLE_SETTLE_S,
-              clock: Callable[[], float] = time.monotonic, sleep: Callable[[float], None] = time.sleep) -> None:
+def wait_idle(
+    in_flight: Callable[[], float],
+    worker_url: str,
+    timeout_s: float = IDLE_TIMEOUT_S,
+    poll_s: float = IDLE_POLL_S,
+    settle_s: float = IDLE_SETTLE_S,
+    clock: Callable[[], float] = time.monotonic,
+    sleep: Callable[[float], None] = time.sleep,
+) -> None:
     """Until ``in_flight()`` (the rig's requests running or waiting) has read 0 for ``settle_s``."""
     start = clock()
     idle_since: Optional[float] = None
@@ -157,14 +194,16 @@ def wait_idle(in_flight: Callable[[], float], worker_url: str, timeout_s: float 
             else:
                 idle_since = None
         if now - start >= timeout_s:
-            raise RouterError("worker", worker_url, f"still busy {timeout_s:.0f} s after it left the router "
-                              f"(requests in flight: {last})", "let its long requests finish, then run again; "
-                              "it was put back in the router")
+            raise RouterError(
+                "worker",
+                worker_url,
+                f"still busy {timeout_s:.0f} s after it left the router (requests in flight: {last})",
+                "let its long requests finish, then run again; it was put back in the router",
+            )
         sleep(poll_s)
 
 
-def drain(admin: RouterAdmin, worker_url: str, in_flight: Optional[Callable[[], float]] = None,
-          **wait: Any) -> None:
+def drain(admin: RouterAdmin, worker_url: str, in_flight: Optional[Callable[[], float]] = None, **wait: Any) -> None:
     """Remove the worker, then wait until the rig finished what the router had sent it; on a wait that times
     out the worker is added back (it still serves its old release) and the RouterError raised."""
     admin.remove(worker_url)
@@ -182,8 +221,9 @@ def restore(admin: RouterAdmin, worker_url: str) -> None:
 
 
 @contextmanager
-def drained(admin: RouterAdmin, worker_url: str, in_flight: Optional[Callable[[], float]] = None,
-            **wait: Any) -> Iterator[None]:
+def drained(
+    admin: RouterAdmin, worker_url: str, in_flight: Optional[Callable[[], float]] = None, **wait: Any
+) -> Iterator[None]:
     """The worker out of the router for the block; back in only when the block ends without an exception
     (a rig whose upgrade failed stays out)."""
     drain(admin, worker_url, in_flight, **wait)
@@ -192,6 +232,7 @@ def drained(admin: RouterAdmin, worker_url: str, in_flight: Optional[Callable[[]
 
 
 # --- where the router and its workers are, from the inventory ----------------------------------------------------
+
 
 def gateways(hosts: Mapping[str, Mapping]) -> list[str]:
     """The inventory's router hosts (group ROUTER_GROUP), in inventory order."""

@@ -91,9 +91,16 @@ from rigkit.settings.hostdata import rig_settings
 from rigkit.settings.variables import resolve
 
 
-def run_rollout(inventory: str, deploy: str, pyinfra_args: Sequence[str], hosts: Mapping[str, Mapping],
-                names: Sequence[str], settings: RolloutSettings, recheck_canaries: bool = False,
-                records: Path = ROLLOUTS_DIR) -> tuple[int, str]:
+def run_rollout(
+    inventory: str,
+    deploy: str,
+    pyinfra_args: Sequence[str],
+    hosts: Mapping[str, Mapping],
+    names: Sequence[str],
+    settings: RolloutSettings,
+    recheck_canaries: bool = False,
+    records: Path = ROLLOUTS_DIR,
+) -> tuple[int, str]:
     """The rollout over ``names`` (targeted rigs, connection data checked); (exit status, summary). With a router
     in the inventory each rig leaves it for its deploy (rigkit.rollout.drain)."""
     rigs = {name: rig_settings(dict(hosts[name]["data"])) for name in names}  # bad input: nothing touched yet
@@ -128,18 +135,33 @@ def run_rollout(inventory: str, deploy: str, pyinfra_args: Sequence[str], hosts:
         if halted is not None:
             roll_back, left = rollback_choice(settings.on_failure, record, states, wanted)
             # through a router one rig at a time, each drained and restored; without one, in one run
-            for group in ([[rig] for rig in roll_back] if router.active else [roll_back] if roll_back else []):
+            for group in [[rig] for rig in roll_back] if router.active else [roll_back] if roll_back else []:
                 rollback_lines += _roll_back(group, router, record, hosts, states, inventory, passthrough)
             record.halted = f"{halted.stage.label}: " + "; ".join(f"{f.rig} at {f.step}" for f in halted.failures)
             save_record(record, path)
-        summary = format_summary(settings, stages, results, states, left, rollback_lines, summary_width(),
-                                 router_lines=routed + router.lines,
-                                 commands=router.add_back)
+        summary = format_summary(
+            settings,
+            stages,
+            results,
+            states,
+            left,
+            rollback_lines,
+            summary_width(),
+            router_lines=routed + router.lines,
+            commands=router.add_back,
+        )
     return (1 if halted is not None else 0), summary
 
 
-def _run_stage(stage: Stage, work: StageWork, context: StageContext, record: RolloutRecord, path: Path,
-               rigs: Mapping[str, Any], wanted: Mapping[str, str]) -> StageResult:
+def _run_stage(
+    stage: Stage,
+    work: StageWork,
+    context: StageContext,
+    record: RolloutRecord,
+    path: Path,
+    rigs: Mapping[str, Any],
+    wanted: Mapping[str, str],
+) -> StageResult:
     """One stage (rigkit.rollout.stage_runner): drain, deploy (which smokes), read, prove the canaries, restore the
     rigs that passed."""
     result = StageResult(stage, work)
@@ -163,8 +185,15 @@ def _run_stage(stage: Stage, work: StageWork, context: StageContext, record: Rol
     return result
 
 
-def _roll_back(group: Sequence[str], router: Any, record: RolloutRecord, hosts: Mapping[str, Mapping],
-               states: dict[str, ReleaseState], inventory: str, passthrough: Sequence[str]) -> list[str]:
+def _roll_back(
+    group: Sequence[str],
+    router: Any,
+    record: RolloutRecord,
+    hosts: Mapping[str, Mapping],
+    states: dict[str, ReleaseState],
+    inventory: str,
+    passthrough: Sequence[str],
+) -> list[str]:
     """rollback.py on ``group`` (drained first, restored when back on its release); the summary's lines."""
     lines = []
     not_drained = router.drain_each(group)
@@ -204,8 +233,9 @@ def targeted_rigs(inventory: str, pyinfra_args: Sequence[str], targets: Optional
     if targets is None:
         targets = select(inventory, limit_from(pyinfra_args), data_pairs(pyinfra_args), rigs_only=False)
     names = rigs_among(targets.hosts, targets.names)
-    return TargetedRigs(pyinfra_args, targets.hosts, names,
-                        {name: resolve(ROLLOUT_VARIABLES, targets.data(name)) for name in names})
+    return TargetedRigs(
+        pyinfra_args, targets.hosts, names, {name: resolve(ROLLOUT_VARIABLES, targets.data(name)) for name in names}
+    )
 
 
 def refuse_rollout_flags(args: Any) -> None:
@@ -213,13 +243,18 @@ def refuse_rollout_flags(args: Any) -> None:
     takes --batch only; a deploy file other than deploy.py and rollback.py takes none."""
     deploy = Path(args.deploy).name
     if deploy == ROLLBACK_DEPLOY:
-        refuse_rollout_options({"--canary": args.canary, "--on-failure": args.on_failure,
-                                "--recheck-canaries": args.recheck_canaries})
-    elif deploy != DEFAULT_DEPLOY and (any(value is not None for value in (args.canary, args.batch, args.on_failure))
-                                       or args.recheck_canaries):
-        raise ConfigError("--deploy", args.deploy, f"a rollout batches {DEFAULT_DEPLOY} and {ROLLBACK_DEPLOY} only",
-                          "run it without --canary/--batch/--on-failure/--recheck-canaries (with --limit to "
-                          "choose the rigs)")
+        refuse_rollout_options(
+            {"--canary": args.canary, "--on-failure": args.on_failure, "--recheck-canaries": args.recheck_canaries}
+        )
+    elif deploy != DEFAULT_DEPLOY and (
+        any(value is not None for value in (args.canary, args.batch, args.on_failure)) or args.recheck_canaries
+    ):
+        raise ConfigError(
+            "--deploy",
+            args.deploy,
+            f"a rollout batches {DEFAULT_DEPLOY} and {ROLLBACK_DEPLOY} only",
+            "run it without --canary/--batch/--on-failure/--recheck-canaries (with --limit to choose the rigs)",
+        )
 
 
 def rollout_command(args: Any, targets: Optional[Targets] = None) -> Optional[int]:
@@ -242,14 +277,28 @@ def rollout_command(args: Any, targets: Optional[Targets] = None) -> Optional[in
     if note := gateways_left_note(rigs.hosts, targeted(rigs.hosts, limit_from(rigs.pyinfra_args)), args.inventory):
         print(f"--> rigkit deploy: {note}", flush=True)
     if is_dry_run(rigs.pyinfra_args):
-        print(dry_run_text("rollout", plan_stages(rigs.names, settings.canary, settings.batch),
-                           gateways(rigs.hosts), summary_width()), flush=True)
+        print(
+            dry_run_text(
+                "rollout",
+                plan_stages(rigs.names, settings.canary, settings.batch),
+                gateways(rigs.hosts),
+                summary_width(),
+            ),
+            flush=True,
+        )
         return None  # rigkit.fleet.deploy runs pyinfra --dry on every targeted rig at once
     # every targeted rig holds its model before the first canary is released (staging stops no engine)
     stage_inventory(rigs.hosts, rigs.names)
     try:
-        status, summary = run_rollout(args.inventory, args.deploy, rigs.pyinfra_args, rigs.hosts, rigs.names, settings,
-                                      recheck_canaries=bool(args.recheck_canaries))
+        status, summary = run_rollout(
+            args.inventory,
+            args.deploy,
+            rigs.pyinfra_args,
+            rigs.hosts,
+            rigs.names,
+            settings,
+            recheck_canaries=bool(args.recheck_canaries),
+        )
     except ConfigError as exc:
         raise (unreachable_router_fix(exc) if defaulted and exc.field == "router" else exc) from None
     print("\n" + summary)

@@ -27,8 +27,14 @@ class StageWork:
     already: tuple[str, ...]  # rigs already verified on their wanted rendering (left alone)
 
 
-def stage_work(stage: Stage, states: Mapping[str, ReleaseState], wanted: Mapping[str, str], proven: Sequence[str],
-               recheck_canaries: bool = False, cache_proof: bool = True) -> StageWork:
+def stage_work(
+    stage: Stage,
+    states: Mapping[str, ReleaseState],
+    wanted: Mapping[str, str],
+    proven: Sequence[str],
+    recheck_canaries: bool = False,
+    cache_proof: bool = True,
+) -> StageWork:
     """What a stage still has to do, from where its rigs stand: a rig on its wanted rendering is not deployed
     again, a canary that passed its proof is not proven again, unless ``recheck_canaries``."""
     on_target = [rig for rig in stage.rigs if states[rig].verified == wanted[rig]]
@@ -59,8 +65,13 @@ def run_failure(rig: str, outcome: Optional[Any], state: ReleaseState) -> Option
     return None
 
 
-def stage_failures(work: StageWork, outcomes: Mapping[str, Any], states: Mapping[str, ReleaseState],
-                   wanted: Mapping[str, str], proofs: Mapping[str, Proof]) -> list[Failure]:
+def stage_failures(
+    work: StageWork,
+    outcomes: Mapping[str, Any],
+    states: Mapping[str, ReleaseState],
+    wanted: Mapping[str, str],
+    proofs: Mapping[str, Proof],
+) -> list[Failure]:
     """Every rig of the stage that halts the rollout: its run failed (``outcomes``: rigkit.fleet.outcome.RigOutcome by
     rig), it does not run its wanted rendering afterwards, or its cache proof failed."""
     failures = []
@@ -75,15 +86,22 @@ def stage_failures(work: StageWork, outcomes: Mapping[str, Any], states: Mapping
     return failures
 
 
-def newly_upgraded(record: RolloutRecord, rigs: Sequence[str], states: Mapping[str, ReleaseState],
-                   wanted: Mapping[str, str]) -> list[str]:
+def newly_upgraded(
+    record: RolloutRecord, rigs: Sequence[str], states: Mapping[str, ReleaseState], wanted: Mapping[str, str]
+) -> list[str]:
     """Rigs of ``rigs`` now verified on their wanted rendering that ran another one when the rollout began."""
-    return [rig for rig in rigs if states[rig].verified == wanted[rig]
-            and record.before[rig]["rendering"] != wanted[rig] and rig not in record.upgraded]
+    return [
+        rig
+        for rig in rigs
+        if states[rig].verified == wanted[rig]
+        and record.before[rig]["rendering"] != wanted[rig]
+        and rig not in record.upgraded
+    ]
 
 
-def rollback_choice(on_failure: str, record: RolloutRecord, states: Mapping[str, ReleaseState],
-                    wanted: Mapping[str, str]) -> tuple[list[str], list[tuple[str, str]]]:
+def rollback_choice(
+    on_failure: str, record: RolloutRecord, states: Mapping[str, ReleaseState], wanted: Mapping[str, str]
+) -> tuple[list[str], list[tuple[str, str]]]:
     """(rigs to roll back, [(rig, why it is left)]) for the rigs this rollout upgraded, after a halt."""
     upgraded = [rig for rig in record.upgraded if states[rig].verified == wanted[rig]]
     if on_failure != ROLLOUT_ROLLBACK:
@@ -95,10 +113,15 @@ def rollback_choice(on_failure: str, record: RolloutRecord, states: Mapping[str,
         else:
             left.append((rig, "left on the new release: it ran no verified release before this rollout"))
     # on it before this record began (another run, another controller): whose upgrade it was is unknown
-    left += [(rig, "left on the new release: it ran it already when this rollout's record began "
-                   "(roll it back by hand if this rollout upgraded it)")
-             for rig, before in record.before.items() if before["rendering"] == wanted.get(rig)
-             and states.get(rig, ReleaseState()).verified == wanted[rig]]
+    left += [
+        (
+            rig,
+            "left on the new release: it ran it already when this rollout's record began "
+            "(roll it back by hand if this rollout upgraded it)",
+        )
+        for rig, before in record.before.items()
+        if before["rendering"] == wanted.get(rig) and states.get(rig, ReleaseState()).verified == wanted[rig]
+    ]
     return roll_back, left
 
 
@@ -108,9 +131,11 @@ def rolled_back_words(rig: str, record: RolloutRecord, state: ReleaseState) -> t
     if state.verified and state.verified == before["rendering"]:
         return True, f"{rig}: rolled back, serves {state.release_words()} (as before the rollout)"
     got = state.unreadable or (state.verified[:SHORT_DIGEST] or "no verified rendering")
-    return False, (f"{rig}: NOT back on its release from before the rollout ({before['image']}, rendering "
-                   f"{before['rendering'][:SHORT_DIGEST]}): now {got}; roll it back by hand: pyinfra -y INVENTORY "
-                   f"rollback.py --limit {rig} --data rollback_to={before['image']}")
+    return False, (
+        f"{rig}: NOT back on its release from before the rollout ({before['image']}, rendering "
+        f"{before['rendering'][:SHORT_DIGEST]}): now {got}; roll it back by hand: pyinfra -y INVENTORY "
+        f"rollback.py --limit {rig} --data rollback_to={before['image']}"
+    )
 
 
 @dataclass

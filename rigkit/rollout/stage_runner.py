@@ -33,8 +33,14 @@ def rollout_step(label: str) -> Iterator[None]:
             os.environ[ROLLOUT_STEP_ENV] = previous
 
 
-def run_stage_deploy(label: str, deploy: str, rigs: Sequence[str], inventory: str, passthrough: Sequence[str],
-                     run: Optional[Callable] = None) -> dict[str, RigOutcome]:
+def run_stage_deploy(
+    label: str,
+    deploy: str,
+    rigs: Sequence[str],
+    inventory: str,
+    passthrough: Sequence[str],
+    run: Optional[Callable] = None,
+) -> dict[str, RigOutcome]:
     """pyinfra on ``rigs`` only; rigkit.fleet.outcome.RigOutcome by rig."""
     run = pyinfra_args_module.run_pyinfra_streaming if run is None else run
     limits = [arg for rig in rigs for arg in ("--limit", rig)]
@@ -62,15 +68,15 @@ class StageContext:
 Judge = Callable[[tuple[str, ...], Mapping[str, RigOutcome]], list[Failure]]
 
 
-def run_drained_stage(stage: Stage, rigs: Sequence[str], context: StageContext, judge: Judge,
-                      read: Optional[Sequence[str]] = None) -> tuple[tuple[str, ...], list[Failure]]:
+def run_drained_stage(
+    stage: Stage, rigs: Sequence[str], context: StageContext, judge: Judge, read: Optional[Sequence[str]] = None
+) -> tuple[tuple[str, ...], list[Failure]]:
     """Drain ``rigs``, run the deploy on those drained, read ``read`` again (default: those it ran on), judge, and
     settle ``stage.rigs`` back into the router (a rig with a failure stays out); (rigs run on, failures)."""
     not_drained = context.router.drain_each(rigs)
     context.remember()
     ran = tuple(rig for rig in rigs if rig not in not_drained)
-    outcomes = (run_stage_deploy(stage.label, context.deploy, ran, context.inventory, context.passthrough)
-                if ran else {})
+    outcomes = run_stage_deploy(stage.label, context.deploy, ran, context.inventory, context.passthrough) if ran else {}
     reread = ran if read is None else tuple(read)
     if reread:
         context.states.update(context.read(context.hosts, reread))

@@ -76,6 +76,10 @@ def refuse_unreadable(states: dict[str, ReleaseState]) -> dict[str, ReleaseState
     unreadable = {name: state.unreadable for name, state in states.items() if state.unreadable}
     if unreadable:
         rig, why = next(iter(unreadable.items()))
-        raise ConfigError(f"{rig}", why, "cannot be read before the rollout starts (it would fail in its batch)",
-                          f"bring {', '.join(unreadable)} back, or leave it out with --limit")
+        raise ConfigError(
+            f"{rig}",
+            why,
+            "cannot be read before the rollout starts (it would fail in its batch)",
+            f"bring {', '.join(unreadable)} back, or leave it out with --limit",
+        )
     return states

@@ -56,15 +56,17 @@ OFFLOAD_SHM_GLOB = "/dev/shm/vllm_offload_*.mmap"
 
 def _each_stale_segment(action: str) -> str:
     """Run `action` on each CPU-tier segment ($f) that no process maps or holds open."""
-    return (f"for f in {OFFLOAD_SHM_GLOB}; do [ -f \"$f\" ] || continue; "
-            "if grep -qsF \"$f\" /proc/[0-9]*/maps || "
-            "find /proc/[0-9]*/fd -lname \"$f\" -print -quit 2>/dev/null | grep -q .; then continue; fi; "
-            f"{action}; done")
+    return (
+        f'for f in {OFFLOAD_SHM_GLOB}; do [ -f "$f" ] || continue; '
+        'if grep -qsF "$f" /proc/[0-9]*/maps || '
+        'find /proc/[0-9]*/fd -lname "$f" -print -quit 2>/dev/null | grep -q .; then continue; fi; '
+        f"{action}; done"
+    )
 
 
 def shm_cleanup_command() -> str:
     """Remove stale CPU-tier segments (no process maps or holds them), printing each one removed."""
-    return _each_stale_segment("rm -f -- \"$f\" && echo \"removed stale $f\"")
+    return _each_stale_segment('rm -f -- "$f" && echo "removed stale $f"')
 
 
 def stale_shm_command() -> str:
@@ -87,9 +89,14 @@ def release_commands(compose: str, image: str, pull: bool, url: str, timeout_s: 
     """Pull first (the old stack keeps serving meanwhile), have the rig's compose validate the files, then
     down, up -d, wait until the API answers."""
     commands = [f"docker pull {shlex.quote(image)}"] if pull else []
-    return commands + [validate_command(compose)] + restart_commands(compose) + [
-        f"python3 {WAIT_READY_SCRIPT} {shlex.quote(url)} {timeout_s} {shlex.quote(f'label={STACK_LABEL}={STACK_NAME}')}",
-    ]
+    return (
+        commands
+        + [validate_command(compose)]
+        + restart_commands(compose)
+        + [
+            f"python3 {WAIT_READY_SCRIPT} {shlex.quote(url)} {timeout_s} {shlex.quote(f'label={STACK_LABEL}={STACK_NAME}')}",
+        ]
+    )
 
 
 def l2_on_disk_command(l2_path: str, disk_mount: str) -> str:
@@ -97,10 +104,12 @@ def l2_on_disk_command(l2_path: str, disk_mount: str) -> str:
 
     Checked when the release runs, after the l2_disk role mounted the disk in the same deploy."""
     path, mount = shlex.quote(l2_path), shlex.quote(disk_mount)
-    return (f"p={path}; while [ ! -e \"$p\" ] && [ \"$p\" != / ]; do p=$(dirname \"$p\"); done; "
-            f"[ \"$(findmnt -n -o TARGET --target \"$p\")\" = {mount} ] || "
-            f"{{ echo \"refused: l2_path {l2_path} is not on the L2 disk mounted at {disk_mount}: "
-            f"the cache would fill another filesystem. Fix: mount the L2 disk (findmnt {disk_mount})\" >&2; exit 1; }}")
+    return (
+        f'p={path}; while [ ! -e "$p" ] && [ "$p" != / ]; do p=$(dirname "$p"); done; '
+        f'[ "$(findmnt -n -o TARGET --target "$p")" = {mount} ] || '
+        f'{{ echo "refused: l2_path {l2_path} is not on the L2 disk mounted at {disk_mount}: '
+        f'the cache would fill another filesystem. Fix: mount the L2 disk (findmnt {disk_mount})" >&2; exit 1; }}'
+    )
 
 
 def record_hash_command(digest: Optional[str]) -> str:
@@ -144,5 +153,6 @@ def stored_dir_command(rendering_hash: str) -> str:
 
 def prune_commands(images: list[str], renderings: list[str]) -> list[str]:
     """Remove images and stored renderings; an image still in use by a container stays (the error is ignored)."""
-    return ([f"docker image rm {shlex.quote(image)} 2>/dev/null || true" for image in images]
-            + [f"rm -rf {rendering_dir(rendering_hash)}" for rendering_hash in renderings])
+    return [f"docker image rm {shlex.quote(image)} 2>/dev/null || true" for image in images] + [
+        f"rm -rf {rendering_dir(rendering_hash)}" for rendering_hash in renderings
+    ]

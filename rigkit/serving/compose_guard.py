@@ -25,8 +25,24 @@ RUNTIME_READ = re.compile(r"\$\$\{?([A-Za-z_][A-Za-z0-9_]*)")
 SHELL_ASSIGNMENT = re.compile(r"(?:^|[\s;&|(!])(?:local\s+|export\s+|declare\s+(?:-\w+\s+)*)?([A-Za-z_][A-Za-z0-9_]*)=")
 LOOP_OR_READ = re.compile(r"\b(?:for|read(?:\s+-\w+)*)\s+([A-Za-z_][A-Za-z0-9_]*)")
 # Set by the container runtime or the shell, never by compose.
-RUNTIME_PROVIDED = frozenset({"HOME", "PATH", "HOSTNAME", "PWD", "OLDPWD", "SHLVL", "TERM", "USER", "SHELL",
-                              "RANDOM", "LINENO", "SECONDS", "BASH_SOURCE", "IFS"})
+RUNTIME_PROVIDED = frozenset(
+    {
+        "HOME",
+        "PATH",
+        "HOSTNAME",
+        "PWD",
+        "OLDPWD",
+        "SHLVL",
+        "TERM",
+        "USER",
+        "SHELL",
+        "RANDOM",
+        "LINENO",
+        "SECONDS",
+        "BASH_SOURCE",
+        "IFS",
+    }
+)
 FIX = "declare each under the service's environment: as NAME=${NAME:-} (and set it in .env)"
 
 
@@ -45,7 +61,7 @@ def _first_local_assignment(script: str, name: str) -> int | None:
     for match in SHELL_ASSIGNMENT.finditer(script):
         if match.group(1) != name:
             continue
-        value = re.split(r"[\s;&|]", script[match.end():], maxsplit=1)[0]
+        value = re.split(r"[\s;&|]", script[match.end() :], maxsplit=1)[0]
         if not any(read == name for read in RUNTIME_READ.findall(value)):
             return match.start(1)
     for match in LOOP_OR_READ.finditer(script):
@@ -94,8 +110,10 @@ def undeclared_variables(compose_text: str, base_dir: Path | None = None) -> dic
     """service -> sorted names its entrypoint/command reads at run time without declaring them."""
     document = strict_yaml.load(compose_text)
     if not isinstance(document, dict):
-        raise ValueError(f"not a compose file: its top level is {type(document).__name__}, not a mapping "
-                         "(an .env file? give the compose.yml beside it)")
+        raise ValueError(
+            f"not a compose file: its top level is {type(document).__name__}, not a mapping "
+            "(an .env file? give the compose.yml beside it)"
+        )
     services = document.get("services")
     if not services:
         raise ValueError("declares no services: nothing to check (not a compose file, or an empty one)")

@@ -40,6 +40,7 @@ DEPLOY_KIND, ROLLBACK_KIND = "deploy", "rollback"
 def now_iso() -> str:
     return datetime.now(timezone.utc).isoformat(timespec="seconds")
 
+
 # characters of an image digest or a rendering hash shown in one-line summaries
 SHORT_DIGEST = 12
 
@@ -87,8 +88,12 @@ class Ledger:
         return cls([Release(**r) for r in data.get("releases", [])])
 
     def to_json(self) -> str:
-        return json.dumps({"schema": SCHEMA_VERSION, "releases": [asdict(r) for r in self.releases]},
-                          indent=2, sort_keys=True) + "\n"
+        return (
+            json.dumps(
+                {"schema": SCHEMA_VERSION, "releases": [asdict(r) for r in self.releases]}, indent=2, sort_keys=True
+            )
+            + "\n"
+        )
 
     @property
     def current(self) -> Optional[Release]:
@@ -104,12 +109,16 @@ class Ledger:
         if note:
             self.current.note = note
 
-    def last_known_good(self, exclude_image: Optional[str] = None,
-                        other_than: Optional[Release] = None) -> Optional[Release]:
+    def last_known_good(
+        self, exclude_image: Optional[str] = None, other_than: Optional[Release] = None
+    ) -> Optional[Release]:
         """The newest release whose smoke passed, of another image and/or another release than ``other_than``."""
         for release in reversed(self.releases):
-            if release.smoke == SMOKE_PASS and release.image != exclude_image \
-                    and not (other_than is not None and same_release(release, other_than)):
+            if (
+                release.smoke == SMOKE_PASS
+                and release.image != exclude_image
+                and not (other_than is not None and same_release(release, other_than))
+            ):
                 return release
         return None
 
@@ -121,7 +130,7 @@ class Ledger:
         if not deploys:
             return None
         undone = self.releases[deploys[-1]]
-        for release in reversed(self.releases[:deploys[-1]]):
+        for release in reversed(self.releases[: deploys[-1]]):
             if release.smoke == SMOKE_PASS and not same_release(release, undone):
                 return release
         return None
@@ -140,8 +149,11 @@ class Ledger:
         renderings, the current, last known-good and rollback-target releases. Model retention never removes
         them, so a rollback to any of them copies nothing."""
         kept = set(self.renderings_to_keep(keep))
-        needed = [release.model for release in self.releases
-                  if release.model and (release.rendering in kept or release in self._always_kept())]
+        needed = [
+            release.model
+            for release in self.releases
+            if release.model and (release.rendering in kept or release in self._always_kept())
+        ]
         return list(dict.fromkeys(needed))
 
     def models_newest_first(self) -> list[str]:
@@ -180,8 +192,11 @@ class Ledger:
 
     def renderings_to_prune(self, keep: int) -> list[str]:
         kept = set(self.renderings_to_keep(keep))
-        return list(dict.fromkeys(release.rendering for release in self.releases
-                                  if release.rendering and release.rendering not in kept))
+        return list(
+            dict.fromkeys(
+                release.rendering for release in self.releases if release.rendering and release.rendering not in kept
+            )
+        )
 
 
 def release_hash(compose_text: str, env_text: str) -> str:

@@ -59,6 +59,7 @@ def never_ready(output_lines: Sequence[str]) -> Outcome:
 
 # --- steps: what the rig is to do, in order ---------------------------------------------------------
 
+
 @dataclass(frozen=True)
 class StoreRendering:
     """Keep a verified rendering on the rig for later rollbacks."""
@@ -130,24 +131,32 @@ class RollBack:
 
 # --- decisions ---------------------------------------------------------------------------------------
 
+
 def joined(*notes: str) -> str:
     return "; ".join(note for note in notes if note)
 
 
 def entry_of(rendering: Rendering, kind: str, note: str) -> Release:
     """The ledger entry of a rendering brought up (verdict still open)."""
-    return Release(image=rendering.image, profile=rendering.profile, knobs_hash=rendering.knobs_hash,
-                   kind=kind, note=note, rendering=rendering.hash, model=rendering.model)
+    return Release(
+        image=rendering.image,
+        profile=rendering.profile,
+        knobs_hash=rendering.knobs_hash,
+        kind=kind,
+        note=note,
+        rendering=rendering.hash,
+        model=rendering.model,
+    )
 
 
 def verified_steps(ledger: Ledger, rendering: Rendering, store: bool) -> list[Step]:
     """Store (before the ledger names it), write the ledger, then the hash file: last, once all else is on the rig."""
-    return ([StoreRendering(rendering)] if store else []) + [WriteLedger(ledger.to_json()),
-                                                              RecordHash(rendering.hash)]
+    return ([StoreRendering(rendering)] if store else []) + [WriteLedger(ledger.to_json()), RecordHash(rendering.hash)]
 
 
-def judge_release(ledger: Ledger, released: Rendering, kind: str, note: str, outcome: Outcome,
-                  keep_images: int) -> Plan:
+def judge_release(
+    ledger: Ledger, released: Rendering, kind: str, note: str, outcome: Outcome, keep_images: int
+) -> Plan:
     """A release (deploy, or rollback.py's) was brought up: record it with its verdict; verified (or not
     smoke-checked): store, record and prune; failed: record it, and ``Plan.failed`` asks for a rollback."""
     ledger = copy.deepcopy(ledger)
@@ -169,8 +178,9 @@ def rollback_target(plan: Plan, auto_rollback: bool) -> Optional[Release]:
     return plan.ledger.last_known_good(other_than=plan.failed)
 
 
-def stored_rendering(rendering_hash: Optional[str],
-                     texts: Optional[tuple[str, str]]) -> tuple[Optional[Rendering], str]:
+def stored_rendering(
+    rendering_hash: Optional[str], texts: Optional[tuple[str, str]]
+) -> tuple[Optional[Rendering], str]:
     """The stored rendering from its files' texts (compose.yml, .env), or (None, why it cannot be used)."""
     if not rendering_hash or texts is None:
         return None, STORED_MISSING
@@ -188,18 +198,26 @@ def restore(target: Release, stored_texts: Optional[tuple[str, str]], todays: Op
         rendering, why = None, f"the stored rendering {rendering.hash[:SHORT_DIGEST]} is of {rendering.image}"
     if rendering is not None:
         return Restore(rendering, f"restored the verified rendering {rendering.hash[:SHORT_DIGEST]}")
-    return Restore(todays, REPLACEMENT_NOTE.format(why=why),
-                   warning=f"rollback to {target.image}: {why}; re-rendering it with today's data, "
-                           "which may differ from what was verified")
+    return Restore(
+        todays,
+        REPLACEMENT_NOTE.format(why=why),
+        warning=f"rollback to {target.image}: {why}; re-rendering it with today's data, "
+        "which may differ from what was verified",
+    )
 
 
-def roll_back_or_refuse(failed: Release, kind: str, auto_rollback: bool, target: Optional[Release],
-                        restored: Optional[Restore]) -> Union[RollBack, Refuse]:
+def roll_back_or_refuse(
+    failed: Release, kind: str, auto_rollback: bool, target: Optional[Release], restored: Optional[Restore]
+) -> Union[RollBack, Refuse]:
     """After a failed release: roll back to ``target`` with what ``restore`` picked, or refuse saying why not."""
     if target is None or restored is None or restored.rendering is None:
-        why = ("serving_auto_rollback is off" if not auto_rollback else
-               "no known-good release other than this one in the ledger" if target is None else
-               f"{target.image} has no stored rendering and cannot be rendered from the current data")
+        why = (
+            "serving_auto_rollback is off"
+            if not auto_rollback
+            else "no known-good release other than this one in the ledger"
+            if target is None
+            else f"{target.image} has no stored rendering and cannot be rendered from the current data"
+        )
         return Refuse(failed.image, f"{kind} failed, not rolled back ({why}): {failed.note}", FIX_NOT_ROLLED_BACK)
     return RollBack(target, restored.rendering, joined(f"automatic: {kind} of {failed.image} failed", restored.note))
 
@@ -211,14 +229,35 @@ def judge_rollback(ledger: Ledger, failed: Release, kind: str, rollback: RollBac
     ledger = copy.deepcopy(ledger)
     ledger.record(entry_of(rollback.rendering, ROLLBACK_KIND, rollback.note))
     if not outcome.ready:
-        ledger.record_smoke(SMOKE_FAIL, f"{rollback.note}; the rollback failed too: {outcome.why_not_ready}"
-                            [:ROLLBACK_FAILED_NOTE_CHARS])
-        return Plan(ledger, [WriteLedger(ledger.to_json()), Refuse(
-            failed.image, f"{kind} failed and the rollback to {rollback.target.image} failed too: "
-                          f"{outcome.why_not_ready}; the failure: {failed.note}", FIX_ROLLBACK_FAILED)])
+        ledger.record_smoke(
+            SMOKE_FAIL,
+            f"{rollback.note}; the rollback failed too: {outcome.why_not_ready}"[:ROLLBACK_FAILED_NOTE_CHARS],
+        )
+        return Plan(
+            ledger,
+            [
+                WriteLedger(ledger.to_json()),
+                Refuse(
+                    failed.image,
+                    f"{kind} failed and the rollback to {rollback.target.image} failed too: "
+                    f"{outcome.why_not_ready}; the failure: {failed.note}",
+                    FIX_ROLLBACK_FAILED,
+                ),
+            ],
+        )
     if outcome.smoke is not None:
         ledger.record_smoke(outcome.verdict, joined(rollback.note, outcome.smoke.summary()))
     steps = verified_steps(ledger, rollback.rendering, store=outcome.verdict != SMOKE_FAIL)
-    return Plan(ledger, steps + [Refuse(failed.image, f"{kind} failed and the rig was rolled back to "
-                                                      f"{rollback.target.image} (serving again); the failure: "
-                                                      f"{failed.note}", FIX_ROLLED_BACK)])
+    return Plan(
+        ledger,
+        steps
+        + [
+            Refuse(
+                failed.image,
+                f"{kind} failed and the rig was rolled back to "
+                f"{rollback.target.image} (serving again); the failure: "
+                f"{failed.note}",
+                FIX_ROLLED_BACK,
+            )
+        ],
+    )

@@ -99,8 +99,13 @@ def restored_rendering(host, target: Release, todays: Optional[Rendering]) -> Re
     return restored
 
 
-def bring_up(host, rendering: Rendering, compose: Optional[str], ready_timeout_s: int,
-             verify: Optional[Callable[[Rendering], SmokeReport]]) -> Outcome:
+def bring_up(
+    host,
+    rendering: Rendering,
+    compose: Optional[str],
+    ready_timeout_s: int,
+    verify: Optional[Callable[[Rendering], SmokeReport]],
+) -> Outcome:
     """Put ``rendering`` in place and release it without a pull (the image is on the rig); ``verify``: the
     smoke, None when it is off. ``compose`` None: read from the rig now."""
     apply_rendering(host, rendering)

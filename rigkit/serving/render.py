@@ -39,8 +39,14 @@ COMPOSE_FILE_NAME = "compose.yml"
 ENV_FILE_NAME = ".env"
 ENV_FILE_MODE = 0o600
 
-_templates = Environment(loader=FileSystemLoader(str(TEMPLATES_DIR)), undefined=StrictUndefined,
-                         trim_blocks=True, lstrip_blocks=True, keep_trailing_newline=True, autoescape=False)
+_templates = Environment(
+    loader=FileSystemLoader(str(TEMPLATES_DIR)),
+    undefined=StrictUndefined,
+    trim_blocks=True,
+    lstrip_blocks=True,
+    keep_trailing_newline=True,
+    autoescape=False,
+)
 
 
 def compose_escape(text: str) -> str:
@@ -55,8 +61,10 @@ def compose_escape(text: str) -> str:
 # (FSL2Adapter's docstring), so a torn write reads back as a hit. None: nothing to render; the card says so
 # (FS_L2_INTEGRITY). Set it to the option's JSON fields once an LMCache release reads one, e.g. {"checksum": "crc32"}.
 FS_L2_CHECKSUM: dict = {}
-FS_L2_INTEGRITY = ("no checksum: LMCache's fs L2 adapter (0.5.3) has no such option, so a torn or rotten file "
-                   "reads back as a hit and only the greedy check can catch it")
+FS_L2_INTEGRITY = (
+    "no checksum: LMCache's fs L2 adapter (0.5.3) has no such option, so a torn or rotten file "
+    "reads back as a hit and only the greedy check can catch it"
+)
 
 
 def default_l2_adapter() -> str:
@@ -69,14 +77,21 @@ def l2_integrity(settings: Settings) -> Optional[str]:
     if not settings.l2_active or "l2_adapter_json" not in settings.profile.all_knobs:
         return None
     adapter = settings.knobs["l2_adapter_json"]
-    if adapter is not None and json.loads(adapter if isinstance(adapter, str) else json.dumps(adapter)).get("type") != "fs":
+    if (
+        adapter is not None
+        and json.loads(adapter if isinstance(adapter, str) else json.dumps(adapter)).get("type") != "fs"
+    ):
         return None
     return f"checksum {FS_L2_CHECKSUM['checksum']}" if FS_L2_CHECKSUM.get("checksum") else FS_L2_INTEGRITY
 
 
 def _fill_placeholders(value: Any, settings: Settings) -> Any:
     # the same bytes LMCache's --l1-size-gb allocates (GiB), so an A/B compares equal cache sizes
-    fills = {"@l1_bytes": settings.l1_bytes, "@l2_dir": L2_CONTAINER_PATH, "@lmcache_port": settings.knobs["lmcache_port"]}
+    fills = {
+        "@l1_bytes": settings.l1_bytes,
+        "@l2_dir": L2_CONTAINER_PATH,
+        "@lmcache_port": settings.knobs["lmcache_port"],
+    }
     if isinstance(value, dict):
         return {key: _fill_placeholders(item, settings) for key, item in value.items()}
     if isinstance(value, list):
@@ -138,8 +153,9 @@ def dotenv_line(name: str, value: str, field: Optional[str] = None) -> str:
     """
     problem = env_value_problem(value)
     if problem:
-        raise ConfigError(field or name, value, f"cannot be written to .env: {problem}",
-                          "remove that character from the value")
+        raise ConfigError(
+            field or name, value, f"cannot be written to .env: {problem}", "remove that character from the value"
+        )
     if "'" in value or "\\" in value:
         return f'{name}="' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
     return f"{name}='{value}'"
@@ -152,9 +168,11 @@ def render_env(settings: Settings) -> str:
 
 
 def labels(settings: Settings) -> dict[str, str]:
-    found = {STACK_LABEL: STACK_NAME,
-             f"{LABEL_PREFIX}.profile": settings.profile.name,
-             KNOBS_HASH_LABEL: settings.knobs_hash}
+    found = {
+        STACK_LABEL: STACK_NAME,
+        f"{LABEL_PREFIX}.profile": settings.profile.name,
+        KNOBS_HASH_LABEL: settings.knobs_hash,
+    }
     if settings.model_source:
         found[MODEL_LABEL] = settings.model_source.spec
     return found
@@ -179,8 +197,9 @@ def compose_document(settings: Settings) -> dict[str, Any]:
         "environment": [f"{name}={value}" for name, value in settings.profile.fixed_env.items()],
     }
     if settings.model_source:
-        service["environment"] += [f"{name}={value}" for name, value in OFFLINE_ENV.items()
-                                   if name not in settings.profile.fixed_env]
+        service["environment"] += [
+            f"{name}={value}" for name, value in OFFLINE_ENV.items() if name not in settings.profile.fixed_env
+        ]
     service = _escaped(service)
     service["environment"] = [f"{name}=${{{name}:-}}" for name in env_values(settings)] + service["environment"]
     # Long bind syntax: a missing source is an error, never created on the fly, so a stack whose L2
@@ -190,14 +209,16 @@ def compose_document(settings: Settings) -> dict[str, Any]:
     if settings.l2_active:
         volumes.append(_escaped({"type": "bind", "source": knobs["l2_path"], "target": L2_CONTAINER_PATH}))
     if settings.model_source:
-        volumes.append(_escaped({"type": "bind", "source": settings.model_dir, "target": MODEL_CONTAINER_PATH,
-                                 "read_only": True}))
+        volumes.append(
+            _escaped({"type": "bind", "source": settings.model_dir, "target": MODEL_CONTAINER_PATH, "read_only": True})
+        )
     if volumes:
         service["volumes"] = volumes
     if settings.profile.needs_gpus:
         device: dict[str, Any] = {"driver": "nvidia"}
-        device.update({"device_ids": [str(index) for index in settings.gpu_ids]} if settings.gpu_ids
-                      else {"count": "all"})
+        device.update(
+            {"device_ids": [str(index) for index in settings.gpu_ids]} if settings.gpu_ids else {"count": "all"}
+        )
         device["capabilities"] = ["gpu"]
         service["deploy"] = {"resources": {"reservations": {"devices": [device]}}}
     return {"services": {SERVICE_NAME: service}}
@@ -215,8 +236,9 @@ def _escaped(value: Any) -> Any:
 
 # The header names the module by its path before rigkit/ had packages: it is part of the rendering (and so of the
 # release hash every rig compares), and a rigkit upgrade must not make every deployed rig look drifted.
-COMPOSE_HEADER = ("# Rendered by rigkit (rigkit/render.py) for profile {profile}: change profiles.yaml or the knobs, "
-                  "not this file.\n")
+COMPOSE_HEADER = (
+    "# Rendered by rigkit (rigkit/render.py) for profile {profile}: change profiles.yaml or the knobs, not this file.\n"
+)
 
 
 def render_compose(settings: Settings) -> str:
@@ -228,8 +250,12 @@ def render_compose(settings: Settings) -> str:
 def compose_argv(compose_command: Optional[str]) -> list[str]:
     """The compose command as argv from the rig's ComposeCommand fact ("docker compose" | "docker-compose")."""
     if compose_command not in ("docker compose", "docker-compose"):
-        raise PreflightError("compose", compose_command, "neither `docker compose` (v2) nor `docker-compose` (v1)",
-                             "install the docker compose plugin (the docker role does)")
+        raise PreflightError(
+            "compose",
+            compose_command,
+            "neither `docker compose` (v2) nor `docker-compose` (v1)",
+            "install the docker compose plugin (the docker role does)",
+        )
     return compose_command.split()
 
 

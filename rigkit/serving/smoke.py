@@ -56,9 +56,16 @@ def _check(name: str, func: Callable[[], str]) -> SmokeCheck:
 
 def chat_answered(session: requests.Session, base_url: str, served_name: str, timeout: float) -> str:
     """One chat completion at ``base_url`` (a rig, or the router in front of them) returns text."""
-    response = session.post(f"{base_url}/v1/chat/completions", timeout=timeout, json={
-        "model": served_name, "max_tokens": 16, "temperature": 0,
-        "messages": [{"role": "user", "content": SMOKE_PROMPT}]})
+    response = session.post(
+        f"{base_url}/v1/chat/completions",
+        timeout=timeout,
+        json={
+            "model": served_name,
+            "max_tokens": 16,
+            "temperature": 0,
+            "messages": [{"role": "user", "content": SMOKE_PROMPT}],
+        },
+    )
     response.raise_for_status()
     text = response.json()["choices"][0]["message"]["content"] or ""
     if not text.strip():
@@ -91,9 +98,19 @@ def check_http(base_url: str, served_name: str, timeout: float = 60.0) -> list[S
 
     def stream() -> str:
         chunks = 0
-        with session.post(f"{base_url}/v1/completions", timeout=timeout, stream=True, json={
-                "model": served_name, "prompt": SMOKE_PROMPT, "max_tokens": 16,
-                "temperature": 0, "stream": True, "ignore_eos": True}) as response:
+        with session.post(
+            f"{base_url}/v1/completions",
+            timeout=timeout,
+            stream=True,
+            json={
+                "model": served_name,
+                "prompt": SMOKE_PROMPT,
+                "max_tokens": 16,
+                "temperature": 0,
+                "stream": True,
+                "ignore_eos": True,
+            },
+        ) as response:
             response.raise_for_status()
             for line in response.iter_lines():
                 if line.startswith(b"data: ") and line != b"data: [DONE]":
@@ -111,8 +128,13 @@ def check_http(base_url: str, served_name: str, timeout: float = 60.0) -> list[S
             raise ValueError(f"/metrics lacks {missing}")
         return f"{len(names)} families"
 
-    return [_check("health", health), _check("models", models), _check("chat", chat),
-            _check("stream", stream), _check("metrics", metrics)]
+    return [
+        _check("health", health),
+        _check("models", models),
+        _check("chat", chat),
+        _check("stream", stream),
+        _check("metrics", metrics),
+    ]
 
 
 def parse_env_output(env_output: str) -> dict[str, str]:
@@ -135,19 +157,26 @@ def check_hash_seed(env_output: str, declared_seed: int) -> SmokeCheck:
     actual = parse_env_output(env_output).get(HASH_SEED_ENV)
     if actual != str(declared_seed):
         seen = "unset (a random seed per process)" if actual is None else repr(actual)
-        return SmokeCheck("hash_seed", False, f"{HASH_SEED_ENV} is {seen} in the container but kv_hash_seed "
-                          f"declares {declared_seed}: its store keys would not match the other engines'")
+        return SmokeCheck(
+            "hash_seed",
+            False,
+            f"{HASH_SEED_ENV} is {seen} in the container but kv_hash_seed "
+            f"declares {declared_seed}: its store keys would not match the other engines'",
+        )
     return SmokeCheck("hash_seed", True, f"{HASH_SEED_ENV}={actual} as kv_hash_seed declares")
 
 
-def check_container(env_output: str, inspect_json: str, expected_env: dict[str, str],
-                    expected_in_command: Iterable[str]) -> list[SmokeCheck]:
+def check_container(
+    env_output: str, inspect_json: str, expected_env: dict[str, str], expected_in_command: Iterable[str]
+) -> list[SmokeCheck]:
     def env() -> str:
         actual = parse_env_output(env_output)
         wrong = {k: (redacted(k, v), redacted(k, actual.get(k))) for k, v in expected_env.items() if actual.get(k) != v}
         if wrong:
-            raise ValueError("knobs that did not reach the container (declared, actual): "
-                             + ", ".join(f"{k}={d!r} got {a!r}" for k, (d, a) in sorted(wrong.items())))
+            raise ValueError(
+                "knobs that did not reach the container (declared, actual): "
+                + ", ".join(f"{k}={d!r} got {a!r}" for k, (d, a) in sorted(wrong.items()))
+            )
         return f"{len(expected_env)} knobs match"
 
     def command() -> str:

@@ -27,8 +27,10 @@ def settings_tables() -> str:
         elif name == "host":
             sections.append("## Every host (rigkit/settings/defaults.py)\n\n" + docs_table(variables))
         else:
-            sections.append(f"## Role `{name}` (roles/{name}.py, variables in rigkit/settings/defaults.py)\n\n"
-                            + docs_table(variables))
+            sections.append(
+                f"## Role `{name}` (roles/{name}.py, variables in rigkit/settings/defaults.py)\n\n"
+                + docs_table(variables)
+            )
     return "\n\n".join(sections)
 
 

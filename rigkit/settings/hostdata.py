@@ -101,11 +101,15 @@ class Settings:
         if self.l2_active:
             return {}
         if self.profile.l2_mode == "never":
-            why = (f"profile {self.profile.name} keeps its connector's KV in RAM only (connector l2: never): "
-                   "nothing survives a restart")
+            why = (
+                f"profile {self.profile.name} keeps its connector's KV in RAM only (connector l2: never): "
+                "nothing survives a restart"
+            )
         else:
-            why = (f"profile {self.profile.name} runs with l2_enabled false: its RAM tier (L1) dies with the stack, "
-                   "so nothing survives a restart")
+            why = (
+                f"profile {self.profile.name} runs with l2_enabled false: its RAM tier (L1) dies with the stack, "
+                "so nothing survives a restart"
+            )
         return {"warm-persistent": why}
 
     @property
@@ -177,10 +181,14 @@ class Settings:
     @property
     def knobs_hash(self) -> str:
         """Changes whenever anything rendered would change: profile, image or any knob."""
-        knobs = {name: value for name, value in self.knobs.items() if name not in NOT_HASHED
-                 and not (name in HASHED_ONLY_WHEN_SET and value == KNOBS_BY_NAME[name].default)}
-        payload = json.dumps({"profile": self.profile.name, "image": self.image, "knobs": knobs},
-                             sort_keys=True, default=str)
+        knobs = {
+            name: value
+            for name, value in self.knobs.items()
+            if name not in NOT_HASHED and not (name in HASHED_ONLY_WHEN_SET and value == KNOBS_BY_NAME[name].default)
+        }
+        payload = json.dumps(
+            {"profile": self.profile.name, "image": self.image, "knobs": knobs}, sort_keys=True, default=str
+        )
         return hashlib.sha256(payload.encode()).hexdigest()[:16]
 
     def capacity(self) -> str:
@@ -191,8 +199,12 @@ class Settings:
             l2_gb = self.knobs["l2_budget_gb"] if self.l2_active else None
             line = capacity_line(self.l1_gib or None, l2_gb, self.kv_bytes_per_token)
         if self.gpu_kv_bytes_per_token:
-            line += " | " + gpu_line(self.gpu_kv_bytes_per_token, self.knobs["kv_cache_dtype"],
-                                     self.knobs["tensor_parallel_size"], self.knobs["max_model_len"])
+            line += " | " + gpu_line(
+                self.gpu_kv_bytes_per_token,
+                self.knobs["kv_cache_dtype"],
+                self.knobs["tensor_parallel_size"],
+                self.knobs["max_model_len"],
+            )
         return line
 
 
@@ -204,8 +216,12 @@ def refuse_unknown_keys(data: dict, variables: Iterable[Variable]) -> None:
     names = [key for key in data if not key.startswith(CONNECTION_PREFIXES)]
     for name in names:
         if name in RETIRED_KNOBS:
-            raise ConfigError(name, data[name], f"no longer a setting: {RETIRED_KNOBS[name]}",
-                              f"remove {name} from host and group data")
+            raise ConfigError(
+                name,
+                data[name],
+                f"no longer a setting: {RETIRED_KNOBS[name]}",
+                f"remove {name} from host and group data",
+            )
     refuse_unknown(names, known_keys(variables), "host data")
 
 
@@ -220,19 +236,28 @@ def _check_gpu_count(knobs: dict[str, Any], mask: list[int], host_gpus: Optional
     """Tensor parallelism needs one GPU per rank: refuse more ranks than the GPUs the stack gets."""
     tensor_parallel = knobs["tensor_parallel_size"]
     if mask and tensor_parallel > len(mask):
-        raise ConfigError("tensor_parallel_size", tensor_parallel,
-                          f"needs {tensor_parallel} GPUs but gpu_mask {knobs['gpu_mask']!r} selects {len(mask)}",
-                          f"set tensor_parallel_size to at most {len(mask)}, or select more GPUs in gpu_mask")
+        raise ConfigError(
+            "tensor_parallel_size",
+            tensor_parallel,
+            f"needs {tensor_parallel} GPUs but gpu_mask {knobs['gpu_mask']!r} selects {len(mask)}",
+            f"set tensor_parallel_size to at most {len(mask)}, or select more GPUs in gpu_mask",
+        )
     if host_gpus:  # declared by the host's data (0: not declared, the GPU roles skip the host)
         beyond = [index for index in mask if index >= host_gpus]
         if beyond:
-            raise ConfigError("gpu_mask", knobs["gpu_mask"], f"names GPU {beyond[0]} but the host declares "
-                              f"gpus: {host_gpus} (indices 0 to {host_gpus - 1})",
-                              "name GPUs the host has, or correct gpus")
+            raise ConfigError(
+                "gpu_mask",
+                knobs["gpu_mask"],
+                f"names GPU {beyond[0]} but the host declares gpus: {host_gpus} (indices 0 to {host_gpus - 1})",
+                "name GPUs the host has, or correct gpus",
+            )
         if not mask and tensor_parallel > host_gpus:
-            raise ConfigError("tensor_parallel_size", tensor_parallel,
-                              f"needs {tensor_parallel} GPUs but the host declares gpus: {host_gpus}",
-                              f"set tensor_parallel_size to at most {host_gpus}, or correct gpus")
+            raise ConfigError(
+                "tensor_parallel_size",
+                tensor_parallel,
+                f"needs {tensor_parallel} GPUs but the host declares gpus: {host_gpus}",
+                f"set tensor_parallel_size to at most {host_gpus}, or correct gpus",
+            )
 
 
 # A long flag in the profile's shell text, also inside ${NAME:+--flag "$NAME"}.
@@ -250,13 +275,22 @@ def _refuse_rendered_flags(profile: Profile, extra_args: list[str]) -> None:
     for arg in extra_args:
         flag = flag_name(arg)
         if flag == "--kv-transfer-config":
-            raise ConfigError("extra_engine_args", arg, "sets --kv-transfer-config, the profile's KV connector "
-                              "(an A/B baseline must differ from its base only there)",
-                              "pick the profile with that connector (profiles.yaml) instead")
+            raise ConfigError(
+                "extra_engine_args",
+                arg,
+                "sets --kv-transfer-config, the profile's KV connector "
+                "(an A/B baseline must differ from its base only there)",
+                "pick the profile with that connector (profiles.yaml) instead",
+            )
         if flag in rendered_flags(profile):
-            raise ConfigError("extra_engine_args", arg, f"sets {flag}, which profile {profile.name} already "
-                              "renders (vLLM would silently take one of the two)",
-                              "set the knob that renders it (docs/settings.md), not extra_engine_args")
+            raise ConfigError(
+                "extra_engine_args",
+                arg,
+                f"sets {flag}, which profile {profile.name} already renders (vLLM would silently take one of the two)",
+                "set the knob that renders it (docs/settings.md), not extra_engine_args",
+            )
+
+
 def listen_ports(profile: Profile, knobs: dict[str, Any]) -> dict[str, int]:
     """knob name -> port of each listening port the profile's processes read (serving_port always)."""
     names = ["serving_port"] + [name for name in PORT_KNOBS[1:] if name in profile.all_knobs]
@@ -269,9 +303,13 @@ def _refuse_shared_ports(profile: Profile, knobs: dict[str, Any]) -> None:
     for name, port in listen_ports(profile, knobs).items():
         if port in taken:
             free = next(p for p in range(port + 1, 65536) if p not in taken)
-            raise ConfigError(name, port, f"is {taken[port]} too: profile {profile.name} listens on both (host "
-                              "networking), so the second process would fail at start",
-                              f"set {name} to another port, e.g. {free}")
+            raise ConfigError(
+                name,
+                port,
+                f"is {taken[port]} too: profile {profile.name} listens on both (host "
+                "networking), so the second process would fail at start",
+                f"set {name} to another port, e.g. {free}",
+            )
         taken[port] = name
 
 
@@ -282,21 +320,36 @@ def _point_l2_at_kv_store(knobs: dict[str, Any], role_values: dict[str, Any]) ->
     if address is None:
         return
     if knobs["l2_adapter_json"] is not None:
-        raise ConfigError("l2_adapter_json", knobs["l2_adapter_json"], "is set and so is l2_kv_store_address: "
-                          "two L2 adapters for one tier", "set one of them (l2_kv_store_address renders the Valkey "
-                          "adapter itself)")
+        raise ConfigError(
+            "l2_adapter_json",
+            knobs["l2_adapter_json"],
+            "is set and so is l2_kv_store_address: two L2 adapters for one tier",
+            "set one of them (l2_kv_store_address renders the Valkey adapter itself)",
+        )
     if not knobs["l2_enabled"]:
-        raise ConfigError("l2_enabled", False, "l2_kv_store_address points the L2 tier at the store, but the L2 "
-                          "tier is off", "set l2_enabled: true, or remove l2_kv_store_address")
+        raise ConfigError(
+            "l2_enabled",
+            False,
+            "l2_kv_store_address points the L2 tier at the store, but the L2 tier is off",
+            "set l2_enabled: true, or remove l2_kv_store_address",
+        )
     if knobs["kv_store_password"] is None:
-        raise ConfigError("kv_store_password", None, "l2_kv_store_address is set but no password: the store "
-                          "refuses every unauthenticated command", "export RIGKIT_KV_STORE_PASSWORD on the "
-                          "controller (the same value the kv_store role sets)")
+        raise ConfigError(
+            "kv_store_password",
+            None,
+            "l2_kv_store_address is set but no password: the store refuses every unauthenticated command",
+            "export RIGKIT_KV_STORE_PASSWORD on the controller (the same value the kv_store role sets)",
+        )
     knobs["l2_adapter_json"] = kv_store.adapter_json(address, role_values.get("kv_store_port", KV_STORE_PORT.default))
 
 
-def _derive(profile: Profile, knobs: dict[str, Any], role_values: dict[str, Any],
-            share: dict[str, Any], profiles: Mapping[str, Profile]) -> dict[str, Any]:
+def _derive(
+    profile: Profile,
+    knobs: dict[str, Any],
+    role_values: dict[str, Any],
+    share: dict[str, Any],
+    profiles: Mapping[str, Profile],
+) -> dict[str, Any]:
     """Fill knobs whose default depends on others; refuse combinations no host fact can fix."""
     derived = dict(knobs)
     _refuse_shared_ports(profile, derived)
@@ -312,20 +365,28 @@ def _derive(profile: Profile, knobs: dict[str, Any], role_values: dict[str, Any]
         if derived["served_model_name"] is None:
             derived["served_model_name"] = source.default_served_name
         if derived["model_store_path"] is None:
-            derived["model_store_path"] = posixpath.join(role_values.get("l2_mount_point") or DEFAULT_L2_MOUNT,
-                                                         MODEL_STORE_DIR)
+            derived["model_store_path"] = posixpath.join(
+                role_values.get("l2_mount_point") or DEFAULT_L2_MOUNT, MODEL_STORE_DIR
+            )
     if derived["model"] is None:
-        raise ConfigError("model", None, f"profile {profile.name} has no default model",
-                          "set model (a model id or an in-container path) in host or group data")
+        raise ConfigError(
+            "model",
+            None,
+            f"profile {profile.name} has no default model",
+            "set model (a model id or an in-container path) in host or group data",
+        )
     if derived["served_model_name"] is None:
         derived["served_model_name"] = derived["model"]
     gpus = gpu_indices(derived["gpu_mask"])
     if derived["tensor_parallel_size"] is None:
         derived["tensor_parallel_size"] = len(gpus) or max(profile.resources.gpus, 1)
     if gpus and len(gpus) < profile.resources.gpus:
-        raise ConfigError("gpu_mask", derived["gpu_mask"],
-                          f"selects {len(gpus)} GPU(s) but profile {profile.name} needs {profile.resources.gpus}",
-                          f"select at least {profile.resources.gpus} GPUs, or clear gpu_mask to use every GPU")
+        raise ConfigError(
+            "gpu_mask",
+            derived["gpu_mask"],
+            f"selects {len(gpus)} GPU(s) but profile {profile.name} needs {profile.resources.gpus}",
+            f"select at least {profile.resources.gpus} GPUs, or clear gpu_mask to use every GPU",
+        )
     _check_gpu_count(derived, gpus, role_values.get("gpus"))
     _point_l2_at_kv_store(derived, role_values)
     _refuse_rendered_flags(profile, derived["extra_engine_args"])
@@ -334,11 +395,14 @@ def _derive(profile: Profile, knobs: dict[str, Any], role_values: dict[str, Any]
     if derived["mem_limit_gb"] is None:
         derived["mem_limit_gb"] = needed
     elif derived["mem_limit_gb"] < needed:
-        raise ConfigError("mem_limit_gb", derived["mem_limit_gb"],
-                          f"below L1 {l1_gib} + model page cache {derived['model_size_gb']} + headroom "
-                          f"{derived['mem_headroom_gb']} = {needed} GiB (pinned L1 and mmap'd weights both count "
-                          "against the container; too small crash-loops with 'WorkerProc initialization failed')",
-                          f"set mem_limit_gb to at least {needed}, or lower l1_size_gb")
+        raise ConfigError(
+            "mem_limit_gb",
+            derived["mem_limit_gb"],
+            f"below L1 {l1_gib} + model page cache {derived['model_size_gb']} + headroom "
+            f"{derived['mem_headroom_gb']} = {needed} GiB (pinned L1 and mmap'd weights both count "
+            "against the container; too small crash-loops with 'WorkerProc initialization failed')",
+            f"set mem_limit_gb to at least {needed}, or lower l1_size_gb",
+        )
     return derived
 
 
@@ -353,50 +417,77 @@ def required_secret(data: dict, name: str, needed_by: str) -> str:
     the controller's environment, validated; ConfigError (the value redacted) when missing or refused."""
     values = {**secrets_from_controller(data), **data}
     if values.get(name) is None:
-        raise ConfigError(name, None, f"{needed_by} needs it and it is not set",
-                          f"export {controller_secret_variable(name)} on the controller (never in host data or "
-                          "--data: both end up in logs and ps)")
+        raise ConfigError(
+            name,
+            None,
+            f"{needed_by} needs it and it is not set",
+            f"export {controller_secret_variable(name)} on the controller (never in host data or "
+            "--data: both end up in logs and ps)",
+        )
     try:
         return KNOBS_BY_NAME[name].coerce(values[name])
     except ConfigError as exc:
         raise ConfigError(name, REDACTED, exc.problem, exc.fix) from None
 
 
-def settings_for_host(data: dict, profiles: Optional[dict[str, Profile]] = None,
-                      variables: Optional[Iterable[Variable]] = None) -> Settings:
+def settings_for_host(
+    data: dict, profiles: Optional[dict[str, Profile]] = None, variables: Optional[Iterable[Variable]] = None
+) -> Settings:
     """Validated Settings for one host's data; ConfigError (naming the field) on any bad input."""
     variables = ALL_VARIABLES if variables is None else list(variables)
     refuse_unknown_keys(data, variables)
     profiles = load_profiles() if profiles is None else profiles
     if "serving_profile" not in data:
-        raise ConfigError("serving_profile", None, "no profile selected",
-                          f"set serving_profile to one of {', '.join(sorted(profiles))}")
+        raise ConfigError(
+            "serving_profile",
+            None,
+            "no profile selected",
+            f"set serving_profile to one of {', '.join(sorted(profiles))}",
+        )
     profile = get_profile(profiles, KNOBS_BY_NAME["serving_profile"].coerce(data["serving_profile"]))
     try:
-        knobs = resolve(KNOBS, {**profile.defaults, **secrets_from_controller(data),
-                                **{k: v for k, v in data.items() if k in KNOBS_BY_NAME}})
+        knobs = resolve(
+            KNOBS,
+            {
+                **profile.defaults,
+                **secrets_from_controller(data),
+                **{k: v for k, v in data.items() if k in KNOBS_BY_NAME},
+            },
+        )
     except ConfigError as exc:
         if exc.field in SECRET_KNOBS:  # never echo a token into a log
             raise ConfigError(exc.field, REDACTED, exc.problem, exc.fix) from None
         raise
     if knobs["model_source"] and "model" in data:
-        raise ConfigError("model", data["model"], "is set and so is model_source: the engine loads the staged "
-                          f"model_source at {MODEL_CONTAINER_PATH}", "remove model (served_model_name keeps the "
-                          "API's name)")
+        raise ConfigError(
+            "model",
+            data["model"],
+            f"is set and so is model_source: the engine loads the staged model_source at {MODEL_CONTAINER_PATH}",
+            "remove model (served_model_name keeps the API's name)",
+        )
     if profile.status == "incubating" and not knobs["allow_incubating"]:
-        raise ConfigError("serving_profile", profile.name, "is incubating: deploying it needs an explicit opt-in",
-                          "set allow_incubating: true for this host or group, or pick a production profile")
+        raise ConfigError(
+            "serving_profile",
+            profile.name,
+            "is incubating: deploying it needs an explicit opt-in",
+            "set allow_incubating: true for this host or group, or pick a production profile",
+        )
     if knobs["serving_image"] is not None:
         image = require_digest(knobs["serving_image"], "serving_image", profile.image_repo)
     elif profile.image is not None:
         image = require_digest(profile.image, f"profiles.{profile.name}.image")
     else:
-        raise ConfigError("serving_image", None, f"profile {profile.name} pins no image",
-                          f"set serving_image to {profile.image_repo}@sha256:<64 hex> "
-                          f"(`rigkit resolve {profile.image_repo}:TAG` prints it)")
+        raise ConfigError(
+            "serving_image",
+            None,
+            f"profile {profile.name} pins no image",
+            f"set serving_image to {profile.image_repo}@sha256:<64 hex> "
+            f"(`rigkit resolve {profile.image_repo}:TAG` prints it)",
+        )
     share = resolve(KV_SHARE_VARIABLES, data)  # where a shared store lives, whichever variables are validated
-    return Settings(profile=profile, image=image,
-                    knobs=_derive(profile, knobs, resolve(variables, data), share, profiles))
+    return Settings(
+        profile=profile, image=image, knobs=_derive(profile, knobs, resolve(variables, data), share, profiles)
+    )
 
 
 @dataclass(frozen=True)
@@ -419,8 +510,12 @@ class RigSettings:
     def stack(self) -> Settings:
         """The serving stack's Settings; ConfigError when the host declares no serving_profile."""
         if self.declared_stack is None:
-            raise ConfigError("serving_profile", None, "this run needs a serving stack but the host selects none",
-                              "set serving_profile in host or group data (profiles.yaml lists them)")
+            raise ConfigError(
+                "serving_profile",
+                None,
+                "this run needs a serving stack but the host selects none",
+                "set serving_profile in host or group data (profiles.yaml lists them)",
+            )
         return self.declared_stack
 
     def __getattr__(self, section: str) -> Mapping[str, Any]:
@@ -436,24 +531,40 @@ def check_relations(sections: Mapping[str, Mapping[str, Any]]) -> None:
     l2 = sections["l2_disk"]
     problem = label_problem(l2["l2_label"], l2["l2_fstype"])
     if problem:
-        raise ConfigError("l2_label", l2["l2_label"], problem,
-                          f"write a label of at most {LABEL_LIMITS[l2['l2_fstype']]} characters, e.g. rigkit-l2")
+        raise ConfigError(
+            "l2_label",
+            l2["l2_label"],
+            problem,
+            f"write a label of at most {LABEL_LIMITS[l2['l2_fstype']]} characters, e.g. rigkit-l2",
+        )
     if not sections["host"]["package_repos_allow_http"]:
         for section in sections.values():
             for name, value in section.items():
                 if name in PACKAGE_REPOSITORY_SETTINGS and value and plain_http_problem(value):
-                    raise ConfigError(name, value, plain_http_problem(value),
-                                      f"write https://{value[len('http://'):]}, or set package_repos_allow_http: "
-                                      "true for a mirror on a network you trust")
+                    raise ConfigError(
+                        name,
+                        value,
+                        plain_http_problem(value),
+                        f"write https://{value[len('http://') :]}, or set package_repos_allow_http: "
+                        "true for a mirror on a network you trust",
+                    )
     firewall = sections["api_firewall"]
     if firewall["api_firewall"] and not firewall["api_allowed_sources"] and not firewall["api_allow_controller"]:
-        raise ConfigError("api_allowed_sources", [], "is empty while api_allow_controller is false: only the rig "
-                          "itself could reach its API (the router, the controller and every client cut off)",
-                          "list the router's address in api_allowed_sources, or set api_allow_controller: true")
+        raise ConfigError(
+            "api_allowed_sources",
+            [],
+            "is empty while api_allow_controller is false: only the rig "
+            "itself could reach its API (the router, the controller and every client cut off)",
+            "list the router's address in api_allowed_sources, or set api_allow_controller: true",
+        )
     store = sections["kv_store"]
     if store["kv_store_firewall"] and store["kv_store_allowed_sources"] == []:
-        raise ConfigError("kv_store_allowed_sources", [], "is empty: no rig could reach the store",
-                          "leave it unset (every rig of the inventory) or list the rigs' addresses")
+        raise ConfigError(
+            "kv_store_allowed_sources",
+            [],
+            "is empty: no rig could reach the store",
+            "leave it unset (every rig of the inventory) or list the rigs' addresses",
+        )
 
 
 def rig_settings(data: dict, profiles: Optional[dict[str, Profile]] = None, needs_stack: bool = True) -> RigSettings:

@@ -159,12 +159,14 @@ def _leaves(value):
 
 def without_connector(profile: Profile, name: Optional[str] = None, doc: Optional[str] = None) -> Profile:
     """The same stack with the KV connector (and what only it reads) removed: the A/B baseline."""
-    return profile.model_copy(update={
-        "name": name or f"{profile.name}-baseline",
-        "doc": doc or f"{profile.name} without its KV connector (A/B baseline)",
-        "connector": None,
-        "baseline_of": profile.name,
-    })
+    return profile.model_copy(
+        update={
+            "name": name or f"{profile.name}-baseline",
+            "doc": doc or f"{profile.name} without its KV connector (A/B baseline)",
+            "connector": None,
+            "baseline_of": profile.name,
+        }
+    )
 
 
 def ab_pair(profiles: dict[str, Profile], name: str) -> tuple[Profile, Profile]:
@@ -172,8 +174,9 @@ def ab_pair(profiles: dict[str, Profile], name: str) -> tuple[Profile, Profile]:
     profile = get_profile(profiles, name)
     if profile.connector is None:
         if profile.baseline_of is None:
-            raise ConfigError("serving_profile", name, "has no KV connector, so no A/B pair",
-                              "pick a profile with a connector")
+            raise ConfigError(
+                "serving_profile", name, "has no KV connector, so no A/B pair", "pick a profile with a connector"
+            )
         return get_profile(profiles, profile.baseline_of), profile
     declared = [p for p in profiles.values() if p.baseline_of == name]
     return profile, (declared[0] if declared else without_connector(profile))
@@ -212,29 +215,44 @@ def _refuse_text_for_list(path: Path, where: str, entry: dict) -> None:
     """A string where a list is expected would be split into its characters by list()."""
     for key in _LIST_FIELDS:
         if key in entry and entry[key] is not None and not isinstance(entry[key], list):
-            raise _error(path, f"{where}.{key}", f"must be a list, got {type(entry[key]).__name__} {entry[key]!r}",
-                         f"write it as a YAML list: {key}: [{entry[key]}]")
+            raise _error(
+                path,
+                f"{where}.{key}",
+                f"must be a list, got {type(entry[key]).__name__} {entry[key]!r}",
+                f"write it as a YAML list: {key}: [{entry[key]}]",
+            )
 
 
 def _refuse_unknown(path: Path, where: str, keys, known) -> None:
     for key in keys:
         if key not in known:
             near = closest_name(str(key), known)
-            raise _error(path, f"{where}.{key}", "unknown key",
-                         f"did you mean {near!r}?" if near else f"use one of {', '.join(known)}")
+            raise _error(
+                path,
+                f"{where}.{key}",
+                "unknown key",
+                f"did you mean {near!r}?" if near else f"use one of {', '.join(known)}",
+            )
 
 
 def _refuse_unread_defaults(path: Path, profile: Profile) -> None:
     """A default for a container knob the profile never reads, or "@l2_dir" in a connector with no L2 tier."""
     for knob in profile.defaults:
         if KNOBS_BY_NAME[knob].env and knob not in profile.all_knobs:
-            raise _error(path, f"profiles.{profile.name}.defaults.{knob}", "is a knob this profile never reads",
-                         f"add {knob} to the profile's knobs, or remove the default")
+            raise _error(
+                path,
+                f"profiles.{profile.name}.defaults.{knob}",
+                "is a knob this profile never reads",
+                f"add {knob} to the profile's knobs, or remove the default",
+            )
     if profile.connector and profile.connector.l2 == "never":
         if "@l2_dir" in _leaves(profile.connector.kv_transfer_config):
-            raise _error(path, f"profiles.{profile.name}.connector.kv_transfer_config", "uses @l2_dir but the "
-                         "connector has no L2 tier (l2: never), so it would name a directory never mounted",
-                         "set connector.l2 to optional or always, or remove @l2_dir")
+            raise _error(
+                path,
+                f"profiles.{profile.name}.connector.kv_transfer_config",
+                "uses @l2_dir but the connector has no L2 tier (l2: never), so it would name a directory never mounted",
+                "set connector.l2 to optional or always, or remove @l2_dir",
+            )
 
 
 def parse_profiles(text: str, path: Path = PROFILES_FILE) -> dict[str, Profile]:
@@ -266,13 +284,20 @@ def parse_profiles(text: str, path: Path = PROFILES_FILE) -> dict[str, Profile]:
         own_env = entry.get("fixed_env") or {}
         clashes = {k for k in own_env if k in common_env and str(own_env[k]) != common_env[k]}
         if clashes:
-            raise _error(path, f"profiles.{name}.fixed_env", f"sets {sorted(clashes)} otherwise than common.fixed_env",
-                         "every profile keeps common.fixed_env (telemetry off): remove them from the profile")
-        merged = {**entry, "name": name,
-                  # the profile's own env in its order, then what common adds (a profile's rendering stays put)
-                  "fixed_env": {**own_env, **{k: v for k, v in common_env.items() if k not in own_env}},
-                  "knobs": list(common.get("knobs", [])) + list(entry.get("knobs") or []),
-                  "engine_args": list(common.get("engine_args", [])) + list(entry.get("engine_args") or [])}
+            raise _error(
+                path,
+                f"profiles.{name}.fixed_env",
+                f"sets {sorted(clashes)} otherwise than common.fixed_env",
+                "every profile keeps common.fixed_env (telemetry off): remove them from the profile",
+            )
+        merged = {
+            **entry,
+            "name": name,
+            # the profile's own env in its order, then what common adds (a profile's rendering stays put)
+            "fixed_env": {**own_env, **{k: v for k, v in common_env.items() if k not in own_env}},
+            "knobs": list(common.get("knobs", [])) + list(entry.get("knobs") or []),
+            "engine_args": list(common.get("engine_args", [])) + list(entry.get("engine_args") or []),
+        }
         try:
             profile = Profile(**merged)
         except ValidationError as exc:
@@ -291,21 +316,37 @@ def parse_profiles(text: str, path: Path = PROFILES_FILE) -> dict[str, Profile]:
             continue
         extra = set(entry) - {"baseline_of", "doc"}
         if extra:
-            raise _error(path, f"profiles.{name}", f"a baseline_of profile takes only doc, not {sorted(extra)}",
-                         "derive, don't copy: change the base profile instead")
+            raise _error(
+                path,
+                f"profiles.{name}",
+                f"a baseline_of profile takes only doc, not {sorted(extra)}",
+                "derive, don't copy: change the base profile instead",
+            )
         base = profiles.get(entry["baseline_of"])
         if base is None:
             if isinstance(entries.get(entry["baseline_of"]), dict) and "baseline_of" in entries[entry["baseline_of"]]:
-                raise _error(path, f"profiles.{name}.baseline_of", f"{entry['baseline_of']!r} is itself a "
-                             "baseline (no connector to drop)", f"point baseline_of at the profile "
-                             f"{entry['baseline_of']!r} derives from: "
-                             f"{entries[entry['baseline_of']]['baseline_of']!r}")
+                raise _error(
+                    path,
+                    f"profiles.{name}.baseline_of",
+                    f"{entry['baseline_of']!r} is itself a baseline (no connector to drop)",
+                    f"point baseline_of at the profile "
+                    f"{entry['baseline_of']!r} derives from: "
+                    f"{entries[entry['baseline_of']]['baseline_of']!r}",
+                )
             near = closest_name(str(entry["baseline_of"]), profiles)
-            raise _error(path, f"profiles.{name}.baseline_of", f"no profile {entry['baseline_of']!r}",
-                         f"did you mean {near!r}?" if near else f"one of {', '.join(sorted(profiles))}")
+            raise _error(
+                path,
+                f"profiles.{name}.baseline_of",
+                f"no profile {entry['baseline_of']!r}",
+                f"did you mean {near!r}?" if near else f"one of {', '.join(sorted(profiles))}",
+            )
         if base.connector is None:
-            raise _error(path, f"profiles.{name}.baseline_of", f"{base.name} has no connector to drop",
-                         "point baseline_of at a profile with a connector")
+            raise _error(
+                path,
+                f"profiles.{name}.baseline_of",
+                f"{base.name} has no connector to drop",
+                "point baseline_of at a profile with a connector",
+            )
         profiles[name] = without_connector(base, name=name, doc=entry.get("doc"))
     return profiles
 

@@ -36,45 +36,61 @@ def sessions_fitting(capacity_gb: float, tokens: int, kv_bytes_per_token: int) -
 
 
 def _tier(label: str, capacity_bytes: float, kv_bytes_per_token: int) -> str:
-    counts = " ".join(f"{sessions_fitting(capacity_bytes / GB, tokens, kv_bytes_per_token)}x{name}"
-                      for name, tokens in SESSION_TOKENS.items())
+    counts = " ".join(
+        f"{sessions_fitting(capacity_bytes / GB, tokens, kv_bytes_per_token)}x{name}"
+        for name, tokens in SESSION_TOKENS.items()
+    )
     return f"{label}: {counts}"
 
 
 def capacity_line(l1_gib: Optional[float], l2_gb: Optional[float], kv_bytes_per_token: int) -> str:
     """One line for the deploy summary, e.g. ``L1 30 GiB: 4x50K 1x128K 0x262K | L2 ... (131 KB/token)``."""
-    tiers = ([_tier(f"L1 {l1_gib:g} GiB", l1_gib * GIB, kv_bytes_per_token)] if l1_gib else []) + \
-        ([_tier(f"L2 {l2_gb:g} GB", l2_gb * GB, kv_bytes_per_token)] if l2_gb else [])
+    tiers = ([_tier(f"L1 {l1_gib:g} GiB", l1_gib * GIB, kv_bytes_per_token)] if l1_gib else []) + (
+        [_tier(f"L2 {l2_gb:g} GB", l2_gb * GB, kv_bytes_per_token)] if l2_gb else []
+    )
     per_token = f"{kv_bytes_per_token / 1000:g} KB/token"
     if not tiers:
         return f"no KV tier beyond the GPU ({per_token})"
     return " | ".join(tiers) + f" ({per_token})"
 
 
-def capacity_from(bytes_grown: int, tokens_stored: int, source: str, tier_sizes: Mapping[str, int],
-                  session_sizes: Sequence[int]) -> Capacity:
+def capacity_from(
+    bytes_grown: int, tokens_stored: int, source: str, tier_sizes: Mapping[str, int], session_sizes: Sequence[int]
+) -> Capacity:
     """KB/token from measured growth, and how many sessions of each size every tier holds."""
     if bytes_grown <= 0 or tokens_stored <= 0:
         return Capacity(bytes_grown=bytes_grown, tokens_stored=tokens_stored, source=source + " (no growth seen)")
     per_token = bytes_grown / tokens_stored
-    tiers = [CapacityTier(name=name, size_bytes=size,
-                          sessions={str(s): size / (per_token * s) for s in session_sizes})
-             for name, size in tier_sizes.items()]
-    return Capacity(kb_per_token=per_token / KB, bytes_grown=bytes_grown, tokens_stored=tokens_stored,
-                    source=source, tiers=tiers)
+    tiers = [
+        CapacityTier(name=name, size_bytes=size, sessions={str(s): size / (per_token * s) for s in session_sizes})
+        for name, size in tier_sizes.items()
+    ]
+    return Capacity(
+        kb_per_token=per_token / KB, bytes_grown=bytes_grown, tokens_stored=tokens_stored, source=source, tiers=tiers
+    )
 
 
 # Bytes of one KV element in vLLM 0.26's cache (vllm/utils/torch_utils.py STR_DTYPE_TO_TORCH_DTYPE); "auto"
 # is the model's dtype, counted as 16 bits (set kv_cache_dtype when a checkpoint's own config picks another).
-KV_ELEMENT_BYTES = {"auto": 2, "float16": 2, "bfloat16": 2, "fp8": 1, "fp8_e4m3": 1, "fp8_e5m2": 1,
-                    "fp8_inc": 1, "int8_per_token_head": 1, "fp8_per_token_head": 1}
+KV_ELEMENT_BYTES = {
+    "auto": 2,
+    "float16": 2,
+    "bfloat16": 2,
+    "fp8": 1,
+    "fp8_e4m3": 1,
+    "fp8_e5m2": 1,
+    "fp8_inc": 1,
+    "int8_per_token_head": 1,
+    "fp8_per_token_head": 1,
+}
 # Per-token-head dtypes also keep a float32 scale per token, per KV head, for K and for V
 # (vllm/v1/kv_cache_interface.py AttentionSpec.unpadded_page_size_bytes).
 PER_TOKEN_HEAD_SCALE_BYTES = 4
 
 
-def gpu_kv_bytes_per_token(kv_cache_dtype: Optional[str], attention_layers: int, kv_heads: int, head_dim: int,
-                           tensor_parallel_size: int) -> Optional[int]:
+def gpu_kv_bytes_per_token(
+    kv_cache_dtype: Optional[str], attention_layers: int, kv_heads: int, head_dim: int, tensor_parallel_size: int
+) -> Optional[int]:
     """KV bytes one token takes in EACH GPU's pool, as vLLM 0.26 lays out its pages (before any padding);
     None for a dtype whose packed layout rigkit does not model (MLA, TurboQuant).
 
@@ -95,11 +111,11 @@ def gpu_kv_bytes_per_token(kv_cache_dtype: Optional[str], attention_layers: int,
     return attention_layers * heads * per_head
 
 
-def gpu_line(bytes_per_token: int, kv_cache_dtype: Optional[str], tensor_parallel_size: int,
-             max_model_len: Optional[int]) -> str:
+def gpu_line(
+    bytes_per_token: int, kv_cache_dtype: Optional[str], tensor_parallel_size: int, max_model_len: Optional[int]
+) -> str:
     """The capacity line's GPU part: the per-GPU KV rate and what the longest context needs of each GPU."""
-    line = (f"GPU KV {bytes_per_token / 1000:g} KB/token/GPU ({kv_cache_dtype or 'auto'}, "
-            f"TP {tensor_parallel_size})")
+    line = f"GPU KV {bytes_per_token / 1000:g} KB/token/GPU ({kv_cache_dtype or 'auto'}, TP {tensor_parallel_size})"
     if max_model_len:
         line += f": a {max_model_len}-token context needs {max_model_len * bytes_per_token / GB:.2f} GB/GPU"
     return line
@@ -112,5 +128,3 @@ def required_mem_limit_gib(l1_gib: float, model_size_gib: float, headroom_gib: f
     Both pinned L1 and mmap'd weight pages count against the cgroup: L1=60 needed 110g on the real rig.
     """
     return math.ceil(l1_gib + model_size_gib + headroom_gib)
-
-

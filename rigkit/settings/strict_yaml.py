@@ -23,8 +23,12 @@ def _mapping(loader: StrictLoader, node: yaml.MappingNode, deep: bool = False) -
     for key_node, _ in node.value:
         key = loader.construct_object(key_node, deep=deep)
         if key in seen:
-            raise DuplicateKey(f"{key!r} is given twice in one mapping (first at line {seen[key].start_mark.line + 1})",
-                               seen[key].start_mark, "given again here", key_node.start_mark)
+            raise DuplicateKey(
+                f"{key!r} is given twice in one mapping (first at line {seen[key].start_mark.line + 1})",
+                seen[key].start_mark,
+                "given again here",
+                key_node.start_mark,
+            )
         seen[key] = key_node
     return loader.construct_mapping(node, deep=deep)
 

@@ -21,8 +21,7 @@ from urllib.parse import urlsplit
 from rigkit.settings.variables import CredentialInValue, closest_name
 
 # Names of keys that carry a credential, in any structured setting (JSON adapter config, daemon options).
-_CREDENTIAL_KEY = re.compile(r"pass(word|wd)?$|secret|token|credential|api[_-]?key|auth|private[_-]?key",
-                             re.IGNORECASE)
+_CREDENTIAL_KEY = re.compile(r"pass(word|wd)?$|secret|token|credential|api[_-]?key|auth|private[_-]?key", re.IGNORECASE)
 
 
 def _control_character(text: str) -> Optional[str]:
@@ -139,8 +138,10 @@ class DebianVersion(Kind):
 
     def problem(self, value: Any) -> Optional[str]:
         if not _DEBIAN_VERSION.fullmatch(value):
-            return ("is not a Debian version ([epoch:]upstream[-revision]: starts with a digit; letters, digits "
-                    "and . + ~ -)")
+            return (
+                "is not a Debian version ([epoch:]upstream[-revision]: starts with a digit; letters, digits "
+                "and . + ~ -)"
+            )
         return None
 
 
@@ -208,15 +209,19 @@ class FsLabel(Kind):
 def address_problem(text: str) -> Optional[str]:
     """Why ``text`` is not one IP address as a listener, a URL and nft on the target all see it, or None."""
     if "%" in text:
-        return ("has a zone id ('%...'): nft matches addresses without one, and a URL cannot carry it unescaped; "
-                "write the address alone")
+        return (
+            "has a zone id ('%...'): nft matches addresses without one, and a URL cannot carry it unescaped; "
+            "write the address alone"
+        )
     try:
         address = ipaddress.ip_address(text)
     except ValueError:
         return "is not an IP address"
     if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped:
-        return (f"is an IPv4-mapped IPv6 address: packets from that host arrive as IPv4, so an nft rule on it never "
-                f"matches; write {address.ipv4_mapped}")
+        return (
+            f"is an IPv4-mapped IPv6 address: packets from that host arrive as IPv4, so an nft rule on it never "
+            f"matches; write {address.ipv4_mapped}"
+        )
     if str(address) != text and address.version == 4:
         return f"is not written the usual way; write {address}"
     return None
@@ -276,6 +281,7 @@ class UrlOrDirectory(Kind):
 
 # --- JSON objects with a schema ---------------------------------------------------------------------------
 
+
 def credential_keys(value: Any, path: str = "") -> list[str]:
     """Paths (a.b.c) of keys in a parsed JSON value whose names say they hold a credential."""
     found = []
@@ -326,24 +332,66 @@ class JsonSchema(Kind):
 
 
 def _json_type_name(expected: Any) -> str:
-    names = {str: "a string", int: "an integer", bool: "a boolean", list: "a list", dict: "an object",
-             float: "a number"}
+    names = {
+        str: "a string",
+        int: "an integer",
+        bool: "a boolean",
+        list: "a list",
+        dict: "an object",
+        float: "a number",
+    }
     kinds = expected if isinstance(expected, tuple) else (expected,)
     return " or ".join(names.get(kind, kind.__name__) for kind in kinds)
 
 
 # Docker 27/28 daemon.json keys users set (dockerd(8) "Daemon configuration file"), with their JSON types.
 DOCKER_DAEMON_KEYS: dict[str, Any] = {
-    "log-driver": str, "log-opts": dict, "log-level": str, "data-root": str, "storage-driver": str,
-    "storage-opts": list, "exec-opts": list, "dns": list, "dns-opts": list, "dns-search": list,
-    "registry-mirrors": list, "insecure-registries": list, "max-concurrent-downloads": int,
-    "max-concurrent-uploads": int, "max-download-attempts": int, "live-restore": bool, "bridge": str,
-    "bip": str, "default-address-pools": list, "ipv6": bool, "fixed-cidr-v6": str, "iptables": bool,
-    "ip6tables": bool, "ip-forward": bool, "ip-masq": bool, "mtu": int, "default-ulimits": dict,
-    "default-shm-size": str, "shutdown-timeout": int, "features": dict, "builder": dict, "experimental": bool,
-    "metrics-addr": str, "userland-proxy": bool, "default-cgroupns-mode": str, "cgroup-parent": str,
-    "labels": list, "debug": bool, "containerd": str, "oom-score-adjust": int, "icc": bool, "no-new-privileges": bool,
-    "init": bool, "userns-remap": str, "seccomp-profile": str, "selinux-enabled": bool,
+    "log-driver": str,
+    "log-opts": dict,
+    "log-level": str,
+    "data-root": str,
+    "storage-driver": str,
+    "storage-opts": list,
+    "exec-opts": list,
+    "dns": list,
+    "dns-opts": list,
+    "dns-search": list,
+    "registry-mirrors": list,
+    "insecure-registries": list,
+    "max-concurrent-downloads": int,
+    "max-concurrent-uploads": int,
+    "max-download-attempts": int,
+    "live-restore": bool,
+    "bridge": str,
+    "bip": str,
+    "default-address-pools": list,
+    "ipv6": bool,
+    "fixed-cidr-v6": str,
+    "iptables": bool,
+    "ip6tables": bool,
+    "ip-forward": bool,
+    "ip-masq": bool,
+    "mtu": int,
+    "default-ulimits": dict,
+    "default-shm-size": str,
+    "shutdown-timeout": int,
+    "features": dict,
+    "builder": dict,
+    "experimental": bool,
+    "metrics-addr": str,
+    "userland-proxy": bool,
+    "default-cgroupns-mode": str,
+    "cgroup-parent": str,
+    "labels": list,
+    "debug": bool,
+    "containerd": str,
+    "oom-score-adjust": int,
+    "icc": bool,
+    "no-new-privileges": bool,
+    "init": bool,
+    "userns-remap": str,
+    "seccomp-profile": str,
+    "selinux-enabled": bool,
 }
 DOCKER_DAEMON_OWNED = {
     "runtimes": "the nvidia_container_toolkit role (nvidia-ctk runtime configure)",
@@ -351,9 +399,11 @@ DOCKER_DAEMON_OWNED = {
     "hosts": "the engine's systemd unit (-H fd://: dockerd refuses to start with both)",
 }
 DOCKER_DAEMON_OPTIONS = JsonSchema(
-    keys=DOCKER_DAEMON_KEYS, owned=DOCKER_DAEMON_OWNED,
-    fix="use daemon.json keys with their JSON types, e.g. {\"log-driver\": \"json-file\", \"log-opts\": "
-        "{\"max-size\": \"100m\"}}; leave runtimes and default-runtime to the NVIDIA toolkit settings")
+    keys=DOCKER_DAEMON_KEYS,
+    owned=DOCKER_DAEMON_OWNED,
+    fix='use daemon.json keys with their JSON types, e.g. {"log-driver": "json-file", "log-opts": '
+    '{"max-size": "100m"}}; leave runtimes and default-runtime to the NVIDIA toolkit settings',
+)
 
 
 @dataclass(frozen=True)
@@ -390,5 +440,7 @@ def plain_http_problem(url: str) -> Optional[str]:
     except ValueError:
         if host == "localhost":
             return None
-    return ("is plain http to another host: apt and pip check what they get, not that it is current, so anyone "
-            "on the path can hold the rig on old packages")
+    return (
+        "is plain http to another host: apt and pip check what they get, not that it is current, so anyone "
+        "on the path can hold the rig on old packages"
+    )

@@ -37,7 +37,16 @@ _NUMBER_TEXT = re.compile(r"[+-]?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][+-]?[0-9]+)?")
 # What every printed or recorded place shows instead of a secret's value.
 REDACTED = "<secret>"
 
-_BOOLEAN_TEXT = {"1": True, "true": True, "yes": True, "on": True, "0": False, "false": False, "no": False, "off": False}
+_BOOLEAN_TEXT = {
+    "1": True,
+    "true": True,
+    "yes": True,
+    "on": True,
+    "0": False,
+    "false": False,
+    "no": False,
+    "off": False,
+}
 
 
 class CredentialInValue(ValueError):
@@ -49,8 +58,15 @@ class JsonObject(str):
     or as a dict (what pyinfra's ``--data k='{...}'`` gives), which is written as compact JSON."""
 
 
-TYPE_NAMES = {str: "text", int: "an integer", float: "a number", bool: "a boolean", list: "a list",
-              dict: "a mapping", JsonObject: "a JSON object"}
+TYPE_NAMES = {
+    str: "text",
+    int: "an integer",
+    float: "a number",
+    bool: "a boolean",
+    list: "a list",
+    dict: "a mapping",
+    JsonObject: "a JSON object",
+}
 
 
 def _what(value: Any) -> str:
@@ -121,8 +137,9 @@ def _to_text(value: Any) -> str:
     if isinstance(value, int) and not isinstance(value, bool):
         return str(value)
     if isinstance(value, (bool, float)):
-        raise ValueError(f"expected text, got {_what(value)} (on the command line write it as a JSON string: "
-                         "--data name='\"...\"')")
+        raise ValueError(
+            f"expected text, got {_what(value)} (on the command line write it as a JSON string: --data name='\"...\"')"
+        )
     raise ValueError(f"expected text, got {_what(value)}")
 
 
@@ -156,8 +173,14 @@ def _to_container(kind: type) -> Callable[[Any], Any]:
 
 
 CONVERTERS: dict[type, Callable[[Any], Any]] = {
-    str: _to_text, int: _to_int, float: _to_float, bool: _to_bool, JsonObject: _to_json_object,
-    list: _to_container(list), dict: _to_container(dict)}
+    str: _to_text,
+    int: _to_int,
+    float: _to_float,
+    bool: _to_bool,
+    JsonObject: _to_json_object,
+    list: _to_container(list),
+    dict: _to_container(dict),
+}
 
 
 @dataclass(frozen=True)
@@ -201,22 +224,28 @@ class Variable:
             if self.none_allowed:
                 return None
             default = "" if self.default is None else f", or leave it out for the default {self.default!r}"
-            raise ConfigError(self.name, None, "no value (None) given, and this setting is never derived",
-                              f"set {self.name} to {TYPE_NAMES.get(self.type, self.type.__name__)}{default}")
+            raise ConfigError(
+                self.name,
+                None,
+                "no value (None) given, and this setting is never derived",
+                f"set {self.name} to {TYPE_NAMES.get(self.type, self.type.__name__)}{default}",
+            )
         try:
             converted = CONVERTERS[self.type](value)
             if isinstance(converted, str):
                 _check_text(converted, self.allow_empty)
         except ValueError as exc:
-            raise ConfigError(self.name, self.shown(value), str(exc),
-                              self._fix(TYPE_NAMES.get(self.type, self.type.__name__))) from None
+            raise ConfigError(
+                self.name, self.shown(value), str(exc), self._fix(TYPE_NAMES.get(self.type, self.type.__name__))
+            ) from None
         if self.check is not None:
             try:
                 self.check(converted)
             except ValueError as exc:
                 shown = REDACTED if isinstance(exc, CredentialInValue) else self.shown(value)
-                raise ConfigError(self.name, shown, str(exc),
-                                  self._fix(TYPE_NAMES.get(self.type, self.type.__name__))) from None
+                raise ConfigError(
+                    self.name, shown, str(exc), self._fix(TYPE_NAMES.get(self.type, self.type.__name__))
+                ) from None
         return converted
 
 

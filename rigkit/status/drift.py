@@ -23,8 +23,14 @@ from rigkit.status.probe import Container
 SHOWN_VALUE_CHARS = 60
 
 # compose.yml service keys (rigkit.serving.render.compose_document) and the knob each carries.
-COMPOSE_KEY_KNOBS = {"image": "serving_image", "restart": "restart_policy", "mem_limit": "mem_limit_gb",
-                     "memswap_limit": "mem_limit_gb", "volumes": "l2_path", "deploy": "gpu_mask"}
+COMPOSE_KEY_KNOBS = {
+    "image": "serving_image",
+    "restart": "restart_policy",
+    "mem_limit": "mem_limit_gb",
+    "memswap_limit": "mem_limit_gb",
+    "volumes": "l2_path",
+    "deploy": "gpu_mask",
+}
 FLAG_KNOBS = {flag: knob for knob, flag in ENGINE_FLAGS.items()} | {"--kv-transfer-config": "serving_profile"}
 
 PROFILE_LABEL = f"{LABEL_PREFIX}.profile"
@@ -54,8 +60,10 @@ def for_reading(drifts: Sequence[Drift]) -> list[Drift]:
     knobs_hash = f"label {KNOBS_HASH_LABEL}"
     if len(by_knob) > 1:
         by_knob.pop(knobs_hash, None)
-    return [Drift(", ".join(dict.fromkeys(d.source for d in group)), knob, group[0].rig, group[0].today)
-            for knob, group in by_knob.items()]
+    return [
+        Drift(", ".join(dict.fromkeys(d.source for d in group)), knob, group[0].rig, group[0].today)
+        for knob, group in by_knob.items()
+    ]
 
 
 def _shown(env: str, value: Optional[str]) -> str:
@@ -65,7 +73,7 @@ def _shown(env: str, value: Optional[str]) -> str:
     if env in SECRET_ENV_NAMES:
         return str(redacted(env, value)) if value else "<unset>"
     text = json.dumps(value) if not isinstance(value, str) else repr(value)
-    return text if len(text) <= SHOWN_VALUE_CHARS else text[:SHOWN_VALUE_CHARS - 1] + "…"
+    return text if len(text) <= SHOWN_VALUE_CHARS else text[: SHOWN_VALUE_CHARS - 1] + "…"
 
 
 def image_drift(running: Optional[str], declared: str) -> list[Drift]:
@@ -84,17 +92,28 @@ def files_drift(compose: Optional[str], env: Optional[str], recorded_hash: Optio
     recorded = (recorded_hash or "").strip()
     actual = release_hash(compose, env)
     if not recorded:
-        return [Drift("files", "release hash", "none recorded (the last release was not verified)", actual[:SHORT_DIGEST])]
+        return [
+            Drift("files", "release hash", "none recorded (the last release was not verified)", actual[:SHORT_DIGEST])
+        ]
     if recorded != actual:
-        return [Drift("files", "release hash", f"hash {actual[:SHORT_DIGEST]} (changed since verified)",
-                      f"verified {recorded[:SHORT_DIGEST]}")]
+        return [
+            Drift(
+                "files",
+                "release hash",
+                f"hash {actual[:SHORT_DIGEST]} (changed since verified)",
+                f"verified {recorded[:SHORT_DIGEST]}",
+            )
+        ]
     return []
 
 
 def env_values_drift(source: str, rig: Mapping[str, str], today: Mapping[str, str]) -> list[Drift]:
     """Per env var of today's rendering (and any the rig has beyond it): the knob whose values differ."""
-    return [Drift(source, knob_for_env(name), _shown(name, rig.get(name)), _shown(name, today.get(name)))
-            for name in sorted(set(today) | set(rig)) if rig.get(name) != today.get(name)]
+    return [
+        Drift(source, knob_for_env(name), _shown(name, rig.get(name)), _shown(name, today.get(name)))
+        for name in sorted(set(today) | set(rig))
+        if rig.get(name) != today.get(name)
+    ]
 
 
 def _flags(script: str) -> dict[str, Optional[str]]:
@@ -114,14 +133,21 @@ def _flags(script: str) -> dict[str, Optional[str]]:
 
 def _compact(value: Any) -> str:
     text = json.dumps(value, separators=(",", ":"), default=str) if not isinstance(value, str) else value
-    return repr(text if len(text) <= SHOWN_VALUE_CHARS else text[:SHOWN_VALUE_CHARS - 1] + "…")
+    return repr(text if len(text) <= SHOWN_VALUE_CHARS else text[: SHOWN_VALUE_CHARS - 1] + "…")
 
 
 def _command_drift(rig: list, today: list) -> list[Drift]:
     rig_flags, today_flags = _flags(" ".join(map(str, rig))), _flags(" ".join(map(str, today)))
-    found = [Drift("compose", FLAG_KNOBS.get(flag, f"command {flag}"), _compact(rig_flags.get(flag, "<absent>")),
-                   _compact(today_flags.get(flag, "<absent>")))
-             for flag in sorted(set(rig_flags) | set(today_flags)) if rig_flags.get(flag, 0) != today_flags.get(flag, 0)]
+    found = [
+        Drift(
+            "compose",
+            FLAG_KNOBS.get(flag, f"command {flag}"),
+            _compact(rig_flags.get(flag, "<absent>")),
+            _compact(today_flags.get(flag, "<absent>")),
+        )
+        for flag in sorted(set(rig_flags) | set(today_flags))
+        if rig_flags.get(flag, 0) != today_flags.get(flag, 0)
+    ]
     return found or [Drift("compose", "command", "differs", "the profile's launcher or prelude")]
 
 
@@ -144,14 +170,21 @@ def compose_drift(rig_compose: Optional[str], todays_compose: str) -> list[Drift
             found += _command_drift(mine or [], theirs or [])
         elif key == "environment":
             names = lambda block: {line.split("=", 1)[0] for line in block or []}  # noqa: E731
-            found += [Drift("compose", knob_for_env(name), "declared" if name in names(mine) else "not declared",
-                            "declared" if name in names(theirs) else "not declared")
-                      for name in sorted(names(mine) ^ names(theirs))]
+            found += [
+                Drift(
+                    "compose",
+                    knob_for_env(name),
+                    "declared" if name in names(mine) else "not declared",
+                    "declared" if name in names(theirs) else "not declared",
+                )
+                for name in sorted(names(mine) ^ names(theirs))
+            ]
         elif key == "labels":
-            found += [Drift("compose", f"label {name}", _compact((mine or {}).get(name)),
-                            _compact((theirs or {}).get(name)))
-                      for name in sorted(set(mine or {}) | set(theirs or {}))
-                      if (mine or {}).get(name) != (theirs or {}).get(name)]
+            found += [
+                Drift("compose", f"label {name}", _compact((mine or {}).get(name)), _compact((theirs or {}).get(name)))
+                for name in sorted(set(mine or {}) | set(theirs or {}))
+                if (mine or {}).get(name) != (theirs or {}).get(name)
+            ]
         else:
             found.append(Drift("compose", COMPOSE_KEY_KNOBS.get(key, key), _compact(mine), _compact(theirs)))
     return found
@@ -173,8 +206,9 @@ def container_drift(container: Container, today: Rendering) -> list[Drift]:
     profile label, and its knobs-hash label when nothing else explains it (a stack re-rendered by another
     tool, e.g. validate.py's decode A/B left on the baseline)."""
     declared = today.container_env()
-    found = env_values_drift("container", {name: container.env[name] for name in declared if name in container.env},
-                             declared)
+    found = env_values_drift(
+        "container", {name: container.env[name] for name in declared if name in container.env}, declared
+    )
     profile = container.labels.get(PROFILE_LABEL)
     if profile != today.profile:
         found.append(Drift("container", "serving_profile", _compact(profile), _compact(today.profile)))
@@ -192,5 +226,7 @@ def model_drift(section: Optional[str], declared: str) -> list[Drift]:
         return [Drift("model", "model_source", "<not readable>", declared)]
     if not answer.get("staged"):
         return [Drift("model", "model_source", "<not staged>", declared)]
-    return [Drift("model", f"model_source: {item['path']}", item["why"], "as the manifest")
-            for item in answer.get("damaged", [])]
+    return [
+        Drift("model", f"model_source: {item['path']}", item["why"], "as the manifest")
+        for item in answer.get("damaged", [])
+    ]

@@ -31,18 +31,27 @@ def ask_rig(name: str, data: Mapping[str, Any], script: str, timeout_s: float = 
         client.close()
 
 
-def rig_status(name: str, data: Mapping[str, Any], stack: Optional[Settings],
-               ask: Callable[[str, Mapping[str, Any], str], str] = ask_rig) -> RigStatus:
+def rig_status(
+    name: str,
+    data: Mapping[str, Any],
+    stack: Optional[Settings],
+    ask: Callable[[str, Mapping[str, Any], str], str] = ask_rig,
+) -> RigStatus:
     try:
         output = ask(name, data, status_script(stack))
     except (RigkitError, OSError, EOFError) as exc:
         return RigStatus(name, reachable=False, error=str(exc), declared_image=stack.image if stack else None)
     except Exception as exc:  # paramiko's own (SSHException, socket.timeout): one rig down must not stop the rest
-        return RigStatus(name, reachable=False, error=f"{type(exc).__name__}: {exc}",
-                         declared_image=stack.image if stack else None)
+        return RigStatus(
+            name, reachable=False, error=f"{type(exc).__name__}: {exc}", declared_image=stack.image if stack else None
+        )
     if not output.strip():
-        return RigStatus(name, reachable=False, error="the rig's shell printed nothing",
-                         declared_image=stack.image if stack else None)
+        return RigStatus(
+            name,
+            reachable=False,
+            error="the rig's shell printed nothing",
+            declared_image=stack.image if stack else None,
+        )
     return assess(name, stack, output)
 
 

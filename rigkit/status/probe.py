@@ -56,8 +56,10 @@ def model_probe(stack: Settings) -> str:
     """The staged model's check (size and mtime of every file against its verified stamp; the store script is
     on every rig that was ever staged onto)."""
     source = stack.model_source
-    check = " ".join(shlex.quote(part) for part in ("python3", STORE_SCRIPT, "check", stack.knobs["model_store_path"],
-                                                    source.slug, source.revision))
+    check = " ".join(
+        shlex.quote(part)
+        for part in ("python3", STORE_SCRIPT, "check", stack.knobs["model_store_path"], source.slug, source.revision)
+    )
     return f"if [ -f {shlex.quote(STORE_SCRIPT)} ]; then {check}; else echo '{{\"staged\": false}}'; fi"
 
 
@@ -71,8 +73,8 @@ def status_script(stack: Optional[Settings]) -> str:
         "compose": _file_section(compose_path),
         "env": _file_section(env_path),
         "ledger": _file_section(LEDGER_PATH),
-        "nvidia": f"if command -v nvidia-smi >/dev/null 2>&1; then {SUMMARY_COMMAND} 2>&1; echo \"exit=$?\"; "
-                  "else echo none; fi",
+        "nvidia": f'if command -v nvidia-smi >/dev/null 2>&1; then {SUMMARY_COMMAND} 2>&1; echo "exit=$?"; '
+        "else echo none; fi",
         "shm": "find /dev/shm -mindepth 1 -maxdepth 1 -printf '%s %f\\n' 2>/dev/null",
         # vLLM CPU-tier segments no process maps: a stopped engine's, also while the stack runs (rigkit.serving.commands)
         "shm-stale": stale_shm_command(),
@@ -83,8 +85,10 @@ def status_script(stack: Optional[Settings]) -> str:
         if stack.model_source is not None:
             sections["model"] = model_probe(stack)
         url = ready_url(rendering_for(stack))
-        sections["api"] = (f"if command -v python3 >/dev/null 2>&1; then python3 -c {shlex.quote(API_PROBE)} "
-                           f"{shlex.quote(url)} {API_TIMEOUT_S}; else echo 'error=python3 is not on the rig'; fi")
+        sections["api"] = (
+            f"if command -v python3 >/dev/null 2>&1; then python3 -c {shlex.quote(API_PROBE)} "
+            f"{shlex.quote(url)} {API_TIMEOUT_S}; else echo 'error=python3 is not on the rig'; fi"
+        )
     return "\n".join(f"echo {shlex.quote(SECTION_MARK + name)}\n{command}" for name, command in sections.items()) + "\n"
 
 
@@ -94,7 +98,7 @@ def parse_sections(text: str) -> dict[str, str]:
     current: Optional[list[str]] = None
     for line in text.split("\n"):
         if line.startswith(SECTION_MARK):
-            current = sections.setdefault(line[len(SECTION_MARK):].strip(), [])
+            current = sections.setdefault(line[len(SECTION_MARK) :].strip(), [])
         elif current is not None:
             current.append(line)
     return {name: "\n".join(lines).strip("\n") for name, lines in sections.items()}
@@ -136,11 +140,18 @@ def parse_containers(section: Optional[str]) -> Optional[list[Container]]:
     for item in inspected:
         config, state = item.get("Config") or {}, item.get("State") or {}
         env = dict(line.split("=", 1) for line in config.get("Env") or [] if "=" in line)
-        found.append(Container(name=item.get("Name", "").lstrip("/"), image=config.get("Image", ""),
-                               running=bool(state.get("Running")), status=state.get("Status", "unknown"),
-                               health=(state.get("Health") or {}).get("Status"),
-                               restarts=int(item.get("RestartCount") or 0), env=env,
-                               labels=config.get("Labels") or {}))
+        found.append(
+            Container(
+                name=item.get("Name", "").lstrip("/"),
+                image=config.get("Image", ""),
+                running=bool(state.get("Running")),
+                status=state.get("Status", "unknown"),
+                health=(state.get("Health") or {}).get("Status"),
+                restarts=int(item.get("RestartCount") or 0),
+                env=env,
+                labels=config.get("Labels") or {},
+            )
+        )
     return found
 
 

@@ -13,7 +13,7 @@ LAST_COLUMN_MIN = 16
 
 
 def _cut(text: str, width: int) -> str:
-    return text if len(text) <= width else text[:max(width - 1, 0)] + "…"
+    return text if len(text) <= width else text[: max(width - 1, 0)] + "…"
 
 
 def fit_table(rows: Sequence[Sequence[str]], width: int = TABLE_WIDTH, gap: int = 2) -> list[str]:
@@ -28,8 +28,9 @@ def fit_table(rows: Sequence[Sequence[str]], width: int = TABLE_WIDTH, gap: int 
             continue
         i = max(range(len(widths)), key=lambda k: widths[k] - floor[k])
         widths[i] -= 1
-    return [(" " * gap).join(_cut(cell, widths[i]).ljust(widths[i]) for i, cell in enumerate(row)).rstrip()
-            for row in rows]
+    return [
+        (" " * gap).join(_cut(cell, widths[i]).ljust(widths[i]) for i, cell in enumerate(row)).rstrip() for row in rows
+    ]
 
 
 def _digest(image: Optional[str]) -> str:
@@ -71,20 +72,24 @@ def _problems_cell(status: RigStatus) -> str:
     return ", ".join(bad + knobs) or "-"
 
 
-DRIFT_LEGEND = ("drift: the rig against what today's data renders (the inventory, group_data and --data of this "
-                "run: what the next deploy would put on the rig)")
+DRIFT_LEGEND = (
+    "drift: the rig against what today's data renders (the inventory, group_data and --data of this "
+    "run: what the next deploy would put on the rig)"
+)
 
 
 def format_report(statuses: Sequence[RigStatus], width: int = TABLE_WIDTH) -> str:
     """The table (at most ``width`` columns), then each rig's details: every drift, problem and warning."""
     header = ("rig", "state", "image", "last release", "gpu", "L2", "what")
-    rows = [header] + [(s.rig, s.state, _digest(s.image), _release_cell(s.ledger), _gpu_cell(s), _l2_cell(s.l2),
-                        _problems_cell(s)) for s in statuses]
+    rows = [header] + [
+        (s.rig, s.state, _digest(s.image), _release_cell(s.ledger), _gpu_cell(s), _l2_cell(s.l2), _problems_cell(s))
+        for s in statuses
+    ]
     lines = fit_table(rows, width)
     if any(status.drift for status in statuses):
         lines.append(DRIFT_LEGEND)
     for status in statuses:
-        details = ([f"unreachable: {status.error}"] if not status.reachable else [])
+        details = [f"unreachable: {status.error}"] if not status.reachable else []
         details += [f"drift {d.line()}" for d in for_reading(status.drift)]
         details += [f"unhealthy {problem}" for problem in status.unhealthy]
         details += [f"warning {warning}" for warning in status.warnings]
@@ -94,8 +99,9 @@ def format_report(statuses: Sequence[RigStatus], width: int = TABLE_WIDTH) -> st
             lines.append(f"{status.rig}:")
             lines += [f"  {line}" for line in details]
     bad = [s.rig for s in statuses if s.state != OK]
-    lines.append(f"{len(statuses) - len(bad)} of {len(statuses)} rigs ok"
-                 + (f"; not ok: {', '.join(bad)}" if bad else ""))
+    lines.append(
+        f"{len(statuses) - len(bad)} of {len(statuses)} rigs ok" + (f"; not ok: {', '.join(bad)}" if bad else "")
+    )
     return "\n".join(lines)
 
 

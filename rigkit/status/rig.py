@@ -64,8 +64,14 @@ def last_release(ledger_text: Optional[str]) -> Optional[dict[str, Any]]:
         return {"error": f"ledger unreadable: {exc}"}
     if current is None:
         return None
-    return {"kind": current.kind, "smoke": current.smoke, "deployed_at": current.deployed_at,
-            "image": current.image, "rendering": current.rendering, "note": current.note}
+    return {
+        "kind": current.kind,
+        "smoke": current.smoke,
+        "deployed_at": current.deployed_at,
+        "image": current.image,
+        "rendering": current.rendering,
+        "note": current.note,
+    }
 
 
 def assess(rig: str, stack: Optional[Settings], output: str) -> RigStatus:
@@ -88,8 +94,10 @@ def assess(rig: str, stack: Optional[Settings], output: str) -> RigStatus:
     else:
         status.health["container"] = "ok"
     if container is not None and container.restarts:
-        status.warnings.append(f"{container.name} restarted {container.restarts} times (its engine died and the "
-                               f"restart policy brought it back): docker logs {container.name}")
+        status.warnings.append(
+            f"{container.name} restarted {container.restarts} times (its engine died and the "
+            f"restart policy brought it back): docker logs {container.name}"
+        )
 
     compose, env = decoded_file(sections.get("compose")), decoded_file(sections.get("env"))
     if stack is not None:
@@ -125,20 +133,25 @@ def assess(rig: str, stack: Optional[Settings], output: str) -> RigStatus:
         status.warnings.append(f"nvidia-smi failed: {nvidia['error']}")
     status.ledger = last_release(decoded_file(sections.get("ledger")))
     if running:  # the running engine's segments are in use; a stopped engine's CPU tier is not
-        status.shm_leftovers = [{"name": name, "bytes": size}
-                                for name, size in parse_stale_shm(sections.get("shm-stale"))]
+        status.shm_leftovers = [
+            {"name": name, "bytes": size} for name, size in parse_stale_shm(sections.get("shm-stale"))
+        ]
         if status.shm_leftovers:
             total = sum(item["bytes"] for item in status.shm_leftovers)
-            status.warnings.append(f"{len(status.shm_leftovers)} CPU-tier segments of stopped engines left in /dev/shm "
-                                   f"({total / 2**20:.0f} MiB) while the stack runs (no process maps them): the next "
-                                   "restart removes them, or remove them now (rm /dev/shm/NAME)")
+            status.warnings.append(
+                f"{len(status.shm_leftovers)} CPU-tier segments of stopped engines left in /dev/shm "
+                f"({total / 2**20:.0f} MiB) while the stack runs (no process maps them): the next "
+                "restart removes them, or remove them now (rm /dev/shm/NAME)"
+            )
     else:
         status.shm_leftovers = [{"name": name, "bytes": size} for name, size in parse_shm(sections.get("shm"))]
         if status.shm_leftovers:
             total = sum(item["bytes"] for item in status.shm_leftovers)
-            status.warnings.append(f"{len(status.shm_leftovers)} shared-memory segments of the stack left in /dev/shm "
-                                   f"({total / 2**20:.0f} MiB) while no container of it runs: remove them "
-                                   "(rm /dev/shm/NAME) before the next start")
+            status.warnings.append(
+                f"{len(status.shm_leftovers)} shared-memory segments of the stack left in /dev/shm "
+                f"({total / 2**20:.0f} MiB) while no container of it runs: remove them "
+                "(rm /dev/shm/NAME) before the next start"
+            )
     return status
 
 

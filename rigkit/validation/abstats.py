@@ -33,8 +33,12 @@ class Step:
     measured: bool
 
 
-def ab_schedule(arms: Sequence[str] = (ARM_ON, ARM_OFF), kinds: Sequence[str] = PROMPT_KINDS,
-                warmup: int = WARMUP_RUNS, measured: int = MEASURED_RUNS) -> list[Step]:
+def ab_schedule(
+    arms: Sequence[str] = (ARM_ON, ARM_OFF),
+    kinds: Sequence[str] = PROMPT_KINDS,
+    warmup: int = WARMUP_RUNS,
+    measured: int = MEASURED_RUNS,
+) -> list[Step]:
     """Interleaved A/B/A/B: `measured` visits per arm, each visit = warm-ups then one recorded run per kind."""
     steps: list[Step] = []
     visit = 0
@@ -108,8 +112,9 @@ class ABVerdict:
 
 def compare(samples: Mapping[str, Mapping[str, Sequence[float]]]) -> ABVerdict:
     """samples[arm][kind] -> decode tok/s of the measured runs; arms ARM_ON and ARM_OFF."""
-    kinds = tuple(KindComparison(kind, stat(samples[ARM_ON][kind]), stat(samples[ARM_OFF][kind]))
-                  for kind in samples[ARM_ON])
+    kinds = tuple(
+        KindComparison(kind, stat(samples[ARM_ON][kind]), stat(samples[ARM_OFF][kind])) for kind in samples[ARM_ON]
+    )
     signs = {(c.delta > 0) - (c.delta < 0) for c in kinds if c.delta != 0}
     if all(c.within_bands for c in kinds):
         return ABVerdict(kinds, NO_PENALTY, "every delta lies within the CV bands")

@@ -50,8 +50,9 @@ def first_difference(a: Sequence, b: Sequence) -> Optional[int]:
     return index
 
 
-def margin_at(reference: Sequence[TokenChoice], warm: Sequence[TokenChoice],
-              index: int) -> tuple[Optional[float], bool]:
+def margin_at(
+    reference: Sequence[TokenChoice], warm: Sequence[TokenChoice], index: int
+) -> tuple[Optional[float], bool]:
     """(the reference's logprob of its own token minus its logprob of the warm token at `index`, is a lower bound):
     a bound when the warm token is outside the reference's top-k (at least the gap to its k-th); None: no figure
     (one reply has no token there, or no top-k was returned)."""
@@ -72,9 +73,16 @@ def logprob_drift(reference: Sequence[TokenChoice], warm: Sequence[TokenChoice],
     return max((abs(a.logprob - b.logprob) for a, b in pairs), default=None) if pairs else None
 
 
-def compare_greedy(session_id: str, reference_text: str, text: str, *, reference_tokens: Sequence[TokenChoice] = (),
-                   tokens: Sequence[TokenChoice] = (), near_tie_nats: Optional[float] = None,
-                   reference: str = "cold") -> GreedyCheck:
+def compare_greedy(
+    session_id: str,
+    reference_text: str,
+    text: str,
+    *,
+    reference_tokens: Sequence[TokenChoice] = (),
+    tokens: Sequence[TokenChoice] = (),
+    near_tie_nats: Optional[float] = None,
+    reference: str = "cold",
+) -> GreedyCheck:
     """One warm request's greedy output against one reference's for the same session.
 
     Tokens (with their top-k) from both runs make a first difference classifiable; without them, any difference is
@@ -82,42 +90,76 @@ def compare_greedy(session_id: str, reference_text: str, text: str, *, reference
     logprobs say (a cut reply is never numerics)."""
     char_difference = first_difference(reference_text, text)
     with_tokens = bool(reference_tokens) and bool(tokens)
-    token_difference = first_difference([t.token for t in reference_tokens], [t.token for t in tokens]) \
-        if with_tokens else None
+    token_difference = (
+        first_difference([t.token for t in reference_tokens], [t.token for t in tokens]) if with_tokens else None
+    )
     same = char_difference is None and token_difference is None
     margin, bound = (None, False)
     if token_difference is not None:
         margin, bound = margin_at(reference_tokens, tokens, token_difference)
     if same:
         verdict = SAME
-    elif (margin is not None and not bound and near_tie_nats is not None and margin < near_tie_nats
-          and len(tokens) == len(reference_tokens) and len(text) > 0):
+    elif (
+        margin is not None
+        and not bound
+        and near_tie_nats is not None
+        and margin < near_tie_nats
+        and len(tokens) == len(reference_tokens)
+        and len(text) > 0
+    ):
         verdict = NUMERICS
     else:
         verdict = SERVED_BUT_WRONG
-    drift = logprob_drift(reference_tokens, tokens, len(tokens) if token_difference is None else token_difference) \
-        if with_tokens else None
-    return GreedyCheck(session=session_id[:8], same=same, verdict=verdict, reference=reference,
-                       reference_text=reference_text, text=text, first_difference=char_difference,
-                       first_difference_token=token_difference, margin_nats=margin, margin_is_bound=bound,
-                       near_tie_nats=near_tie_nats, logprob_drift=drift,
-                       tokens_compared=min(len(reference_tokens), len(tokens)) if with_tokens else None)
+    drift = (
+        logprob_drift(reference_tokens, tokens, len(tokens) if token_difference is None else token_difference)
+        if with_tokens
+        else None
+    )
+    return GreedyCheck(
+        session=session_id[:8],
+        same=same,
+        verdict=verdict,
+        reference=reference,
+        reference_text=reference_text,
+        text=text,
+        first_difference=char_difference,
+        first_difference_token=token_difference,
+        margin_nats=margin,
+        margin_is_bound=bound,
+        near_tie_nats=near_tie_nats,
+        logprob_drift=drift,
+        tokens_compared=min(len(reference_tokens), len(tokens)) if with_tokens else None,
+    )
 
 
-def judge(session_id: str, references: Sequence[tuple[str, Completion]], warm: Completion,
-          near_tie_nats: Optional[float]) -> GreedyCheck:
+def judge(
+    session_id: str, references: Sequence[tuple[str, Completion]], warm: Completion, near_tie_nats: Optional[float]
+) -> GreedyCheck:
     """The warm output against each reference (in order, the preferred last): identical to one is "same" (that
     reference named); else the comparison with the reference it follows longest."""
-    checks = [compare_greedy(session_id, ref.text, warm.text, reference_tokens=ref.tokens, tokens=warm.tokens,
-                             near_tie_nats=near_tie_nats, reference=name) for name, ref in references]
+    checks = [
+        compare_greedy(
+            session_id,
+            ref.text,
+            warm.text,
+            reference_tokens=ref.tokens,
+            tokens=warm.tokens,
+            near_tie_nats=near_tie_nats,
+            reference=name,
+        )
+        for name, ref in references
+    ]
     identical = [check for check in checks if check.same]
     if identical:
         return identical[-1].model_copy(update={"compared_with": [name for name, _ in references]})
 
     def agreement(item: tuple[int, GreedyCheck]) -> tuple[int, int, int]:
         order, check = item
-        return (check.first_difference_token if check.first_difference_token is not None else -1,
-                check.first_difference if check.first_difference is not None else -1, order)
+        return (
+            check.first_difference_token if check.first_difference_token is not None else -1,
+            check.first_difference if check.first_difference is not None else -1,
+            order,
+        )
 
     _, closest = max(enumerate(checks), key=agreement)
     return closest.model_copy(update={"compared_with": [name for name, _ in references]})

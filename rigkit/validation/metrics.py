@@ -107,7 +107,8 @@ class Snapshot:
     @property
     def num_gpu_blocks(self) -> Optional[int]:
         return _int_or_none(self.cache_config.get("num_gpu_blocks")) or _int_or_none(
-            self.cache_config.get("num_gpu_blocks_override"))
+            self.cache_config.get("num_gpu_blocks_override")
+        )
 
     @property
     def block_size(self) -> Optional[int]:
@@ -144,8 +145,12 @@ def _families(text: str) -> list:
     try:
         return list(text_string_to_metric_families(text))
     except ValueError as exc:
-        raise MetricsError("/metrics", text[:80], f"not Prometheus text format ({exc})",
-                           "point the client at the serving API's /metrics") from None
+        raise MetricsError(
+            "/metrics",
+            text[:80],
+            f"not Prometheus text format ({exc})",
+            "point the client at the serving API's /metrics",
+        ) from None
 
 
 def parse_families(text: str) -> dict:
@@ -214,26 +219,49 @@ def parse(text: str) -> Snapshot:
 def require_prefix_counters(snapshot: Snapshot) -> Snapshot:
     """Refuse a scrape that cannot prove a tier (what the smoke check asserts after every deploy)."""
     if not snapshot.has_prefix_counters:
-        raise MetricsError(PREFIX_HITS, None, "the vLLM prefix-cache counters are missing from /metrics",
-                           "serve with --enable-prefix-caching on a vLLM that exports vllm:prefix_cache_* (v1 engine)")
+        raise MetricsError(
+            PREFIX_HITS,
+            None,
+            "the vLLM prefix-cache counters are missing from /metrics",
+            "serve with --enable-prefix-caching on a vLLM that exports vllm:prefix_cache_* (v1 engine)",
+        )
     return snapshot
 
 
 def requests_in_flight(text: str) -> float:
     """Requests a vLLM /metrics text says are running or waiting, summed over engines; MetricsError when it
     carries neither gauge (then nothing can say the engine is idle)."""
-    seen = [sample.value for family in _families(text) for sample in family.samples
-            if sample.name in (REQUESTS_RUNNING, REQUESTS_WAITING) and not math.isnan(sample.value)]
+    seen = [
+        sample.value
+        for family in _families(text)
+        for sample in family.samples
+        if sample.name in (REQUESTS_RUNNING, REQUESTS_WAITING) and not math.isnan(sample.value)
+    ]
     if not seen:
-        raise MetricsError(REQUESTS_RUNNING, None, "the vLLM request gauges are missing from /metrics",
-                           "point the client at a vLLM serving API's /metrics")
+        raise MetricsError(
+            REQUESTS_RUNNING,
+            None,
+            "the vLLM request gauges are missing from /metrics",
+            "point the client at a vLLM serving API's /metrics",
+        )
     return sum(seen)
 
 
-_COUNTER_FIELDS = ("prefix_cache_queries", "prefix_cache_hits", "external_prefix_cache_queries",
-                   "external_prefix_cache_hits", "prompt_tokens", "generation_tokens", "ttft_sum", "ttft_count",
-                   "decode_time_sum", "decode_time_count", "spec_decode_drafts", "spec_decode_draft_tokens",
-                   "spec_decode_accepted_tokens")
+_COUNTER_FIELDS = (
+    "prefix_cache_queries",
+    "prefix_cache_hits",
+    "external_prefix_cache_queries",
+    "external_prefix_cache_hits",
+    "prompt_tokens",
+    "generation_tokens",
+    "ttft_sum",
+    "ttft_count",
+    "decode_time_sum",
+    "decode_time_count",
+    "spec_decode_drafts",
+    "spec_decode_draft_tokens",
+    "spec_decode_accepted_tokens",
+)
 
 
 @dataclass(frozen=True)
@@ -279,16 +307,20 @@ def _sub_map(after: Mapping, before: Mapping, reset: bool) -> dict:
 def delta(before: Snapshot, after: Snapshot) -> Delta:
     """What happened between two scrapes of the same server."""
     went_back = any(getattr(after, name) < getattr(before, name) for name in _COUNTER_FIELDS)
-    went_back = went_back or any(v < before.prompt_tokens_by_source.get(k, 0.0)
-                                 for k, v in after.prompt_tokens_by_source.items())
-    counters = {name: getattr(after, name) if went_back else getattr(after, name) - getattr(before, name)
-                for name in _COUNTER_FIELDS}
+    went_back = went_back or any(
+        v < before.prompt_tokens_by_source.get(k, 0.0) for k, v in after.prompt_tokens_by_source.items()
+    )
+    counters = {
+        name: getattr(after, name) if went_back else getattr(after, name) - getattr(before, name)
+        for name in _COUNTER_FIELDS
+    }
     base = {f.name: getattr(after, f.name) for f in fields(Snapshot)}
     base.update(counters)
     base.update(
         prompt_tokens_by_source=_sub_map(after.prompt_tokens_by_source, before.prompt_tokens_by_source, went_back),
-        prompt_tokens_cached_by_source=_sub_map(after.prompt_tokens_cached_by_source,
-                                                before.prompt_tokens_cached_by_source, went_back),
+        prompt_tokens_cached_by_source=_sub_map(
+            after.prompt_tokens_cached_by_source, before.prompt_tokens_cached_by_source, went_back
+        ),
         ttft_buckets=_sub_map(after.ttft_buckets, before.ttft_buckets, went_back),
         # lmcache_mp_* mixes counters and gauges; a difference of gauges still reads as growth
         lmcache=_sub_map(after.lmcache, before.lmcache, went_back),
@@ -307,5 +339,14 @@ def as_dict(snapshot: Snapshot) -> dict:
     return out
 
 
-__all__ = ["Snapshot", "Delta", "MetricsError", "parse", "parse_families", "delta", "require_prefix_counters", "as_dict",
-           "requests_in_flight"]
+__all__ = [
+    "Snapshot",
+    "Delta",
+    "MetricsError",
+    "parse",
+    "parse_families",
+    "delta",
+    "require_prefix_counters",
+    "as_dict",
+    "requests_in_flight",
+]

@@ -98,9 +98,14 @@ class TierRun:
         """Each completed request's output against the references' completed ones for the same session."""
         if self.reference is None:
             return []
-        references = [(run.expected.value, {p.session_id: completion_of(m) for p, m in zip(run.prompts, run.measured)
-                                            if not m.result.aborted})
-                      for run in (self.reference, self.same_path) if run is not None]
+        references = [
+            (
+                run.expected.value,
+                {p.session_id: completion_of(m) for p, m in zip(run.prompts, run.measured) if not m.result.aborted},
+            )
+            for run in (self.reference, self.same_path)
+            if run is not None
+        ]
         checks = []
         for prompt, measured in zip(self.prompts, self.measured):
             found = [(name, outputs[prompt.session_id]) for name, outputs in references if prompt.session_id in outputs]
@@ -114,24 +119,42 @@ class TierRun:
         return TierResult(
             expected=self.expected.value,
             labels=[lab.tier.value for lab in self.labels],
-            passed=bool(self.labels) and all(lab.passed for lab in self.labels)
+            passed=bool(self.labels)
+            and all(lab.passed for lab in self.labels)
             and not any(m.result.aborted for m in self.measured)
             and all(check.verdict != SERVED_BUT_WRONG for check in greedy),
             ttft_s=StatModel.of([m.result.ttft_s for m in self.measured if not m.result.aborted]),
             server_ttft_s=StatModel.of([m.window.server_ttft_mean for m in self.measured if not m.result.aborted]),
             ttft_within_tolerance=[m.ttft_check.within for m in self.measured if m.ttft_check],
-            ttft_pairs=[TTFTPair(client_s=m.ttft_check.client_s, server_s=m.ttft_check.server_s,
-                                 within=m.ttft_check.within, api_overhead_s=m.ttft_check.api_overhead_s)
-                        for m in self.measured if m.ttft_check],
+            ttft_pairs=[
+                TTFTPair(
+                    client_s=m.ttft_check.client_s,
+                    server_s=m.ttft_check.server_s,
+                    within=m.ttft_check.within,
+                    api_overhead_s=m.ttft_check.api_overhead_s,
+                )
+                for m in self.measured
+                if m.ttft_check
+            ],
             greedy=greedy,
             prompt_tokens=[m.result.prompt_tokens or p.tokens for m, p in zip(self.measured, self.prompts)],
             aborted=[m.result.abort_phase or "?" for m in self.measured if m.result.aborted],
-            proofs=[TierProof(label=lab.tier.value, gpu_hits=lab.gpu_hits, gpu_queries=lab.gpu_queries,
-                              external_hits=lab.external_hits, external_queries=lab.external_queries,
-                              external_kv_transfer_tokens=lab.external_kv_transfer_tokens,
-                              counters_reset=m.window.reset, text=lab.proof, store_tier=lab.store_tier,
-                              store_tier_source=lab.store_tier_source)
-                    for m, lab in zip(self.measured, self.labels)])
+            proofs=[
+                TierProof(
+                    label=lab.tier.value,
+                    gpu_hits=lab.gpu_hits,
+                    gpu_queries=lab.gpu_queries,
+                    external_hits=lab.external_hits,
+                    external_queries=lab.external_queries,
+                    external_kv_transfer_tokens=lab.external_kv_transfer_tokens,
+                    counters_reset=m.window.reset,
+                    text=lab.proof,
+                    store_tier=lab.store_tier,
+                    store_tier_source=lab.store_tier_source,
+                )
+                for m, lab in zip(self.measured, self.labels)
+            ],
+        )
 
 
 @dataclass
@@ -152,10 +175,18 @@ class TierValidation:
         return next((t for t in self.tiers if t.expected == expected), None)
 
 
-def _measure_tier(client: ServingClient, run: TierRun, prompt: Prompt, settings: ValidationSettings, timeout_s: float,
-                  connector_configured: bool, after_restart: bool = False) -> None:
-    measured = measure(client, prompt.text, settings.output_tokens, timeout_s, seed=prompt.spec.seed,
-                       logprobs=settings.top_logprobs)
+def _measure_tier(
+    client: ServingClient,
+    run: TierRun,
+    prompt: Prompt,
+    settings: ValidationSettings,
+    timeout_s: float,
+    connector_configured: bool,
+    after_restart: bool = False,
+) -> None:
+    measured = measure(
+        client, prompt.text, settings.output_tokens, timeout_s, seed=prompt.spec.seed, logprobs=settings.top_logprobs
+    )
     run.measured.append(measured)
     run.prompts.append(prompt)
     run.labels.append(label(measured.window, run.expected, connector_configured, after_restart))
@@ -171,16 +202,24 @@ def evict_gpu_pool(client: ServingClient, pool: Snapshot, settings: ValidationSe
     """Send salted filler prompts sized from the pool; returns how many were sent."""
     max_len = client.max_model_len or settings.prompt_tokens + settings.output_tokens + CONTEXT_SLACK_TOKENS
     if pool.gpu_pool_tokens is None:
-        raise ConfigError("vllm:cache_config_info", pool.cache_config, "num_gpu_blocks/block_size missing",
-                          "serve with a vLLM that exports vllm:cache_config_info (v1 engine)")
+        raise ConfigError(
+            "vllm:cache_config_info",
+            pool.cache_config,
+            "num_gpu_blocks/block_size missing",
+            "serve with a vLLM that exports vllm:cache_config_info (v1 engine)",
+        )
     size, count = filler_plan(pool.gpu_pool_tokens, max_len, settings.prompt_tokens, settings.output_tokens)
     rng = random.Random()
     for _ in range(count):
         filler = client.build_prompt(PromptSpec("narrative", size, rng.randrange(2**31)))
         result = client.stream_completion(filler.text, max_tokens=1, timeout_s=timeout_s)
         if result.aborted:
-            raise ConfigError("filler", size, f"a filler request was aborted ({result.error})",
-                              "check the engine is alive; lower validate_prompt_tokens")
+            raise ConfigError(
+                "filler",
+                size,
+                f"a filler request was aborted ({result.error})",
+                "check the engine is alive; lower validate_prompt_tokens",
+            )
     return count
 
 
@@ -193,26 +232,35 @@ def check_prompt_fits(settings: ValidationSettings, max_model_len: Optional[int]
     """ConfigError when a session prompt and its reply, or a decode A/B prompt and its tokens, do not fit the
     max-model-len (the server's, or the declared knob before any host is touched; None: unknown)."""
     if max_model_len and settings.prompt_tokens + settings.output_tokens + CONTEXT_SLACK_TOKENS > max_model_len:
-        raise ConfigError("validate_prompt_tokens", settings.prompt_tokens,
-                          f"does not fit max-model-len {max_model_len} with the reply "
-                          f"(validate_output_tokens {settings.output_tokens})",
-                          f"set validate_prompt_tokens <= {max_model_len - settings.output_tokens - CONTEXT_SLACK_TOKENS}")
+        raise ConfigError(
+            "validate_prompt_tokens",
+            settings.prompt_tokens,
+            f"does not fit max-model-len {max_model_len} with the reply "
+            f"(validate_output_tokens {settings.output_tokens})",
+            f"set validate_prompt_tokens <= {max_model_len - settings.output_tokens - CONTEXT_SLACK_TOKENS}",
+        )
     decode = settings.decode_prompt_tokens + settings.decode_tokens + CONTEXT_SLACK_TOKENS
     if max_model_len and settings.decode_ab and decode > max_model_len:
-        raise ConfigError("validate_decode_tokens", settings.decode_tokens,
-                          f"with validate_decode_prompt_tokens {settings.decode_prompt_tokens} does not fit "
-                          f"max-model-len {max_model_len}",
-                          f"set validate_decode_tokens <= "
-                          f"{max_model_len - settings.decode_prompt_tokens - CONTEXT_SLACK_TOKENS}")
+        raise ConfigError(
+            "validate_decode_tokens",
+            settings.decode_tokens,
+            f"with validate_decode_prompt_tokens {settings.decode_prompt_tokens} does not fit "
+            f"max-model-len {max_model_len}",
+            f"set validate_decode_tokens <= {max_model_len - settings.decode_prompt_tokens - CONTEXT_SLACK_TOKENS}",
+        )
 
 
-def validate_tiers(client: ServingClient, restart: Optional[Callable[[], None]], settings: ValidationSettings,
-                   connector_configured: bool = True,
-                   store_bytes: Optional[Callable[[], int]] = None,
-                   capacity_tiers: Optional[Mapping[str, int]] = None,
-                   session_sizes: Sequence[int] = (50_000, 262_144),
-                   not_applicable: Optional[Mapping[str, str]] = None,
-                   store_chunk_tokens: Optional[int] = None) -> TierValidation:
+def validate_tiers(
+    client: ServingClient,
+    restart: Optional[Callable[[], None]],
+    settings: ValidationSettings,
+    connector_configured: bool = True,
+    store_bytes: Optional[Callable[[], int]] = None,
+    capacity_tiers: Optional[Mapping[str, int]] = None,
+    session_sizes: Sequence[int] = (50_000, 262_144),
+    not_applicable: Optional[Mapping[str, str]] = None,
+    store_chunk_tokens: Optional[int] = None,
+) -> TierValidation:
     """Run the tier procedure against a ready server. `restart` does a full down/up (None: skip tier 4).
 
     not_applicable: tier value -> why the stack cannot have it (Settings.tiers_not_applicable): its step is not run.
@@ -238,11 +286,14 @@ def validate_tiers(client: ServingClient, restart: Optional[Callable[[], None]],
         except ServingError as exc:
             problem = str(exc)
         if problem:
-            raise ConfigError("validate_top_logprobs", settings.top_logprobs,
-                              f"a one-token request asking for logprobs failed: {problem}",
-                              "give the engine what logprobs need (vLLM CPU compiles that path: g++ and the Python "
-                              "headers in the image), or set validate_top_logprobs: 0 (then any difference in "
-                              "the output is served-but-wrong)")
+            raise ConfigError(
+                "validate_top_logprobs",
+                settings.top_logprobs,
+                f"a one-token request asking for logprobs failed: {problem}",
+                "give the engine what logprobs need (vLLM CPU compiles that path: g++ and the Python "
+                "headers in the image), or set validate_top_logprobs: 0 (then any difference in "
+                "the output is served-but-wrong)",
+            )
     calibration_tokens = max(CALIBRATION_MIN_TOKENS, int(settings.prompt_tokens * CALIBRATION_FRACTION))
     calibration = client.build_prompt(PromptSpec(settings.prompt_kind, calibration_tokens, seed - 1))
     calibrated = client.stream_completion(calibration.text, max_tokens=1)
@@ -252,8 +303,10 @@ def validate_tiers(client: ServingClient, restart: Optional[Callable[[], None]],
     else:
         failures.append(f"prefill calibration failed ({calibrated.error or 'no first token'})")
 
-    prompts = [client.build_prompt(PromptSpec(settings.prompt_kind, settings.prompt_tokens, seed + i))
-               for i in range(settings.sessions)]
+    prompts = [
+        client.build_prompt(PromptSpec(settings.prompt_kind, settings.prompt_tokens, seed + i))
+        for i in range(settings.sessions)
+    ]
     timeout_s = prefill_timeout(max(p.tokens for p in prompts), rate)
     near_tie = settings.near_tie_nats
     cold = TierRun(Tier.COLD)
@@ -264,8 +317,10 @@ def validate_tiers(client: ServingClient, restart: Optional[Callable[[], None]],
         _measure_tier(client, cold, prompt, settings, timeout_s, connector_configured)
         if cold.measured[-1].result.aborted:
             r = cold.measured[-1].result
-            failures.append(f"cold prefill of session {prompt.session_id[:8]} aborted in {r.abort_phase} after "
-                            f"{r.total_s:.0f} s (timeout {timeout_s:.0f} s): only the completed prefix is cached")
+            failures.append(
+                f"cold prefill of session {prompt.session_id[:8]} aborted in {r.abort_phase} after "
+                f"{r.total_s:.0f} s (timeout {timeout_s:.0f} s): only the completed prefix is cached"
+            )
             continue
         _measure_tier(client, warm_gpu, prompt, settings, timeout_s, connector_configured)
     stored = [p for p, m in zip(cold.prompts, cold.measured) if not m.result.aborted]
@@ -273,15 +328,27 @@ def validate_tiers(client: ServingClient, restart: Optional[Callable[[], None]],
     capacity = None
     if store_bytes is not None and store_before is not None:
         grown = store_bytes() - store_before
-        tokens = sum(stored_tokens(m.result.prompt_tokens or 0, store_chunk_tokens)
-                     for m in cold.measured if not m.result.aborted)
+        tokens = sum(
+            stored_tokens(m.result.prompt_tokens or 0, store_chunk_tokens)
+            for m in cold.measured
+            if not m.result.aborted
+        )
         source = "connector store growth over the cold sessions" + (
-            f" (whole {store_chunk_tokens}-token chunks stored)" if store_chunk_tokens else "")
-        capacity = capacity_from(grown, tokens, source,
-                                 capacity_tiers or {}, [settings.prompt_tokens, *session_sizes])
+            f" (whole {store_chunk_tokens}-token chunks stored)" if store_chunk_tokens else ""
+        )
+        capacity = capacity_from(grown, tokens, source, capacity_tiers or {}, [settings.prompt_tokens, *session_sizes])
 
-    validation = TierValidation(runs, prompts, rate, pool, max_len, failures, capacity,
-                                ttft_transport=client.ttft_transport, not_applicable=skipped)
+    validation = TierValidation(
+        runs,
+        prompts,
+        rate,
+        pool,
+        max_len,
+        failures,
+        capacity,
+        ttft_transport=client.ttft_transport,
+        not_applicable=skipped,
+    )
     if not connector_configured or not stored:
         return validation
 

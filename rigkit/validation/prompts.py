@@ -22,8 +22,28 @@ _NARRATIVE_WORDS = (
     "before dawn children ran past market square with letters for captain who never returned "
     "evening lamps burned across valley and travellers spoke quietly about roads bridges rain"
 ).split()
-_CODE_NAMES = ("buffer", "index", "total", "window", "offset", "record", "queue", "cache", "limit", "node",
-               "parser", "result", "config", "stream", "batch", "retry", "token", "value", "count", "entry")
+_CODE_NAMES = (
+    "buffer",
+    "index",
+    "total",
+    "window",
+    "offset",
+    "record",
+    "queue",
+    "cache",
+    "limit",
+    "node",
+    "parser",
+    "result",
+    "config",
+    "stream",
+    "batch",
+    "retry",
+    "token",
+    "value",
+    "count",
+    "entry",
+)
 
 
 @dataclass(frozen=True)
@@ -50,8 +70,10 @@ def _body_units(kind: str, rng: random.Random) -> Iterator[str]:
         while True:
             a, b, c = rng.sample(_CODE_NAMES, 3)
             n = rng.randint(2, 97)
-            yield (f"def update_{a}_{b}({a}, {b}):\n    {c} = {a} * {n} + {b}\n"
-                   f"    if {c} > {n * 3}:\n        return {c} - {b}\n    return {c}\n\n")
+            yield (
+                f"def update_{a}_{b}({a}, {b}):\n    {c} = {a} * {n} + {b}\n"
+                f"    if {c} > {n * 3}:\n        return {c} - {b}\n    return {c}\n\n"
+            )
     while True:
         words = [rng.choice(_NARRATIVE_WORDS) for _ in range(rng.randint(8, 16))]
         yield " ".join(words).capitalize() + ". "

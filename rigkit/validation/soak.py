@@ -96,19 +96,25 @@ def judge(records: Sequence[SoakTurn], plan: Plan, limits: Limits, memory_source
     empty = [r for r in answered if r.empty_reply]
     if errors:
         first = errors[0]
-        failures.append(f"{len(errors)} of {len(records)} turns failed (first: session {first.session} turn "
-                        f"{first.turn}: {first.error})")
+        failures.append(
+            f"{len(errors)} of {len(records)} turns failed (first: session {first.session} turn "
+            f"{first.turn}: {first.error})"
+        )
     if len(records) < planned:
-        failures.append(f"only {len(records)} of {planned} turns ran: the soak stopped after "
-                        f"{MAX_CONSECUTIVE_ERRORS} failed turns in a row")
+        failures.append(
+            f"only {len(records)} of {planned} turns ran: the soak stopped after "
+            f"{MAX_CONSECUTIVE_ERRORS} failed turns in a row"
+        )
 
     empty_fraction = len(empty) / len(answered) if answered else None
     if empty_fraction is None:
         failures.append("no turn was answered: empty replies not measured")
     elif empty_fraction >= limits.empty_reply_max_fraction:
         limit = 100 * limits.empty_reply_max_fraction
-        failures.append(f"{len(empty)} of {len(answered)} answered turns got an empty reply "
-                        f"({100 * empty_fraction:.0f}%, the limit is below {limit:.0f}%)")
+        failures.append(
+            f"{len(empty)} of {len(answered)} answered turns got an empty reply "
+            f"({100 * empty_fraction:.0f}%, the limit is below {limit:.0f}%)"
+        )
 
     by_session: dict[int, list[SoakTurn]] = {}
     for record in records:
@@ -122,46 +128,72 @@ def judge(records: Sequence[SoakTurn], plan: Plan, limits: Limits, memory_source
 
     tps_baseline = tps_last = retention = None
     if baseline is None:
-        failures.append("no conversation ran all its turns without an error: no baseline for decode "
-                        "retention and memory growth")
+        failures.append(
+            "no conversation ran all its turns without an error: no baseline for decode retention and memory growth"
+        )
     else:
         tps_baseline = _mean([r.decode_tps for r in by_session[baseline]])
         tps_last = _mean([r.decode_tps for r in by_session[last] if not r.error])
         if baseline == last:
-            failures.append(f"decode retention not measured: session {baseline} is both the first clean and "
-                            "the last conversation (run at least 2 sessions)")
+            failures.append(
+                f"decode retention not measured: session {baseline} is both the first clean and "
+                "the last conversation (run at least 2 sessions)"
+            )
         elif not tps_baseline or tps_last is None:
-            failures.append(f"decode retention not measured: no decode speed in session "
-                            f"{baseline if not tps_baseline else last} (replies of fewer than 2 tokens?)")
+            failures.append(
+                f"decode retention not measured: no decode speed in session "
+                f"{baseline if not tps_baseline else last} (replies of fewer than 2 tokens?)"
+            )
         else:
             retention = tps_last / tps_baseline
             if retention < limits.decode_retention_min:
-                failures.append(f"decode retention {100 * retention:.1f}%: session {last} decoded {tps_last:.1f} "
-                                f"tok/s vs {tps_baseline:.1f} tok/s in the first clean session {baseline} "
-                                f"(at least {100 * limits.decode_retention_min:.0f}%)")
+                failures.append(
+                    f"decode retention {100 * retention:.1f}%: session {last} decoded {tps_last:.1f} "
+                    f"tok/s vs {tps_baseline:.1f} tok/s in the first clean session {baseline} "
+                    f"(at least {100 * limits.decode_retention_min:.0f}%)"
+                )
 
     memory_baseline = records[end_index[baseline]].memory_mib if baseline is not None else None
     memory_last = records[-1].memory_mib if records else None
     growth = memory_last - memory_baseline if memory_baseline is not None and memory_last is not None else None
     if baseline is not None:
         if growth is None:
-            failures.append(f"memory growth not measured: {memory_source} gave no reading "
-                            f"{'after session ' + str(baseline) if memory_baseline is None else 'after the last turn'}")
+            failures.append(
+                f"memory growth not measured: {memory_source} gave no reading "
+                f"{'after session ' + str(baseline) if memory_baseline is None else 'after the last turn'}"
+            )
         elif growth > limits.memory_growth_mib:
-            failures.append(f"memory grew {growth:,.1f} MiB ({memory_baseline:,.0f} MiB after the first clean "
-                            f"session {baseline} -> {memory_last:,.0f} MiB after the last turn; {memory_source}), "
-                            f"more than {limits.memory_growth_mib:,.0f} MiB")
+            failures.append(
+                f"memory grew {growth:,.1f} MiB ({memory_baseline:,.0f} MiB after the first clean "
+                f"session {baseline} -> {memory_last:,.0f} MiB after the last turn; {memory_source}), "
+                f"more than {limits.memory_growth_mib:,.0f} MiB"
+            )
 
-    return SoakReport(sessions=plan.sessions, turns=plan.turns, open_sessions=plan.open_sessions,
-                      message_tokens=plan.message_tokens, reply_tokens=plan.reply_tokens, memory_source=memory_source,
-                      memory_growth_limit_mib=limits.memory_growth_mib,
-                      decode_retention_min=limits.decode_retention_min,
-                      empty_reply_max_fraction=limits.empty_reply_max_fraction,
-                      turns_run=len(records), errors=len(errors), answered=len(answered), empty_replies=len(empty),
-                      baseline_session=baseline, last_session=last, decode_tps_baseline=tps_baseline,
-                      decode_tps_last=tps_last, decode_retention=retention, memory_baseline_mib=memory_baseline,
-                      memory_last_mib=memory_last, memory_growth_mib=growth, failures=failures,
-                      records=list(records))
+    return SoakReport(
+        sessions=plan.sessions,
+        turns=plan.turns,
+        open_sessions=plan.open_sessions,
+        message_tokens=plan.message_tokens,
+        reply_tokens=plan.reply_tokens,
+        memory_source=memory_source,
+        memory_growth_limit_mib=limits.memory_growth_mib,
+        decode_retention_min=limits.decode_retention_min,
+        empty_reply_max_fraction=limits.empty_reply_max_fraction,
+        turns_run=len(records),
+        errors=len(errors),
+        answered=len(answered),
+        empty_replies=len(empty),
+        baseline_session=baseline,
+        last_session=last,
+        decode_tps_baseline=tps_baseline,
+        decode_tps_last=tps_last,
+        decode_retention=retention,
+        memory_baseline_mib=memory_baseline,
+        memory_last_mib=memory_last,
+        memory_growth_mib=growth,
+        failures=failures,
+        records=list(records),
+    )
 
 
 # --- memory on the rig -----------------------------------------------------------------------
@@ -171,9 +203,10 @@ CGROUP_MEMORY_COMMAND = (
     f"pid=$(docker inspect -f '{{{{.State.Pid}}}}' {CONTAINER_NAME} 2>/dev/null) && [ \"${{pid:-0}}\" -gt 0 ] "
     "&& v2=/sys/fs/cgroup$(sed -n 's/^0:://p' /proc/$pid/cgroup) "
     "&& v1=/sys/fs/cgroup/memory$(sed -n 's/^[0-9]*:memory://p' /proc/$pid/cgroup) "
-    "&& if [ -r $v2/memory.current ]; then echo \"current $(cat $v2/memory.current)\"; "
+    '&& if [ -r $v2/memory.current ]; then echo "current $(cat $v2/memory.current)"; '
     "grep '^inactive_file ' $v2/memory.stat; "
-    "else echo \"current $(cat $v1/memory.usage_in_bytes)\" && grep '^total_inactive_file ' $v1/memory.stat; fi")
+    "else echo \"current $(cat $v1/memory.usage_in_bytes)\" && grep '^total_inactive_file ' $v1/memory.stat; fi"
+)
 
 
 def gpu_used_mib(text: str) -> Optional[float]:
@@ -207,8 +240,11 @@ class MemoryProbe:
 
 
 GPU_PROBE = MemoryProbe("GPU memory used, nvidia-smi (all GPUs)", f"{GPU_MEMORY_QUERY} 2>/dev/null", gpu_used_mib)
-CGROUP_PROBE = MemoryProbe(f"container {CONTAINER_NAME} cgroup memory less inactive page cache (no GPU)",
-                           CGROUP_MEMORY_COMMAND, cgroup_used_mib)
+CGROUP_PROBE = MemoryProbe(
+    f"container {CONTAINER_NAME} cgroup memory less inactive page cache (no GPU)",
+    CGROUP_MEMORY_COMMAND,
+    cgroup_used_mib,
+)
 
 
 def memory_probe(shell: Shell) -> MemoryProbe:
@@ -222,8 +258,9 @@ def plan_from(settings: ValidationSettings) -> Plan:
 
 
 def limits_from(settings: ValidationSettings) -> Limits:
-    return Limits(settings.soak_memory_growth_mib, settings.soak_decode_retention_min,
-                  settings.soak_empty_reply_max_fraction)
+    return Limits(
+        settings.soak_memory_growth_mib, settings.soak_decode_retention_min, settings.soak_empty_reply_max_fraction
+    )
 
 
 def conversation_tokens(plan: Plan) -> int:
@@ -235,15 +272,19 @@ def check_fits(plan: Plan, max_model_len: Optional[int]) -> None:
     if max_model_len is None or conversation_tokens(plan) <= max_model_len:
         return
     per_turn = plan.message_tokens + plan.reply_tokens + TRANSCRIPT_SLACK_TOKENS
-    raise ConfigError("validate_soak_turns", plan.turns,
-                      f"a conversation of {plan.turns} turns of ~{per_turn} tokens reaches "
-                      f"~{conversation_tokens(plan)} tokens, over the served max-model-len {max_model_len}",
-                      f"validate_soak_turns <= {max_model_len // per_turn}, or lower validate_soak_message_tokens / "
-                      "validate_soak_reply_tokens")
+    raise ConfigError(
+        "validate_soak_turns",
+        plan.turns,
+        f"a conversation of {plan.turns} turns of ~{per_turn} tokens reaches "
+        f"~{conversation_tokens(plan)} tokens, over the served max-model-len {max_model_len}",
+        f"validate_soak_turns <= {max_model_len // per_turn}, or lower validate_soak_message_tokens / "
+        "validate_soak_reply_tokens",
+    )
 
 
-def next_message(client: ServingClient, prompt_kind: str, message_tokens: int, rng: random.Random,
-                 session_id: Optional[str] = None) -> str:
+def next_message(
+    client: ServingClient, prompt_kind: str, message_tokens: int, rng: random.Random, session_id: Optional[str] = None
+) -> str:
     """A new user message of about `message_tokens`, salted (client.build_prompt): a new salt on every message,
     so no earlier run (nor another run's conversation) can have cached any of the conversation."""
     return client.build_prompt(PromptSpec(prompt_kind, message_tokens, rng.randrange(2**31)), session_id).text
@@ -259,8 +300,9 @@ def transcript_entry(message: str, reply: str) -> str:
     return f"User: {message}\nAssistant:{reply}\n"
 
 
-def _turn(client: ServingClient, transcript: list[str], message: str, plan: Plan, timeout_s: float,
-          session: int, turn: int) -> SoakTurn:
+def _turn(
+    client: ServingClient, transcript: list[str], message: str, plan: Plan, timeout_s: float, session: int, turn: int
+) -> SoakTurn:
     """One turn: the conversation so far plus `message`; the reply is appended to `transcript`."""
     prompt = turn_prompt(transcript, message)
     before = client.metrics()
@@ -271,14 +313,27 @@ def _turn(client: ServingClient, transcript: list[str], message: str, plan: Plan
     tokens = result.completion_tokens or 0
     # the server's own decode time first: a tunnel may deliver the stream in bursts
     tps = (window.server_decode_tps(tokens) if tokens else None) or result.decode_tps
-    return SoakTurn(session=session, turn=turn, prompt_tokens=result.prompt_tokens,
-                    completion_tokens=result.completion_tokens, decode_tps=tps,
-                    empty_reply=not result.aborted and not result.text.strip(), error=result.error)
+    return SoakTurn(
+        session=session,
+        turn=turn,
+        prompt_tokens=result.prompt_tokens,
+        completion_tokens=result.completion_tokens,
+        decode_tps=tps,
+        empty_reply=not result.aborted and not result.text.strip(),
+        error=result.error,
+    )
 
 
-def run_soak(client: ServingClient, plan: Plan, limits: Limits, read_memory: Callable[[], Optional[float]],
-             memory_source: str, seed: Optional[int] = None, prompt_kind: str = "narrative",
-             prefill_tokens_per_s: Optional[float] = None) -> SoakReport:
+def run_soak(
+    client: ServingClient,
+    plan: Plan,
+    limits: Limits,
+    read_memory: Callable[[], Optional[float]],
+    memory_source: str,
+    seed: Optional[int] = None,
+    prompt_kind: str = "narrative",
+    prefill_tokens_per_s: Optional[float] = None,
+) -> SoakReport:
     """Run the conversations in turn_order, sample memory after every turn, and judge them.
 
     read_memory() reads the rig's memory in MiB (None: unreadable), e.g. lambda: memory_probe(shell).read(shell).

@@ -83,15 +83,19 @@ def _served(measured: Delta) -> tuple[float, float, str]:
     served_gpu, served_external = measured.tokens_from("local_cache_hit"), measured.tokens_from("external_kv_transfer")
     if gpu <= served_gpu and external <= served_external:
         return gpu, external, ""
-    note = (f" (hit counters over-count: GPU +{gpu:.0f}, external +{external:.0f} for +{served_gpu:.0f} and "
-            f"+{served_external:.0f} tokens served (prompt_tokens_by_source), vllm#43736: labelled from the tokens served)")
+    note = (
+        f" (hit counters over-count: GPU +{gpu:.0f}, external +{external:.0f} for +{served_gpu:.0f} and "
+        f"+{served_external:.0f} tokens served (prompt_tokens_by_source), vllm#43736: labelled from the tokens served)"
+    )
     return min(gpu, served_gpu), min(external, served_external), note
 
 
 def _queried(queries: float, measured: Delta) -> str:
-    """"/N queried", or why no ratio is printed when the window's queries were re-counted."""
+    """ "/N queried", or why no ratio is printed when the window's queries were re-counted."""
     if measured.recounted(queries):
-        return f" (queries re-counted: {queries:.0f} for {measured.window_prompt_tokens:.0f} prompt tokens, no hit ratio)"
+        return (
+            f" (queries re-counted: {queries:.0f} for {measured.window_prompt_tokens:.0f} prompt tokens, no hit ratio)"
+        )
     return f"/{queries:.0f} queried"
 
 
@@ -116,24 +120,37 @@ def _lmcache_tier_by_chunks(measured: Delta, prefetched: float | None, after_res
     loaded = measured.lmcache_counter(LMCACHE_CHUNKS_LOADED)
     if not loaded:
         tier = "L2" if after_restart else "L1"
-        return tier, INFERRED, (f"; LMCache {tier} inferred from the procedure (this LMCache exports no "
-                                f"{LMCACHE_LOOKUP_HITS_L1} / {LMCACHE_LOOKUP_HITS_L2}, and loaded no chunk by "
-                                f"{LMCACHE_CHUNKS_LOADED})")
+        return (
+            tier,
+            INFERRED,
+            (
+                f"; LMCache {tier} inferred from the procedure (this LMCache exports no "
+                f"{LMCACHE_LOOKUP_HITS_L1} / {LMCACHE_LOOKUP_HITS_L2}, and loaded no chunk by "
+                f"{LMCACHE_CHUNKS_LOADED})"
+            ),
+        )
     from_l2 = min(prefetched or 0.0, loaded)
     tier = "L2" if from_l2 >= loaded else "L1+L2" if from_l2 > 0 else "L1"
-    return tier, BY_COUNTERS, (f"; LMCache chunks loaded +{loaded:.0f}, of them from L2 (prefetch loads) "
-                               f"+{from_l2:.0f}: served from {tier}")
+    return (
+        tier,
+        BY_COUNTERS,
+        (f"; LMCache chunks loaded +{loaded:.0f}, of them from L2 (prefetch loads) +{from_l2:.0f}: served from {tier}"),
+    )
 
 
 def _proof(measured: Delta, gpu_hits: float, ext_hits: float, over_counted: str) -> tuple[str, float | None]:
     """The metric proof of a window, in words, and the tokens the LMCache server found (None: not scraped)."""
     ext_tokens = measured.tokens_from("external_kv_transfer")
-    proof = (f"GPU prefix hits +{gpu_hits:.0f}{_queried(measured.prefix_cache_queries, measured)}, "
-             f"external hits +{ext_hits:.0f}{_queried(measured.external_prefix_cache_queries, measured)}, "
-             f"external_kv_transfer tokens +{ext_tokens:.0f}{over_counted}")
+    proof = (
+        f"GPU prefix hits +{gpu_hits:.0f}{_queried(measured.prefix_cache_queries, measured)}, "
+        f"external hits +{ext_hits:.0f}{_queried(measured.external_prefix_cache_queries, measured)}, "
+        f"external_kv_transfer tokens +{ext_tokens:.0f}{over_counted}"
+    )
     cached = {source: tokens for source, tokens in measured.prompt_tokens_cached_by_source.items() if tokens > 0}
     if cached:  # where this vLLM exports it (0.32 does, 0.26 does not): which store served, disk for a disk tier
-        proof += ", cached by source " + ", ".join(f"{source} +{tokens:.0f}" for source, tokens in sorted(cached.items()))
+        proof += ", cached by source " + ", ".join(
+            f"{source} +{tokens:.0f}" for source, tokens in sorted(cached.items())
+        )
     retrieved = measured.lmcache_counter(LMCACHE_LOOKUP_HITS)
     if retrieved is not None:
         proof += f", LMCache lookup hits +{retrieved:.0f}"
@@ -142,15 +159,33 @@ def _proof(measured: Delta, gpu_hits: float, ext_hits: float, over_counted: str)
     return proof, retrieved
 
 
-def _tier_label(measured: Delta, tier: Tier, expected: Tier, gpu_hits: float, ext_hits: float, proof: str,
-                retrieved: float | None, store_tier: str | None = None, store_source: str | None = None) -> TierLabel:
+def _tier_label(
+    measured: Delta,
+    tier: Tier,
+    expected: Tier,
+    gpu_hits: float,
+    ext_hits: float,
+    proof: str,
+    retrieved: float | None,
+    store_tier: str | None = None,
+    store_source: str | None = None,
+) -> TierLabel:
     if measured.reset:
         proof += " (counters reset: server restarted inside the window)"
-    return TierLabel(tier=tier, expected=expected, passed=tier == expected, gpu_hits=gpu_hits,
-                     gpu_queries=measured.prefix_cache_queries, external_hits=ext_hits,
-                     external_queries=measured.external_prefix_cache_queries,
-                     external_kv_transfer_tokens=measured.tokens_from("external_kv_transfer"), proof=proof,
-                     connector_retrieved_tokens=retrieved, store_tier=store_tier, store_tier_source=store_source)
+    return TierLabel(
+        tier=tier,
+        expected=expected,
+        passed=tier == expected,
+        gpu_hits=gpu_hits,
+        gpu_queries=measured.prefix_cache_queries,
+        external_hits=ext_hits,
+        external_queries=measured.external_prefix_cache_queries,
+        external_kv_transfer_tokens=measured.tokens_from("external_kv_transfer"),
+        proof=proof,
+        connector_retrieved_tokens=retrieved,
+        store_tier=store_tier,
+        store_tier_source=store_source,
+    )
 
 
 def label(measured: Delta, expected: Tier, connector_configured: bool, after_restart: bool = False) -> TierLabel:

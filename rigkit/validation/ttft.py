@@ -81,20 +81,32 @@ class RigProbe:
     @classmethod
     def on(cls, rig: str, run: RigCommand, bind_address: str, port: int) -> "RigProbe":
         """The probe of `rig`, reaching the serving API bound to bind_address:port as the rig's own clients do."""
-        return cls(run=run, base_url=rig_local_url(bind_address, port),
-                   transport=f"{rig}'s loopback (rigkit's probe, run by the rig's python3 over SSH)")
+        return cls(
+            run=run,
+            base_url=rig_local_url(bind_address, port),
+            transport=f"{rig}'s loopback (rigkit's probe, run by the rig's python3 over SSH)",
+        )
 
     def command(self) -> str:
         """The rig's python3 running the probe's source as it is on the controller (nothing installed)."""
         return "python3 -c " + shlex.quote(Path(ttft_probe.__file__).read_text())
 
-    def stream(self, path: str, body: dict, connect_timeout_s: float, timeout_s: float,
-               overhead_model: Optional[str] = None) -> dict:
-        request = {"url": self.base_url.rstrip("/") + path, "body": body, "connect_timeout_s": connect_timeout_s,
-                   "timeout_s": timeout_s, "overhead_model": overhead_model}
+    def stream(
+        self, path: str, body: dict, connect_timeout_s: float, timeout_s: float, overhead_model: Optional[str] = None
+    ) -> dict:
+        request = {
+            "url": self.base_url.rstrip("/") + path,
+            "body": body,
+            "connect_timeout_s": connect_timeout_s,
+            "timeout_s": timeout_s,
+            "overhead_model": overhead_model,
+        }
         output = self.run(self.command(), json.dumps(request))
         try:
             return json.loads((output or "").strip().splitlines()[-1])
         except (ValueError, IndexError):
-            return {"error": f"the TTFT probe on the rig printed no result ({(output or '').strip()[:200]!r}): "
-                             "check that the rig has python3", "total_s": 0.0}
+            return {
+                "error": f"the TTFT probe on the rig printed no result ({(output or '').strip()[:200]!r}): "
+                "check that the rig has python3",
+                "total_s": 0.0,
+            }

@@ -55,8 +55,14 @@ class Prefilled:
     run: TierRun  # expected cold, on the source
 
 
-def prefill(rig: str, client: ServingClient, specs: Sequence[PromptSpec], output_tokens: int,
-            timeout_s: float, logprobs: int = 0) -> Prefilled:
+def prefill(
+    rig: str,
+    client: ServingClient,
+    specs: Sequence[PromptSpec],
+    output_tokens: int,
+    timeout_s: float,
+    logprobs: int = 0,
+) -> Prefilled:
     """Fresh salted prompts, each sent once to `rig` and labelled by its counters (expected: cold)."""
     run = TierRun(Tier.COLD)
     for spec in specs:
@@ -68,8 +74,15 @@ def prefill(rig: str, client: ServingClient, specs: Sequence[PromptSpec], output
     return Prefilled(rig, run)
 
 
-def ask(prefilled: Prefilled, rig: str, client: ServingClient, output_tokens: int, timeout_s: float,
-        logprobs: int = 0, near_tie_nats: Optional[float] = None) -> SharedPair:
+def ask(
+    prefilled: Prefilled,
+    rig: str,
+    client: ServingClient,
+    output_tokens: int,
+    timeout_s: float,
+    logprobs: int = 0,
+    near_tie_nats: Optional[float] = None,
+) -> SharedPair:
     """Each prompt `prefilled` completed, sent to `rig` and labelled by `rig`'s own window (expected: warm-shared)."""
     asked = TierRun(Tier.WARM_SHARED, reference=prefilled.run, near_tie_nats=near_tie_nats)
     for prompt, before in zip(prefilled.run.prompts, prefilled.run.measured):
@@ -79,9 +92,16 @@ def ask(prefilled: Prefilled, rig: str, client: ServingClient, output_tokens: in
         asked.measured.append(measured)
         asked.prompts.append(prompt)
         asked.labels.append(label_shared(measured.window))
-    return SharedPair(source=prefilled.rig, target=rig, prefill=prefilled.run.result(), asked=asked.result(),
-                      prompts=[PromptRecord(kind=p.spec.kind, target_tokens=p.spec.target_tokens, seed=p.spec.seed,
-                                            tokens=p.tokens) for p in prefilled.run.prompts])
+    return SharedPair(
+        source=prefilled.rig,
+        target=rig,
+        prefill=prefilled.run.result(),
+        asked=asked.result(),
+        prompts=[
+            PromptRecord(kind=p.spec.kind, target_tokens=p.spec.target_tokens, seed=p.spec.seed, tokens=p.tokens)
+            for p in prefilled.run.prompts
+        ],
+    )
 
 
 def ordered_pairs(groups: Sequence[Sequence[str]]) -> list[tuple[str, str]]:
@@ -94,8 +114,9 @@ def prompt_specs(settings: ValidationSettings, seed: int) -> list[PromptSpec]:
     return [PromptSpec(settings.prompt_kind, settings.prompt_tokens, seed + i) for i in range(settings.sessions)]
 
 
-def run_pairs(clients: Mapping[str, ServingClient], settings: Mapping[str, ValidationSettings],
-              groups: Sequence[Sequence[str]]) -> list[SharedPair]:
+def run_pairs(
+    clients: Mapping[str, ServingClient], settings: Mapping[str, ValidationSettings], groups: Sequence[Sequence[str]]
+) -> list[SharedPair]:
     """The warm-shared tier over every ordered pair within each group of rigs sharing one store (`clients`: rig
     name -> client); each pair's prompts follow its source's settings and must fit both rigs."""
     for client in clients.values():
@@ -108,14 +129,25 @@ def run_pairs(clients: Mapping[str, ServingClient], settings: Mapping[str, Valid
             check_prompt_fits(chosen, clients[rig].max_model_len)
         seed = chosen.seed if chosen.seed is not None else random.randrange(2**31)
         timeout_s = prefill_timeout(chosen.prompt_tokens, None)
-        prefilled = prefill(source, clients[source], prompt_specs(chosen, seed), chosen.output_tokens, timeout_s,
-                            chosen.top_logprobs)
-        pairs.append(ask(prefilled, target, clients[target], chosen.output_tokens, timeout_s, chosen.top_logprobs,
-                         chosen.near_tie_nats))
+        prefilled = prefill(
+            source, clients[source], prompt_specs(chosen, seed), chosen.output_tokens, timeout_s, chosen.top_logprobs
+        )
+        pairs.append(
+            ask(
+                prefilled,
+                target,
+                clients[target],
+                chosen.output_tokens,
+                timeout_s,
+                chosen.top_logprobs,
+                chosen.near_tie_nats,
+            )
+        )
     return pairs
 
 
 # --- the command: the rigs of an inventory, reached as validate.py reaches them -------------------------------
+
 
 def sharing_groups(sources: Mapping[str, Optional[str]]) -> list[list[str]]:
     """The targeted rigs (name -> the shared store's source, None: not sharing) grouped by store, in inventory
@@ -127,10 +159,14 @@ def sharing_groups(sources: Mapping[str, Optional[str]]) -> list[list[str]]:
     pairs = [rigs for rigs in groups.values() if len(rigs) > 1]
     if not pairs:
         shown = ", ".join(f"{name}: {source or 'not shared'}" for name, source in sources.items()) or "no rig"
-        raise ConfigError(KV_SHARE_KNOB, shown, "no shared KV store is declared by two of the targeted rigs: a "
-                          "warm-shared pair needs a rig that prefills and another that reads the same store",
-                          f"deploy and validate with --data {KV_SHARE_KNOB}=true on at least two rigs naming the same "
-                          f"{KV_SHARE_SOURCE} (or --limit to such rigs)")
+        raise ConfigError(
+            KV_SHARE_KNOB,
+            shown,
+            "no shared KV store is declared by two of the targeted rigs: a "
+            "warm-shared pair needs a rig that prefills and another that reads the same store",
+            f"deploy and validate with --data {KV_SHARE_KNOB}=true on at least two rigs naming the same "
+            f"{KV_SHARE_SOURCE} (or --limit to such rigs)",
+        )
     return pairs
 
 
@@ -152,17 +188,30 @@ def validate_shared(targets: Targets, run_dir: Path) -> list[SharedPair]:
     """Every pair of the targeted sharing rigs, recorded in run_dir's cards; ConfigError before any rig is asked."""
     names = targets.names
     rigs = {name: rig_settings(targets.data(name)) for name in names}
-    groups = sharing_groups({name: rigs[name].sections.get(KV_SHARE_SECTION, {}).get(KV_SHARE_SOURCE)
-                             if rigs[name].stack.knobs.get(KV_SHARE_KNOB) else None for name in names})
+    groups = sharing_groups(
+        {
+            name: rigs[name].sections.get(KV_SHARE_SECTION, {}).get(KV_SHARE_SOURCE)
+            if rigs[name].stack.knobs.get(KV_SHARE_KNOB)
+            else None
+            for name in names
+        }
+    )
     sharing = [name for rigs_of_store in groups for name in rigs_of_store]
     settings = {name: ValidationSettings.from_data(targets.data(name)) for name in sharing}
     with ExitStack() as stack:
         clients = {name: rig_client(stack, name, targets.data(name), rigs[name].stack.knobs) for name in sharing}
         pairs = run_pairs(clients, settings, groups)
         transports = {name: client.ttft_transport for name, client in clients.items()}
-    record_shared(run_dir, pairs, {name: TTFTClient(transport=transport, tolerance_rel=TTFT_TOLERANCE_REL,
-                                                    tolerance_abs_s=TTFT_TOLERANCE_ABS_S)
-                                   for name, transport in transports.items()})
+    record_shared(
+        run_dir,
+        pairs,
+        {
+            name: TTFTClient(
+                transport=transport, tolerance_rel=TTFT_TOLERANCE_REL, tolerance_abs_s=TTFT_TOLERANCE_ABS_S
+            )
+            for name, transport in transports.items()
+        },
+    )
     render_run(run_dir)
     return pairs
 

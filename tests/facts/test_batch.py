@@ -55,11 +55,21 @@ FAILING = "echo partial; exit 3"
 def test_a_batch_gives_each_fact_what_pyinfra_reads_alone(local_host, tmp_path: Path):
     (tmp_path / "empty").write_text("")
     (tmp_path / "ragged").write_text("first\n\nlast")
-    specs = [FactSpec.of(ShellOutput, script=snippet) for snippet in SNIPPETS] + [
-        FactSpec.of(ExactFileText, path=str(tmp_path / name)) for name in ("empty", "ragged", "absent")
-    ] + [FactSpec.of(FileContents, path=str(tmp_path / name)) for name in ("empty", "ragged", "absent")  # stateful
-    ] + [FactSpec.of(NeedsAbsentTool), FactSpec.of(Which, command="sh"), FactSpec.of(Which, command="rigkit-none"),
-         FactSpec.of(LinuxDistribution), FactSpec.of(ShmSize)]
+    specs = (
+        [FactSpec.of(ShellOutput, script=snippet) for snippet in SNIPPETS]
+        + [FactSpec.of(ExactFileText, path=str(tmp_path / name)) for name in ("empty", "ragged", "absent")]
+        + [
+            FactSpec.of(FileContents, path=str(tmp_path / name))
+            for name in ("empty", "ragged", "absent")  # stateful
+        ]
+        + [
+            FactSpec.of(NeedsAbsentTool),
+            FactSpec.of(Which, command="sh"),
+            FactSpec.of(Which, command="rigkit-none"),
+            FactSpec.of(LinuxDistribution),
+            FactSpec.of(ShmSize),
+        ]
+    )
 
     batch = local_host.get_fact(FactBatch, facts=tuple(specs))
 

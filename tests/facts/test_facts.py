@@ -18,9 +18,9 @@ from pathlib import Path
 
 import pytest
 from pyinfra.api import FactBase, StringCommand
+from subjects import defined_by_subject
 
 import rigkit.facts
-from subjects import defined_by_subject
 
 CASES_DIR = Path(__file__).parent
 CASE_FILES = sorted(CASES_DIR.glob("*/*.json"))

@@ -38,8 +38,13 @@ def load_hosts(inventory: Path, group_files, tmp_path: Path, env=None) -> dict[s
     for name in group_files:
         (group_dir / name).symlink_to(REPO_ROOT / "group_data" / name)
     env = {**os.environ, "PYTHONPATH": str(REPO_ROOT), **(env or {})}
-    result = subprocess.run([sys.executable, "-c", LOAD_INVENTORY, str(inventory), str(tmp_path)], env=env,
-                            capture_output=True, text=True, timeout=120)
+    result = subprocess.run(
+        [sys.executable, "-c", LOAD_INVENTORY, str(inventory), str(tmp_path)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert result.returncode == 0, result.stderr[-2000:]
     return json.loads(result.stdout)
 
@@ -79,11 +84,24 @@ def test_a_typo_in_the_example_group_data_is_refused(fleet):
 @pytest.mark.skipif(not (REPO_ROOT / "inventory" / "lab.py").exists(), reason="no lab inventory yet")
 def test_lab_inventory_data_validates(tmp_path):
     image = "127.0.0.1:5000/rigkit/vllm-cpu-tiny@sha256:" + "7" * 64
-    rig = {"name": "rig1", "container": "rigkit-rig1", "ssh_host": "127.0.0.1", "ssh_port": 2201,
-           "serving_port": 8101, "nvme_path": "/dev/rigkit-nvme", "loop_device": "/dev/loop9",
-           "loop_image": "/x/img", "docker_dir": "/x/docker"}
-    state = {"registry": "127.0.0.1:5000", "ssh_key": "/x/key", "known_hosts": "/x/known", "rigs": [rig],
-             "serving_image": {"repository": image.split("@")[0], "releases": {"1": image, "2": image}}}
+    rig = {
+        "name": "rig1",
+        "container": "rigkit-rig1",
+        "ssh_host": "127.0.0.1",
+        "ssh_port": 2201,
+        "serving_port": 8101,
+        "nvme_path": "/dev/rigkit-nvme",
+        "loop_device": "/dev/loop9",
+        "loop_image": "/x/img",
+        "docker_dir": "/x/docker",
+    }
+    state = {
+        "registry": "127.0.0.1:5000",
+        "ssh_key": "/x/key",
+        "known_hosts": "/x/known",
+        "rigs": [rig],
+        "serving_image": {"repository": image.split("@")[0], "releases": {"1": image, "2": image}},
+    }
     lab_dir = tmp_path / "lab"
     lab_dir.mkdir()
     (lab_dir / "state.json").write_text(json.dumps(state))

@@ -9,7 +9,11 @@ from rigkit.serving.ledger import Ledger, Release
 
 
 def test_ledger_release():
-    ledger = Ledger([Release("r@sha256:" + "cd" * 32, "p", "k"),
-                     Release("r@sha256:" + "ab" * 32, "p", "k", kind="rollback", smoke="pass")])
+    ledger = Ledger(
+        [
+            Release("r@sha256:" + "cd" * 32, "p", "k"),
+            Release("r@sha256:" + "ab" * 32, "p", "k", kind="rollback", smoke="pass"),
+        ]
+    )
     assert ledger_release(ledger.to_json()) == "abababababab rollback smoke=pass"
     assert ledger_release("") == ""

@@ -28,6 +28,7 @@ def hung_registry_fixture() -> str:
 
 # The fleet summary, from real pyinfra output captured on the lab (tests/fixtures/fleet/).
 
+
 def test_summary_of_a_lock_refusal_names_the_step_and_the_holder():
     text = (FIXTURES / "lock-refused.txt").read_text()
     (name,) = connected(text)
@@ -56,14 +57,16 @@ def test_summary_of_a_failed_release_that_was_rolled_back():
 
 
 def test_unreachable_and_aborted_rigs():
-    output = "\n".join([
-        "--> Connecting to hosts...",
-        "    [rig1] Connected",
-        "    [rig2] Could not connect (Connection refused)",
-        "--> Starting operation: docker | /etc/docker ",
-        "    [rig1] No changes",
-        "--> pyinfra error: Over 10% of hosts failed (50%)",
-    ])
+    output = "\n".join(
+        [
+            "--> Connecting to hosts...",
+            "    [rig1] Connected",
+            "    [rig2] Could not connect (Connection refused)",
+            "--> Starting operation: docker | /etc/docker ",
+            "    [rig1] No changes",
+            "--> pyinfra error: Over 10% of hosts failed (50%)",
+        ]
+    )
     outcomes = summarize(output, ["rig1", "rig2", "rig3"])
     assert outcomes["rig2"].status == UNREACHABLE and outcomes["rig2"].step == "connect"
     assert "Connection refused" in outcomes["rig2"].reason
@@ -72,19 +75,23 @@ def test_unreachable_and_aborted_rigs():
 
 
 def test_a_completed_run_is_ok_for_every_rig_without_an_error():
-    output = "    [rig1] Connected\n--> Starting operation: x \n    [rig1] Success\n--> Results:\n    Grand total 1 1 - -\n"
+    output = (
+        "    [rig1] Connected\n--> Starting operation: x \n    [rig1] Success\n--> Results:\n    Grand total 1 1 - -\n"
+    )
     assert summarize(output, ["rig1"])["rig1"].status == OK
 
 
 def test_bad_input_that_stops_the_whole_run_is_the_reason_for_every_rig():
-    output = "\n".join([
-        "    [rig1] Connected",
-        "    [rig2] Connected",
-        "--> Preparing operation files...",
-        "Traceback (most recent call last):",
-        '  File "/work/main/rigkit/remote/registry.py", line 75, in require_digest',
-        "rigkit.errors.ConfigError: serving_image='r:latest': image given by a tag (latest). Fix: pin it",
-    ])
+    output = "\n".join(
+        [
+            "    [rig1] Connected",
+            "    [rig2] Connected",
+            "--> Preparing operation files...",
+            "Traceback (most recent call last):",
+            '  File "/work/main/rigkit/remote/registry.py", line 75, in require_digest',
+            "rigkit.errors.ConfigError: serving_image='r:latest': image given by a tag (latest). Fix: pin it",
+        ]
+    )
     outcomes = summarize(output, ["rig1", "rig2"])
     for outcome in outcomes.values():
         assert outcome.status == ABORTED and outcome.reason.startswith("ConfigError: serving_image='r:latest'")
@@ -100,15 +107,18 @@ def test_a_refusal_while_preparing_reads_as_one_clean_line_and_is_every_rig_s_re
 
 
 def test_a_traceback_for_one_rig_does_not_abort_the_others():
-    output = "\n".join([
-        "    [rig1] Connected", "    [rig2] Connected",
-        "--> Starting operation: serving | Smoke, ledger, prune ",
-        "paramiko.ssh_exception.SSHException: SSH session not active",
-        "    [rig2] Unexpected error in Python callback: SSHException('SSH session not active',)",
-        "    [rig2] Error: executed 0 commands",
-        "    [rig1] Success",
-        "--> Results:",
-    ])
+    output = "\n".join(
+        [
+            "    [rig1] Connected",
+            "    [rig2] Connected",
+            "--> Starting operation: serving | Smoke, ledger, prune ",
+            "paramiko.ssh_exception.SSHException: SSH session not active",
+            "    [rig2] Unexpected error in Python callback: SSHException('SSH session not active',)",
+            "    [rig2] Error: executed 0 commands",
+            "    [rig1] Success",
+            "--> Results:",
+        ]
+    )
     outcomes = summarize(output, ["rig1", "rig2"])
     assert outcomes["rig1"].status == OK
     assert outcomes["rig2"].status == FAILED and outcomes["rig2"].reason == "SSH session not active"
@@ -117,7 +127,7 @@ def test_a_traceback_for_one_rig_does_not_abort_the_others():
 # A refusal while the deploy runs: one line, no traceback (rigkit.operations.refuse / refusing_step), run by
 # the real pyinfra on @local (this machine; the steps only log) and read back by the summary.
 
-REFUSING_DEPLOY = '''
+REFUSING_DEPLOY = """
 from pyinfra.operations import python, server
 from rigkit.errors import PreflightError
 from rigkit.operations import refuse, refusing_step
@@ -136,7 +146,7 @@ STEP = {"refuse": lambda: python.call(name="Rig lock", function=refuse, field="r
         "bug": lambda: python.call(name="Smoke, ledger, prune", function=refusing_step(bug))}
 STEP[host.data.get("step")]()
 server.shell(name="After the refusal", commands=["echo never-reached"])
-'''
+"""
 
 
 def run_local_deploy(tmp_path, step: str) -> subprocess.CompletedProcess:
@@ -145,12 +155,20 @@ def run_local_deploy(tmp_path, step: str) -> subprocess.CompletedProcess:
 
     (tmp_path / "refusing.py").write_text("from pyinfra import host\n" + REFUSING_DEPLOY)
     env = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
-    return subprocess.run([pyinfra_executable(), "-y", "--data", f"step={step}", "@local", "refusing.py"], cwd=tmp_path,
-                          env=env, capture_output=True, text=True, timeout=180)
+    return subprocess.run(
+        [pyinfra_executable(), "-y", "--data", f"step={step}", "@local", "refusing.py"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
 
 
-@pytest.mark.parametrize("step, field, step_name", [("refuse", "rig_lock", "Rig lock"),
-                                                    ("refusing_step", "serving_image", "Smoke, ledger, prune")])
+@pytest.mark.parametrize(
+    "step, field, step_name",
+    [("refuse", "rig_lock", "Rig lock"), ("refusing_step", "serving_image", "Smoke, ledger, prune")],
+)
 def test_a_refusal_while_running_is_one_line_and_fails_the_rig_without_a_traceback(tmp_path, step, field, step_name):
     run = run_local_deploy(tmp_path, step)
     output = run.stdout + run.stderr
@@ -172,12 +190,12 @@ def test_a_bug_inside_a_refusing_step_keeps_its_traceback(tmp_path):
 # A dry run as rigkit deploy runs it (rigkit.fleet.pyinfra_args.pyinfra_command), by the real pyinfra on @local: a file
 # that would be written under tmp_path, never written.
 
-CHANGING_DEPLOY = '''
+CHANGING_DEPLOY = """
 from pyinfra import host
 from pyinfra.operations import files
 
 files.put(name="Write the marker", src=__file__, dest=host.data.get("marker"))
-'''
+"""
 
 
 def run_dry(tmp_path, *extra: str) -> str:
@@ -185,8 +203,14 @@ def run_dry(tmp_path, *extra: str) -> str:
 
     (tmp_path / "changing.py").write_text(CHANGING_DEPLOY)
     argv = pyinfra_command(["--dry", *extra, "--data", f"marker={tmp_path / 'marker'}"], "@local", "changing.py")
-    run = subprocess.run(argv, cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(REPO_ROOT)}, capture_output=True,
-                         text=True, timeout=180)
+    run = subprocess.run(
+        argv,
+        cwd=tmp_path,
+        env={**os.environ, "PYTHONPATH": str(REPO_ROOT)},
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
     assert run.returncode == 0, run.stdout + run.stderr
     return run.stdout + run.stderr
 
@@ -205,8 +229,9 @@ def test_a_dry_run_shows_what_would_change_and_reads_as_a_dry_run_for_every_rig(
 def test_a_captured_dry_run_of_an_upgrade_reads_as_a_dry_run_on_each_rig():
     text = (FIXTURES / "dry-run-upgrade.txt").read_text()  # deploy.py --dry of release 2 on two lab rigs
     rigs = connected(text)
-    assert len(rigs) == 2 and any("serving | Release" in line and f"2 ({', '.join(rigs)})" in line
-                                  for line in text.splitlines())
+    assert len(rigs) == 2 and any(
+        "serving | Release" in line and f"2 ({', '.join(rigs)})" in line for line in text.splitlines()
+    )
     assert {o.status for o in summarize(text, rigs, dry_run=True).values()} == {DRY_RUN}
 
 
@@ -218,6 +243,7 @@ def test_with_y_the_same_dry_run_shows_nothing(tmp_path):
 
 # The summary of the new refusal lines (hand-made, named made-up: the lab captures replace them, see
 # tests/fixtures/fleet/capture.py).
+
 
 def test_summary_of_a_hung_registry_names_the_registry_not_the_digest():
     output = hung_registry_fixture()

@@ -26,6 +26,7 @@ def test_each_mistyped_limit_is_named_even_beside_good_ones():
 
 # The inventory files as pyinfra loads them, checked for what pyinfra takes silently (issue 25).
 
+
 def inventory_in(tmp_path, inventory: str, **group_data: str) -> str:
     (tmp_path / "group_data").mkdir()
     for group, text in group_data.items():
@@ -34,20 +35,44 @@ def inventory_in(tmp_path, inventory: str, **group_data: str) -> str:
     return str(tmp_path / "fleet.py")
 
 
-@pytest.mark.parametrize("inventory, group_data, field, problem, fix", [
-    ("rigs = []\n", {}, "inventory", "declares no hosts", "list the rigs"),
-    ("rigs = ['a', ('b', {}), 'a']\n", {}, "fleet.py: rigs", "lists the host a twice", "once per group"),
-    ("big = ['a']\nsmall = ['a', 'b']\n", {"big": "l1_size_gb = 60\n", "small": "l1_size_gb = 30\n"},
-     "a.l1_size_gb", "groups big and small, whose data set l1_size_gb to 60 and 30", "one of the two groups"),
-    ("big = ['a']\nsmall = ['a']\n", {"big": "hf_token = 'hf_one_secret'\n", "small": "hf_token = 'hf_two_secret'\n"},
-     "a.hf_token", "set hf_token to <secret> and <secret>", "one of the two groups"),
-    ("rigs = ['a']\n", {"rgis": "l1_size_gb = 60\n"}, "group_data/rgis.py", "reaches no host",
-     "group_data/rigs.py"),
-    ("rigs = ['a']\n", {"rigs": "l1_size_gb = 60\nraise RuntimeError('no digest yet')\n"}, "inventory",
-     "rigs.py:2 raised RuntimeError: no digest yet", "fix "),
-])
-def test_what_pyinfra_takes_silently_is_refused_naming_the_file_or_host(tmp_path, inventory, group_data, field,
-                                                                          problem, fix):
+@pytest.mark.parametrize(
+    "inventory, group_data, field, problem, fix",
+    [
+        ("rigs = []\n", {}, "inventory", "declares no hosts", "list the rigs"),
+        ("rigs = ['a', ('b', {}), 'a']\n", {}, "fleet.py: rigs", "lists the host a twice", "once per group"),
+        (
+            "big = ['a']\nsmall = ['a', 'b']\n",
+            {"big": "l1_size_gb = 60\n", "small": "l1_size_gb = 30\n"},
+            "a.l1_size_gb",
+            "groups big and small, whose data set l1_size_gb to 60 and 30",
+            "one of the two groups",
+        ),
+        (
+            "big = ['a']\nsmall = ['a']\n",
+            {"big": "hf_token = 'hf_one_secret'\n", "small": "hf_token = 'hf_two_secret'\n"},
+            "a.hf_token",
+            "set hf_token to <secret> and <secret>",
+            "one of the two groups",
+        ),
+        (
+            "rigs = ['a']\n",
+            {"rgis": "l1_size_gb = 60\n"},
+            "group_data/rgis.py",
+            "reaches no host",
+            "group_data/rigs.py",
+        ),
+        (
+            "rigs = ['a']\n",
+            {"rigs": "l1_size_gb = 60\nraise RuntimeError('no digest yet')\n"},
+            "inventory",
+            "rigs.py:2 raised RuntimeError: no digest yet",
+            "fix ",
+        ),
+    ],
+)
+def test_what_pyinfra_takes_silently_is_refused_naming_the_file_or_host(
+    tmp_path, inventory, group_data, field, problem, fix
+):
     path = inventory_in(tmp_path, inventory, **group_data)
     with pytest.raises(ConfigError) as refused:
         load_inventory(path, cwd=tmp_path)
@@ -63,6 +88,7 @@ def test_a_group_data_file_of_another_inventory_is_fine(tmp_path):
 
 
 # Connection data (catalogue row "inventory host with no SSH key").
+
 
 def test_host_with_no_ssh_key_and_nothing_to_fall_back_on_is_refused(tmp_path, monkeypatch):
     monkeypatch.setenv("HOME", str(tmp_path))

@@ -8,7 +8,15 @@ from rigkit.fleet.pyinfra_args import data_pairs, pyinfra_command, split_limits,
 def test_comma_limits_become_one_pattern_per_limit():
     # pyinfra 3 matches "rig1,rig2" against host names literally: nothing would be deployed
     assert split_limits(["--limit", "rig1,rig2", "--data", "a=b", "--limit=rig3"]) == [
-        "--limit", "rig1", "--limit", "rig2", "--data", "a=b", "--limit", "rig3"]
+        "--limit",
+        "rig1",
+        "--limit",
+        "rig2",
+        "--data",
+        "a=b",
+        "--limit",
+        "rig3",
+    ]
 
 
 def test_a_stage_s_arguments_keep_everything_but_the_limits():
@@ -22,6 +30,16 @@ def test_data_pairs_are_read_in_both_spellings():
 def test_pyinfra_runs_without_its_prompt_except_a_dry_run_which_exits_before_it():
     # -y would skip a dry run's change detection (tests/fleet/test_fleet_outcome.py runs both)
     assert pyinfra_command(["--dry", "--limit", "rig1"], "inv.py", "deploy.py")[1:] == [
-        "--dry", "--limit", "rig1", "inv.py", "deploy.py"]
-    assert pyinfra_command(["--limit", "rig1"], "inv.py", "deploy.py")[1:] == ["-y", "--limit", "rig1", "inv.py",
-                                                                              "deploy.py"]
+        "--dry",
+        "--limit",
+        "rig1",
+        "inv.py",
+        "deploy.py",
+    ]
+    assert pyinfra_command(["--limit", "rig1"], "inv.py", "deploy.py")[1:] == [
+        "-y",
+        "--limit",
+        "rig1",
+        "inv.py",
+        "deploy.py",
+    ]

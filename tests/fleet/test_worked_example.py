@@ -15,15 +15,23 @@ from rigkit.serving.render import L2_CONTAINER_PATH
 from rigkit.settings.hostdata import settings_for_host
 
 # ../shared/reference/field-notes.md, "The served stack on a real rig", verbatim ("…" is the notes' own).
-FIELD_NOTES_VLLM = ("vllm serve … --enable-prefix-caching --mamba-cache-mode align --max-num-batched-tokens 1584 "
-                    """--kv-transfer-config '{"kv_connector":"LMCacheMPConnector","kv_role":"kv_both"}'""")
-FIELD_NOTES_LMCACHE = ("lmcache server --chunk-size ${LMCACHE_CHUNK_SIZE:-1584} --l1-size-gb ${LMCACHE_L1_GB:-30} "
-                       """--eviction-policy LRU [--l2-adapter '{"type":"fs","base_path":"/lmcache-kv"}']""")
+FIELD_NOTES_VLLM = (
+    "vllm serve … --enable-prefix-caching --mamba-cache-mode align --max-num-batched-tokens 1584 "
+    """--kv-transfer-config '{"kv_connector":"LMCacheMPConnector","kv_role":"kv_both"}'"""
+)
+FIELD_NOTES_LMCACHE = (
+    "lmcache server --chunk-size ${LMCACHE_CHUNK_SIZE:-1584} --l1-size-gb ${LMCACHE_L1_GB:-30} "
+    """--eviction-policy LRU [--l2-adapter '{"type":"fs","base_path":"/lmcache-kv"}']"""
+)
 # What the notes' "…" leaves out, as the story states it (the notes' heading, the discussion's card and rig
 # lines: Qwen3.6-27B FP8, int8-PTH KV, MTP n=3, 262K, TP=2, util 0.92) and the env the rig ran with (L1=60, L2 on).
-STORY_FLAGS = {"--tensor-parallel-size": "2", "--max-model-len": "262144", "--gpu-memory-utilization": "0.92",
-               "--kv-cache-dtype": "int8_per_token_head",
-               "--speculative-config": '{"method":"mtp","num_speculative_tokens":3}'}
+STORY_FLAGS = {
+    "--tensor-parallel-size": "2",
+    "--max-model-len": "262144",
+    "--gpu-memory-utilization": "0.92",
+    "--kv-cache-dtype": "int8_per_token_head",
+    "--speculative-config": '{"method":"mtp","num_speculative_tokens":3}',
+}
 STORY_ENV = {"LMCACHE_CHUNK_SIZE": "1584", "LMCACHE_L1_GB": "60"}
 # The API rigkit serves (its own knobs): not part of the engine command the notes show.
 RIGKITS_OWN_FLAGS = {"--served-model-name": "qwen3.6-27b-fp8", "--host": "127.0.0.1", "--port": "8000"}
@@ -64,8 +72,10 @@ def test_the_story_rig_renders_the_field_notes_lmcache_server(tmp_path, story_ri
     assert server[0] == "server"
     rendered, expected = flags(server[1:]), notes_flags(FIELD_NOTES_LMCACHE, 2)
     # the fs adapter's directory is where rigkit mounts the NVMe's L2 directory in the container
-    assert json.loads(rendered.pop("--l2-adapter")) == {**json.loads(expected.pop("--l2-adapter")),
-                                                        "base_path": L2_CONTAINER_PATH}
+    assert json.loads(rendered.pop("--l2-adapter")) == {
+        **json.loads(expected.pop("--l2-adapter")),
+        "base_path": L2_CONTAINER_PATH,
+    }
     # rigkit's own: the ports as knobs (the notes ran LMCache's defaults) and the HTTP API on the loopback only
     assert rendered.pop("--port") == "5555" and rendered.pop("--http-host") == "127.0.0.1"
     assert rendered.pop("--http-port").isdigit()  # lmcache_http_port (a free port on this machine in the test)
@@ -85,5 +95,6 @@ def test_the_story_rig_container_limits_and_l2_disk(tmp_path, story_rig):
 def test_the_story_rig_capacity_line_keeps_the_cache_rate_apart_from_the_gpu_rate(story_rig):
     line = story_rig.capacity()
     assert line.startswith("L1 60 GiB: 9x50K 3x128K 1x262K | L2 100 GB: 15x50K 5x128K 2x262K (131 KB/token)")
-    assert line.endswith("GPU KV 16.64 KB/token/GPU (int8_per_token_head, TP 2): "
-                         "a 262144-token context needs 4.36 GB/GPU")
+    assert line.endswith(
+        "GPU KV 16.64 KB/token/GPU (int8_per_token_head, TP 2): a 262144-token context needs 4.36 GB/GPU"
+    )

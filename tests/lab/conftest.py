@@ -38,11 +38,11 @@ from typing import Optional, Sequence
 import paramiko
 import pytest
 
+from rigkit.fleet.pyinfra_args import pyinfra_executable
 from rigkit.lab.proc import print_progress
 from rigkit.lab.rigs import unconvertible
 from rigkit.lab.state import LabState, RigState, read_state_or_none, write_state
 from rigkit.paths import REPO_ROOT
-from rigkit.fleet.pyinfra_args import pyinfra_executable
 
 LAB_INVENTORY = REPO_ROOT / "inventory" / "lab.py"
 DEPLOYS_DIR = Path(__file__).resolve().parent / "deploys"
@@ -74,21 +74,28 @@ def keep_lab() -> bool:
     return os.environ.get("RIGKIT_KEEP_LAB") == "1"
 
 
-def run_pyinfra(args: Sequence[str] = (), inventory: Path | str = LAB_INVENTORY,
-                deploy: Path | str | None = None, timeout: float = 900) -> subprocess.CompletedProcess:
+def run_pyinfra(
+    args: Sequence[str] = (),
+    inventory: Path | str = LAB_INVENTORY,
+    deploy: Path | str | None = None,
+    timeout: float = 900,
+) -> subprocess.CompletedProcess:
     cmd = [pyinfra_executable(), "-y", *args, str(inventory)]
     if deploy is not None:
         cmd.append(str(deploy))
     return subprocess.run(cmd, cwd=REPO_ROOT, capture_output=True, text=True, timeout=timeout)
 
 
-def rig_exec(rig: RigState, cmd: str | Sequence[str], check: bool = True,
-             timeout: float = 600) -> subprocess.CompletedProcess:
+def rig_exec(
+    rig: RigState, cmd: str | Sequence[str], check: bool = True, timeout: float = 600
+) -> subprocess.CompletedProcess:
     argv = ["bash", "-c", cmd] if isinstance(cmd, str) else list(cmd)
     result = subprocess.run(["docker", "exec", rig.container, *argv], capture_output=True, text=True, timeout=timeout)
     if check and result.returncode != 0:
-        raise AssertionError(f"{rig.name}: {shlex.join(argv)} exited {result.returncode}:\n"
-                             f"{result.stdout[-2000:]}\n{result.stderr[-2000:]}")
+        raise AssertionError(
+            f"{rig.name}: {shlex.join(argv)} exited {result.returncode}:\n"
+            f"{result.stdout[-2000:]}\n{result.stderr[-2000:]}"
+        )
     return result
 
 
@@ -96,8 +103,15 @@ def ssh_client(rig: RigState, state: LabState) -> paramiko.SSHClient:
     client = paramiko.SSHClient()
     client.load_host_keys(state.known_hosts)
     client.set_missing_host_key_policy(paramiko.RejectPolicy())  # the lab's known_hosts must be right
-    client.connect(rig.ssh_host, port=rig.ssh_port, username="root", key_filename=state.ssh_key,
-                   allow_agent=False, look_for_keys=False, timeout=10)
+    client.connect(
+        rig.ssh_host,
+        port=rig.ssh_port,
+        username="root",
+        key_filename=state.ssh_key,
+        allow_agent=False,
+        look_for_keys=False,
+        timeout=10,
+    )
     return client
 
 
@@ -122,7 +136,7 @@ def rig_diagnostics(rig: RigState) -> str:
     probes = {
         "containers": "docker ps -a --format '{{.Names}} {{.Status}}'",
         "serving log": f"docker ps -aq --filter label=com.docker.compose.project={COMPOSE_PROJECT} "
-                       "| head -1 | xargs -r docker logs --tail 40 2>&1",
+        "| head -1 | xargs -r docker logs --tail 40 2>&1",
         "shm/disk": "df -h /dev/shm / /var/lib/docker 2>&1; ls /dev/shm | head -20",
         "memory": "free -m",
         "listening": "ss -ltn 2>/dev/null || true",
@@ -134,8 +148,9 @@ def rig_diagnostics(rig: RigState) -> str:
             parts.append(f"--- {rig.name} {title}:\n{result.stdout[-3000:]}{result.stderr[-500:]}")
         except (subprocess.SubprocessError, OSError) as exc:
             parts.append(f"--- {rig.name} {title}: {exc}")
-    oom = subprocess.run("dmesg 2>/dev/null | grep -iE 'oom|killed process' | tail -5", shell=True,
-                         capture_output=True, text=True)
+    oom = subprocess.run(
+        "dmesg 2>/dev/null | grep -iE 'oom|killed process' | tail -5", shell=True, capture_output=True, text=True
+    )
     parts.append(f"--- host kernel OOM lines:\n{oom.stdout}")
     return "\n".join(parts)
 
@@ -144,13 +159,14 @@ def assert_stack_comes_back(rig: RigState) -> None:
     """After a rig restart, a stack rigkit deployed there serves again by itself, as after a host reboot
     (the L2 disk mounts from fstab, the engine restarts its containers). No stack on the rig: nothing to do."""
     from rigkit.remote.client import ServingClient
-    from rigkit.serving.render import CONTAINER_NAME
     from rigkit.remote.tunnel import serving_url
+    from rigkit.serving.render import CONTAINER_NAME
 
     if rig_exec(rig, f"docker ps -aq --filter name={CONTAINER_NAME}", check=False).stdout.strip() == "":
         return
-    with serving_url(inventory_host_data()[rig.name], bind="127.0.0.1", port=rig.serving_port,
-                     inventory_name=rig.name) as url:
+    with serving_url(
+        inventory_host_data()[rig.name], bind="127.0.0.1", port=rig.serving_port, inventory_name=rig.name
+    ) as url:
         ServingClient(url).wait_ready(timeout_s=STACK_BACK_TIMEOUT_S)
 
 
@@ -159,8 +175,10 @@ def start_rig_engine(rig: RigState) -> None:
     deadline = time.monotonic() + RIG_ENGINE_TIMEOUT_S
     while rig_exec(rig, "docker info >/dev/null 2>&1", check=False).returncode != 0:
         if time.monotonic() > deadline:
-            raise AssertionError(f"{rig.name}: its docker engine did not answer within {RIG_ENGINE_TIMEOUT_S} s: "
-                                 + rig_exec(rig, "journalctl -u docker --no-pager | tail -20", check=False).stdout)
+            raise AssertionError(
+                f"{rig.name}: its docker engine did not answer within {RIG_ENGINE_TIMEOUT_S} s: "
+                + rig_exec(rig, "journalctl -u docker --no-pager | tail -20", check=False).stdout
+            )
         time.sleep(0.5)
 
 
@@ -183,11 +201,14 @@ def refuse_wrong_shape(existing: Optional[LabState]) -> None:
         return
     host_network = unconvertible(existing.rigs, requested_rig_count(), requested_netns_rig_count())
     if host_network:
-        pytest.fail(f"the lab up has {', '.join(host_network)} on host networking, and this session asks for the last "
-                    f"{requested_netns_rig_count()} of {requested_rig_count()} rigs in their own network namespace "
-                    "(RIGKIT_TEST_NETNS_RIGS; `lab up` never converts a rig): nothing was changed. Fix: run "
-                    "`rigkit lab down` (keeps the cache) and run again, or set RIGKIT_TEST_NETNS_RIGS=0 for a session "
-                    "that needs no netns rig", pytrace=False)
+        pytest.fail(
+            f"the lab up has {', '.join(host_network)} on host networking, and this session asks for the last "
+            f"{requested_netns_rig_count()} of {requested_rig_count()} rigs in their own network namespace "
+            "(RIGKIT_TEST_NETNS_RIGS; `lab up` never converts a rig): nothing was changed. Fix: run "
+            "`rigkit lab down` (keeps the cache) and run again, or set RIGKIT_TEST_NETNS_RIGS=0 for a session "
+            "that needs no netns rig",
+            pytrace=False,
+        )
 
 
 @pytest.fixture(scope="session")
@@ -197,8 +218,13 @@ def lab() -> LabState:
     if os.geteuid() != 0:
         pytest.skip("the lab needs root (engine, loop devices, privileged rigs)")
     refuse_wrong_shape(read_state_or_none())  # before lab_up recreates any rig
-    state = lab_up(requested_rig_count(), progress=print_progress, serving_image=False,
-                   netns_rigs=requested_netns_rig_count(), distros=requested_distros())
+    state = lab_up(
+        requested_rig_count(),
+        progress=print_progress,
+        serving_image=False,
+        netns_rigs=requested_netns_rig_count(),
+        distros=requested_distros(),
+    )
     # The serving image takes minutes when cold and may fail on its own: a failure there fails the
     # tests that need it (fixture `serving_image`), not every lab test.
     try:
@@ -242,8 +268,10 @@ def netns_rig(lab) -> RigState:
         return own[-1]
     if requested_netns_rig_count() == 0:
         pytest.skip("RIGKIT_TEST_NETNS_RIGS=0: no rig in its own network namespace")
-    pytest.fail(f"RIGKIT_TEST_NETNS_RIGS={requested_netns_rig_count()} but no lab rig has its own network namespace: "
-                "the rigs already ran on host networking (`lab up` never converts a rig); `rigkit lab down` first")
+    pytest.fail(
+        f"RIGKIT_TEST_NETNS_RIGS={requested_netns_rig_count()} but no lab rig has its own network namespace: "
+        "the rigs already ran on host networking (`lab up` never converts a rig); `rigkit lab down` first"
+    )
 
 
 @pytest.fixture(scope="session")

@@ -15,24 +15,29 @@ from pathlib import Path
 
 import pytest
 import yaml
+from test_serving_lab import ledger
 
 from rigkit.facts.docker import ComposeCommand
-from rigkit.settings.hostdata import settings_for_host
-from rigkit.settings.knobs import KNOBS_BY_NAME
 from rigkit.lab import rig_image
-from rigkit.serving.render import CONTAINER_NAME, render_compose, render_env
 from rigkit.paths import RIG_STACK_DIR
 from rigkit.serving.commands import release_commands
-from test_serving_lab import ledger
+from rigkit.serving.render import CONTAINER_NAME, render_compose, render_env
+from rigkit.settings.hostdata import settings_for_host
+from rigkit.settings.knobs import KNOBS_BY_NAME
 
 pytestmark = [pytest.mark.lab]
 
-LMCACHE = {"serving_profile": "lmcache-mp", "allow_incubating": True, "model": "Qwen/Qwen3-8B", "l2_enabled": True,
-           "serving_image": "lmcache/vllm-openai@sha256:" + "2" * 64}
+LMCACHE = {
+    "serving_profile": "lmcache-mp",
+    "allow_incubating": True,
+    "model": "Qwen/Qwen3-8B",
+    "l2_enabled": True,
+    "serving_image": "lmcache/vllm-openai@sha256:" + "2" * 64,
+}
 # Values each parser has its own rules for: quotes, backslashes, `#`, `$` (compose interpolation), spaces.
 ROUND_TRIP = {
     "served_model_name": "my model # not a comment",
-    "hf_token": "hf_it's \"quoted\" \\ back",
+    "hf_token": 'hf_it\'s "quoted" \\ back',
     "model": "/models/$tiny$$ and $HOME",
     "l2_adapter_json": '{"type": "fs", "base_path": "/kv-store/a b", "note": "50% #1"}',
 }
@@ -47,8 +52,14 @@ def compose_binaries() -> dict[str, str]:
 
 def compose(version: str, compose_file: Path, *args: str) -> subprocess.CompletedProcess:
     env = {key: value for key, value in os.environ.items() if key in ("PATH", "HOME", "LANG")}
-    return subprocess.run([compose_binaries()[version], "-f", str(compose_file), *args], cwd=compose_file.parent,
-                          env=env, capture_output=True, text=True, timeout=60)
+    return subprocess.run(
+        [compose_binaries()[version], "-f", str(compose_file), *args],
+        cwd=compose_file.parent,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
 
 
 @pytest.fixture(params=["v1", "v2"])
@@ -94,8 +105,11 @@ def test_the_debian_13_rig_serves_the_release_with_compose_v2(lab, deployed, rig
     assert (latest["image"], latest["smoke"]) == (lab.serving_image["releases"]["1"], "pass"), latest
 
 
-@pytest.mark.parametrize("distro, text", [("bookworm", BROKEN), ("trixie", BROKEN), ("trixie", DUPLICATE_KEY)],
-                         ids=["v1-broken", "v2-broken", "v2-duplicate-key"])
+@pytest.mark.parametrize(
+    "distro, text",
+    [("bookworm", BROKEN), ("trixie", BROKEN), ("trixie", DUPLICATE_KEY)],
+    ids=["v1-broken", "v2-broken", "v2-duplicate-key"],
+)
 def test_an_invalid_compose_file_never_stops_the_serving_stack(lab, deployed, rig_exec, distro, text):
     rig = next(rig for rig in lab.rigs if rig.distro == distro and not rig.netns)
     compose_command = rig_exec(rig, ComposeCommand().command()).stdout.strip()
@@ -112,5 +126,6 @@ def test_an_invalid_compose_file_never_stops_the_serving_stack(lab, deployed, ri
             pytest.fail("the invalid file was released")
     finally:
         rig_exec(rig, f"mv {rendered}.kept {rendered}")
-    assert rig_exec(rig, f"docker inspect --format '{{{{.Id}}}} {{{{.State.Running}}}}' {CONTAINER_NAME}"
-                    ).stdout.split() == [container, "true"]
+    assert rig_exec(
+        rig, f"docker inspect --format '{{{{.Id}}}} {{{{.State.Running}}}}' {CONTAINER_NAME}"
+    ).stdout.split() == [container, "true"]

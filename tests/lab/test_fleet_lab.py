@@ -26,27 +26,36 @@ import pytest
 import requests
 
 from rigkit.fleet.outcome import FAILED, OK, UNREACHABLE
-from rigkit.serving.ledger import LEDGER_PATH
-from rigkit.paths import REPO_ROOT
 from rigkit.fleet.pyinfra_args import pyinfra_executable
-from rigkit.serving.render import CONTAINER_NAME
+from rigkit.paths import REPO_ROOT
 from rigkit.remote.tunnel import serving_url
+from rigkit.serving.ledger import LEDGER_PATH
+from rigkit.serving.render import CONTAINER_NAME
 from roles.rig_lock import HOLDER_PATH
 
 LAB_INVENTORY = REPO_ROOT / "inventory" / "lab.py"
 
 
 def rig_exec(rig, cmd: str, check: bool = True) -> subprocess.CompletedProcess:
-    result = subprocess.run(["docker", "exec", rig.container, "bash", "-c", cmd], capture_output=True, text=True,
-                            timeout=600)
+    result = subprocess.run(
+        ["docker", "exec", rig.container, "bash", "-c", cmd], capture_output=True, text=True, timeout=600
+    )
     if check and result.returncode != 0:
-        raise AssertionError(f"{rig.name}: {cmd} exited {result.returncode}: {result.stdout[-2000:]}{result.stderr[-2000:]}")
+        raise AssertionError(
+            f"{rig.name}: {cmd} exited {result.returncode}: {result.stdout[-2000:]}{result.stderr[-2000:]}"
+        )
     return result
 
 
 def run_pyinfra(args, deploy, timeout: float = 900) -> subprocess.CompletedProcess:
-    return subprocess.run([pyinfra_executable(), "-y", *args, str(LAB_INVENTORY), str(deploy)], cwd=REPO_ROOT,
-                          capture_output=True, text=True, timeout=timeout)
+    return subprocess.run(
+        [pyinfra_executable(), "-y", *args, str(LAB_INVENTORY), str(deploy)],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
 
 pytestmark = [pytest.mark.lab]
 
@@ -79,8 +88,14 @@ WIDE_TERMINAL = {**os.environ, "COLUMNS": "200"}
 
 def rigkit_deploy(args: list[str], timeout: float = 1800) -> subprocess.CompletedProcess:
     rigkit = Path(sys.executable).with_name("rigkit")
-    return subprocess.run([str(rigkit), "deploy", str(LAB_INVENTORY), *args], cwd=REPO_ROOT, capture_output=True,
-                          text=True, timeout=timeout, env=WIDE_TERMINAL)
+    return subprocess.run(
+        [str(rigkit), "deploy", str(LAB_INVENTORY), *args],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=WIDE_TERMINAL,
+    )
 
 
 def summary_rows(output: str) -> dict[str, list[str]]:
@@ -118,7 +133,9 @@ def models(rig) -> list[str]:
 
 def serving_image_of(rig) -> str:
     """The image of the rig's serving container; "" while there is none (between down and up)."""
-    return rig_exec(rig, f"docker inspect --format '{{{{.Config.Image}}}}' {CONTAINER_NAME}", check=False).stdout.strip()
+    return rig_exec(
+        rig, f"docker inspect --format '{{{{.Config.Image}}}}' {CONTAINER_NAME}", check=False
+    ).stdout.strip()
 
 
 def ledger(rig) -> list[dict]:
@@ -144,24 +161,45 @@ def fleet(lab, serving_image):
 def broken_release(lab, serving_image, tmp_path_factory) -> str:
     """An honest bad release: release 1 without its model's config.json, so vLLM exits at start-up."""
     context = tmp_path_factory.mktemp("broken-release")
-    (context / "Dockerfile").write_text(f"FROM {serving_image['releases']['1']}\nRUN rm /models/tiny/config.json\n"
-                                        "LABEL org.rigkit.release=broken\n")
+    (context / "Dockerfile").write_text(
+        f"FROM {serving_image['releases']['1']}\nRUN rm /models/tiny/config.json\nLABEL org.rigkit.release=broken\n"
+    )
     reference = f"{lab.registry}/rigkit/vllm-cpu-tiny:{BROKEN_TAG}"
-    subprocess.run(["docker", "build", "-q", "--network", "host", "-t", reference, str(context)], check=True,
-                   capture_output=True, timeout=300)
+    subprocess.run(
+        ["docker", "build", "-q", "--network", "host", "-t", reference, str(context)],
+        check=True,
+        capture_output=True,
+        timeout=300,
+    )
     subprocess.run(["docker", "push", reference], check=True, capture_output=True, timeout=300)
-    digests = json.loads(subprocess.run(["docker", "inspect", "--format", "{{json .RepoDigests}}", reference],
-                                        check=True, capture_output=True, text=True).stdout)
+    digests = json.loads(
+        subprocess.run(
+            ["docker", "inspect", "--format", "{{json .RepoDigests}}", reference],
+            check=True,
+            capture_output=True,
+            text=True,
+        ).stdout
+    )
     return next(d for d in digests if d.startswith(f"{lab.registry}/rigkit/vllm-cpu-tiny@"))
 
 
 # The lock: no vLLM needed.
 
+
 def test_two_deploys_on_one_rig_never_interleave(lab):
     rig = host_network_rigs(lab, 1)[0]
     rig_exec(rig, f"rm -f {TRACE}")
     # long enough for the refused deploy and the second one to start while it holds the lock, on 2 loaded cores
-    args = [pyinfra_executable(), "-y", "--limit", rig.name, "--data", "hold_s=30", str(LAB_INVENTORY), str(HOLD_DEPLOY)]
+    args = [
+        pyinfra_executable(),
+        "-y",
+        "--limit",
+        rig.name,
+        "--data",
+        "hold_s=30",
+        str(LAB_INVENTORY),
+        str(HOLD_DEPLOY),
+    ]
     first = subprocess.Popen(args, cwd=REPO_ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     deadline = time.monotonic() + 60
     while rig_exec(rig, f"grep -c start {TRACE} 2>/dev/null", check=False).stdout.strip() != "1":
@@ -184,6 +222,7 @@ def test_two_deploys_on_one_rig_never_interleave(lab):
 
 
 # Faults during a fleet deploy.
+
 
 @pytest.mark.vllm
 def test_a_dry_run_of_a_rollout_shows_what_would_change_and_changes_nothing(lab, fleet):
@@ -216,10 +255,21 @@ def test_a_rig_stopped_mid_deploy_is_named_and_the_others_serve(lab, fleet):
 
     release_2 = lab.serving_image["releases"]["2"]
     victim, survivors = fleet[-1], fleet[:-1]
-    process = subprocess.Popen([str(Path(sys.executable).with_name("rigkit")), "deploy", str(LAB_INVENTORY),
-                                *limit_args(fleet), "--data", f"serving_image={release_2}"],
-                               cwd=REPO_ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                               env=WIDE_TERMINAL)
+    process = subprocess.Popen(
+        [
+            str(Path(sys.executable).with_name("rigkit")),
+            "deploy",
+            str(LAB_INVENTORY),
+            *limit_args(fleet),
+            "--data",
+            f"serving_image={release_2}",
+        ],
+        cwd=REPO_ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env=WIDE_TERMINAL,
+    )
     try:
         deadline = time.monotonic() + 600
         # stop the rig once its release has begun: its old stack is going down or the new one coming up
@@ -232,8 +282,7 @@ def test_a_rig_stopped_mid_deploy_is_named_and_the_others_serve(lab, fleet):
         if process.poll() is None:  # a failed assertion above: never leave a deploy running behind
             process.communicate(timeout=1800)
         # restart the stopped rig (and re-plumb it when it lives in its own network namespace)
-        lab_up(len(lab.rigs), progress=lambda *a: None, serving_image=False,
-               netns_rigs=sum(r.netns for r in lab.rigs))
+        lab_up(len(lab.rigs), progress=lambda *a: None, serving_image=False, netns_rigs=sum(r.netns for r in lab.rigs))
     assert process.returncode != 0, output[-4000:]
     rows = summary_rows(output)
     assert rows[victim.name][0] in (FAILED, UNREACHABLE), rows
@@ -270,8 +319,16 @@ def test_a_killed_controller_leaves_no_lock_and_a_rerun_converges(lab, fleet):
     wanted = lab.serving_image["releases"]["1"]
     old = serving_image_of(rig)
     assert old != wanted, "the stopped-rig test leaves release 2 here; this test moves the rig to release 1"
-    args = [pyinfra_executable(), "-y", "--limit", rig.name, "--data", f"serving_image={wanted}",
-            str(LAB_INVENTORY), "deploy.py"]
+    args = [
+        pyinfra_executable(),
+        "-y",
+        "--limit",
+        rig.name,
+        "--data",
+        f"serving_image={wanted}",
+        str(LAB_INVENTORY),
+        "deploy.py",
+    ]
     controller = subprocess.Popen(args, cwd=REPO_ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.monotonic() + 600
     while serving_image_of(rig) != wanted:  # killed mid-release: new container started, not yet verified
@@ -282,8 +339,11 @@ def test_a_killed_controller_leaves_no_lock_and_a_rerun_converges(lab, fleet):
     assert rig_exec(rig, "cat /var/lib/rigkit/release.sha256", check=False).returncode != 0  # not verified yet
 
     started = time.monotonic()
-    rerun = run_pyinfra(["--limit", rig.name, "--data", f"serving_image={wanted}", "--data", "rig_lock_wait_s=30"],
-                        deploy="deploy.py", timeout=1800)
+    rerun = run_pyinfra(
+        ["--limit", rig.name, "--data", f"serving_image={wanted}", "--data", "rig_lock_wait_s=30"],
+        deploy="deploy.py",
+        timeout=1800,
+    )
     assert_ok(rerun)
     assert "another deploy holds" not in rerun.stdout + rerun.stderr  # the dead controller's lock was gone
     assert time.monotonic() - started < 600
@@ -296,17 +356,23 @@ def test_a_killed_controller_leaves_no_lock_and_a_rerun_converges(lab, fleet):
 
 # The bad-input catalogue on a real rig: refused, the field named, and nothing on the rig changed.
 
-SNAPSHOT = ("cd / && sha256sum etc/rigkit/stack/* var/lib/rigkit/ledger.json var/lib/rigkit/release.sha256 "
-            "etc/fstab 2>&1; docker ps -aq --no-trunc; docker images -q --no-trunc | sort; findmnt -rn -o TARGET,SOURCE "
-            "| grep -v ' /dev/shm\\| /proc' | sort")
+SNAPSHOT = (
+    "cd / && sha256sum etc/rigkit/stack/* var/lib/rigkit/ledger.json var/lib/rigkit/release.sha256 "
+    "etc/fstab 2>&1; docker ps -aq --no-trunc; docker images -q --no-trunc | sort; findmnt -rn -o TARGET,SOURCE "
+    "| grep -v ' /dev/shm\\| /proc' | sort"
+)
 MISSING_DIGEST = "@sha256:" + "ab" * 32
-PORT_HOLDER = "python3 -c 'import socket,time; s=socket.socket(); s.bind((\"127.0.0.1\", {port})); s.listen(); time.sleep(600)'"
+PORT_HOLDER = (
+    "python3 -c 'import socket,time; s=socket.socket(); s.bind((\"127.0.0.1\", {port})); s.listen(); time.sleep(600)'"
+)
 
 # case -> (extra --data, text the refusal must contain)
 BAD_INPUTS = {
     "tag": (["serving_image=127.0.0.1:5000/rigkit/vllm-cpu-tiny:latest"], "tags are mutable"),
-    "digest-not-in-registry": (["serving_image=127.0.0.1:5000/rigkit/vllm-cpu-tiny" + MISSING_DIGEST],
-                               "no such manifest"),
+    "digest-not-in-registry": (
+        ["serving_image=127.0.0.1:5000/rigkit/vllm-cpu-tiny" + MISSING_DIGEST],
+        "no such manifest",
+    ),
     "ram-gate": (["ram_reserve_gb=100000"], "MemAvailable"),
     "mem-limit": (["mem_limit_gb=1"], "mem_limit_gb"),
     "missing-nvme": (["l2_device=/dev/disk/by-id/nvme-not-plugged-in"], "no block device at this path"),
@@ -362,14 +428,18 @@ def test_refused_before_the_rig_changes(lab, converged_rig, case):
 def test_host_without_ssh_key_is_refused_before_pyinfra_runs(lab, tmp_path):
     rig = host_network_rigs(lab, 1)[0]
     inventory = tmp_path / "no_key.py"
-    inventory.write_text(f"lab = [({rig.name!r}, {{'ssh_hostname': {rig.ssh_host!r}, 'ssh_port': {rig.ssh_port}, "
-                         f"'ssh_user': 'root', 'ssh_key': {str(tmp_path / 'missing-key')!r}}})]\n")
+    inventory.write_text(
+        f"lab = [({rig.name!r}, {{'ssh_hostname': {rig.ssh_host!r}, 'ssh_port': {rig.ssh_port}, "
+        f"'ssh_user': 'root', 'ssh_key': {str(tmp_path / 'missing-key')!r}}})]\n"
+    )
     # A cursor, not a time: a second-granular --since also counted the previous test's login in the same second.
-    cursor = rig_exec(rig, "journalctl -u ssh -n 1 --show-cursor -q --no-pager -o cat | sed -n 's/^-- cursor: //p'"
-                      ).stdout.strip()
+    cursor = rig_exec(
+        rig, "journalctl -u ssh -n 1 --show-cursor -q --no-pager -o cat | sed -n 's/^-- cursor: //p'"
+    ).stdout.strip()
     rigkit = Path(sys.executable).with_name("rigkit")
-    result = subprocess.run([str(rigkit), "deploy", str(inventory)], cwd=REPO_ROOT, capture_output=True, text=True,
-                            timeout=300)
+    result = subprocess.run(
+        [str(rigkit), "deploy", str(inventory)], cwd=REPO_ROOT, capture_output=True, text=True, timeout=300
+    )
     assert result.returncode == 2, result.stdout[-2000:] + result.stderr[-2000:]
     assert f"{rig.name}.ssh_key" in result.stderr and "Fix:" in result.stderr
     assert "Connecting to hosts" not in result.stdout  # pyinfra never started

@@ -16,13 +16,13 @@ import json
 import pytest
 import requests
 
-from rigkit.settings.knobs import KNOBS_BY_NAME
 from rigkit.lab import rig_image
 from rigkit.lab.pyinfra_output import parse_results
-from rigkit.serving.ledger import LEDGER_PATH
 from rigkit.paths import RIG_STACK_DIR
-from rigkit.serving.render import COMPOSE_PROJECT, CONTAINER_NAME
 from rigkit.remote.tunnel import serving_url
+from rigkit.serving.ledger import LEDGER_PATH
+from rigkit.serving.render import COMPOSE_PROJECT, CONTAINER_NAME
+from rigkit.settings.knobs import KNOBS_BY_NAME
 
 pytestmark = [pytest.mark.lab, pytest.mark.vllm]
 
@@ -40,12 +40,14 @@ def remove_docker(rig) -> str:
     keeps the image store, then purge every package left with its configuration ("rc"): no trace of them."""
     packages = " ".join(engine_packages(rig))
     down = f"{COMPOSE_PROJECT} down --remove-orphans"
-    return (f"cd {RIG_STACK_DIR} && {{ docker compose -p {down} || docker-compose -p {down}; }}; "
-            "systemctl stop docker.socket docker.service containerd.service; "
-            f"apt-mark unhold {packages} >/dev/null; "
-            f"DEBIAN_FRONTEND=noninteractive apt-get remove -y -q --autoremove {packages} && "
-            "rm -f /var/lib/docker/nuke-graph-directory.sh && "
-            "dpkg --purge $(dpkg -l | awk '/^rc/ {print $2}')")
+    return (
+        f"cd {RIG_STACK_DIR} && {{ docker compose -p {down} || docker-compose -p {down}; }}; "
+        "systemctl stop docker.socket docker.service containerd.service; "
+        f"apt-mark unhold {packages} >/dev/null; "
+        f"DEBIAN_FRONTEND=noninteractive apt-get remove -y -q --autoremove {packages} && "
+        "rm -f /var/lib/docker/nuke-graph-directory.sh && "
+        "dpkg --purge $(dpkg -l | awk '/^rc/ {print $2}')"
+    )
 
 
 def grand_total(result):
@@ -61,8 +63,7 @@ def deploy_rig(run_pyinfra, rig):
 
 
 def served_models(rig, lab_host_data) -> list[str]:
-    with serving_url(lab_host_data[rig.name], bind=KNOBS_BY_NAME["bind_address"].default,
-                     port=rig.serving_port) as url:
+    with serving_url(lab_host_data[rig.name], bind=KNOBS_BY_NAME["bind_address"].default, port=rig.serving_port) as url:
         response = requests.get(f"{url}/v1/models", timeout=10)
     response.raise_for_status()
     return [model["id"] for model in response.json()["data"]]
@@ -89,20 +90,30 @@ def fresh_rig(lab, deployed, run_pyinfra, rig_exec):
     assert release_label(rig, rig_exec) == "1", "the session's deploy left another release on the rig"
     rig_exec(rig, remove_docker(rig), timeout=600)
     yield rig
-    if has_engine(rig, rig_exec) and rig_exec(rig, f"docker ps -q --filter name={CONTAINER_NAME}",
-                                              check=False).stdout.strip():
+    if (
+        has_engine(rig, rig_exec)
+        and rig_exec(rig, f"docker ps -q --filter name={CONTAINER_NAME}", check=False).stdout.strip()
+    ):
         return
     # the test failed half way: give the rig back its engine (as the rig image had it) and converge it
-    rig_exec(rig, f"DEBIAN_FRONTEND=noninteractive apt-get install -y -q {' '.join(engine_packages(rig))}",
-             check=False, timeout=900)
+    rig_exec(
+        rig,
+        f"DEBIAN_FRONTEND=noninteractive apt-get install -y -q {' '.join(engine_packages(rig))}",
+        check=False,
+        timeout=900,
+    )
     deploy_rig(run_pyinfra, rig)
 
 
 def test_one_deploy_converges_a_rig_without_docker(lab, fresh_rig, run_pyinfra, rig_exec, lab_host_data):
     rig = fresh_rig
     assert not has_engine(rig, rig_exec), rig_exec(rig, "command -v docker", check=False).stdout
-    installed = rig_exec(rig, f"dpkg-query -W -f '${{Package}} ${{db:Status-Status}}\\n' "
-                              f"{' '.join(engine_packages(rig))} containerd runc 2>/dev/null", check=False).stdout
+    installed = rig_exec(
+        rig,
+        f"dpkg-query -W -f '${{Package}} ${{db:Status-Status}}\\n' "
+        f"{' '.join(engine_packages(rig))} containerd runc 2>/dev/null",
+        check=False,
+    ).stdout
     assert " installed" not in installed, installed
     entries_before = len(ledger(rig, rig_exec))
 
@@ -115,7 +126,7 @@ def test_one_deploy_converges_a_rig_without_docker(lab, fresh_rig, run_pyinfra, 
     assert served_models(rig, lab_host_data) == ["tiny"]
     assert release_label(rig, rig_exec) == "1"
     entries = ledger(rig, rig_exec)
-    assert len(entries) == entries_before + 1, entries[entries_before - 1:]
+    assert len(entries) == entries_before + 1, entries[entries_before - 1 :]
     assert entries[-1]["image"] == lab.serving_image["releases"]["1"]
     assert entries[-1]["smoke"] == "pass", entries[-1]
 

@@ -41,9 +41,12 @@ STORE_IN_RIG = f"{KV_SHARE_IN_RIG}/kv"  # kv_share_mount_point/kv_share_store_di
 PROMPT_TOKENS = 3500
 
 
-def rigkit_deploy(args: list[str], inventory: Path = LAB_INVENTORY, timeout: float = 1800) -> subprocess.CompletedProcess:
-    return subprocess.run([str(RIGKIT), "deploy", str(inventory), *args], cwd=REPO_ROOT, capture_output=True,
-                          text=True, timeout=timeout)
+def rigkit_deploy(
+    args: list[str], inventory: Path = LAB_INVENTORY, timeout: float = 1800
+) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [str(RIGKIT), "deploy", str(inventory), *args], cwd=REPO_ROOT, capture_output=True, text=True, timeout=timeout
+    )
 
 
 def pair(lab):
@@ -104,20 +107,24 @@ def test_an_entry_rig1s_engine_stores_is_seen_and_hit_by_rig2(lab, shared, lab_h
     assert window.prefix_cache_hits < window.external_prefix_cache_hits, window
 
 
-def test_a_rig_with_another_hash_seed_on_the_store_is_refused_before_any_host_is_touched(lab, shared, rig_exec,
-                                                                                         tmp_path):
+def test_a_rig_with_another_hash_seed_on_the_store_is_refused_before_any_host_is_touched(
+    lab, shared, rig_exec, tmp_path
+):
     rigs, _ = shared
     odd = rigs[-1].name
     inventory = tmp_path / "odd_seed.py"
     # the lab inventory, one rig declaring its own seed (host data, as a careless group file would)
-    inventory.write_text(f"import runpy\nlab = [(name, {{**data, **({{'kv_hash_seed': 7}} if name == {odd!r} "
-                         f"else {{}})}}) for name, data in runpy.run_path({str(LAB_INVENTORY)!r})['lab']]\n")
+    inventory.write_text(
+        f"import runpy\nlab = [(name, {{**data, **({{'kv_hash_seed': 7}} if name == {odd!r} "
+        f"else {{}})}}) for name, data in runpy.run_path({str(LAB_INVENTORY)!r})['lab']]\n"
+    )
     ledgers = {rig.name: rig_exec(rig, "cat /var/lib/rigkit/ledger.json").stdout for rig in rigs}
     result = rigkit_deploy([*SHARE], inventory=inventory, timeout=300)
     assert result.returncode == 2, result.stdout[-2000:] + result.stderr[-2000:]
     assert f"{odd}.kv_hash_seed" in result.stderr and "Fix:" in result.stderr
     assert "Connecting to hosts" not in result.stdout  # pyinfra never started
     assert {rig.name: rig_exec(rig, "cat /var/lib/rigkit/ledger.json").stdout for rig in rigs} == ledgers
+
 
 # The warm-shared tier (rigkit/validation/warm_shared.py) on the same deploy: a second module would deploy rig1 and rig2 again.
 WARM_RIGS = ("rig1", "rig2")
@@ -146,7 +153,9 @@ def test_with_the_shared_store_wiped_between_prefill_and_ask_rig2_is_not_warm(sh
     datas = {name: targets.data(name) for name in WARM_RIGS}
     stacks = {name: rig_settings(datas[name]).stack for name in WARM_RIGS}
     settings = ValidationSettings.from_data(datas["rig1"])
-    composes = {name: in_stack(rig_exec(lab.rig(name), ComposeCommand().command()).stdout.strip()) for name in WARM_RIGS}
+    composes = {
+        name: in_stack(rig_exec(lab.rig(name), ComposeCommand().command()).stdout.strip()) for name in WARM_RIGS
+    }
     with ExitStack() as stack:
         clients = {name: rig_client(stack, name, datas[name], stacks[name].knobs) for name in WARM_RIGS}
         for client in clients.values():

@@ -15,26 +15,34 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from test_secrets_lab import files_holding
 
+from rigkit.fleet.pyinfra_args import pyinfra_executable
 from rigkit.kv_store import RIGKIT_CONF
 from rigkit.lab.pyinfra_output import parse_results
 from rigkit.paths import REPO_ROOT
-from rigkit.fleet.pyinfra_args import pyinfra_executable
 from rigkit.settings.sizing import GIB
-from test_secrets_lab import files_holding
 
 pytestmark = [pytest.mark.lab]
 
 INVENTORY = Path(__file__).resolve().parent / "inventories" / "kv_store_rig2.py"
 STORE = {"kv_store_port": 6390, "kv_store_maxmemory_gib": 1, "kv_store_maxmemory_policy": "allkeys-lfu"}
-CLEANUP = ("systemctl stop valkey-server 2>/dev/null; DEBIAN_FRONTEND=noninteractive apt-get purge -y -q "
-           "valkey-server valkey-tools >/dev/null 2>&1; rm -rf /etc/valkey /var/lib/valkey /var/log/valkey; true")
+CLEANUP = (
+    "systemctl stop valkey-server 2>/dev/null; DEBIAN_FRONTEND=noninteractive apt-get purge -y -q "
+    "valkey-server valkey-tools >/dev/null 2>&1; rm -rf /etc/valkey /var/lib/valkey /var/log/valkey; true"
+)
 
 
 def deploy(password: str, *args: str) -> subprocess.CompletedProcess:
     env = {**os.environ, "RIGKIT_KV_STORE_PASSWORD": password}
-    return subprocess.run([pyinfra_executable(), "-y", *args, str(INVENTORY), "deploy.py"],
-                          cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=900)
+    return subprocess.run(
+        [pyinfra_executable(), "-y", *args, str(INVENTORY), "deploy.py"],
+        cwd=REPO_ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
 
 
 @pytest.fixture(scope="module")
@@ -46,15 +54,17 @@ def store_rig(lab, rig_exec):
 
 def cli(rig_exec, rig, password: str | None, *command: str) -> str:
     auth = f"REDISCLI_AUTH={password} VALKEYCLI_AUTH={password} " if password else ""
-    return rig_exec(rig, f"{auth}valkey-cli --no-auth-warning -p {STORE['kv_store_port']} {' '.join(command)}",
-                    check=False).stdout.strip()
+    return rig_exec(
+        rig, f"{auth}valkey-cli --no-auth-warning -p {STORE['kv_store_port']} {' '.join(command)}", check=False
+    ).stdout.strip()
 
 
 def test_the_store_role_serves_valkey_with_password_limit_and_policy(store_rig, rig_exec):
     rig, password = store_rig, f"planted-store-{secrets.token_hex(12)}"
-    for refused, field in ((deploy(password, "--data", "kv_store_maxmemory_policy=volatile-lru"),
-                            "kv_store_maxmemory_policy"),
-                           (deploy("planted with spaces " + secrets.token_hex(4)), "kv_store_password")):
+    for refused, field in (
+        (deploy(password, "--data", "kv_store_maxmemory_policy=volatile-lru"), "kv_store_maxmemory_policy"),
+        (deploy("planted with spaces " + secrets.token_hex(4)), "kv_store_password"),
+    ):
         assert refused.returncode != 0 and field in refused.stdout + refused.stderr, refused.stdout[-2000:]
         assert "planted with spaces" not in refused.stdout + refused.stderr
     assert rig_exec(rig, "dpkg -s valkey-server", check=False).returncode != 0, "a refused run installed valkey"

@@ -7,13 +7,13 @@ import time
 
 import pytest
 
-from rigkit.remote.client import ServingClient
 from rigkit.files.l2_janitor import L2_JANITOR_INTERVAL_S
-from rigkit.settings.hostdata import settings_for_host
 from rigkit.lab.pyinfra_output import parse_results
-from rigkit.validation.prompts import PromptSpec
-from rigkit.settings.sizing import GB
+from rigkit.remote.client import ServingClient
 from rigkit.remote.tunnel import serving_url
+from rigkit.settings.hostdata import settings_for_host
+from rigkit.settings.sizing import GB
+from rigkit.validation.prompts import PromptSpec
 
 pytestmark = [pytest.mark.lab, pytest.mark.vllm]
 
@@ -26,11 +26,15 @@ def store_bytes(rig, rig_exec, path: str) -> int:
     return int(rig_exec(rig, f"du -sb {path} | cut -f1").stdout.split()[0])
 
 
-def test_store_past_its_budget_is_evicted_and_the_stack_keeps_serving(lab, deployed, run_pyinfra, rig_exec,
-                                                                      lab_host_data):
+def test_store_past_its_budget_is_evicted_and_the_stack_keeps_serving(
+    lab, deployed, run_pyinfra, rig_exec, lab_host_data
+):
     rig = next(r for r in lab.rigs if not r.netns)
-    data = {**lab_host_data[rig.name], "serving_profile": "cpu-lab",
-            "serving_image": lab.serving_image["releases"]["1"]}
+    data = {
+        **lab_host_data[rig.name],
+        "serving_profile": "cpu-lab",
+        "serving_image": lab.serving_image["releases"]["1"],
+    }
     store = settings_for_host(data).knobs["l2_path"]
     result = run_pyinfra(args=["--limit", rig.name, "--data", f"l2_budget_gb={BUDGET_GB}"], deploy="deploy.py")
     assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-3000:]
@@ -46,8 +50,9 @@ def test_store_past_its_budget_is_evicted_and_the_stack_keeps_serving(lab, deplo
         written = SESSIONS * SESSION_TOKENS * 1000  # ~1 KB/token: what the store would hold without eviction
         assert written > 2 * BUDGET_GB * GB
         assert store_bytes(rig, rig_exec, store) <= BUDGET_GB * GB
-        evictions = rig_exec(rig, "journalctl -u rigkit-l2-janitor --no-pager -o cat | grep -c evicted",
-                             check=False).stdout.strip()
+        evictions = rig_exec(
+            rig, "journalctl -u rigkit-l2-janitor --no-pager -o cat | grep -c evicted", check=False
+        ).stdout.strip()
         assert int(evictions or 0) > 0
     finally:
         restore = run_pyinfra(args=["--limit", rig.name], deploy="deploy.py")

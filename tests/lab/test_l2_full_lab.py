@@ -17,16 +17,23 @@ from typing import Callable
 
 import pytest
 
-from rigkit.validation.card import L2Report, fmt_l2
-from rigkit.remote.client import ServingClient
-from rigkit.files.l2_janitor import (ENTRY_GRACE_S, L2_JANITOR_INTERVAL_S, L2_JANITOR_MIN_FREE_BYTES, L2_JANITOR_UNIT,
-                                     STATE_BELOW_FLOOR, STATE_OK, STATUS_FILE)
-from rigkit.settings.hostdata import settings_for_host
+from rigkit.files.l2_janitor import (
+    ENTRY_GRACE_S,
+    L2_JANITOR_INTERVAL_S,
+    L2_JANITOR_MIN_FREE_BYTES,
+    L2_JANITOR_UNIT,
+    STATE_BELOW_FLOOR,
+    STATE_OK,
+    STATUS_FILE,
+)
 from rigkit.l2_state import read_l2
 from rigkit.lab.pyinfra_output import parse_results
-from rigkit.validation.prompts import PromptSpec
-from rigkit.settings.sizing import GB
+from rigkit.remote.client import ServingClient
 from rigkit.remote.tunnel import serving_url
+from rigkit.settings.hostdata import settings_for_host
+from rigkit.settings.sizing import GB
+from rigkit.validation.card import L2Report, fmt_l2
+from rigkit.validation.prompts import PromptSpec
 
 pytestmark = [pytest.mark.lab, pytest.mark.vllm]
 
@@ -50,11 +57,15 @@ def wait_for(what: str, probe: Callable[[], object], timeout_s: float = JANITOR_
         time.sleep(L2_JANITOR_INTERVAL_S / 2)
 
 
-def test_foreign_file_filling_the_l2_disk_keeps_the_stack_serving(lab, deployed, run_pyinfra, rig_exec,
-                                                                  lab_host_data, rig_diagnostics):
+def test_foreign_file_filling_the_l2_disk_keeps_the_stack_serving(
+    lab, deployed, run_pyinfra, rig_exec, lab_host_data, rig_diagnostics
+):
     rig = next(r for r in lab.rigs if not r.netns)
-    data = {**lab_host_data[rig.name], "serving_profile": "cpu-lab",
-            "serving_image": lab.serving_image["releases"]["1"]}
+    data = {
+        **lab_host_data[rig.name],
+        "serving_profile": "cpu-lab",
+        "serving_image": lab.serving_image["releases"]["1"],
+    }
     stack = settings_for_host(data)
     store, floor = stack.knobs["l2_path"], L2_JANITOR_MIN_FREE_BYTES
 
@@ -87,8 +98,9 @@ def test_foreign_file_filling_the_l2_disk_keeps_the_stack_serving(lab, deployed,
         return float(run("date +%s.%N"))
 
     def journal(priority: str = "info") -> str:
-        return rig_exec(rig, f"journalctl -u {L2_JANITOR_UNIT} --since @{started} -p {priority} --no-pager -o cat",
-                        check=False).stdout
+        return rig_exec(
+            rig, f"journalctl -u {L2_JANITOR_UNIT} --since @{started} -p {priority} --no-pager -o cat", check=False
+        ).stdout
 
     wait_for("the janitor's status file (a janitor that writes one is deployed)", janitor_status)
     mount = l2_report().mount
@@ -119,16 +131,24 @@ def test_foreign_file_filling_the_l2_disk_keeps_the_stack_serving(lab, deployed,
             # Phase A: another process leaves the floor a few MB short: the oldest entries go, the rest stay.
             filled_at = fill_to_free(floor - SHORTFALL_BYTES)
             foreign_bytes = int(run(f"stat -c %s {foreign}").strip())
-            status = wait_for("the janitor to restore the floor", lambda: (
-                (s := janitor_status(after=filled_at)).get("state") == STATE_OK and s["fs_free_bytes"] >= floor and s))
+            status = wait_for(
+                "the janitor to restore the floor",
+                lambda: (
+                    (s := janitor_status(after=filled_at)).get("state") == STATE_OK
+                    and s["fs_free_bytes"] >= floor
+                    and s
+                ),
+            )
             left = entries()
             evicted, survivors = set(stored) - set(left), set(stored) & set(left)
             assert evicted and survivors, (evicted, left)
             assert max(stored[name] for name in evicted) <= min(stored[name] for name in survivors)  # oldest first
             assert "below the floor" in status["last_eviction"]["reason"]
             logged = journal()
-            assert any(line.startswith("evicted") and "below the floor" in line and any(n in line for n in evicted)
-                       for line in logged.splitlines()), logged
+            assert any(
+                line.startswith("evicted") and "below the floor" in line and any(n in line for n in evicted)
+                for line in logged.splitlines()
+            ), logged
             low = l2_report()
             assert (low.state, low.level) == ("low", "warn"), low
             assert low.fs_free_bytes >= floor and low.evicted_entries >= len(evicted)
@@ -145,8 +165,11 @@ def test_foreign_file_filling_the_l2_disk_keeps_the_stack_serving(lab, deployed,
                 status = wait_for("a janitor round after the fill", lambda: janitor_status(after=filled_at))
                 return status.get("state") == STATE_BELOW_FLOOR and status.get("entries") == 0 and status
 
-            status = wait_for("the janitor to empty the store and report the floor it cannot restore",
-                              store_emptied_under_the_floor, timeout_s=3 * JANITOR_WAIT_S)
+            status = wait_for(
+                "the janitor to empty the store and report the floor it cannot restore",
+                store_emptied_under_the_floor,
+                timeout_s=3 * JANITOR_WAIT_S,
+            )
             assert entries() == {}
             assert f"free space on {mount}" in status["message"]
             assert "L2 BELOW-FLOOR" in journal(priority="err")
@@ -163,8 +186,10 @@ def test_foreign_file_filling_the_l2_disk_keeps_the_stack_serving(lab, deployed,
             # The other process goes away: the janitor says so and the report is clean again.
             run(f"rm -f {foreign}")
             removed_at = float(run("date +%s.%N"))
-            wait_for("the janitor to see the floor restored",
-                     lambda: janitor_status(after=removed_at).get("state") == STATE_OK)
+            wait_for(
+                "the janitor to see the floor restored",
+                lambda: janitor_status(after=removed_at).get("state") == STATE_OK,
+            )
             assert "is over" in journal()
             assert l2_report().state == "ok"
             still_serving(seed=started * 100 + 22)

@@ -16,7 +16,8 @@ from pathlib import Path
 import pytest
 import requests
 
-from rigkit.lab import engine, netns, registry_server, rigs as lab_rigs
+from rigkit.lab import engine, netns, registry_server
+from rigkit.lab import rigs as lab_rigs
 from rigkit.lab.pyinfra_output import parse_results
 from rigkit.paths import CACHE_DIR, LAB_DIR, LAB_STATE_FILE
 
@@ -29,7 +30,10 @@ VLLM_READY_TIMEOUT_S = 300.0
 # vLLM CPU's engine core needs ~160 MiB of /dev/shm; Docker's default is 64 MiB (flag in the docker run below)
 VLLM_ENV = {
     "VLLM_CPU_KVCACHE_SPACE": "1",
-    "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1",
+    "HF_HUB_OFFLINE": "1",
+    "TRANSFORMERS_OFFLINE": "1",
+    "VLLM_NO_USAGE_STATS": "1",
+    "DO_NOT_TRACK": "1",
 }
 COMPLETION_TOKENS = 8
 
@@ -77,8 +81,9 @@ def test_nvme_path_survives_a_rig_restart(lab, rig_exec, ssh_run, assert_stack_c
     assert_stack_comes_back(rig)
 
 
-def test_a_restarted_netns_rig_is_replumbed_by_lab_up(lab, netns_rig, lab_rig_count, lab_netns_rig_count,
-                                                     rig_exec, ssh_run, assert_stack_comes_back):
+def test_a_restarted_netns_rig_is_replumbed_by_lab_up(
+    lab, netns_rig, lab_rig_count, lab_netns_rig_count, rig_exec, ssh_run, assert_stack_comes_back
+):
     from rigkit.lab.cli import lab_up
 
     subprocess.run(["docker", "restart", netns_rig.container], check=True, capture_output=True)
@@ -92,8 +97,11 @@ def test_a_restarted_netns_rig_is_replumbed_by_lab_up(lab, netns_rig, lab_rig_co
     assert status == 0 and out.split()[0] == netns_rig.name and f"{netns_rig.rig_address}/30" in out
     # the rig pulls by the same reference as every rig: 127.0.0.1:5000 inside it reaches the lab registry
     rig_exec(netns_rig, f"curl -sf -o /dev/null http://{lab.registry}/v2/")
-    forwarders = [pid for pid in netns.forwarder_processes()
-                  if f"/proc/{lab_rigs.container_pid(netns_rig.container)}/ns/net" in netns._cmdline(pid)]
+    forwarders = [
+        pid
+        for pid in netns.forwarder_processes()
+        if f"/proc/{lab_rigs.container_pid(netns_rig.container)}/ns/net" in netns._cmdline(pid)
+    ]
     assert len(forwarders) == 1, "one registry forwarder for the rig's current namespace"
     assert_stack_comes_back(netns_rig)
 
@@ -131,24 +139,36 @@ def test_both_serving_releases_pull_by_digest_inside_a_rig(lab, serving_image, r
     for release, reference in releases.items():
         assert reference.startswith(f"{lab.registry}/") and "@sha256:" in reference
         rig_exec(rig, f"docker pull {reference}")
-        digests = json.loads(rig_exec(rig, f"docker image inspect --format '{{{{json .RepoDigests}}}}' {reference}").stdout)
+        digests = json.loads(
+            rig_exec(rig, f"docker image inspect --format '{{{{json .RepoDigests}}}}' {reference}").stdout
+        )
         assert reference in digests
-        labels = json.loads(rig_exec(rig, f"docker image inspect --format '{{{{json .Config.Labels}}}}' {reference}").stdout)
+        labels = json.loads(
+            rig_exec(rig, f"docker image inspect --format '{{{{json .Config.Labels}}}}' {reference}").stdout
+        )
         assert labels.get("org.rigkit.release") == release
 
 
 def _stream_completion(port: int, model: str) -> tuple[list[str], dict]:
     response = requests.post(
         f"http://127.0.0.1:{port}/v1/completions",
-        json={"model": model, "prompt": f"session {uuid.uuid4()}: hello", "max_tokens": COMPLETION_TOKENS,
-              "ignore_eos": True, "stream": True, "stream_options": {"include_usage": True}},
-        stream=True, timeout=120)
+        json={
+            "model": model,
+            "prompt": f"session {uuid.uuid4()}: hello",
+            "max_tokens": COMPLETION_TOKENS,
+            "ignore_eos": True,
+            "stream": True,
+            "stream_options": {"include_usage": True},
+        },
+        stream=True,
+        timeout=120,
+    )
     response.raise_for_status()
     texts, usage = [], {}
     for line in response.iter_lines(decode_unicode=True):
         if not line or not line.startswith("data: ") or line == "data: [DONE]":
             continue
-        chunk = json.loads(line[len("data: "):])
+        chunk = json.loads(line[len("data: ") :])
         texts += [choice.get("text", "") for choice in chunk.get("choices", [])]
         usage = chunk.get("usage") or usage
     return texts, usage
@@ -164,19 +184,23 @@ def test_serving_image_runs_vllm_inside_a_rig_engine(lab, serving_image, rig_eng
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
     env = " ".join(f"-e {key}={value}" for key, value in VLLM_ENV.items())
-    rig_exec(rig, f"docker rm -f {VLLM_CONTAINER} >/dev/null 2>&1; "
-                  f"docker run -d --name {VLLM_CONTAINER} --network host --init --shm-size 1g {env} {serving_image['releases']['1']} "
-                  f"{serving_image['python']} -m {serving_image['serve_module']} --model {serving_image['model_dir']} "
-                  f"--served-model-name {serving_image['served_model_name']} "
-                  f"--host 127.0.0.1 --port {port} --max-model-len 8192 --dtype bfloat16 "
-                  "--enable-prefix-caching --enforce-eager --enable-prompt-tokens-details")
+    rig_exec(
+        rig,
+        f"docker rm -f {VLLM_CONTAINER} >/dev/null 2>&1; "
+        f"docker run -d --name {VLLM_CONTAINER} --network host --init --shm-size 1g {env} {serving_image['releases']['1']} "
+        f"{serving_image['python']} -m {serving_image['serve_module']} --model {serving_image['model_dir']} "
+        f"--served-model-name {serving_image['served_model_name']} "
+        f"--host 127.0.0.1 --port {port} --max-model-len 8192 --dtype bfloat16 "
+        "--enable-prefix-caching --enforce-eager --enable-prompt-tokens-details",
+    )
     try:
         deadline = time.monotonic() + VLLM_READY_TIMEOUT_S
         models = None
         while models is None:
             running = rig_exec(rig, f"docker inspect -f '{{{{.State.Running}}}}' {VLLM_CONTAINER}").stdout.strip()
-            assert running == "true", "vLLM exited:\n" + rig_exec(rig, f"docker logs --tail 40 {VLLM_CONTAINER}",
-                                                                  check=False).stderr
+            assert running == "true", (
+                "vLLM exited:\n" + rig_exec(rig, f"docker logs --tail 40 {VLLM_CONTAINER}", check=False).stderr
+            )
             assert time.monotonic() < deadline, f"/v1/models did not answer within {VLLM_READY_TIMEOUT_S} s"
             try:
                 models = requests.get(f"http://127.0.0.1:{port}/v1/models", timeout=5).json()
@@ -192,6 +216,7 @@ def test_serving_image_runs_vllm_inside_a_rig_engine(lab, serving_image, rig_eng
 
 
 # ---- lab down: runs after every other test of the session -------------------------------------
+
 
 def _lab_containers_in_data_root() -> list[str]:
     """Lab-labelled containers recorded in the engine's data root (seen even with the engine stopped)."""
@@ -238,7 +263,9 @@ def test_lab_down_leaves_no_container_loop_device_mount_or_file(lab, rig_exec, t
     # a rig that formatted and mounted its NVMe (as the L2 role does) must not block the teardown
     rig = lab.rigs[0]
     mounted = f"findmnt -n --source {rig.loop_device} >/dev/null"
-    rig_exec(rig, f"{mounted} || {{ mkfs.ext4 -q -F {rig.nvme_path} && mkdir -p /mnt/l2 && mount {rig.nvme_path} /mnt/l2; }}")
+    rig_exec(
+        rig, f"{mounted} || {{ mkfs.ext4 -q -F {rig.nvme_path} && mkdir -p /mnt/l2 && mount {rig.nvme_path} /mnt/l2; }}"
+    )
     rig_exec(rig, mounted)
     lab_devices = {r.loop_device for r in lab.rigs}
     engine_pid = lab.engine.get("pid") if lab.engine.get("started_by_lab") else None
@@ -246,23 +273,27 @@ def test_lab_down_leaves_no_container_loop_device_mount_or_file(lab, rig_exec, t
     bystander_image = tmp_path / "bystander.img"
     with open(bystander_image, "wb") as f:
         f.truncate(16 * 1024**2)
-    bystander = subprocess.run(["losetup", "--find", "--show", str(bystander_image)], check=True,
-                               capture_output=True, text=True).stdout.strip()
+    bystander = subprocess.run(
+        ["losetup", "--find", "--show", str(bystander_image)], check=True, capture_output=True, text=True
+    ).stdout.strip()
     try:
         # the CLI in its own process, as an operator runs it: whatever it holds open ends with it
-        deepest = subprocess.run(["sh", "-c", f"find {LAB_DIR} -xdev -printf '%d %p\\n' | sort -n | tail -1"],
-                                 capture_output=True, text=True).stdout.strip()
+        deepest = subprocess.run(
+            ["sh", "-c", f"find {LAB_DIR} -xdev -printf '%d %p\\n' | sort -n | tail -1"], capture_output=True, text=True
+        ).stdout.strip()
         if int(deepest.split(" ", 1)[0] or 0) > SUSPICIOUSLY_DEEP:  # the lab's own trees are ~26 levels deep
             warnings.warn(f"a path {deepest[:300]}... under the lab before `lab down`")
-        down = subprocess.run([str(Path(sys.executable).with_name("rigkit")), "lab", "down"], capture_output=True,
-                              text=True, timeout=900)
+        down = subprocess.run(
+            [str(Path(sys.executable).with_name("rigkit")), "lab", "down"], capture_output=True, text=True, timeout=900
+        )
         assert down.returncode == 0, f"rigkit lab down failed:\n{down.stdout[-4000:]}\n{down.stderr[-4000:]}"
         for pid in (lab.registry_pid, engine_pid):
             _reap_if_child(pid)  # this process started them (the lab fixture): their zombies are its to collect
 
         if engine.engine_answers():
-            left = subprocess.run(["docker", "ps", "-aq", "--filter", f"label=rigkit.lab={LAB_DIR}"],
-                                  capture_output=True, text=True).stdout.split()
+            left = subprocess.run(
+                ["docker", "ps", "-aq", "--filter", f"label=rigkit.lab={LAB_DIR}"], capture_output=True, text=True
+            ).stdout.split()
             assert left == [], f"containers left: {left}"
         assert _lab_containers_in_data_root() == []
         losetup = subprocess.run(["losetup", "--list", "--json"], capture_output=True, text=True).stdout
@@ -281,7 +312,9 @@ def test_lab_down_leaves_no_container_loop_device_mount_or_file(lab, rig_exec, t
         assert not netns.guard_route_present(), "the lab's unreachable route is left"
         assert not LAB_DIR.exists(), f"{LAB_DIR} still exists"
         assert CACHE_DIR.exists(), "the cache must survive `lab down`"
-        assert f"{bystander_image}" in subprocess.run(["losetup", "--list", "--json"], capture_output=True,
-                                                        text=True).stdout, "lab down touched a loop device it did not make"
+        assert (
+            f"{bystander_image}"
+            in subprocess.run(["losetup", "--list", "--json"], capture_output=True, text=True).stdout
+        ), "lab down touched a loop device it did not make"
     finally:
         subprocess.run(["losetup", "--detach", bystander], capture_output=True)

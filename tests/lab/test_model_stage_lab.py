@@ -23,11 +23,11 @@ from pathlib import Path
 
 import pytest
 
+from rigkit.fleet.inventory import load_inventory
 from rigkit.lab.lab_weights import lab_model_source
 from rigkit.model.fleet import stage_inventory
 from rigkit.model.source import manifest_size, parse_model_source, read_directory_manifest, resolve_directory
 from rigkit.paths import REPO_ROOT
-from rigkit.fleet.inventory import load_inventory
 from tests.hub_standin import HubRepo, HubStandIn
 from tests.lab.conftest import LAB_INVENTORY
 
@@ -60,29 +60,59 @@ def test_fresh_rig_from_another_rig_then_nothing_then_repair(model, pair, rig_ex
         rig_exec(rig, f"rm -rf {STORE}")
     total = manifest_size(read_directory_manifest(parse_model_source(model)))
     lines: list[str] = []
-    first, = stage_inventory(_hosts(model, names), names, progress=lines.append)
+    (first,) = stage_inventory(_hosts(model, names), names, progress=lines.append)
     assert first.outcomes[names[0]].action == "from controller"
     assert first.outcomes[names[1]].action == f"from {names[0]}", "\n".join(lines)
     assert first.source_bytes == total  # the source read once for two rigs
     assert any("MB" in line and "from" in line for line in lines)  # progress was shown
 
-    second, = stage_inventory(_hosts(model, names), names, progress=lines.append)
+    (second,) = stage_inventory(_hosts(model, names), names, progress=lines.append)
     assert {outcome.action for outcome in second.outcomes.values()} == {"already staged"}
     assert second.source_bytes == 0 and not any(outcome.sent_bytes for outcome in second.outcomes.values())
 
     source = parse_model_source(model)
     damaged = f"{STORE}/{source.slug}/{source.revision}/config.json"
     rig_exec(pair[1], f"chmod u+w {damaged} && echo ' ' >> {damaged}")
-    check = subprocess.run([str(Path(sys.executable).with_name("rigkit")), "stage", str(LAB_INVENTORY), "--check",
-                            "--limit", names[1], "--data", f"model_source={model}", "--data",
-                            f"model_store_path={STORE}"], cwd=REPO_ROOT, capture_output=True, text=True, timeout=300)
+    check = subprocess.run(
+        [
+            str(Path(sys.executable).with_name("rigkit")),
+            "stage",
+            str(LAB_INVENTORY),
+            "--check",
+            "--limit",
+            names[1],
+            "--data",
+            f"model_source={model}",
+            "--data",
+            f"model_store_path={STORE}",
+        ],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert check.returncode == 1 and "DAMAGED" in check.stdout and "config.json" in check.stdout, check.stdout
-    status = subprocess.run([str(Path(sys.executable).with_name("rigkit")), "status", str(LAB_INVENTORY), "--limit",
-                             names[1], "--json", "--data", f"model_source={model}", "--data",
-                             f"model_store_path={STORE}"], cwd=REPO_ROOT, capture_output=True, text=True, timeout=300)
+    status = subprocess.run(
+        [
+            str(Path(sys.executable).with_name("rigkit")),
+            "status",
+            str(LAB_INVENTORY),
+            "--limit",
+            names[1],
+            "--json",
+            "--data",
+            f"model_source={model}",
+            "--data",
+            f"model_store_path={STORE}",
+        ],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     drift = [item for rig in json.loads(status.stdout)["rigs"] for item in rig["drift"] if item["source"] == "model"]
     assert [item["knob"] for item in drift] == ["model_source: config.json"], status.stdout[-3000:]
-    repair, = stage_inventory(_hosts(model, names), names, progress=lines.append)
+    (repair,) = stage_inventory(_hosts(model, names), names, progress=lines.append)
     assert repair.outcomes[names[1]].action == f"from {names[0]}" and repair.source_bytes == 0
     assert 0 < repair.outcomes[names[1]].sent_bytes < total  # only the damaged file
     served = rig_exec(pair[1], f"cat {damaged}").stdout
@@ -91,9 +121,21 @@ def test_fresh_rig_from_another_rig_then_nothing_then_repair(model, pair, rig_ex
 
 def test_deploy_serves_the_staged_model_read_only_offline_under_its_name(model, pair, rig_exec, deployed):
     rig = pair[0]
-    result = subprocess.run([str(Path(sys.executable).with_name("rigkit")), "deploy", str(LAB_INVENTORY), "--limit",
-                             rig.name, "--data", f"model_source={model}"], cwd=REPO_ROOT, capture_output=True,
-                            text=True, timeout=900)
+    result = subprocess.run(
+        [
+            str(Path(sys.executable).with_name("rigkit")),
+            "deploy",
+            str(LAB_INVENTORY),
+            "--limit",
+            rig.name,
+            "--data",
+            f"model_source={model}",
+        ],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
     assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-2000:]
     inspect = json.loads(rig_exec(rig, "docker inspect rigkit-serving").stdout)[0]
     mount = next(m for m in inspect["Mounts"] if m["Destination"] == "/model")
@@ -105,8 +147,7 @@ def test_deploy_serves_the_staged_model_read_only_offline_under_its_name(model, 
     assert '"id":"tiny"' in models.replace(" ", ""), models
 
 
-def test_a_hub_commit_is_fetched_once_onto_the_controller_then_rig_to_rig(model, pair, rig_exec, tmp_path,
-                                                                          monkeypatch):
+def test_a_hub_commit_is_fetched_once_onto_the_controller_then_rig_to_rig(model, pair, rig_exec, tmp_path, monkeypatch):
     """The hub path end to end: the real huggingface_hub client against the loopback stand-in (tests/hub_standin.py)
     serving the lab model's files; the stand-in serves each file once for two rigs."""
     directory = Path(parse_model_source(model).name)
@@ -118,8 +159,9 @@ def test_a_hub_commit_is_fetched_once_onto_the_controller_then_rig_to_rig(model,
     for rig in pair:
         rig_exec(rig, f"rm -rf {STORE}")
     with HubStandIn([HubRepo("rigkit/lab-tiny", commit, files, lfs={p for p in files if p.endswith(".json")})]) as hub:
-        report, = stage_inventory(_hosts(f"rigkit/lab-tiny@{commit}", names), names, progress=lambda line: None,
-                                  endpoint=hub.endpoint)
+        (report,) = stage_inventory(
+            _hosts(f"rigkit/lab-tiny@{commit}", names), names, progress=lambda line: None, endpoint=hub.endpoint
+        )
     assert hub.served_bytes == sum(map(len, files.values()))  # once, for two rigs
     assert report.outcomes[names[1]].action == f"from {names[0]}"
     staged = rig_exec(pair[1], f"cat {STORE}/rigkit--lab-tiny/{commit}/config.json").stdout
@@ -127,8 +169,13 @@ def test_a_hub_commit_is_fetched_once_onto_the_controller_then_rig_to_rig(model,
 
 
 def _rigkit(*args: str, timeout: float = 900) -> subprocess.CompletedProcess:
-    return subprocess.run([str(Path(sys.executable).with_name("rigkit")), *args], cwd=REPO_ROOT, capture_output=True,
-                          text=True, timeout=timeout)
+    return subprocess.run(
+        [str(Path(sys.executable).with_name("rigkit")), *args],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
 
 
 def test_rollback_to_the_previous_revision_copies_nothing_and_mounts_it(model, pair, rig_exec, deployed, tmp_path):
@@ -147,8 +194,16 @@ def test_rollback_to_the_previous_revision_copies_nothing_and_mounts_it(model, p
     a, b = parse_model_source(model), parse_model_source(revision_b)
     store = f"/mnt/rigkit-l2/models/{a.slug}"
     before = rig_exec(rig, f"find {store} -printf '%p %s %T@\\n' | sort").stdout
-    rolled = _rigkit("deploy", str(LAB_INVENTORY), "--deploy", "rollback.py", "--limit", rig.name, "--data",
-                     f"model_source={revision_b}")
+    rolled = _rigkit(
+        "deploy",
+        str(LAB_INVENTORY),
+        "--deploy",
+        "rollback.py",
+        "--limit",
+        rig.name,
+        "--data",
+        f"model_source={revision_b}",
+    )
     assert rolled.returncode == 0, rolled.stdout[-4000:] + rolled.stderr[-2000:]
     assert "staging onto" not in rolled.stdout  # a rollback stages nothing
     assert rig_exec(rig, f"find {store} -printf '%p %s %T@\\n' | sort").stdout == before  # nothing copied

@@ -16,9 +16,9 @@ import uuid
 import pytest
 import requests
 
-from rigkit.settings.knobs import KNOBS_BY_NAME
-from rigkit.serving.ledger import LEDGER_PATH
 from rigkit.remote.tunnel import port_is_open, serving_url
+from rigkit.serving.ledger import LEDGER_PATH
+from rigkit.settings.knobs import KNOBS_BY_NAME
 
 pytestmark = [pytest.mark.lab, pytest.mark.vllm]
 
@@ -48,14 +48,22 @@ def test_the_api_is_not_reachable_without_the_tunnel(netns_rig, deployed, rig_ex
 
 def test_the_api_answers_through_the_tunnel(netns_rig, deployed, lab_host_data, serving_image):
     model = serving_image["served_model_name"]
-    with serving_url(lab_host_data[netns_rig.name], bind=BIND_ADDRESS, port=netns_rig.serving_port,
-                     inventory_name=netns_rig.name) as url:
+    with serving_url(
+        lab_host_data[netns_rig.name], bind=BIND_ADDRESS, port=netns_rig.serving_port, inventory_name=netns_rig.name
+    ) as url:
         models = requests.get(f"{url}/v1/models", timeout=30)
         models.raise_for_status()
         assert [entry["id"] for entry in models.json()["data"]] == [model] == ["tiny"]
-        completion = requests.post(f"{url}/v1/completions", timeout=120, json={
-            "model": model, "prompt": f"session {uuid.uuid4()}: hello", "max_tokens": COMPLETION_TOKENS,
-            "ignore_eos": True})
+        completion = requests.post(
+            f"{url}/v1/completions",
+            timeout=120,
+            json={
+                "model": model,
+                "prompt": f"session {uuid.uuid4()}: hello",
+                "max_tokens": COMPLETION_TOKENS,
+                "ignore_eos": True,
+            },
+        )
         completion.raise_for_status()
         body = completion.json()
     assert body["usage"]["completion_tokens"] == COMPLETION_TOKENS

@@ -14,8 +14,8 @@ import sys
 import pytest
 
 from rigkit.fleet.inventory import load_inventory
-from rigkit.settings.hostdata import rig_settings
 from rigkit.paths import REPO_ROOT
+from rigkit.settings.hostdata import rig_settings
 
 sys.path.insert(0, str(REPO_ROOT / "bench"))
 import ansible_peer  # noqa: E402

@@ -16,8 +16,8 @@ import subprocess
 
 import pytest
 
-from rigkit.paths import REPO_ROOT
 from rigkit.fleet.pyinfra_args import pyinfra_executable
+from rigkit.paths import REPO_ROOT
 from rigkit.settings.defaults import L2_DISK_VARIABLES
 
 pytestmark = [pytest.mark.lab]
@@ -32,12 +32,14 @@ FOREIGN_PORT_OFFSET = 600  # above every lab rig's serving port (the catalogue t
 L2_MOUNT_POINT = next(v.default for v in L2_DISK_VARIABLES if v.name == "l2_mount_point")
 # What any role would change: files (daemon.json, fstab, the stack, the ledger, the janitor unit), the engine
 # (a restart changes its pid), containers (a restart changes StartedAt), images, the L2 mount.
-SNAPSHOT = ("cd / && sha256sum etc/docker/daemon.json etc/fstab etc/rigkit/stack/* etc/rigkit/stack/.env "
-            "var/lib/rigkit/ledger.json var/lib/rigkit/release.sha256 "
-            "etc/systemd/system/rigkit-l2-janitor.service 2>&1; "
-            "systemctl show -p MainPID -p ActiveEnterTimestamp docker; "
-            "docker inspect --format '{{.Id}} {{.Image}} {{.State.StartedAt}}' $(docker ps -aq) 2>&1 | sort; "
-            f"docker images -q --no-trunc | sort; findmnt -n -o SOURCE,OPTIONS {L2_MOUNT_POINT}")
+SNAPSHOT = (
+    "cd / && sha256sum etc/docker/daemon.json etc/fstab etc/rigkit/stack/* etc/rigkit/stack/.env "
+    "var/lib/rigkit/ledger.json var/lib/rigkit/release.sha256 "
+    "etc/systemd/system/rigkit-l2-janitor.service 2>&1; "
+    "systemctl show -p MainPID -p ActiveEnterTimestamp docker; "
+    "docker inspect --format '{{.Id}} {{.Image}} {{.State.StartedAt}}' $(docker ps -aq) 2>&1 | sort; "
+    f"docker images -q --no-trunc | sort; findmnt -n -o SOURCE,OPTIONS {L2_MOUNT_POINT}"
+)
 
 
 def daemon_change_arg() -> str:
@@ -47,8 +49,14 @@ def daemon_change_arg() -> str:
 
 def pyinfra(args: list[str], timeout: float = 900) -> subprocess.CompletedProcess:
     """pyinfra on the lab inventory; without -y (a --dry run with -y skips change detection)."""
-    return subprocess.run([pyinfra_executable(), *args, str(LAB_INVENTORY), "deploy.py"],
-                          cwd=REPO_ROOT, capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL)
+    return subprocess.run(
+        [pyinfra_executable(), *args, str(LAB_INVENTORY), "deploy.py"],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        stdin=subprocess.DEVNULL,
+    )
 
 
 def detected_change(output: str, operation: str) -> list[str]:
@@ -67,7 +75,10 @@ def rig(lab, deployed, rig_exec):
     rig = rigs[0]
     dry = pyinfra(["--dry", "--limit", rig.name, "--data", daemon_change_arg()])
     assert dry.returncode == 0, dry.stdout[-4000:] + dry.stderr[-2000:]
-    assert detected_change(dry.stdout + dry.stderr, "docker | Merge rigkit's options into daemon.json") == ["1", f"({rig.name})"]
+    assert detected_change(dry.stdout + dry.stderr, "docker | Merge rigkit's options into daemon.json") == [
+        "1",
+        f"({rig.name})",
+    ]
     return rig
 
 
@@ -78,8 +89,11 @@ def started_operations(output: str) -> list[str]:
 
 def stack_models(rig, rig_exec) -> list[str]:
     url = f"http://127.0.0.1:{rig.serving_port}/v1/models"
-    out = rig_exec(rig, f"python3 -c 'import json,urllib.request; "
-                        f"print(json.dumps([m[\"id\"] for m in json.load(urllib.request.urlopen(\"{url}\"))[\"data\"]]))'")
+    out = rig_exec(
+        rig,
+        f"python3 -c 'import json,urllib.request; "
+        f'print(json.dumps([m["id"] for m in json.load(urllib.request.urlopen("{url}"))["data"]]))\'',
+    )
     return json.loads(out.stdout)
 
 
@@ -92,8 +106,9 @@ def free_port(port: int) -> int:
 def start_foreign_listener(rig, rig_exec, port: int) -> int:
     """A real process that is not rigkit's stack listening on ``port`` inside the rig; its pid."""
     pid = int(rig_exec(rig, f"nohup python3 -m http.server --bind 127.0.0.1 {port} >/dev/null 2>&1 & echo $!").stdout)
-    rig_exec(rig, f"for i in $(seq 100); do grep -q ':{port:04X} .* 0A ' /proc/net/tcp && exit 0; sleep 0.1; done; "
-                  "exit 1")
+    rig_exec(
+        rig, f"for i in $(seq 100); do grep -q ':{port:04X} .* 0A ' /proc/net/tcp && exit 0; sleep 0.1; done; exit 1"
+    )
     return pid
 
 
@@ -108,8 +123,16 @@ def test_refused_before_any_role_changes_the_rig(rig, rig_exec, run_pyinfra, cas
         data, field, expected = [f"serving_port={port}"], f"serving_port={port}", f"in use by pid {listener} (python3)"
     before = rig_exec(rig, SNAPSHOT, check=False).stdout
     try:
-        result = pyinfra(["-y", "--limit", rig.name, "--data", daemon_change_arg(),
-                          *[arg for item in data for arg in ("--data", item)]])
+        result = pyinfra(
+            [
+                "-y",
+                "--limit",
+                rig.name,
+                "--data",
+                daemon_change_arg(),
+                *[arg for item in data for arg in ("--data", item)],
+            ]
+        )
     finally:
         if listener is not None:
             rig_exec(rig, f"kill {listener}", check=False)

@@ -32,15 +32,18 @@ HUNG_DEPLOY_BOUND_S = 300  # two cores, SSH, the survey and the probe's 10 s: fa
 
 
 def serving_image_of(rig, rig_exec) -> str:
-    return rig_exec(rig, f"docker inspect --format '{{{{.Config.Image}}}}' {CONTAINER_NAME}", check=False).stdout.strip()
+    return rig_exec(
+        rig, f"docker inspect --format '{{{{.Config.Image}}}}' {CONTAINER_NAME}", check=False
+    ).stdout.strip()
 
 
 def test_a_hung_registry_is_named_and_the_old_release_keeps_serving(lab, deployed, run_pyinfra, rig_exec):
     release_1, release_2 = lab.serving_image["releases"]["1"], lab.serving_image["releases"]["2"]
     rig = [r for r in lab.rigs if not r.netns][0]
     if serving_image_of(rig, rig_exec) != release_1:  # another test left it elsewhere
-        moved = run_pyinfra(["--limit", rig.name, "--data", f"serving_image={release_1}"], deploy="deploy.py",
-                            timeout=1800)
+        moved = run_pyinfra(
+            ["--limit", rig.name, "--data", f"serving_image={release_1}"], deploy="deploy.py", timeout=1800
+        )
         assert moved.returncode == 0, moved.stdout[-4000:] + moved.stderr[-2000:]
     rig_exec(rig, f"docker image rm -f {release_2}", check=False)  # release 2 must come from the registry
 
@@ -50,9 +53,14 @@ def test_a_hung_registry_is_named_and_the_old_release_keeps_serving(lab, deploye
     started = time.monotonic()
     os.kill(pid, signal.SIGSTOP)
     try:
-        result = subprocess.run([str(rigkit), "deploy", str(LAB_INVENTORY), "--limit", rig.name,
-                                 "--data", f"serving_image={release_2}"], cwd=REPO_ROOT, capture_output=True,
-                                text=True, timeout=HUNG_DEPLOY_BOUND_S + 300, env={**os.environ, "COLUMNS": "200"})
+        result = subprocess.run(
+            [str(rigkit), "deploy", str(LAB_INVENTORY), "--limit", rig.name, "--data", f"serving_image={release_2}"],
+            cwd=REPO_ROOT,
+            capture_output=True,
+            text=True,
+            timeout=HUNG_DEPLOY_BOUND_S + 300,
+            env={**os.environ, "COLUMNS": "200"},
+        )
     finally:
         os.kill(pid, signal.SIGCONT)
     elapsed = time.monotonic() - started

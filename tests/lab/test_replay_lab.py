@@ -18,9 +18,9 @@ import shutil
 
 import pytest
 
+from rigkit.paths import REPO_ROOT
 from rigkit.validation.card.schema import ReplayComparison
 from rigkit.validation.card.store import RECORDED_DIR, REPLAY_JSON, RESULTS_DIR, load_cards
-from rigkit.paths import REPO_ROOT
 
 pytestmark = [pytest.mark.lab, pytest.mark.vllm]
 
@@ -46,13 +46,16 @@ def test_a_replay_on_rig2_stands_beside_the_recorded_rig1_run(lab, deployed, run
         (recorded,) = load_cards(recorded_dir)
 
         monkeypatch.setenv("RIGKIT_RUN_ID", runs[rig2.name])
-        replay = run_pyinfra(args=["--limit", rig2.name, *VALIDATE, "--data",
-                                   f"replay={RESULTS_DIR / runs[rig1.name]}"], deploy="validate.py")
+        replay = run_pyinfra(
+            args=["--limit", rig2.name, *VALIDATE, "--data", f"replay={RESULTS_DIR / runs[rig1.name]}"],
+            deploy="validate.py",
+        )
         assert replay.returncode == 0, replay.stdout[-4000:] + replay.stderr[-3000:]
         print(replay.stdout[-3000:])
         (new,) = load_cards(replay_dir)
-        assert [(p.kind, p.target_tokens, p.seed) for p in new.repro.prompts] == \
-               [(p.kind, p.target_tokens, p.seed) for p in recorded.repro.prompts]
+        assert [(p.kind, p.target_tokens, p.seed) for p in new.repro.prompts] == [
+            (p.kind, p.target_tokens, p.seed) for p in recorded.repro.prompts
+        ]
         assert [c.rig for c in load_cards(replay_dir / RECORDED_DIR)] == [rig1.name]
 
         fleet = (replay_dir / "fleet.md").read_text()
@@ -65,8 +68,7 @@ def test_a_replay_on_rig2_stands_beside_the_recorded_rig1_run(lab, deployed, run
         port = differences["knob serving_port"]
         assert (port.recorded, port.new) == ({rig1.name: str(rig1.serving_port)}, {rig2.name: str(rig2.serving_port)})
         verdicts = {v.figure: v for v in comparison.figures}
-        for figure in ("ttft:cold", "ttft:warm-gpu", "ttft:warm-connector",
-                       "hits:warm-gpu", "hits:warm-connector"):
+        for figure in ("ttft:cold", "ttft:warm-gpu", "ttft:warm-connector", "hits:warm-gpu", "hits:warm-connector"):
             assert verdicts[figure].verdict in ("reproduces", "differs"), verdicts[figure]
         for figure in ("hits:warm-gpu", "hits:warm-connector"):
             assert verdicts[figure].verdict == "reproduces", verdicts[figure].text

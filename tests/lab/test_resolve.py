@@ -13,7 +13,9 @@ pytestmark = pytest.mark.lab
 def test_release_tags_resolve_to_the_pushed_digests(serving_image):
     repository = serving_image["repository"]
     reference = parse_reference(repository + ":x")
-    with urllib.request.urlopen(f"http://{reference.registry}/v2/{reference.repository}/tags/list", timeout=10) as reply:
+    with urllib.request.urlopen(
+        f"http://{reference.registry}/v2/{reference.repository}/tags/list", timeout=10
+    ) as reply:
         tags = json.load(reply)["tags"]
     resolved = {tag: resolve(f"{repository}:{tag}") for tag in tags}
     for release, pinned in serving_image["releases"].items():

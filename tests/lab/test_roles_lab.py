@@ -14,10 +14,10 @@ from pathlib import Path
 
 import pytest
 
+from rigkit.fleet.pyinfra_args import pyinfra_executable
 from rigkit.lab.pyinfra_output import parse_results
 from rigkit.lab.state import LabState, RigState
 from rigkit.paths import REPO_ROOT
-from rigkit.fleet.pyinfra_args import pyinfra_executable
 from rigkit.settings.defaults import L2_DISK_VARIABLES as L2_VARIABLES
 
 pytestmark = pytest.mark.lab
@@ -37,30 +37,45 @@ MARKER = f"{CACHE_DIR}/kept-across-runs"
 
 def write_inventory(directory: Path, lab: LabState, rig: RigState) -> Path:
     host_data = {
-        "ssh_hostname": rig.ssh_host, "ssh_port": rig.ssh_port, "ssh_user": "root", "ssh_key": lab.ssh_key,
-        "ssh_known_hosts_file": lab.known_hosts, "ssh_strict_host_key_checking": "yes",
-        "ssh_allow_agent": False, "ssh_look_for_keys": False,
-        "l2_device": rig.nvme_path, **LAB_ROLE_DATA,
+        "ssh_hostname": rig.ssh_host,
+        "ssh_port": rig.ssh_port,
+        "ssh_user": "root",
+        "ssh_key": lab.ssh_key,
+        "ssh_known_hosts_file": lab.known_hosts,
+        "ssh_strict_host_key_checking": "yes",
+        "ssh_allow_agent": False,
+        "ssh_look_for_keys": False,
+        "l2_device": rig.nvme_path,
+        **LAB_ROLE_DATA,
     }
     path = directory / "inventory.py"
     path.write_text(f"roles_lab = [({rig.name!r}, {host_data!r})]\n")
     return path
 
 
-def run_role(directory: Path, lab: LabState, rig: RigState, role: str, data: dict[str, str] | None = None,
-             dry: bool = False) -> subprocess.CompletedProcess:
+def run_role(
+    directory: Path, lab: LabState, rig: RigState, role: str, data: dict[str, str] | None = None, dry: bool = False
+) -> subprocess.CompletedProcess:
     """The pyinfra CLI running one role on one rig (``--dry`` without ``-y``, so it detects changes)."""
     deploy = directory / f"{role}_deploy.py"
-    deploy.write_text("from pyinfra import host\n\nfrom rigkit.settings.hostdata import rig_settings\nfrom roles import Run\n"
-                      f"from roles.{role} import {role}\n\n"
-                      f"{role}(rig_settings(host.data.dict(), needs_stack=False), Run())\n")
+    deploy.write_text(
+        "from pyinfra import host\n\nfrom rigkit.settings.hostdata import rig_settings\nfrom roles import Run\n"
+        f"from roles.{role} import {role}\n\n"
+        f"{role}(rig_settings(host.data.dict(), needs_stack=False), Run())\n"
+    )
     inventory = write_inventory(directory, lab, rig)
     data_args = [arg for key, value in (data or {}).items() for arg in ("--data", f"{key}={value}")]
     mode = ["--dry"] if dry else ["-y"]
     # Run outside the repository so only this inventory's data applies (no group_data/ lookup).
     env = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
-    return subprocess.run([pyinfra_executable(), *mode, *data_args, str(inventory), str(deploy)],
-                          cwd=directory, env=env, capture_output=True, text=True, timeout=900)
+    return subprocess.run(
+        [pyinfra_executable(), *mode, *data_args, str(inventory), str(deploy)],
+        cwd=directory,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
 
 
 def totals(result: subprocess.CompletedProcess):
@@ -74,8 +89,12 @@ def rig(lab: LabState, run_pyinfra) -> RigState:
     """The last lab rig. These tests stop its engine and wipe its L2 disk: a serving stack the session
     deployed there is converged back by the real deploy afterwards, as an operator would."""
     rig = lab.rigs[-1]
-    had_stack = subprocess.run(["docker", "exec", rig.container, "test", "-f", "/etc/rigkit/stack/compose.yml"],
-                               capture_output=True).returncode == 0
+    had_stack = (
+        subprocess.run(
+            ["docker", "exec", rig.container, "test", "-f", "/etc/rigkit/stack/compose.yml"], capture_output=True
+        ).returncode
+        == 0
+    )
     yield rig
     if had_stack:
         result = run_pyinfra(args=["--limit", rig.name], deploy="deploy.py", timeout=1800)
@@ -84,11 +103,15 @@ def rig(lab: LabState, run_pyinfra) -> RigState:
 
 # ----------------------------------------------------------------------------------------- docker
 
+
 def test_docker_role_distro_source_gives_a_working_engine_that_runs_a_container(lab, rig, rig_exec, tmp_path):
     # Start from a rig that differs: engine stopped, packages not held, a daemon.json key we do not own.
     # (reset-failed: earlier tests may have used up systemd's start limit for the unit)
-    rig_exec(rig, "systemctl stop docker.service docker.socket; systemctl reset-failed docker.service; "
-                  "apt-mark unhold docker.io docker-compose >/dev/null")
+    rig_exec(
+        rig,
+        "systemctl stop docker.service docker.socket; systemctl reset-failed docker.service; "
+        "apt-mark unhold docker.io docker-compose >/dev/null",
+    )
     rig_exec(rig, """echo '{"bridge": "none", "log-level": "warn"}' > /etc/docker/daemon.json""")
 
     first = totals(run_role(tmp_path, lab, rig, "docker"))
@@ -104,17 +127,21 @@ def test_docker_role_distro_source_gives_a_working_engine_that_runs_a_container(
     assert "bridge" not in rig_exec(rig, "docker network ls --format '{{.Driver}}'").stdout.split()
 
     # An image with /bin/true, built in the rig from its own files, so the check runs a real container.
-    rig_exec(rig, f"docker image inspect {CHECK_IMAGE} >/dev/null 2>&1 || ("
-                  "rm -rf /tmp/rigkit-true && mkdir -p /tmp/rigkit-true && "
-                  "cp --parents /usr/bin/true $(ldd /usr/bin/true | grep -o '/[^ ]*') /tmp/rigkit-true/ && "
-                  f"tar -C /tmp/rigkit-true -c . | docker import - {CHECK_IMAGE})")
+    rig_exec(
+        rig,
+        f"docker image inspect {CHECK_IMAGE} >/dev/null 2>&1 || ("
+        "rm -rf /tmp/rigkit-true && mkdir -p /tmp/rigkit-true && "
+        "cp --parents /usr/bin/true $(ldd /usr/bin/true | grep -o '/[^ ]*') /tmp/rigkit-true/ && "
+        f"tar -C /tmp/rigkit-true -c . | docker import - {CHECK_IMAGE})",
+    )
     since = int(rig_exec(rig, "date +%s").stdout)
     second = run_role(tmp_path, lab, rig, "docker", {"docker_verify_image": CHECK_IMAGE})
     total = totals(second)
     assert (total.success, total.error) == (0, 0) and total.no_change == total.hosts, second.stderr[-3000:]
     until = int(rig_exec(rig, "date +%s").stdout) + 1
-    events = rig_exec(rig, f"docker events --since {since} --until {until} --filter event=start "
-                           "--format '{{.From}}'").stdout.split()
+    events = rig_exec(
+        rig, f"docker events --since {since} --until {until} --filter event=start --format '{{{{.From}}}}'"
+    ).stdout.split()
     assert CHECK_IMAGE in events, f"the verification started no container from {CHECK_IMAGE}: {events}"
 
 
@@ -128,12 +155,16 @@ def test_docker_role_fails_when_the_engine_cannot_run_the_check_image(lab, rig, 
 
 # ---------------------------------------------------------------------------------------- l2_disk
 
+
 def blank_l2_disk(rig: RigState, rig_exec) -> None:
     """The rig's spare disk as the lab hands it out: no filesystem, not mounted, not in fstab."""
     # a serving stack and the L2 janitor use the disk: stop them first (the module's fixture redeploys)
     rig_exec(rig, "docker rm -f rigkit-serving >/dev/null 2>&1; systemctl stop rigkit-l2-janitor 2>/dev/null; true")
-    rig_exec(rig, f"umount {MOUNT_POINT} 2>/dev/null; sed -i '\\# {MOUNT_POINT} #d' /etc/fstab; "
-                  f"wipefs -a -q {rig.nvme_path}; rm -rf {MOUNT_POINT}; true")
+    rig_exec(
+        rig,
+        f"umount {MOUNT_POINT} 2>/dev/null; sed -i '\\# {MOUNT_POINT} #d' /etc/fstab; "
+        f"wipefs -a -q {rig.nvme_path}; rm -rf {MOUNT_POINT}; true",
+    )
     assert probe(rig, rig_exec) == {}
 
 
@@ -148,8 +179,11 @@ def mount_of(rig: RigState, rig_exec) -> tuple[str, list[str]] | None:
 
 
 def fstab_lines(rig: RigState, rig_exec) -> list[str]:
-    return [line for line in rig_exec(rig, "cat /etc/fstab").stdout.splitlines()
-            if len(line.split()) > 1 and line.split()[1] == MOUNT_POINT]
+    return [
+        line
+        for line in rig_exec(rig, "cat /etc/fstab").stdout.splitlines()
+        if len(line.split()) > 1 and line.split()[1] == MOUNT_POINT
+    ]
 
 
 def test_l2_disk_dry_run_shows_changes_and_makes_none(lab, rig, rig_exec, tmp_path):

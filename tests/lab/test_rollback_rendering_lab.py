@@ -12,11 +12,11 @@ Two vLLM starts (release 2, the rollback).
 from __future__ import annotations
 
 import pytest
+from test_serving_lab import assert_ok, grand_total, ledger, models, serving_release
 
 from rigkit.lab.registry_server import ensure_registry, stop_registry
 from rigkit.serving.ledger import rendering_dir
 from rigkit.serving.render import CONTAINER_NAME
-from test_serving_lab import assert_ok, grand_total, ledger, models, serving_release
 
 pytestmark = [pytest.mark.lab, pytest.mark.vllm]
 
@@ -29,8 +29,9 @@ def container_env(rig, rig_exec) -> dict[str, str]:
     return dict(line.split("=", 1) for line in out.splitlines() if "=" in line)
 
 
-def test_rollback_restores_the_verified_rendering_not_todays_without_a_registry(lab, deployed, run_pyinfra,
-                                                                                rig_exec, lab_host_data):
+def test_rollback_restores_the_verified_rendering_not_todays_without_a_registry(
+    lab, deployed, run_pyinfra, rig_exec, lab_host_data
+):
     rig = [r for r in lab.rigs if not r.netns][-1]  # a host-network rig (rig2 in the standard lab)
     release_1, release_2 = lab.serving_image["releases"]["1"], lab.serving_image["releases"]["2"]
     limit = ["--limit", rig.name]
@@ -42,8 +43,13 @@ def test_rollback_restores_the_verified_rendering_not_todays_without_a_registry(
     assert f"RIGKIT_SERVED_MODEL_NAME='{STANDARD_NAME}'" in rig_exec(rig, f"cat {stored}/.env").stdout
     try:
         todays = ["--data", f"served_model_name={KNOB_B}"]
-        assert_ok(run_pyinfra(args=[*limit, "--data", f"serving_image={release_2}", *todays], deploy="deploy.py",
-                              timeout=RELEASE_TIMEOUT_S))
+        assert_ok(
+            run_pyinfra(
+                args=[*limit, "--data", f"serving_image={release_2}", *todays],
+                deploy="deploy.py",
+                timeout=RELEASE_TIMEOUT_S,
+            )
+        )
         assert serving_release(rig, rig_exec) == "2" and models(rig, lab_host_data) == [KNOB_B]
 
         # today's data says B: a re-rendering would serve B; the stored rendering serves tiny. No registry.
@@ -54,8 +60,9 @@ def test_rollback_restores_the_verified_rendering_not_todays_without_a_registry(
         finally:
             ensure_registry(progress=print)
         assert_ok(rolled)
-        pulls = rig_exec(rig, f"docker events --since {since} --until $(date +%s) --filter type=image "
-                              "--filter event=pull").stdout
+        pulls = rig_exec(
+            rig, f"docker events --since {since} --until $(date +%s) --filter type=image --filter event=pull"
+        ).stdout
         assert pulls.strip() == "", pulls
         assert serving_release(rig, rig_exec) == "1"
         assert container_env(rig, rig_exec)["RIGKIT_SERVED_MODEL_NAME"] == STANDARD_NAME

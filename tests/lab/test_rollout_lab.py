@@ -20,12 +20,12 @@ import sys
 from pathlib import Path
 
 import pytest
+from test_fleet_lab import LAB_INVENTORY, broken_release, ledger, models, rig_exec, serving_image_of  # noqa: F401
 
 from rigkit.paths import REPO_ROOT
-from rigkit.serving.render import CONTAINER_NAME
 from rigkit.rollout.summary import MAX_WIDTH
 from rigkit.serving.commands import RELEASE_HASH_FILE
-from test_fleet_lab import LAB_INVENTORY, broken_release, ledger, models, rig_exec, serving_image_of  # noqa: F401
+from rigkit.serving.render import CONTAINER_NAME
 
 pytestmark = [pytest.mark.lab, pytest.mark.vllm]
 
@@ -56,16 +56,22 @@ def bad_on_batch_1(rigs, tmp_path_factory) -> Path:
     inventory.write_text(
         "import runpy as _runpy\n"
         f"lab = [(_name, {{**_data, **({{'extra_engine_args': [{NO_SUCH_FLAG!r}]}} if _name == {rigs[1].name!r} "
-        f"else {{}})}}) for _name, _data in _runpy.run_path({str(LAB_INVENTORY)!r})['lab']]\n")
+        f"else {{}})}}) for _name, _data in _runpy.run_path({str(LAB_INVENTORY)!r})['lab']]\n"
+    )
     return inventory
 
 
 def rollout(inventory, rigs, records: Path, *args: str) -> subprocess.CompletedProcess:
     rigkit = Path(sys.executable).with_name("rigkit")
     limits = [arg for rig in rigs for arg in ("--limit", rig.name)]
-    return subprocess.run([str(rigkit), "deploy", str(inventory), "--canary", "1", "--batch", "1", *limits, *args],
-                          cwd=REPO_ROOT, capture_output=True, text=True, timeout=3600,
-                          env={**os.environ, "RIGKIT_ROLLOUTS_DIR": str(records)})
+    return subprocess.run(
+        [str(rigkit), "deploy", str(inventory), "--canary", "1", "--batch", "1", *limits, *args],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=3600,
+        env={**os.environ, "RIGKIT_ROLLOUTS_DIR": str(records)},
+    )
 
 
 def summary_of(result: subprocess.CompletedProcess) -> str:
@@ -78,16 +84,21 @@ def summary_of(result: subprocess.CompletedProcess) -> str:
 def untouched_snapshot(rig) -> tuple[str, str, str, str]:
     """What a rig the rollout never reached must keep: its container, its image, its verified rendering, its ledger."""
     container = rig_exec(rig, f"docker inspect --format '{{{{.Id}}}}' {CONTAINER_NAME}").stdout.strip()
-    return (container, serving_image_of(rig), rig_exec(rig, f"cat {RELEASE_HASH_FILE}").stdout.strip(),
-            rig_exec(rig, "cat /var/lib/rigkit/ledger.json").stdout)
+    return (
+        container,
+        serving_image_of(rig),
+        rig_exec(rig, f"cat {RELEASE_HASH_FILE}").stdout.strip(),
+        rig_exec(rig, "cat /var/lib/rigkit/ledger.json").stdout,
+    )
 
 
 def verified(rig) -> str:
     return rig_exec(rig, f"cat {RELEASE_HASH_FILE}").stdout.strip()
 
 
-def test_a_release_that_fails_on_the_canary_leaves_every_other_rig_on_the_old_digest(lab, rigs, broken_release,
-                                                                                     tmp_path):
+def test_a_release_that_fails_on_the_canary_leaves_every_other_rig_on_the_old_digest(
+    lab, rigs, broken_release, tmp_path
+):
     canary, others = rigs[0], rigs[1:]
     release_1 = lab.serving_image["releases"]["1"]
     before = {rig.name: untouched_snapshot(rig) for rig in others}
@@ -124,7 +135,9 @@ def test_a_release_that_fails_only_on_the_second_batch_stops_there(lab, rigs, ba
     assert (ledger(canary)[-1]["image"], ledger(canary)[-1]["smoke"]) == (release_2, "pass")
     assert serving_image_of(bad) == release_1 and models(bad) == ["tiny"]
     assert [(e["image"], e["kind"], e["smoke"]) for e in ledger(bad)[-2:]] == [
-        (release_2, "deploy", "fail"), (release_1, "rollback", "pass")]
+        (release_2, "deploy", "fail"),
+        (release_1, "rollback", "pass"),
+    ]
     assert NO_SUCH_FLAG in result.stdout  # vLLM's own refusal reached the operator
     assert untouched_snapshot(last) == before_last
 
@@ -133,8 +146,9 @@ def test_the_rollback_knob_brings_the_upgraded_rigs_back(lab, rigs, bad_on_batch
     canary, bad, last = rigs
     release_1, release_2 = lab.serving_image["releases"]["1"], lab.serving_image["releases"]["2"]
     assert serving_image_of(canary) == release_2, "continues the rollout the previous test left halted"
-    rendering_before_rollout = next(e["rendering"] for e in reversed(ledger(canary))
-                                    if e["image"] == release_1 and e["smoke"] == "pass")
+    rendering_before_rollout = next(
+        e["rendering"] for e in reversed(ledger(canary)) if e["image"] == release_1 and e["smoke"] == "pass"
+    )
     before_last = untouched_snapshot(last)
     result = rollout(bad_on_batch_1, rigs, records, "--data", f"serving_image={release_2}", "--on-failure", "rollback")
     summary = summary_of(result)

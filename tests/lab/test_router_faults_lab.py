@@ -24,11 +24,11 @@ import time
 
 import pytest
 import requests
-
 from router_process import Loops, RouterProcess
-from rigkit.serving.render import CONTAINER_NAME
-from rigkit.router import HEALTH_FLAGS, ROUTER_UNHEALTHY_WITHIN_S
 from test_fleet_lab import models
+
+from rigkit.router import HEALTH_FLAGS, ROUTER_UNHEALTHY_WITHIN_S
+from rigkit.serving.render import CONTAINER_NAME
 
 pytestmark = [pytest.mark.lab, pytest.mark.vllm]
 
@@ -60,8 +60,11 @@ class Load(Loops):
             start = time.monotonic()
             try:
                 response = requests.post(f"{self.router.url}/v1/completions", json=body, timeout=REQUEST_TIMEOUT_S)
-                outcome = "ok" if response.status_code == 200 and response.json().get("choices") else \
-                    f"{response.status_code} {response.text[:120]!r}"
+                outcome = (
+                    "ok"
+                    if response.status_code == 200 and response.json().get("choices")
+                    else f"{response.status_code} {response.text[:120]!r}"
+                )
             except (requests.RequestException, ValueError) as exc:
                 outcome = f"{type(exc).__name__}: {str(exc)[:120]}"
             with self.lock:
@@ -107,7 +110,8 @@ def kill_engine(rig, rig_exec) -> float:
 
 
 def test_an_engine_killed_mid_load_costs_its_in_flight_requests_and_comes_back_without_an_operator(
-        lab, deployed, rig_exec):
+    lab, deployed, rig_exec
+):
     rigs = [rig for rig in lab.rigs if not rig.netns][:2]
     if len(rigs) < 2:
         pytest.skip("needs two rigs on host networking")
@@ -128,13 +132,17 @@ def test_an_engine_killed_mid_load_costs_its_in_flight_requests_and_comes_back_w
         back = load.first_change(dead, killed + ROUTER_UNHEALTHY_WITHIN_S + SETTLE_S)
     sent = len(load.requests)
     failures = [(start - killed, why) for start, _, why in load.requests if why != "ok"]
-    print(f"\nfaults under load (router {router.url}, round_robin over {', '.join(r.name for r in rigs)}, "
-          f"{CLIENTS} clients back to back, {MAX_TOKENS} tokens each; health: {' '.join(HEALTH_FLAGS)}):")
+    print(
+        f"\nfaults under load (router {router.url}, round_robin over {', '.join(r.name for r in rigs)}, "
+        f"{CLIENTS} clients back to back, {MAX_TOKENS} tokens each; health: {' '.join(HEALTH_FLAGS)}):"
+    )
     print(f"  requests sent {sent}, failed {len(failures)}, in flight at the kill {in_flight}")
     for offset, why in failures:
         print(f"  failed: sent {offset:+.1f} s from the kill: {why}")
-    print(f"  the router last sent {victim.name} a request {stopped - killed:+.1f} s from the kill "
-          f"(bound {ROUTER_UNHEALTHY_WITHIN_S} s); again {back - killed:+.1f} s from it (engine restarted, healthy)")
+    print(
+        f"  the router last sent {victim.name} a request {stopped - killed:+.1f} s from the kill "
+        f"(bound {ROUTER_UNHEALTHY_WITHIN_S} s); again {back - killed:+.1f} s from it (engine restarted, healthy)"
+    )
     assert stopped - killed <= ROUTER_UNHEALTHY_WITHIN_S + SETTLE_S, "the router kept sending to the dead engine"
     # no more fail than died with the engine (vllm-router retries a refused request on another worker), none later
     assert len(failures) <= in_flight, (in_flight, failures)

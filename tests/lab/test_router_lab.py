@@ -18,21 +18,29 @@ from pathlib import Path
 
 import pytest
 
-from rigkit.validation import metrics
-from rigkit.settings.defaults import ROUTER_VARIABLES
 from rigkit.lab.pyinfra_output import parse_results
 from rigkit.lab.router_wheels import ensure_router_wheels
 from rigkit.lab.serving_image import serve_directory
 from rigkit.paths import REPO_ROOT
 from rigkit.router import ROUTER_UNIT, ROUTER_UNIT_PATH
+from rigkit.settings.defaults import ROUTER_VARIABLES
+from rigkit.validation import metrics
 
 pytestmark = [pytest.mark.lab]
 
 LAB_INVENTORY = REPO_ROOT / "inventory" / "lab.py"
 ROUTER_PORT = next(v.default for v in ROUTER_VARIABLES if v.name == "router_port")
 ROUTER = f"http://127.0.0.1:{ROUTER_PORT}"
-SSH_KEYS = ("ssh_hostname", "ssh_port", "ssh_user", "ssh_key", "ssh_known_hosts_file", "ssh_strict_host_key_checking",
-            "ssh_allow_agent", "ssh_look_for_keys")
+SSH_KEYS = (
+    "ssh_hostname",
+    "ssh_port",
+    "ssh_user",
+    "ssh_key",
+    "ssh_known_hosts_file",
+    "ssh_strict_host_key_checking",
+    "ssh_allow_agent",
+    "ssh_look_for_keys",
+)
 DEPLOY_TIMEOUT_S = 900
 
 
@@ -62,10 +70,12 @@ def get(path: str) -> str:
 
 
 def chat(prompt: str) -> dict:
-    body = json.dumps({"model": "tiny", "messages": [{"role": "user", "content": prompt}], "max_tokens": 4,
-                       "temperature": 0}).encode()
-    request = urllib.request.Request(ROUTER + "/v1/chat/completions", data=body,
-                                     headers={"Content-Type": "application/json"})
+    body = json.dumps(
+        {"model": "tiny", "messages": [{"role": "user", "content": prompt}], "max_tokens": 4, "temperature": 0}
+    ).encode()
+    request = urllib.request.Request(
+        ROUTER + "/v1/chat/completions", data=body, headers={"Content-Type": "application/json"}
+    )
     with urllib.request.urlopen(request, timeout=120) as response:
         return json.loads(response.read())
 
@@ -112,8 +122,12 @@ def test_a_rerun_changes_nothing(gateway):
 def test_a_bad_policy_is_refused_before_any_host_is_touched(gateway, run_pyinfra, rig_exec):
     rigs, inventory, _, _, url = gateway
     unit = rig_exec(rigs[0], f"cat {ROUTER_UNIT_PATH}").stdout
-    refused = run_pyinfra(["--limit", "gw", "--data", "router_policy=fastest"], inventory=inventory,
-                          deploy="deploy.py", timeout=DEPLOY_TIMEOUT_S)
+    refused = run_pyinfra(
+        ["--limit", "gw", "--data", "router_policy=fastest"],
+        inventory=inventory,
+        deploy="deploy.py",
+        timeout=DEPLOY_TIMEOUT_S,
+    )
     output = refused.stdout + refused.stderr
     assert refused.returncode != 0 and "router_policy" in output and "fastest" in output, output[-3000:]
     assert rig_exec(rigs[0], f"cat {ROUTER_UNIT_PATH}").stdout == unit

@@ -47,14 +47,14 @@ from pathlib import Path
 
 import pytest
 import requests
-
 from router_process import Loops, RouterProcess
+from test_fleet_lab import LAB_INVENTORY, ledger, models, serving_image_of
+
 from rigkit.firewall import API_FIREWALL
 from rigkit.lab.pyinfra_output import parse_results
-from rigkit.serving.ledger import ROLLBACK_KIND, SMOKE_PASS
 from rigkit.paths import REPO_ROOT
 from rigkit.remote.tunnel import serving_url
-from test_fleet_lab import LAB_INVENTORY, ledger, models, serving_image_of
+from rigkit.serving.ledger import ROLLBACK_KIND, SMOKE_PASS
 
 pytestmark = [pytest.mark.lab, pytest.mark.vllm]
 
@@ -115,13 +115,17 @@ def exposed(lab, deployed, netns_rig, lab_host_data, run_pyinfra, rig_exec, tmp_
         yield inventory
     finally:
         deploy(run_pyinfra, rigs, data=["--data", f"serving_image={lab.serving_image['releases']['1']}"])
-        left = rig_exec(netns_rig, f"ls {API_FIREWALL.ruleset_path} 2>&1; systemctl is-enabled "
-                                   f"{API_FIREWALL.unit_name} 2>&1", check=False).stdout
+        left = rig_exec(
+            netns_rig,
+            f"ls {API_FIREWALL.ruleset_path} 2>&1; systemctl is-enabled {API_FIREWALL.unit_name} 2>&1",
+            check=False,
+        ).stdout
         assert "No such file" in left, left
         assert api_exposure(netns_rig, rig_exec) == (False, "127.0.0.1"), "the netns rig is not back on its loopback"
 
 
 # --- the netns rig's API behind its firewall -------------------------------------------------------------------
+
 
 def _drops(rig, rig_exec) -> int:
     chain = rig_exec(rig, f"nft list chain inet {API_FIREWALL.table} {API_FIREWALL.chain}").stdout
@@ -145,8 +149,9 @@ def test_the_ruleset_allows_the_controller_seen_in_the_ssh_session(netns_rig, ex
 
 def test_the_api_answers_the_host_end_directly(netns_rig, exposed, lab_host_data, serving_image):
     # bind 0.0.0.0: serving_url goes straight to the rig's address, from 10.213.N.1, the allowed source
-    with serving_url(lab_host_data[netns_rig.name], bind="0.0.0.0", port=netns_rig.serving_port,
-                     inventory_name=netns_rig.name) as url:
+    with serving_url(
+        lab_host_data[netns_rig.name], bind="0.0.0.0", port=netns_rig.serving_port, inventory_name=netns_rig.name
+    ) as url:
         assert url == worker_url(netns_rig)
         models_ = requests.get(f"{url}/v1/models", timeout=30)
     models_.raise_for_status()
@@ -183,6 +188,7 @@ def test_this_machines_namespace_holds_no_rigkit_table(lab, netns_rig, exposed, 
 
 
 # --- a rolling upgrade of the three rigs through the router ----------------------------------------------------
+
 
 @pytest.fixture(scope="module")
 def rigs(lab, exposed, netns_rig):
@@ -269,8 +275,14 @@ def rigkit_deploy_under_traffic(router: RouterProcess, rigs, inventory: Path, ar
     with Traffic(router, models(rigs[0])[0]) as traffic:
         traffic.served(10)  # traffic on every rig before the command
         routed_before = router.processed()
-        result = subprocess.run([str(rigkit), "deploy", str(inventory), *args], cwd=REPO_ROOT, capture_output=True,
-                                text=True, timeout=3600, env={**os.environ, "RIGKIT_ROLLOUTS_DIR": str(rollouts)})
+        result = subprocess.run(
+            [str(rigkit), "deploy", str(inventory), *args],
+            cwd=REPO_ROOT,
+            capture_output=True,
+            text=True,
+            timeout=3600,
+            env={**os.environ, "RIGKIT_ROLLOUTS_DIR": str(rollouts)},
+        )
         traffic.served(10)  # and after it
     output = result.stdout[-6000:] + result.stderr[-3000:]
     assert result.returncode == 0, output
@@ -300,19 +312,21 @@ def assert_out_in_turn(traffic: Traffic, rigs) -> None:
         settled = first + int(SETTLED_S / WATCH_GAP_S)
         assert settled < last, f"{rig.name} was out of the router for {len(window)} samples only"
         before = traffic.watch[settled][2].get(worker, 0.0)
-        during = [traffic.watch[index][2].get(worker, 0.0) for index in window[window.index(settled):]]
+        during = [traffic.watch[index][2].get(worker, 0.0) for index in window[window.index(settled) :]]
         assert all(count == before for count in during), f"{rig.name} got requests while out: {before} {during}"
         assert traffic.watch[-1][2].get(worker, 0.0) > before, f"{rig.name} got no request after it came back"
         windows[rig.name] = (traffic.watch[first][0], traffic.watch[last][0])
     spans = sorted(windows.values())
-    assert all(end < start for (_, end), (start, _) in zip(spans, spans[1:])), \
+    assert all(end < start for (_, end), (start, _) in zip(spans, spans[1:])), (
         f"two rigs out of the router at once: {windows}"
+    )
 
 
 def test_a_rolling_upgrade_through_the_router_loses_no_request(lab, rigs, router, inventory, rig_exec, tmp_path):
     release_2 = lab.serving_image["releases"]["2"]
     traffic, routed_before, result = rigkit_deploy_under_traffic(
-        router, rigs, inventory, ["--batch", "1", "--data", f"serving_image={release_2}"], tmp_path)
+        router, rigs, inventory, ["--batch", "1", "--data", f"serving_image={release_2}"], tmp_path
+    )
     summary = summary_of(result.stdout, "--> rigkit rollout:")
     assert f"router on @local: {len(rigs)} rigs routed" in summary, summary
     # round_robin reached each rig, rig3 through its firewall, before any rig left
@@ -329,17 +343,20 @@ def test_a_rolling_upgrade_through_the_router_loses_no_request(lab, rigs, router
 
 # --- a rolling rollback of two of them through the router (after the upgrade: file order) -------------------------
 
+
 def test_a_rolling_rollback_through_the_router_loses_no_request(lab, rigs, router, inventory, tmp_path):
     """The upgrade above left the three rigs on release 2: rig1 and rig2 roll back (`rigkit deploy --deploy
     rollback.py --batch 1 --limit`) under the same request loop, each out of the router in turn; rig3 keeps
     serving release 2 and never leaves the router."""
     release_1, release_2 = lab.serving_image["releases"]["1"], lab.serving_image["releases"]["2"]
-    assert [serving_image_of(rig) for rig in rigs] == [release_2] * len(rigs), \
+    assert [serving_image_of(rig) for rig in rigs] == [release_2] * len(rigs), (
         "runs after test_a_rolling_upgrade_through_the_router_loses_no_request, which leaves every rig on release 2"
+    )
     back, kept = rigs[:2], rigs[2:]
     limits = [arg for rig in back for arg in ("--limit", rig.name)]
     traffic, routed_before, result = rigkit_deploy_under_traffic(
-        router, rigs, inventory, ["--deploy", "rollback.py", "--batch", "1", *limits], tmp_path)
+        router, rigs, inventory, ["--deploy", "rollback.py", "--batch", "1", *limits], tmp_path
+    )
     summary = summary_of(result.stdout, "--> rigkit rollback:")
     assert f"router on @local: {len(rigs)} rigs routed, each drained before its rollback" in summary, summary
     assert f"rollback complete: {len(back)} rigs on a verified rollback" in summary, summary

@@ -14,11 +14,11 @@ import secrets
 import subprocess
 
 import pytest
-
-from rigkit.paths import REPO_ROOT, RIG_RELEASES_DIR, RIG_STACK_DIR
-from rigkit.fleet.pyinfra_args import pyinfra_executable
-from rigkit.serving.render import CONTAINER_NAME
 from test_serving_lab import assert_ok, ledger
+
+from rigkit.fleet.pyinfra_args import pyinfra_executable
+from rigkit.paths import REPO_ROOT, RIG_RELEASES_DIR, RIG_STACK_DIR
+from rigkit.serving.render import CONTAINER_NAME
 
 pytestmark = [pytest.mark.lab, pytest.mark.vllm]
 
@@ -31,15 +31,24 @@ def pyinfra(rig, *flags: str, deploy: str = "deploy.py", token: str | None = Non
     env = {key: value for key, value in os.environ.items() if key != "RIGKIT_HF_TOKEN"}
     if token is not None:
         env["RIGKIT_HF_TOKEN"] = token
-    return subprocess.run([pyinfra_executable(), *flags, "--limit", rig.name, str(LAB_INVENTORY), deploy], cwd=REPO_ROOT,
-                          env=env, capture_output=True, text=True, timeout=RELEASE_TIMEOUT_S)
+    return subprocess.run(
+        [pyinfra_executable(), *flags, "--limit", rig.name, str(LAB_INVENTORY), deploy],
+        cwd=REPO_ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=RELEASE_TIMEOUT_S,
+    )
 
 
 def files_holding(rig, rig_exec, text: str) -> dict[str, str]:
     """Every file on the rig (Docker's own state left out) that holds ``text``, with its mode."""
     prune = " -o ".join(f"-path {path}" for path in NOT_SEARCHED)
-    found = rig_exec(rig, f"find / \\( {prune} \\) -prune -o -type f -print0 2>/dev/null | "
-                          f"xargs -0 grep -lsF {text} || true", timeout=300).stdout.split()
+    found = rig_exec(
+        rig,
+        f"find / \\( {prune} \\) -prune -o -type f -print0 2>/dev/null | xargs -0 grep -lsF {text} || true",
+        timeout=300,
+    ).stdout.split()
     return {path: rig_exec(rig, f"stat -c %a {path}").stdout.strip() for path in found}
 
 

@@ -24,11 +24,26 @@ VLLM_READY_TIMEOUT_S = 300
 KV_STORE_IN_CONTAINER = "/kv-store"
 # Flags from shared/lab.md: the pool holds one max-length request (72 x 128 >= 8192) and a whole
 # prompt prefills in one chunk (the ExampleConnector reload of a chunked prompt kills the engine).
-SERVE_FLAGS = ["--max-model-len", "8192", "--dtype", "bfloat16", "--enable-prefix-caching", "--enforce-eager",
-               "--enable-prompt-tokens-details", "--num-gpu-blocks-override", "72",
-               "--max-num-batched-tokens", "8192"]
-SERVE_ENV = {"VLLM_CPU_KVCACHE_SPACE": "1", "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
-             "VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1"}
+SERVE_FLAGS = [
+    "--max-model-len",
+    "8192",
+    "--dtype",
+    "bfloat16",
+    "--enable-prefix-caching",
+    "--enforce-eager",
+    "--enable-prompt-tokens-details",
+    "--num-gpu-blocks-override",
+    "72",
+    "--max-num-batched-tokens",
+    "8192",
+]
+SERVE_ENV = {
+    "VLLM_CPU_KVCACHE_SPACE": "1",
+    "HF_HUB_OFFLINE": "1",
+    "TRANSFORMERS_OFFLINE": "1",
+    "VLLM_NO_USAGE_STATS": "1",
+    "DO_NOT_TRACK": "1",
+}
 
 
 def log(message: str) -> None:
@@ -49,8 +64,12 @@ def free_loopback_port() -> int:
 
 
 def image_config(reference: str) -> dict:
-    out = subprocess.run(["docker", "image", "inspect", "--format", "{{json .Config}}", reference],
-                         capture_output=True, text=True, check=True).stdout
+    out = subprocess.run(
+        ["docker", "image", "inspect", "--format", "{{json .Config}}", reference],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
     return json.loads(out)
 
 
@@ -82,8 +101,14 @@ def test_registry_missing_a_manifest_is_not_taken_as_cached(serving):
 
 
 def stream_completion(base_url: str, prompt: str, max_tokens: int) -> tuple[list[str], dict]:
-    body = {"model": "tiny", "prompt": prompt, "max_tokens": max_tokens, "stream": True, "ignore_eos": True,
-            "stream_options": {"include_usage": True}}
+    body = {
+        "model": "tiny",
+        "prompt": prompt,
+        "max_tokens": max_tokens,
+        "stream": True,
+        "ignore_eos": True,
+        "stream_options": {"include_usage": True},
+    }
     pieces: list[str] = []
     usage: dict = {}
     with requests.post(f"{base_url}/v1/completions", json=body, stream=True, timeout=120) as response:
@@ -92,15 +117,18 @@ def stream_completion(base_url: str, prompt: str, max_tokens: int) -> tuple[list
             line = raw.decode()
             if not line.startswith("data: ") or line == "data: [DONE]":
                 continue
-            chunk = json.loads(line[len("data: "):])
+            chunk = json.loads(line[len("data: ") :])
             pieces += [choice["text"] for choice in chunk.get("choices", [])]
             usage = chunk.get("usage") or usage
     return pieces, usage
 
 
 def external_queries(metrics_text: str) -> float:
-    return sum(float(line.rsplit(" ", 1)[1]) for line in metrics_text.splitlines()
-               if line.startswith("vllm:external_prefix_cache_queries_total{"))
+    return sum(
+        float(line.rsplit(" ", 1)[1])
+        for line in metrics_text.splitlines()
+        if line.startswith("vllm:external_prefix_cache_queries_total{")
+    )
 
 
 def test_release_1_serves_tiny_with_the_example_connector(serving, tmp_path):
@@ -108,17 +136,45 @@ def test_release_1_serves_tiny_with_the_example_connector(serving, tmp_path):
     store = tmp_path / "kv-store"
     store.mkdir()
     name = f"rigkit-test-serving-{uuid.uuid4().hex[:8]}"
-    kv_config = {"kv_connector": "ExampleConnector", "kv_role": "kv_both",
-                 "kv_connector_extra_config": {"shared_storage_path": KV_STORE_IN_CONTAINER}}
+    kv_config = {
+        "kv_connector": "ExampleConnector",
+        "kv_role": "kv_both",
+        "kv_connector_extra_config": {"shared_storage_path": KV_STORE_IN_CONTAINER},
+    }
     # vLLM CPU's engine core needs ~160 MiB of /dev/shm; Docker's default is 64 MiB
-    cmd = ["docker", "run", "-d", "--name", name, "--network", "host", "--init", "--shm-size", "1g",
-           "-v", f"{store}:{KV_STORE_IN_CONTAINER}"]
+    cmd = [
+        "docker",
+        "run",
+        "-d",
+        "--name",
+        name,
+        "--network",
+        "host",
+        "--init",
+        "--shm-size",
+        "1g",
+        "-v",
+        f"{store}:{KV_STORE_IN_CONTAINER}",
+    ]
     for key, value in SERVE_ENV.items():
         cmd += ["-e", f"{key}={value}"]
-    cmd += [serving["releases"]["1"], serving["python"], "-m", serving["serve_module"],
-            "--model", serving["model_dir"], "--served-model-name", serving["served_model_name"],
-            "--host", "127.0.0.1", "--port", str(port), *SERVE_FLAGS,
-            "--kv-transfer-config", json.dumps(kv_config)]
+    cmd += [
+        serving["releases"]["1"],
+        serving["python"],
+        "-m",
+        serving["serve_module"],
+        "--model",
+        serving["model_dir"],
+        "--served-model-name",
+        serving["served_model_name"],
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        *SERVE_FLAGS,
+        "--kv-transfer-config",
+        json.dumps(kv_config),
+    ]
     log("starting vLLM: " + " ".join(cmd))
     subprocess.run(cmd, check=True, capture_output=True, text=True)
     base_url = f"http://127.0.0.1:{port}"
@@ -126,8 +182,9 @@ def test_release_1_serves_tiny_with_the_example_connector(serving, tmp_path):
         started = time.monotonic()
         models = None
         while time.monotonic() - started < VLLM_READY_TIMEOUT_S:
-            state = subprocess.run(["docker", "inspect", "--format", "{{.State.Running}}", name],
-                                   capture_output=True, text=True).stdout.strip()
+            state = subprocess.run(
+                ["docker", "inspect", "--format", "{{.State.Running}}", name], capture_output=True, text=True
+            ).stdout.strip()
             if state != "true":
                 logs = subprocess.run(["docker", "logs", "--tail", "40", name], capture_output=True, text=True)
                 pytest.fail(f"vLLM exited during start-up:\n{logs.stdout}{logs.stderr}")
@@ -151,9 +208,16 @@ def test_release_1_serves_tiny_with_the_example_connector(serving, tmp_path):
         assert external_queries(metrics) >= usage["prompt_tokens"] - 1, "the connector was not consulted"
 
         # the chat template in tokenizer_config.json renders (ChatML)
-        chat = requests.post(f"{base_url}/v1/chat/completions", timeout=60, json={
-            "model": "tiny", "messages": [{"role": "user", "content": "hello"}], "max_tokens": 4,
-            "ignore_eos": True}).json()
+        chat = requests.post(
+            f"{base_url}/v1/chat/completions",
+            timeout=60,
+            json={
+                "model": "tiny",
+                "messages": [{"role": "user", "content": "hello"}],
+                "max_tokens": 4,
+                "ignore_eos": True,
+            },
+        ).json()
         assert chat["usage"]["completion_tokens"] == 4, chat
     finally:
         logs = subprocess.run(["docker", "logs", "--tail", "15", name], capture_output=True, text=True)

@@ -14,11 +14,11 @@ import pytest
 import requests
 
 from rigkit.lab.pyinfra_output import parse_results
-from rigkit.settings.knobs import KNOBS_BY_NAME
-from rigkit.serving.ledger import LEDGER_PATH
 from rigkit.paths import RIG_STACK_DIR
-from rigkit.serving.render import COMPOSE_FILE_NAME, CONTAINER_NAME
 from rigkit.remote.tunnel import serving_url
+from rigkit.serving.ledger import LEDGER_PATH
+from rigkit.serving.render import COMPOSE_FILE_NAME, CONTAINER_NAME
+from rigkit.settings.knobs import KNOBS_BY_NAME
 
 pytestmark = [pytest.mark.lab, pytest.mark.vllm]
 
@@ -63,12 +63,16 @@ def test_release_1_serves_on_every_rig(lab, deployed, rig_exec, lab_host_data):
 
 
 def test_second_run_changes_nothing(lab, deployed, run_pyinfra, rig_exec):
-    before = {rig.name: rig_exec(rig, f"docker inspect --format '{{{{.Id}}}}' {CONTAINER_NAME}").stdout for rig in lab.rigs}
+    before = {
+        rig.name: rig_exec(rig, f"docker inspect --format '{{{{.Id}}}}' {CONTAINER_NAME}").stdout for rig in lab.rigs
+    }
     result = run_pyinfra(deploy="deploy.py")
     assert_ok(result)
     total = grand_total(result)
     assert total.success == 0 and total.error == 0, result.stdout[-4000:]
-    after = {rig.name: rig_exec(rig, f"docker inspect --format '{{{{.Id}}}}' {CONTAINER_NAME}").stdout for rig in lab.rigs}
+    after = {
+        rig.name: rig_exec(rig, f"docker inspect --format '{{{{.Id}}}}' {CONTAINER_NAME}").stdout for rig in lab.rigs
+    }
     assert before == after  # same containers: nothing was restarted
 
 
@@ -92,8 +96,11 @@ def test_a_file_changed_after_the_survey_is_put_right(lab, deployed, run_pyinfra
 
 def test_declared_knobs_reach_the_container(lab, deployed, rig_exec):
     rig = lab.rigs[0]
-    env = dict(line.split("=", 1) for line in rig_exec(rig, f"docker exec {CONTAINER_NAME} env").stdout.splitlines()
-               if "=" in line)
+    env = dict(
+        line.split("=", 1)
+        for line in rig_exec(rig, f"docker exec {CONTAINER_NAME} env").stdout.splitlines()
+        if "=" in line
+    )
     assert env["RIGKIT_SERVING_PORT"] == str(rig.serving_port)
     assert env["RIGKIT_SERVED_MODEL_NAME"] == "tiny"
     assert env["VLLM_CPU_KVCACHE_SPACE"] == "1"

@@ -15,27 +15,36 @@ import statistics
 
 import pytest
 
-from rigkit.validation.card import render_soak
 from rigkit.remote.client import ServingClient, ServingError
-from rigkit.validation.soak import CGROUP_PROBE, limits_from, memory_probe, plan_from, run_soak
 from rigkit.remote.tunnel import open_tunnel
+from rigkit.validation.card import render_soak
 from rigkit.validation.procedure import ValidationSettings
+from rigkit.validation.soak import CGROUP_PROBE, limits_from, memory_probe, plan_from, run_soak
 
 pytestmark = [pytest.mark.lab, pytest.mark.vllm]
 
-SOAK = {"validate_soak_sessions": 2, "validate_soak_turns": 3, "validate_soak_message_tokens": 64,
-        "validate_soak_reply_tokens": 32, "validate_soak_decode_retention_min": 0.25}
+SOAK = {
+    "validate_soak_sessions": 2,
+    "validate_soak_turns": 3,
+    "validate_soak_message_tokens": 64,
+    "validate_soak_reply_tokens": 32,
+    "validate_soak_decode_retention_min": 0.25,
+}
 
 
-def test_soak_on_the_netns_rig_passes_on_real_numbers(lab, deployed, netns_rig, lab_host_data, ssh_run,
-                                                      rig_diagnostics):
+def test_soak_on_the_netns_rig_passes_on_real_numbers(
+    lab, deployed, netns_rig, lab_host_data, ssh_run, rig_diagnostics
+):
     def shell(command: str):
         status, stdout, _ = ssh_run(netns_rig, command)
         return stdout.strip() if status == 0 else None
 
     settings = ValidationSettings.from_data(SOAK)
-    data = {**lab_host_data[netns_rig.name], "serving_profile": "cpu-lab",
-            "serving_image": lab.serving_image["releases"]["1"]}
+    data = {
+        **lab_host_data[netns_rig.name],
+        "serving_profile": "cpu-lab",
+        "serving_image": lab.serving_image["releases"]["1"],
+    }
     with open_tunnel(data, "127.0.0.1", netns_rig.serving_port, netns_rig.name) as tunnel:
         client = ServingClient(tunnel.url)
         try:
@@ -43,8 +52,9 @@ def test_soak_on_the_netns_rig_passes_on_real_numbers(lab, deployed, netns_rig, 
         except ServingError as exc:
             raise AssertionError(f"{exc}\n{rig_diagnostics(netns_rig)}") from None
         probe = memory_probe(shell)
-        report = run_soak(client, plan_from(settings), limits_from(settings), lambda: probe.read(shell),
-                          probe.source, seed=3)
+        report = run_soak(
+            client, plan_from(settings), limits_from(settings), lambda: probe.read(shell), probe.source, seed=3
+        )
     print("\n".join(render_soak(report)))
     if not report.passed:
         print(rig_diagnostics(netns_rig))

@@ -20,8 +20,8 @@ import sys
 import pytest
 
 from rigkit.paths import REPO_ROOT
-from rigkit.serving.render import CONTAINER_NAME
 from rigkit.serving.commands import stack_files
+from rigkit.serving.render import CONTAINER_NAME
 from rigkit.status.probe import STACK_SHM_PATTERNS
 from rigkit.status.report import TABLE_WIDTH
 from rigkit.status.rig import OK
@@ -34,8 +34,13 @@ SAVED_ENV = "/root/status-test.env"
 
 
 def rigkit_status(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "rigkit.cli", "status", str(LAB_INVENTORY), *args], cwd=REPO_ROOT,
-                          capture_output=True, text=True, timeout=STATUS_TIMEOUT_S)
+    return subprocess.run(
+        [sys.executable, "-m", "rigkit.cli", "status", str(LAB_INVENTORY), *args],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=STATUS_TIMEOUT_S,
+    )
 
 
 def rig_json(rig) -> dict:
@@ -61,7 +66,7 @@ def test_every_rig_reads_clean_after_the_deploy(lab, deployed, serving_image):
     table = rigkit_status(*args)
     assert table.returncode == 0, table.stdout[-4000:] + table.stderr[-2000:]
     statuses = json.loads(rigkit_status(*args, "--json").stdout)["rigs"]
-    rows = table.stdout.splitlines()[:len(statuses) + 1]  # the header and a row per rig; details follow
+    rows = table.stdout.splitlines()[: len(statuses) + 1]  # the header and a row per rig; details follow
     assert max(len(line) for line in rows) <= TABLE_WIDTH, table.stdout
     assert [row.split()[0] for row in rows[1:]] == [status["rig"] for status in statuses]
     assert len(statuses) == (len(limit.split(",")) if limit else len(lab.rigs))
@@ -97,8 +102,10 @@ def test_a_hand_edited_env_is_drift(lab, deployed, rig_exec):
         status = rig_json(rig)
         assert (status["exit"], status["state"]) == (1, "drift"), status
         drift = {(d["source"], d["knob"]): d for d in status["drift"]}
-        assert (drift[(".env", "max_model_len")]["rig"], drift[(".env", "max_model_len")]["today"]) == ("'4096'",
-                                                                                                        "'8192'")
+        assert (drift[(".env", "max_model_len")]["rig"], drift[(".env", "max_model_len")]["today"]) == (
+            "'4096'",
+            "'8192'",
+        )
         assert ("files", "release hash") in drift  # the files no longer hash to the verified release
     finally:
         rig_exec(rig, f"cp -p {SAVED_ENV} {env} && rm -f {SAVED_ENV}")

@@ -23,9 +23,16 @@ MARKER_DIR = "/tmp/rigkit-tunnel-test"
 
 
 def _connection_data(lab, rig) -> dict:
-    return {"ssh_hostname": rig.ssh_host, "ssh_port": rig.ssh_port, "ssh_user": "root", "ssh_key": lab.ssh_key,
-            "ssh_known_hosts_file": lab.known_hosts, "ssh_strict_host_key_checking": "yes",
-            "ssh_allow_agent": False, "ssh_look_for_keys": False}
+    return {
+        "ssh_hostname": rig.ssh_host,
+        "ssh_port": rig.ssh_port,
+        "ssh_user": "root",
+        "ssh_key": lab.ssh_key,
+        "ssh_known_hosts_file": lab.known_hosts,
+        "ssh_strict_host_key_checking": "yes",
+        "ssh_allow_agent": False,
+        "ssh_look_for_keys": False,
+    }
 
 
 def _free_on_controller() -> int:
@@ -49,9 +56,12 @@ def service_on_rig_loopback(lab, netns_rig):
     port = _free_on_controller()  # free here too, so a controller-side listener cannot fake the result
     marker = secrets.token_hex(8)
     ssh = tunnel.connect_ssh(data)
-    pid = _run(ssh, f"mkdir -p {MARKER_DIR} && echo {marker} > {MARKER_DIR}/marker && "
-                    f"(nohup python3 -m http.server --bind 127.0.0.1 --directory {MARKER_DIR} {port} "
-                    f">/dev/null 2>&1 & echo $!)")
+    pid = _run(
+        ssh,
+        f"mkdir -p {MARKER_DIR} && echo {marker} > {MARKER_DIR}/marker && "
+        f"(nohup python3 -m http.server --bind 127.0.0.1 --directory {MARKER_DIR} {port} "
+        f">/dev/null 2>&1 & echo $!)",
+    )
     try:
         for _ in range(50):
             probe = f"python3 -c \"import socket; socket.create_connection(('127.0.0.1', {port}), 1)\""

@@ -61,24 +61,28 @@ class ValidationTarget:
 
 def _rig_path(rig_container: str, path: str) -> Path:
     """A path inside a running rig as the controller (root) sees it: through the rig's /proc root."""
-    pid = subprocess.run(["docker", "inspect", "--format", "{{.State.Pid}}", rig_container],
-                         capture_output=True, text=True, check=True).stdout.strip()
+    pid = subprocess.run(
+        ["docker", "inspect", "--format", "{{.State.Pid}}", rig_container], capture_output=True, text=True, check=True
+    ).stdout.strip()
     return Path(f"/proc/{pid}/root{path}")
 
 
 @pytest.fixture(scope="module")
-def validation_target(lab, deployed, netns_rig, lab_host_data, rig_exec,
-                      rig_diagnostics) -> Iterator[ValidationTarget]:
+def validation_target(lab, deployed, netns_rig, lab_host_data, rig_exec, rig_diagnostics) -> Iterator[ValidationTarget]:
     """The lab rig in its own network namespace, as rigkit deployed it (cpu-lab, release 1).
 
     Its API binds the rig's loopback: the tests reach it only through the SSH tunnel, as on a real
     fleet. The restart is the serving stack's own compose down/up on the rig.
     """
-    data = {**lab_host_data[netns_rig.name], "serving_profile": "cpu-lab",
-            "serving_image": lab.serving_image["releases"]["1"]}
+    data = {
+        **lab_host_data[netns_rig.name],
+        "serving_profile": "cpu-lab",
+        "serving_image": lab.serving_image["releases"]["1"],
+    }
     l2_path = settings_for_host(data).knobs["l2_path"]
     compose = f"cd {RIG_STACK_DIR} && docker-compose -p {COMPOSE_PROJECT}"
     with open_tunnel(data, "127.0.0.1", netns_rig.serving_port, netns_rig.name) as tunnel:
+
         def restart(while_down: Optional[Callable[[], None]] = None) -> None:
             rig_exec(netns_rig, f"{compose} down --remove-orphans")
             if while_down is not None:
@@ -87,12 +91,19 @@ def validation_target(lab, deployed, netns_rig, lab_host_data, rig_exec,
             try:
                 ServingClient(tunnel.url).wait_ready(timeout_s=300)
             except ServingError as exc:
-                raise AssertionError(f"{exc}\ntunnel: transport active={tunnel.transport_active()}, "
-                                     f"reconnects={tunnel.reconnects}\n{rig_diagnostics(netns_rig)}") from None
+                raise AssertionError(
+                    f"{exc}\ntunnel: transport active={tunnel.transport_active()}, "
+                    f"reconnects={tunnel.reconnects}\n{rig_diagnostics(netns_rig)}"
+                ) from None
 
-        yield ValidationTarget(tunnel.url, restart, _rig_path(netns_rig.container, l2_path),
-                               image_digest=lab.serving_image["releases"]["1"], tunnel=tunnel,
-                               probe=RigProbe.on(netns_rig.name, tunnel.run, "127.0.0.1", netns_rig.serving_port))
+        yield ValidationTarget(
+            tunnel.url,
+            restart,
+            _rig_path(netns_rig.container, l2_path),
+            image_digest=lab.serving_image["releases"]["1"],
+            tunnel=tunnel,
+            probe=RigProbe.on(netns_rig.name, tunnel.run, "127.0.0.1", netns_rig.serving_port),
+        )
 
 
 def _dir_bytes(path: Path) -> int:
@@ -112,26 +123,33 @@ def live_client(validation_target, client, netns_rig, rig_diagnostics) -> Servin
         client.wait_ready(timeout_s=120)
     except ServingError as exc:
         tunnel = validation_target.tunnel
-        print(f"live_client: {exc}\ntunnel: transport active={tunnel and tunnel.transport_active()}, "
-              f"reconnects={tunnel and tunnel.reconnects}\n{rig_diagnostics(netns_rig)}")
+        print(
+            f"live_client: {exc}\ntunnel: transport active={tunnel and tunnel.transport_active()}, "
+            f"reconnects={tunnel and tunnel.reconnects}\n{rig_diagnostics(netns_rig)}"
+        )
         validation_target.restart()
     return client
 
 
 @pytest.fixture(scope="module")
 def settings() -> ValidationSettings:
-    return ValidationSettings.from_data({"validate_prompt_tokens": SESSION_TOKENS, "validate_sessions": SESSIONS,
-                                         "validate_prompt_kind": PROMPT_KIND})
+    return ValidationSettings.from_data(
+        {"validate_prompt_tokens": SESSION_TOKENS, "validate_sessions": SESSIONS, "validate_prompt_kind": PROMPT_KIND}
+    )
 
 
 @pytest.fixture(scope="module")
 def tier_run(validation_target, client, settings) -> TierValidation:
     """The whole tier procedure once: cold, warm-gpu, fillers, warm-connector, down/up, warm-persistent."""
     store = validation_target.store_dir
-    return validate_tiers(client, validation_target.restart, settings,
-                          connector_configured=validation_target.connector_configured,
-                          store_bytes=(lambda: _dir_bytes(store)) if store else None,
-                          capacity_tiers={"lab store (1 GiB loop disk)": 2**30})
+    return validate_tiers(
+        client,
+        validation_target.restart,
+        settings,
+        connector_configured=validation_target.connector_configured,
+        store_bytes=(lambda: _dir_bytes(store)) if store else None,
+        capacity_tiers={"lab store (1 GiB loop disk)": 2**30},
+    )
 
 
 def test_cold_requests_touch_no_cache(tier_run):
@@ -178,18 +196,26 @@ def test_client_ttft_less_its_measured_api_overhead_is_compared_with_the_histogr
     other work on 7, 5 and 4 of 8 (docs/benchmarks.md). Printed with -s: client / overhead / server in ms and the count within."""
     assert "loopback" in tier_run.ttft_transport, tier_run.ttft_transport
     checks = [(run.expected.value, m.ttft_check) for run in tier_run.tiers for m in run.measured]
-    print("client/API overhead/server TTFT (ms): " + "; ".join(
-        f"{tier} {1000 * c.client_s:.1f}/{1000 * (c.api_overhead_s or 0):.1f}/{1000 * (c.server_s or 0):.1f}"
-        for tier, c in checks if c))
-    assert all(c is not None and c.server_requests == 1 and c.server_s and c.api_overhead_s
-               for _, c in checks), checks
+    print(
+        "client/API overhead/server TTFT (ms): "
+        + "; ".join(
+            f"{tier} {1000 * c.client_s:.1f}/{1000 * (c.api_overhead_s or 0):.1f}/{1000 * (c.server_s or 0):.1f}"
+            for tier, c in checks
+            if c
+        )
+    )
+    assert all(c is not None and c.server_requests == 1 and c.server_s and c.api_overhead_s for _, c in checks), checks
     overshoots = [(tier, c) for tier, c in checks if c.compared_s < c.server_s - ttft_tolerance_s(c.server_s)]
     assert not overshoots, f"the API overhead took the client figure below the histogram: {overshoots}"
-    print(f"within max(5 %, 5 ms) once the API overhead is taken off: {sum(c.within for _, c in checks)} of "
-          f"{len(checks)} requests")
+    print(
+        f"within max(5 %, 5 ms) once the API overhead is taken off: {sum(c.within for _, c in checks)} of "
+        f"{len(checks)} requests"
+    )
     raw = sum(abs(c.client_s - c.server_s) for _, c in checks)
     less_overhead = sum(abs(c.difference_s) for _, c in checks)
-    assert less_overhead < raw, f"the API overhead brought nothing closer: {less_overhead:.4f} s vs {raw:.4f} s, {checks}"
+    assert less_overhead < raw, (
+        f"the API overhead brought nothing closer: {less_overhead:.4f} s vs {raw:.4f} s, {checks}"
+    )
 
 
 def test_greedy_output_of_every_warm_tier_repeats_the_cold_run(tier_run):
@@ -199,16 +225,23 @@ def test_greedy_output_of_every_warm_tier_repeats_the_cold_run(tier_run):
     `-s`: verdict, where an output parted and the reference's margin there. Numerics (a near tie) passes."""
     for run in tier_run.tiers[1:]:
         for check in run.result().greedy:
-            print(f"greedy {run.expected.value} session {check.session}: {check.verdict} against {check.reference}"
-                  f" (first difference: token {check.first_difference_token}, margin {check.margin_nats}, drift "
-                  f"{check.logprob_drift}): {check.reference} {check.reference_text!r} / warm {check.text!r}")
+            print(
+                f"greedy {run.expected.value} session {check.session}: {check.verdict} against {check.reference}"
+                f" (first difference: token {check.first_difference_token}, margin {check.margin_nats}, drift "
+                f"{check.logprob_drift}): {check.reference} {check.reference_text!r} / warm {check.text!r}"
+            )
     compared = {run.expected: len(run.result().greedy) for run in tier_run.tiers[1:]}
     assert compared == {Tier.WARM_GPU: SESSIONS, Tier.WARM_CONNECTOR: SESSIONS, Tier.WARM_PERSISTENT: SESSIONS}
-    assert all(len(m.result.tokens) == m.result.completion_tokens for run in tier_run.tiers for m in run.measured), \
+    assert all(len(m.result.tokens) == m.result.completion_tokens for run in tier_run.tiers for m in run.measured), (
         "the engine returned no logprobs for some request"
+    )
     assert all(check.tokens_compared for run in tier_run.tiers for check in run.result().greedy)
-    wrong = [(run.expected.value, c.session, c.first_difference_token, c.margin_nats) for run in tier_run.tiers
-             for c in run.result().greedy if c.verdict == "served-but-wrong"]
+    wrong = [
+        (run.expected.value, c.session, c.first_difference_token, c.margin_nats)
+        for run in tier_run.tiers
+        for c in run.result().greedy
+        if c.verdict == "served-but-wrong"
+    ]
     assert not wrong, f"served-but-wrong (tier, session, first differing token, margin): {wrong}"
 
 
@@ -219,8 +252,13 @@ def test_capacity_is_measured_from_store_growth(tier_run):
 
 
 def test_card_from_the_real_run_passes_and_renders(tier_run, settings, validation_target, tmp_path):
-    card = to_card("lab-vllm", "lab-run", tier_run, settings,
-                   repro={"profile": "lab-example", "image_digest": validation_target.image_digest})
+    card = to_card(
+        "lab-vllm",
+        "lab-run",
+        tier_run,
+        settings,
+        repro={"profile": "lab-example", "image_digest": validation_target.image_digest},
+    )
     assert card.passed, card.failures + [t.label for t in card.tiers]
     write_card(tmp_path, card)
     names = {p.name for p in render_run(tmp_path)}
@@ -237,7 +275,11 @@ def test_decode_a_a_is_no_penalty(live_client, settings):
     ab = run_decode_ab(lambda arm: client, {"on": "same", "off": "same"}, settings, warmup=1, measured=5)
     for kind in ab.kinds:
         assert kind.on.n == 5 and kind.off.n == 5 and kind.on.mean > 0
-    print(f"decode A/A: {[(k.kind, round(k.on.mean, 1), round(k.on.cv, 3), round(k.off.mean, 1), round(k.off.cv, 3)) for k in ab.kinds]} -> {ab.verdict}")
+    print(
+        "decode A/A: "
+        f"{[(k.kind, round(k.on.mean, 1), round(k.on.cv, 3), round(k.off.mean, 1), round(k.off.cv, 3)) for k in ab.kinds]}"
+        f" -> {ab.verdict}"
+    )
     assert ab.verdict == "no penalty", ab
 
 
@@ -258,7 +300,7 @@ def flip_sign_bits(path: Path) -> int:
     still loads, its KV is wrong. Returns the bytes changed."""
     data = bytearray(path.read_bytes())
     header_size = struct.unpack("<Q", data[:8])[0]
-    header = json.loads(data[8:8 + header_size])
+    header = json.loads(data[8 : 8 + header_size])
     flipped = 0
     for name, tensor in header.items():
         if name == "__metadata__":
@@ -275,8 +317,9 @@ def flip_sign_bits(path: Path) -> int:
 SAFETENSORS_ELEMENT_BYTES = {"BF16": 2, "F16": 2, "F32": 4, "F8_E4M3": 1, "F8_E5M2": 1}
 
 
-def test_kv_corrupted_in_the_store_is_served_but_wrong_on_the_card(tier_run, validation_target, client, settings,
-                                                                  tmp_path):
+def test_kv_corrupted_in_the_store_is_served_but_wrong_on_the_card(
+    tier_run, validation_target, client, settings, tmp_path
+):
     """The oracle can fail: the connector's stored KV is corrupted between store and load (every stored value
     negated while the stack is down, as a torn or rotted disk could leave it), then each session is asked again. The
     counters still prove warm-persistent (the prefix came from the store), and the card says served-but-wrong,
@@ -295,21 +338,32 @@ def test_kv_corrupted_in_the_store_is_served_but_wrong_on_the_card(tier_run, val
     cold, warm_gpu = tier_run.tier(Tier.COLD), tier_run.tier(Tier.WARM_GPU)
     corrupted = TierRun(Tier.WARM_PERSISTENT, reference=cold, same_path=warm_gpu, near_tie_nats=settings.near_tie_nats)
     for prompt in cold.prompts:
-        measured = measure(client, prompt.text, settings.output_tokens, timeout_s=300, seed=prompt.spec.seed,
-                           logprobs=settings.top_logprobs)
+        measured = measure(
+            client,
+            prompt.text,
+            settings.output_tokens,
+            timeout_s=300,
+            seed=prompt.spec.seed,
+            logprobs=settings.top_logprobs,
+        )
         corrupted.measured.append(measured)
         corrupted.prompts.append(prompt)
-        corrupted.labels.append(label(measured.window, Tier.WARM_PERSISTENT, connector_configured=True,
-                                      after_restart=True))
-    validation = dataclasses.replace(tier_run, tiers=[t for t in tier_run.tiers if t.expected != Tier.WARM_PERSISTENT]
-                                     + [corrupted])
+        corrupted.labels.append(
+            label(measured.window, Tier.WARM_PERSISTENT, connector_configured=True, after_restart=True)
+        )
+    validation = dataclasses.replace(
+        tier_run, tiers=[t for t in tier_run.tiers if t.expected != Tier.WARM_PERSISTENT] + [corrupted]
+    )
     result = corrupted.result()
     for check in result.greedy:
-        print(f"corrupted store, session {check.session}: {check.verdict} against {check.reference}, first "
-              f"difference token {check.first_difference_token}, margin {check.margin_nats} "
-              f"({'bound' if check.margin_is_bound else 'exact'}): {check.reference_text!r} / {check.text!r}")
-    assert [lab.tier for lab in corrupted.labels] == [Tier.WARM_PERSISTENT] * SESSIONS, \
-        [lab.proof for lab in corrupted.labels]
+        print(
+            f"corrupted store, session {check.session}: {check.verdict} against {check.reference}, first "
+            f"difference token {check.first_difference_token}, margin {check.margin_nats} "
+            f"({'bound' if check.margin_is_bound else 'exact'}): {check.reference_text!r} / {check.text!r}"
+        )
+    assert [lab.tier for lab in corrupted.labels] == [Tier.WARM_PERSISTENT] * SESSIONS, [
+        lab.proof for lab in corrupted.labels
+    ]
     assert [c.verdict for c in result.greedy] == ["served-but-wrong"] * SESSIONS
     assert result.label == "served-but-wrong" and result.counters_label == "warm-persistent" and not result.passed
     card = to_card("lab-vllm", "lab-corrupted", validation, settings)

@@ -10,33 +10,47 @@ import sys
 import pytest
 
 from rigkit.errors import ConfigError
-from rigkit.settings.hostdata import settings_for_host
+from rigkit.model.source import (
+    CONTROLLER,
+    HUB,
+    MODEL_CONTAINER_PATH,
+    manifest_hash,
+    parse_model_source,
+    read_directory_manifest,
+    resolve_directory,
+    revisions_to_remove,
+)
+from rigkit.model.stage import CONTROLLER as FROM_CONTROLLER
+from rigkit.model.stage import STORE_SCRIPT_SOURCE, fan_out_rounds, transfer_plan
 from rigkit.serving.ledger import Ledger, Release
-from rigkit.model.source import (CONTROLLER, HUB, MODEL_CONTAINER_PATH, manifest_hash, parse_model_source,
-                                 read_directory_manifest, resolve_directory, revisions_to_remove)
-from rigkit.model.stage import CONTROLLER as FROM_CONTROLLER, STORE_SCRIPT_SOURCE, fan_out_rounds, transfer_plan
 from rigkit.serving.render import render_compose, render_env
-from rigkit.model.stage import CONTROLLER as FROM_CONTROLLER, STORE_SCRIPT_SOURCE, fan_out_rounds, transfer_plan
-from rigkit.serving.render import render_compose, render_env
+from rigkit.settings.hostdata import settings_for_host
 from rigkit.status.drift import model_drift
 
 COMMIT = "0123456789abcdef0123456789abcdef01234567"
 IMAGE = "vllm/vllm-openai@sha256:" + "a" * 64
 
 
-@pytest.mark.parametrize("value, problem, fix", [
-    ("Qwen/Qwen3-8B", "without a revision", "rigkit resolve-model Qwen/Qwen3-8B"),
-    ("Qwen/Qwen3-8B@main", "a branch, a tag or a short commit", "rigkit resolve-model Qwen/Qwen3-8B@main"),
-    ("Qwen/Qwen3-8B@v1.0", "a branch, a tag or a short commit", "rigkit resolve-model Qwen/Qwen3-8B@v1.0"),
-    ("Qwen/Qwen3-8B@0123456", "short commit", "full commit"),
-    ("Qwen/Qwen3-8B@" + COMMIT.upper(), "capitals", "rigkit resolve-model"),
-    ("/srv/models/tiny", "a path without saying where", "controller:/srv/models/tiny"),
-    ("controller:/srv/models/tiny", "without its manifest hash", "rigkit resolve-model controller:/srv/models/tiny"),
-    ("controller:relative@" + "b" * 64, "absolute path", "controller:/absolute"),
-    ("controller:/srv/../etc@" + "b" * 64, "absolute path", "controller:/absolute"),
-    ("not a repo@" + COMMIT, "not a hub repository id", "org/name@<40-hex commit>"),
-    ("", "no model source", "org/name@"),
-])
+@pytest.mark.parametrize(
+    "value, problem, fix",
+    [
+        ("Qwen/Qwen3-8B", "without a revision", "rigkit resolve-model Qwen/Qwen3-8B"),
+        ("Qwen/Qwen3-8B@main", "a branch, a tag or a short commit", "rigkit resolve-model Qwen/Qwen3-8B@main"),
+        ("Qwen/Qwen3-8B@v1.0", "a branch, a tag or a short commit", "rigkit resolve-model Qwen/Qwen3-8B@v1.0"),
+        ("Qwen/Qwen3-8B@0123456", "short commit", "full commit"),
+        ("Qwen/Qwen3-8B@" + COMMIT.upper(), "capitals", "rigkit resolve-model"),
+        ("/srv/models/tiny", "a path without saying where", "controller:/srv/models/tiny"),
+        (
+            "controller:/srv/models/tiny",
+            "without its manifest hash",
+            "rigkit resolve-model controller:/srv/models/tiny",
+        ),
+        ("controller:relative@" + "b" * 64, "absolute path", "controller:/absolute"),
+        ("controller:/srv/../etc@" + "b" * 64, "absolute path", "controller:/absolute"),
+        ("not a repo@" + COMMIT, "not a hub repository id", "org/name@<40-hex commit>"),
+        ("", "no model source", "org/name@"),
+    ],
+)
 def test_an_unpinned_or_malformed_source_is_refused_naming_the_fix(value, problem, fix):
     with pytest.raises(ConfigError) as refused:
         parse_model_source(value)
@@ -52,21 +66,31 @@ def test_pinned_sources_parse():
 
 def test_host_data_refuses_a_branch_naming_the_field_before_any_host():
     with pytest.raises(ConfigError) as refused:
-        settings_for_host({"serving_profile": "native-offload", "serving_image": IMAGE,
-                           "model_source": "Qwen/Qwen3-8B@main"})
+        settings_for_host(
+            {"serving_profile": "native-offload", "serving_image": IMAGE, "model_source": "Qwen/Qwen3-8B@main"}
+        )
     assert refused.value.field == "model_source" and "rigkit resolve-model Qwen/Qwen3-8B@main" in str(refused.value)
     with pytest.raises(ConfigError, match="remove model"):
-        settings_for_host({"serving_profile": "native-offload", "serving_image": IMAGE, "model": "x",
-                           "model_source": f"Qwen/Qwen3-8B@{COMMIT}"})
+        settings_for_host(
+            {
+                "serving_profile": "native-offload",
+                "serving_image": IMAGE,
+                "model": "x",
+                "model_source": f"Qwen/Qwen3-8B@{COMMIT}",
+            }
+        )
 
 
 def test_the_staged_revision_is_mounted_read_only_offline_with_the_served_name_unchanged(monkeypatch):
     monkeypatch.setenv("RIGKIT_HF_TOKEN", "hf_never_in_the_container")
-    settings = settings_for_host({"serving_profile": "native-offload", "serving_image": IMAGE,
-                                  "model_source": f"Qwen/Qwen3-8B@{COMMIT}"})
+    settings = settings_for_host(
+        {"serving_profile": "native-offload", "serving_image": IMAGE, "model_source": f"Qwen/Qwen3-8B@{COMMIT}"}
+    )
     compose, env = render_compose(settings), render_env(settings)
-    assert f"source: /mnt/rigkit-l2/models/Qwen--Qwen3-8B/{COMMIT}\n      target: {MODEL_CONTAINER_PATH}\n" \
-           "      read_only: true" in compose
+    assert (
+        f"source: /mnt/rigkit-l2/models/Qwen--Qwen3-8B/{COMMIT}\n      target: {MODEL_CONTAINER_PATH}\n"
+        "      read_only: true" in compose
+    )
     assert "- HF_HUB_OFFLINE=1" in compose and "org.rigkit.model: Qwen/Qwen3-8B@" + COMMIT in compose
     assert "RIGKIT_MODEL='/model'" in env and "RIGKIT_SERVED_MODEL_NAME='Qwen/Qwen3-8B'" in env
     assert "hf_never_in_the_container" not in compose + env and "HF_TOKEN" not in compose + env
@@ -82,16 +106,22 @@ def test_fan_out_reads_the_source_once_then_doubles_rig_to_rig():
 def test_transfer_plan_resumes_each_file_at_its_size():
     files = {"a": {"size": 10}, "b": {"size": 5}, "c": {"size": 3}}
     assert transfer_plan(files, {"a": 4, "b": 5, "c": 9}) == [
-        {"path": "a", "offset": 4, "size": 10}, {"path": "c", "offset": 0, "size": 3}]
+        {"path": "a", "offset": 4, "size": 10},
+        {"path": "c", "offset": 0, "size": 3},
+    ]
 
 
 def test_retention_keeps_the_newest_and_every_revision_a_release_needs():
     assert revisions_to_remove(["r1", "r2", "r3", "r4"], ["r4", "r3", "r2", "r1"], ["r1"], keep=2) == ["r2"]
     # staged but never deployed (the release about to happen): kept
     assert revisions_to_remove(["r9", "r1"], ["r1"], [], keep=1) == []
-    ledger = Ledger([Release("i@sha256:1", "p", "k", smoke="pass", model="m@r1", rendering="1" * 64),
-                     Release("i@sha256:2", "p", "k", smoke="pass", model="m@r2", rendering="2" * 64),
-                     Release("i@sha256:2", "p", "k", smoke="fail", model="m@r3", rendering="3" * 64)])
+    ledger = Ledger(
+        [
+            Release("i@sha256:1", "p", "k", smoke="pass", model="m@r1", rendering="1" * 64),
+            Release("i@sha256:2", "p", "k", smoke="pass", model="m@r2", rendering="2" * 64),
+            Release("i@sha256:2", "p", "k", smoke="fail", model="m@r3", rendering="3" * 64),
+        ]
+    )
     assert set(ledger.models_needed(1)) >= {"m@r2", "m@r3"}  # last known-good and current
     assert ledger.models_newest_first() == ["m@r3", "m@r2", "m@r1"]
 
@@ -109,8 +139,12 @@ def test_a_controller_directory_is_pinned_by_its_manifest_and_a_change_is_refuse
 
 
 def _store(store, *args, stdin=b""):
-    done = subprocess.run([sys.executable, str(STORE_SCRIPT_SOURCE), args[0], str(store), "tiny", "rev", *args[1:]],
-                          input=stdin, capture_output=True, check=True)
+    done = subprocess.run(
+        [sys.executable, str(STORE_SCRIPT_SOURCE), args[0], str(store), "tiny", "rev", *args[1:]],
+        input=stdin,
+        capture_output=True,
+        check=True,
+    )
     return json.loads(done.stdout.decode().strip().splitlines()[-1]) if done.stdout.strip() else done.stdout
 
 
@@ -123,8 +157,10 @@ def _frames(items):
 
 def test_store_script_never_renames_a_corrupt_copy_resumes_and_detects_damage(tmp_path):
     weights, config = os.urandom(5000), b"{}"
-    files = {"w": {"size": 5000, "sha256": hashlib.sha256(weights).hexdigest()},
-             "c/config.json": {"size": 2, "sha256": hashlib.sha256(config).hexdigest()}}
+    files = {
+        "w": {"size": 5000, "sha256": hashlib.sha256(weights).hexdigest()},
+        "c/config.json": {"size": 2, "sha256": hashlib.sha256(config).hexdigest()},
+    }
     manifest = json.dumps({"files": files, "hash": manifest_hash(files), "source": "s"}).encode()
     _store(tmp_path, "receive", stdin=_frames([("w", 0, weights[:2000])]))  # a transfer cut short
     assert _store(tmp_path, "state")["partial"] == {"w": 2000}
@@ -147,11 +183,13 @@ def test_store_script_never_renames_a_corrupt_copy_resumes_and_detects_damage(tm
 
 def test_status_shows_a_model_not_staged_or_damaged_as_drift():
     assert model_drift('{"staged": true, "manifest": "m", "damaged": []}', "s") == []
-    assert [d.line() for d in model_drift('{"staged": false}', "org/m@c")] == \
-        ["model: model_source: the rig has <not staged>; today's data renders org/m@c"]
+    assert [d.line() for d in model_drift('{"staged": false}', "org/m@c")] == [
+        "model: model_source: the rig has <not staged>; today's data renders org/m@c"
+    ]
     damaged = '{"staged": true, "damaged": [{"path": "w", "why": "sha256 differs from the manifest"}]}'
-    assert [d.line() for d in model_drift(damaged, "s")] == \
-        ["model: model_source: w: the rig has sha256 differs from the manifest; today's data renders as the manifest"]
+    assert [d.line() for d in model_drift(damaged, "s")] == [
+        "model: model_source: w: the rig has sha256 differs from the manifest; today's data renders as the manifest"
+    ]
 
 
 def test_a_model_larger_than_the_store_is_refused_naming_model_store_path():

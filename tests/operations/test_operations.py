@@ -4,10 +4,10 @@ run by tests/pyinfra_cases.py."""
 from pathlib import Path
 
 import pytest
-
-import rigkit.operations
 from pyinfra_cases import case_files, case_id, check_case
 from subjects import defined_by_subject
+
+import rigkit.operations
 
 CASE_FILES = case_files(Path(__file__).parent)
 

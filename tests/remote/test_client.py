@@ -12,13 +12,11 @@ import threading
 import time
 
 import pytest
+from ssh_rig import ssh_rig  # noqa: F401 (fixture)
 
-from rigkit.remote import client
-
-from rigkit.remote import tunnel
+from rigkit.remote import client, tunnel
 from rigkit.remote.client import prefill_timeout
 from rigkit.validation.ttft import RigProbe
-from ssh_rig import ssh_rig  # noqa: F401 (fixture)
 
 
 def test_prefill_timeout_scales_with_the_measured_rate_and_has_a_floor():

@@ -111,8 +111,14 @@ class DroppingServer(RacingKeepAliveServer):
                 if (request := next_head(conn, buffer)) is None:
                     return
                 head, buffer = request
-                length = next((int(line.split(b":")[1]) for line in head.split(b"\r\n")
-                               if line.lower().startswith(b"content-length:")), 0)
+                length = next(
+                    (
+                        int(line.split(b":")[1])
+                        for line in head.split(b"\r\n")
+                        if line.lower().startswith(b"content-length:")
+                    ),
+                    0,
+                )
                 while len(buffer) < length:
                     buffer += conn.recv(65536)
                 buffer = buffer[length:]

@@ -7,13 +7,22 @@ import time
 import paramiko
 import pytest
 import requests
-
-from rigkit.remote import tunnel
 from ssh_rig import api_on_loopback, ssh_rig  # noqa: F401 (fixtures)
 
+from rigkit.remote import tunnel
 
-@pytest.mark.parametrize("bind,loopback", [("127.0.0.1", True), ("127.0.0.53", True), ("localhost", True),
-                                           ("::1", True), ("10.0.0.5", False), ("0.0.0.0", False)])
+
+@pytest.mark.parametrize(
+    "bind,loopback",
+    [
+        ("127.0.0.1", True),
+        ("127.0.0.53", True),
+        ("localhost", True),
+        ("::1", True),
+        ("10.0.0.5", False),
+        ("0.0.0.0", False),
+    ],
+)
 def test_loopback_binds_need_a_tunnel(bind, loopback):
     assert tunnel.is_loopback_bind(bind) is loopback
 
@@ -75,22 +84,38 @@ def test_tunnel_to_an_unreachable_rig_names_the_address():
         s.bind(("127.0.0.1", 0))
         dead_port = s.getsockname()[1]
     with pytest.raises(tunnel.TunnelError, match=f"127.0.0.1:{dead_port}"):
-        with tunnel.open_tunnel({"ssh_hostname": "127.0.0.1", "ssh_port": dead_port, "ssh_allow_agent": False,
-                                 "ssh_look_for_keys": False}, "127.0.0.1", 8000):
+        with tunnel.open_tunnel(
+            {"ssh_hostname": "127.0.0.1", "ssh_port": dead_port, "ssh_allow_agent": False, "ssh_look_for_keys": False},
+            "127.0.0.1",
+            8000,
+        ):
             pass
 
 
-@pytest.mark.parametrize("address, expected", [("127.0.0.1", "127.0.0.1"), ("::1", "[::1]"), ("[::1]", "[::1]"),
-                                               ("fe80::1%eth0", "[fe80::1%25eth0]"), ("rig1.lab", "rig1.lab")])
+@pytest.mark.parametrize(
+    "address, expected",
+    [
+        ("127.0.0.1", "127.0.0.1"),
+        ("::1", "[::1]"),
+        ("[::1]", "[::1]"),
+        ("fe80::1%eth0", "[fe80::1%25eth0]"),
+        ("rig1.lab", "rig1.lab"),
+    ],
+)
 def test_url_host_brackets_ipv6(address, expected):
     assert tunnel.url_host(address) == expected
 
 
-@pytest.mark.parametrize("bind, url", [("127.0.0.1", "http://127.0.0.1:8000/v1/models"),
-                                       ("::1", "http://[::1]:8000/v1/models"),
-                                       ("0.0.0.0", "http://127.0.0.1:8000/v1/models"),
-                                       ("::", "http://127.0.0.1:8000/v1/models"),
-                                       ("2001:db8::5", "http://[2001:db8::5]:8000/v1/models")])
+@pytest.mark.parametrize(
+    "bind, url",
+    [
+        ("127.0.0.1", "http://127.0.0.1:8000/v1/models"),
+        ("::1", "http://[::1]:8000/v1/models"),
+        ("0.0.0.0", "http://127.0.0.1:8000/v1/models"),
+        ("::", "http://127.0.0.1:8000/v1/models"),
+        ("2001:db8::5", "http://[2001:db8::5]:8000/v1/models"),
+    ],
+)
 def test_rig_local_url_is_a_valid_url_for_every_bind_address(bind, url):
     import urllib.parse
 

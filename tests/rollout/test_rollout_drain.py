@@ -8,11 +8,11 @@ from __future__ import annotations
 from contextlib import contextmanager
 
 import pytest
-
 from test_rollout_run import NEW, STOPPED_MID_DEPLOY, FakeFleet, host_data, rendering_hash
-from rigkit.rollout import run as rollout
-from rigkit.rollout import drain as rollout_drain
+
 from rigkit.errors import ConfigError
+from rigkit.rollout import drain as rollout_drain
+from rigkit.rollout import run as rollout
 from rigkit.rollout.plan import RolloutSettings
 from rigkit.rollout.record import RolloutRecord, record_path
 
@@ -96,8 +96,15 @@ class RoutedFleet(FakeFleet):
 def roll(tmp_path, rigs, canary=1, batch=1, on_failure="leave"):
     hosts = {rig: {"data": host_data(rig, NEW), "groups": ["lab"]} for rig in rigs}
     hosts[GATEWAY] = {"data": {"ssh_hostname": "127.0.0.1"}, "groups": ["routers"]}
-    return rollout.run_rollout("inventory/fleet.py", "deploy.py", [], hosts, rigs,
-                               RolloutSettings(canary, batch, on_failure, True), records=tmp_path)
+    return rollout.run_rollout(
+        "inventory/fleet.py",
+        "deploy.py",
+        [],
+        hosts,
+        rigs,
+        RolloutSettings(canary, batch, on_failure, True),
+        records=tmp_path,
+    )
 
 
 @pytest.fixture(autouse=True)
@@ -109,10 +116,17 @@ def test_each_rig_leaves_the_router_for_its_deploy_and_returns_after_smoke_and_p
     fake = RoutedFleet(monkeypatch, ["rig4", "rig5"])
     status, summary = roll(tmp_path, ["rig4", "rig5"])
     assert status == 0, summary
-    assert fake.steps() == [("remove", worker("rig4")), ("idle", "rig4"), ("deploy.py", "rig4"), ("prove", "rig4"),
-                            ("add", worker("rig4")),
-                            ("remove", worker("rig5")), ("idle", "rig5"), ("deploy.py", "rig5"),
-                            ("add", worker("rig5"))]
+    assert fake.steps() == [
+        ("remove", worker("rig4")),
+        ("idle", "rig4"),
+        ("deploy.py", "rig4"),
+        ("prove", "rig4"),
+        ("add", worker("rig4")),
+        ("remove", worker("rig5")),
+        ("idle", "rig5"),
+        ("deploy.py", "rig5"),
+        ("add", worker("rig5")),
+    ]
     assert sorted(fake.router.workers) == [worker("rig4"), worker("rig5")]
     flat = " ".join(summary.split())
     assert "router on gw: 2 rigs routed" in flat and f"rig5: back in the router ({worker('rig5')})" in flat
@@ -123,11 +137,18 @@ def test_a_failed_rig_stays_out_and_the_rollback_goes_rig_by_rig_through_the_rou
     status, summary = roll(tmp_path, ["rig4", "rig5", "rig6"], on_failure="rollback")
     assert status == 1
     drained = lambda rig, run: [("remove", worker(rig)), ("idle", rig), (run, rig)]  # noqa: E731
-    assert fake.steps() == [*drained("rig4", "deploy.py"), ("prove", "rig4"), ("add", worker("rig4")),
-                            *drained("rig5", "deploy.py"), ("add", worker("rig5")),
-                            *drained("rig6", "deploy.py"),  # failed: not added back
-                            *drained("rig4", "rollback.py"), ("add", worker("rig4")),
-                            *drained("rig5", "rollback.py"), ("add", worker("rig5"))]
+    assert fake.steps() == [
+        *drained("rig4", "deploy.py"),
+        ("prove", "rig4"),
+        ("add", worker("rig4")),
+        *drained("rig5", "deploy.py"),
+        ("add", worker("rig5")),
+        *drained("rig6", "deploy.py"),  # failed: not added back
+        *drained("rig4", "rollback.py"),
+        ("add", worker("rig4")),
+        *drained("rig5", "rollback.py"),
+        ("add", worker("rig5")),
+    ]
     assert worker("rig6") not in fake.router.workers
     flat = " ".join(summary.split())
     assert "rig6: left out of the router (it failed at" in flat
@@ -176,6 +197,13 @@ def test_the_last_rig_the_router_routes_to_is_not_drained_for_a_rollback(monkeyp
 def test_without_a_router_in_the_inventory_nothing_is_drained(monkeypatch, tmp_path):
     fake = RoutedFleet(monkeypatch, ["rig4", "rig5"])
     hosts = {rig: {"data": host_data(rig, NEW), "groups": ["lab"]} for rig in ["rig4", "rig5"]}
-    status, summary = rollout.run_rollout("inventory/fleet.py", "deploy.py", [], hosts, ["rig4", "rig5"],
-                                          RolloutSettings(0, 0 + 2, "leave", True), records=tmp_path)
+    status, summary = rollout.run_rollout(
+        "inventory/fleet.py",
+        "deploy.py",
+        [],
+        hosts,
+        ["rig4", "rig5"],
+        RolloutSettings(0, 0 + 2, "leave", True),
+        records=tmp_path,
+    )
     assert status == 0 and fake.steps() == [("deploy.py", "rig4", "rig5")] and "router" not in summary

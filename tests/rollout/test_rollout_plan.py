@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import pytest
 
-from rigkit.rollout import plan as rollout_plan
-from rigkit.settings.defaults import ROLLOUT_VARIABLES
 from rigkit.errors import ConfigError
-from rigkit.settings.hostdata import rig_settings
+from rigkit.rollout import plan as rollout_plan
 from rigkit.rollout.plan import CANARY, RolloutSettings, plan_stages, refuse_unbatched, rollout_settings
+from rigkit.settings.defaults import ROLLOUT_VARIABLES
+from rigkit.settings.hostdata import rig_settings
 from rigkit.settings.variables import resolve
 
 
@@ -48,8 +48,15 @@ def test_settings_agree_across_rigs_or_are_refused_and_a_flag_wins():
     assert bad.value.field == "rollout_on_failure"
 
 
-@pytest.mark.parametrize("name, value", [("rollout_canary", -1), ("rollout_batch", 1.5),
-                                         ("rollout_on_failure", "undo"), ("rollout_cache_proof", "perhaps")])
+@pytest.mark.parametrize(
+    "name, value",
+    [
+        ("rollout_canary", -1),
+        ("rollout_batch", 1.5),
+        ("rollout_on_failure", "undo"),
+        ("rollout_cache_proof", "perhaps"),
+    ],
+)
 def test_bad_rollout_data_refused_naming_the_field(name, value):
     with pytest.raises(ConfigError) as refused:
         rig_settings({name: value}, needs_stack=False)
@@ -65,15 +72,19 @@ def test_plain_pyinfra_refuses_a_rollout_it_would_run_all_at_once():
 
 
 def test_the_refusal_of_an_unbatched_rollout_names_the_field_the_value_and_the_fix():
-    for data, field, value in [({"rollout_canary": 2}, "rollout_canary", 2), ({"rollout_batch": 3}, "rollout_batch", 3),
-                               ({"rollout_canary": 1, "rollout_batch": 3}, "rollout_canary", 1)]:
+    for data, field, value in [
+        ({"rollout_canary": 2}, "rollout_canary", 2),
+        ({"rollout_batch": 3}, "rollout_batch", 3),
+        ({"rollout_canary": 1, "rollout_batch": 3}, "rollout_canary", 1),
+    ]:
         with pytest.raises(ConfigError) as refused:
             refuse_unbatched(section(**data), {})
         assert (refused.value.field, refused.value.value) == (field, value)
         assert str(refused.value) == (
             f"{field}={value}: a rollout is set, and plain pyinfra deploys every rig at once (only rigkit deploy runs "
             "canaries and batches). Fix: run `rigkit deploy INVENTORY` instead, or pass --data rollout_canary=0 "
-            "--data rollout_batch=0 to deploy every rig at once deliberately")
+            "--data rollout_batch=0 to deploy every rig at once deliberately"
+        )
 
 
 def test_the_plan_in_words_and_a_fleet_value_that_differs_names_both_rigs():

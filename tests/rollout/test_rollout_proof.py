@@ -47,6 +47,7 @@ def test_a_proof_that_cannot_reach_the_engine_fails_in_its_words():
 
 # --- proof_verdict on plain values: what the mutation check (bench/mutation.py) found no test holding ---------
 
+
 def tier_run(tier: Tier, gpu_hits=0, external_hits=0, passed=True, aborted=(), measured: Tier = None):
     label = SimpleNamespace(tier=measured or tier, gpu_hits=gpu_hits, external_hits=external_hits)
     return SimpleNamespace(labels=[label], result=lambda: SimpleNamespace(passed=passed, aborted=list(aborted)))
@@ -62,10 +63,12 @@ COLD_RUN, WARM_GPU_RUN = tier_run(Tier.COLD), tier_run(Tier.WARM_GPU, gpu_hits=1
 
 def test_a_proof_without_a_connector_proves_the_gpu_tier_only_and_says_so():
     assert proof_verdict(validation(COLD_RUN, WARM_GPU_RUN), connector_configured=False) == Proof(
-        True, "cache proof passed: warm-gpu +12 GPU hits (no KV connector: GPU prefix cache only)")
+        True, "cache proof passed: warm-gpu +12 GPU hits (no KV connector: GPU prefix cache only)"
+    )
     connector = tier_run(Tier.WARM_CONNECTOR, external_hits=30)
     assert proof_verdict(validation(COLD_RUN, WARM_GPU_RUN, connector), connector_configured=True) == Proof(
-        True, "cache proof passed: warm-gpu +12 GPU hits, warm-connector +30 external hits after 5 fillers")
+        True, "cache proof passed: warm-gpu +12 GPU hits, warm-connector +30 external hits after 5 fillers"
+    )
 
 
 def test_a_failed_proof_names_every_tier_it_could_not_prove():
@@ -73,8 +76,11 @@ def test_a_failed_proof_names_every_tier_it_could_not_prove():
     missed.labels[0].gpu_hits, missed.labels[0].external_hits = 0, 0
     runs = {Tier.WARM_GPU: SimpleNamespace(labels=[]), Tier.WARM_CONNECTOR: missed}
     proof = proof_verdict(SimpleNamespace(failures=["calibration: too short"], fillers_sent=5, tier=runs.get), True)
-    assert proof == Proof(False, "calibration: too short; cold: not measured; warm-gpu: not measured; warm-connector "
-                                 "expected, measured cold (GPU hits +0, external hits +0, request aborted in prefill)")
+    assert proof == Proof(
+        False,
+        "calibration: too short; cold: not measured; warm-gpu: not measured; warm-connector "
+        "expected, measured cold (GPU hits +0, external hits +0, request aborted in prefill)",
+    )
     assert proof.passed is False
 
 
@@ -90,5 +96,11 @@ def test_the_short_proof_is_one_session_without_restart_soak_or_ab(monkeypatch):
     data = {"validate_sessions": 4, "validate_restart": True, "validate_decode_ab": True, "validate_soak_sessions": 2}
     assert prove_cache(ready, data, False).passed
     ((restart, settings, connector_configured),) = asked
-    assert (restart, settings.sessions, settings.restart, settings.decode_ab, settings.soak_sessions,
-            connector_configured) == (None, 1, False, False, 0, False)
+    assert (
+        restart,
+        settings.sessions,
+        settings.restart,
+        settings.decode_ab,
+        settings.soak_sessions,
+        connector_configured,
+    ) == (None, 1, False, False, 0, False)

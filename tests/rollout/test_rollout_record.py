@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 from test_rollout_run import OLD
-from rigkit.serving.ledger import Release
+
 from rigkit.rollout.record import RolloutRecord, resume_record
 from rigkit.rollout.state import ReleaseState
+from rigkit.serving.ledger import Release
 
 
 def test_the_record_of_the_same_rollout_is_kept_another_starts_afresh():

@@ -8,20 +8,26 @@ from __future__ import annotations
 import argparse
 
 import pytest
-
-from test_rollout_run import NEW, OLD, ROLLED_BACK, STOPPED_MID_DEPLOY, host_data, rendering_hash
 from test_rollout_drain import GATEWAY, GATEWAY_ROUTER, RoutedFleet, worker
+from test_rollout_run import NEW, OLD, ROLLED_BACK, STOPPED_MID_DEPLOY, host_data, rendering_hash
+
 from rigkit.commands import deploy as deploy_command
-from rigkit.fleet import deploy as fleet_deploy_module
-from rigkit.fleet import pyinfra_args
-from rigkit.fleet import outcome as fleet_outcome
-from rigkit.rollout import rollback as rollout_rollback
 from rigkit.errors import ConfigError
-from rigkit.serving.ledger import DEPLOY_KIND, ROLLBACK_KIND, SMOKE_FAIL, SMOKE_PASS, Release
-from rigkit.rollout.rollback import (NO_RELEASE, VERIFY_STEP, refuse_rollout_options, rollback_batch,
-                                     rollback_failure, run_rolling_rollback)
+from rigkit.fleet import deploy as fleet_deploy_module
+from rigkit.fleet import outcome as fleet_outcome
+from rigkit.fleet import pyinfra_args
+from rigkit.rollout import rollback as rollout_rollback
 from rigkit.rollout.record import RolloutRecord, record_path
+from rigkit.rollout.rollback import (
+    NO_RELEASE,
+    VERIFY_STEP,
+    refuse_rollout_options,
+    rollback_batch,
+    rollback_failure,
+    run_rolling_rollback,
+)
 from rigkit.rollout.state import ReleaseState
+from rigkit.serving.ledger import DEPLOY_KIND, ROLLBACK_KIND, SMOKE_FAIL, SMOKE_PASS, Release
 from rigkit.settings.defaults import ROLLOUT_VARIABLES
 from rigkit.settings.variables import resolve
 
@@ -32,8 +38,17 @@ NOT_GIVEN = {"--canary": None, "--on-failure": None, "--recheck-canaries": None}
 
 # --- the options a rollback has no use for, refused before any rig is touched ------------------------------------
 
-@pytest.mark.parametrize("option, value", [("--canary", 1), ("--canary", 0), ("--on-failure", "rollback"),
-                                           ("--on-failure", "leave"), ("--recheck-canaries", True)])
+
+@pytest.mark.parametrize(
+    "option, value",
+    [
+        ("--canary", 1),
+        ("--canary", 0),
+        ("--on-failure", "rollback"),
+        ("--on-failure", "leave"),
+        ("--recheck-canaries", True),
+    ],
+)
 def test_an_option_a_rollback_has_no_use_for_is_refused_naming_it_and_the_fix(option, value):
     with pytest.raises(ConfigError) as refused:
         refuse_rollout_options({**NOT_GIVEN, option: value})
@@ -49,25 +64,34 @@ def test_no_such_option_given_refuses_nothing():
 
 # --- the batch: the flag, else the fleet's one rollout_batch ------------------------------------------------------
 
+
 def section(**data) -> dict:
     return resolve(ROLLOUT_VARIABLES, data)
 
 
-@pytest.mark.parametrize("sections, flag, batch", [
-    ({"rig4": section(), "rig5": section()}, None, 0),  # nothing asked: the plain run, all at once
-    ({"rig4": section(rollout_batch=1), "rig5": section(rollout_batch=1)}, None, 1),
-    ({"rig4": section(rollout_batch=1), "rig5": section(rollout_batch=1)}, 2, 2),  # the flag wins
-    ({"rig4": section(rollout_batch=1), "rig5": section(rollout_batch=3)}, 1, 1),
-    # a deploy's rollout data that does not apply to a rollback, even where the rigs disagree on it
-    ({"rig4": section(rollout_canary=1, rollout_batch=2), "rig5": section(rollout_canary=3, rollout_batch=2)}, None, 2),
-])
+@pytest.mark.parametrize(
+    "sections, flag, batch",
+    [
+        ({"rig4": section(), "rig5": section()}, None, 0),  # nothing asked: the plain run, all at once
+        ({"rig4": section(rollout_batch=1), "rig5": section(rollout_batch=1)}, None, 1),
+        ({"rig4": section(rollout_batch=1), "rig5": section(rollout_batch=1)}, 2, 2),  # the flag wins
+        ({"rig4": section(rollout_batch=1), "rig5": section(rollout_batch=3)}, 1, 1),
+        # a deploy's rollout data that does not apply to a rollback, even where the rigs disagree on it
+        (
+            {"rig4": section(rollout_canary=1, rollout_batch=2), "rig5": section(rollout_canary=3, rollout_batch=2)},
+            None,
+            2,
+        ),
+    ],
+)
 def test_the_batch_is_the_flag_else_the_fleets_one_rollout_batch(sections, flag, batch):
     assert rollback_batch(sections, flag) == batch
 
 
-@pytest.mark.parametrize("sections, flag", [({"rig4": section(rollout_batch=1), "rig5": section(rollout_batch=2)},
-                                             None),
-                                            ({"rig4": section()}, -1)])
+@pytest.mark.parametrize(
+    "sections, flag",
+    [({"rig4": section(rollout_batch=1), "rig5": section(rollout_batch=2)}, None), ({"rig4": section()}, -1)],
+)
 def test_a_batch_the_rigs_disagree_on_or_a_bad_one_is_refused(sections, flag):
     with pytest.raises(ConfigError) as refused:
         rollback_batch(sections, flag)
@@ -75,6 +99,7 @@ def test_a_batch_the_rigs_disagree_on_or_a_bad_one_is_refused(sections, flag):
 
 
 # --- when a rig is back: its run succeeded and its ledger says a verified rollback --------------------------------
+
 
 def entry(kind=ROLLBACK_KIND, smoke=SMOKE_PASS, rendering=RENDERING, note="") -> Release:
     return Release(OLD, "cpu-lab", "k", kind=kind, smoke=smoke, rendering=rendering, note=note)
@@ -85,24 +110,55 @@ ROLLED_BACK_RUN = fleet_outcome.summarize(ROLLED_BACK, ["rig4"])["rig4"]  # neve
 BACK_OR_NOT = [
     # (case, the run's outcome, the rig's state after it, None when back / (step, words in the why))
     ("verified rollback", OK_RUN, ReleaseState(RENDERING, entry()), None),
-    ("a failed run, though its automatic rollback left a passing rollback entry", ROLLED_BACK_RUN,
-     ReleaseState(RENDERING, entry(note="automatic: rollback of ... failed")),
-     ("serving | Smoke, ledger, prune", "rolled back to")),
-    ("unreadable after the run", OK_RUN, ReleaseState(unreadable="Connection refused"),
-     ("read the rig", "Connection refused")),
+    (
+        "a failed run, though its automatic rollback left a passing rollback entry",
+        ROLLED_BACK_RUN,
+        ReleaseState(RENDERING, entry(note="automatic: rollback of ... failed")),
+        ("serving | Smoke, ledger, prune", "rolled back to"),
+    ),
+    (
+        "unreadable after the run",
+        OK_RUN,
+        ReleaseState(unreadable="Connection refused"),
+        ("read the rig", "Connection refused"),
+    ),
     ("no ledger", OK_RUN, ReleaseState(RENDERING), (VERIFY_STEP, NO_RELEASE)),
-    ("still the deploy", OK_RUN, ReleaseState(RENDERING, entry(kind=DEPLOY_KIND)),
-     (VERIFY_STEP, "current entry is a deploy, not a rollback")),
-    ("smoke failed", OK_RUN, ReleaseState(RENDERING, entry(smoke=SMOKE_FAIL, note="chat: 500")),
-     (VERIFY_STEP, "smoke is fail, not pass (chat: 500)")),
-    ("smoke never ran", OK_RUN, ReleaseState(RENDERING, entry(smoke=None)),
-     (VERIFY_STEP, "smoke is not checked, not pass")),
-    ("another rendering runs", OK_RUN, ReleaseState("b" * 64, entry()),
-     (VERIFY_STEP, "rendering aaaaaaaaaaaa is not the verified rendering the rig runs (bbbbbbbbbbbb)")),
-    ("no verified rendering", OK_RUN, ReleaseState("", entry()),
-     (VERIFY_STEP, "is not the verified rendering the rig runs (none)")),
-    ("an entry without a rendering", OK_RUN, ReleaseState(RENDERING, entry(rendering=None)),
-     (VERIFY_STEP, "rendering none is not")),
+    (
+        "still the deploy",
+        OK_RUN,
+        ReleaseState(RENDERING, entry(kind=DEPLOY_KIND)),
+        (VERIFY_STEP, "current entry is a deploy, not a rollback"),
+    ),
+    (
+        "smoke failed",
+        OK_RUN,
+        ReleaseState(RENDERING, entry(smoke=SMOKE_FAIL, note="chat: 500")),
+        (VERIFY_STEP, "smoke is fail, not pass (chat: 500)"),
+    ),
+    (
+        "smoke never ran",
+        OK_RUN,
+        ReleaseState(RENDERING, entry(smoke=None)),
+        (VERIFY_STEP, "smoke is not checked, not pass"),
+    ),
+    (
+        "another rendering runs",
+        OK_RUN,
+        ReleaseState("b" * 64, entry()),
+        (VERIFY_STEP, "rendering aaaaaaaaaaaa is not the verified rendering the rig runs (bbbbbbbbbbbb)"),
+    ),
+    (
+        "no verified rendering",
+        OK_RUN,
+        ReleaseState("", entry()),
+        (VERIFY_STEP, "is not the verified rendering the rig runs (none)"),
+    ),
+    (
+        "an entry without a rendering",
+        OK_RUN,
+        ReleaseState(RENDERING, entry(rendering=None)),
+        (VERIFY_STEP, "rendering none is not"),
+    ),
 ]
 
 
@@ -120,6 +176,7 @@ def test_a_rig_is_back_only_when_its_run_succeeded_on_a_verified_rollback(case, 
 
 # --- the whole rolling rollback, through the router stand-in -------------------------------------------------------
 
+
 def capture_for(rig: str, fails: bool) -> str:
     """The captured run renamed: ``rig`` as its rig4 (whose run succeeded) or as its rig6 (whose run failed)."""
     if fails:
@@ -136,8 +193,9 @@ class RollingBack(RoutedFleet):
         super().__init__(monkeypatch, rigs)
         self.fails, self.entries = set(fails), dict(entries or {})
         self.verified = {rig: rendering_hash(rig, NEW) for rig in rigs}
-        self.current = {rig: Release(NEW, "cpu-lab", "k", smoke=SMOKE_PASS, rendering=hash_)
-                        for rig, hash_ in self.verified.items()}
+        self.current = {
+            rig: Release(NEW, "cpu-lab", "k", smoke=SMOKE_PASS, rendering=hash_) for rig, hash_ in self.verified.items()
+        }
         monkeypatch.setattr(rollout_rollback, "read_states", self.read)
 
     def pyinfra(self, argv):
@@ -147,7 +205,8 @@ class RollingBack(RoutedFleet):
         result = super().pyinfra(argv)  # a rig whose run succeeded is on the old rendering now
         if rigs[0] not in self.fails:
             self.current[rigs[0]] = self.entries.get(rigs[0]) or Release(
-                OLD, "cpu-lab", "k", kind=ROLLBACK_KIND, smoke=SMOKE_PASS, rendering=self.verified[rigs[0]])
+                OLD, "cpu-lab", "k", kind=ROLLBACK_KIND, smoke=SMOKE_PASS, rendering=self.verified[rigs[0]]
+            )
         return result
 
     def read(self, hosts, rigs):
@@ -159,8 +218,9 @@ def roll_back(records, rigs, batch=1, limit=None, **data):
     its record in ``records``."""
     hosts = {rig: {"data": host_data(rig, NEW, **data), "groups": ["lab"]} for rig in rigs}
     hosts[GATEWAY] = {"data": {"ssh_hostname": "127.0.0.1"}, "groups": ["routers"]}
-    return run_rolling_rollback("inventory/fleet.py", ["--data", "rollback_to=" + OLD], hosts, limit or rigs, batch,
-                                records)
+    return run_rolling_rollback(
+        "inventory/fleet.py", ["--data", "rollback_to=" + OLD], hosts, limit or rigs, batch, records
+    )
 
 
 @pytest.fixture(autouse=True)
@@ -178,8 +238,14 @@ def test_each_rig_leaves_the_router_for_its_rollback_and_returns_once_it_is_veri
     fake = RollingBack(monkeypatch, ["rig4", "rig5", "rig6"])
     status, summary = roll_back(tmp_path, ["rig4", "rig5", "rig6"])
     assert status == 0, summary
-    assert fake.steps() == [*drained("rig4"), ("add", worker("rig4")), *drained("rig5"), ("add", worker("rig5")),
-                            *drained("rig6"), ("add", worker("rig6"))]
+    assert fake.steps() == [
+        *drained("rig4"),
+        ("add", worker("rig4")),
+        *drained("rig5"),
+        ("add", worker("rig5")),
+        *drained("rig6"),
+        ("add", worker("rig6")),
+    ]
     assert sorted(fake.router.workers) == [worker(rig) for rig in ["rig4", "rig5", "rig6"]]
     assert all(fake.verified[rig] == rendering_hash(rig, OLD) for rig in ["rig4", "rig5", "rig6"])
     assert all(deploy == "rollback.py" for deploy, _ in fake.runs)
@@ -195,7 +261,7 @@ def test_the_pyinfra_arguments_pass_through_with_one_limit_a_batch(monkeypatch, 
     monkeypatch.setattr(pyinfra_args, "run_pyinfra_streaming", lambda args: argv.append(args) or fake.pyinfra(args))
     roll_back(tmp_path, ["rig4", "rig5"])
     assert [args[-2:] for args in argv] == [["inventory/fleet.py", "rollback.py"]] * 2
-    assert [args[args.index("--limit"):-2] for args in argv] == [["--limit", "rig4"], ["--limit", "rig5"]]
+    assert [args[args.index("--limit") : -2] for args in argv] == [["--limit", "rig4"], ["--limit", "rig5"]]
     assert all(["--data", "rollback_to=" + OLD] == args[2:4] for args in argv)
 
 
@@ -219,23 +285,33 @@ def test_the_re_run_puts_the_rig_a_halted_rollback_left_out_back_once_its_rollba
     fake = RollingBack(monkeypatch, ["rig4", "rig5", "rig6"], fails={"rig5"})
     assert roll_back(tmp_path, ["rig4", "rig5", "rig6"])[0] == 1
     assert RolloutRecord.from_json(record_path("inventory/fleet.py", tmp_path).read_text()).out_of_router == {
-        "rig5": [GATEWAY]}
+        "rig5": [GATEWAY]
+    }
     fake.fails.clear()
     fake.events.clear()
     status, summary = roll_back(tmp_path, ["rig4", "rig5", "rig6"])
     assert status == 0, summary
     # rig4 finds its rollback done (rolled back again, No Change on a real rig); rig5 is out already: no drain
-    assert fake.steps() == [*drained("rig4"), ("add", worker("rig4")), ("rollback.py", "rig5"), ("add", worker("rig5")),
-                            *drained("rig6"), ("add", worker("rig6"))]
+    assert fake.steps() == [
+        *drained("rig4"),
+        ("add", worker("rig4")),
+        ("rollback.py", "rig5"),
+        ("add", worker("rig5")),
+        *drained("rig6"),
+        ("add", worker("rig6")),
+    ]
     assert sorted(fake.router.workers) == [worker(rig) for rig in ["rig4", "rig5", "rig6"]]
     assert RolloutRecord.from_json(record_path("inventory/fleet.py", tmp_path).read_text()).out_of_router == {}
     assert "rig5: back in the router" in " ".join(summary.split())
 
 
-@pytest.mark.parametrize("entry_, why", [
-    (Release(NEW, "cpu-lab", "k", kind=DEPLOY_KIND, smoke=SMOKE_PASS), "current entry is a deploy, not a rollback"),
-    (Release(OLD, "cpu-lab", "k", kind=ROLLBACK_KIND, smoke=SMOKE_FAIL), "smoke is fail, not pass"),
-])
+@pytest.mark.parametrize(
+    "entry_, why",
+    [
+        (Release(NEW, "cpu-lab", "k", kind=DEPLOY_KIND, smoke=SMOKE_PASS), "current entry is a deploy, not a rollback"),
+        (Release(OLD, "cpu-lab", "k", kind=ROLLBACK_KIND, smoke=SMOKE_FAIL), "smoke is fail, not pass"),
+    ],
+)
 def test_a_run_that_succeeded_on_a_ledger_without_a_verified_rollback_halts_too(monkeypatch, tmp_path, entry_, why):
     fake = RollingBack(monkeypatch, ["rig4", "rig5"], entries={"rig4": entry_})
     status, summary = roll_back(tmp_path, ["rig4", "rig5"])
@@ -245,14 +321,20 @@ def test_a_run_that_succeeded_on_a_ledger_without_a_verified_rollback_halts_too(
 
 
 def test_a_batch_that_would_drain_every_routed_rig_or_an_unreadable_rig_refuses_before_any_rig_is_touched(
-        monkeypatch, tmp_path):
+    monkeypatch, tmp_path
+):
     fake = RollingBack(monkeypatch, ["rig4", "rig5"])
     with pytest.raises(ConfigError) as every:
         roll_back(tmp_path, ["rig4", "rig5"], batch=2)
     assert every.value.field == "rollout_batch" and "no rig left to serve" in str(every.value)
     assert every.value.fix.startswith("pass --batch below 2")
-    monkeypatch.setattr(rollout_rollback, "read_states", lambda hosts, rigs: {
-        rig: ReleaseState(unreadable="timed out") if rig == "rig5" else ReleaseState() for rig in rigs})
+    monkeypatch.setattr(
+        rollout_rollback,
+        "read_states",
+        lambda hosts, rigs: {
+            rig: ReleaseState(unreadable="timed out") if rig == "rig5" else ReleaseState() for rig in rigs
+        },
+    )
     with pytest.raises(ConfigError) as unreadable:
         roll_back(tmp_path, ["rig4", "rig5"])
     assert unreadable.value.field == "rig5" and "cannot be read before" in str(unreadable.value)
@@ -288,6 +370,7 @@ def test_without_a_router_the_batches_run_without_drains(monkeypatch, tmp_path):
 
 # --- the command: `rigkit deploy INVENTORY --deploy rollback.py` ---------------------------------------------------
 
+
 def deploy_args(inventory, *argv, deploy="rollback.py") -> argparse.Namespace:
     """rigkit deploy's arguments as fleet.run reads them (its own options wherever they stand)."""
     parser = argparse.ArgumentParser()
@@ -318,8 +401,11 @@ def test_the_command_refuses_a_rollouts_options_before_reading_the_inventory(mon
 
 def test_the_command_rolls_back_by_the_data_s_batch_and_a_flag_overrides_it(monkeypatch, inventory):
     asked: list = []
-    monkeypatch.setattr(rollout_rollback, "run_rolling_rollback",
-                        lambda inv, args, hosts, names, batch: asked.append((names, batch, args)) or (0, "summary"))
+    monkeypatch.setattr(
+        rollout_rollback,
+        "run_rolling_rollback",
+        lambda inv, args, hosts, names, batch: asked.append((names, batch, args)) or (0, "summary"),
+    )
     assert rollout_rollback.rolling_rollback_command(deploy_args(inventory, "--limit", "rig4,rig5")) == 0
     assert rollout_rollback.rolling_rollback_command(deploy_args(inventory, "--batch", "2", "--limit", "rig5")) == 0
     assert asked == [(["rig4", "rig5"], 1, ["--limit", "rig4", "--limit", "rig5"]), (["rig5"], 2, ["--limit", "rig5"])]
@@ -327,8 +413,9 @@ def test_the_command_rolls_back_by_the_data_s_batch_and_a_flag_overrides_it(monk
     assert rollout_rollback.rolling_rollback_command(deploy_args(inventory, "--batch", "0")) is None
 
 
-def test_the_plain_run_through_a_router_says_before_pyinfra_starts_that_nothing_is_drained(monkeypatch, inventory,
-                                                                                            capsys):
+def test_the_plain_run_through_a_router_says_before_pyinfra_starts_that_nothing_is_drained(
+    monkeypatch, inventory, capsys
+):
     printed_before: list = []
 
     def pyinfra(argv):
@@ -343,12 +430,15 @@ def test_the_plain_run_through_a_router_says_before_pyinfra_starts_that_nothing_
     assert "without it each rig leaves the router first" in flat
 
 
-@pytest.mark.parametrize("groups, targeted, said", [
-    ({"rig4": ["fleet"], "rig5": ["fleet"], "gw": ["routers"]}, ["rig4", "rig5", "gw"], "(rig4, rig5)"),
-    ({"rig4": ["fleet"], "gw": ["routers"]}, ["gw"], None),  # only the gateway: no rig restarts
-    ({"rig4": ["fleet"], "rig5": ["fleet"]}, ["rig4", "rig5"], None),  # no router
-    ({"rig4": ["fleet"], "store": ["kv_stores"], "gw": ["routers"]}, ["store", "rig4"], "(rig4)"),
-])
+@pytest.mark.parametrize(
+    "groups, targeted, said",
+    [
+        ({"rig4": ["fleet"], "rig5": ["fleet"], "gw": ["routers"]}, ["rig4", "rig5", "gw"], "(rig4, rig5)"),
+        ({"rig4": ["fleet"], "gw": ["routers"]}, ["gw"], None),  # only the gateway: no rig restarts
+        ({"rig4": ["fleet"], "rig5": ["fleet"]}, ["rig4", "rig5"], None),  # no router
+        ({"rig4": ["fleet"], "store": ["kv_stores"], "gw": ["routers"]}, ["store", "rig4"], "(rig4)"),
+    ],
+)
 def test_the_plain_run_note_names_the_rigs_a_router_would_still_send_requests_to(groups, targeted, said):
     from rigkit.rollout.drain import plain_run_note
 
@@ -358,12 +448,16 @@ def test_the_plain_run_note_names_the_rigs_a_router_would_still_send_requests_to
 
 @pytest.mark.parametrize("deploy, run", [("deploy.py", "rollout"), ("rollback.py", "rollback")])
 def test_a_dry_run_of_a_rollout_or_rolling_rollback_drains_nothing_and_runs_pyinfra_dry_on_every_rig_at_once(
-        monkeypatch, inventory, capsys, deploy, run):
-    from rigkit.rollout import run as rollout
+    monkeypatch, inventory, capsys, deploy, run
+):
     from rigkit.rollout import drain as rollout_drain
+    from rigkit.rollout import run as rollout
 
-    for module, name in [(rollout_drain, "router_session"), (rollout, "run_rollout"),
-                         (rollout_rollback, "run_rolling_rollback")]:
+    for module, name in [
+        (rollout_drain, "router_session"),
+        (rollout, "run_rollout"),
+        (rollout_rollback, "run_rolling_rollback"),
+    ]:
         monkeypatch.setattr(module, name, lambda *a, **k: pytest.fail("a dry run drained, changed or recorded"))
     runs: list = []
     # the lines a dry run prints for these hosts (tests/fleet/test_fleet_outcome.py reads a real one)

@@ -10,18 +10,16 @@ from pathlib import Path
 import pytest
 
 from rigkit.commands import deploy as deploy_command
-from rigkit.fleet import pyinfra_args
-
 from rigkit.fleet import outcome as fleet_outcome
-
-from rigkit.rollout import run as rollout
-from rigkit.settings.hostdata import rig_settings
+from rigkit.fleet import pyinfra_args
 from rigkit.fleet.pyinfra_args import data_pairs
+from rigkit.rollout import run as rollout
 from rigkit.rollout.plan import ROLLOUT_STEP_ENV, RolloutSettings
 from rigkit.rollout.proof import Proof
 from rigkit.rollout.record import RolloutRecord, record_path
 from rigkit.rollout.state import ReleaseState
 from rigkit.serving.commands import rendering_for
+from rigkit.settings.hostdata import rig_settings
 
 FLEET_FIXTURES = Path(__file__).parents[1] / "fixtures" / "fleet"
 STOPPED_MID_DEPLOY = (FLEET_FIXTURES / "rig-stopped-mid-deploy.txt").read_text()  # rig4, rig5 ok; rig6 failed
@@ -32,8 +30,15 @@ RIGS = ["rig4", "rig5", "rig6", "rig7"]
 
 
 def host_data(rig: str, image: str, **extra) -> dict:
-    return {"serving_profile": "cpu-lab", "serving_image": image, "serving_port": 8100 + int(rig[3:]),
-            "ssh_hostname": "127.0.0.1", "ssh_port": 2200 + int(rig[3:]), "_sudo": False, **extra}
+    return {
+        "serving_profile": "cpu-lab",
+        "serving_image": image,
+        "serving_port": 8100 + int(rig[3:]),
+        "ssh_hostname": "127.0.0.1",
+        "ssh_port": 2200 + int(rig[3:]),
+        "_sudo": False,
+        **extra,
+    }
 
 
 def rendering_hash(rig: str, image: str) -> str:
@@ -43,14 +48,18 @@ def rendering_hash(rig: str, image: str) -> str:
 def test_rigkit_deploy_options_are_read_after_the_inventory_too():
     parser = argparse.ArgumentParser()
     deploy_command.add_arguments(parser)
-    args = deploy_command.own_options_from_remainder(parser.parse_args(
-        ["inv.py", "--limit", "rig4", "--canary", "1", "--data", "a=b", "--batch", "2", "--deploy", "rollback.py"]))
+    args = deploy_command.own_options_from_remainder(
+        parser.parse_args(
+            ["inv.py", "--limit", "rig4", "--canary", "1", "--data", "a=b", "--batch", "2", "--deploy", "rollback.py"]
+        )
+    )
     assert (args.canary, args.batch, args.deploy) == (1, 2, "rollback.py")
     assert args.pyinfra_args == ["--limit", "rig4", "--data", "a=b"]
     assert data_pairs(args.pyinfra_args) == ["a=b"]
 
 
 # --- the whole rollout with fake rigs: real pyinfra output, real renderings -----------------------------------------
+
 
 class FakeFleet:
     """Rigs as their verified rendering; a pyinfra run answers with the captured 3-rig output, and each rig it
@@ -95,8 +104,16 @@ class FakeFleet:
 def roll(tmp_path, on_failure="leave", recheck=False):
     hosts = {rig: {"data": host_data(rig, NEW)} for rig in RIGS}
     settings = RolloutSettings(canary=1, batch=1, on_failure=on_failure, cache_proof=True)
-    return rollout.run_rollout("inventory/fleet.py", "deploy.py", ["--data", f"serving_image={NEW}"], hosts, RIGS,
-                               settings, recheck_canaries=recheck, records=tmp_path)
+    return rollout.run_rollout(
+        "inventory/fleet.py",
+        "deploy.py",
+        ["--data", f"serving_image={NEW}"],
+        hosts,
+        RIGS,
+        settings,
+        recheck_canaries=recheck,
+        records=tmp_path,
+    )
 
 
 def test_a_failure_in_the_second_batch_halts_there_and_the_rest_is_untouched(monkeypatch, tmp_path):

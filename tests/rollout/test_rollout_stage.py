@@ -4,6 +4,7 @@ knob after a halt, as plain functions over the rigs' states (a failed run: real 
 from __future__ import annotations
 
 from test_rollout_run import NEW, OLD, ROLLED_BACK
+
 from rigkit.fleet import outcome as fleet_outcome
 from rigkit.rollout.plan import CANARY, Stage
 from rigkit.rollout.proof import Proof
@@ -33,21 +34,43 @@ def test_a_failed_rig_a_rig_off_its_release_and_a_failed_proof_each_halt():
     wanted = {"rig4": "new4", "rig5": "new5", "rig6": "new6"}
     states = {"rig4": ReleaseState("old4"), "rig5": ReleaseState("other"), "rig6": ReleaseState("new6")}
     work = StageWork(("rig4", "rig5"), ("rig6",), ())
-    failures = stage_failures(work, {**outcomes, "rig5": fleet_outcome.RigOutcome("rig5")}, states, wanted,
-                              {"rig6": Proof(False, "warm-connector expected, measured cold")})
-    assert [(f.rig, f.step) for f in failures] == [("rig4", "serving | Smoke, ledger, prune"), ("rig5", "verify"),
-                                                   ("rig6", "cache proof")]
+    failures = stage_failures(
+        work,
+        {**outcomes, "rig5": fleet_outcome.RigOutcome("rig5")},
+        states,
+        wanted,
+        {"rig6": Proof(False, "warm-connector expected, measured cold")},
+    )
+    assert [(f.rig, f.step) for f in failures] == [
+        ("rig4", "serving | Smoke, ledger, prune"),
+        ("rig5", "verify"),
+        ("rig6", "cache proof"),
+    ]
     assert "rolled back to" in failures[0].why and "does not run the wanted rendering" in failures[1].why
-    assert stage_failures(work, {"rig4": fleet_outcome.RigOutcome("rig4"), "rig5": fleet_outcome.RigOutcome("rig5")},
-                          {r: ReleaseState(h) for r, h in wanted.items()}, wanted, {"rig6": Proof(True, "ok")}) == []
+    assert (
+        stage_failures(
+            work,
+            {"rig4": fleet_outcome.RigOutcome("rig4"), "rig5": fleet_outcome.RigOutcome("rig5")},
+            {r: ReleaseState(h) for r, h in wanted.items()},
+            wanted,
+            {"rig6": Proof(True, "ok")},
+        )
+        == []
+    )
 
 
 def test_the_rollback_knob_acts_on_the_rigs_this_rollout_upgraded_only():
     wanted = {"rig4": "new4", "rig5": "new5", "rig6": "new6"}
-    record = RolloutRecord("t", "inv.py", before={"rig4": {"rendering": "old4", "image": OLD},
-                                                  "rig5": {"rendering": "", "image": ""},
-                                                  "rig6": {"rendering": "new6", "image": NEW}},
-                           upgraded=["rig4", "rig5"])
+    record = RolloutRecord(
+        "t",
+        "inv.py",
+        before={
+            "rig4": {"rendering": "old4", "image": OLD},
+            "rig5": {"rendering": "", "image": ""},
+            "rig6": {"rendering": "new6", "image": NEW},
+        },
+        upgraded=["rig4", "rig5"],
+    )
     states = {rig: ReleaseState(hash_) for rig, hash_ in wanted.items()}
     assert rollback_choice("leave", record, states, wanted)[0] == []
     roll_back, left = rollback_choice("rollback", record, states, wanted)
@@ -68,20 +91,35 @@ def test_the_words_of_each_halt_and_each_rig_left_or_not_back():
     assert [f.why for f in failures] == [
         "its deploy reported success but the rig does not run the wanted rendering (verified none)",
         "its deploy reported success but the rig does not run the wanted rendering (verified otherotherot)",
-        "cache proof failed: warm-gpu: not measured"]
-    record = RolloutRecord("t", "inv.py", before={"rig4": {"rendering": "old4" * 16, "image": OLD},
-                                                  "rig5": {"rendering": "", "image": ""},
-                                                  "rig6": {"rendering": "new6", "image": NEW}},
-                           upgraded=["rig4", "rig5"])
+        "cache proof failed: warm-gpu: not measured",
+    ]
+    record = RolloutRecord(
+        "t",
+        "inv.py",
+        before={
+            "rig4": {"rendering": "old4" * 16, "image": OLD},
+            "rig5": {"rendering": "", "image": ""},
+            "rig6": {"rendering": "new6", "image": NEW},
+        },
+        upgraded=["rig4", "rig5"],
+    )
     on = {rig: ReleaseState(hash_) for rig, hash_ in wanted.items()}
     roll_back, left = rollback_choice("rollback", record, on, wanted)
     assert roll_back == ["rig4"] and left == [
         ("rig5", "left on the new release: it ran no verified release before this rollout"),
-        ("rig6", "left on the new release: it ran it already when this rollout's record began (roll it back by hand "
-                 "if this rollout upgraded it)")]
-    for state, now in [(ReleaseState(unreadable="ssh: connection refused"), "ssh: connection refused"),
-                       (ReleaseState(""), "no verified rendering")]:
+        (
+            "rig6",
+            "left on the new release: it ran it already when this rollout's record began (roll it back by hand "
+            "if this rollout upgraded it)",
+        ),
+    ]
+    for state, now in [
+        (ReleaseState(unreadable="ssh: connection refused"), "ssh: connection refused"),
+        (ReleaseState(""), "no verified rendering"),
+    ]:
         back, words = rolled_back_words("rig4", record, state)
-        assert not back and words == (f"rig4: NOT back on its release from before the rollout ({OLD}, rendering "
-                                      f"old4old4old4): now {now}; roll it back by hand: pyinfra -y INVENTORY "
-                                      f"rollback.py --limit rig4 --data rollback_to={OLD}")
+        assert not back and words == (
+            f"rig4: NOT back on its release from before the rollout ({OLD}, rendering "
+            f"old4old4old4): now {now}; roll it back by hand: pyinfra -y INVENTORY "
+            f"rollback.py --limit rig4 --data rollback_to={OLD}"
+        )

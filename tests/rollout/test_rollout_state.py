@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 from test_rollout_run import OLD
-from rigkit.serving.ledger import Ledger, Release
+
 from rigkit.rollout.state import STATE_SEPARATOR, parse_release_state
+from rigkit.serving.ledger import Ledger, Release
 
 
 def test_rig_state_from_the_ledger_and_the_verified_hash():

@@ -9,14 +9,14 @@ import time
 
 import pytest
 import requests
-
 from fake_openai import FakeOpenAI
 from router_process import Loops, RouterProcess
-from rigkit.validation import metrics
-from rigkit.rollout import router_admin
+
 from rigkit.errors import ConfigError
 from rigkit.fleet.inventory import rigs_among
+from rigkit.rollout import router_admin
 from rigkit.rollout.router_admin import RouterAdmin, RouterError, drain, drained, restore, wait_idle
+from rigkit.validation import metrics
 
 # short streams, each a few tens of ms, so a drain finds requests in flight
 CHUNKS, TOKEN_GAP_S = 4, 0.03
@@ -169,8 +169,9 @@ def test_idle_means_zero_for_the_settle_time_and_a_busy_rig_times_out():
         wait_idle(lambda: 1, "http://rig", timeout_s=5, clock=clock, sleep=sleep)
     assert now[0] == 5.0 and "still busy 5 s" in str(busy.value)
     with pytest.raises(RouterError) as unreadable:
-        wait_idle(lambda: metrics.requests_in_flight("# no gauges\n"), "http://rig", timeout_s=1, clock=clock,
-                  sleep=sleep)
+        wait_idle(
+            lambda: metrics.requests_in_flight("# no gauges\n"), "http://rig", timeout_s=1, clock=clock, sleep=sleep
+        )
     assert "unreadable (MetricsError" in str(unreadable.value)
 
 
@@ -179,18 +180,27 @@ def test_in_flight_reads_a_real_vllm_scrape():
 
     text = (Path(__file__).parents[1] / "fixtures" / "metrics" / "00-idle.txt").read_text()
     assert metrics.requests_in_flight(text) == 0
-    busy = text.replace('vllm:num_requests_running{engine="0",model_name="tiny"} 0.0',
-                        'vllm:num_requests_running{engine="0",model_name="tiny"} 2.0')
+    busy = text.replace(
+        'vllm:num_requests_running{engine="0",model_name="tiny"} 0.0',
+        'vllm:num_requests_running{engine="0",model_name="tiny"} 2.0',
+    )
     assert busy != text and metrics.requests_in_flight(busy) == 2
 
 
 def test_where_the_router_and_the_rigs_are_from_the_inventory():
-    hosts = {"rig1": {"data": {}, "groups": ["lab"]}, "gw": {"data": {}, "groups": ["routers"]},
-             "rig2": {"data": {}, "groups": []}}
+    hosts = {
+        "rig1": {"data": {}, "groups": ["lab"]},
+        "gw": {"data": {}, "groups": ["routers"]},
+        "rig2": {"data": {}, "groups": []},
+    }
     assert router_admin.gateways(hosts) == ["gw"]
     assert rigs_among(hosts, ["rig1", "gw", "rig2"]) == ["rig1", "rig2"]
-    rig = {"serving_profile": "cpu-lab", "serving_image": "r/x@sha256:" + "1" * 64, "serving_port": 8101,
-           "ssh_hostname": "10.0.0.5"}
+    rig = {
+        "serving_profile": "cpu-lab",
+        "serving_image": "r/x@sha256:" + "1" * 64,
+        "serving_port": 8101,
+        "ssh_hostname": "10.0.0.5",
+    }
     # the URL the router role starts the router with (rigkit.router): a loopback bind only where SSH is loopback too
     assert router_admin.rig_worker_url("rig1", {**rig, "ssh_hostname": "127.0.0.1"}) == "http://127.0.0.1:8101"
     with pytest.raises(ConfigError, match="cannot reach"):

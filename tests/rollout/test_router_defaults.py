@@ -7,16 +7,16 @@ from __future__ import annotations
 import argparse
 
 import pytest
-
 from test_rollout_run import NEW, host_data
+
 from rigkit.commands import deploy as deploy_command
+from rigkit.errors import ConfigError
 from rigkit.fleet import deploy as fleet_deploy_module
 from rigkit.fleet import pyinfra_args
-from rigkit.rollout import run as rollout
 from rigkit.rollout import rollback as rollout_rollback
-from rigkit.settings.defaults import ROUTER_VARIABLES
-from rigkit.errors import ConfigError
+from rigkit.rollout import run as rollout
 from rigkit.router import CONTROLLER_HOST, refuse_router_on_controller
+from rigkit.settings.defaults import ROUTER_VARIABLES
 from rigkit.settings.variables import resolve
 
 
@@ -43,22 +43,31 @@ def write_inventory(tmp_path, gateway: str | None = "gw", **gateway_data) -> str
 def asked(monkeypatch) -> list:
     """What the rollout and the rolling rollback were asked to run (nothing runs)."""
     runs: list = []
-    monkeypatch.setattr(rollout, "run_rollout", lambda inventory, deploy, args, hosts, names, settings, **kw:
-                        runs.append(("rollout", names, settings.canary, settings.batch)) or (0, "summary"))
-    monkeypatch.setattr(rollout_rollback, "run_rolling_rollback", lambda inventory, args, hosts, names, batch:
-                        runs.append(("rollback", names, 0, batch)) or (0, "summary"))
+    monkeypatch.setattr(
+        rollout,
+        "run_rollout",
+        lambda inventory, deploy, args, hosts, names, settings, **kw: (
+            runs.append(("rollout", names, settings.canary, settings.batch)) or (0, "summary")
+        ),
+    )
+    monkeypatch.setattr(
+        rollout_rollback,
+        "run_rolling_rollback",
+        lambda inventory, args, hosts, names, batch: runs.append(("rollback", names, 0, batch)) or (0, "summary"),
+    )
     return runs
 
 
 @pytest.mark.parametrize("deploy, run", [("deploy.py", "rollout"), ("rollback.py", "rollback")])
-def test_a_plain_deploy_behind_a_router_goes_one_rig_at_a_time_and_says_so_first(tmp_path, asked, capsys, deploy,
-                                                                                 run):
+def test_a_plain_deploy_behind_a_router_goes_one_rig_at_a_time_and_says_so_first(tmp_path, asked, capsys, deploy, run):
     inventory = write_inventory(tmp_path)
     assert deploy_command.run(deploy_args(inventory, deploy=deploy)) == 0
     assert asked == [(run, ["rig4", "rig5"], 0, 1)]
     said = " ".join(capsys.readouterr().out.split())
-    assert ("the inventory has a router (on gw): rig4, rig5 go one at a time, each out of the router until its smoke "
-            "passed (--batch 1); --all-at-once (or --batch 0) restarts them all at once") in said
+    assert (
+        "the inventory has a router (on gw): rig4, rig5 go one at a time, each out of the router until its smoke "
+        "passed (--batch 1); --all-at-once (or --batch 0) restarts them all at once"
+    ) in said
 
 
 @pytest.mark.parametrize("deploy", ["deploy.py", "rollback.py"])
@@ -82,8 +91,12 @@ def test_a_batch_asked_is_kept(tmp_path, asked):
 
 def test_a_router_that_does_not_answer_under_the_default_names_all_at_once_for_a_first_deploy(tmp_path, monkeypatch):
     def unreachable(*args, **kwargs):
-        raise ConfigError("router", "http://127.0.0.1:8300", "unreachable (ConnectionError) (the rollout drains rigs "
-                          "through it)", "check that the router runs on the gateway")
+        raise ConfigError(
+            "router",
+            "http://127.0.0.1:8300",
+            "unreachable (ConnectionError) (the rollout drains rigs through it)",
+            "check that the router runs on the gateway",
+        )
 
     monkeypatch.setattr(rollout, "run_rollout", unreachable)
     with pytest.raises(ConfigError) as refused:
@@ -96,11 +109,14 @@ def test_a_router_that_does_not_answer_under_the_default_names_all_at_once_for_a
 
 # --- the router role on the controller ---------------------------------------------------------------------------
 
+
 def test_the_router_role_on_the_controller_is_refused_unless_asked_for():
     with pytest.raises(ConfigError) as refused:
         refuse_router_on_controller(CONTROLLER_HOST, resolve(ROUTER_VARIABLES, {}))
     assert refused.value.field == "router_on_controller"
-    assert "install vllm-router, its systemd unit and files under /etc and /usr/local on this machine" in str(refused.value)
+    assert "install vllm-router, its systemd unit and files under /etc and /usr/local on this machine" in str(
+        refused.value
+    )
     assert "router_on_controller: true" in refused.value.fix
     refuse_router_on_controller(CONTROLLER_HOST, resolve(ROUTER_VARIABLES, {"router_on_controller": True}))
     refuse_router_on_controller("gw", resolve(ROUTER_VARIABLES, {}))
@@ -127,8 +143,10 @@ def test_a_rolling_run_says_the_router_host_it_leaves_and_the_run_that_deploys_i
     inventory = write_inventory(tmp_path)
     rollout.rollout_command(deploy_args(inventory))
     said = " ".join(capsys.readouterr().out.split())
-    assert (f"the router's host gw is not deployed by a rolling run (rigs only): `rigkit deploy {inventory} --limit gw`"
-            in said)
+    assert (
+        f"the router's host gw is not deployed by a rolling run (rigs only): `rigkit deploy {inventory} --limit gw`"
+        in said
+    )
     rollout.rollout_command(deploy_args(inventory, "--limit", "rig4"))  # the gateway not targeted: nothing to say
     assert "not deployed by a rolling run" not in capsys.readouterr().out
 

@@ -2,12 +2,12 @@
 
 import pytest
 
-from rigkit.serving import compose_guard
 from rigkit.cli import main as rigkit_main
+from rigkit.serving import compose_guard
 from rigkit.serving.compose_guard import runtime_reads, undeclared_variables
+from rigkit.serving.render import render_compose
 from rigkit.settings.hostdata import settings_for_host
 from rigkit.settings.profiles import load_profiles
-from rigkit.serving.render import render_compose
 
 DIGEST = "@sha256:" + "5" * 64
 
@@ -38,8 +38,13 @@ FOUR = ["LMCACHE_CHUNK_SIZE", "LMCACHE_L1_GB", "LMCACHE_L2", "LMCACHE_L2_ADAPTER
 
 
 def rendered(profile: str) -> str:
-    data = {"serving_profile": profile, "allow_incubating": True, "model": "m", "l2_enabled": True,
-            "serving_image": f"example/image{DIGEST}"}
+    data = {
+        "serving_profile": profile,
+        "allow_incubating": True,
+        "model": "m",
+        "l2_enabled": True,
+        "serving_image": f"example/image{DIGEST}",
+    }
     return render_compose(settings_for_host(data, variables=[]))
 
 
@@ -64,8 +69,12 @@ def test_cli_fails_on_the_bug_and_passes_the_fix(tmp_path, capsys):
     bad = tmp_path / "bad.yml"
     bad.write_text(REAL_RIG_BUG)
     fixed = tmp_path / "fixed.yml"
-    fixed.write_text(REAL_RIG_BUG.replace("      - HF_TOKEN=${HF_TOKEN:-}\n", "      - HF_TOKEN=${HF_TOKEN:-}\n" + "".join(
-        f"      - {name}=${{{name}:-}}\n" for name in FOUR)))
+    fixed.write_text(
+        REAL_RIG_BUG.replace(
+            "      - HF_TOKEN=${HF_TOKEN:-}\n",
+            "      - HF_TOKEN=${HF_TOKEN:-}\n" + "".join(f"      - {name}=${{{name}:-}}\n" for name in FOUR),
+        )
+    )
     assert rigkit_main(["check-compose", str(bad), str(fixed)]) == 1
     out = capsys.readouterr().out
     assert f"service vllm reads undeclared: {', '.join(FOUR)}" in out and "NAME=${NAME:-}" in out
@@ -77,11 +86,14 @@ def test_unreadable_file_exit_code(tmp_path, capsys):
     assert compose_guard.check_files([str(tmp_path / "missing.yml")]) == 2
 
 
-@pytest.mark.parametrize("text, said", [
-    ("RIGKIT_MODEL=tiny\nLMCACHE_L1_GB=30\n", "not a compose file: its top level is str"),  # an .env file
-    ("name: stack\n", "declares no services"),
-    ("services:\n  a: {image: x}\n  a: {image: y}\n", "'a' is given twice"),
-])
+@pytest.mark.parametrize(
+    "text, said",
+    [
+        ("RIGKIT_MODEL=tiny\nLMCACHE_L1_GB=30\n", "not a compose file: its top level is str"),  # an .env file
+        ("name: stack\n", "declares no services"),
+        ("services:\n  a: {image: x}\n  a: {image: y}\n", "'a' is given twice"),
+    ],
+)
 def test_a_file_that_is_not_a_compose_file_is_named_not_passed(tmp_path, capsys, text, said):
     path = tmp_path / "file"
     path.write_text(text)

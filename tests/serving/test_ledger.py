@@ -70,8 +70,10 @@ def entry(image, rendering, verdict, kind="deploy"):
 
 
 def test_old_ledger_without_renderings_still_reads_and_round_trips():
-    old = ('{"schema": 1, "releases": [{"image": "%s", "profile": "cpu-lab", "knobs_hash": "h", '
-           '"deployed_at": "2026-01-01T00:00:00+00:00", "smoke": "pass", "kind": "deploy", "note": ""}]}' % A)
+    old = (
+        '{"schema": 1, "releases": [{"image": "%s", "profile": "cpu-lab", "knobs_hash": "h", '
+        '"deployed_at": "2026-01-01T00:00:00+00:00", "smoke": "pass", "kind": "deploy", "note": ""}]}' % A
+    )
     ledger = Ledger.from_json(old)
     assert ledger.current.rendering is None
     assert Ledger.from_json(ledger.to_json()) == ledger
@@ -141,8 +143,9 @@ R4 = "4" * 64
 
 
 def test_prune_keeps_the_newest_renderings_beyond_the_always_kept_ones():
-    ledger = Ledger([entry(A, R1, SMOKE_PASS), entry(A, R2, SMOKE_PASS), entry(A, R3, SMOKE_PASS),
-                     entry(A, R4, SMOKE_PASS)])
+    ledger = Ledger(
+        [entry(A, R1, SMOKE_PASS), entry(A, R2, SMOKE_PASS), entry(A, R3, SMOKE_PASS), entry(A, R4, SMOKE_PASS)]
+    )
     # current and last known-good R4, rollback target R3; keep 3 keeps R2 too
     assert ledger.renderings_to_keep(3) == [R4, R3, R2] and ledger.renderings_to_prune(3) == [R1]
 
@@ -165,7 +168,15 @@ def test_a_release_in_one_line_and_its_time_in_utc():
 
 
 def test_the_container_env_of_a_rendering_as_compose_gives_it():
-    compose = yaml.safe_dump({"services": {SERVICE_NAME: {"image": A, "environment": [
-        "SET=${SET:-}", "UNSET=${UNSET:-}", "LITERAL=a=b", "DOLLARS=x$$y"]}}})
+    compose = yaml.safe_dump(
+        {
+            "services": {
+                SERVICE_NAME: {
+                    "image": A,
+                    "environment": ["SET=${SET:-}", "UNSET=${UNSET:-}", "LITERAL=a=b", "DOLLARS=x$$y"],
+                }
+            }
+        }
+    )
     rendering = Rendering(compose, "SET='from .env'\n")
     assert rendering.container_env() == {"SET": "from .env", "UNSET": "", "LITERAL": "a=b", "DOLLARS": "x$y"}

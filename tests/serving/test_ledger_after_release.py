@@ -14,13 +14,13 @@ from types import SimpleNamespace
 import pytest
 
 import roles.serving as serving
-from rigkit.facts.server import ExactFileText
-from rigkit.serving.commands import RELEASE_HASH_FILE, rendering_for
 from rigkit.errors import PreflightError
-from rigkit.settings.hostdata import rig_settings, settings_for_host
-from rigkit.serving.ledger import LEDGER_PATH, SMOKE_PASS, Ledger, Release, rendering_dir
+from rigkit.facts.server import ExactFileText
 from rigkit.paths import RIG_STACK_DIR
+from rigkit.serving.commands import RELEASE_HASH_FILE, rendering_for
+from rigkit.serving.ledger import LEDGER_PATH, SMOKE_PASS, Ledger, Release, rendering_dir
 from rigkit.serving.smoke import SmokeCheck, SmokeReport
+from rigkit.settings.hostdata import rig_settings, settings_for_host
 
 IMAGE_1 = "127.0.0.1:5000/rigkit/vllm-cpu-tiny@sha256:" + "1" * 64
 IMAGE_2 = "127.0.0.1:5000/rigkit/vllm-cpu-tiny@sha256:" + "2" * 64
@@ -64,9 +64,15 @@ def rig(monkeypatch):
     def install(files: dict[str, str], smoke_passes: dict[str, bool]) -> FakeRig:
         fake = FakeRig(files)
         monkeypatch.setattr(serving, "host", fake)
-        monkeypatch.setattr(serving, "smoke", lambda r, data: SmokeReport(
-            [SmokeCheck("fake", smoke_passes[r.knob("served_model_name")], "faked: needs a serving stack")]))
+        monkeypatch.setattr(
+            serving,
+            "smoke",
+            lambda r, data: SmokeReport(
+                [SmokeCheck("fake", smoke_passes[r.knob("served_model_name")], "faked: needs a serving stack")]
+            ),
+        )
         return fake
+
     return install
 
 
@@ -83,8 +89,17 @@ def stored(r) -> dict[str, str]:
 
 
 def call(r, kind="deploy", note=""):
-    serving.after_release(rendering=r, rig=rig_settings(DATA), compose="docker-compose", kind=kind, run_smoke=True,
-                          auto_rollback=True, keep_images=1, ready_timeout_s=5, note=note)
+    serving.after_release(
+        rendering=r,
+        rig=rig_settings(DATA),
+        compose="docker-compose",
+        kind=kind,
+        run_smoke=True,
+        auto_rollback=True,
+        keep_images=1,
+        ready_timeout_s=5,
+        note=note,
+    )
 
 
 def test_a_verified_release_is_stored_before_the_ledger_names_it(rig):
@@ -149,11 +164,23 @@ def test_a_release_that_never_becomes_ready_is_failed_and_rolled_back(rig, monke
     verified, broken = rendering(IMAGE_1, "tiny-a"), rendering(IMAGE_2, "tiny-b")
     smoked = []
     fake = rig({LEDGER_PATH: verified_ledger(verified), **stored(verified)}, {"tiny-a": True})
-    monkeypatch.setattr(serving, "smoke", lambda r, data: smoked.append(r.knob("served_model_name")) or SmokeReport(
-        [SmokeCheck("fake", True, "faked")]))
+    monkeypatch.setattr(
+        serving,
+        "smoke",
+        lambda r, data: smoked.append(r.knob("served_model_name")) or SmokeReport([SmokeCheck("fake", True, "faked")]),
+    )
     with pytest.raises(PreflightError, match=f"(?s)rolled back to {re.escape(IMAGE_1)} .*config.json"):
-        serving.after_release(rendering=broken, rig=rig_settings(DATA), compose="docker-compose", kind="deploy", run_smoke=True,
-                              auto_rollback=True, keep_images=1, ready_timeout_s=5, release_op=FailedRelease())
+        serving.after_release(
+            rendering=broken,
+            rig=rig_settings(DATA),
+            compose="docker-compose",
+            kind="deploy",
+            run_smoke=True,
+            auto_rollback=True,
+            keep_images=1,
+            ready_timeout_s=5,
+            release_op=FailedRelease(),
+        )
     assert smoked == ["tiny-a"]  # the release that never answered is not smoke-checked; the rollback is
     failed, rolled_back = fake.ledger().releases[-2:]
     assert (failed.image, failed.smoke, failed.rendering) == (IMAGE_2, "fail", broken.hash)
@@ -176,8 +203,11 @@ def test_a_settings_only_release_that_fails_is_rolled_back_to_the_previous_rende
     verified = rendering(IMAGE_1, "tiny-a")
     failing = rendering_for(settings_for_host({**DATA, "served_model_name": "tiny-a", "max_model_len": 4096}))
     fake = rig({LEDGER_PATH: verified_ledger(verified), **stored(verified)}, {})
-    monkeypatch.setattr(serving, "smoke", lambda r, data: SmokeReport(
-        [SmokeCheck("fake", r.hash == verified.hash, "faked: needs a serving stack")]))
+    monkeypatch.setattr(
+        serving,
+        "smoke",
+        lambda r, data: SmokeReport([SmokeCheck("fake", r.hash == verified.hash, "faked: needs a serving stack")]),
+    )
     with pytest.raises(PreflightError, match=f"rolled back to {re.escape(IMAGE_1)} \\(serving again\\)"):
         call(failing)
     assert fake.files[f"{RIG_STACK_DIR}/compose.yml"] == verified.compose

@@ -3,10 +3,10 @@ connector. Checked against real renderings of the profiles (rigkit.serving.rende
 
 import pytest
 
-from rigkit.settings.hostdata import settings_for_host
-from rigkit.serving.ledger import Rendering, parse_dotenv, release_hash, rendering_dir
 from rigkit.paths import RIG_RELEASES_DIR
+from rigkit.serving.ledger import Rendering, parse_dotenv, release_hash, rendering_dir
 from rigkit.serving.render import dotenv_line, env_values, render_compose, render_env
+from rigkit.settings.hostdata import settings_for_host
 
 CPU_IMAGE = "127.0.0.1:5000/rigkit/vllm-cpu-tiny@sha256:" + "1" * 64
 MP_IMAGE = "lmcache/vllm-openai@sha256:" + "2" * 64
@@ -17,8 +17,9 @@ def rendering_of(settings) -> Rendering:
 
 
 def cpu_lab(**knobs):
-    return settings_for_host({"serving_profile": "cpu-lab", "serving_image": CPU_IMAGE, "model": "/models/tiny",
-                              **knobs}, variables=[])
+    return settings_for_host(
+        {"serving_profile": "cpu-lab", "serving_image": CPU_IMAGE, "model": "/models/tiny", **knobs}, variables=[]
+    )
 
 
 def test_hash_is_the_release_hash_of_both_files():
@@ -43,11 +44,22 @@ def test_reads_image_labels_and_knobs_of_what_was_rendered():
     assert rendering.connector == "ExampleConnector"
 
 
-@pytest.mark.parametrize("settings", [
-    cpu_lab(hf_token="hf_it's\\a\"token"),
-    settings_for_host({"serving_profile": "lmcache-mp", "serving_image": MP_IMAGE, "model": "Qwen/Qwen3-8B",
-                       "allow_incubating": True}, variables=[]),
-], ids=["cpu-lab-quoted-token", "lmcache-mp"])
+@pytest.mark.parametrize(
+    "settings",
+    [
+        cpu_lab(hf_token="hf_it's\\a\"token"),
+        settings_for_host(
+            {
+                "serving_profile": "lmcache-mp",
+                "serving_image": MP_IMAGE,
+                "model": "Qwen/Qwen3-8B",
+                "allow_incubating": True,
+            },
+            variables=[],
+        ),
+    ],
+    ids=["cpu-lab-quoted-token", "lmcache-mp"],
+)
 def test_container_env_is_what_the_deploy_expects(settings):
     # the env the smoke checks on a restored rendering equals what a fresh deploy of it expects
     expected = dict(env_values(settings)) | dict(settings.profile.fixed_env)
@@ -55,15 +67,30 @@ def test_container_env_is_what_the_deploy_expects(settings):
 
 
 def test_dotenv_reads_back_both_quoting_forms():
-    lines = [dotenv_line("A", "plain value"), dotenv_line("B", "it's"), dotenv_line("C", 'back\\slash "q" end'),
-             dotenv_line("D", "")]
+    lines = [
+        dotenv_line("A", "plain value"),
+        dotenv_line("B", "it's"),
+        dotenv_line("C", 'back\\slash "q" end'),
+        dotenv_line("D", ""),
+    ]
     assert parse_dotenv("# comment\n" + "\n".join(lines) + "\n") == {
-        "A": "plain value", "B": "it's", "C": 'back\\slash "q" end', "D": ""}
+        "A": "plain value",
+        "B": "it's",
+        "C": 'back\\slash "q" end',
+        "D": "",
+    }
 
 
 def test_no_connector_without_a_kv_transfer_config():
-    settings = settings_for_host({"serving_profile": "prefix-only", "model": "Qwen/Qwen3-8B", "allow_incubating": True,
-                                  "serving_image": "vllm/vllm-openai@sha256:" + "3" * 64}, variables=[])
+    settings = settings_for_host(
+        {
+            "serving_profile": "prefix-only",
+            "model": "Qwen/Qwen3-8B",
+            "allow_incubating": True,
+            "serving_image": "vllm/vllm-openai@sha256:" + "3" * 64,
+        },
+        variables=[],
+    )
     assert rendering_of(settings).connector is None
 
 

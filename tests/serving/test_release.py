@@ -74,15 +74,19 @@ def test_a_release_that_never_becomes_ready_is_failed_and_rolled_back_to_the_sto
     assert target.rendering == GOOD.hash
     restored = restore(target, (GOOD.compose, GOOD.env), todays=None)
     decision = roll_back_or_refuse(failed, "deploy", True, target, restored)
-    assert decision == RollBack(target, GOOD, f"automatic: deploy of {IMAGE_2} failed; "
-                                              f"restored the verified rendering {GOOD.hash[:12]}")
+    assert decision == RollBack(
+        target, GOOD, f"automatic: deploy of {IMAGE_2} failed; restored the verified rendering {GOOD.hash[:12]}"
+    )
     after = judge_rollback(plan.ledger, failed, "deploy", decision, PASSED)
     assert kinds(after.steps) == ["StoreRendering", "WriteLedger", "RecordHash", "Refuse"]
     assert after.steps[0] == StoreRendering(GOOD) and after.steps[2] == RecordHash(GOOD.hash)
     assert after.steps[1] == WriteLedger(after.ledger.to_json())
     entries = [(r.image, r.kind, r.smoke) for r in after.ledger.releases]
-    assert entries == [(IMAGE_1, "deploy", SMOKE_PASS), (IMAGE_2, "deploy", SMOKE_FAIL),
-                       (IMAGE_1, "rollback", SMOKE_PASS)]
+    assert entries == [
+        (IMAGE_1, "deploy", SMOKE_PASS),
+        (IMAGE_2, "deploy", SMOKE_FAIL),
+        (IMAGE_1, "rollback", SMOKE_PASS),
+    ]
     refusal = after.steps[-1]
     assert refusal.image == IMAGE_2 and f"rolled back to {IMAGE_1} (serving again)" in refusal.problem
     assert failed.note in refusal.problem
@@ -126,11 +130,15 @@ def test_a_failed_smoke_is_failed_with_its_summary_after_the_note():
     assert plan.failed.note == "restored the verified rendering x; smoke FAIL: models: tiny not listed"
 
 
-@pytest.mark.parametrize("auto_rollback,ledger,restored,why", [
-    (False, verified(GOOD), None, "serving_auto_rollback is off"),
-    (True, Ledger(), None, "no known-good release other than this one in the ledger"),
-    (True, verified(GOOD), "unrenderable", f"{IMAGE_1} has no stored rendering and cannot be rendered"),
-], ids=["auto-rollback-off", "no-known-good", "nothing-to-restore"])
+@pytest.mark.parametrize(
+    "auto_rollback,ledger,restored,why",
+    [
+        (False, verified(GOOD), None, "serving_auto_rollback is off"),
+        (True, Ledger(), None, "no known-good release other than this one in the ledger"),
+        (True, verified(GOOD), "unrenderable", f"{IMAGE_1} has no stored rendering and cannot be rendered"),
+    ],
+    ids=["auto-rollback-off", "no-known-good", "nothing-to-restore"],
+)
 def test_a_failed_release_that_cannot_be_rolled_back_is_refused_saying_why(auto_rollback, ledger, restored, why):
     plan = judge_release(ledger, BROKEN, "deploy", "", SMOKE_FAILED, keep_images=1)
     target = rollback_target(plan, auto_rollback)
@@ -145,8 +153,9 @@ def test_a_failed_release_that_cannot_be_rolled_back_is_refused_saying_why(auto_
 def test_restore_prefers_the_stored_rendering_and_says_why_when_it_cannot():
     target = Release(image=IMAGE_1, profile="cpu-lab", knobs_hash=GOOD.knobs_hash, rendering=GOOD.hash)
     todays = rendering(IMAGE_1, "tiny-today")
-    assert restore(target, (GOOD.compose, GOOD.env), todays) == Restore(GOOD, "restored the verified rendering "
-                                                                             + GOOD.hash[:12])
+    assert restore(target, (GOOD.compose, GOOD.env), todays) == Restore(
+        GOOD, "restored the verified rendering " + GOOD.hash[:12]
+    )
     cases = [  # the ledger's rendering hash, the stored texts, why they are not restored
         (GOOD.hash, None, "stored rendering missing"),
         (GOOD.hash, (GOOD.compose, GOOD.env + "# edited\n"), "stored rendering damaged (its files hash to "),
@@ -158,8 +167,10 @@ def test_restore_prefers_the_stored_rendering_and_says_why_when_it_cannot():
         assert restored.note.startswith(f"re-rendered with today's data: {why}")
         assert why in restored.warning and "may differ from what was verified" in restored.warning
     no_hash = Release(image=IMAGE_1, profile="cpu-lab", knobs_hash="", rendering=None)
-    assert restore(no_hash, (GOOD.compose, GOOD.env), todays).note == "re-rendered with today's data: " \
-                                                                        "stored rendering missing"
+    assert (
+        restore(no_hash, (GOOD.compose, GOOD.env), todays).note == "re-rendered with today's data: "
+        "stored rendering missing"
+    )
 
 
 def test_a_rollback_that_fails_too_is_recorded_and_refused_without_a_hash():
@@ -187,8 +198,10 @@ def test_a_rollback_whose_smoke_fails_is_recorded_and_serving_but_not_stored_as_
 
 # A release that changes only settings on the same image: the rollback goes to the previous rendering of that
 # image, chosen by release (rendering), never by image (issue 29: no other test of a failed release keeps the image).
-SETTINGS_ONLY = {"max-model-len": {"max_model_len": 4096},
-                 "extra-engine-args": {"extra_engine_args": ["--enable-chunked-prefill"]}}
+SETTINGS_ONLY = {
+    "max-model-len": {"max_model_len": 4096},
+    "extra-engine-args": {"extra_engine_args": ["--enable-chunked-prefill"]},
+}
 
 
 @pytest.mark.parametrize("earlier", [(), (IMAGE_2,)], ids=["only-this-image", "an-older-image-before-it"])
@@ -197,22 +210,33 @@ def test_a_settings_only_release_that_fails_is_rolled_back_to_the_previous_rende
     previous = rendering(IMAGE_1, "tiny")
     changed = rendering_for(settings_for_host({**DATA, "served_model_name": "tiny", **settings}))
     assert changed.image == previous.image == IMAGE_1 and changed.hash != previous.hash
-    plan = judge_release(verified(*[rendering(image, "tiny-old") for image in earlier], previous), changed, "deploy",
-                         "", SMOKE_FAILED, keep_images=1)
+    plan = judge_release(
+        verified(*[rendering(image, "tiny-old") for image in earlier], previous),
+        changed,
+        "deploy",
+        "",
+        SMOKE_FAILED,
+        keep_images=1,
+    )
     target = rollback_target(plan, auto_rollback=True)
     # by image, this is None (refused: "no known-good release other than this one") or the older image
     assert target is not None and (target.image, target.rendering) == (IMAGE_1, previous.hash)
     restored = restore(target, (previous.compose, previous.env), todays=changed)
     decision = roll_back_or_refuse(plan.failed, "deploy", True, target, restored)
-    assert decision == RollBack(target, previous, f"automatic: deploy of {IMAGE_1} failed; "
-                                                  f"restored the verified rendering {previous.hash[:12]}")
+    assert decision == RollBack(
+        target, previous, f"automatic: deploy of {IMAGE_1} failed; restored the verified rendering {previous.hash[:12]}"
+    )
     after = judge_rollback(plan.ledger, plan.failed, "deploy", decision, PASSED)
     assert [(r.image, r.rendering, r.smoke) for r in after.ledger.releases[-3:]] == [
-        (IMAGE_1, previous.hash, SMOKE_PASS), (IMAGE_1, changed.hash, SMOKE_FAIL), (IMAGE_1, previous.hash, SMOKE_PASS)]
+        (IMAGE_1, previous.hash, SMOKE_PASS),
+        (IMAGE_1, changed.hash, SMOKE_FAIL),
+        (IMAGE_1, previous.hash, SMOKE_PASS),
+    ]
     assert after.steps[-2] == RecordHash(previous.hash)
 
 
 # --- what the mutation check (bench/mutation.py) found no test holding ---------------------------------------
+
 
 def test_without_auto_rollback_a_failed_release_has_no_rollback_target():
     plan = judge_release(verified(GOOD), BROKEN, "deploy", "", SMOKE_FAILED, keep_images=1)
@@ -229,7 +253,12 @@ def test_a_release_entry_names_its_rendering_profile_and_knobs_and_a_never_ready
     plan = judge_release(Ledger(), GOOD, "rollback", "restored x", never_ready(["died"]), keep_images=1)
     entry = plan.ledger.current
     assert (entry.image, entry.profile, entry.knobs_hash, entry.rendering, entry.kind) == (
-        IMAGE_1, "cpu-lab", GOOD.knobs_hash, GOOD.hash, "rollback")
+        IMAGE_1,
+        "cpu-lab",
+        GOOD.knobs_hash,
+        GOOD.hash,
+        "rollback",
+    )
     assert entry.note == "restored x; release never became ready: died"
     assert never_ready(["died"]).ready is False
 
@@ -242,8 +271,10 @@ def test_a_refusal_without_a_target_is_a_refusal_whatever_was_restored():
 
 def test_restore_warns_in_full_when_it_re_renders():
     target = Release(image=IMAGE_1, profile="cpu-lab", knobs_hash=GOOD.knobs_hash, rendering=GOOD.hash)
-    assert restore(target, None, GOOD).warning == (f"rollback to {IMAGE_1}: stored rendering missing; re-rendering "
-                                                   "it with today's data, which may differ from what was verified")
+    assert restore(target, None, GOOD).warning == (
+        f"rollback to {IMAGE_1}: stored rendering missing; re-rendering "
+        "it with today's data, which may differ from what was verified"
+    )
 
 
 def test_an_automatic_rollback_leaves_the_input_ledger_and_says_what_it_refuses_with():

@@ -10,31 +10,47 @@ from pathlib import Path
 
 import pytest
 import yaml
+from engine_argv import SHIM, free_port, run_entrypoint, start_entrypoint
 
 from rigkit.errors import ConfigError, PreflightError
-from engine_argv import SHIM, free_port, run_entrypoint, start_entrypoint
+from rigkit.paths import PROFILES_FILE
+from rigkit.serving.commands import rendering_for
+from rigkit.serving.render import (
+    L2_CONTAINER_PATH,
+    compose_argv,
+    detect_compose_command,
+    dotenv_line,
+    env_values,
+    render_compose,
+    render_env,
+)
 from rigkit.settings.hostdata import settings_for_host
 from rigkit.settings.knobs import KNOBS_BY_NAME
-from rigkit.paths import PROFILES_FILE
 from rigkit.settings.profiles import ab_pair, load_profiles, parse_profiles
-from rigkit.serving.commands import rendering_for
-from rigkit.serving.render import (L2_CONTAINER_PATH, compose_argv, detect_compose_command, dotenv_line, env_values,
-                           render_compose, render_env)
 
-IMAGES = {"cpu-lab": "127.0.0.1:5000/rigkit/vllm-cpu-tiny@sha256:" + "1" * 64,
-          "lmcache-mp": "lmcache/vllm-openai@sha256:" + "2" * 64,
-          "lmcache-mp-baseline": "lmcache/vllm-openai@sha256:" + "2" * 64,
-          "native-offload": "vllm/vllm-openai@sha256:" + "3" * 64,
-          "prefix-only": "vllm/vllm-openai@sha256:" + "3" * 64,
-          "native-tiered": "vllm/vllm-openai@sha256:" + "4" * 64,
-          "native-tiered-baseline": "vllm/vllm-openai@sha256:" + "4" * 64}
+IMAGES = {
+    "cpu-lab": "127.0.0.1:5000/rigkit/vllm-cpu-tiny@sha256:" + "1" * 64,
+    "lmcache-mp": "lmcache/vllm-openai@sha256:" + "2" * 64,
+    "lmcache-mp-baseline": "lmcache/vllm-openai@sha256:" + "2" * 64,
+    "native-offload": "vllm/vllm-openai@sha256:" + "3" * 64,
+    "prefix-only": "vllm/vllm-openai@sha256:" + "3" * 64,
+    "native-tiered": "vllm/vllm-openai@sha256:" + "4" * 64,
+    "native-tiered-baseline": "vllm/vllm-openai@sha256:" + "4" * 64,
+}
 DOCKER_COMPOSE = shutil.which("docker-compose")
-needs_compose = pytest.mark.skipif(DOCKER_COMPOSE is None, reason="docker-compose not installed (bin/setup installs it)")
+needs_compose = pytest.mark.skipif(
+    DOCKER_COMPOSE is None, reason="docker-compose not installed (bin/setup installs it)"
+)
 
 
 def data_for(profile: str, **knobs) -> dict:
-    return {"serving_profile": profile, "serving_image": IMAGES[profile], "allow_incubating": True,
-            "model": "/models/tiny" if profile == "cpu-lab" else "Qwen/Qwen3-8B", **knobs}
+    return {
+        "serving_profile": profile,
+        "serving_image": IMAGES[profile],
+        "allow_incubating": True,
+        "model": "/models/tiny" if profile == "cpu-lab" else "Qwen/Qwen3-8B",
+        **knobs,
+    }
 
 
 def settings(profile: str, **knobs):
@@ -51,8 +67,14 @@ def write_stack(directory: Path, s) -> Path:
 def compose_config(compose: Path) -> dict:
     """What docker-compose itself reads from the rendered files (no host env leaking in)."""
     env = {key: value for key, value in os.environ.items() if key in ("PATH", "HOME", "LANG")}
-    result = subprocess.run([DOCKER_COMPOSE, "-f", str(compose), "config"], cwd=compose.parent, env=env,
-                            capture_output=True, text=True, timeout=60)
+    result = subprocess.run(
+        [DOCKER_COMPOSE, "-f", str(compose), "config"],
+        cwd=compose.parent,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert result.returncode == 0, result.stderr
     service = yaml.safe_load(result.stdout)["services"]["serving"]
     # `config` prints a compose file again, so it escapes every `$` in a value as `$$`
@@ -78,8 +100,11 @@ def test_rendered_compose_shape(profile_name):
     assert service["network_mode"] == "host" and service["ipc"] == "host" and service["init"] is True
     assert service["mem_limit"] == service["memswap_limit"] == f"{s.knobs['mem_limit_gb']}g"
     assert "shm_size" not in service  # ipc: host: the container's /dev/shm is the rig's (Docker ignores shm_size)
-    assert service["labels"] == {"org.rigkit.stack": "serving", "org.rigkit.profile": profile_name,
-                                 "org.rigkit.knobs-hash": s.knobs_hash}
+    assert service["labels"] == {
+        "org.rigkit.stack": "serving",
+        "org.rigkit.profile": profile_name,
+        "org.rigkit.knobs-hash": s.knobs_hash,
+    }
     assert service["restart"] == s.knobs["restart_policy"]
     declared = {line.split("=", 1)[0] for line in service["environment"]}
     assert set(env_values(s)) <= declared
@@ -109,8 +134,9 @@ def test_bind_address_defaults_to_loopback_and_knob_changes_it():
 def test_l2_mount_follows_the_knob_for_optional_profiles():
     assert "volumes" not in rendered(settings("lmcache-mp"))["services"]["serving"]
     s = settings("lmcache-mp", l2_enabled=True, l2_path="/mnt/nvme-kv")
-    assert rendered(s)["services"]["serving"]["volumes"] == [{"type": "bind", "source": "/mnt/nvme-kv",
-                                                               "target": "/kv-store"}]
+    assert rendered(s)["services"]["serving"]["volumes"] == [
+        {"type": "bind", "source": "/mnt/nvme-kv", "target": "/kv-store"}
+    ]
     assert env_values(s)["LMCACHE_L2_ADAPTER"] == '{"type":"fs","base_path":"/kv-store"}'
 
 
@@ -152,7 +178,7 @@ def test_every_profile_passes_docker_compose_config(tmp_path, profile_name):
 
 ROUND_TRIP = {
     "served_model_name": "my model # not a comment",
-    "hf_token": "hf_it's \"quoted\" \\ back",
+    "hf_token": 'hf_it\'s "quoted" \\ back',
     "model": "/models/$tiny$$ and $HOME",
     "l2_adapter_json": '{"type": "fs", "base_path": "/kv-store/a b", "note": "50% #1"}',
 }
@@ -176,7 +202,7 @@ def test_shell_env_does_not_leak_into_a_clean_config(tmp_path):
 def test_dotenv_line_quoting():
     assert dotenv_line("A", "x y") == "A='x y'"
     assert dotenv_line("A", "it's") == 'A="it\'s"'
-    assert dotenv_line("A", 'a\\b"c\'') == 'A="a\\\\b\\"c\'"'
+    assert dotenv_line("A", "a\\b\"c'") == 'A="a\\\\b\\"c\'"'
     for bad in ("${HOME}", "a\nb", "it's $5"):
         with pytest.raises(ConfigError) as caught:
             dotenv_line("A", bad, "model")
@@ -211,7 +237,8 @@ def test_cpu_lab_entrypoint_launches_what_the_knobs_say(tmp_path):
     assert option(argv, "--host") == "127.0.0.1" and option(argv, "--max-model-len") == "8192"
     assert option(argv, "--num-gpu-blocks-override") == "72"
     assert json.loads(option(argv, "--kv-transfer-config"))["kv_connector_extra_config"] == {
-        "shared_storage_path": "/kv-store"}
+        "shared_storage_path": "/kv-store"
+    }
 
 
 def test_unset_optional_engine_args_are_left_out(tmp_path):
@@ -224,8 +251,12 @@ def test_unset_optional_engine_args_are_left_out(tmp_path):
 @pytest.mark.parametrize("l2", [False, True])
 def test_lmcache_server_gets_the_knobs(tmp_path, l2):
     port = free_port()
-    argvs = run_entrypoint(tmp_path, settings("lmcache-mp", l1_size_gb=60, chunk_size=1584, l2_enabled=l2,
-                                              lmcache_port=6555, lmcache_http_port=port))
+    argvs = run_entrypoint(
+        tmp_path,
+        settings(
+            "lmcache-mp", l1_size_gb=60, chunk_size=1584, l2_enabled=l2, lmcache_port=6555, lmcache_http_port=port
+        ),
+    )
     server = argvs["lmcache"]
     assert server[0] == "server" and option(server, "--l1-size-gb") == "60"
     assert option(server, "--port") == "6555" and option(server, "--http-port") == str(port)
@@ -239,14 +270,14 @@ def test_lmcache_server_gets_the_knobs(tmp_path, l2):
 
 UNICODE_ROUND_TRIP = {
     "served_model_name": "line\u2028para\u2029next\x85feed\x0cvt\x0bfs\x1cend",
-    "model": "/models/\U0001F600 caf\u00e9 \u00a0nbsp",
-    "l2_adapter_json": '{"path": "/kv/\U0001F600\u2028"}',
+    "model": "/models/\U0001f600 caf\u00e9 \u00a0nbsp",
+    "l2_adapter_json": '{"path": "/kv/\U0001f600\u2028"}',
 }
 
 
 @needs_compose
 def test_unicode_values_and_paths_read_back_exactly_by_docker_compose(tmp_path):
-    path = "/mnt/kv-\U0001F600-caf\u00e9"
+    path = "/mnt/kv-\U0001f600-caf\u00e9"
     s = settings("lmcache-mp", l2_enabled=True, l2_path=path, **UNICODE_ROUND_TRIP)
     compose = render_compose(s)
     assert "\\ud83d" not in compose  # no surrogate-pair escapes: PyYAML reads them back as two broken characters
@@ -274,7 +305,9 @@ def test_every_profile_turns_usage_reporting_off(profile):
 
 
 def test_a_profile_cannot_turn_telemetry_back_on():
-    text = PROFILES_FILE.read_text().replace('fixed_env: {HF_HUB_OFFLINE: "1"', 'fixed_env: {DO_NOT_TRACK: "0", HF_HUB_OFFLINE: "1"')
+    text = PROFILES_FILE.read_text().replace(
+        'fixed_env: {HF_HUB_OFFLINE: "1"', 'fixed_env: {DO_NOT_TRACK: "0", HF_HUB_OFFLINE: "1"'
+    )
     with pytest.raises(ConfigError) as caught:
         parse_profiles(text)
     assert "profiles.cpu-lab.fixed_env" in caught.value.field and "DO_NOT_TRACK" in caught.value.problem
@@ -307,12 +340,20 @@ def test_native_tiered_writes_its_disk_tier_on_the_l2_mount_with_a_fixed_hash_se
     s = settings("native-tiered", l1_size_gb=2)
     service = rendered(s)["services"]["serving"]
     config = json.loads(re.search(r"--kv-transfer-config '(.*)'", service["command"][0]).group(1))
-    assert config == {"kv_connector": "OffloadingConnector", "kv_role": "kv_both",
-                      "kv_connector_extra_config": {"spec_name": "TieringOffloadingSpec", "cpu_bytes_to_use": 2 * 2**30,
-                                                    "secondary_tiers": [{"type": "fs", "root_dir": "/kv-store"}]}}
+    assert config == {
+        "kv_connector": "OffloadingConnector",
+        "kv_role": "kv_both",
+        "kv_connector_extra_config": {
+            "spec_name": "TieringOffloadingSpec",
+            "cpu_bytes_to_use": 2 * 2**30,
+            "secondary_tiers": [{"type": "fs", "root_dir": "/kv-store"}],
+        },
+    }
     # the seed is the kv_hash_seed knob, declared once (fleet-wide), read from .env like every knob
     assert rendering_for(s).container_env()["PYTHONHASHSEED"] == "0"
-    assert rendering_for(settings("native-tiered", l1_size_gb=2, kv_hash_seed=7)).container_env()["PYTHONHASHSEED"] == "7"
+    assert (
+        rendering_for(settings("native-tiered", l1_size_gb=2, kv_hash_seed=7)).container_env()["PYTHONHASHSEED"] == "7"
+    )
     assert service["volumes"] == [{"type": "bind", "source": s.knobs["l2_path"], "target": "/kv-store"}]
     assert s.profile.connector.l2_needs_janitor and s.l2_active
     baseline = rendered(settings("native-tiered-baseline", l1_size_gb=2))["services"]["serving"]
@@ -326,13 +367,17 @@ def test_lmcache_fs_l2_renders_no_checksum_option_and_the_card_setup_says_so():
     says the L2 files are unguarded instead; stacks without an LMCache fs L2 say nothing."""
     import json as _json
 
+    from rigkit.serving.render import FS_L2_INTEGRITY, default_l2_adapter, l2_integrity
+    from rigkit.settings.hostdata import settings_for_host as _settings
     from rigkit.validation.card import RigCard
     from rigkit.validation.card.rig import render_rig_markdown
-    from rigkit.settings.hostdata import settings_for_host as _settings
-    from rigkit.serving.render import FS_L2_INTEGRITY, default_l2_adapter, l2_integrity
 
-    base = {"serving_profile": "lmcache-mp", "allow_incubating": True, "model": "m",
-            "serving_image": "lmcache/vllm-openai@sha256:" + "3" * 64}
+    base = {
+        "serving_profile": "lmcache-mp",
+        "allow_incubating": True,
+        "model": "m",
+        "serving_image": "lmcache/vllm-openai@sha256:" + "3" * 64,
+    }
     assert _json.loads(default_l2_adapter()) == {"type": "fs", "base_path": "/kv-store"}
     with_l2 = _settings({**base, "l2_enabled": True})
     assert l2_integrity(with_l2) == FS_L2_INTEGRITY and "no checksum" in FS_L2_INTEGRITY

@@ -10,10 +10,9 @@ import pytest
 from pyinfra.api import Config, Inventory, State
 from pyinfra.context import ctx_host, ctx_state
 
-from rigkit.settings.defaults import KV_STORE_GROUP, ROUTER_GROUP
 from rigkit.fleet.inventory import is_service_host, rigs_among
 from rigkit.paths import REPO_ROOT
-
+from rigkit.settings.defaults import KV_STORE_GROUP, ROUTER_GROUP
 
 IMAGE_REPO = "127.0.0.1:5000/rigkit/vllm-cpu-tiny"
 

@@ -2,8 +2,7 @@
 
 import subprocess
 
-from rigkit.serving.commands import l2_on_disk_command, release_commands
-from rigkit.serving.commands import shm_cleanup_command, l2_on_disk_command, release_commands
+from rigkit.serving.commands import l2_on_disk_command, release_commands, shm_cleanup_command
 
 
 def run(command: str) -> subprocess.CompletedProcess:

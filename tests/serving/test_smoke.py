@@ -6,36 +6,53 @@ import re
 from pathlib import Path
 
 import pytest
-
 from fake_openai import FakeOpenAI
-from rigkit.validation.metrics import parse_families
-from rigkit.serving.smoke import (MIN_STREAM_CHUNKS, PREFIX_CACHE_COUNTERS, SmokeCheck, SmokeReport, check_container,
-                          check_http, parse_env_output)
 
-INSPECT = json.dumps([{"Config": {
-    "Entrypoint": ["bash", "-c"],
-    "Cmd": ["lmcache server --l1-size-gb $${LMCACHE_L1_GB} & exec vllm serve m "
-            "--kv-transfer-config '{\"kv_connector\":\"LMCacheMPConnector\"}'"],
-}}])
+from rigkit.serving.smoke import (
+    MIN_STREAM_CHUNKS,
+    PREFIX_CACHE_COUNTERS,
+    SmokeCheck,
+    SmokeReport,
+    check_container,
+    check_http,
+    parse_env_output,
+)
+from rigkit.validation.metrics import parse_families
+
+INSPECT = json.dumps(
+    [
+        {
+            "Config": {
+                "Entrypoint": ["bash", "-c"],
+                "Cmd": [
+                    "lmcache server --l1-size-gb $${LMCACHE_L1_GB} & exec vllm serve m "
+                    '--kv-transfer-config \'{"kv_connector":"LMCacheMPConnector"}\''
+                ],
+            }
+        }
+    ]
+)
 
 
 def test_env_output_parses_values_with_equals_signs():
-    env = parse_env_output("A=1\nJSON={\"a\":\"b=c\"}\nNOEQUALS\n")
+    env = parse_env_output('A=1\nJSON={"a":"b=c"}\nNOEQUALS\n')
     assert env == {"A": "1", "JSON": '{"a":"b=c"}'}
 
 
 def test_knob_missing_from_container_fails_with_both_values():
-    checks = check_container("LMCACHE_L1_GB=30\n", INSPECT,
-                             {"LMCACHE_L1_GB": "30", "LMCACHE_L2": "1"}, [])
+    checks = check_container("LMCACHE_L1_GB=30\n", INSPECT, {"LMCACHE_L1_GB": "30", "LMCACHE_L2": "1"}, [])
     env_check = checks[0]
     assert not env_check.ok
     assert "LMCACHE_L2='1' got None" in env_check.detail
 
 
 def test_matching_env_and_connector_pass():
-    checks = check_container("LMCACHE_L1_GB=30\nLMCACHE_L2=1\n", INSPECT,
-                             {"LMCACHE_L1_GB": "30", "LMCACHE_L2": "1"},
-                             ["LMCacheMPConnector", "lmcache server"])
+    checks = check_container(
+        "LMCACHE_L1_GB=30\nLMCACHE_L2=1\n",
+        INSPECT,
+        {"LMCACHE_L1_GB": "30", "LMCACHE_L2": "1"},
+        ["LMCacheMPConnector", "lmcache server"],
+    )
     assert all(c.ok for c in checks), checks
 
 

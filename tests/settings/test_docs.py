@@ -36,7 +36,9 @@ def test_every_knob_is_documented():
 
 def test_readme_stays_short():
     lines = README.read_text().count("\n")
-    assert lines <= README_MAX_LINES, f"README.md has {lines} lines (at most {README_MAX_LINES}): move the detail into docs/"
+    assert lines <= README_MAX_LINES, (
+        f"README.md has {lines} lines (at most {README_MAX_LINES}): move the detail into docs/"
+    )
 
 
 def anchor(heading: str) -> str:

@@ -13,22 +13,35 @@ from rigkit.settings.hostdata import settings_for_host
 from rigkit.settings.knobs import ENGINE_FLAGS, HASHED_ONLY_WHEN_SET, KNOBS_BY_NAME
 from rigkit.settings.profiles import ab_pair, load_profiles
 
-IMAGES = {"cpu-lab": "127.0.0.1:5000/rigkit/vllm-cpu-tiny@sha256:" + "1" * 64,
-          "lmcache-mp": "lmcache/vllm-openai@sha256:" + "2" * 64,
-          "native-offload": "vllm/vllm-openai@sha256:" + "3" * 64}
+IMAGES = {
+    "cpu-lab": "127.0.0.1:5000/rigkit/vllm-cpu-tiny@sha256:" + "1" * 64,
+    "lmcache-mp": "lmcache/vllm-openai@sha256:" + "2" * 64,
+    "native-offload": "vllm/vllm-openai@sha256:" + "3" * 64,
+}
 # A value bash, compose and YAML would each mangle if it were pasted in: spaces, both quotes, `$`, `${`, `;`, `\`,
 # and a command substitution that leaves a file behind if bash ever runs it.
 HOSTILE_ARG = """--override-generation-config={"stop": ["it's $HOME; ${PATH} \\"q\\" $(touch injected) `x`"]}"""
-EVERY_ENGINE_SETTING = {"speculative_config": {"method": "mtp", "num_speculative_tokens": 3},
-                        "kv_cache_dtype": "int8_per_token_head", "gpu_memory_utilization": 0.92,
-                        "max_num_seqs": 8, "mamba_cache_mode": "align", "quantization": "fp8",
-                        "trust_remote_code": True, "max_num_batched_tokens": 1584, "max_model_len": 262144,
-                        "extra_engine_args": ["--enable-chunked-prefill", HOSTILE_ARG]}
+EVERY_ENGINE_SETTING = {
+    "speculative_config": {"method": "mtp", "num_speculative_tokens": 3},
+    "kv_cache_dtype": "int8_per_token_head",
+    "gpu_memory_utilization": 0.92,
+    "max_num_seqs": 8,
+    "mamba_cache_mode": "align",
+    "quantization": "fp8",
+    "trust_remote_code": True,
+    "max_num_batched_tokens": 1584,
+    "max_model_len": 262144,
+    "extra_engine_args": ["--enable-chunked-prefill", HOSTILE_ARG],
+}
 
 
 def settings(profile: str, **knobs):
-    data = {"serving_profile": profile, "serving_image": IMAGES.get(profile, IMAGES["lmcache-mp"]),
-            "allow_incubating": True, "model": "/models/tiny" if profile == "cpu-lab" else "Qwen/Qwen3-8B"}
+    data = {
+        "serving_profile": profile,
+        "serving_image": IMAGES.get(profile, IMAGES["lmcache-mp"]),
+        "allow_incubating": True,
+        "model": "/models/tiny" if profile == "cpu-lab" else "Qwen/Qwen3-8B",
+    }
     return settings_for_host({**data, **knobs}, variables=[])
 
 
@@ -74,14 +87,21 @@ def test_engine_knobs_left_unset_change_no_rendering_and_no_knobs_hash(profile):
 
 def test_a_cpu_lab_rig_keeps_the_knobs_hash_it_was_deployed_with():
     # recorded by tests/roles/serving/cpu-lab-fresh.json before the engine knobs existed
-    recorded = settings_for_host({"serving_profile": "cpu-lab", "serving_port": 8101, "num_gpu_blocks_override": 72,
-                                  "serving_image": "127.0.0.1:5000/rigkit/vllm-cpu-tiny@sha256:" + "3f" * 32,
-                                  "gpus": 0})
+    recorded = settings_for_host(
+        {
+            "serving_profile": "cpu-lab",
+            "serving_port": 8101,
+            "num_gpu_blocks_override": 72,
+            "serving_image": "127.0.0.1:5000/rigkit/vllm-cpu-tiny@sha256:" + "3f" * 32,
+            "gpus": 0,
+        }
+    )
     assert recorded.knobs_hash == "956cc1a7ea596131"
 
 
-@pytest.mark.parametrize("name, value", [(name, value) for name, value in EVERY_ENGINE_SETTING.items()
-                                         if name in HASHED_ONLY_WHEN_SET])
+@pytest.mark.parametrize(
+    "name, value", [(name, value) for name, value in EVERY_ENGINE_SETTING.items() if name in HASHED_ONLY_WHEN_SET]
+)
 def test_each_engine_knob_set_changes_the_knobs_hash(name, value):
     assert settings("native-offload", **{name: value}).knobs_hash != settings("native-offload").knobs_hash
 
@@ -96,8 +116,10 @@ def test_the_ab_baseline_keeps_every_engine_setting_and_drops_only_the_connector
     (tmp_path / "off").mkdir()
     on_flags = flags(launched_argv(tmp_path / "on", on, programs=("vllm",))["vllm"][2:])
     off_flags = flags(launched_argv(tmp_path / "off", off, programs=("vllm",))["vllm"][2:])
-    assert json.loads(on_flags.pop("--kv-transfer-config"))["kv_connector"] == with_connector.connector.kv_transfer_config[
-        "kv_connector"]
+    assert (
+        json.loads(on_flags.pop("--kv-transfer-config"))["kv_connector"]
+        == with_connector.connector.kv_transfer_config["kv_connector"]
+    )
     assert on_flags == off_flags
     assert off_flags["--kv-cache-dtype"] == "int8_per_token_head" and off_flags["--trust-remote-code"] is True
     assert off_flags["--override-generation-config"] == HOSTILE_ARG.split("=", 1)[1]
@@ -133,9 +155,15 @@ def test_a_bad_engine_value_is_refused_naming_the_field_the_value_and_the_fix(na
     assert fix_or_problem in f"{error.problem} {error.fix}"
 
 
-@pytest.mark.parametrize("arg, flag", [("--max_model_len=8192", "--max-model-len"),
-                                       ("--tensor-parallel-size", "--tensor-parallel-size"),
-                                       ("-tp", "--tensor-parallel-size"), ("--port", "--port")])
+@pytest.mark.parametrize(
+    "arg, flag",
+    [
+        ("--max_model_len=8192", "--max-model-len"),
+        ("--tensor-parallel-size", "--tensor-parallel-size"),
+        ("-tp", "--tensor-parallel-size"),
+        ("--port", "--port"),
+    ],
+)
 def test_an_extra_argument_setting_a_flag_the_profile_renders_is_refused(arg, flag):
     with pytest.raises(ConfigError) as caught:
         settings("native-offload", extra_engine_args=[arg, "2"])
@@ -152,10 +180,15 @@ def test_an_extra_kv_transfer_config_is_refused_even_on_a_baseline(profile):
 
 def test_the_gpu_gate_rises_to_the_memory_vllm_will_ask_for():
     # two GPUs held at 85 % free by another process: enough for rigkit's 80 % gate, not for vLLM at 0.92
-    facts = HostFacts(meminfo={"MemAvailable": 2000 * 10**9, "MemTotal": 2000 * 10**9},
-                      gpu_memory_csv="0, 85000, 100000\n1, 85000, 100000\n", l2_free_bytes=900 * 10**9,
-                      has_engine=True, compose_command="docker compose", image_present=True,
-                      host_shm_bytes=128 * 2**30)
+    facts = HostFacts(
+        meminfo={"MemAvailable": 2000 * 10**9, "MemTotal": 2000 * 10**9},
+        gpu_memory_csv="0, 85000, 100000\n1, 85000, 100000\n",
+        l2_free_bytes=900 * 10**9,
+        has_engine=True,
+        compose_command="docker compose",
+        image_present=True,
+        host_shm_bytes=128 * 2**30,
+    )
 
     def gpu_refusals(**knobs):
         return [f for f in refusals(preflight(settings("native-offload", **knobs), facts)) if f.check == "gpu"]

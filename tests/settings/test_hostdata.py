@@ -9,10 +9,21 @@ from rigkit.settings.variables import Variable
 
 LAB_IMAGE = "127.0.0.1:5000/rigkit/vllm-cpu-tiny@sha256:" + "1" * 64
 LMCACHE_IMAGE = "lmcache/vllm-openai@sha256:" + "2" * 64
-CPU_LAB = {"serving_profile": "cpu-lab", "serving_image": LAB_IMAGE, "serving_port": 8101,
-           "ssh_hostname": "127.0.0.1", "ssh_port": 2201, "_sudo": False}
-LMCACHE = {"serving_profile": "lmcache-mp", "allow_incubating": True, "serving_image": LMCACHE_IMAGE,
-           "model": "Qwen/Qwen3-8B", "gpu_mask": "0,1"}
+CPU_LAB = {
+    "serving_profile": "cpu-lab",
+    "serving_image": LAB_IMAGE,
+    "serving_port": 8101,
+    "ssh_hostname": "127.0.0.1",
+    "ssh_port": 2201,
+    "_sudo": False,
+}
+LMCACHE = {
+    "serving_profile": "lmcache-mp",
+    "allow_incubating": True,
+    "serving_image": LMCACHE_IMAGE,
+    "model": "Qwen/Qwen3-8B",
+    "gpu_mask": "0,1",
+}
 NO_ROLES: list = []
 
 
@@ -143,12 +154,22 @@ def test_mem_limit_below_l1_plus_model_refused():
 
 def test_gpu_mask_smaller_than_the_profile_needs():
     from rigkit.settings.profiles import load_profiles
+
     profiles = load_profiles()
     bigger = profiles["native-offload"].model_copy(
-        update={"resources": profiles["native-offload"].resources.model_copy(update={"gpus": 2})})
+        update={"resources": profiles["native-offload"].resources.model_copy(update={"gpus": 2})}
+    )
     with pytest.raises(ConfigError) as caught:
-        settings_for_host({"serving_profile": "native-offload", "serving_image": "vllm/vllm-openai@sha256:" + "4" * 64,
-                           "model": "m", "gpu_mask": "0"}, profiles={"native-offload": bigger}, variables=NO_ROLES)
+        settings_for_host(
+            {
+                "serving_profile": "native-offload",
+                "serving_image": "vllm/vllm-openai@sha256:" + "4" * 64,
+                "model": "m",
+                "gpu_mask": "0",
+            },
+            profiles={"native-offload": bigger},
+            variables=NO_ROLES,
+        )
     assert caught.value.field == "gpu_mask"
 
 
@@ -157,9 +178,18 @@ def test_model_required_when_the_profile_has_none():
     assert refused(data).field == "model"
 
 
-@pytest.mark.parametrize("field, value", [("model", ("Qwen/Qwen3-8B",)), ("l1_size_gb", None), ("serving_port", None),
-                                          ("l1_size_gb", 60.7), ("l2_budget_gb", float("nan")),
-                                          ("served_model_name", ""), ("serving_profile", None)])
+@pytest.mark.parametrize(
+    "field, value",
+    [
+        ("model", ("Qwen/Qwen3-8B",)),
+        ("l1_size_gb", None),
+        ("serving_port", None),
+        ("l1_size_gb", 60.7),
+        ("l2_budget_gb", float("nan")),
+        ("served_model_name", ""),
+        ("serving_profile", None),
+    ],
+)
 def test_bad_values_refused_before_any_host(field, value):
     error = refused({**LMCACHE, field: value})
     assert error.field == field

@@ -65,13 +65,30 @@ def test_newline_and_nul_refused_naming_the_knob(name, bad):
     assert caught.value.field == name
 
 
-@pytest.mark.parametrize("name, value", [
-    ("restart_policy", "sometimes"), ("serving_port", 0), ("serving_port", 70000), ("serving_port", "http"),
-    ("bind_address", "localhost"), ("gpu_mask", "0;1"), ("l2_path", "relative/dir"), ("l2_path", "/a:b"),
-    ("l1_size_gb", 0), ("gpu_free_fraction_min", 1.5), ("allow_incubating", "maybe"), ("force", "sure"),
-    ("serving_profile", "Bad Name"), ("keep_images", 0), ("model", ""), ("served_model_name", " "),
-    ("ready_timeout_s", 0), ("gpu_free_fraction_min", -0.1), ("l2_budget_gb", 0),
-])
+@pytest.mark.parametrize(
+    "name, value",
+    [
+        ("restart_policy", "sometimes"),
+        ("serving_port", 0),
+        ("serving_port", 70000),
+        ("serving_port", "http"),
+        ("bind_address", "localhost"),
+        ("gpu_mask", "0;1"),
+        ("l2_path", "relative/dir"),
+        ("l2_path", "/a:b"),
+        ("l1_size_gb", 0),
+        ("gpu_free_fraction_min", 1.5),
+        ("allow_incubating", "maybe"),
+        ("force", "sure"),
+        ("serving_profile", "Bad Name"),
+        ("keep_images", 0),
+        ("model", ""),
+        ("served_model_name", " "),
+        ("ready_timeout_s", 0),
+        ("gpu_free_fraction_min", -0.1),
+        ("l2_budget_gb", 0),
+    ],
+)
 def test_bad_values_refused_naming_the_knob(name, value):
     with pytest.raises(ConfigError) as caught:
         KNOBS_BY_NAME[name].coerce(value)
@@ -85,11 +102,21 @@ def test_values_coerced_by_type():
     assert KNOBS_BY_NAME["restart_policy"].coerce("no") == "no"
 
 
-@pytest.mark.parametrize("text, ok", [
-    ("plain value", True), ("with 'quote'", True), ("back\\slash", True), ("$dollar", True),
-    ('{"type":"fs"}', True), ("${VAR}", False), ("it's $5", False), ('it\'s "quoted"', False),
-    ("trailing\\", False), ('"leading" quote\'s', True),
-])
+@pytest.mark.parametrize(
+    "text, ok",
+    [
+        ("plain value", True),
+        ("with 'quote'", True),
+        ("back\\slash", True),
+        ("$dollar", True),
+        ('{"type":"fs"}', True),
+        ("${VAR}", False),
+        ("it's $5", False),
+        ('it\'s "quoted"', False),
+        ("trailing\\", False),
+        ('"leading" quote\'s', True),
+    ],
+)
 def test_env_value_problem(text, ok):
     assert (env_value_problem(text) is None) is ok
 

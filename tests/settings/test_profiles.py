@@ -72,8 +72,9 @@ def test_ab_pair_derives_a_baseline_for_any_connector_profile():
 
 def test_declared_baseline_reuses_its_base():
     profiles = load_profiles()
-    assert profiles["lmcache-mp-baseline"] == without_connector(profiles["lmcache-mp"], name="lmcache-mp-baseline",
-                                                                doc=None)
+    assert profiles["lmcache-mp-baseline"] == without_connector(
+        profiles["lmcache-mp"], name="lmcache-mp-baseline", doc=None
+    )
 
 
 def test_common_knobs_and_args_are_merged():
@@ -82,13 +83,16 @@ def test_common_knobs_and_args_are_merged():
     assert profile.all_knobs == ["model", "l1_size_gb"]
 
 
-@pytest.mark.parametrize("change, where", [
-    (("status: production", "status: beta"), "profiles.one.status"),
-    (("gpus: 1", "gpus: -1"), "profiles.one.resources.gpus"),
-    (("knobs: [l1_size_gb]", "knobs: [l1_size_gib]"), "profiles.one.connector.knobs"),
-    (("launcher:", "lancher:"), "profiles.one"),
-    (("kv_role: kv_both}", "kv_role: kv_both, extra: \"@l3_bytes\"}"), "profiles.one.connector.kv_transfer_config"),
-])
+@pytest.mark.parametrize(
+    "change, where",
+    [
+        (("status: production", "status: beta"), "profiles.one.status"),
+        (("gpus: 1", "gpus: -1"), "profiles.one.resources.gpus"),
+        (("knobs: [l1_size_gb]", "knobs: [l1_size_gib]"), "profiles.one.connector.knobs"),
+        (("launcher:", "lancher:"), "profiles.one"),
+        (("kv_role: kv_both}", 'kv_role: kv_both, extra: "@l3_bytes"}'), "profiles.one.connector.kv_transfer_config"),
+    ],
+)
 def test_validation_errors_name_profile_and_field(change, where):
     with pytest.raises(ConfigError) as caught:
         parse_profiles(MINIMAL.replace(*change))
@@ -109,10 +113,13 @@ def test_bad_default_names_the_profile_and_knob():
     assert "profiles.one.defaults.restart_policy" in caught.value.field
 
 
-@pytest.mark.parametrize("entry, where", [
-    ("two: {baseline_of: nothing}", "profiles.two.baseline_of"),
-    ("two: {baseline_of: one, image_repo: x}", "profiles.two"),
-])
+@pytest.mark.parametrize(
+    "entry, where",
+    [
+        ("two: {baseline_of: nothing}", "profiles.two.baseline_of"),
+        ("two: {baseline_of: one, image_repo: x}", "profiles.two"),
+    ],
+)
 def test_bad_baselines_refused(entry, where):
     with pytest.raises(ConfigError) as caught:
         parse_profiles(MINIMAL + textwrap.indent(entry, "  ") + "\n")
@@ -128,13 +135,16 @@ def test_ab_pair_of_a_profile_without_connector_or_base():
 
 # --- the file parsed strictly (issue 25) -----------------------------------------------------------------------
 
+
 def _refused(text: str) -> ConfigError:
     with pytest.raises(ConfigError) as caught:
         parse_profiles(text)
     return caught.value
 
 
-PROFILE_TWICE = MINIMAL + """
+PROFILE_TWICE = (
+    MINIMAL
+    + """
   one:
     doc: the same name again
     status: production
@@ -142,28 +152,64 @@ PROFILE_TWICE = MINIMAL + """
     launcher: x
     resources: {gpus: 0, min_ram_gb: 1}
 """
+)
 
 
-@pytest.mark.parametrize("text, where, problem, fix", [
-    (PROFILE_TWICE, "yaml", "'one' is given twice in one mapping (first at line 4)", "keep one of them"),
-    (MINIMAL.replace("    status:", "    stauts: production\n    status:"), "profiles.one.stauts", "unknown key",
-     "did you mean 'status'?"),
-    (MINIMAL.replace("knobs: [l1_size_gb]", "knobs: [l1_size_gib]"), "profiles.one.connector.knobs",
-     "unknown knob 'l1_size_gib'", ""),
-    (MINIMAL.replace("common: {knobs: [model]", "common: {knobs: model"), "common.knobs", "must be a list, got str",
-     "knobs: [model]"),
-    (MINIMAL.replace("    resources:", "    engine_args: --enforce-eager\n    resources:"),
-     "profiles.one.engine_args", "must be a list", "engine_args: [--enforce-eager]"),
-    (MINIMAL.replace("common:", "comon:"), "top level.comon", "unknown key", "did you mean 'common'?"),
-    (MINIMAL.replace("    resources:", "    defaults: {chunk_size: 512}\n    resources:"),
-     "profiles.one.defaults.chunk_size", "never reads", "add chunk_size to the profile's knobs"),
-    (MINIMAL.replace("kv_role: kv_both}", "kv_role: kv_both, path: \"@l2_dir\"}"),
-     "profiles.one.connector.kv_transfer_config", "uses @l2_dir but the connector has no L2 tier", "l2"),
-    (MINIMAL + "  twice: {baseline_of: one-baseline}\n  one-baseline: {baseline_of: one}\n",
-     "profiles.twice.baseline_of", "is itself a baseline", "'one'"),
-    (MINIMAL + "  one-baseline: {baseline_of: onee}\n", "profiles.one-baseline.baseline_of", "no profile 'onee'",
-     "did you mean 'one'?"),
-])
+@pytest.mark.parametrize(
+    "text, where, problem, fix",
+    [
+        (PROFILE_TWICE, "yaml", "'one' is given twice in one mapping (first at line 4)", "keep one of them"),
+        (
+            MINIMAL.replace("    status:", "    stauts: production\n    status:"),
+            "profiles.one.stauts",
+            "unknown key",
+            "did you mean 'status'?",
+        ),
+        (
+            MINIMAL.replace("knobs: [l1_size_gb]", "knobs: [l1_size_gib]"),
+            "profiles.one.connector.knobs",
+            "unknown knob 'l1_size_gib'",
+            "",
+        ),
+        (
+            MINIMAL.replace("common: {knobs: [model]", "common: {knobs: model"),
+            "common.knobs",
+            "must be a list, got str",
+            "knobs: [model]",
+        ),
+        (
+            MINIMAL.replace("    resources:", "    engine_args: --enforce-eager\n    resources:"),
+            "profiles.one.engine_args",
+            "must be a list",
+            "engine_args: [--enforce-eager]",
+        ),
+        (MINIMAL.replace("common:", "comon:"), "top level.comon", "unknown key", "did you mean 'common'?"),
+        (
+            MINIMAL.replace("    resources:", "    defaults: {chunk_size: 512}\n    resources:"),
+            "profiles.one.defaults.chunk_size",
+            "never reads",
+            "add chunk_size to the profile's knobs",
+        ),
+        (
+            MINIMAL.replace("kv_role: kv_both}", 'kv_role: kv_both, path: "@l2_dir"}'),
+            "profiles.one.connector.kv_transfer_config",
+            "uses @l2_dir but the connector has no L2 tier",
+            "l2",
+        ),
+        (
+            MINIMAL + "  twice: {baseline_of: one-baseline}\n  one-baseline: {baseline_of: one}\n",
+            "profiles.twice.baseline_of",
+            "is itself a baseline",
+            "'one'",
+        ),
+        (
+            MINIMAL + "  one-baseline: {baseline_of: onee}\n",
+            "profiles.one-baseline.baseline_of",
+            "no profile 'onee'",
+            "did you mean 'one'?",
+        ),
+    ],
+)
 def test_the_profiles_file_is_parsed_strictly(text, where, problem, fix):
     error = _refused(text)
     assert error.field == f"profiles.yaml: {where}" and problem in error.problem and fix in error.fix, str(error)

@@ -49,10 +49,12 @@ def accepted(name: str, value):
 
 # Text a user or an attacker may type: anything, plus the characters each target gives a meaning to.
 ANY_TEXT = st.text(alphabet=st.characters(blacklist_categories=("Cs",)), max_size=40) | st.text(
-    alphabet=" \t\n\r\x00#\\$%:/@?[]=;`'\"abcAZ09.-_~+", max_size=30)
+    alphabet=" \t\n\r\x00#\\$%:/@?[]=;`'\"abcAZ09.-_~+", max_size=30
+)
 
 
 # --- every variable is typed ---------------------------------------------------------------------------------
+
 
 @pytest.mark.parametrize("name", sorted(name for name, v in EVERY_VARIABLE.items() if v.type is not bool))
 def test_every_variable_declares_a_kind_that_says_what_to_write(name):
@@ -96,13 +98,27 @@ def test_a_refused_secret_is_never_shown(name):
 
 # --- URLs of package repositories, read back by apt ----------------------------------------------------------
 
+
 def apt_reads(line: str, tmp_path) -> list[str]:
     """The index URIs apt would fetch for a sources file holding ``line`` (apt-get --print-uris, nothing fetched)."""
     (tmp_path / "lists" / "partial").mkdir(parents=True, exist_ok=True)
     (tmp_path / "s.list").write_text(line)
-    result = subprocess.run(["apt-get", "-o", f"Dir::Etc::SourceList={tmp_path / 's.list'}",
-                             "-o", "Dir::Etc::SourceParts=/nonexistent", "-o", f"Dir::State::Lists={tmp_path / 'lists'}",
-                             "--print-uris", "update"], capture_output=True, text=True, timeout=30)
+    result = subprocess.run(
+        [
+            "apt-get",
+            "-o",
+            f"Dir::Etc::SourceList={tmp_path / 's.list'}",
+            "-o",
+            "Dir::Etc::SourceParts=/nonexistent",
+            "-o",
+            f"Dir::State::Lists={tmp_path / 'lists'}",
+            "--print-uris",
+            "update",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
     assert result.returncode == 0, result.stderr
     return [line.split("'")[1] for line in result.stdout.splitlines() if line.startswith("'")]
 
@@ -112,16 +128,29 @@ needs_apt = pytest.mark.skipif(shutil.which("apt-get") is None, reason="no apt-g
 
 @needs_apt
 @FEW
-@given(text=ANY_TEXT | st.sampled_from(["https://download.docker.com/linux", "http://10.0.0.5/debian",
-                                        "https://h/x\ndeb [trusted=yes] http://evil/ x y", "file:///srv/apt",
-                                        "https://user:pw@h/x", "https://h/x y", "https://[::1]:8443/apt"]))
+@given(
+    text=ANY_TEXT
+    | st.sampled_from(
+        [
+            "https://download.docker.com/linux",
+            "http://10.0.0.5/debian",
+            "https://h/x\ndeb [trusted=yes] http://evil/ x y",
+            "file:///srv/apt",
+            "https://user:pw@h/x",
+            "https://h/x y",
+            "https://[::1]:8443/apt",
+        ]
+    )
+)
 def test_a_package_repository_url_is_refused_or_read_back_by_apt_as_one_source(tmp_path_factory, text):
     url = accepted("docker_apt_url", text)
     if url is None:
         return
     assert url.startswith(("https://", "http://"))
-    uris = apt_reads(apt_source_line(f"{url}/debian", "bookworm", "stable", "/etc/apt/keyrings/d.gpg", "amd64"),
-                     tmp_path_factory.mktemp("apt"))
+    uris = apt_reads(
+        apt_source_line(f"{url}/debian", "bookworm", "stable", "/etc/apt/keyrings/d.gpg", "amd64"),
+        tmp_path_factory.mktemp("apt"),
+    )
     assert uris and all(uri.startswith(f"{url}/debian/dists/bookworm/") for uri in uris), uris
 
 
@@ -135,10 +164,15 @@ def test_package_repositories_are_https_unless_opted_in_or_on_loopback():
 
 # --- Debian versions, read back by dpkg ----------------------------------------------------------------------
 
+
 @pytest.mark.skipif(shutil.which("dpkg") is None, reason="no dpkg here")
 @FEW
-@given(text=ANY_TEXT | st.sampled_from(["5:27.5.1-1~debian.12~bookworm", "1.17.8-1", "580.95.05-1ubuntu1",
-                                        "1.0;reboot", "`id`", "2:1.0-1:2"]))
+@given(
+    text=ANY_TEXT
+    | st.sampled_from(
+        ["5:27.5.1-1~debian.12~bookworm", "1.17.8-1", "580.95.05-1ubuntu1", "1.0;reboot", "`id`", "2:1.0-1:2"]
+    )
+)
 def test_a_version_is_refused_or_valid_to_dpkg(text):
     version = accepted("docker_version", text)
     if version is not None:
@@ -148,26 +182,37 @@ def test_a_version_is_refused_or_valid_to_dpkg(text):
 
 # --- an fstab field, read back by util-linux ------------------------------------------------------------------
 
+
 @pytest.mark.skipif(shutil.which("findmnt") is None, reason="no findmnt here")
 @FEW
-@given(text=ANY_TEXT | st.sampled_from(["nas:/export/kv", "#nas:/export", "nas:/ex port", "nas:/a\x00b",
-                                        "nas:/a\\040b", "[fd00::5]:/export"]))
+@given(
+    text=ANY_TEXT
+    | st.sampled_from(
+        ["nas:/export/kv", "#nas:/export", "nas:/ex port", "nas:/a\x00b", "nas:/a\\040b", "[fd00::5]:/export"]
+    )
+)
 def test_a_share_source_is_refused_or_read_back_by_findmnt_as_one_field(tmp_path_factory, text):
     source = accepted("kv_share_source", text)
     if source is None:
         return
-    section = {"kv_share_source": source, "kv_share_mount_point": "/mnt/rigkit-kv-share", "kv_share_fstype": "nfs4",
-               "kv_share_mount_options": "_netdev,nofail"}
+    section = {
+        "kv_share_source": source,
+        "kv_share_mount_point": "/mnt/rigkit-kv-share",
+        "kv_share_fstype": "nfs4",
+        "kv_share_mount_options": "_netdev,nofail",
+    }
     fstab = tmp_path_factory.mktemp("fstab") / "fstab"
     fstab.write_text(fstab_entry_line(section) + "\n")
-    result = subprocess.run(["findmnt", "--fstab", "--tab-file", str(fstab), "-J", "-o", "SOURCE,TARGET"],
-                            capture_output=True, text=True)
+    result = subprocess.run(
+        ["findmnt", "--fstab", "--tab-file", str(fstab), "-J", "-o", "SOURCE,TARGET"], capture_output=True, text=True
+    )
     assert result.returncode == 0, result.stderr
     (entry,) = json.loads(result.stdout)["filesystems"]
     assert entry == {"source": source, "target": "/mnt/rigkit-kv-share"}
 
 
 # --- a filesystem label, read back by blkid after a real mkfs -------------------------------------------------
+
 
 @pytest.mark.skipif(shutil.which("mkfs.ext4") is None or shutil.which("blkid") is None, reason="no mkfs.ext4/blkid")
 @settings(max_examples=8, deadline=None)
@@ -187,8 +232,9 @@ def test_an_ext4_label_is_refused_or_kept_whole_by_mkfs(tmp_path_factory, text):
 
 def test_a_label_too_long_for_its_filesystem_is_refused_before_any_host():
     with pytest.raises(ConfigError) as caught:
-        rig_settings({"l2_label": "rigkit-l2-xfs1", "l2_fstype": "xfs", "l2_device": "/dev/disk/by-id/nvme-x"},
-                     needs_stack=False)
+        rig_settings(
+            {"l2_label": "rigkit-l2-xfs1", "l2_fstype": "xfs", "l2_device": "/dev/disk/by-id/nvme-x"}, needs_stack=False
+        )
     assert caught.value.field == "l2_label" and "12" in caught.value.problem
 
 
@@ -196,8 +242,13 @@ def test_a_label_too_long_for_its_filesystem_is_refused_before_any_host():
 
 NFT = os.environ.get("RIGKIT_TEST_NFT") or shutil.which("nft") or unpacked_tool("nft")
 needs_nft = pytest.mark.skipif(NFT is None or shutil.which("unshare") is None, reason="no nft or unshare")
-ADDRESSES = (ANY_TEXT | st.ip_addresses().map(str) | st.ip_addresses(v=4).map(lambda a: f"::ffff:{a}")
-             | st.ip_addresses(v=6).map(lambda a: f"{a}%eth0") | st.sampled_from(["10.0.0.0/24", "fe80::1%2"]))
+ADDRESSES = (
+    ANY_TEXT
+    | st.ip_addresses().map(str)
+    | st.ip_addresses(v=4).map(lambda a: f"::ffff:{a}")
+    | st.ip_addresses(v=6).map(lambda a: f"{a}%eth0")
+    | st.sampled_from(["10.0.0.0/24", "fe80::1%2"])
+)
 
 
 @needs_nft
@@ -210,16 +261,25 @@ def test_allowed_sources_are_refused_or_matched_by_nft_as_written(tmp_path_facto
     networks = allowed_sources(sources)
     path = tmp_path_factory.mktemp("nft") / "ruleset.nft"
     path.write_text(ruleset(API_FIREWALL, [8000], networks))
-    result = subprocess.run(["unshare", "-rn", "sh", "-c", f'"$NFT" -f {shlex.quote(str(path))} && "$NFT" -j list '
-                             f"table inet {API_FIREWALL.table}"], capture_output=True, text=True, timeout=60,
-                            env={**os.environ, "NFT": NFT})
+    result = subprocess.run(
+        [
+            "unshare",
+            "-rn",
+            "sh",
+            "-c",
+            f'"$NFT" -f {shlex.quote(str(path))} && "$NFT" -j list table inet {API_FIREWALL.table}',
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "NFT": NFT},
+    )
     assert result.returncode == 0, result.stderr
     loaded = set()
     for item in json.loads(result.stdout)["nftables"]:
         for element in item.get("set", {}).get("elem", []):
             value = element.get("prefix", element)
-            loaded.add(ipaddress.ip_network(f"{value['addr']}/{value['len']}" if isinstance(value, dict)
-                                            else value))
+            loaded.add(ipaddress.ip_network(f"{value['addr']}/{value['len']}" if isinstance(value, dict) else value))
     for network in networks:
         assert network in loaded or not loaded and str(network.network_address) in result.stdout
 
@@ -245,15 +305,23 @@ def test_an_address_put_in_a_url_is_refused_or_one_host(name, text):
 
 # --- JSON objects with a schema -------------------------------------------------------------------------------
 
-JSON_VALUES = st.recursive(st.none() | st.booleans() | st.integers() | st.text(max_size=8),
-                           lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=8), inner,
-                                                                                        max_size=3), max_leaves=6)
+JSON_VALUES = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.text(max_size=8),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=8), inner, max_size=3),
+    max_leaves=6,
+)
 
 
 @FEW
-@given(options=st.dictionaries(st.sampled_from(["log-level", "log-opts", "live-restore", "runtimes",
-                                                "default-runtime", "mtu", "bogus", "data-root"]), JSON_VALUES,
-                               max_size=4))
+@given(
+    options=st.dictionaries(
+        st.sampled_from(
+            ["log-level", "log-opts", "live-restore", "runtimes", "default-runtime", "mtu", "bogus", "data-root"]
+        ),
+        JSON_VALUES,
+        max_size=4,
+    )
+)
 def test_daemon_options_are_refused_or_round_trip_through_json_with_their_declared_types(options):
     kept = accepted("docker_daemon_options", options)
     if kept is None:
@@ -261,8 +329,9 @@ def test_daemon_options_are_refused_or_round_trip_through_json_with_their_declar
     assert json.loads(json.dumps(kept)) == kept
     assert not {"runtimes", "default-runtime"} & set(kept)
     for key, value in kept.items():  # JSON true is no integer to dockerd
-        assert isinstance(value, DOCKER_DAEMON_KEYS[key]) and (DOCKER_DAEMON_KEYS[key] is bool
-                                                               or not isinstance(value, bool))
+        assert isinstance(value, DOCKER_DAEMON_KEYS[key]) and (
+            DOCKER_DAEMON_KEYS[key] is bool or not isinstance(value, bool)
+        )
 
 
 def test_daemon_options_that_undo_the_nvidia_runtime_are_refused_naming_its_setting():
@@ -277,11 +346,14 @@ def test_daemon_options_that_undo_the_nvidia_runtime_are_refused_naming_its_sett
     assert "'mtu' must be an integer" in caught.value.problem
 
 
-@pytest.mark.parametrize("adapter", [
-    {"type": "redis", "url": "redis://10.0.0.5:6379", "password": "hunter2-do-not-print"},
-    {"type": "valkey", "auth": {"user": "x", "pass": "hunter2-do-not-print"}},
-    {"type": "s3", "url": "s3://bucket", "aws_secret_access_key": "hunter2-do-not-print"},
-])
+@pytest.mark.parametrize(
+    "adapter",
+    [
+        {"type": "redis", "url": "redis://10.0.0.5:6379", "password": "hunter2-do-not-print"},
+        {"type": "valkey", "auth": {"user": "x", "pass": "hunter2-do-not-print"}},
+        {"type": "s3", "url": "s3://bucket", "aws_secret_access_key": "hunter2-do-not-print"},
+    ],
+)
 def test_a_credential_inside_the_adapter_json_is_refused_never_shown(adapter):
     with pytest.raises(ConfigError) as caught:
         variable("l2_adapter_json").coerce(adapter)
@@ -296,11 +368,13 @@ def test_every_role_section_is_declared_once():
 
 def test_an_allow_list_that_cuts_every_client_off_is_refused():
     with pytest.raises(ConfigError) as caught:
-        rig_settings({"api_firewall": True, "api_allowed_sources": [], "api_allow_controller": False},
-                     needs_stack=False)
+        rig_settings(
+            {"api_firewall": True, "api_allowed_sources": [], "api_allow_controller": False}, needs_stack=False
+        )
     assert caught.value.field == "api_allowed_sources" and "api_allow_controller: true" in caught.value.fix
-    rig_settings({"api_firewall": True, "api_allowed_sources": ["10.0.0.5"], "api_allow_controller": False},
-                 needs_stack=False)
+    rig_settings(
+        {"api_firewall": True, "api_allowed_sources": ["10.0.0.5"], "api_allow_controller": False}, needs_stack=False
+    )
 
 
 # --- a unit file, read back by systemd ------------------------------------------------------------------------
@@ -319,12 +393,16 @@ def test_router_settings_are_refused_or_reach_its_unit_as_one_argument_each(tmp_
         return
     text = unit_text(router, [Worker("rig1", "http://127.0.0.1:8101", "tiny")], with_api_key=False)
     # the launcher is not installed here: systemd checks the executable, so /bin/true stands in for it
-    text = text.replace(f'ExecStart="{ROUTER_PYTHON}"', 'ExecStart="/bin/true"').replace(f"ExecStart={ROUTER_PYTHON}",
-                                                                                            "ExecStart=/bin/true")
+    text = text.replace(f'ExecStart="{ROUTER_PYTHON}"', 'ExecStart="/bin/true"').replace(
+        f"ExecStart={ROUTER_PYTHON}", "ExecStart=/bin/true"
+    )
     unit = tmp_path_factory.mktemp("unit") / "rigkit-router-test.service"
     unit.write_text(text)
-    result = subprocess.run([SYSTEMD_ANALYZE, "verify", "--man=no", str(unit)], capture_output=True, text=True,
-                            timeout=60)
+    result = subprocess.run(
+        [SYSTEMD_ANALYZE, "verify", "--man=no", str(unit)], capture_output=True, text=True, timeout=60
+    )
     assert result.returncode == 0 and "rigkit-router-test" not in result.stderr, result.stderr
     exec_start = next(line for line in text.splitlines() if line.startswith("ExecStart="))
-    assert f'--host {router["router_bind_address"]} ' in exec_start or f'"{router["router_bind_address"]}"' in exec_start
+    assert (
+        f"--host {router['router_bind_address']} " in exec_start or f'"{router["router_bind_address"]}"' in exec_start
+    )

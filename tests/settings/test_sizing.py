@@ -59,8 +59,9 @@ QWEN36_27B = (16, 4, 256)  # the model card's gated-attention layers (the other 
 
 def test_the_gpu_kv_rate_matches_what_vllm_offloaded_on_the_h200():
     config = json.loads((H200 / "model" / "config.json").read_text())
-    per_token = gpu_kv_bytes_per_token(None, config["num_hidden_layers"], config["num_key_value_heads"],
-                                       config["head_dim"], 1)
+    per_token = gpu_kv_bytes_per_token(
+        None, config["num_hidden_layers"], config["num_key_value_heads"], config["head_dim"], 1
+    )
     idle, cold = ((H200 / "offload-eager" / name).read_text() for name in ("00-idle.txt", "01-after-cold.txt"))
     assert metrics.delta(metrics.parse(idle), metrics.parse(cold)).tokens_from("local_compute") == 3016
     stored = next(line for line in cold.splitlines() if line.startswith("vllm:kv_offload_store_bytes_total"))
@@ -68,16 +69,19 @@ def test_the_gpu_kv_rate_matches_what_vllm_offloaded_on_the_h200():
     assert per_token * (3016 // 16 * 16) == 49_283_072 == float(stored.rsplit(" ", 1)[1])
 
 
-@pytest.mark.parametrize("dtype, tp, expected", [
-    (None, 1, 36 * 8 * 2 * 128 * 2),  # bf16: example_fleet.py's 147456 B/token
-    ("auto", 2, 36 * 4 * 2 * 128 * 2),  # TP halves each GPU's share of the KV heads
-    ("fp8", 2, 36 * 4 * 2 * 128),
-    ("int8_per_token_head", 2, 36 * 4 * (2 * 128 + 2 * 4)),  # + a float32 scale per token, head, K and V
-    ("int4_per_token_head", 1, 36 * 8 * (2 * 64 + 2 * 4)),
-    ("nvfp4", 1, 36 * 8 * 2 * (64 + 8)),
-    ("fp8", 16, 36 * 1 * 2 * 128),  # more GPUs than KV heads: each keeps one (vLLM replicates)
-    ("turboquant_k8v4", 1, None),  # a packed layout rigkit does not model: no figure rather than a wrong one
-])
+@pytest.mark.parametrize(
+    "dtype, tp, expected",
+    [
+        (None, 1, 36 * 8 * 2 * 128 * 2),  # bf16: example_fleet.py's 147456 B/token
+        ("auto", 2, 36 * 4 * 2 * 128 * 2),  # TP halves each GPU's share of the KV heads
+        ("fp8", 2, 36 * 4 * 2 * 128),
+        ("int8_per_token_head", 2, 36 * 4 * (2 * 128 + 2 * 4)),  # + a float32 scale per token, head, K and V
+        ("int4_per_token_head", 1, 36 * 8 * (2 * 64 + 2 * 4)),
+        ("nvfp4", 1, 36 * 8 * 2 * (64 + 8)),
+        ("fp8", 16, 36 * 1 * 2 * 128),  # more GPUs than KV heads: each keeps one (vLLM replicates)
+        ("turboquant_k8v4", 1, None),  # a packed layout rigkit does not model: no figure rather than a wrong one
+    ],
+)
 def test_kv_dtype_and_tensor_parallelism_change_the_gpu_kv_per_token(dtype, tp, expected):
     assert gpu_kv_bytes_per_token(dtype, *QWEN3_8B, tp) == expected
 
@@ -90,9 +94,20 @@ def test_the_story_rig_gpu_figure_is_a_lower_bound_of_its_measured_18_9_kb():
 
 
 def stack(profile, **knobs):
-    images = {"lmcache-mp": "lmcache/vllm-openai@sha256:" + "2" * 64, "native-offload": "vllm/vllm-openai@sha256:" + "3" * 64}
-    return settings_for_host({"serving_profile": profile, "serving_image": images[profile], "allow_incubating": True,
-                              "model": "Qwen/Qwen3-8B", **knobs}, variables=[])
+    images = {
+        "lmcache-mp": "lmcache/vllm-openai@sha256:" + "2" * 64,
+        "native-offload": "vllm/vllm-openai@sha256:" + "3" * 64,
+    }
+    return settings_for_host(
+        {
+            "serving_profile": profile,
+            "serving_image": images[profile],
+            "allow_incubating": True,
+            "model": "Qwen/Qwen3-8B",
+            **knobs,
+        },
+        variables=[],
+    )
 
 
 SHAPE = dict(zip(("model_attention_layers", "model_kv_heads", "model_head_dim"), QWEN3_8B))
@@ -118,15 +133,22 @@ def test_native_offload_tiers_cost_the_engines_blocks_at_its_kv_dtype():
 def test_engine_settings_leave_the_memory_limit_to_l1_model_and_headroom():
     # pinned L1 is l1_size_gb whatever it holds; the weights' page cache is model_size_gb whatever the TP
     plain = stack("lmcache-mp", l1_size_gb=60)
-    engine = stack("lmcache-mp", l1_size_gb=60, kv_cache_dtype="int8_per_token_head", tensor_parallel_size=2,
-                   speculative_config={"method": "mtp", "num_speculative_tokens": 3}, **SHAPE)
+    engine = stack(
+        "lmcache-mp",
+        l1_size_gb=60,
+        kv_cache_dtype="int8_per_token_head",
+        tensor_parallel_size=2,
+        speculative_config={"method": "mtp", "num_speculative_tokens": 3},
+        **SHAPE,
+    )
     assert engine.knobs["mem_limit_gb"] == plain.knobs["mem_limit_gb"] == 110
 
 
 def test_capacity_from_measured_growth_and_sessions_per_tier():
     # the user's card: 36,721 tokens -> 4.6 GB on disk; an L1 of 30 GB and an L2 of 1 TB
-    capacity = capacity_from(4_600_000_000, 36_721, "L2 dir growth", {"L1 30 GB": 30 * 10**9, "L2 1 TB": 10**12},
-                             [50_000, 262_144])
+    capacity = capacity_from(
+        4_600_000_000, 36_721, "L2 dir growth", {"L1 30 GB": 30 * 10**9, "L2 1 TB": 10**12}, [50_000, 262_144]
+    )
     assert capacity.kb_per_token == pytest.approx(125.3, abs=0.1)
     l1, l2 = capacity.tiers
     assert l1.sessions["50000"] == pytest.approx(30e9 / (4.6e9 / 36_721 * 50_000))

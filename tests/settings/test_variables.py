@@ -38,8 +38,9 @@ def test_an_integer_given_a_fraction_is_refused_not_truncated(value):
     assert "fraction" in refused(SIZE, value).problem
 
 
-@pytest.mark.parametrize("value, expected", [(60, 60), (60.0, 60), ("60", 60), (" 60 ", 60), ("60.0", 60),
-                                             ("1e2", 100), ("-3", -3)])
+@pytest.mark.parametrize(
+    "value, expected", [(60, 60), (60.0, 60), ("60", 60), (" 60 ", 60), ("60.0", 60), ("1e2", 100), ("-3", -3)]
+)
 def test_integers_written_exactly(value, expected):
     converted = SIZE.coerce(value)
     assert converted == expected and type(converted) is int
@@ -72,8 +73,9 @@ def test_the_fix_for_none_names_the_default():
     assert "default 30" in refused(SIZE, None).fix
 
 
-@pytest.mark.parametrize("value, what", [(("x",), "trailing comma"), (["x"], "list"), ({"x": 1}, "dict"),
-                                         (b"x", "bytes"), ({"x"}, "set")])
+@pytest.mark.parametrize(
+    "value, what", [(("x",), "trailing comma"), (["x"], "list"), ({"x": 1}, "dict"), (b"x", "bytes"), ({"x"}, "set")]
+)
 @pytest.mark.parametrize("variable", [NAME, SIZE, FRACTION, FLAG])
 def test_wrong_python_types_refused_for_scalars(variable, value, what):
     error = refused(variable, value)
@@ -121,7 +123,9 @@ def test_bool_is_not_a_number():
 
 
 def test_json_object_from_a_dict_or_its_text():
-    assert ADAPTER.coerce({"type": "fs", "path": "/kv \u00e9\U0001F600"}) == '{"type":"fs","path":"/kv \u00e9\U0001F600"}'
+    assert (
+        ADAPTER.coerce({"type": "fs", "path": "/kv \u00e9\U0001f600"}) == '{"type":"fs","path":"/kv \u00e9\U0001f600"}'
+    )
     text = '{ "type": "fs" }'
     assert ADAPTER.coerce(text) == text  # kept exactly as written
     assert type(ADAPTER.coerce(text)) is str
@@ -142,12 +146,28 @@ def test_check_runs_on_the_converted_value():
     assert refused(variable, "3").problem == "must be even"
 
 
-@pytest.mark.parametrize("typo, expected", [("l1_size_gib", "l1_size_gb"), ("l1_s\u0456ze_gb", "l1_size_gb"),
-                                            ("L1_SIZE_GB", "l1_size_gb"), ("serving_prot", "serving_port"),
-                                            ("modle", "model"), ("keep_image", "keep_images")])
+@pytest.mark.parametrize(
+    "typo, expected",
+    [
+        ("l1_size_gib", "l1_size_gb"),
+        ("l1_s\u0456ze_gb", "l1_size_gb"),
+        ("L1_SIZE_GB", "l1_size_gb"),
+        ("serving_prot", "serving_port"),
+        ("modle", "model"),
+        ("keep_image", "keep_images"),
+    ],
+)
 def test_suggestions_are_near_misses(typo, expected):
-    known = ["l1_size_gb", "model_size_gb", "serving_port", "serving_profile", "model", "keep_images",
-             "nvidia_ctk_version", "nvidia_driver_version"]
+    known = [
+        "l1_size_gb",
+        "model_size_gb",
+        "serving_port",
+        "serving_profile",
+        "model",
+        "keep_images",
+        "nvidia_ctk_version",
+        "nvidia_driver_version",
+    ]
     assert closest_name(typo, known) == expected
 
 

@@ -45,13 +45,23 @@ def test_an_engine_flag_changed_in_data_is_named_from_the_compose_command(rig, a
 
 def test_a_container_started_from_another_rendering_is_drift(rig):
     rendering = rendering_for(rig.stack)
-    rig.inspect(made_up_inspect(IMAGE_1, rendering.container_env(), True,
-                                {**rig.labels, "org.rigkit.knobs-hash": "0123456789abcdef"}))
+    rig.inspect(
+        made_up_inspect(
+            IMAGE_1, rendering.container_env(), True, {**rig.labels, "org.rigkit.knobs-hash": "0123456789abcdef"}
+        )
+    )
     drift = rig.status().drift
-    assert drift == [Drift("container", "label org.rigkit.knobs-hash", "'0123456789abcdef'",
-                           repr(rendering.knobs_hash))]
-    rig.inspect(made_up_inspect(IMAGE_1, rendering.container_env(), True,
-                                {"org.rigkit.profile": "cpu-lab-baseline", "org.rigkit.knobs-hash": "0123456789abcdef"}))
+    assert drift == [
+        Drift("container", "label org.rigkit.knobs-hash", "'0123456789abcdef'", repr(rendering.knobs_hash))
+    ]
+    rig.inspect(
+        made_up_inspect(
+            IMAGE_1,
+            rendering.container_env(),
+            True,
+            {"org.rigkit.profile": "cpu-lab-baseline", "org.rigkit.knobs-hash": "0123456789abcdef"},
+        )
+    )
     assert [(d.source, d.knob) for d in rig.status().drift] == [("container", "serving_profile")]
 
 
@@ -80,5 +90,9 @@ def test_one_changed_image_reads_as_one_drift_line_saying_what_today_means(rig, 
     assert len(status.drift) == 3  # the data keeps every place (--json)
     report = format_report([status])
     drift_lines = [line.strip() for line in report.splitlines() if line.strip().startswith("drift ")]
-    assert drift_lines == [f"drift image, compose: serving_image: the rig has {IMAGE_1}; today's data renders {IMAGE_2}"]
-    assert "drift: the rig against what today's data renders (the inventory, group_data and --data of this run" in report
+    assert drift_lines == [
+        f"drift image, compose: serving_image: the rig has {IMAGE_1}; today's data renders {IMAGE_2}"
+    ]
+    assert (
+        "drift: the rig against what today's data renders (the inventory, group_data and --data of this run" in report
+    )

@@ -41,8 +41,13 @@ def status_of(limits, data, ask):
     return fleet_status(select("inventory.py", limits, data), ask)
 
 
-HOST = {"ssh_hostname": "127.0.0.1", "ssh_password": "lab", "serving_profile": "cpu-lab",
-        "serving_image": IMAGE_1, "gpus": 0}
+HOST = {
+    "ssh_hostname": "127.0.0.1",
+    "ssh_password": "lab",
+    "serving_profile": "cpu-lab",
+    "serving_image": IMAGE_1,
+    "gpus": 0,
+}
 
 
 def test_every_targeted_rig_is_asked_once_in_parallel(monkeypatch):
@@ -77,8 +82,14 @@ def test_bad_data_or_limit_is_refused_before_any_rig_is_asked(monkeypatch):
 
 
 def test_the_gateway_and_the_kv_store_are_not_asked_as_rigs(monkeypatch):
-    fake_inventory(monkeypatch, {"rig1": {"data": HOST, "groups": ["lab"]}, "gw": {"data": {}, "groups": ["routers"]},
-                                 "store": {"data": {}, "groups": ["kv_stores"]}})
+    fake_inventory(
+        monkeypatch,
+        {
+            "rig1": {"data": HOST, "groups": ["lab"]},
+            "gw": {"data": {}, "groups": ["routers"]},
+            "store": {"data": {}, "groups": ["kv_stores"]},
+        },
+    )
     asked = []
 
     def ask(name, data, script):

@@ -12,8 +12,14 @@ from rigkit.status.probe import SECTION_MARK, _file_section, decoded_file, parse
 def test_sections_are_cut_at_their_marks_and_files_read_back_exactly(tmp_path):
     text = "tricky\nno newline at the end, and a line @@rigkit-status inside"
     (tmp_path / "f").write_text(text)
-    script = "\n".join([f"echo '{SECTION_MARK}one'", _file_section(str(tmp_path / "f")),
-                        f"echo '{SECTION_MARK}two'", _file_section(str(tmp_path / "missing"))])
+    script = "\n".join(
+        [
+            f"echo '{SECTION_MARK}one'",
+            _file_section(str(tmp_path / "f")),
+            f"echo '{SECTION_MARK}two'",
+            _file_section(str(tmp_path / "missing")),
+        ]
+    )
     sections = parse_sections(subprocess.run(["sh", "-c", script], capture_output=True, text=True).stdout)
     assert decoded_file(sections["one"]) == text
     assert decoded_file(sections["two"]) is None

@@ -48,6 +48,7 @@ def test_a_stopped_engines_cpu_tier_is_named_while_the_stack_runs_and_a_mapped_o
     """The H200 leak: native-tiered's CPU tier (/dev/shm/vllm_offload_<id>.mmap) stays after every stop. A segment no
     process maps is reported while the stack runs too; one a process maps (a running engine's) never is."""
     import mmap
+
     (rig.shm / "vllm_offload_stopped.mmap").write_bytes(b"\0" * 4096)
     mapped = rig.shm / "vllm_offload_running.mmap"
     mapped.write_bytes(b"\0" * 4096)

@@ -41,8 +41,10 @@ def _runs(mean, spread):
 
 def test_users_card_numbers_are_no_penalty():
     # the second rig's card: narrative 83.8 vs 81.0, code 101.0 vs 104.0, CVs 1.3-3.6%
-    samples = {ARM_ON: {"narrative": _runs(83.8, 1.4), "code": _runs(101.0, 4.0)},
-               ARM_OFF: {"narrative": _runs(81.0, 2.7), "code": _runs(104.0, 4.7)}}
+    samples = {
+        ARM_ON: {"narrative": _runs(83.8, 1.4), "code": _runs(101.0, 4.0)},
+        ARM_OFF: {"narrative": _runs(81.0, 2.7), "code": _runs(104.0, 4.7)},
+    }
     verdict = compare(samples)
     assert verdict.verdict == NO_PENALTY
     narrative = verdict.kinds[0]
@@ -50,22 +52,28 @@ def test_users_card_numbers_are_no_penalty():
 
 
 def test_sign_flip_outside_bands_is_no_penalty():
-    samples = {ARM_ON: {"narrative": _runs(90.0, 0.1), "code": _runs(95.0, 0.1)},
-               ARM_OFF: {"narrative": _runs(80.0, 0.1), "code": _runs(105.0, 0.1)}}
+    samples = {
+        ARM_ON: {"narrative": _runs(90.0, 0.1), "code": _runs(95.0, 0.1)},
+        ARM_OFF: {"narrative": _runs(80.0, 0.1), "code": _runs(105.0, 0.1)},
+    }
     verdict = compare(samples)
     assert not any(k.within_bands for k in verdict.kinds)
     assert verdict.verdict == NO_PENALTY and "flips" in verdict.reason
 
 
 def test_consistently_slower_beyond_noise_is_a_penalty():
-    samples = {ARM_ON: {"narrative": _runs(60.0, 0.5), "code": _runs(70.0, 0.5)},
-               ARM_OFF: {"narrative": _runs(80.0, 0.5), "code": _runs(100.0, 0.5)}}
+    samples = {
+        ARM_ON: {"narrative": _runs(60.0, 0.5), "code": _runs(70.0, 0.5)},
+        ARM_OFF: {"narrative": _runs(80.0, 0.5), "code": _runs(100.0, 0.5)},
+    }
     verdict = compare(samples)
     assert verdict.verdict == PENALTY
     assert "narrative -25.0%" in verdict.reason
 
 
 def test_consistently_faster_beyond_noise_is_a_gain():
-    samples = {ARM_ON: {"narrative": _runs(90.0, 0.5), "code": _runs(110.0, 0.5)},
-               ARM_OFF: {"narrative": _runs(80.0, 0.5), "code": _runs(100.0, 0.5)}}
+    samples = {
+        ARM_ON: {"narrative": _runs(90.0, 0.5), "code": _runs(110.0, 0.5)},
+        ARM_OFF: {"narrative": _runs(80.0, 0.5), "code": _runs(100.0, 0.5)},
+    }
     assert compare(samples).verdict == GAIN

@@ -16,5 +16,10 @@ def test_replay_repeats_the_recorded_prompts(tmp_path):
     card.repro.output_tokens = 32
     write_card(tmp_path, card)
     settings = ValidationSettings.from_data(replay_data(tmp_path))
-    assert (settings.prompt_tokens, settings.prompt_kind, settings.seed, settings.sessions,
-            settings.output_tokens) == (3500, "narrative", 4242, 1, 32)
+    assert (settings.prompt_tokens, settings.prompt_kind, settings.seed, settings.sessions, settings.output_tokens) == (
+        3500,
+        "narrative",
+        4242,
+        1,
+        32,
+    )

@@ -25,6 +25,8 @@ def test_cli_prints_every_rig_at_a_glance_and_the_run_directory(tmp_path, capsys
     out = capsys.readouterr().out
     assert f"rig1: PASS — {tmp_path / 'rig1.md'}" in out
     assert f"run directory: {tmp_path}" in out
+
+
 def test_cli_given_a_card_file_names_its_directory(tmp_path, capsys):
     write_card(tmp_path, make_card())
     card = next(tmp_path.glob("*.card.json"))

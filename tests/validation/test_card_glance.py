@@ -16,8 +16,11 @@ LAB_RUN = FIXTURES / "cards" / "lab-2026-12-01-1229"
 
 def rows(lines: list[str]) -> dict[str, list[str]]:
     """The table's rows by tier, split on runs of two blanks."""
-    return {cells[0]: cells for cells in ([c for c in line.strip().split("  ") if c] for line in lines[2:])
-            if cells and cells[0] in ("cold", "warm-gpu", "warm-connector", "warm-persistent")}
+    return {
+        cells[0]: cells
+        for cells in ([c for c in line.strip().split("  ") if c] for line in lines[2:])
+        if cells and cells[0] in ("cold", "warm-gpu", "warm-connector", "warm-persistent")
+    }
 
 
 def test_a_real_lab_card_reads_tier_ttft_times_faster_proof_and_verdict():
@@ -26,8 +29,13 @@ def test_a_real_lab_card_reads_tier_ttft_times_faster_proof_and_verdict():
     assert lines[0] == f"lab-vllm: PASS — {LAB_RUN / 'lab-vllm.md'}"
     table = rows(lines)
     assert [c.strip() for c in table["cold"]] == ["cold", "202 ms (n=2)", "1×", "no cache hit", "✓ cold"]
-    assert [c.strip() for c in table["warm-gpu"]] == ["warm-gpu", "54 ms (n=2)", "3.7×", "GPU prefix hits +3,456",
-                                                      "✓ warm-gpu"]
+    assert [c.strip() for c in table["warm-gpu"]] == [
+        "warm-gpu",
+        "54 ms (n=2)",
+        "3.7×",
+        "GPU prefix hits +3,456",
+        "✓ warm-gpu",
+    ]
     assert table["warm-persistent"][3].strip() == "connector hits +3,456, GPU +0"
 
 
@@ -43,19 +51,23 @@ def test_served_but_wrong_says_how_many_sessions_differ():
 
     card = make_card()
     tier = card.tier("warm-gpu")
-    tier.greedy = [GreedyCheck(session="aa", same=True, cold_text="x", text="x"),
-                   GreedyCheck(session="bb", same=False, cold_text="x", text="y", first_difference=0)]
+    tier.greedy = [
+        GreedyCheck(session="aa", same=True, cold_text="x", text="x"),
+        GreedyCheck(session="bb", same=False, cold_text="x", text="y", first_difference=0),
+    ]
     tier.passed = False
-    assert tier_glance(card, tier).verdict == ("✗ served-but-wrong (greedy output of 1/2 sessions differs from "
-                                               "cold)")
+    assert tier_glance(card, tier).verdict == ("✗ served-but-wrong (greedy output of 1/2 sessions differs from cold)")
 
 
-@pytest.mark.parametrize("gpu, external, words", [
-    (0, 0, "no cache hit"),
-    (3456, 0, "GPU prefix hits +3,456"),
-    (0, 3456, "connector hits +3,456, GPU +0"),
-    (128, 3328, "GPU hits +128, connector +3,328"),
-])
+@pytest.mark.parametrize(
+    "gpu, external, words",
+    [
+        (0, 0, "no cache hit"),
+        (3456, 0, "GPU prefix hits +3,456"),
+        (0, 3456, "connector hits +3,456, GPU +0"),
+        (128, 3328, "GPU hits +128, connector +3,328"),
+    ],
+)
 def test_proof_words(gpu, external, words):
     proof = make_card().tier("cold").proofs[0].model_copy(update={"gpu_hits": gpu, "external_hits": external})
     assert proof_words(proof) == words

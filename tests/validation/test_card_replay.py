@@ -31,11 +31,18 @@ def real_card(folder: Path) -> RigCard:
 
 def made_up_setup(card: RigCard, rig: str, run_id: str, **repro) -> RigCard:
     """A real card given a complete made-up setup (as validate.py's rig_facts would record on a GPU rig)."""
-    setup = dict(knobs={"l1_size_gb": 30, "l2_enabled": True}, driver_version="580.159.04", cuda_version="13.0",
-                 gpu_models=["NVIDIA GeForce RTX 3090"] * 2, host_ram_bytes=64 * GIB,
-                 l2_device="/dev/nvme0n1p1", l2_filesystem="ext4")
-    return card.model_copy(update={"rig": rig, "run_id": run_id,
-                                   "repro": card.repro.model_copy(update={**setup, **repro})})
+    setup = dict(
+        knobs={"l1_size_gb": 30, "l2_enabled": True},
+        driver_version="580.159.04",
+        cuda_version="13.0",
+        gpu_models=["NVIDIA GeForce RTX 3090"] * 2,
+        host_ram_bytes=64 * GIB,
+        l2_device="/dev/nvme0n1p1",
+        l2_filesystem="ext4",
+    )
+    return card.model_copy(
+        update={"rig": rig, "run_id": run_id, "repro": card.repro.model_copy(update={**setup, **repro})}
+    )
 
 
 def made_up_replay(**repro) -> tuple[RigCard, RigCard]:
@@ -95,7 +102,10 @@ def test_a_knob_set_on_one_side_only_is_a_difference():
     recorded, new = made_up_replay(knobs={"l1_size_gb": 30, "l2_enabled": True, "kv_cache_dtype": "fp8"})
     (difference,) = compare([recorded], [new]).setup_differences
     assert (difference.setting, difference.recorded, difference.new) == (
-        "knob kv_cache_dtype", {"rig1": "—"}, {"rig2": "fp8"})
+        "knob kv_cache_dtype",
+        {"rig1": "—"},
+        {"rig2": "fp8"},
+    )
 
 
 def test_ram_is_compared_as_the_card_shows_it():
@@ -113,6 +123,7 @@ def test_gpu_count_is_part_of_the_gpu_model():
 
 # --- verdicts, on the real lab runs --------------------------------------------------------------------------------
 
+
 def _verdicts(recorded: list[RigCard], new: list[RigCard]) -> dict[str, object]:
     return {(v.figure, v.rig): v for v in compare(recorded, new).figures}
 
@@ -123,8 +134,11 @@ def test_a_figure_inside_both_cv_bands_reproduces():
     verdict = _verdicts([recorded], [new])[("ttft:warm-gpu", "rig2")]
     old, now = recorded.tier("warm-gpu").ttft_s.samples, new.tier("warm-gpu").ttft_s.samples
     delta = statistics.fmean(now) - statistics.fmean(old)
-    assert abs(delta) <= statistics.fmean(old) * recorded.tier("warm-gpu").ttft_s.cv + \
-        statistics.fmean(now) * new.tier("warm-gpu").ttft_s.cv
+    assert (
+        abs(delta)
+        <= statistics.fmean(old) * recorded.tier("warm-gpu").ttft_s.cv
+        + statistics.fmean(now) * new.tier("warm-gpu").ttft_s.cv
+    )
     assert verdict.verdict == "reproduces"
     assert verdict.delta == pytest.approx(delta)
     assert verdict.delta_pct == pytest.approx(100 * delta / statistics.fmean(old))
@@ -136,11 +150,14 @@ def test_a_figure_beyond_the_cv_bands_differs_by_how_much():
     recorded, new = made_up_replay()
     verdict = _verdicts([recorded], [new])[("ttft:cold", "rig2")]
     assert verdict.verdict == "differs"
-    assert verdict.text.startswith("differs by +100.0 ms (+97.8 %), beyond the bands ±3.6 ms recorded (n=2), "
-                                   "±50.6 ms rig2 (n=2)")
+    assert verdict.text.startswith(
+        "differs by +100.0 ms (+97.8 %), beyond the bands ±3.6 ms recorded (n=2), ±50.6 ms rig2 (n=2)"
+    )
     md = render_fleet_markdown([new], [recorded])
-    assert "| TTFT cold (s) | 0.102 | 0.202 | 0.102–0.202 (CV 46.4%) | ✗ differs +100.0 ms (+97.8 %), " \
-           "bands ±3.6 ms / ±50.6 ms |" in md
+    assert (
+        "| TTFT cold (s) | 0.102 | 0.202 | 0.102–0.202 (CV 46.4%) | ✗ differs +100.0 ms (+97.8 %), "
+        "bands ±3.6 ms / ±50.6 ms |" in md
+    )
 
 
 def test_identical_hit_counts_reproduce_and_one_fewer_block_differs():
@@ -168,12 +185,14 @@ def test_recorded_rigs_are_pooled():
     new = made_up_setup(real_card(SECOND), "rig2", "run-b", prompts=first.repro.prompts)
     verdict = _verdicts([first, second], [new])[("ttft:cold", "rig2")]
     assert verdict.recorded.n == 4
-    assert verdict.recorded.mean == pytest.approx(statistics.fmean(
-        first.tier("cold").ttft_s.samples + second.tier("cold").ttft_s.samples))
+    assert verdict.recorded.mean == pytest.approx(
+        statistics.fmean(first.tier("cold").ttft_s.samples + second.tier("cold").ttft_s.samples)
+    )
     assert verdict.verdict == "reproduces"  # the pooled band spans both recorded runs
 
 
 # --- the card, its JSON and its re-render ----------------------------------------------------------------------------
+
 
 def test_recorded_rigs_stand_beside_the_new_ones_marked_with_their_date():
     recorded, new = made_up_replay(gpu_models=["NVIDIA H200"])

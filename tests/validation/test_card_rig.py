@@ -33,16 +33,24 @@ def test_card_shows_one_l2_line_with_the_numbers():
     card = make_card()
     card.l2 = l2_report()
     md = render_rig_markdown(card)
-    assert ("**L2**: /mnt/rigkit-l2 2.0 GB, 1.5 GB free (floor 268.4 MB) · store 3.5 MB of budget 500.0 MB · "
-            "janitor active (ok), evicted 12 entries (42.0 MB) since it started — OK ✓") in md
+    assert (
+        "**L2**: /mnt/rigkit-l2 2.0 GB, 1.5 GB free (floor 268.4 MB) · store 3.5 MB of budget 500.0 MB · "
+        "janitor active (ok), evicted 12 entries (42.0 MB) since it started — OK ✓"
+    ) in md
     assert card.passed and "**Verdict: PASS**" in md
 
 
 def test_full_l2_fails_the_card_and_names_the_fix(tmp_path):
     card = make_card()
-    card.l2 = l2_report("full", "fail", free=120_000_000,
-                  problems=["L2 full: /mnt/rigkit-l2 has 120.0 MB free, below the floor 268.4 MB (the store is empty: "
-                            "something else fills the disk): free space on /mnt/rigkit-l2 or lower l2_budget_gb"])
+    card.l2 = l2_report(
+        "full",
+        "fail",
+        free=120_000_000,
+        problems=[
+            "L2 full: /mnt/rigkit-l2 has 120.0 MB free, below the floor 268.4 MB (the store is empty: "
+            "something else fills the disk): free space on /mnt/rigkit-l2 or lower l2_budget_gb"
+        ],
+    )
     assert not card.passed
     md = render_rig_markdown(card)
     assert "**Verdict: FAIL**" in md and "— FULL ✗" in md
@@ -67,10 +75,11 @@ def test_card_shows_the_soak_section_with_each_rule_and_its_numbers(tmp_path):
     assert "## ④ Stability (soak)" in md and "2 conversations × 3 turns (2 open at once" in md
     assert "| errors | 0 of 6 turns | none | ✓ |" in md
     assert "| empty replies | 0 of 6 answered (0%) | < 50% | ✓ |" in md
-    assert ("| decode retention | 95% (session 1: 38.0 tok/s vs first clean session 0: 40.0 tok/s) | ≥ 80% | ✓ |"
-            in md)
-    assert ("| memory growth | +50 MiB (2,100 MiB after session 0 → 2,150 MiB at the end; container rigkit-serving "
-            "cgroup memory) | ≤ 200 MiB | ✓ |") in md
+    assert "| decode retention | 95% (session 1: 38.0 tok/s vs first clean session 0: 40.0 tok/s) | ≥ 80% | ✓ |" in md
+    assert (
+        "| memory growth | +50 MiB (2,100 MiB after session 0 → 2,150 MiB at the end; container rigkit-serving "
+        "cgroup memory) | ≤ 200 MiB | ✓ |"
+    ) in md
     assert "Verdict: **PASS**." in md and card.passed
     write_card(tmp_path, card)
     assert load_cards(tmp_path)[0].soak == card.soak
@@ -131,18 +140,23 @@ def _with_ttft_pairs(card, transport, warm_gpu_client_s=None):
 def test_client_ttft_on_the_rig_agreeing_with_the_histogram_gives_no_warning():
     card = _with_ttft_pairs(make_card(), "rig1's loopback (rigkit's probe, run by the rig's python3 over SSH)")
     md = render_rig_markdown(card)
-    assert ("Client TTFT measured on rig1's loopback (rigkit's probe, run by the rig's python3 over SSH); within "
-            "max(5 %, 5 ms) of the server histogram's figure for the same request: 12/12 requests.") in md
+    assert (
+        "Client TTFT measured on rig1's loopback (rigkit's probe, run by the rig's python3 over SSH); within "
+        "max(5 %, 5 ms) of the server histogram's figure for the same request: 12/12 requests."
+    ) in md
     assert "⚠" not in md and card.passed
 
 
 def test_client_ttft_off_the_histogram_warns_naming_the_transport_and_keeps_the_pass():
     # the lab rig's card through the tunnel: warm-gpu 83 ms against a histogram of ~95 ms x 0.95 here
-    card = _with_ttft_pairs(make_card(), "the controller, through http://127.0.0.1:40123",
-                            warm_gpu_client_s=[0.140, 0.096, 0.094])
+    card = _with_ttft_pairs(
+        make_card(), "the controller, through http://127.0.0.1:40123", warm_gpu_client_s=[0.140, 0.096, 0.094]
+    )
     md = render_rig_markdown(card)
-    assert ("- ⚠ warm-gpu: client TTFT outside max(5 %, 5 ms) of the server histogram on 1 of 3 requests (worst: "
-            "client 140 ms, server 95 ms, +45 ms), measured on the controller, through http://127.0.0.1:40123") in md
+    assert (
+        "- ⚠ warm-gpu: client TTFT outside max(5 %, 5 ms) of the server histogram on 1 of 3 requests (worst: "
+        "client 140 ms, server 95 ms, +45 ms), measured on the controller, through http://127.0.0.1:40123"
+    ) in md
     assert "11/12 requests" in md
     assert card.passed and "**Verdict: PASS**" in md  # the labels come from counters: timing warns, never fails
 
@@ -151,8 +165,10 @@ def test_client_ttft_far_below_the_histogram_warns_too():
     # 10 ms on the client against ~95 ms in the histogram: a broken measurement, warned as one above it is
     card = _with_ttft_pairs(make_card(), "rig1's loopback (test)", warm_gpu_client_s=[0.010, 0.096, 0.094])
     md = render_rig_markdown(card)
-    assert ("- ⚠ warm-gpu: client TTFT outside max(5 %, 5 ms) of the server histogram on 1 of 3 requests (worst: "
-            "client 10 ms, server 95 ms, -85 ms), measured on rig1's loopback (test)") in md
+    assert (
+        "- ⚠ warm-gpu: client TTFT outside max(5 %, 5 ms) of the server histogram on 1 of 3 requests (worst: "
+        "client 10 ms, server 95 ms, -85 ms), measured on rig1's loopback (test)"
+    ) in md
     assert "11/12 requests" in md
 
 
@@ -161,16 +177,22 @@ def test_the_card_states_the_api_overhead_it_took_off_and_warns_on_the_figure_it
 
     card = _with_ttft_pairs(make_card(), "rig1's loopback (test)")
     for tier in card.tiers:  # each request's client figure 10 ms above the histogram, all of it the API's
-        tier.ttft_pairs = [TTFTPair(client_s=p.server_s + 0.010, server_s=p.server_s, within=True,
-                                    api_overhead_s=0.010) for p in tier.ttft_pairs]
+        tier.ttft_pairs = [
+            TTFTPair(client_s=p.server_s + 0.010, server_s=p.server_s, within=True, api_overhead_s=0.010)
+            for p in tier.ttft_pairs
+        ]
     warm_gpu = next(tier for tier in card.tiers if tier.expected == "warm-gpu")
     miss = warm_gpu.ttft_pairs[0]
     warm_gpu.ttft_pairs[0] = miss.model_copy(update={"client_s": miss.server_s + 0.030, "within": False})
     md = render_rig_markdown(card)
-    assert ("each request's API overhead was subtracted (the same body under a model name the server refuses with "
-            "404, timed just before it): median 10 ms over 12 requests") in md
-    assert (f"(worst: client {fmt_seconds(miss.server_s + 0.030)} less 10 ms API overhead, server "
-            f"{fmt_seconds(miss.server_s)}, +20 ms)") in md
+    assert (
+        "each request's API overhead was subtracted (the same body under a model name the server refuses with "
+        "404, timed just before it): median 10 ms over 12 requests"
+    ) in md
+    assert (
+        f"(worst: client {fmt_seconds(miss.server_s + 0.030)} less 10 ms API overhead, server "
+        f"{fmt_seconds(miss.server_s)}, +20 ms)"
+    ) in md
 
 
 def test_a_card_written_before_the_transport_was_recorded_renders_as_before(tmp_path):

@@ -24,8 +24,11 @@ DIGEST = "@sha256:" + "0" * 64
 CASES = {
     "native-offload": {"serving_profile": "native-offload", "serving_image": "vllm/vllm-openai" + DIGEST},
     "lmcache-mp-l1": {"serving_profile": "lmcache-mp", "serving_image": "lmcache/vllm-openai" + DIGEST},
-    "lmcache-mp-l2": {"serving_profile": "lmcache-mp", "serving_image": "lmcache/vllm-openai" + DIGEST,
-                      "l2_enabled": True},
+    "lmcache-mp-l2": {
+        "serving_profile": "lmcache-mp",
+        "serving_image": "lmcache/vllm-openai" + DIGEST,
+        "l2_enabled": True,
+    },
     "native-tiered": {"serving_profile": "native-tiered", "serving_image": "vllm/vllm-openai" + DIGEST},
 }
 
@@ -39,8 +42,15 @@ def replay(case: str, not_applicable=None, store_bytes=None, chunk=None):
     restarts = []
     # round 1 ran without logprobs (the records hold none): the oracle compares outputs only, as it did there
     settings = ValidationSettings.from_data({"validate_top_logprobs": 0})
-    validation = validate_tiers(client, lambda: restarts.append(case), settings, connector_configured=True,
-                                not_applicable=not_applicable, store_bytes=store_bytes, store_chunk_tokens=chunk)
+    validation = validate_tiers(
+        client,
+        lambda: restarts.append(case),
+        settings,
+        connector_configured=True,
+        not_applicable=not_applicable,
+        store_bytes=store_bytes,
+        store_chunk_tokens=chunk,
+    )
     return validation, restarts, to_card(case, "h200-2026-12-03", validation, settings)
 
 
@@ -106,7 +116,8 @@ def checked_stacks():
     for check in CHECKS:
         for info in json.loads((check / "stacks.json").read_text())["stacks"]:
             if (check / info["case"] / "result.json").exists() and "tiers" in json.loads(
-                    (check / info["case"] / "result.json").read_text()):
+                (check / info["case"] / "result.json").read_text()
+            ):
                 yield pytest.param(check, info, id=f"{check.name}/{info['case']}")
 
 
@@ -115,13 +126,22 @@ def test_each_stack_of_the_gpu_check_replays_to_the_labels_and_verdict_the_h200_
     recorded = json.loads((check / info["case"] / "result.json").read_text())
     client = ReplayClient(read_record(check / info["case"] / "record.jsonl.gz"), model=info["served_model_name"])
     settings = ValidationSettings.from_data(json.loads((check / "summary.json").read_text()).get("validation", {}))
-    validation = validate_tiers(client, lambda: None, settings, connector_configured=info["connector"],
-                                not_applicable=info["not_applicable"], store_chunk_tokens=info["store_chunk_tokens"])
+    validation = validate_tiers(
+        client,
+        lambda: None,
+        settings,
+        connector_configured=info["connector"],
+        not_applicable=info["not_applicable"],
+        store_chunk_tokens=info["store_chunk_tokens"],
+    )
     card = to_card(info["case"], check.name, validation, settings, info["connector"])
     assert [t.result().labels for t in validation.tiers] == [t["labels"] for t in recorded["tiers"]]
     assert [t.result().label for t in validation.tiers] == [
-        t["labels"][0] if all(g.get("verdict", "same" if g["same"] else "served-but-wrong") != "served-but-wrong"
-                              for g in t["greedy"]) else "served-but-wrong" for t in recorded["tiers"]]
+        t["labels"][0]
+        if all(g.get("verdict", "same" if g["same"] else "served-but-wrong") != "served-but-wrong" for g in t["greedy"])
+        else "served-but-wrong"
+        for t in recorded["tiers"]
+    ]
     assert card.passed == recorded["card_passed"]
     assert set(card.not_applicable) == set(info["not_applicable"])
 
@@ -135,7 +155,9 @@ def test_the_h200_check_passed_every_gpu_profile_and_caught_the_corrupted_tier()
     at warm-persistent although its counters prove the tier."""
     summary = json.loads((GPU_CHECK / "summary.json").read_text())
     assert summary["weights"] == "real" and all(summary["ready"].values())
-    verdicts = {case: entry["card_passed"] for case, entry in summary.items() if case not in ("ready", "weights", "validation")}
+    verdicts = {
+        case: entry["card_passed"] for case, entry in summary.items() if case not in ("ready", "weights", "validation")
+    }
     assert verdicts == {**{case: True for case in verdicts}, "native-tiered-corrupt": False}
     assert "vllm 0.26.0 lmcache 0.5.3" in (GPU_CHECK / "versions.txt").read_text()
     corrupt = json.loads((GPU_CHECK / "native-tiered-corrupt" / "result.json").read_text())
@@ -158,11 +180,19 @@ def test_only_the_profiles_declaring_l1_in_shm_made_a_dev_shm_segment_and_the_re
     assert declared == ["native-tiered", "kv-share-a", "kv-share-b", "native-tiered-corrupt"]
     assert not stack_for("native-offload").profile.connector.l1_in_shm
     results = [GPU_CHECK / s["case"] / "result.json" for s in stacks]
-    readies = [event for path in results if path.exists() for event in json.loads(path.read_text())["events"]
-               if event["event"] == "ready"]
+    readies = [
+        event
+        for path in results
+        if path.exists()
+        for event in json.loads(path.read_text())["events"]
+        if event["event"] == "ready"
+    ]
     assert max(len(event["shm"]) for event in readies) == len(declared)
-    (stop,) = [e for e in json.loads((GPU_CHECK / "native-tiered" / "result.json").read_text())["events"]
-               if e["event"] == "stop"]
+    (stop,) = [
+        e
+        for e in json.loads((GPU_CHECK / "native-tiered" / "result.json").read_text())["events"]
+        if e["event"] == "stop"
+    ]
     assert len(stop["shm_left_by_stop"]) == 4 and len(stop["shm_after_cleanup"]) == 3
     assert stop["cleanup_output"].count("removed stale") == 1
     assert set(stop["shm_after_cleanup"]) < set(stop["shm_left_by_stop"])

@@ -21,9 +21,11 @@ def tokens(*choices: tuple[str, float, dict]) -> list[TokenChoice]:
 
 
 # cold chose a, b, c; at position 1 its runner-up x was 0.05 nats behind, y 3 nats behind
-COLD = tokens(("token_id:1", -0.1, {"token_id:1": -0.1, "token_id:9": -4.0}),
-              ("token_id:2", -0.60, {"token_id:2": -0.60, "token_id:7": -0.65, "token_id:8": -3.60}),
-              ("token_id:3", -0.2, {"token_id:3": -0.2, "token_id:9": -5.0}))
+COLD = tokens(
+    ("token_id:1", -0.1, {"token_id:1": -0.1, "token_id:9": -4.0}),
+    ("token_id:2", -0.60, {"token_id:2": -0.60, "token_id:7": -0.65, "token_id:8": -3.60}),
+    ("token_id:3", -0.2, {"token_id:3": -0.2, "token_id:9": -5.0}),
+)
 
 
 @pytest.mark.parametrize("warm", ["", " w0 w1", " w0 w1 w2 w3", " w0"], ids=["empty", "shorter", "longer", "cut"])
@@ -52,16 +54,20 @@ def test_identical_text_and_tokens_are_the_same_with_the_drift_measured():
 
 
 def test_parting_at_a_near_tie_is_numerics():
-    warm = COLD[:1] + tokens(("token_id:7", -0.62, {"token_id:7": -0.62, "token_id:2": -0.63}),
-                             ("token_id:5", -0.3, {}))
+    warm = COLD[:1] + tokens(
+        ("token_id:7", -0.62, {"token_id:7": -0.62, "token_id:2": -0.63}), ("token_id:5", -0.3, {})
+    )
     check = compare_greedy("s", " a b c", " a x e", reference_tokens=COLD, tokens=warm, near_tie_nats=NEAR_TIE)
     assert not check.same and check.verdict == NUMERICS
     assert check.first_difference_token == 1 and check.first_difference == 3
     assert check.margin_nats == pytest.approx(0.05) and not check.margin_is_bound
 
 
-@pytest.mark.parametrize("token, margin, bound", [("token_id:8", 3.0, False), ("token_id:6", 3.0, True)],
-                         ids=["far-in-top-k", "outside-top-k"])
+@pytest.mark.parametrize(
+    "token, margin, bound",
+    [("token_id:8", 3.0, False), ("token_id:6", 3.0, True)],
+    ids=["far-in-top-k", "outside-top-k"],
+)
 def test_parting_where_the_reference_was_sure_is_served_but_wrong(token, margin, bound):
     warm = COLD[:1] + tokens((token, -0.1, {}), ("token_id:3", -0.2, {}))
     check = compare_greedy("s", " a b c", " a y c", reference_tokens=COLD, tokens=warm, near_tie_nats=NEAR_TIE)
@@ -72,10 +78,14 @@ def test_parting_where_the_reference_was_sure_is_served_but_wrong(token, margin,
 def test_a_margin_at_the_threshold_is_not_a_near_tie():
     reference = tokens(("token_id:2", -0.5, {"token_id:2": -0.5, "token_id:7": -0.75}))  # 0.25 exactly in binary
     warm = tokens(("token_id:7", -0.5, {}))
-    assert compare_greedy("s", "a", "b", reference_tokens=reference, tokens=warm, near_tie_nats=0.25).verdict \
+    assert (
+        compare_greedy("s", "a", "b", reference_tokens=reference, tokens=warm, near_tie_nats=0.25).verdict
         == SERVED_BUT_WRONG
-    assert compare_greedy("s", "a", "b", reference_tokens=reference, tokens=warm, near_tie_nats=0.2500001).verdict \
+    )
+    assert (
+        compare_greedy("s", "a", "b", reference_tokens=reference, tokens=warm, near_tie_nats=0.2500001).verdict
         == NUMERICS
+    )
 
 
 def test_a_reply_parting_at_a_near_tie_but_cut_short_is_served_but_wrong():
@@ -101,11 +111,17 @@ def test_a_connector_tier_identical_to_warm_gpu_is_the_same_though_cold_differs(
 def test_a_connector_tier_is_judged_against_the_reference_it_follows_longest():
     """It agreed with warm-gpu past the point where cold parted, then left warm-gpu where it was sure: wrong KV,
     although its first difference from cold was a near tie."""
-    gpu_tokens = COLD[:1] + tokens(("token_id:7", -0.62, {"token_id:7": -0.62, "token_id:4": -6.0}),
-                                   ("token_id:5", -0.3, {"token_id:5": -0.3, "token_id:4": -7.0}))
+    gpu_tokens = COLD[:1] + tokens(
+        ("token_id:7", -0.62, {"token_id:7": -0.62, "token_id:4": -6.0}),
+        ("token_id:5", -0.3, {"token_id:5": -0.3, "token_id:4": -7.0}),
+    )
     warm_tokens = gpu_tokens[:2] + tokens(("token_id:4", -0.1, {}))
-    check = judge("s", [("cold", Completion(" a b c", COLD)), ("warm-gpu", Completion(" a x e", gpu_tokens))],
-                  Completion(" a x q", warm_tokens), NEAR_TIE)
+    check = judge(
+        "s",
+        [("cold", Completion(" a b c", COLD)), ("warm-gpu", Completion(" a x e", gpu_tokens))],
+        Completion(" a x q", warm_tokens),
+        NEAR_TIE,
+    )
     assert check.reference == "warm-gpu" and check.first_difference_token == 2
     assert check.verdict == SERVED_BUT_WRONG and check.margin_nats == pytest.approx(6.7)
 
@@ -124,8 +140,13 @@ PROBES = Path(__file__).parents[1] / "fixtures" / "gpu-h200-vllm0.26" / "logprob
 
 
 def probe_completion(run: dict) -> Completion:
-    return Completion(run["text"], [TokenChoice(token, logprob, top) for token, logprob, top
-                                    in zip(run["tokens"], run["token_logprobs"], run["top"])])
+    return Completion(
+        run["text"],
+        [
+            TokenChoice(token, logprob, top)
+            for token, logprob, top in zip(run["tokens"], run["token_logprobs"], run["top"])
+        ],
+    )
 
 
 def probe_verdicts(case: str) -> list[tuple[str, str, str]]:

@@ -86,8 +86,12 @@ def test_counters_are_summed_over_engines_and_gauges_are_not():
 
 
 def test_a_scrape_without_prefix_counters_is_refused():
-    stripped = "\n".join(line for line in text("00-idle").splitlines()
-                         if not re.search(r"vllm:prefix_cache_(queries|hits)", line)) + "\n"
+    stripped = (
+        "\n".join(
+            line for line in text("00-idle").splitlines() if not re.search(r"vllm:prefix_cache_(queries|hits)", line)
+        )
+        + "\n"
+    )
     with pytest.raises(MetricsError, match="prefix-cache counters are missing"):
         require_prefix_counters(parse(stripped))
 

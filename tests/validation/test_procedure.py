@@ -56,8 +56,11 @@ def test_lmcache_0_5_3_on_an_h200_card_says_the_l1_tier_by_its_counters():
 def test_recorded_counters_label_each_tier_and_the_one_after_a_restart_warm_persistent(recorded):
     validation = run(recorded)
     assert [(t.expected, [label.tier for label in t.labels]) for t in validation.tiers] == [
-        (Tier.COLD, [Tier.COLD]), (Tier.WARM_GPU, [Tier.WARM_GPU]),
-        (Tier.WARM_CONNECTOR, [Tier.WARM_CONNECTOR]), (Tier.WARM_PERSISTENT, [Tier.WARM_PERSISTENT])]
+        (Tier.COLD, [Tier.COLD]),
+        (Tier.WARM_GPU, [Tier.WARM_GPU]),
+        (Tier.WARM_CONNECTOR, [Tier.WARM_CONNECTOR]),
+        (Tier.WARM_PERSISTENT, [Tier.WARM_PERSISTENT]),
+    ]
     assert all(t.result().passed for t in validation.tiers) and validation.failures == []
     assert recorded.step == "06-after-warm-persistent"  # every recorded step was walked
     assert validation.fillers_sent > 0
@@ -82,11 +85,22 @@ def test_a_tier_with_an_aborted_run_fails_even_when_its_counters_prove_the_tier(
 
 # --- validate.py's settings: counts positive, kinds named, None only where declared -----------------------
 
-@pytest.mark.parametrize("name, value", [("validate_output_tokens", 0), ("validate_decode_tokens", 0),
-                                         ("validate_decode_prompt_tokens", 0), ("validate_sessions", 0),
-                                         ("validate_prompt_kind", "poetry"), ("validate_soak_memory_growth_mib", -1),
-                                         ("validate_soak_memory_growth_mib", math.nan), ("validate_sessions", None),
-                                         ("validate_sessions", 2.5), ("validate_restart", "maybe")])
+
+@pytest.mark.parametrize(
+    "name, value",
+    [
+        ("validate_output_tokens", 0),
+        ("validate_decode_tokens", 0),
+        ("validate_decode_prompt_tokens", 0),
+        ("validate_sessions", 0),
+        ("validate_prompt_kind", "poetry"),
+        ("validate_soak_memory_growth_mib", -1),
+        ("validate_soak_memory_growth_mib", math.nan),
+        ("validate_sessions", None),
+        ("validate_sessions", 2.5),
+        ("validate_restart", "maybe"),
+    ],
+)
 def test_bad_validation_settings_refused_naming_the_field(name, value):
     with pytest.raises(ConfigError) as refused:
         ValidationSettings.from_data({name: value})
@@ -100,18 +114,25 @@ def test_unset_seed_and_replay_are_declared():
 
 
 def test_good_values_pass():
-    settings = ValidationSettings.from_data({"validate_prompt_kind": "code", "validate_sessions": "5", "validate_seed": 7.0})
+    settings = ValidationSettings.from_data(
+        {"validate_prompt_kind": "code", "validate_sessions": "5", "validate_seed": 7.0}
+    )
     assert (settings.prompt_kind, settings.sessions, settings.seed) == ("code", 5, 7)
 
 
-@pytest.mark.parametrize("seed,label,passed", [("fixed", Tier.WARM_PERSISTENT, True),
-                                               ("random", Tier.RETRIEVED_BUT_UNUSED, False)])
+@pytest.mark.parametrize(
+    "seed,label,passed", [("fixed", Tier.WARM_PERSISTENT, True), ("random", Tier.RETRIEVED_BUT_UNUSED, False)]
+)
 def test_native_tiered_disk_tier_after_a_restart_hits_only_with_a_fixed_hash_seed(seed, label, passed):
     """The H200 native-tiered captures: after a full restart with PYTHONHASHSEED=0 the disk tier serves (external
     hits +3,024 of 3,030); with a random seed its file names differ and nothing hits."""
     with FakeOpenAI() as server:
-        recorded = RecordedRun(server, GPU_CAPTURES / "native-tiered-eager", f"06-seed-{seed}-restarted-idle",
-                               f"07-seed-{seed}-after-warm-persistent")
+        recorded = RecordedRun(
+            server,
+            GPU_CAPTURES / "native-tiered-eager",
+            f"06-seed-{seed}-restarted-idle",
+            f"07-seed-{seed}-after-warm-persistent",
+        )
         validation = run(recorded)
     assert [t.result().passed for t in validation.tiers[:3]] == [True, True, True]
     persistent = validation.tier(Tier.WARM_PERSISTENT)
@@ -123,6 +144,7 @@ def test_native_tiered_disk_tier_after_a_restart_hits_only_with_a_fixed_hash_see
 
 # --- served-but-wrong: each warm tier's greedy output against the cold run's ----------------------------
 
+
 def test_every_tier_request_is_greedy_with_its_sessions_seed(recorded):
     run(recorded)
     session = [body for body in recorded.server.completions if body["prompt"] == recorded.session_prompt]
@@ -133,6 +155,7 @@ def test_every_tier_request_is_greedy_with_its_sessions_seed(recorded):
 def test_a_warm_tier_proven_by_its_counters_but_answering_otherwise_is_served_but_wrong(recorded):
     """LMCache#4492: after a restart the prefix came from the store (its counters prove warm-persistent) but the
     answer changed. The fake serves other words once restarted, as a store holding wrong KV would."""
+
     def restart_with_wrong_kv() -> None:
         RecordedRun.restart(recorded)
         recorded.server.token_word = lambda body: "garbled"
@@ -150,12 +173,17 @@ def test_a_warm_tier_proven_by_its_counters_but_answering_otherwise_is_served_bu
     card = to_card("rig1", "run", validation, ValidationSettings.from_data({}))
     md = render_rig_markdown(card)
     assert not card.passed and "**Verdict: FAIL**" in md
-    assert ("tier warm-persistent: served-but-wrong: its counters prove warm-persistent, but the greedy output of "
-            "1 of 1 sessions parts from the warm-gpu run's where that run was sure of its token") in md
+    assert (
+        "tier warm-persistent: served-but-wrong: its counters prove warm-persistent, but the greedy output of "
+        "1 of 1 sessions parts from the warm-gpu run's where that run was sure of its token"
+    ) in md
     assert "warm-gpu 1/1 same, warm-connector 1/1 same, warm-persistent 0/1 same" in md
-    assert ("- ✗ served-but-wrong: warm-persistent, session " in md and "against warm-gpu: parts at character 1, "
-            "token 0, margin ≥ 12.000 nats ≥ near tie 0.5 (its token was outside the reference's top logprobs): "
-            "warm-gpu ' w0 w1 w2") in md
+    assert (
+        "- ✗ served-but-wrong: warm-persistent, session " in md
+        and "against warm-gpu: parts at character 1, "
+        "token 0, margin ≥ 12.000 nats ≥ near tie 0.5 (its token was outside the reference's top logprobs): "
+        "warm-gpu ' w0 w1 w2"
+    ) in md
     assert "warm-persistent ' garbled0 garbled1" in md
 
 
@@ -192,8 +220,12 @@ def test_a_connector_tier_parting_from_the_references_at_a_near_tie_is_numerics_
     md = render_rig_markdown(card)
     assert card.passed, card.failures
     assert "warm-connector 0/1 same + 1 numerics" in md
-    assert ("- ≈ numerics: warm-connector, session " in md and "against warm-gpu: parts at character 10, token 3, "
-            "margin 0.050 nats < near tie 0.5: warm-gpu ' w0 w1 w2 w3" in md and "warm-connector ' w0 w1 w2 r3 r4" in md)
+    assert (
+        "- ≈ numerics: warm-connector, session " in md
+        and "against warm-gpu: parts at character 10, token 3, margin 0.050 nats < near tie 0.5: warm-gpu ' w0 w1 w2 w3"
+        in md
+        and "warm-connector ' w0 w1 w2 r3 r4" in md
+    )
     assert "A first differing token the reference ranked within 0.5 nats of its own is numerics (passes)" in md
 
 
@@ -211,8 +243,9 @@ def test_a_connector_tier_repeating_warm_gpu_is_the_same_though_warm_gpu_parted_
     recorded.server.word_at = lambda body, i: "r" if recorded.step != "01-after-cold" and i >= 2 else "w"
     recorded.server.margin_at = lambda body, i: 0.02 if i == 2 else 6.0
     validation = run(recorded)
-    gpu, connector, persistent = (validation.tier(t).result() for t in
-                                  (Tier.WARM_GPU, Tier.WARM_CONNECTOR, Tier.WARM_PERSISTENT))
+    gpu, connector, persistent = (
+        validation.tier(t).result() for t in (Tier.WARM_GPU, Tier.WARM_CONNECTOR, Tier.WARM_PERSISTENT)
+    )
     assert gpu.greedy[0].verdict == "numerics" and gpu.greedy[0].reference == "cold"
     assert [(c.verdict, c.reference) for c in connector.greedy + persistent.greedy] == [("same", "warm-gpu")] * 2
     assert all(t.result().passed for t in validation.tiers)
@@ -230,9 +263,11 @@ def test_without_logprobs_a_near_tie_cannot_be_told_and_fails(recorded):
 def test_an_engine_that_dies_on_logprobs_is_refused_before_anything_is_measured(recorded):
     """The lab's first run with logprobs: vLLM CPU compiled the sampler's logprobs path, failed (no Python.h) and
     the engine died. validate_tiers asks once, before the calibration, and says which setting and what fix."""
+
     def die_on_logprobs(body: dict) -> None:
         if body.get("logprobs"):
             recorded.server.drop_stream_after = 0
+
     recorded.server.on_completion = die_on_logprobs
     with pytest.raises(ConfigError) as refused:
         run(recorded)
@@ -240,8 +275,15 @@ def test_an_engine_that_dies_on_logprobs_is_refused_before_anything_is_measured(
     assert len(recorded.server.completions) == 1  # nothing measured after it
 
 
-@pytest.mark.parametrize("name, value", [("validate_top_logprobs", -1), ("validate_top_logprobs", 21),
-                                         ("validate_near_tie_nats", 0), ("validate_near_tie_nats", -0.5)])
+@pytest.mark.parametrize(
+    "name, value",
+    [
+        ("validate_top_logprobs", -1),
+        ("validate_top_logprobs", 21),
+        ("validate_near_tie_nats", 0),
+        ("validate_near_tie_nats", -0.5),
+    ],
+)
 def test_bad_oracle_settings_refused_naming_the_field(name, value):
     with pytest.raises(ConfigError) as refused:
         ValidationSettings.from_data({name: value})
@@ -261,15 +303,22 @@ def test_the_card_names_where_the_client_ttft_was_measured(recorded):
     assert card.ttft_client.transport == f"the controller, through {recorded.server.url}"
     assert (card.ttft_client.tolerance_rel, card.ttft_client.tolerance_abs_s) == (0.05, 0.005)
     assert all(len(t.ttft_pairs) == 1 for t in card.tiers)
-    assert f"Client TTFT measured on the controller, through {recorded.server.url}; within max(5 %, 5 ms)" in \
-        render_rig_markdown(card)
+    assert (
+        f"Client TTFT measured on the controller, through {recorded.server.url}; within max(5 %, 5 ms)"
+        in render_rig_markdown(card)
+    )
 
 
-@pytest.mark.parametrize("data, field", [
-    ({"validate_prompt_tokens": 4090, "validate_output_tokens": 16}, "validate_prompt_tokens"),
-    ({"validate_decode_ab": True, "validate_decode_prompt_tokens": 3000, "validate_decode_tokens": 1500},
-     "validate_decode_tokens"),
-])
+@pytest.mark.parametrize(
+    "data, field",
+    [
+        ({"validate_prompt_tokens": 4090, "validate_output_tokens": 16}, "validate_prompt_tokens"),
+        (
+            {"validate_decode_ab": True, "validate_decode_prompt_tokens": 3000, "validate_decode_tokens": 1500},
+            "validate_decode_tokens",
+        ),
+    ],
+)
 def test_prompts_that_cannot_fit_the_declared_context_are_refused_before_any_rig(data, field):
     # validate.py calls this with the max_model_len knob before any rig is asked (the server's is checked again)
     with pytest.raises(ConfigError) as caught:

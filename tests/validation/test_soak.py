@@ -33,6 +33,7 @@ SOURCE = "test memory"
 
 def records(plan=PLAN, tps=None, memory=None, empty=(), errors=None):
     """Turns in the order the soak runs them; tps/memory: {session: value} or {(session, turn): value}."""
+
     def pick(table, session, turn, default):
         table = table or {}
         return table.get((session, turn), table.get(session, default))
@@ -40,10 +41,18 @@ def records(plan=PLAN, tps=None, memory=None, empty=(), errors=None):
     out = []
     for i, (session, turn) in enumerate(turn_order(plan.sessions, plan.turns, plan.open_sessions)):
         error = (errors or {}).get((session, turn))
-        out.append(SoakTurn(session=session, turn=turn, prompt_tokens=100 * (turn + 1), completion_tokens=32,
-                            decode_tps=None if error else pick(tps, session, turn, 40.0),
-                            empty_reply=(session, turn) in empty, error=error,
-                            memory_mib=pick(memory, session, turn, 2000.0 + i)))
+        out.append(
+            SoakTurn(
+                session=session,
+                turn=turn,
+                prompt_tokens=100 * (turn + 1),
+                completion_tokens=32,
+                decode_tps=None if error else pick(tps, session, turn, 40.0),
+                empty_reply=(session, turn) in empty,
+                error=error,
+                memory_mib=pick(memory, session, turn, 2000.0 + i),
+            )
+        )
     return out
 
 
@@ -78,8 +87,10 @@ def test_memory_growth_at_the_limit_passes_above_it_fails_with_the_numbers():
     at_limit = judge(records(memory={(0, 2): 2000.0, (1, 2): 2200.0}), PLAN, LIMITS, SOURCE)
     assert at_limit.passed and at_limit.memory_growth_mib == 200.0
     above = judge(records(memory={(0, 2): 2000.0, (1, 2): 2200.5}), PLAN, LIMITS, SOURCE)
-    assert above.failures == ["memory grew 200.5 MiB (2,000 MiB after the first clean session 0 -> 2,200 MiB after "
-                              "the last turn; test memory), more than 200 MiB"]
+    assert above.failures == [
+        "memory grew 200.5 MiB (2,000 MiB after the first clean session 0 -> 2,200 MiB after "
+        "the last turn; test memory), more than 200 MiB"
+    ]
 
 
 def test_memory_before_the_baseline_does_not_count():
@@ -93,8 +104,9 @@ def test_decode_retention_at_the_minimum_passes_below_it_fails_with_the_numbers(
     assert judge(records(tps={0: 50.0, 1: 40.0}), PLAN, LIMITS, SOURCE).passed
     report = judge(records(tps={0: 50.0, 1: 39.5}), PLAN, LIMITS, SOURCE)
     assert report.decode_retention == pytest.approx(0.79)
-    assert report.failures == ["decode retention 79.0%: session 1 decoded 39.5 tok/s vs 50.0 tok/s in the first clean "
-                               "session 0 (at least 80%)"]
+    assert report.failures == [
+        "decode retention 79.0%: session 1 decoded 39.5 tok/s vs 50.0 tok/s in the first clean session 0 (at least 80%)"
+    ]
 
 
 def test_retention_is_the_ratio_of_session_means():
@@ -119,8 +131,9 @@ def test_a_rule_that_could_not_be_measured_fails():
     no_memory = judge(records(memory={(1, 2): None}), PLAN, LIMITS, SOURCE)
     assert no_memory.failures == ["memory growth not measured: test memory gave no reading after the last turn"]
     no_decode = judge(records(tps={1: None}), PLAN, LIMITS, SOURCE)
-    assert no_decode.failures == ["decode retention not measured: no decode speed in session 1 "
-                                  "(replies of fewer than 2 tokens?)"]
+    assert no_decode.failures == [
+        "decode retention not measured: no decode speed in session 1 (replies of fewer than 2 tokens?)"
+    ]
 
 
 def test_no_clean_session_fails_without_a_baseline():
@@ -133,8 +146,10 @@ def test_no_clean_session_fails_without_a_baseline():
 def test_a_soak_stopped_early_names_the_turns_that_ran():
     stopped = records(errors={(0, 1): "E", (1, 1): "E", (0, 2): "E"})[:5]
     report = judge(stopped, PLAN, LIMITS, SOURCE)
-    assert f"only 5 of 6 turns ran: the soak stopped after {MAX_CONSECUTIVE_ERRORS} failed turns in a row" \
+    assert (
+        f"only 5 of 6 turns ran: the soak stopped after {MAX_CONSECUTIVE_ERRORS} failed turns in a row"
         in report.failures
+    )
 
 
 def test_conversation_must_fit_the_served_context():
@@ -154,8 +169,14 @@ def test_settings_declare_the_soak_off_by_default_with_the_issue_thresholds():
     assert plan_from(ValidationSettings.from_data({"validate_soak_sessions": "20"})).sessions == 20
 
 
-@pytest.mark.parametrize("name, value", [("validate_soak_sessions", 1), ("validate_soak_decode_retention_min", 1.5),
-                                         ("validate_soak_empty_reply_max_fraction", 0)])
+@pytest.mark.parametrize(
+    "name, value",
+    [
+        ("validate_soak_sessions", 1),
+        ("validate_soak_decode_retention_min", 1.5),
+        ("validate_soak_empty_reply_max_fraction", 0),
+    ],
+)
 def test_bad_soak_settings_are_refused_naming_the_field(name, value):
     with pytest.raises(ConfigError) as refused:
         ValidationSettings.from_data({name: value})

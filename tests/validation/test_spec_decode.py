@@ -30,13 +30,18 @@ def decode_window() -> metrics.Delta:
 def test_the_spec_decode_counters_are_read_and_differenced():
     window = decode_window()
     assert (window.spec_decode_drafts, window.spec_decode_draft_tokens, window.spec_decode_accepted_tokens) == (
-        220, 660, 548)
+        220,
+        660,
+        548,
+    )
     # every step emits its accepted drafts plus one token of its own: the capture's 768 generated tokens
     assert window.spec_decode_drafts + window.spec_decode_accepted_tokens == window.generation_tokens == 768
 
 
 def test_a_real_capture_without_speculative_decoding_reads_zero():
-    text = (Path(__file__).parents[1] / "fixtures" / "gpu-h200-vllm0.26" / "offload-eager" / "01-after-cold.txt").read_text()
+    text = (
+        Path(__file__).parents[1] / "fixtures" / "gpu-h200-vllm0.26" / "offload-eager" / "01-after-cold.txt"
+    ).read_text()
     snapshot = metrics.parse(text)
     assert snapshot.spec_decode_draft_tokens == 0 and snapshot.generation_tokens > 0
 
@@ -55,18 +60,25 @@ def test_windows_are_summed_not_averaged():
 
 
 def _validation_with(window: metrics.Delta) -> TierValidation:
-    result = StreamResult(ttft_s=0.1, total_s=1.0, prompt_tokens=512, completion_tokens=256, cached_tokens=0,
-                          chunks=256, text="x", decode_tps=80.0)
+    result = StreamResult(
+        ttft_s=0.1,
+        total_s=1.0,
+        prompt_tokens=512,
+        completion_tokens=256,
+        cached_tokens=0,
+        chunks=256,
+        text="x",
+        decode_tps=80.0,
+    )
     run = TierRun(Tier.COLD, measured=[Measured(result, window, None)])
     return TierValidation([run], [], None, metrics.parse(BEFORE_DECODE.read_text()), 8192, [])
 
 
 def test_the_card_carries_the_acceptance_of_the_measured_requests():
-    card = to_card("rig", "run", _validation_with(decode_window()), ValidationSettings.from_data({}),
-                   speculative=True)
+    card = to_card("rig", "run", _validation_with(decode_window()), ValidationSettings.from_data({}), speculative=True)
     assert card.spec_decode.draft_tokens == 660 and not card.failures
     markdown = render_rig_markdown(card)
-    serving = markdown[markdown.index("## ① Serving"):markdown.index("## ②")]
+    serving = markdown[markdown.index("## ① Serving") : markdown.index("## ②")]
     assert "| this run | 83.0 % (548 / 660) | 3.49 tokens per step | the 1 measured tier requests |" in serving
 
 
@@ -81,8 +93,10 @@ def test_speculative_decoding_configured_but_never_drafting_fails_the_card():
 def test_the_decode_ab_table_has_an_acceptance_row_per_arm():
     card = make_card()
     spec = spec_decode_over([decode_window()], "the 10 measured decode runs")
-    card.decode_ab.spec_decode = {"on": spec, "off": SpecDecode(drafts=10, draft_tokens=30, accepted_tokens=24,
-                                                              window="the 10 measured decode runs")}
+    card.decode_ab.spec_decode = {
+        "on": spec,
+        "off": SpecDecode(drafts=10, draft_tokens=30, accepted_tokens=24, window="the 10 measured decode runs"),
+    }
     markdown = render_rig_markdown(card)
     assert "| spec-decode acceptance | 83.0 % (548 / 660) | 80.0 % (24 / 30) | |" in markdown
     reloaded = type(card).model_validate_json(card.model_dump_json())

@@ -25,12 +25,15 @@ def window(before: str, after: str) -> Delta:
     return delta(parse((METRICS / f"{before}.txt").read_text()), parse((METRICS / f"{after}.txt").read_text()))
 
 
-@pytest.mark.parametrize("before,after,expected,after_restart", [
-    ("00-idle", "01-after-cold", Tier.COLD, False),
-    ("01-after-cold", "02-after-warm-gpu", Tier.WARM_GPU, False),
-    ("03-after-fillers", "04-after-warm-connector", Tier.WARM_CONNECTOR, False),
-    ("05-restarted-idle", "06-after-warm-persistent", Tier.WARM_PERSISTENT, True),
-])
+@pytest.mark.parametrize(
+    "before,after,expected,after_restart",
+    [
+        ("00-idle", "01-after-cold", Tier.COLD, False),
+        ("01-after-cold", "02-after-warm-gpu", Tier.WARM_GPU, False),
+        ("03-after-fillers", "04-after-warm-connector", Tier.WARM_CONNECTOR, False),
+        ("05-restarted-idle", "06-after-warm-persistent", Tier.WARM_PERSISTENT, True),
+    ],
+)
 def test_recorded_windows_get_the_tier_that_served_them(before, after, expected, after_restart):
     verdict = label(window(before, after), expected, connector_configured=True, after_restart=after_restart)
     assert verdict.tier == expected and verdict.passed, verdict.proof
@@ -62,8 +65,12 @@ def test_a_cold_request_that_hit_a_cache_fails_cold():
 
 
 def test_both_caches_serving_part_is_mixed_and_fails():
-    partial = Delta(prefix_cache_hits=1024, prefix_cache_queries=3500, external_prefix_cache_hits=2048,
-                    external_prefix_cache_queries=2476)
+    partial = Delta(
+        prefix_cache_hits=1024,
+        prefix_cache_queries=3500,
+        external_prefix_cache_hits=2048,
+        external_prefix_cache_queries=2476,
+    )
     verdict = label(partial, Tier.WARM_CONNECTOR, connector_configured=True)
     assert verdict.tier == Tier.MIXED and not verdict.passed
 
@@ -101,8 +108,10 @@ def lmcache_window(before: str, after: str) -> Delta:
 
 def test_lmcache_counters_are_found_through_their_labels():
     snapshot = parse((LMCACHE_053 / "04-after-warm-connector.txt").read_text())
-    assert 'lmcache_mp_lookup_hit_tokens_total{cache_salt="",model_name="/models/tiny-qwen3"} 5632.0' in \
-        (LMCACHE_053 / "04-after-warm-connector.txt").read_text()
+    assert (
+        'lmcache_mp_lookup_hit_tokens_total{cache_salt="",model_name="/models/tiny-qwen3"} 5632.0'
+        in (LMCACHE_053 / "04-after-warm-connector.txt").read_text()
+    )
     assert snapshot.lmcache_counter(LMCACHE_LOOKUP_HITS) == 5632
     assert snapshot.lmcache_counter(LMCACHE_LOOKUP_REQUESTED) == 22528
     # 0.5.3 has no per-tier counters: None, not 0 (the card then says the tier was inferred)
@@ -142,8 +151,11 @@ def test_connector_retrieved_but_vllm_used_none_is_the_users_case():
     """The user's rig: LMCache retrieved the KV, vLLM took 0 external hits, TTFT no better. MADE UP from the
     real warm-connector window: vLLM's external hits and external_kv_transfer tokens set to 0."""
     real = lmcache_window("03-after-fillers", "04-after-warm-connector")
-    made_up = replace(real, external_prefix_cache_hits=0.0,
-                      prompt_tokens_by_source={**real.prompt_tokens_by_source, "external_kv_transfer": 0.0})
+    made_up = replace(
+        real,
+        external_prefix_cache_hits=0.0,
+        prompt_tokens_by_source={**real.prompt_tokens_by_source, "external_kv_transfer": 0.0},
+    )
     verdict = label(made_up, Tier.WARM_CONNECTOR, connector_configured=True)
     assert verdict.tier == Tier.RETRIEVED_BUT_UNUSED and not verdict.passed
     assert verdict.connector_retrieved_tokens == 2816
@@ -152,22 +164,30 @@ def test_connector_retrieved_but_vllm_used_none_is_the_users_case():
 
 def _made_up_per_tier_lines(l1: int, l2: int, prefetched: int) -> str:
     """MADE UP in the shape of a newer LMCache's per-tier counters (0.5.3, captured, has none)."""
-    return ("# TYPE lmcache_mp_lookup_hit_l1_tokens_total counter\n"
-            f'lmcache_mp_lookup_hit_l1_tokens_total{{cache_salt="",model_name="/models/tiny-qwen3"}} {l1}\n'
-            "# TYPE lmcache_mp_lookup_hit_l2_tokens_total counter\n"
-            f'lmcache_mp_lookup_hit_l2_tokens_total{{cache_salt="",model_name="/models/tiny-qwen3"}} {l2}\n'
-            "# TYPE lmcache_mp_l2_prefetch_load_completed_chunks_total counter\n"
-            f'lmcache_mp_l2_prefetch_load_completed_chunks_total{{l2_name="fs"}} {prefetched}\n')
+    return (
+        "# TYPE lmcache_mp_lookup_hit_l1_tokens_total counter\n"
+        f'lmcache_mp_lookup_hit_l1_tokens_total{{cache_salt="",model_name="/models/tiny-qwen3"}} {l1}\n'
+        "# TYPE lmcache_mp_lookup_hit_l2_tokens_total counter\n"
+        f'lmcache_mp_lookup_hit_l2_tokens_total{{cache_salt="",model_name="/models/tiny-qwen3"}} {l2}\n'
+        "# TYPE lmcache_mp_l2_prefetch_load_completed_chunks_total counter\n"
+        f'lmcache_mp_l2_prefetch_load_completed_chunks_total{{l2_name="fs"}} {prefetched}\n'
+    )
 
 
-@pytest.mark.parametrize("l1,l2,after_restart,tier", [(2816, 0, False, "L1"), (0, 2816, False, "L2"),
-                                                      (256, 2560, True, "L1+L2")])
+@pytest.mark.parametrize(
+    "l1,l2,after_restart,tier", [(2816, 0, False, "L1"), (0, 2816, False, "L2"), (256, 2560, True, "L1+L2")]
+)
 def test_lmcache_per_tier_counters_tell_l1_from_l2_where_exported(l1, l2, after_restart, tier):
     before = parse((LMCACHE_053 / "03-after-fillers.txt").read_text() + _made_up_per_tier_lines(0, 0, 0))
-    after = parse((LMCACHE_053 / "04-after-warm-connector.txt").read_text()
-                  + _made_up_per_tier_lines(l1, l2, l2 // 256))
-    verdict = label(delta(before, after), Tier.WARM_PERSISTENT if after_restart else Tier.WARM_CONNECTOR, True,
-                    after_restart=after_restart)
+    after = parse(
+        (LMCACHE_053 / "04-after-warm-connector.txt").read_text() + _made_up_per_tier_lines(l1, l2, l2 // 256)
+    )
+    verdict = label(
+        delta(before, after),
+        Tier.WARM_PERSISTENT if after_restart else Tier.WARM_CONNECTOR,
+        True,
+        after_restart=after_restart,
+    )
     assert (verdict.store_tier, verdict.store_tier_source) == (tier, BY_COUNTERS)
     assert f"LMCache L1 hits +{l1}, L2 hits +{l2}, L2 prefetch loads +{l2 // 256} chunks" in verdict.proof
 
@@ -186,7 +206,9 @@ NATIVE_TIERED = GPU_CAPTURES / "native-tiered-eager"
 
 
 def tiered_window(before: str, after: str) -> Delta:
-    return delta(parse((NATIVE_TIERED / f"{before}.txt").read_text()), parse((NATIVE_TIERED / f"{after}.txt").read_text()))
+    return delta(
+        parse((NATIVE_TIERED / f"{before}.txt").read_text()), parse((NATIVE_TIERED / f"{after}.txt").read_text())
+    )
 
 
 def test_no_hit_ratio_across_a_window_whose_queries_were_re_counted():
@@ -228,34 +250,44 @@ def test_over_counted_gpu_hits_are_checked_against_the_tokens_served():
 def test_a_disk_tier_names_its_source_where_vllm_exports_cached_by_source():
     """MADE UP in the shape of vLLM 0.32's prompt_tokens_cached_by_source (0.26, captured, has none): the real
     native-tiered restart window with source="disk" lines added, as a newer vLLM would count the disk tier."""
+
     def with_disk(name: str, disk: int) -> str:
-        return ((NATIVE_TIERED / f"{name}.txt").read_text() + "# TYPE vllm:prompt_tokens_cached_by_source counter\n"
-                f'vllm:prompt_tokens_cached_by_source_total{{engine="0",model_name="tiny",source="disk"}} {disk}\n'
-                f'vllm:prompt_tokens_cached_by_source_total{{engine="0",model_name="tiny",source="host"}} 0\n')
-    window = delta(parse(with_disk("06-seed-fixed-restarted-idle", 0)),
-                   parse(with_disk("07-seed-fixed-after-warm-persistent", 3024)))
+        return (
+            (NATIVE_TIERED / f"{name}.txt").read_text() + "# TYPE vllm:prompt_tokens_cached_by_source counter\n"
+            f'vllm:prompt_tokens_cached_by_source_total{{engine="0",model_name="tiny",source="disk"}} {disk}\n'
+            f'vllm:prompt_tokens_cached_by_source_total{{engine="0",model_name="tiny",source="host"}} 0\n'
+        )
+
+    window = delta(
+        parse(with_disk("06-seed-fixed-restarted-idle", 0)),
+        parse(with_disk("07-seed-fixed-after-warm-persistent", 3024)),
+    )
     verdict = label(window, Tier.WARM_PERSISTENT, True, after_restart=True)
     assert verdict.passed and "cached by source disk +3024" in verdict.proof
 
 
 # --- what the mutation check (bench/mutation.py) found no test holding ---------------------------------------
 
+
 def test_the_proof_of_a_real_connector_window_word_for_word():
     # counters equal to the tokens served (the usual case): no over-count note, the transfer tokens as served
     verdict = label(tiered_window("03-after-fillers", "04-after-warm-connector"), Tier.WARM_CONNECTOR, True)
-    assert verdict.proof == ("GPU prefix hits +0/3030 queried, external hits +3024/3030 queried, "
-                             "external_kv_transfer tokens +3024")
+    assert verdict.proof == (
+        "GPU prefix hits +0/3030 queried, external hits +3024/3030 queried, external_kv_transfer tokens +3024"
+    )
 
 
 def test_an_lmcache_tier_after_a_restart_is_l2_inferred_and_one_exported_counter_is_enough():
     # LMCache 0.5.3 exports its chunk counters: they, not the procedure, say which tier served (none from L2 here)
-    counted = label(lmcache_window("03-after-fillers", "04-after-warm-connector"), Tier.WARM_PERSISTENT, True,
-                    after_restart=True)
+    counted = label(
+        lmcache_window("03-after-fillers", "04-after-warm-connector"), Tier.WARM_PERSISTENT, True, after_restart=True
+    )
     assert (counted.store_tier, counted.store_tier_source) == ("L1", BY_COUNTERS)
     assert "LMCache chunks loaded +11, of them from L2 (prefetch loads) +0: served from L1" in counted.proof
     only_l2 = "".join(line + "\n" for line in _made_up_per_tier_lines(0, 2816, 11).splitlines() if "_l1_" not in line)
-    before = parse((LMCACHE_053 / "03-after-fillers.txt").read_text() + only_l2.replace(" 2816", " 0").replace(
-        " 11\n", " 0\n"))
+    before = parse(
+        (LMCACHE_053 / "03-after-fillers.txt").read_text() + only_l2.replace(" 2816", " 0").replace(" 11\n", " 0\n")
+    )
     after = parse((LMCACHE_053 / "04-after-warm-connector.txt").read_text() + only_l2)
     verdict = label(delta(before, after), Tier.WARM_CONNECTOR, True)
     assert (verdict.store_tier, verdict.store_tier_source) == ("L2", BY_COUNTERS)

@@ -85,8 +85,10 @@ def test_the_api_overhead_is_the_same_body_refused_under_a_model_the_server_does
     assert 0.2 <= result.api_overhead_s < 0.45 and result.api_overhead_error is None
     assert result.ttft_s >= 0.5  # the overhead request comes before the measured stream, not inside its clock
     assert len(server.refused_completions) == OVERHEAD_SAMPLES  # their median is the figure
-    assert all(refused["model"] == API_OVERHEAD_MODEL and refused["prompt"] == server.completions[-1]["prompt"]
-               for refused in server.refused_completions)
+    assert all(
+        refused["model"] == API_OVERHEAD_MODEL and refused["prompt"] == server.completions[-1]["prompt"]
+        for refused in server.refused_completions
+    )
     assert len(server.completions) == 1  # the engine saw one request: the window's metrics move once
 
 
@@ -126,13 +128,20 @@ def test_the_probe_request_and_a_probe_that_printed_nothing_read_as_the_rig_answ
         def run(command: str, stdin: str) -> Optional[str]:
             sent.append(json.loads(stdin))
             return answer
+
         return RigProbe(run=run, base_url="http://127.0.0.1:8101/", transport="test")
 
     answered = rig('progress\n{"ttft_s": 0.03, "total_s": 0.1}\n').stream("/v1/completions", {"n": 1}, 2.0, 30.0, "m")
     assert answered == {"ttft_s": 0.03, "total_s": 0.1}
-    assert sent[-1] == {"url": "http://127.0.0.1:8101/v1/completions", "body": {"n": 1}, "connect_timeout_s": 2.0,
-                        "timeout_s": 30.0, "overhead_model": "m"}
+    assert sent[-1] == {
+        "url": "http://127.0.0.1:8101/v1/completions",
+        "body": {"n": 1},
+        "connect_timeout_s": 2.0,
+        "timeout_s": 30.0,
+        "overhead_model": "m",
+    }
     for printed, shown in [(None, "''"), ("", "''"), ("Traceback: no module json\n", "'Traceback: no module json'")]:
         assert rig(printed).stream("/v1/completions", {}, 2.0, 30.0) == {
             "error": f"the TTFT probe on the rig printed no result ({shown}): check that the rig has python3",
-            "total_s": 0.0}
+            "total_s": 0.0,
+        }

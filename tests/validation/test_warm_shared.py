@@ -44,6 +44,7 @@ def window(before: str, after: str) -> Delta:
 
 # --- labels on the real capture ---------------------------------------------------------------------------------
 
+
 def test_the_second_engine_reading_the_first_ones_fs_root_is_warm_shared():
     """B never saw the prompt: its GPU hits stayed 0 and its external hits grew by 2,976 of 2,990 (H200 capture)."""
     verdict = label_shared(window("B-0", "B-1"))
@@ -67,8 +68,11 @@ def test_a_gpu_hit_on_b_is_not_shared_even_with_external_hits_made_up_from_the_c
     """MADE UP from B's real window: 1,024 of the tokens served from B's own GPU pool as well. B already had part
     of the prompt, so the window proves nothing shared, however many external hits it also shows."""
     real = window("B-0", "B-1")
-    partly_local = replace(real, prefix_cache_hits=1024.0,
-                           prompt_tokens_by_source={**real.prompt_tokens_by_source, "local_cache_hit": 1024.0})
+    partly_local = replace(
+        real,
+        prefix_cache_hits=1024.0,
+        prompt_tokens_by_source={**real.prompt_tokens_by_source, "local_cache_hit": 1024.0},
+    )
     verdict = label_shared(partly_local)
     assert verdict.tier == Tier.NOT_SHARED and not verdict.passed
     assert "B already had the prompt" in verdict.proof and verdict.external_hits == 2976
@@ -76,11 +80,12 @@ def test_a_gpu_hit_on_b_is_not_shared_even_with_external_hits_made_up_from_the_c
 
 # --- the pair loop against fake servers whose /metrics move like a shared store's -------------------------------
 
-COUNTER_SAMPLE = re.compile(r'^(?P<name>vllm:[a-z_]+_total)\{(?P<labels>[^}]*)\} \S+$', re.M)
+COUNTER_SAMPLE = re.compile(r"^(?P<name>vllm:[a-z_]+_total)\{(?P<labels>[^}]*)\} \S+$", re.M)
 
 
 def capture_with(counters: dict[str, float], template: str) -> str:
     """The capture's text with the counters replaced: key `name` or `name[source]` for the by-source families."""
+
     def put(match: re.Match) -> str:
         source = re.search(r'source="([^"]+)"', match["labels"])
         key = match["name"] + (f"[{source.group(1)}]" if source else "")
@@ -96,8 +101,14 @@ class MadeUpSharedStoreFleet:
     prefill into their GPU pool (a router sending it there too). `already_warm`: rigs whose first request is a
     GPU hit (a salt reused: the prompt was in its pool and the store before)."""
 
-    def __init__(self, stack: ExitStack, rigs=("rig1", "rig2"), shared: bool = True,
-                 prefill_reaches: tuple = (), already_warm: tuple = ()):
+    def __init__(
+        self,
+        stack: ExitStack,
+        rigs=("rig1", "rig2"),
+        shared: bool = True,
+        prefill_reaches: tuple = (),
+        already_warm: tuple = (),
+    ):
         self.shared, self.prefill_reaches, self.already_warm = shared, prefill_reaches, set(already_warm)
         self.template = capture("B-0")
         self.servers = {rig: stack.enter_context(FakeOpenAI()) for rig in rigs}
@@ -114,9 +125,12 @@ class MadeUpSharedStoreFleet:
 
     def count(self, rig: str, **grown: float) -> None:
         for key, value in grown.items():
-            name = {"queries": "vllm:prefix_cache_queries_total", "hits": "vllm:prefix_cache_hits_total",
-                    "ext_queries": "vllm:external_prefix_cache_queries_total",
-                    "ext_hits": "vllm:external_prefix_cache_hits_total"}.get(key, f"vllm:prompt_tokens_by_source_total[{key}]")
+            name = {
+                "queries": "vllm:prefix_cache_queries_total",
+                "hits": "vllm:prefix_cache_hits_total",
+                "ext_queries": "vllm:external_prefix_cache_queries_total",
+                "ext_hits": "vllm:external_prefix_cache_hits_total",
+            }.get(key, f"vllm:prompt_tokens_by_source_total[{key}]")
             self.counters[rig][name] = self.counters[rig].get(name, 0.0) + value
         self.show(rig)
 
@@ -158,7 +172,9 @@ def test_each_rig_is_asked_what_the_other_prefilled_and_proves_it_by_its_own_cou
         fleet = MadeUpSharedStoreFleet(stack)
         pairs = fleet.run()
     assert [(p.source, p.target, p.label, p.passed) for p in pairs] == [
-        ("rig1", "rig2", "warm-shared", True), ("rig2", "rig1", "warm-shared", True)]
+        ("rig1", "rig2", "warm-shared", True),
+        ("rig2", "rig1", "warm-shared", True),
+    ]
     for pair in pairs:
         assert pair.prefill.labels == ["cold"]
         (proof,) = pair.asked.proofs
@@ -206,7 +222,15 @@ def test_a_prefill_that_was_not_cold_fails_the_pair_whatever_b_shows():
 
 def test_pairs_stay_within_one_store():
     assert ordered_pairs([["a", "b", "c"], ["d", "e"]]) == [
-        ("a", "b"), ("a", "c"), ("b", "a"), ("b", "c"), ("c", "a"), ("c", "b"), ("d", "e"), ("e", "d")]
+        ("a", "b"),
+        ("a", "c"),
+        ("b", "a"),
+        ("b", "c"),
+        ("c", "a"),
+        ("c", "b"),
+        ("d", "e"),
+        ("e", "d"),
+    ]
     assert sharing_groups({"r1": "nas:/kv", "r2": None, "r3": "nas:/kv", "r4": "other:/kv"}) == [["r1", "r3"]]
 
 
@@ -230,6 +254,7 @@ def test_a_prompt_too_long_for_a_rig_is_refused_before_any_prefill():
 
 # --- the real capture through the pair's two steps ------------------------------------------------------------
 
+
 def test_the_h200_capture_walked_as_a_pair_is_warm_shared():
     """The fakes show the REAL captures: A's idle then after-prefill text, B's idle then after-ask text."""
     with FakeOpenAI() as a, FakeOpenAI() as b:
@@ -245,6 +270,7 @@ def test_the_h200_capture_walked_as_a_pair_is_warm_shared():
 
 
 # --- the cards -----------------------------------------------------------------------------------------------------
+
 
 def test_the_pairs_land_in_b_cards_and_the_fleet_card_has_a_row_per_pair(tmp_path):
     with ExitStack() as stack:
@@ -264,8 +290,10 @@ def test_the_pairs_land_in_b_cards_and_the_fleet_card_has_a_row_per_pair(tmp_pat
     fleet_md = (tmp_path / "fleet.md").read_text()
     assert "## Warm-shared tier (prefilled on rig A, asked of rig B)" in fleet_md
     rows = [line for line in fleet_md.splitlines() if " → " in line and line.startswith("| rig")]
-    assert [row.split(" | ")[:2] for row in rows] == [["| rig1 → rig2", "warm-shared ✓"],
-                                                        ["| rig2 → rig1", "served-but-wrong ✗"]]
+    assert [row.split(" | ")[:2] for row in rows] == [
+        ["| rig1 → rig2", "warm-shared ✓"],
+        ["| rig2 → rig1", "served-but-wrong ✗"],
+    ]
     assert "GPU prefix hits +0/" in rows[0] and "its prefills for the other rigs" in rows[0] and "1/1 same" in rows[0]
     assert "0/1 same" in rows[1]
     rig1_md = (tmp_path / "rig1.md").read_text()

@@ -6,10 +6,9 @@ vLLM 0.26's TieringOffloadingSpec does, and leaves it behind when killed.
 
     fake_engine.py vllm serve MODEL --port N [...] | fake_engine.py lmcache server --http-port N [...]
 """
+
 import http.server
-import json
 import mmap
-import os
 import sys
 import uuid
 from pathlib import Path

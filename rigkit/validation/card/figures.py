@@ -48,8 +48,9 @@ def _hits(tier: str) -> Figure:
         result = card.tier(tier)
         return StatModel.of([count(p) for p in result.proofs]) if result and result.proofs else None
 
-    return Figure(f"hits:{tier}", f"{what} {tier} (tokens/request)", lambda v: f"{v:,.0f}",
-                  lambda v: f"{v:,.0f} tokens", read)
+    return Figure(
+        f"hits:{tier}", f"{what} {tier} (tokens/request)", lambda v: f"{v:,.0f}", lambda v: f"{v:,.0f} tokens", read
+    )
 
 
 def _decode(kind: str, arm: str) -> Figure:
@@ -57,8 +58,13 @@ def _decode(kind: str, arm: str) -> Figure:
         found = next((k for k in card.decode_ab.kinds if k.kind == kind), None) if card.decode_ab else None
         return getattr(found, arm) if found and getattr(found, arm).n else None
 
-    return Figure(f"decode:{kind}:{arm}", f"decode {kind} {arm.upper()} (tok/s)", lambda v: f"{v:.1f}",
-                  lambda v: f"{v:.1f} tok/s", read)
+    return Figure(
+        f"decode:{kind}:{arm}",
+        f"decode {kind} {arm.upper()} (tok/s)",
+        lambda v: f"{v:.1f}",
+        lambda v: f"{v:.1f} tok/s",
+        read,
+    )
 
 
 def _present(figures: Sequence[Figure], cards: Sequence[RigCard]) -> list[Figure]:

@@ -71,8 +71,14 @@ def tier_glance(card: RigCard, tier: TierResult) -> TierGlance:
         verdict = f"✗ {label} (greedy output of {len(wrong)}/{len(tier.greedy)} sessions differs from cold)"
     else:
         verdict = f"✗ {label}" + ("" if label == tier.expected else f" (expected {tier.expected})")
-    return TierGlance(tier=tier.expected, ttft=ttft, faster=fmt_times_faster(times_faster(cold, tier), tier is cold),
-                      proof=tier_proof_words(tier), verdict=verdict, passed=tier.passed)
+    return TierGlance(
+        tier=tier.expected,
+        ttft=ttft,
+        faster=fmt_times_faster(times_faster(cold, tier), tier is cold),
+        proof=tier_proof_words(tier),
+        verdict=verdict,
+        passed=tier.passed,
+    )
 
 
 def ordered_tiers(card: RigCard) -> list[TierResult]:
@@ -88,13 +94,16 @@ def glance_lines(card: RigCard, card_path: Optional[Path] = None) -> list[str]:
     head = f"{card.rig}: {'PASS' if card.passed else 'FAIL'}{where}"
     if not card.tiers:
         return [head, "  no tier measured in this run"]
-    rows = [HEADER] + [(g.tier, g.ttft, g.faster, g.proof, g.verdict)
-                       for g in (tier_glance(card, t) for t in ordered_tiers(card))]
+    rows = [HEADER] + [
+        (g.tier, g.ttft, g.faster, g.proof, g.verdict) for g in (tier_glance(card, t) for t in ordered_tiers(card))
+    ]
     widths = [max(len(row[i]) for row in rows) for i in range(len(HEADER) - 1)]
-    lines = [head] + ["  " + "  ".join(cell.ljust(width) for cell, width in zip(row, widths)) + "  " + row[-1]
-                      for row in rows]
-    failures = [f for f in card.failures] + ([f"L2: {p}" for p in card.l2.problems]
-                                             if card.l2 and card.l2.level == "fail" else [])
+    lines = [head] + [
+        "  " + "  ".join(cell.ljust(width) for cell, width in zip(row, widths)) + "  " + row[-1] for row in rows
+    ]
+    failures = [f for f in card.failures] + (
+        [f"L2: {p}" for p in card.l2.problems] if card.l2 and card.l2.level == "fail" else []
+    )
     lines += [f"  ✗ {failure}" for failure in failures]
     return lines
 

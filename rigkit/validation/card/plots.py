@@ -57,16 +57,36 @@ def _draw_rig(ax, card: RigCard, tiers: Sequence[str], top_ms: float) -> None:
         mean_ms = 1000 * (tier.ttft_s.mean or 0.0)
         samples_ms = [1000 * s for s in tier.ttft_s.samples] or [mean_ms]
         colour = PASS_COLOUR if tier.passed else FAIL_COLOUR
-        ax.bar(x, mean_ms, 0.62, color=colour, alpha=0.85, hatch=None if tier.passed else "//",
-               edgecolor="white" if tier.passed else "black")
-        offsets = [0.0] if len(samples_ms) == 1 else [-0.18 + 0.36 * i / (len(samples_ms) - 1)
-                                                      for i in range(len(samples_ms))]
+        ax.bar(
+            x,
+            mean_ms,
+            0.62,
+            color=colour,
+            alpha=0.85,
+            hatch=None if tier.passed else "//",
+            edgecolor="white" if tier.passed else "black",
+        )
+        offsets = (
+            [0.0]
+            if len(samples_ms) == 1
+            else [-0.18 + 0.36 * i / (len(samples_ms) - 1) for i in range(len(samples_ms))]
+        )
         ax.scatter([x + o for o in offsets], samples_ms, s=14, color=SAMPLE_COLOUR, zorder=3)
         ratio = times_faster(cold, tier)
-        faster = "cold" if tier is cold else ("—" if ratio is None else
-                                              f"{ratio:.1f}× faster" if ratio >= 1 else f"{ratio:.2f}× (slower)")
-        ax.text(x, max(samples_ms + [mean_ms]) + 0.03 * top_ms, f"{mean_ms:,.0f} ms\n{faster}",
-                ha="center", va="bottom", fontsize=9, fontweight="bold")
+        faster = (
+            "cold"
+            if tier is cold
+            else ("—" if ratio is None else f"{ratio:.1f}× faster" if ratio >= 1 else f"{ratio:.2f}× (slower)")
+        )
+        ax.text(
+            x,
+            max(samples_ms + [mean_ms]) + 0.03 * top_ms,
+            f"{mean_ms:,.0f} ms\n{faster}",
+            ha="center",
+            va="bottom",
+            fontsize=9,
+            fontweight="bold",
+        )
     ax.set_xticks(range(len(tiers)), [_tick_label(name, card) for name in tiers], fontsize=8)
     for tick, name in zip(ax.get_xticklabels(), tiers):
         tier = card.tier(name)
@@ -75,12 +95,18 @@ def _draw_rig(ax, card: RigCard, tiers: Sequence[str], top_ms: float) -> None:
     ax.set_xlim(-0.6, len(tiers) - 0.4)
     ax.grid(axis="y", alpha=0.3)
     ax.set_axisbelow(True)
-    ax.set_title(f"{card.rig}: {'PASS' if card.passed else 'FAIL'}", fontsize=11,
-                 color="black" if card.passed else FAIL_COLOUR, fontweight="bold")
+    ax.set_title(
+        f"{card.rig}: {'PASS' if card.passed else 'FAIL'}",
+        fontsize=11,
+        color="black" if card.passed else FAIL_COLOUR,
+        fontweight="bold",
+    )
 
 
-TTFT_NOTE = ("bar: mean client TTFT, linear ms from 0 (the times-faster figure is a ratio of bars); dot: each "
-             "session; under each tier: ✓/✗ and the label its counters prove")
+TTFT_NOTE = (
+    "bar: mean client TTFT, linear ms from 0 (the times-faster figure is a ratio of bars); dot: each "
+    "session; under each tier: ✓/✗ and the label its counters prove"
+)
 
 
 def plot_ttft(cards: Sequence[RigCard], path: Path) -> None:
@@ -100,8 +126,9 @@ def ttft_figure(cards: Sequence[RigCard]):
     columns = max(1, min(PANEL_COLUMNS, len(cards)))
     rows = math.ceil(len(cards) / columns)
     width = 0.9 + TIER_WIDTH * max(2, len(tiers))
-    fig, axes = plt.subplots(rows, columns, figsize=(width * columns, PANEL_HEIGHT * rows + 0.6),
-                             sharey=True, squeeze=False)
+    fig, axes = plt.subplots(
+        rows, columns, figsize=(width * columns, PANEL_HEIGHT * rows + 0.6), sharey=True, squeeze=False
+    )
     top = _top_ms(cards)
     for index, card in enumerate(cards):
         _draw_rig(axes[index // columns][index % columns], card, tiers, top)
@@ -111,8 +138,11 @@ def ttft_figure(cards: Sequence[RigCard]):
         row[0].set_ylabel("TTFT, client side (ms)")
     run = cards[0].run_id if cards else "?"
     passed = sum(c.passed for c in cards)
-    title = (f"TTFT per cache tier — run {run}" if len(cards) == 1 else
-             f"TTFT per cache tier — run {run}: {passed}/{len(cards)} rigs pass")
+    title = (
+        f"TTFT per cache tier — run {run}"
+        if len(cards) == 1
+        else f"TTFT per cache tier — run {run}: {passed}/{len(cards)} rigs pass"
+    )
     fig.suptitle(title, fontsize=12)
     fig.text(0.5, 0.005, TTFT_NOTE, ha="center", va="bottom", fontsize=7.5, color="dimgrey", wrap=True)
     fig.tight_layout(rect=(0, 0.04, 1, 1))
@@ -127,8 +157,14 @@ def plot_decode(card: RigCard, path: Path) -> None:
     kinds = [k.kind for k in ab.kinds]
     for offset, arm in ((-0.2, "on"), (0.2, "off")):
         stats = [getattr(k, arm) for k in ab.kinds]
-        ax.bar([x + offset for x in range(len(kinds))], [s.mean or 0 for s in stats], 0.4,
-               yerr=[(s.mean or 0) * (s.cv or 0) for s in stats], capsize=4, label=f"connector {arm.upper()}")
+        ax.bar(
+            [x + offset for x in range(len(kinds))],
+            [s.mean or 0 for s in stats],
+            0.4,
+            yerr=[(s.mean or 0) * (s.cv or 0) for s in stats],
+            capsize=4,
+            label=f"connector {arm.upper()}",
+        )
     ax.set_xticks(range(len(kinds)), kinds)
     ax.set_ylabel("decode tok/s")
     ax.set_title(f"{card.rig}: decode A/B — {ab.verdict} (bars: CV)")
@@ -136,4 +172,3 @@ def plot_decode(card: RigCard, path: Path) -> None:
     fig.tight_layout()
     fig.savefig(path, dpi=100)
     plt.close(fig)
-

@@ -28,8 +28,10 @@ from rigkit.validation.card.text import fmt_bytes
 
 MISSING = "—"
 VERDICT_MARKS = {"reproduces": "✓", "differs": "✗", "not compared": "·"}
-RULE = (f"a figure of this run reproduces the recorded one when {CV_BANDS_RULE} (the recorded rigs' samples "
-        "pooled; n = 1 or identical samples leave no band, and then only an equal figure reproduces), else it differs")
+RULE = (
+    f"a figure of this run reproduces the recorded one when {CV_BANDS_RULE} (the recorded rigs' samples "
+    "pooled; n = 1 or identical samples leave no band, and then only an equal figure reproduces), else it differs"
+)
 
 
 def recorded_date(card: RigCard) -> str:
@@ -53,23 +55,34 @@ def _knob(value: object) -> str:
 
 def setup_of(repro: Reproducibility) -> dict[str, str]:
     """Every setting a card records, by the name a setup difference is called, as the card shows it."""
+
     def shown(value: object) -> str:
         return MISSING if value in (None, "") else str(value)
 
-    settings = {"image digest": shown(repro.image_digest), "model": shown(repro.model_source),
-                "profile": shown(repro.profile),
-                "rigkit version": shown(repro.rigkit_version)}
+    settings = {
+        "image digest": shown(repro.image_digest),
+        "model": shown(repro.model_source),
+        "profile": shown(repro.profile),
+        "rigkit version": shown(repro.rigkit_version),
+    }
     settings.update({f"knob {name}": _knob(value) for name, value in sorted(repro.knobs.items())})
-    settings.update({
-        "prompts": "; ".join(f"{p.kind} {p.target_tokens} tok seed {p.seed}" for p in repro.prompts) or MISSING,
-        "output tokens": shown(repro.output_tokens),
-        "driver": shown(repro.driver_version), "CUDA": shown(repro.cuda_version), "GPU model": _gpus(repro.gpu_models),
-        "host RAM": fmt_bytes(repro.host_ram_bytes) if repro.host_ram_bytes else MISSING,
-        "L2 device": shown(repro.l2_device), "L2 filesystem": shown(repro.l2_filesystem),
-        "L2 integrity": shown(repro.l2_integrity),
-        "KV pool": (f"{repro.num_gpu_blocks} blocks × {repro.block_size} tokens" if repro.num_gpu_blocks else MISSING),
-        "max model len": shown(repro.max_model_len),
-    })
+    settings.update(
+        {
+            "prompts": "; ".join(f"{p.kind} {p.target_tokens} tok seed {p.seed}" for p in repro.prompts) or MISSING,
+            "output tokens": shown(repro.output_tokens),
+            "driver": shown(repro.driver_version),
+            "CUDA": shown(repro.cuda_version),
+            "GPU model": _gpus(repro.gpu_models),
+            "host RAM": fmt_bytes(repro.host_ram_bytes) if repro.host_ram_bytes else MISSING,
+            "L2 device": shown(repro.l2_device),
+            "L2 filesystem": shown(repro.l2_filesystem),
+            "L2 integrity": shown(repro.l2_integrity),
+            "KV pool": (
+                f"{repro.num_gpu_blocks} blocks × {repro.block_size} tokens" if repro.num_gpu_blocks else MISSING
+            ),
+            "max model len": shown(repro.max_model_len),
+        }
+    )
     return settings
 
 
@@ -107,27 +120,39 @@ def judge(figure: Figure, recorded: StatModel, rig: str, new: Optional[StatModel
     delta = new.mean - recorded.mean
     pct = 100 * delta / recorded.mean if recorded.mean else None
     change = fmt_change(figure, delta, pct)
-    bands = (f"bands ±{figure.amount(abs(recorded.mean) * (recorded.cv or 0))} recorded (n={recorded.n}), "
-             f"±{figure.amount(abs(new.mean) * (new.cv or 0))} {rig} (n={new.n})")
+    bands = (
+        f"bands ±{figure.amount(abs(recorded.mean) * (recorded.cv or 0))} recorded (n={recorded.n}), "
+        f"±{figure.amount(abs(new.mean) * (new.cv or 0))} {rig} (n={new.n})"
+    )
     if within_cv_bands(recorded.mean, recorded.cv or 0, new.mean, new.cv or 0):
-        return FigureVerdict(**common, delta=delta, delta_pct=pct, verdict="reproduces",
-                             text=f"reproduces: {change}, inside the {bands}")
-    return FigureVerdict(**common, delta=delta, delta_pct=pct, verdict="differs",
-                         text=f"differs by {change}, beyond the {bands}")
+        return FigureVerdict(
+            **common, delta=delta, delta_pct=pct, verdict="reproduces", text=f"reproduces: {change}, inside the {bands}"
+        )
+    return FigureVerdict(
+        **common, delta=delta, delta_pct=pct, verdict="differs", text=f"differs by {change}, beyond the {bands}"
+    )
 
 
 def compare(recorded: Sequence[RigCard], new: Sequence[RigCard]) -> ReplayComparison:
     """This run's rigs against the recorded run they replay: setup differences and a verdict per figure."""
-    verdicts = [judge(figure, pooled([figure.read(c) for c in recorded]), card.rig, figure.read(card))
-                for figure in judged_figures([*recorded, *new]) for card in new]
+    verdicts = [
+        judge(figure, pooled([figure.read(c) for c in recorded]), card.rig, figure.read(card))
+        for figure in judged_figures([*recorded, *new])
+        for card in new
+    ]
     return ReplayComparison(
-        run_id=new[0].run_id if new else "?", recorded_run=recorded[0].run_id if recorded else "?",
+        run_id=new[0].run_id if new else "?",
+        recorded_run=recorded[0].run_id if recorded else "?",
         recorded=[RecordedRig(rig=c.rig, run_id=c.run_id, created_at=c.created_at, passed=c.passed) for c in recorded],
-        rigs=[c.rig for c in new], rule=RULE, setup_differences=setup_differences(recorded, new), figures=verdicts)
+        rigs=[c.rig for c in new],
+        rule=RULE,
+        setup_differences=setup_differences(recorded, new),
+        figures=verdicts,
+    )
 
 
 def fmt_setup_value(values: dict[str, str]) -> str:
-    """"value (rig1, rig3); other (rig2)": rigs grouped by their value."""
+    """ "value (rig1, rig3); other (rig2)": rigs grouped by their value."""
     groups: dict[str, list[str]] = {}
     for rig, value in values.items():
         groups.setdefault(value, []).append(rig)
@@ -137,8 +162,10 @@ def fmt_setup_value(values: dict[str, str]) -> str:
 def summary_lines(comparison: ReplayComparison) -> list[str]:
     """The replay in a few terminal lines: what reproduced, what differs and by how much, which settings differ."""
     recorded = ", ".join(f"{r.rig} recorded {r.created_at[:10]}" for r in comparison.recorded)
-    lines = [f"replay of run {comparison.recorded_run} ({recorded}): {comparison.count('reproduces')} figures "
-             f"reproduce, {comparison.count('differs')} differ, {comparison.count('not compared')} not compared"]
+    lines = [
+        f"replay of run {comparison.recorded_run} ({recorded}): {comparison.count('reproduces')} figures "
+        f"reproduce, {comparison.count('differs')} differ, {comparison.count('not compared')} not compared"
+    ]
     lines += [f"  ✗ {f.rig} {f.title}: {f.text}" for f in comparison.figures if f.verdict == "differs"]
     if comparison.setup_differences:
         lines.append("  setup differs in: " + ", ".join(d.setting for d in comparison.setup_differences))

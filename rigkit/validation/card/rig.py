@@ -30,7 +30,6 @@ def speedup(cold: Optional[TierResult], tier: TierResult) -> str:
     return "1×" if tier is cold else fmt_gain(cold.ttft_s.mean, tier.ttft_s.mean)
 
 
-
 def ordered(tiers: list[TierResult]) -> list[TierResult]:
     return sorted(tiers, key=lambda t: TIER_ORDER.index(t.expected) if t.expected in TIER_ORDER else 99)
 
@@ -39,9 +38,11 @@ def tier_failure(tier: TierResult) -> str:
     wrong = tier.served_but_wrong
     if wrong:
         references = " / ".join(dict.fromkeys(check.reference for check in wrong))
-        return (f"tier {tier.expected}: served-but-wrong: its counters prove {tier.counters_label}, but the greedy "
-                f"output of {len(wrong)} of {len(tier.greedy)} sessions parts from the {references} run's where that "
-                f"run was sure of its token (below)")
+        return (
+            f"tier {tier.expected}: served-but-wrong: its counters prove {tier.counters_label}, but the greedy "
+            f"output of {len(wrong)} of {len(tier.greedy)} sessions parts from the {references} run's where that "
+            f"run was sure of its token (below)"
+        )
     return f"tier {tier.expected}: labelled {tier.label}"
 
 
@@ -51,13 +52,16 @@ def fmt_tolerance(client: TTFTClient) -> str:
 
 def api_overhead_note(card: RigCard) -> str:
     """How much of each client TTFT was the API server's own work outside the histogram's clock."""
-    overheads = [pair.api_overhead_s for tier in card.tiers for pair in tier.ttft_pairs
-                 if pair.api_overhead_s is not None]
+    overheads = [
+        pair.api_overhead_s for tier in card.tiers for pair in tier.ttft_pairs if pair.api_overhead_s is not None
+    ]
     if not overheads:
         return ""
-    return (f" Before comparing, each request's API overhead was subtracted (the same body under a model name "
-            f"the server refuses with 404, timed just before it): median {fmt_seconds(statistics.median(overheads))}"
-            f" over {len(overheads)} requests; the table shows the client figure as measured.")
+    return (
+        f" Before comparing, each request's API overhead was subtracted (the same body under a model name "
+        f"the server refuses with 404, timed just before it): median {fmt_seconds(statistics.median(overheads))}"
+        f" over {len(overheads)} requests; the table shows the client figure as measured."
+    )
 
 
 def ttft_warnings(card: RigCard) -> list[str]:
@@ -71,14 +75,18 @@ def ttft_warnings(card: RigCard) -> list[str]:
         if not misses:
             continue
         worst = max(misses, key=lambda pair: abs(pair.compared_s - (pair.server_s or 0.0)))
-        server = (f"server {fmt_seconds(worst.server_s)}, {1000 * (worst.compared_s - worst.server_s):+.0f} ms"
-                  if worst.server_s is not None else "no single-request histogram window")
-        overhead = ("" if worst.api_overhead_s is None
-                    else f" less {fmt_seconds(worst.api_overhead_s)} API overhead")
-        warnings.append(f"{tier.expected}: client TTFT outside {fmt_tolerance(card.ttft_client)} of the server "
-                        f"histogram on {len(misses)} of {len(tier.ttft_pairs)} requests (worst: client "
-                        f"{fmt_seconds(worst.client_s)}{overhead}, {server}), measured on "
-                        f"{card.ttft_client.transport}")
+        server = (
+            f"server {fmt_seconds(worst.server_s)}, {1000 * (worst.compared_s - worst.server_s):+.0f} ms"
+            if worst.server_s is not None
+            else "no single-request histogram window"
+        )
+        overhead = "" if worst.api_overhead_s is None else f" less {fmt_seconds(worst.api_overhead_s)} API overhead"
+        warnings.append(
+            f"{tier.expected}: client TTFT outside {fmt_tolerance(card.ttft_client)} of the server "
+            f"histogram on {len(misses)} of {len(tier.ttft_pairs)} requests (worst: client "
+            f"{fmt_seconds(worst.client_s)}{overhead}, {server}), measured on "
+            f"{card.ttft_client.transport}"
+        )
     return warnings
 
 
@@ -88,12 +96,16 @@ def _clip(text: str) -> str:
 
 def fmt_margin(check: GreedyCheck) -> str:
     """Where a warm output parted from its reference and how sure the reference was of its own token there."""
-    where = f"character {check.first_difference}" + (f", token {check.first_difference_token}"
-                                                     if check.first_difference_token is not None else "")
-    if len(check.text) != len(check.reference_text) and check.first_difference == min(len(check.text),
-                                                                                       len(check.reference_text)):
-        return f"parts at {where}: the reply is {len(check.text)} characters, the {check.reference}'s " \
-               f"{len(check.reference_text)}"
+    where = f"character {check.first_difference}" + (
+        f", token {check.first_difference_token}" if check.first_difference_token is not None else ""
+    )
+    if len(check.text) != len(check.reference_text) and check.first_difference == min(
+        len(check.text), len(check.reference_text)
+    ):
+        return (
+            f"parts at {where}: the reply is {len(check.text)} characters, the {check.reference}'s "
+            f"{len(check.reference_text)}"
+        )
     if check.margin_nats is None:
         return f"parts at {where}, no logprobs to tell numerics from wrong KV"
     bound = "≥ " if check.margin_is_bound else ""
@@ -112,16 +124,21 @@ def greedy_lines(card: RigCard, output_tokens: Optional[int]) -> list[str]:
 
     def counts(tier: TierResult) -> str:
         numerics = len(tier.numerics)
-        return (f"{tier.expected} {sum(c.same for c in tier.greedy)}/{len(tier.greedy)} same"
-                + (f" + {numerics} numerics" if numerics else ""))
+        return f"{tier.expected} {sum(c.same for c in tier.greedy)}/{len(tier.greedy)} same" + (
+            f" + {numerics} numerics" if numerics else ""
+        )
 
     size = f", {output_tokens} tokens" if output_tokens else ""
-    lines = [f"Greedy output (temperature 0, each session's seed{size}) against the cold run's (a connector tier: "
-             f"also warm-gpu's, the same cached-prefix path): {', '.join(counts(t) for t in warm)}."]
+    lines = [
+        f"Greedy output (temperature 0, each session's seed{size}) against the cold run's (a connector tier: "
+        f"also warm-gpu's, the same cached-prefix path): {', '.join(counts(t) for t in warm)}."
+    ]
     thresholds = {c.near_tie_nats for t in warm for c in t.greedy if c.near_tie_nats is not None}
     if thresholds:
-        lines.append(f"A first differing token the reference ranked within {', '.join(f'{t:g}' for t in sorted(thresholds))}"
-                     f" nats of its own is numerics (passes); further, or outside its top logprobs, served-but-wrong.")
+        lines.append(
+            f"A first differing token the reference ranked within {', '.join(f'{t:g}' for t in sorted(thresholds))}"
+            f" nats of its own is numerics (passes); further, or outside its top logprobs, served-but-wrong."
+        )
     drifts = [c.logprob_drift for t in warm for c in t.greedy if c.logprob_drift is not None]
     if drifts:
         lines.append(f"Largest chosen-token logprob difference where the outputs agreed: {max(drifts):.4f} nats.")
@@ -142,16 +159,22 @@ def greedy_lines(card: RigCard, output_tokens: Optional[int]) -> list[str]:
             if check.same:
                 continue
             mark = "≈ numerics" if check.verdict == "numerics" else "✗ served-but-wrong"
-            lines.append(f"- {mark}: {tier.expected}, session {check.session}, against {check.reference}: "
-                         f"{fmt_margin(check)}: {check.reference} {_clip(check.reference_text)}, "
-                         f"{tier.expected} {_clip(check.text)}")
+            lines.append(
+                f"- {mark}: {tier.expected}, session {check.session}, against {check.reference}: "
+                f"{fmt_margin(check)}: {check.reference} {_clip(check.reference_text)}, "
+                f"{tier.expected} {_clip(check.text)}"
+            )
     return lines
 
 
 def render_rig_markdown(card: RigCard) -> str:
-    lines = [f"# Results card — {card.rig} (run {card.run_id})", "",
-             f"**Verdict: {'PASS' if card.passed else 'FAIL'}**" + (f" — profile `{card.repro.profile}`"
-                                                                      if card.repro.profile else ""), ""]
+    lines = [
+        f"# Results card — {card.rig} (run {card.run_id})",
+        "",
+        f"**Verdict: {'PASS' if card.passed else 'FAIL'}**"
+        + (f" — profile `{card.repro.profile}`" if card.repro.profile else ""),
+        "",
+    ]
     failures = card.failures + [tier_failure(t) for t in card.tiers if not t.passed] + shared_failures(card)
     warnings: list[str] = ttft_warnings(card)
     if card.l2:
@@ -166,33 +189,54 @@ def render_rig_markdown(card: RigCard) -> str:
     lines += ["## ① Serving — decode A/B (toggle only the connector)", ""]
     if card.decode_ab:
         ab = card.decode_ab
-        lines += [f"| decode tok/s | connector ON (`{ab.arms.get('on', 'on')}`) | connector OFF "
-                  f"(`{ab.arms.get('off', 'off')}`) | delta |", "|---|---|---|---|"]
+        lines += [
+            f"| decode tok/s | connector ON (`{ab.arms.get('on', 'on')}`) | connector OFF "
+            f"(`{ab.arms.get('off', 'off')}`) | delta |",
+            "|---|---|---|---|",
+        ]
         for kind in ab.kinds:
             band = "within CV" if kind.within_bands else "outside CV"
-            lines.append(f"| {kind.kind} | {fmt_stat_plain(kind.on)} | {fmt_stat_plain(kind.off)} | "
-                         f"{kind.delta_pct:+.1f}% ({band}) |")
+            lines.append(
+                f"| {kind.kind} | {fmt_stat_plain(kind.on)} | {fmt_stat_plain(kind.off)} | "
+                f"{kind.delta_pct:+.1f}% ({band}) |"
+            )
         if ab.spec_decode:
-            lines.append(f"| spec-decode acceptance | {fmt_acceptance(ab.spec_decode.get('on'))} | "
-                         f"{fmt_acceptance(ab.spec_decode.get('off'))} | |")
-        lines += ["", f"Verdict: **{ab.verdict}** — {ab.reason}. Interleaved A/B, {ab.warmup} warm-up + "
-                  f"{ab.measured} measured runs per kind per arm, {ab.output_tokens} output tokens each.", ""]
+            lines.append(
+                f"| spec-decode acceptance | {fmt_acceptance(ab.spec_decode.get('on'))} | "
+                f"{fmt_acceptance(ab.spec_decode.get('off'))} | |"
+            )
+        lines += [
+            "",
+            f"Verdict: **{ab.verdict}** — {ab.reason}. Interleaved A/B, {ab.warmup} warm-up + "
+            f"{ab.measured} measured runs per kind per arm, {ab.output_tokens} output tokens each.",
+            "",
+        ]
     else:
         lines += ["Decode A/B not measured in this run.", ""]
     if card.spec_decode:
         spec = card.spec_decode
-        lines += ["| speculative decoding | acceptance (accepted / draft tokens) | mean acceptance length | over |",
-                  "|---|---|---|---|",
-                  f"| this run | {fmt_acceptance(spec)} | {spec.mean_acceptance_length:.2f} tokens per step | "
-                  f"{spec.window} |", ""]
+        lines += [
+            "| speculative decoding | acceptance (accepted / draft tokens) | mean acceptance length | over |",
+            "|---|---|---|---|",
+            f"| this run | {fmt_acceptance(spec)} | {spec.mean_acceptance_length:.2f} tokens per step | "
+            f"{spec.window} |",
+            "",
+        ]
 
     tokens = [t for tier in card.tiers for t in tier.prompt_tokens if t]
     size = f"{round(statistics.fmean(tokens)):,}-token salted session" if tokens else "salted session"
     lines += [f"## ② Cache behaviour — {size}", ""]
-    lines += (["| tier | TTFT (client) | vs cold | TTFT (server histogram) | label | metric proof |",
-               "|---|---|---|---|---|---|"] if card.tiers else
-              ["Tiers not measured in this run (validate.py wrote no card for this rig; the pairs below are "
-               "rigkit validate-shared's)."])
+    lines += (
+        [
+            "| tier | TTFT (client) | vs cold | TTFT (server histogram) | label | metric proof |",
+            "|---|---|---|---|---|---|",
+        ]
+        if card.tiers
+        else [
+            "Tiers not measured in this run (validate.py wrote no card for this rig; the pairs below are "
+            "rigkit validate-shared's)."
+        ]
+    )
     cold = card.tier("cold")
     for tier in ordered(card.tiers):
         mark = "✓" if tier.passed else "✗"
@@ -201,15 +245,20 @@ def render_rig_markdown(card: RigCard) -> str:
             proof += f" (+{len(tier.proofs) - 1} more runs, same label)" if len(set(tier.labels)) == 1 else ""
         aborted = f" — {len(tier.aborted)} aborted ({', '.join(tier.aborted)})" if tier.aborted else ""
         label = tier.label + (f" ({tier.store_tier})" if tier.store_tier else "")
-        lines.append(f"| {TIER_TITLES.get(tier.expected, tier.expected)} | {fmt_stat_seconds(tier.ttft_s)}{aborted} | "
-                     f"{speedup(cold, tier)} | {fmt_stat_seconds(tier.server_ttft_s)} | {label} {mark} | {proof} |")
+        lines.append(
+            f"| {TIER_TITLES.get(tier.expected, tier.expected)} | {fmt_stat_seconds(tier.ttft_s)}{aborted} | "
+            f"{speedup(cold, tier)} | {fmt_stat_seconds(tier.server_ttft_s)} | {label} {mark} | {proof} |"
+        )
     for expected, why in card.not_applicable.items():
         lines.append(f"| {TIER_TITLES.get(expected, expected)} | — | — | — | not applicable | {why} |")
     checks = [ok for tier in card.tiers for ok in tier.ttft_within_tolerance]
     if checks and card.ttft_client:
-        lines += ["", f"Client TTFT measured on {card.ttft_client.transport}; within "
-                      f"{fmt_tolerance(card.ttft_client)} of the server histogram's figure for the same request: "
-                      f"{sum(checks)}/{len(checks)} requests.{api_overhead_note(card)}"]
+        lines += [
+            "",
+            f"Client TTFT measured on {card.ttft_client.transport}; within "
+            f"{fmt_tolerance(card.ttft_client)} of the server histogram's figure for the same request: "
+            f"{sum(checks)}/{len(checks)} requests.{api_overhead_note(card)}",
+        ]
     elif checks:
         lines += ["", f"Client TTFT within tolerance of the server histogram: {sum(checks)}/{len(checks)} requests."]
     greedy = greedy_lines(card, card.repro.output_tokens)
@@ -222,39 +271,56 @@ def render_rig_markdown(card: RigCard) -> str:
     lines += ["## ③ Capacity & sizing", ""]
     cap = card.capacity
     if cap and cap.kb_per_token:
-        lines += [f"Cache ≈ **{cap.kb_per_token:.1f} KB/token** measured ({fmt_bytes(cap.bytes_grown)} over "
-                  f"{cap.tokens_stored:,} tokens stored; {cap.source}).", ""]
+        lines += [
+            f"Cache ≈ **{cap.kb_per_token:.1f} KB/token** measured ({fmt_bytes(cap.bytes_grown)} over "
+            f"{cap.tokens_stored:,} tokens stored; {cap.source}).",
+            "",
+        ]
         if cap.tiers:
             sizes = list(cap.tiers[0].sessions)
-            lines += ["| tier | size | " + " | ".join(f"~{int(s):,}-token sessions" for s in sizes) + " |",
-                      "|---|---|" + "---|" * len(sizes)]
+            lines += [
+                "| tier | size | " + " | ".join(f"~{int(s):,}-token sessions" for s in sizes) + " |",
+                "|---|---|" + "---|" * len(sizes),
+            ]
             for tier in cap.tiers:
-                lines.append(f"| {tier.name} | {fmt_bytes(tier.size_bytes)} | "
-                             + " | ".join(f"{tier.sessions[s]:.1f}" for s in sizes) + " |")
+                lines.append(
+                    f"| {tier.name} | {fmt_bytes(tier.size_bytes)} | "
+                    + " | ".join(f"{tier.sessions[s]:.1f}" for s in sizes)
+                    + " |"
+                )
             lines.append("")
     else:
         lines += ["Not measured in this run.", ""]
 
-    lines += ["## ④ Stability (soak)", ""] + (render_soak(card.soak) if card.soak else
-                                               ["Not run in this run (`validate_soak_sessions` = 0).", ""])
+    lines += ["## ④ Stability (soak)", ""] + (
+        render_soak(card.soak) if card.soak else ["Not run in this run (`validate_soak_sessions` = 0).", ""]
+    )
 
     lines += ["## Reproduce", "", "| | |", "|---|---|"]
     repro = card.repro
-    for name, value in [("rigkit", repro.rigkit_version), ("image", repro.image_digest),
-                        ("model", repro.model_source), ("profile", repro.profile),
-                        ("knobs", ", ".join(f"{k}={v}" for k, v in sorted(repro.knobs.items())) or None),
-                        ("prompts", "; ".join(f"{p.kind} {p.target_tokens} tok (seed {p.seed}"
-                                              + (f", actual {p.tokens}" if p.tokens else "") + ")"
-                                              for p in repro.prompts) or None),
-                        ("output tokens", repro.output_tokens),
-                        ("driver / CUDA", f"{repro.driver_version or '—'} / {repro.cuda_version or '—'}"),
-                        ("GPUs", ", ".join(repro.gpu_models) or "none (CPU)"),
-                        ("host RAM", fmt_bytes(repro.host_ram_bytes) if repro.host_ram_bytes else None),
-                        ("L2 device / fs", f"{repro.l2_device or '—'} / {repro.l2_filesystem or '—'}"),
-                        *([("L2 integrity", repro.l2_integrity)] if repro.l2_integrity else []),
-                        ("KV pool", f"{repro.num_gpu_blocks} blocks × {repro.block_size} tokens"
-                                    if repro.num_gpu_blocks else None),
-                        ("max model len", repro.max_model_len)]:
+    for name, value in [
+        ("rigkit", repro.rigkit_version),
+        ("image", repro.image_digest),
+        ("model", repro.model_source),
+        ("profile", repro.profile),
+        ("knobs", ", ".join(f"{k}={v}" for k, v in sorted(repro.knobs.items())) or None),
+        (
+            "prompts",
+            "; ".join(
+                f"{p.kind} {p.target_tokens} tok (seed {p.seed}" + (f", actual {p.tokens}" if p.tokens else "") + ")"
+                for p in repro.prompts
+            )
+            or None,
+        ),
+        ("output tokens", repro.output_tokens),
+        ("driver / CUDA", f"{repro.driver_version or '—'} / {repro.cuda_version or '—'}"),
+        ("GPUs", ", ".join(repro.gpu_models) or "none (CPU)"),
+        ("host RAM", fmt_bytes(repro.host_ram_bytes) if repro.host_ram_bytes else None),
+        ("L2 device / fs", f"{repro.l2_device or '—'} / {repro.l2_filesystem or '—'}"),
+        *([("L2 integrity", repro.l2_integrity)] if repro.l2_integrity else []),
+        ("KV pool", f"{repro.num_gpu_blocks} blocks × {repro.block_size} tokens" if repro.num_gpu_blocks else None),
+        ("max model len", repro.max_model_len),
+    ]:
         lines.append(f"| {name} | {value if value not in (None, '') else '—'} |")
     lines += ["", f"_Schema v{card.schema_version}, created {card.created_at}. Figures: mean (n, CV)._", ""]
     return "\n".join(lines)
@@ -270,41 +336,58 @@ def _mark(ok: bool) -> str:
     return "✓" if ok else "✗"
 
 
-
 def render_soak(soak: SoakReport) -> list[str]:
     """The card's soak table: each rule with its measured numbers and its limit."""
+
     def mib(value: Optional[float]) -> str:
         return f"{value:,.0f} MiB" if value is not None else "?"
 
     planned = soak.sessions * soak.turns
-    lines = [f"{soak.sessions} conversations × {soak.turns} turns ({soak.open_sessions} open at once; each turn "
-             f"sends the conversation so far plus a new ~{soak.message_tokens}-token user message, replies up to "
-             f"{soak.reply_tokens} tokens); {soak.turns_run} of {planned} turns ran.", "",
-             "| check | measured | limit | |", "|---|---|---|---|",
-             f"| errors | {soak.errors} of {soak.turns_run} turns | none | {_mark(not soak.errors)} |"]
+    lines = [
+        f"{soak.sessions} conversations × {soak.turns} turns ({soak.open_sessions} open at once; each turn "
+        f"sends the conversation so far plus a new ~{soak.message_tokens}-token user message, replies up to "
+        f"{soak.reply_tokens} tokens); {soak.turns_run} of {planned} turns ran.",
+        "",
+        "| check | measured | limit | |",
+        "|---|---|---|---|",
+        f"| errors | {soak.errors} of {soak.turns_run} turns | none | {_mark(not soak.errors)} |",
+    ]
     if soak.empty_fraction is not None:
         ok = soak.empty_fraction < soak.empty_reply_max_fraction
-        lines.append(f"| empty replies | {soak.empty_replies} of {soak.answered} answered "
-                     f"({100 * soak.empty_fraction:.0f}%) | < {100 * soak.empty_reply_max_fraction:.0f}% "
-                     f"| {_mark(ok)} |")
+        lines.append(
+            f"| empty replies | {soak.empty_replies} of {soak.answered} answered "
+            f"({100 * soak.empty_fraction:.0f}%) | < {100 * soak.empty_reply_max_fraction:.0f}% "
+            f"| {_mark(ok)} |"
+        )
     else:
         lines.append(f"| empty replies | — (no turn answered) | < {100 * soak.empty_reply_max_fraction:.0f}% | ✗ |")
     if soak.decode_retention is not None:
         ok = soak.decode_retention >= soak.decode_retention_min
-        lines.append(f"| decode retention | {100 * soak.decode_retention:.0f}% (session {soak.last_session}: "
-                     f"{soak.decode_tps_last:.1f} tok/s vs first clean session {soak.baseline_session}: "
-                     f"{soak.decode_tps_baseline:.1f} tok/s) | ≥ {100 * soak.decode_retention_min:.0f}% "
-                     f"| {_mark(ok)} |")
+        lines.append(
+            f"| decode retention | {100 * soak.decode_retention:.0f}% (session {soak.last_session}: "
+            f"{soak.decode_tps_last:.1f} tok/s vs first clean session {soak.baseline_session}: "
+            f"{soak.decode_tps_baseline:.1f} tok/s) | ≥ {100 * soak.decode_retention_min:.0f}% "
+            f"| {_mark(ok)} |"
+        )
     else:
         lines.append(f"| decode retention | — (not measured) | ≥ {100 * soak.decode_retention_min:.0f}% | ✗ |")
     if soak.memory_growth_mib is not None:
         ok = soak.memory_growth_mib <= soak.memory_growth_limit_mib
-        lines.append(f"| memory growth | {round(soak.memory_growth_mib):+,d} MiB "
-                     f"({mib(soak.memory_baseline_mib)} after session {soak.baseline_session} → "
-                     f"{mib(soak.memory_last_mib)} at the end; {soak.memory_source}) | ≤ {soak.memory_growth_limit_mib:,.0f} MiB | {_mark(ok)} |")
+        lines.append(
+            f"| memory growth | {round(soak.memory_growth_mib):+,d} MiB "
+            f"({mib(soak.memory_baseline_mib)} after session {soak.baseline_session} → "
+            f"{mib(soak.memory_last_mib)} at the end; {soak.memory_source}) | ≤ {soak.memory_growth_limit_mib:,.0f} MiB | {_mark(ok)} |"
+        )
     else:
-        lines.append(f"| memory growth | — (not measured; {soak.memory_source}) | "
-                     f"≤ {soak.memory_growth_limit_mib:,.0f} MiB | ✗ |")
-    lines += ["", f"Verdict: **{'PASS' if soak.passed else 'FAIL'}**"
-              + ("" if soak.passed else " — " + "; ".join(soak.failures)) + ".", ""]
+        lines.append(
+            f"| memory growth | — (not measured; {soak.memory_source}) | "
+            f"≤ {soak.memory_growth_limit_mib:,.0f} MiB | ✗ |"
+        )
+    lines += [
+        "",
+        f"Verdict: **{'PASS' if soak.passed else 'FAIL'}**"
+        + ("" if soak.passed else " — " + "; ".join(soak.failures))
+        + ".",
+        "",
+    ]
     return lines

@@ -46,7 +46,8 @@ class TierProof(BaseModel):
     counters_reset: bool = False
     text: str
     # LMCache's tier behind a connector hit (L1, L2, L1+L2) and how it was told: "counters" (its own
-    # hit_l1/hit_l2 counters, or the chunks it loaded and those it prefetched from L2) or "inferred" (from the procedure: the running LMCache does not export them)
+    # hit_l1/hit_l2 counters, or the chunks it loaded and those it prefetched from L2) or "inferred" (from the
+    # procedure: the running LMCache does not export them)
     store_tier: Optional[str] = None
     store_tier_source: Optional[str] = None
 
@@ -346,12 +347,16 @@ class RigCard(BaseModel):
 
     @property
     def passed(self) -> bool:
-        return (not self.failures and all(t.passed for t in self.tiers) and (self.l2 is None or self.l2.level != "fail")
-                and (self.soak is None or self.soak.passed) and all(pair.passed for pair in self.shared))
+        return (
+            not self.failures
+            and all(t.passed for t in self.tiers)
+            and (self.l2 is None or self.l2.level != "fail")
+            and (self.soak is None or self.soak.passed)
+            and all(pair.passed for pair in self.shared)
+        )
 
     def tier(self, expected: str) -> Optional[TierResult]:
         return next((t for t in self.tiers if t.expected == expected), None)
-
 
 
 # --- A replay compared with the run it repeats (rigkit.validation.card.replay builds it; written as replay.json) ---------------

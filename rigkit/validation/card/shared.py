@@ -10,19 +10,22 @@ from rigkit.validation.card.text import fmt_gain, fmt_stat_seconds
 
 # A failed pair's greedy outputs are cut to this many characters in its failure line (the JSON keeps them whole).
 CLIPPED_CHARS = 60
-HEADER = ["| A → B | label (B's counters) | B's metric proof | TTFT on B (client) | B cold | vs cold | greedy vs A |",
-          "|---|---|---|---|---|---|---|"]
-LEGEND = ("Each pair: fresh salted prompts prefilled on A (cold by A's counters), then asked of B; labelled by B's "
-          "own /metrics window: warm-shared when B's GPU prefix hits stayed flat and its external hits grew, "
-          "retrieved-but-unused when nothing hit, not-shared when B's own GPU pool served (B already had them); "
-          "served-but-wrong when B's greedy output differs from A's.")
+HEADER = [
+    "| A → B | label (B's counters) | B's metric proof | TTFT on B (client) | B cold | vs cold | greedy vs A |",
+    "|---|---|---|---|---|---|---|",
+]
+LEGEND = (
+    "Each pair: fresh salted prompts prefilled on A (cold by A's counters), then asked of B; labelled by B's "
+    "own /metrics window: warm-shared when B's GPU prefix hits stayed flat and its external hits grew, "
+    "retrieved-but-unused when nothing hit, not-shared when B's own GPU pool served (B already had them); "
+    "served-but-wrong when B's greedy output differs from A's."
+)
 
 
 def cold_on(rig: str, cards: Sequence[RigCard]) -> tuple[Optional[StatModel], str]:
     """B's cold TTFT and where it comes from: B's own prefills for the other rigs of the run (the same salted
     sizes), else the cold tier of B's validate.py card; (None, "") when the run measured neither."""
-    prefills = [t for c in cards for pair in c.shared if pair.source == rig
-                for t in pair.prefill.ttft_s.samples]
+    prefills = [t for c in cards for pair in c.shared if pair.source == rig for t in pair.prefill.ttft_s.samples]
     if prefills:
         return StatModel.of(prefills), "its prefills for the other rigs"
     card = next((c for c in cards if c.rig == rig), None)
@@ -45,8 +48,10 @@ def pair_row(pair: SharedPair, cold: Optional[StatModel], cold_source: str) -> s
     greedy = f"{sum(c.same for c in asked.greedy)}/{len(asked.greedy)} same" if asked.greedy else "—"
     cold_cell = f"{fmt_stat_seconds(cold)}, {cold_source}" if cold else "—"
     gain = fmt_gain(cold.mean if cold else None, asked.ttft_s.mean)
-    return (f"| {pair.source} → {pair.target} | {pair.label} {mark} | {proof} | {fmt_stat_seconds(asked.ttft_s)} | "
-            f"{cold_cell} | {gain} | {greedy} |")
+    return (
+        f"| {pair.source} → {pair.target} | {pair.label} {mark} | {proof} | {fmt_stat_seconds(asked.ttft_s)} | "
+        f"{cold_cell} | {gain} | {greedy} |"
+    )
 
 
 def shared_lines(pairs: Sequence[SharedPair], cards: Sequence[RigCard]) -> list[str]:
@@ -64,11 +69,18 @@ def shared_failures(card: RigCard) -> list[str]:
         if pair.passed:
             continue
         why = [f"its prefill on {pair.source} was labelled {pair.prefill.label}"] if not pair.prefill.passed else []
-        why += [f"the greedy output parts from {pair.source}'s at character {check.first_difference}"
-                + (f" where {pair.source} was {check.margin_nats:.2f} nats sure of its token"
-                   if check.margin_nats is not None else "")
-                + f" ({pair.source} {check.reference_text[:CLIPPED_CHARS]!r}, {pair.target} {check.text[:CLIPPED_CHARS]!r})"
-                for check in pair.asked.served_but_wrong[:1]]
-        failures.append(f"warm-shared {pair.source} → {pair.target}: labelled {pair.label}"
-                        + (f" ({'; '.join(why)})" if why else ""))
+        why += [
+            f"the greedy output parts from {pair.source}'s at character {check.first_difference}"
+            + (
+                f" where {pair.source} was {check.margin_nats:.2f} nats sure of its token"
+                if check.margin_nats is not None
+                else ""
+            )
+            + f" ({pair.source} {check.reference_text[:CLIPPED_CHARS]!r}, {pair.target} {check.text[:CLIPPED_CHARS]!r})"
+            for check in pair.asked.served_but_wrong[:1]
+        ]
+        failures.append(
+            f"warm-shared {pair.source} → {pair.target}: labelled {pair.label}"
+            + (f" ({'; '.join(why)})" if why else "")
+        )
     return failures

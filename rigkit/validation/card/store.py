@@ -32,22 +32,36 @@ def write_card(run_dir: Path, card: RigCard) -> Path:
 
 def load_cards(run_dir: Path) -> list[RigCard]:
     if run_dir.is_file():
-        raise ConfigError("run_dir", str(run_dir), "is a file, not a run directory (cards are re-rendered per run: "
-                          "every rig card and the fleet card together)", f"pass its directory: {run_dir.parent}")
+        raise ConfigError(
+            "run_dir",
+            str(run_dir),
+            "is a file, not a run directory (cards are re-rendered per run: "
+            "every rig card and the fleet card together)",
+            f"pass its directory: {run_dir.parent}",
+        )
     if not run_dir.is_dir():
-        raise ConfigError("run_dir", str(run_dir), "no such directory",
-                          "pass a results/<run-id> directory written by validate.py")
+        raise ConfigError(
+            "run_dir", str(run_dir), "no such directory", "pass a results/<run-id> directory written by validate.py"
+        )
     paths = sorted(run_dir.glob(f"*{CARD_SUFFIX}"))
     if not paths:
-        raise ConfigError("run_dir", str(run_dir), f"no *{CARD_SUFFIX} files",
-                          "pass a results/<run-id> directory written by validate.py")
+        raise ConfigError(
+            "run_dir",
+            str(run_dir),
+            f"no *{CARD_SUFFIX} files",
+            "pass a results/<run-id> directory written by validate.py",
+        )
     cards = []
     for path in paths:
         try:
             cards.append(RigCard.model_validate_json(path.read_text()))
         except ValueError as exc:
-            raise ConfigError(str(path), None, f"not a schema v{SCHEMA_VERSION} rig card ({exc})",
-                              "re-run validate.py for that rig or fix the JSON") from None
+            raise ConfigError(
+                str(path),
+                None,
+                f"not a schema v{SCHEMA_VERSION} rig card ({exc})",
+                "re-run validate.py for that rig or fix the JSON",
+            ) from None
     return cards
 
 
@@ -57,8 +71,11 @@ def record_shared(run_dir: Path, pairs: list[SharedPair], ttft_clients: dict[str
     written = []
     for target in dict.fromkeys(pair.target for pair in pairs):
         path = run_dir / f"{target}{CARD_SUFFIX}"
-        card = (RigCard.model_validate_json(path.read_text()) if path.is_file() else
-                RigCard(rig=target, run_id=run_dir.name, ttft_client=ttft_clients.get(target)))
+        card = (
+            RigCard.model_validate_json(path.read_text())
+            if path.is_file()
+            else RigCard(rig=target, run_id=run_dir.name, ttft_client=ttft_clients.get(target))
+        )
         card.shared = [pair for pair in pairs if pair.target == target]
         written.append(write_card(run_dir, card))
     return written
@@ -67,8 +84,9 @@ def record_shared(run_dir: Path, pairs: list[SharedPair], ttft_clients: dict[str
 def keep_recorded(run_dir: Path, recorded_run: Path) -> list[Path]:
     """Copy the rig cards of the run a replay repeats into the replay's run directory (RECORDED_DIR)."""
     if recorded_run.resolve() == run_dir.resolve():
-        raise ConfigError("replay", str(recorded_run), "is this run's own directory",
-                          "replay an earlier run: results/<its run-id>")
+        raise ConfigError(
+            "replay", str(recorded_run), "is this run's own directory", "replay an earlier run: results/<its run-id>"
+        )
     return [write_card(run_dir / RECORDED_DIR, card) for card in load_cards(recorded_run)]
 
 

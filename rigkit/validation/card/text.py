@@ -56,16 +56,18 @@ L2_MARKS = {"ok": "✓", "warn": "⚠", "fail": "✗"}
 
 def fmt_l2(l2: L2Report) -> str:
     """The card's one "L2" line: the filesystem, the store against its budget, the janitor, the verdict."""
+
     def known(value: Optional[int]) -> str:
         return fmt_bytes(value) if value is not None else "?"
 
-    parts = [f"{l2.mount or l2.path} {known(l2.fs_size_bytes)}, {known(l2.fs_free_bytes)} free "
-             f"(floor {fmt_bytes(l2.min_free_bytes)})",
-             f"store {known(l2.store_bytes)} of budget {fmt_bytes(l2.budget_bytes)}"]
+    parts = [
+        f"{l2.mount or l2.path} {known(l2.fs_size_bytes)}, {known(l2.fs_free_bytes)} free "
+        f"(floor {fmt_bytes(l2.min_free_bytes)})",
+        f"store {known(l2.store_bytes)} of budget {fmt_bytes(l2.budget_bytes)}",
+    ]
     if l2.janitor is not None:
         janitor = f"janitor {l2.janitor}" + (f" ({l2.janitor_state})" if l2.janitor_state else "")
         if l2.evicted_entries:
             janitor += f", evicted {l2.evicted_entries} entries ({fmt_bytes(l2.evicted_bytes)}) since it started"
         parts.append(janitor)
     return f"**L2**: {' · '.join(parts)} — {l2.state.upper()} {L2_MARKS[l2.level]}"
-

@@ -20,5 +20,8 @@ CHANGE = "# changed on the rig after the survey"
 run = deploy_rig(rig_settings(host.data.dict()))
 assert run.survey is not None, "the survey is read while the deploy is prepared"
 container = {rig.name: rig.container for rig in read_state().rigs}[host.name]
-subprocess.run(["docker", "exec", container, "sh", "-c", f"echo '{CHANGE}' >> {RIG_STACK_DIR}/{COMPOSE_FILE_NAME}"],
-               check=True, timeout=60)
+subprocess.run(
+    ["docker", "exec", container, "sh", "-c", f"echo '{CHANGE}' >> {RIG_STACK_DIR}/{COMPOSE_FILE_NAME}"],
+    check=True,
+    timeout=60,
+)

@@ -15,8 +15,11 @@ lock_data = {key: value for key, value in host.data.dict().items() if key != "ho
 rig_lock(rig_settings(lock_data, needs_stack=False), run)
 if not run.refused_by:
     # start/end lines with times: the lab test checks that two holders never overlapped
-    server.shell(name="Hold the rig lock", commands=[
-        "echo start $(date +%s.%N) >> /tmp/rigkit-lock-trace",
-        f"sleep {int(host.data.get('hold_s', 20))}",
-        "echo end $(date +%s.%N) >> /tmp/rigkit-lock-trace",
-    ])
+    server.shell(
+        name="Hold the rig lock",
+        commands=[
+            "echo start $(date +%s.%N) >> /tmp/rigkit-lock-trace",
+            f"sleep {int(host.data.get('hold_s', 20))}",
+            "echo end $(date +%s.%N) >> /tmp/rigkit-lock-trace",
+        ],
+    )

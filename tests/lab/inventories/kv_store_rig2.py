@@ -12,8 +12,13 @@ import runpy
 from rigkit.lab.state import read_state
 from rigkit.paths import REPO_ROOT
 
-STORE_DATA = {"kv_store_port": 6390, "kv_store_bind_addresses": ["127.0.0.1"], "kv_store_maxmemory_gib": 1,
-              "kv_store_maxmemory_policy": "allkeys-lfu", "kv_store_firewall": False}
+STORE_DATA = {
+    "kv_store_port": 6390,
+    "kv_store_bind_addresses": ["127.0.0.1"],
+    "kv_store_maxmemory_gib": 1,
+    "kv_store_maxmemory_policy": "allkeys-lfu",
+    "kv_store_firewall": False,
+}
 STORE_SUITE = "trixie"
 
 

@@ -1,22 +1,10 @@
-"""`rigkit validate-shared`: the warm-shared tier, KV one rig prefilled served to another from the tier they share.
+"""The warm-shared tier: KV one rig prefilled, served to another from the store they share (the command is
+rigkit.commands.validate_shared).
 
-    rigkit validate-shared inventory/lab.py                                   # every ordered pair of sharing rigs
-    rigkit validate-shared inventory/lab.py --limit rig1,rig2 --run-dir results/<run-id>   # into a validate.py run
-
-For each ordered pair (A, B) of the targeted rigs whose connector store is the same shared one (their `kv_share`
-knob on, the same `kv_share_source`: rigkit.kv_share):
-fresh salted prompts (validate_sessions of them, sized and seeded by A's validate_* settings) are prefilled on A,
-each labelled by A's counters (it must be cold there: a warm prefill means the salt was not fresh); then the same
-prompts are sent to B and each is labelled by B's own /metrics window (rigkit.validation.tiers.label_shared): warm-shared when
-B's GPU prefix hits stay flat and its external hits grow, retrieved-but-unused when nothing hit, not-shared when B's
-own GPU pool served (B already had it). B's greedy output must be A's for the same prompt (else served-but-wrong:
-both rigs serve the same release). Every completion streams from the rig itself (the TTFT probe over SSH, as
-validate.py does), so TTFT on B is what B's own clients see; the card sets it beside B's cold figure (B's own
-prefills as the A of another pair, same sizes). The pairs are written into B's card (results/<run-id>/<B>.card.json,
-created when validate.py wrote none for B in that run) and the fleet card shows one row per pair.
-
-Exit status: 0 when every pair is warm-shared, 1 otherwise, 2 when the input is refused before any rig is asked.
-"""
+For each ordered pair (A, B) of rigs on one shared store: fresh salted prompts are prefilled on A (each must be cold
+there), then asked of B and labelled by B's own /metrics window (rigkit.validation.tiers.label_shared); B's greedy
+output must be A's. Completions stream from the rig itself (the TTFT probe over SSH); the pairs go into B's card and
+the fleet card."""
 
 from __future__ import annotations
 

@@ -234,8 +234,8 @@ def _adapter_json(value: str) -> None:
 
 
 _adapter_json.fix = (
-    "remove the credential from the adapter: a Valkey store takes l2_kv_store_address and "
-    "kv_store_password (read from the controller's environment)"
+    'write one JSON object without credentials, e.g. {"type": "fs", "base_path": "/kv-store"}: a Valkey store '
+    "takes l2_kv_store_address and kv_store_password (read from the controller's environment)"
 )
 
 

@@ -373,7 +373,7 @@ BAD_INPUTS = {
         ["serving_image=127.0.0.1:5000/rigkit/vllm-cpu-tiny" + MISSING_DIGEST],
         "no such manifest",
     ),
-    "ram-gate": (["ram_reserve_gb=100000"], "MemAvailable"),
+    "ram-gate": (["ram_reserve_gb=4000"], "MemAvailable"),
     "mem-limit": (["mem_limit_gb=1"], "mem_limit_gb"),
     "missing-nvme": (["l2_device=/dev/disk/by-id/nvme-not-plugged-in"], "no block device at this path"),
     "formatted-disk": (["l2_label=other-fs"], "labelled 'rigkit-l2', not rigkit's 'other-fs'"),
@@ -392,7 +392,7 @@ def converged_rig(lab, serving_image):
     """A rig the docker and l2_disk roles have converged (a refused run converges them, starts no vLLM)."""
     rig = host_network_rigs(lab, 1)[0]
     run_pyinfra(["--limit", rig.name, "--data", "mem_limit_gb=1"], deploy="deploy.py")  # refused, cheap
-    run_pyinfra(["--limit", rig.name, "--data", "ram_reserve_gb=100000"], deploy="deploy.py")
+    run_pyinfra(["--limit", rig.name, "--data", "ram_reserve_gb=4000"], deploy="deploy.py")
     return rig
 
 

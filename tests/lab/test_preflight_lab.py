@@ -116,7 +116,7 @@ def start_foreign_listener(rig, rig_exec, port: int) -> int:
 def test_refused_before_any_role_changes_the_rig(rig, rig_exec, run_pyinfra, case):
     listener = None
     if case == "ram-gate":  # cpu-lab has no L1: the reserve alone is over what the rig has free
-        data, field, expected = ["ram_reserve_gb=100000"], "ram_reserve_gb=100000", "MemAvailable"
+        data, field, expected = ["ram_reserve_gb=4000"], "ram_reserve_gb=4000", "MemAvailable"
     else:
         port = free_port(rig.serving_port + FOREIGN_PORT_OFFSET)
         listener = start_foreign_listener(rig, rig_exec, port)

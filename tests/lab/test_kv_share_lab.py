@@ -128,7 +128,8 @@ def test_a_rig_with_another_hash_seed_on_the_store_is_refused_before_any_host_is
 
 # The warm-shared tier (rigkit/validation/warm_shared.py) on the same deploy: a second module would deploy rig1 and rig2 again.
 WARM_RIGS = ("rig1", "rig2")
-SHARE_DATA = ["kv_share=true", "validate_sessions=1"]  # --data, as the command takes it
+# --data, as the command takes it; code prompts: after a narrative one the lab model's first token is a near tie
+SHARE_DATA = ["kv_share=true", "validate_sessions=1", "validate_prompt_kind=code"]
 
 
 def test_rig2_serves_what_rig1_prefilled_by_its_own_external_hits_and_the_card_shows_the_pair(shared, tmp_path):
@@ -139,7 +140,9 @@ def test_rig2_serves_what_rig1_prefilled_by_its_own_external_hits_and_the_card_s
     assert shared.label == Tier.WARM_SHARED.value and shared.passed, shared.asked.proofs
     (proof,) = shared.asked.proofs
     assert proof.gpu_hits == 0 and proof.external_hits > 0, proof.text
-    assert shared.prefill.labels == ["cold"] and all(check.same for check in shared.asked.greedy)
+    # the same output, or one that parts at a near tie (numerics: the oracle's verdict), never served-but-wrong
+    assert shared.prefill.labels == ["cold"]
+    assert all(check.verdict != "served-but-wrong" for check in shared.asked.greedy), shared.asked.greedy
     # rig2's cold figure: its own prefill for rig1 (the same size); measured 129 ms against 354 ms cold by hand
     assert shared.asked.ttft_s.mean < by_pair[("rig2", "rig1")].prefill.ttft_s.mean
     fleet = (tmp_path / "fleet.md").read_text()

@@ -223,9 +223,9 @@ def test_debian_mirror_none_when_absent():
 def test_streamed_reports_interesting_lines_and_heartbeats(monkeypatch):
     import re
 
-    monkeypatch.setattr(proc, "HEARTBEAT_S", 0.5)  # _streamed lives in rigkit.lab.proc
+    monkeypatch.setattr(proc, "HEARTBEAT_S", 0.5)  # streamed lives in rigkit.lab.proc
     messages: list[str] = []
-    output = si._streamed(
+    output = si.streamed(
         ["bash", "-c", "echo noise; sleep 1.6; echo 'Step 1/2 : FROM x'"],
         "image build",
         "fix",
@@ -244,7 +244,7 @@ def test_streamed_failure_names_the_step_and_the_fix():
     from rigkit.lab.proc import LabStepError
 
     with pytest.raises(LabStepError) as caught:
-        si._streamed(
+        si.streamed(
             ["bash", "-c", "echo 'no space left'; exit 3"],
             "push release 1",
             "free disk space",

@@ -21,7 +21,7 @@ import shutil
 import sys
 from pathlib import Path
 
-from rigkit.lab.proc import LabStepError, Progress, _streamed, directory_digest, input_hash
+from rigkit.lab.proc import LabStepError, Progress, directory_digest, input_hash, streamed
 from rigkit.paths import CACHE_DIR
 from rigkit.validation.prompts import PromptSpec, draft_text
 
@@ -112,7 +112,7 @@ def ensure_training_venv(progress: Progress = print) -> Path:
         return python
     shutil.rmtree(venv, ignore_errors=True)
     progress(f"lab model: training venv {venv} ({' '.join(TRAIN_REQUIREMENTS)}, ~2 min once)")
-    _streamed(
+    streamed(
         [sys.executable, "-m", "venv", str(venv)],
         "lab model venv",
         "check python3-venv is installed",
@@ -120,7 +120,7 @@ def ensure_training_venv(progress: Progress = print) -> Path:
         VENV_TIMEOUT_S,
         re.compile("$^"),
     )
-    _streamed(
+    streamed(
         [str(python), "-m", "pip", "install", "--disable-pip-version-check", "-q", *TRAIN_REQUIREMENTS],
         "lab model venv",
         "pip must find these pins (torch 2.13.0 CPU is the serving image's own)",
@@ -147,7 +147,7 @@ def ensure_lab_model(progress: Progress = print) -> Path:
     (partial.parent / f"{key}.corpus.jsonl").write_text(_jsonl(training_corpus()))
     (partial.parent / f"{key}.eval.jsonl").write_text(_jsonl(eval_prompts()))
     progress(f"lab model: training the tiny Qwen3 into {target} (a few minutes on the CPU)")
-    _streamed(
+    streamed(
         [
             str(python),
             str(TRAIN_SCRIPT),

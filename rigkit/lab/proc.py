@@ -184,7 +184,7 @@ def directory_digest(directory: Path) -> dict[str, str]:
     }
 
 
-def _streamed(
+def streamed(
     cmd: Sequence[str],
     step: str,
     fix: str,

@@ -62,7 +62,7 @@ from typing import Iterator, Sequence
 
 from rigkit.errors import PreflightError
 from rigkit.lab import lab_model
-from rigkit.lab.proc import LabStepError, Progress, _streamed, directory_digest, input_hash, run
+from rigkit.lab.proc import LabStepError, Progress, directory_digest, input_hash, run, streamed
 from rigkit.paths import CACHE_DIR
 
 REPOSITORY_NAME = "rigkit/vllm-cpu-tiny"
@@ -317,7 +317,7 @@ def ensure_wheelhouse(
         ]
     progress(f"wheels: downloading {' '.join(requirements)} ({size}) into {target}")
     started = time.monotonic()
-    _streamed(cmd, "wheel download", fix, progress, WHEEL_DOWNLOAD_TIMEOUT_S, shown)
+    streamed(cmd, "wheel download", fix, progress, WHEEL_DOWNLOAD_TIMEOUT_S, shown)
     (partial / ".complete").write_text(f"{time.monotonic() - started:.0f} s\n")
     partial.rename(target)
     progress(f"wheels: {len(list(target.glob('*.whl')))} wheels in {time.monotonic() - started:.0f} s")
@@ -338,7 +338,7 @@ def ensure_base_image(mirror: str, progress: Progress) -> str:
     with tempfile.TemporaryDirectory(prefix="rootfs-", dir=CACHE_ROOT) as rootfs:
         progress(f"base image: debootstrap {BASE_SUITE} minbase + {' '.join(BASE_PACKAGES)} from {mirror} (~1 min)")
         started = time.monotonic()
-        _streamed(
+        streamed(
             ["debootstrap", "--variant=minbase", f"--include={','.join(BASE_PACKAGES)}", BASE_SUITE, rootfs, mirror],
             "base image debootstrap",
             f"the mirror {mirror} must be reachable; see {rootfs}/debootstrap/debootstrap.log",
@@ -415,7 +415,7 @@ def build_image(tag: str, base_image: str, wheels: Path, key: str, model: Path, 
         cmd = ["docker", "build", "--network", "host", "-t", tag]
         for name, value in build_args(base_image, wheels_url).items():
             cmd += ["--build-arg", f"{name}={value}"]
-        _streamed(
+        streamed(
             [*cmd, str(context)],
             "image build",
             "read the build output above; a missing wheel means the wheel cache is incomplete "
@@ -431,7 +431,7 @@ def build_image(tag: str, base_image: str, wheels: Path, key: str, model: Path, 
 
 def build_release(build_tag: str, release_tag: str, release: str) -> None:
     # no context: the release differs from the build image only by metadata
-    _streamed(
+    streamed(
         ["docker", "build", "--network", "host", "-t", release_tag, "-"],
         f"release {release} build",
         "check the engine (`docker info`)",
@@ -446,7 +446,7 @@ def build_release(build_tag: str, release_tag: str, release: str) -> None:
 def push(tag: str, repository: str, release: str, progress: Progress) -> str:
     progress(f"push: release {release} → {tag}")
     started = time.monotonic()
-    output = _streamed(
+    output = streamed(
         ["docker", "push", tag],
         f"push release {release}",
         "the lab registry must answer on 127.0.0.1:5000 (`rigkit lab up` starts it)",

@@ -41,7 +41,7 @@ from rigkit.facts.model import StagedModel
 from rigkit.facts.serving import StackContainers
 from rigkit.facts.surveyed import directory_reads, put_reads, service_reads
 from rigkit.files.l2_janitor import L2_JANITOR_INTERVAL_S, L2_JANITOR_MIN_FREE_BYTES, L2_JANITOR_UNIT
-from rigkit.model.source import parse_model_source, store_revision_dir, store_stamp
+from rigkit.model.source import mounted_dir, parse_model_source, store_stamp
 from rigkit.operations import refusal_of, refuse, refusing_step
 from rigkit.operations.files import secret_file
 from rigkit.operations.serving import PULL_STEP, engine_checked, image_pulled, stack_release
@@ -275,9 +275,7 @@ def serving(rig: RigSettings, run: Run, kind: str = DEPLOY_KIND, restore_renderi
     if mounted is not None:
         store = settings.knobs["model_store_path"]
         if (
-            host.get_fact(
-                StagedModel, revision_dir=store_revision_dir(store, mounted), stamp=store_stamp(store, mounted)
-            )
+            host.get_fact(StagedModel, revision_dir=mounted_dir(store, mounted), stamp=store_stamp(store, mounted))
             is None
         ):
             python.call(
@@ -285,7 +283,7 @@ def serving(rig: RigSettings, run: Run, kind: str = DEPLOY_KIND, restore_renderi
                 function=refuse,
                 field="model_source",
                 value=mounted.spec,
-                problem=f"not staged and verified in {store_revision_dir(store, mounted)} on this rig",
+                problem=f"not staged and verified in {mounted_dir(store, mounted)} on this rig",
                 fix="stage it first: `rigkit stage INVENTORY` (`rigkit deploy` stages before it deploys)",
             )
             return

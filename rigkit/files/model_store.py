@@ -9,11 +9,16 @@
     model_store.py reopen  STORE SLUG REVISION          a damaged revision back to partial, its bad files gone
     model_store.py remove  STORE SLUG REVISION          retention: the revision and its stamp
     model_store.py list    STORE SLUG                   JSON: verified revisions
+    model_store.py hash-dir STORE SLUG REVISION DIR     JSON: every file of DIR (a shared mount) with its sha256
+    model_store.py stamp-shared STORE SLUG REVISION DIR stdin: the manifest the controller matched to the pin
 
 A revision is received into SLUG/.partial-REVISION (kept across runs: a second run resumes each file at
 its size), verified file by file against the manifest's sha256 (a bad file is deleted, never kept), then
 stamped and renamed to SLUG/REVISION: a partial copy is never at the path compose mounts. receive and
 finish hold SLUG/.lock (flock): a second staging of the same model on this rig is refused, not interleaved.
+A model on a shared mount is not copied: its files are hashed where they are (hash-dir; a file whose size and
+mtime match the stamp of an earlier run is not read again) and, once the controller matched them to the pin,
+the stamp names the directory (stamp-shared); check and state read that directory instead of SLUG/REVISION.
 """
 
 import fcntl
@@ -25,6 +30,7 @@ import sys
 import time
 
 PARTIAL_PREFIX = ".partial-"
+MANIFEST_FILE_NAME = ".rigkit-manifest.json"  # rigkit.model.source's, left out of a directory's files as there
 STAMP_SUFFIX = ".verified.json"
 CHUNK = 1 << 20
 BUSY_EXIT = 75
@@ -107,9 +113,17 @@ def damage(final, stamp_doc, deep=False):
     return damaged
 
 
+def stamped_dir(final, stamp):
+    """The verified directory and its stamp: the store's revision, or the shared directory the stamp names."""
+    stamp_doc = read_stamp(stamp)
+    if stamp_doc and stamp_doc.get("directory"):
+        return stamp_doc["directory"], stamp_doc
+    return final, (stamp_doc if os.path.isdir(final) else None)
+
+
 def state(store, slug, revision):
     _, final, partial, stamp = paths(store, slug, revision)
-    stamp_doc = read_stamp(stamp) if os.path.isdir(final) else None
+    final, stamp_doc = stamped_dir(final, stamp)
     report = {"verified": stamp_doc["manifest"] if stamp_doc else None,
               "partial": sizes(partial) if os.path.isdir(partial) else {},
               "free": free_bytes(os.path.join(store, slug))}
@@ -220,12 +234,67 @@ def finish(store, slug, revision):
 
 def check(store, slug, revision, deep=False):
     _, final, _, stamp = paths(store, slug, revision)
-    stamp_doc = read_stamp(stamp) if os.path.isdir(final) else None
+    final, stamp_doc = stamped_dir(final, stamp)
     if stamp_doc is None:
         print(json.dumps({"staged": False, "damaged": []}))
         return
-    print(json.dumps({"staged": True, "manifest": stamp_doc["manifest"],
-                      "damaged": damage(final, stamp_doc, deep)}))
+    if not os.path.isdir(final):
+        damaged = [{"path": final, "why": "the shared directory is not there (the share not mounted?)"}]
+    else:
+        damaged = damage(final, stamp_doc, deep)
+    print(json.dumps({"staged": True, "manifest": stamp_doc["manifest"], "damaged": damaged}))
+
+
+def directory_files(root):
+    """As rigkit.model.source.directory_files: every regular file, dot-directories and the manifest left out."""
+    found = []
+    for dirpath, dirnames, filenames in os.walk(root):
+        dirnames[:] = sorted(name for name in dirnames if not name.startswith("."))
+        for name in filenames:
+            full = os.path.join(dirpath, name)
+            relative = os.path.relpath(full, root)
+            if relative != MANIFEST_FILE_NAME and os.path.isfile(full):
+                found.append(relative)
+    return sorted(found)
+
+
+def hash_dir(store, slug, revision, directory):
+    _, _, _, stamp = paths(store, slug, revision)
+    if not os.path.isdir(directory):
+        print(json.dumps({"exists": False, "files": {}}))
+        return
+    known = read_stamp(stamp) or {}
+    known_files = known.get("files", {}) if known.get("directory") == directory else {}
+    names = directory_files(directory)
+    progress = Progress(sum(os.path.getsize(os.path.join(directory, name)) for name in names))
+    files = {}
+    for relative in names:
+        full = os.path.join(directory, relative)
+        stat = os.stat(full)
+        entry = known_files.get(relative)
+        if entry and entry["size"] == stat.st_size and entry["mtime_ns"] == stat.st_mtime_ns:
+            sha = entry["sha256"]
+        else:
+            sha = sha256(full)
+        progress.add(stat.st_size)
+        files[relative] = {"size": stat.st_size, "sha256": sha, "mtime_ns": stat.st_mtime_ns}
+    print(json.dumps({"exists": True, "files": files}))
+
+
+def stamp_shared(store, slug, revision, directory):
+    model, _, _, stamp = paths(store, slug, revision)
+    held = lock(model)
+    manifest = json.load(sys.stdin)
+    document = {"source": manifest.get("source"), "revision": revision, "manifest": manifest["hash"],
+                "directory": directory, "files": manifest["files"],
+                "verified_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+    with open(stamp + ".tmp", "w") as handle:
+        json.dump(document, handle, indent=1, sort_keys=True)
+        handle.flush()
+        os.fsync(handle.fileno())
+    os.rename(stamp + ".tmp", stamp)
+    held.close()
+    print(json.dumps({"ok": True}))
 
 
 def reopen(store, slug, revision):
@@ -284,6 +353,10 @@ def main(argv):
         remove(*args)
     elif command == "list":
         list_revisions(*args)
+    elif command == "hash-dir":
+        hash_dir(*args)
+    elif command == "stamp-shared":
+        stamp_shared(*args)
     else:
         raise SystemExit(f"model_store: unknown command {command!r}")
 

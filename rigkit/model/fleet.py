@@ -9,6 +9,7 @@ controller's RIGKIT_HF_TOKEN) is used here, on the controller, only.
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from collections import defaultdict
 from pathlib import Path
@@ -17,8 +18,8 @@ from typing import Callable, Mapping, Optional, Sequence
 from rigkit.errors import ConfigError, RigkitError
 from rigkit.fleet.inventory import check_connection_data, load_inventory, rigs_among, targeted
 from rigkit.model.hub import default_cache_dir, fetch_to_controller
-from rigkit.model.source import HUB, ModelSource, read_directory_manifest
-from rigkit.model.stage import FleetStager, RigStore, StageReport
+from rigkit.model.source import HUB, SHARED, ModelSource, read_directory_manifest
+from rigkit.model.stage import FleetStager, RigStore, StageReport, verify_shared
 from rigkit.settings.hostdata import Settings, settings_for_host
 
 
@@ -67,6 +68,14 @@ def stage_inventory(
     for spec, rigs in by_source.items():
         first = next(iter(rigs.values()))
         source = first.model_source
+        stores = {name: settings.knobs["model_store_path"] for name, settings in rigs.items()}
+        if source.kind == SHARED:
+            progress(f"--> model {spec}: verifying it in place on {len(rigs)} rig(s) (a shared mount: not copied)")
+            report = verify_shared(source, {name: hosts[name]["data"] for name in rigs}, stores, progress)
+            for line in report.lines():
+                progress(f"    {line}")
+            reports.append(report)
+            continue
         progress(f"--> model {spec}: staging onto {len(rigs)} rig(s)")
         root, files = local_copy(source, first.knobs["hf_token"], progress, endpoint=endpoint)
         stager = FleetStager(
@@ -74,7 +83,7 @@ def stage_inventory(
             root,
             files,
             {name: hosts[name]["data"] for name in rigs},
-            {name: settings.knobs["model_store_path"] for name, settings in rigs.items()},
+            stores,
             {name: settings.knobs["model_store_keep"] for name, settings in rigs.items()},
             progress=progress,
             rig_to_rig=rig_to_rig,
@@ -107,6 +116,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--check", action="store_true", help="only report which rigs hold the model verified")
     parser.add_argument("--deep", action="store_true", help="with --check: re-hash every staged file")
     parser.add_argument(
+        "--json",
+        action="store_true",
+        help="print each model's report as JSON on stdout (bytes read from the source, each rig's action and "
+        "bytes sent); progress goes to stderr",
+    )
+    parser.add_argument(
         "--from-controller-only",
         action="store_true",
         help="send from the controller to every rig (no rig to rig): the benchmark's baseline",
@@ -132,7 +147,16 @@ def run(args: argparse.Namespace) -> int:
                     + "".join(f"\n    {item['path']}: {item['why']}" for item in result["damaged"])
                 )
             return 0 if all(r["staged"] and not r["damaged"] for r in results.values()) else 1
-        stage_inventory(hosts, names, rig_to_rig=not args.from_controller_only)
+        if args.json:
+            reports = stage_inventory(
+                hosts,
+                names,
+                progress=lambda line: print(line, file=sys.stderr, flush=True),
+                rig_to_rig=not args.from_controller_only,
+            )
+            print(json.dumps({"reports": [report.as_json() for report in reports]}, indent=1))
+        else:
+            stage_inventory(hosts, names, rig_to_rig=not args.from_controller_only)
     except ConfigError as exc:
         print(f"rigkit stage: refused before any rig was touched: {exc}", file=sys.stderr)
         return 2

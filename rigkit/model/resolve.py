@@ -3,6 +3,8 @@
 rigkit resolve-model Qwen/Qwen3-8B          -> Qwen/Qwen3-8B@<40-hex commit of main>
 rigkit resolve-model Qwen/Qwen3-8B@v1.0     -> the commit the tag points at
 rigkit resolve-model controller:/srv/tiny   -> controller:/srv/tiny@<manifest sha256> (writes the manifest)
+rigkit resolve-model shared:/mnt/models/x   -> shared:/mnt/models/x@<manifest sha256>, hashed where the controller
+                                               mounts the share at the same path as the rigs (writes the manifest)
 """
 
 from __future__ import annotations
@@ -10,20 +12,36 @@ from __future__ import annotations
 import argparse
 import sys
 
-from rigkit.errors import RigkitError
+from rigkit.errors import ConfigError, RigkitError
 from rigkit.model.hub import resolve_revision
-from rigkit.model.source import CONTROLLER_PREFIX, resolve_directory
+from rigkit.model.source import CONTROLLER_PREFIX, SHARED, SHARED_PREFIX, ModelSource, resolve_directory
 
 
 def resolve_model(value: str) -> str:
     if value.startswith(CONTROLLER_PREFIX):
         return resolve_directory(value[len(CONTROLLER_PREFIX) :].rsplit("@", 1)[0]).spec
+    if value.startswith(SHARED_PREFIX):
+        path = value[len(SHARED_PREFIX) :].rsplit("@", 1)[0]
+        try:
+            pinned = resolve_directory(path)
+        except ConfigError as exc:
+            raise ConfigError(
+                "model_source",
+                value,
+                f"{exc.problem} (a shared model is pinned where the controller mounts the share at the rigs' path)",
+                f"mount the share on the controller at {path} and run again; or read the hash a rig reports: "
+                f"`rigkit stage` with {SHARED_PREFIX}{path}@<any 64 hex> names the hash the rig's files have",
+            ) from None
+        # the path as the rigs mount it (not the controller's resolved one: a symlink there is not one on a rig)
+        return ModelSource(SHARED, path.rstrip("/"), pinned.revision).spec
     repo, _, revision = value.partition("@")
     return f"{repo}@{resolve_revision(repo, revision or 'main')}"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("sources", nargs="+", metavar="SOURCE", help="ORG/NAME[@BRANCH|TAG] or controller:/DIR")
+    parser.add_argument(
+        "sources", nargs="+", metavar="SOURCE", help="ORG/NAME[@BRANCH|TAG], controller:/DIR or shared:/DIR"
+    )
 
 
 def run(args: argparse.Namespace) -> int:

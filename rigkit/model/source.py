@@ -4,7 +4,13 @@ A model is declared by ``model_source`` (a serving knob), always with a revision
 - ``org/name@<40-hex commit>``: a hub repository at a commit (a branch or tag moves: refused with the
   `rigkit resolve-model` command that prints its commit, as `rigkit resolve` does for image tags);
 - ``controller:/abs/dir@<manifest sha256>``: a directory on the controller, pinned by the hash of the
-  manifest rigkit writes for it (`rigkit resolve-model controller:/abs/dir` writes it and prints the pin).
+  manifest rigkit writes for it (`rigkit resolve-model controller:/abs/dir` writes it and prints the pin);
+- ``shared:/abs/dir@<manifest sha256>``: a directory at that path on every rig (an NFS export the rigs
+  already mount), pinned the same way. It is never copied: each rig hashes the files where they are
+  against the pin (once; later only size and mtime are compared, as for a staged revision), records a
+  stamp in its store, and the container mounts the shared directory itself read-only. Copying it would
+  put a second copy of what the share already serves to every rig on each NVMe; the engine reads the
+  weights once at start (page cache after), so reading them over the share costs a slower start only.
 
 The manifest lists every file with its size and sha256 (the hub lists an LFS file's sha256; rigkit hashes
 the others once on the controller); its hash names a directory revision and is recorded in the ledger.
@@ -26,9 +32,11 @@ from typing import Callable, Iterable, Mapping, Optional
 
 from rigkit.errors import ConfigError
 
-HUB, CONTROLLER = "hub", "controller"
-SOURCE_KINDS = (HUB, CONTROLLER)
+HUB, CONTROLLER, SHARED = "hub", "controller", "shared"
+SOURCE_KINDS = (HUB, CONTROLLER, SHARED)
 CONTROLLER_PREFIX = "controller:"
+SHARED_PREFIX = "shared:"
+DIRECTORY_PREFIXES = {CONTROLLER: CONTROLLER_PREFIX, SHARED: SHARED_PREFIX}
 # the fixed path the engine loads from in every container (the served name stays the declared one)
 MODEL_CONTAINER_PATH = "/model"
 # what the container gets instead of a hub token: the hub is never asked from a rig
@@ -46,15 +54,14 @@ HASH_CHUNK = 8 << 20
 
 @dataclass(frozen=True)
 class ModelSource:
-    kind: str  # HUB | CONTROLLER
-    name: str  # the hub repository id, or the controller directory (absolute)
+    kind: str  # HUB | CONTROLLER | SHARED
+    name: str  # the hub repository id, or the directory (absolute: on the controller, or on every rig)
     revision: str  # the hub commit, or the directory's manifest hash
 
     @property
     def spec(self) -> str:
         """How model_source declares it (the ledger's and card's model field)."""
-        prefix = CONTROLLER_PREFIX if self.kind == CONTROLLER else ""
-        return f"{prefix}{self.name}@{self.revision}"
+        return f"{DIRECTORY_PREFIXES.get(self.kind, '')}{self.name}@{self.revision}"
 
     @property
     def slug(self) -> str:
@@ -76,16 +83,18 @@ def parse_model_source(value: object, field: str = "model_source") -> ModelSourc
             field,
             value,
             "no model source given",
-            "set it to org/name@<40-hex commit> or controller:/dir@<manifest sha256>",
+            "set it to org/name@<40-hex commit>, controller:/dir@<manifest sha256> or shared:/dir@<manifest sha256>",
         )
-    if value.startswith(CONTROLLER_PREFIX):
-        return _parse_directory(value, field)
+    for kind, prefix in DIRECTORY_PREFIXES.items():
+        if value.startswith(prefix):
+            return _parse_directory(value, field, kind)
     if value.startswith("/") or value.startswith("."):
         raise ConfigError(
             field,
             value,
             "a path without saying where the directory is",
-            f"write {CONTROLLER_PREFIX}{value} for a directory on the controller, then pin it: "
+            f"write {CONTROLLER_PREFIX}{value} for a directory on the controller (staged onto every rig) or "
+            f"{SHARED_PREFIX}{value} for one every rig already mounts (a share: not copied), then pin it: "
             f"run `rigkit resolve-model {CONTROLLER_PREFIX}{value}`",
         )
     repo, at, revision = value.partition("@")
@@ -119,15 +128,16 @@ def parse_model_source(value: object, field: str = "model_source") -> ModelSourc
     return ModelSource(HUB, repo, revision)
 
 
-def _parse_directory(value: str, field: str) -> ModelSource:
-    rest = value[len(CONTROLLER_PREFIX) :]
+def _parse_directory(value: str, field: str, kind: str = CONTROLLER) -> ModelSource:
+    prefix = DIRECTORY_PREFIXES[kind]
+    rest = value[len(prefix) :]
     path, at, revision = rest.rpartition("@") if "@" in rest else (rest, "", "")
-    if not path.startswith("/") or any(part in ("..", ".") for part in path.split("/")):
+    if not path.startswith("/") or any(part in ("..", ".") for part in path.split("/")) or path.rstrip("/") == "":
         raise ConfigError(
             field,
             value,
             "the directory must be an absolute path without '.' or '..'",
-            f"write {CONTROLLER_PREFIX}/absolute/dir@<manifest sha256>",
+            f"write {prefix}/absolute/dir@<manifest sha256>",
         )
     if not at:
         raise ConfigError(
@@ -141,9 +151,9 @@ def _parse_directory(value: str, field: str) -> ModelSource:
             field,
             value,
             f"{revision!r} is not a manifest hash (64 lowercase hex digits)",
-            f"run `rigkit resolve-model {CONTROLLER_PREFIX}{path}` and use what it prints",
+            f"run `rigkit resolve-model {prefix}{path}` and use what it prints",
         )
-    return ModelSource(CONTROLLER, path.rstrip("/") or "/", revision)
+    return ModelSource(kind, path.rstrip("/"), revision)
 
 
 # A manifest: relative path -> {"size": bytes, "sha256": hex}. Its hash is over that mapping only.
@@ -291,6 +301,12 @@ def store_partial_dir(store: str, source: ModelSource) -> str:
 
 def store_stamp(store: str, source: ModelSource) -> str:
     return posixpath.join(store, source.slug, source.revision + STAMP_SUFFIX)
+
+
+def mounted_dir(store: str, source: ModelSource) -> str:
+    """The rig directory the container mounts read-only: the shared directory itself (never copied), else the
+    verified revision in the store."""
+    return source.name if source.kind == SHARED else store_revision_dir(store, source)
 
 
 def revisions_to_remove(

@@ -11,6 +11,9 @@ Rig to rig, the sending rig runs ``ssh`` to the receiving one with the controlle
 from a private ssh-agent the controller starts for the transfer and ends after it (no key is written on a
 rig, no authorized_keys touched), and checks the receiver's host key against the one the controller's
 own connection verified. A rig-to-rig transfer that fails falls back to the controller, saying so.
+
+A model on a shared mount (``shared:``) is not copied (``verify_shared``): each rig hashes the files where they
+are, the controller matches them to the pin, and the rig's store keeps a stamp naming the directory.
 """
 
 from __future__ import annotations
@@ -33,7 +36,7 @@ import paramiko
 import paramiko.agent
 
 from rigkit.errors import RigkitError
-from rigkit.model.source import ModelSource, manifest_hash, manifest_size, revisions_to_remove
+from rigkit.model.source import SHARED_PREFIX, ModelSource, manifest_hash, manifest_size, revisions_to_remove
 from rigkit.paths import RIG_LIB_DIR
 from rigkit.remote.tunnel import connect_ssh, ssh_address
 from rigkit.serving.commands import FILES_DIR
@@ -81,6 +84,18 @@ class StageReport:
     manifest: str
     outcomes: dict[str, RigOutcome] = field(default_factory=dict)
     source_bytes: int = 0  # bytes the controller sent from its copy of the source
+
+    def as_json(self) -> dict:
+        """What `rigkit stage --json` prints per model: every figure of the run, bytes exact."""
+        return {
+            "source": self.source,
+            "manifest": self.manifest,
+            "source_bytes": self.source_bytes,
+            "outcomes": {
+                name: {"action": outcome.action, "sent_bytes": outcome.sent_bytes, "note": outcome.note}
+                for name, outcome in self.outcomes.items()
+            },
+        }
 
     def lines(self) -> list[str]:
         return [
@@ -272,6 +287,69 @@ def forwarded_agent(keys: list[str]) -> Iterator[None]:
         finally:
             agent.terminate()
             agent.wait(timeout=10)
+
+
+SHARED_ACTION = "verified in place (shared mount, not copied)"
+
+
+def verify_shared(
+    source: ModelSource,
+    rigs: Mapping[str, Mapping],
+    stores: Mapping[str, str],
+    progress: Callable[[str], None] = logger.warning,
+) -> StageReport:
+    """A shared-mount model on each rig: its files there hashed against the pin (a file unchanged since the last
+    run by size and mtime is not read again), a stamp written in the rig's store; nothing copied. Refused, naming
+    the rig, when the directory is not there or its files are not the pinned ones."""
+    files_hash = ""
+    report = StageReport(source.spec, source.revision)
+    for name, data in rigs.items():
+        store = RigStore(name, data, stores[name], source)
+        try:
+            status, out, err = store.run(
+                store.command("hash-dir", source.name), progress=_shared_progress(name, source, progress)
+            )
+            if status != 0:
+                raise RigkitError(
+                    FIELD, source.spec, f"{name}: hashing {source.name} failed ({err.strip()})", "read the error"
+                )
+            found = json.loads(out.strip().splitlines()[-1])
+            if not found["exists"]:
+                raise RigkitError(
+                    FIELD,
+                    source.spec,
+                    f"{name}: no directory {source.name} on the rig (the share is not mounted there?)",
+                    f"mount the share at {source.name} on every rig (fstab), or declare another model_source",
+                )
+            manifest = {path: {"size": e["size"], "sha256": e["sha256"]} for path, e in found["files"].items()}
+            files_hash = manifest_hash(manifest)
+            if files_hash != source.revision:
+                raise RigkitError(
+                    FIELD,
+                    source.spec,
+                    f"{name}: the files in {source.name} hash to {files_hash}, not the pinned {source.revision}: "
+                    "the share changed since it was pinned (or the rig mounts another one)",
+                    f"pin what it holds: {SHARED_PREFIX}{source.name}@{files_hash}, after checking the change",
+                )
+            document = {"files": found["files"], "hash": files_hash, "source": source.spec}
+            store.call("stamp-shared", source.name, stdin=json.dumps(document).encode())
+        finally:
+            store.close()
+        report.outcomes[name] = RigOutcome(name, SHARED_ACTION)
+    return report
+
+
+def _shared_progress(rig: str, source: ModelSource, progress: Callable[[str], None]) -> Callable[[str], None]:
+    last = [0.0]
+
+    def show(line: str) -> None:
+        _, done, total = line.split()
+        now = time.monotonic()
+        if now - last[0] >= 2 or done == total:
+            last[0] = now
+            progress(f"{rig}: hashing {source.name} in place: {int(done) / 1e6:,.0f} of {int(total) / 1e6:,.0f} MB")
+
+    return show
 
 
 class FleetStager:

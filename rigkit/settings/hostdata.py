@@ -29,7 +29,7 @@ from rigkit import kv_store
 from rigkit.errors import ConfigError
 from rigkit.firewall import API_FIREWALL, refuse_on_shared_network
 from rigkit.kv_share import check_share_settings, shared_l2_path
-from rigkit.model.source import MODEL_CONTAINER_PATH, ModelSource, parse_model_source, store_revision_dir
+from rigkit.model.source import MODEL_CONTAINER_PATH, ModelSource, mounted_dir, parse_model_source
 from rigkit.remote.registry import require_digest
 from rigkit.settings.defaults import (
     ALL_VARIABLES,
@@ -134,9 +134,10 @@ class Settings:
 
     @property
     def model_dir(self) -> Optional[str]:
-        """The staged revision's directory on the rig (mounted read-only at MODEL_CONTAINER_PATH)."""
+        """The model's directory on the rig (mounted read-only at MODEL_CONTAINER_PATH): the staged revision, or
+        the shared directory itself."""
         source = self.model_source
-        return store_revision_dir(self.knobs["model_store_path"], source) if source else None
+        return mounted_dir(self.knobs["model_store_path"], source) if source else None
 
     @property
     def runs_l2_janitor(self) -> bool:

@@ -313,8 +313,9 @@ KNOBS: list[Variable] = [
         "model_source",
         None,
         "the model's weights, pinned (rigkit.model.source): org/name@<40-hex commit> "
-        "(a hub repository at a commit) or controller:/dir@<manifest sha256> (`rigkit resolve-model` prints "
-        "either); staged into model_store_path on every rig before the release and mounted read-only at "
+        "(a hub repository at a commit), controller:/dir@<manifest sha256> (`rigkit resolve-model` prints "
+        "either): staged into model_store_path on every rig before the release; or shared:/dir@<manifest sha256>, "
+        "a directory every rig already mounts (a share): verified in place, not copied. Mounted read-only at "
         "/model, the hub offline in the container; empty = model as vLLM loads it",
         str,
         _text(_model_source),

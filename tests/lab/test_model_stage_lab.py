@@ -16,41 +16,22 @@ reachable from the sending rig (rig1 and rig2 share the host's loopback).
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import sys
 from pathlib import Path
+from typing import Optional
 
 import pytest
 
-from rigkit.fleet.inventory import load_inventory
 from rigkit.lab.lab_weights import lab_model_source
-from rigkit.model.fleet import stage_inventory
 from rigkit.model.source import manifest_size, parse_model_source, read_directory_manifest, resolve_directory
 from rigkit.paths import REPO_ROOT
 from tests.hub_standin import HubRepo, HubStandIn
 from tests.lab.conftest import LAB_INVENTORY
 
-
-def _threads_are_greenlets() -> bool:
-    """gevent's monkeypatching (pyinfra_cli installs it when any test imports it) turns threads into greenlets: the
-    in-process rig-to-rig transfer (paramiko agent forwarding) then deadlocks, seen in a whole-suite run (it passed
-    alone). A subprocess per staging would keep it out; until then these tests run only in a process without it."""
-    try:
-        from gevent import monkey
-    except ImportError:
-        return False
-    return monkey.is_module_patched("threading")
-
-
 pytestmark = pytest.mark.lab
-
-
-@pytest.fixture(autouse=True)
-def _no_greenlet_threads():
-    # asked when each test runs: the patch may come from a module collected or run after this one
-    if _threads_are_greenlets():
-        pytest.skip("gevent patched this process (pyinfra_cli): in-process staging deadlocks (docs/limits.md)")
 
 
 STORE = "/var/tmp/rigkit-model-store-test"
@@ -69,10 +50,37 @@ def pair(lab):
     return rigs
 
 
-def _hosts(model: str, names, store: str = STORE) -> dict:
-    """The rigs' data as pyinfra gives it (inventory and group data), with the model declared."""
-    hosts = load_inventory(str(LAB_INVENTORY), data_args=[f"model_source={model}", f"model_store_path={store}"])
-    return {name: hosts[name] for name in names}
+def _rigkit(*args: str, timeout: float = 900, env: Optional[dict] = None) -> subprocess.CompletedProcess:
+    """A rigkit command in its own process, as a user runs it. Staging never runs in the test process: gevent, which
+    pyinfra_cli patches into any process that imports it (other test modules do), turns paramiko's agent-forwarding
+    thread into a greenlet, and the rig-to-rig transfer deadlocked there (15 min, a whole-suite run)."""
+    return subprocess.run(
+        [str(Path(sys.executable).with_name("rigkit")), *args],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=env,
+    )
+
+
+def _stage(model: str, names, *extra: str, env: Optional[dict] = None, store: str = STORE) -> dict:
+    """`rigkit stage --json` onto ``names``: the one model's report (bytes exact), its progress in "stderr"."""
+    done = _rigkit(
+        "stage",
+        str(LAB_INVENTORY),
+        *(part for name in names for part in ("--limit", name)),
+        "--data",
+        f"model_source={model}",
+        "--data",
+        f"model_store_path={store}",
+        "--json",
+        *extra,
+        env=env,
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    (report,) = json.loads(done.stdout)["reports"]
+    return {**report, "stderr": done.stderr}
 
 
 def test_fresh_rig_from_another_rig_then_nothing_then_repair(model, pair, rig_exec):
@@ -80,83 +88,56 @@ def test_fresh_rig_from_another_rig_then_nothing_then_repair(model, pair, rig_ex
     for rig in pair:
         rig_exec(rig, f"rm -rf {STORE}")
     total = manifest_size(read_directory_manifest(parse_model_source(model)))
-    lines: list[str] = []
-    (first,) = stage_inventory(_hosts(model, names), names, progress=lines.append)
-    assert first.outcomes[names[0]].action == "from controller"
-    assert first.outcomes[names[1]].action == f"from {names[0]}", "\n".join(lines)
-    assert first.source_bytes == total  # the source read once for two rigs
-    assert any("MB" in line and "from" in line for line in lines)  # progress was shown
+    first = _stage(model, names)
+    assert first["outcomes"][names[0]]["action"] == "from controller"
+    assert first["outcomes"][names[1]]["action"] == f"from {names[0]}", first["stderr"]
+    assert first["source_bytes"] == total  # the source read once for two rigs
+    assert any("MB" in line and "from" in line for line in first["stderr"].splitlines())  # progress was shown
 
-    (second,) = stage_inventory(_hosts(model, names), names, progress=lines.append)
-    assert {outcome.action for outcome in second.outcomes.values()} == {"already staged"}
-    assert second.source_bytes == 0 and not any(outcome.sent_bytes for outcome in second.outcomes.values())
+    second = _stage(model, names)
+    assert {outcome["action"] for outcome in second["outcomes"].values()} == {"already staged"}
+    assert second["source_bytes"] == 0 and not any(outcome["sent_bytes"] for outcome in second["outcomes"].values())
 
     source = parse_model_source(model)
     damaged = f"{STORE}/{source.slug}/{source.revision}/config.json"
     rig_exec(pair[1], f"chmod u+w {damaged} && echo ' ' >> {damaged}")
-    check = subprocess.run(
-        [
-            str(Path(sys.executable).with_name("rigkit")),
-            "stage",
-            str(LAB_INVENTORY),
-            "--check",
-            "--limit",
-            names[1],
-            "--data",
-            f"model_source={model}",
-            "--data",
-            f"model_store_path={STORE}",
-        ],
-        cwd=REPO_ROOT,
-        capture_output=True,
-        text=True,
+    check = _rigkit(
+        "stage",
+        str(LAB_INVENTORY),
+        "--check",
+        "--limit",
+        names[1],
+        "--data",
+        f"model_source={model}",
+        "--data",
+        f"model_store_path={STORE}",
         timeout=300,
     )
     assert check.returncode == 1 and "DAMAGED" in check.stdout and "config.json" in check.stdout, check.stdout
-    status = subprocess.run(
-        [
-            str(Path(sys.executable).with_name("rigkit")),
-            "status",
-            str(LAB_INVENTORY),
-            "--limit",
-            names[1],
-            "--json",
-            "--data",
-            f"model_source={model}",
-            "--data",
-            f"model_store_path={STORE}",
-        ],
-        cwd=REPO_ROOT,
-        capture_output=True,
-        text=True,
+    status = _rigkit(
+        "status",
+        str(LAB_INVENTORY),
+        "--limit",
+        names[1],
+        "--json",
+        "--data",
+        f"model_source={model}",
+        "--data",
+        f"model_store_path={STORE}",
         timeout=300,
     )
     drift = [item for rig in json.loads(status.stdout)["rigs"] for item in rig["drift"] if item["source"] == "model"]
     assert [item["knob"] for item in drift] == ["model_source: config.json"], status.stdout[-3000:]
-    (repair,) = stage_inventory(_hosts(model, names), names, progress=lines.append)
-    assert repair.outcomes[names[1]].action == f"from {names[0]}" and repair.source_bytes == 0
-    assert 0 < repair.outcomes[names[1]].sent_bytes < total  # only the damaged file
+    repair = _stage(model, names)
+    assert repair["outcomes"][names[1]]["action"] == f"from {names[0]}" and repair["source_bytes"] == 0
+    assert 0 < repair["outcomes"][names[1]]["sent_bytes"] < total  # only the damaged file
     served = rig_exec(pair[1], f"cat {damaged}").stdout
     assert served == Path(source.name, "config.json").read_text()
 
 
 def test_deploy_serves_the_staged_model_read_only_offline_under_its_name(model, pair, rig_exec, deployed):
     rig = pair[0]
-    result = subprocess.run(
-        [
-            str(Path(sys.executable).with_name("rigkit")),
-            "deploy",
-            str(LAB_INVENTORY),
-            "--limit",
-            rig.name,
-            "--data",
-            f"model_source={model}",
-        ],
-        cwd=REPO_ROOT,
-        capture_output=True,
-        text=True,
-        timeout=900,
-    )
+    result = _rigkit("deploy", str(LAB_INVENTORY), "--limit", rig.name, "--data", f"model_source={model}")
     assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-2000:]
     inspect = json.loads(rig_exec(rig, "docker inspect rigkit-serving").stdout)[0]
     mount = next(m for m in inspect["Mounts"] if m["Destination"] == "/model")
@@ -168,35 +149,28 @@ def test_deploy_serves_the_staged_model_read_only_offline_under_its_name(model, 
     assert '"id":"tiny"' in models.replace(" ", ""), models
 
 
-def test_a_hub_commit_is_fetched_once_onto_the_controller_then_rig_to_rig(model, pair, rig_exec, tmp_path, monkeypatch):
-    """The hub path end to end: the real huggingface_hub client against the loopback stand-in (tests/hub_standin.py)
-    serving the lab model's files; the stand-in serves each file once for two rigs."""
+def test_a_hub_commit_is_fetched_once_onto_the_controller_then_rig_to_rig(model, pair, rig_exec, tmp_path):
+    """The hub path end to end: the real huggingface_hub client (in `rigkit stage`, HF_ENDPOINT pointing it at the
+    loopback stand-in, tests/hub_standin.py) serving the lab model's files; the stand-in serves each file once for
+    two rigs."""
     directory = Path(parse_model_source(model).name)
     files = {path: (directory / path).read_bytes() for path in read_directory_manifest(parse_model_source(model))}
     commit = "c" * 40
-    monkeypatch.setenv("RIGKIT_MODEL_CACHE", str(tmp_path / "cache"))
-    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf-home"))
     names = [rig.name for rig in pair]
     for rig in pair:
         rig_exec(rig, f"rm -rf {STORE}")
     with HubStandIn([HubRepo("rigkit/lab-tiny", commit, files, lfs={p for p in files if p.endswith(".json")})]) as hub:
-        (report,) = stage_inventory(
-            _hosts(f"rigkit/lab-tiny@{commit}", names), names, progress=lambda line: None, endpoint=hub.endpoint
-        )
+        environment = {
+            **os.environ,
+            "HF_ENDPOINT": hub.endpoint,
+            "RIGKIT_MODEL_CACHE": str(tmp_path / "cache"),
+            "HF_HOME": str(tmp_path / "hf-home"),
+        }
+        report = _stage(f"rigkit/lab-tiny@{commit}", names, env=environment)
     assert hub.served_bytes == sum(map(len, files.values()))  # once, for two rigs
-    assert report.outcomes[names[1]].action == f"from {names[0]}"
+    assert report["outcomes"][names[1]]["action"] == f"from {names[0]}"
     staged = rig_exec(pair[1], f"cat {STORE}/rigkit--lab-tiny/{commit}/config.json").stdout
     assert staged == files["config.json"].decode()
-
-
-def _rigkit(*args: str, timeout: float = 900) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [str(Path(sys.executable).with_name("rigkit")), *args],
-        cwd=REPO_ROOT,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-    )
 
 
 def test_rollback_to_the_previous_revision_copies_nothing_and_mounts_it(model, pair, rig_exec, deployed, tmp_path):

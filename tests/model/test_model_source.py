@@ -9,11 +9,15 @@ import sys
 
 import pytest
 
-from rigkit.errors import ConfigError
+from rigkit.errors import ConfigError, RigkitError
+from rigkit.model import stage
 from rigkit.model.source import (
     CONTROLLER,
     HUB,
     MODEL_CONTAINER_PATH,
+    SHARED,
+    ModelSource,
+    directory_files,
     manifest_hash,
     parse_model_source,
     read_directory_manifest,
@@ -21,7 +25,7 @@ from rigkit.model.source import (
     revisions_to_remove,
 )
 from rigkit.model.stage import CONTROLLER as FROM_CONTROLLER
-from rigkit.model.stage import STORE_SCRIPT_SOURCE, fan_out_rounds, transfer_plan
+from rigkit.model.stage import SHARED_ACTION, STORE_SCRIPT_SOURCE, fan_out_rounds, transfer_plan, verify_shared
 from rigkit.serving.ledger import Ledger, Release
 from rigkit.serving.render import render_compose, render_env
 from rigkit.settings.hostdata import settings_for_host
@@ -40,6 +44,11 @@ IMAGE = "vllm/vllm-openai@sha256:" + "a" * 64
         ("Qwen/Qwen3-8B@0123456", "short commit", "full commit"),
         ("Qwen/Qwen3-8B@" + COMMIT.upper(), "capitals", "rigkit resolve-model"),
         ("/srv/models/tiny", "a path without saying where", "controller:/srv/models/tiny"),
+        ("/srv/models/tiny", "a path without saying where", "shared:/srv/models/tiny"),
+        ("shared:/mnt/models/tiny", "without its manifest hash", "rigkit resolve-model shared:/mnt/models/tiny"),
+        ("shared:mnt@" + "b" * 64, "absolute path", "shared:/absolute"),
+        ("shared:/@" + "b" * 64, "absolute path", "shared:/absolute"),
+        ("shared:/mnt/tiny@main", "not a manifest hash", "rigkit resolve-model shared:/mnt/tiny"),
         (
             "controller:/srv/models/tiny",
             "without its manifest hash",
@@ -62,6 +71,13 @@ def test_pinned_sources_parse():
     assert (hub.kind, hub.name, hub.revision, hub.slug) == (HUB, "Qwen/Qwen3-8B", COMMIT, "Qwen--Qwen3-8B")
     directory = parse_model_source("controller:/srv/tiny@" + "b" * 64)
     assert (directory.kind, directory.name, directory.slug) == (CONTROLLER, "/srv/tiny", "tiny")
+    shared = parse_model_source("shared:/mnt/models/tiny/@" + "b" * 64)
+    assert (shared.kind, shared.name, shared.slug, shared.spec) == (
+        SHARED,
+        "/mnt/models/tiny",
+        "tiny",
+        "shared:/mnt/models/tiny@" + "b" * 64,
+    )
 
 
 def test_host_data_refuses_a_branch_naming_the_field_before_any_host():
@@ -94,6 +110,20 @@ def test_the_staged_revision_is_mounted_read_only_offline_with_the_served_name_u
     assert "- HF_HUB_OFFLINE=1" in compose and "org.rigkit.model: Qwen/Qwen3-8B@" + COMMIT in compose
     assert "RIGKIT_MODEL='/model'" in env and "RIGKIT_SERVED_MODEL_NAME='Qwen/Qwen3-8B'" in env
     assert "hf_never_in_the_container" not in compose + env and "HF_TOKEN" not in compose + env
+
+
+def test_a_shared_model_is_mounted_from_the_share_itself_read_only():
+    settings = settings_for_host(
+        {
+            "serving_profile": "native-offload",
+            "serving_image": IMAGE,
+            "model_source": "shared:/mnt/nfs/qwen@" + "c" * 64,
+        }
+    )
+    assert settings.model_dir == "/mnt/nfs/qwen"  # not a copy in the store
+    assert f"source: /mnt/nfs/qwen\n      target: {MODEL_CONTAINER_PATH}\n      read_only: true" in render_compose(
+        settings
+    )
 
 
 def test_fan_out_reads_the_source_once_then_doubles_rig_to_rig():
@@ -205,3 +235,98 @@ def test_a_model_larger_than_the_store_is_refused_naming_model_store_path():
     with pytest.raises(RigkitError) as refused:
         stager._preflight(store, {"partial": {}, "free": 6 * 10**9})
     assert refused.value.field == "model_store_path" and "needs 10.00 GB more" in refused.value.problem
+
+
+def _shared_dir(root):
+    (root / "sub").mkdir(parents=True)
+    (root / "config.json").write_text("{}")
+    (root / "sub" / "w.safetensors").write_bytes(os.urandom(3000))
+    (root / ".cache").mkdir()  # a dot-directory: never part of the model (as on the controller)
+    (root / ".cache" / "x").write_text("x")
+    return resolve_directory(str(root))  # writes .rigkit-manifest.json there: left out of the files too
+
+
+def test_store_script_hashes_a_shared_directory_in_place_as_the_controller_does(tmp_path):
+    share, store = tmp_path / "share", tmp_path / "store"
+    pinned = _shared_dir(share)
+    assert _store(store, "hash-dir", str(tmp_path / "absent")) == {"exists": False, "files": {}}
+    found = _store(store, "hash-dir", str(share))
+    assert sorted(found["files"]) == directory_files(share) == ["config.json", "sub/w.safetensors"]
+    manifest = {path: {"size": e["size"], "sha256": e["sha256"]} for path, e in found["files"].items()}
+    assert manifest_hash(manifest) == pinned.revision
+    document = json.dumps({"files": found["files"], "hash": pinned.revision, "source": "s"}).encode()
+    assert _store(store, "stamp-shared", str(share), stdin=document) == {"ok": True}
+    assert not (store / "tiny" / "rev").exists()  # nothing copied into the store
+    assert _store(store, "check") == {"staged": True, "manifest": pinned.revision, "damaged": []}
+    assert _store(store, "list") == ["rev"]
+    weights = share / "sub" / "w.safetensors"
+    stat = weights.stat()
+    weights.write_bytes(os.urandom(3000))
+    os.utime(weights, ns=(stat.st_atime_ns, stat.st_mtime_ns))  # same size and time: only --deep reads it
+    assert _store(store, "check")["damaged"] == []
+    assert _store(store, "check", "deep")["damaged"] == [
+        {"path": "sub/w.safetensors", "why": "sha256 differs from the manifest"}
+    ]
+    weights.write_bytes(os.urandom(3000))  # a new mtime: hashed again
+    assert (
+        _store(store, "hash-dir", str(share))["files"]["sub/w.safetensors"]["sha256"]
+        != manifest["sub/w.safetensors"]["sha256"]
+    )
+    os.rename(share, tmp_path / "unmounted")
+    assert _store(store, "check")["damaged"] == [
+        {"path": str(share), "why": "the shared directory is not there (the share not mounted?)"}
+    ]
+
+
+class LocalRigStore(stage.RigStore):
+    """A rig's store run on this machine (the fake for the SSH connection only; the store script is the real one)."""
+
+    def __init__(self, name, data, store, source):
+        self.name, self.data, self.store, self.source = name, data, store, source
+
+    def close(self):
+        pass
+
+    def command(self, verb, *args):
+        return " ".join(
+            subprocess.list2cmdline([part])
+            for part in (
+                sys.executable,
+                str(STORE_SCRIPT_SOURCE),
+                verb,
+                self.store,
+                self.source.slug,
+                self.source.revision,
+                *args,
+            )
+        )
+
+    def run(self, command, stdin=None, writer=None, progress=None, agent=False):
+        done = subprocess.run(["bash", "-c", command], input=stdin or b"", capture_output=True)
+        return done.returncode, done.stdout.decode(), done.stderr.decode()
+
+
+def test_a_shared_model_is_verified_on_each_rig_never_copied_and_refused_when_absent_or_changed(tmp_path, monkeypatch):
+    monkeypatch.setattr(stage, "RigStore", LocalRigStore)
+    share = tmp_path / "share"
+    pinned = _shared_dir(share)
+    source = ModelSource(SHARED, str(share), pinned.revision)
+    rigs = {"rig1": {}, "rig2": {}}
+    stores = {"rig1": str(tmp_path / "s1"), "rig2": str(tmp_path / "s2")}
+    report = verify_shared(source, rigs, stores, progress=lambda line: None)
+    assert {o.action for o in report.outcomes.values()} == {SHARED_ACTION} and report.source_bytes == 0
+    assert all(o.sent_bytes == 0 for o in report.outcomes.values())
+    assert json.loads((tmp_path / "s2" / "share" / f"{pinned.revision}.verified.json").read_text())["directory"] == str(
+        share
+    )
+    absent = ModelSource(SHARED, str(tmp_path / "nfs-not-mounted"), pinned.revision)
+    with pytest.raises(RigkitError) as refused:
+        verify_shared(absent, rigs, stores, progress=lambda line: None)
+    assert refused.value.field == "model_source" and "rig1: no directory" in refused.value.problem
+    assert "mount the share at" in refused.value.fix
+    (share / "config.json").write_text('{"changed": true}')
+    with pytest.raises(RigkitError) as changed:
+        verify_shared(source, rigs, stores, progress=lambda line: None)
+    now = resolve_directory(str(share)).revision
+    assert f"hash to {now}, not the pinned {pinned.revision}" in changed.value.problem
+    assert f"shared:{share}@{now}" in changed.value.fix

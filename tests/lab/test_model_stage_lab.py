@@ -4,7 +4,10 @@
 - a damaged file on a rig is found by `rigkit stage --check` and `rigkit status` (model drift) and repaired by
   the next staging, from a rig;
 - a hub commit (the real huggingface_hub client, the loopback stand-in) is fetched once for two rigs;
-- a rollback to the previous revision copies nothing and mounts it again;
+- a rollback to a release with another revision (other weights) copies nothing, mounts the old revision and the
+  engine answers with its weights again (tokens and logprobs as before, not as the other revision's);
+- a model on a shared mount (the lab's shared directory, bind-mounted into every rig, as an NFS export would be)
+  is verified in place and not copied, served from the share read-only, and refused when it is not there;
 - `rigkit deploy` with model_source stages, then serves the engine from the read-only mount, offline, under
   the served name it had (the engine's /v1/models answer).
 
@@ -17,6 +20,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import shutil
 import subprocess
 import sys
@@ -25,16 +29,19 @@ from typing import Optional
 
 import pytest
 
-from rigkit.lab.lab_weights import lab_model_source
+from rigkit.lab.lab_weights import lab_model_source, other_weights_revision
+from rigkit.lab.rigs import KV_SHARE_DIR, KV_SHARE_IN_RIG
 from rigkit.model.source import manifest_size, parse_model_source, read_directory_manifest, resolve_directory
+from rigkit.model.stage import SHARED_ACTION
 from rigkit.paths import REPO_ROOT
 from tests.hub_standin import HubRepo, HubStandIn
-from tests.lab.conftest import LAB_INVENTORY
+from tests.lab.conftest import DEPLOY_TIMEOUT_S, LAB_INVENTORY
 
 pytestmark = pytest.mark.lab
 
 
 STORE = "/var/tmp/rigkit-model-store-test"
+PROMPT = "def fibonacci(n):\n    "
 
 
 @pytest.fixture(scope="module")
@@ -48,6 +55,21 @@ def pair(lab):
     if len(rigs) < 2:
         pytest.skip("needs two lab rigs on the host network")
     return rigs
+
+
+SHARED_COPY = KV_SHARE_DIR / "rigkit-model-test"
+
+
+@pytest.fixture(scope="module")
+def restored(pair, deployed, run_pyinfra, rig_exec):
+    """The rig these tests deploy to (the first of ``pair``) gets the standard deploy back after the module, as the
+    `deployed` fixture left it for the tests after these; the test stores and the shared copy are removed."""
+    yield pair[0]
+    done = run_pyinfra(args=["--limit", pair[0].name], deploy="deploy.py", timeout=DEPLOY_TIMEOUT_S)
+    assert done.returncode == 0, f"restoring the standard deploy failed:\n{done.stdout[-4000:]}\n{done.stderr[-2000:]}"
+    for rig in pair:
+        rig_exec(rig, f"rm -rf {STORE}")
+    shutil.rmtree(SHARED_COPY, ignore_errors=True)
 
 
 def _rigkit(*args: str, timeout: float = 900, env: Optional[dict] = None) -> subprocess.CompletedProcess:
@@ -135,8 +157,8 @@ def test_fresh_rig_from_another_rig_then_nothing_then_repair(model, pair, rig_ex
     assert served == Path(source.name, "config.json").read_text()
 
 
-def test_deploy_serves_the_staged_model_read_only_offline_under_its_name(model, pair, rig_exec, deployed):
-    rig = pair[0]
+def test_deploy_serves_the_staged_model_read_only_offline_under_its_name(model, pair, rig_exec, restored):
+    rig = restored
     result = _rigkit("deploy", str(LAB_INVENTORY), "--limit", rig.name, "--data", f"model_source={model}")
     assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-2000:]
     inspect = json.loads(rig_exec(rig, "docker inspect rigkit-serving").stdout)[0]
@@ -173,22 +195,48 @@ def test_a_hub_commit_is_fetched_once_onto_the_controller_then_rig_to_rig(model,
     assert staged == files["config.json"].decode()
 
 
-def test_rollback_to_the_previous_revision_copies_nothing_and_mounts_it(model, pair, rig_exec, deployed, tmp_path):
-    """Revision A deployed, then revision B (the same model plus one file: another manifest); rollback.py brings
-    back A's stored rendering: the engine serves from A's directory, nothing was staged or sent."""
+def _completion(rig, rig_exec) -> dict:
+    """The engine's greedy answer to one prompt: its text and each token with its logprob (what the weights say)."""
+    request = json.dumps(
+        {"model": "tiny", "prompt": PROMPT, "max_tokens": 8, "temperature": 0, "logprobs": 1, "seed": 0}
+    )
+    out = rig_exec(
+        rig,
+        f"curl -s -H 'Content-Type: application/json' -d {shlex.quote(request)} "
+        f"http://127.0.0.1:{rig.serving_port}/v1/completions",
+    ).stdout
+    choice = json.loads(out)["choices"][0]
+    logprobs = choice["logprobs"]
+    return {
+        "text": choice["text"],
+        "tokens": list(zip(logprobs["tokens"], [round(value, 3) for value in logprobs["token_logprobs"]])),
+    }
+
+
+def _store_listing(rig, rig_exec, store: str) -> dict[str, tuple[int, str]]:
+    lines = rig_exec(rig, f"find {store} -type f -printf '%p %s %T@\\n'").stdout.splitlines()
+    return {path: (int(size), mtime) for path, size, mtime in (line.rsplit(" ", 2) for line in lines)}
+
+
+def test_rollback_to_a_release_with_other_weights_serves_them_again_copying_nothing(model, pair, rig_exec, restored):
+    """Revision A (the lab model) deployed, then revision B (the same files, the final norm's weights negated: another
+    manifest, another answer); rollback.py brings back A's stored rendering: the engine answers as A did, from A's
+    staged directory, and not a byte was staged or copied."""
     rig = pair[0]
-    other = Path("/var/tmp/rigkit-lab-model-revision-b")
-    if other.exists():
-        shutil.rmtree(other)
-    shutil.copytree(parse_model_source(model).name, other)
-    (other / "REVISION-B.txt").write_text("a second revision of the lab model\n")
+    a = parse_model_source(model)
+    # the same directory name: B is another revision of the same model (one store directory, two revisions)
+    other = other_weights_revision(Path(a.name), Path("/var/tmp/rigkit-lab-model-revision-b") / Path(a.name).name)
     revision_b = resolve_directory(str(other)).spec
-    for spec in (model, revision_b):
+    b = parse_model_source(revision_b)
+    assert a.slug == b.slug and a.revision != b.revision
+    answers = {}
+    for name, spec in (("A", model), ("B", revision_b)):
         done = _rigkit("deploy", str(LAB_INVENTORY), "--limit", rig.name, "--data", f"model_source={spec}")
         assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-2000:]
-    a, b = parse_model_source(model), parse_model_source(revision_b)
+        answers[name] = _completion(rig, rig_exec)
+    assert answers["A"] != answers["B"], answers  # the weights differ, so does the answer
     store = f"/mnt/rigkit-l2/models/{a.slug}"
-    before = rig_exec(rig, f"find {store} -printf '%p %s %T@\\n' | sort").stdout
+    before = _store_listing(rig, rig_exec, store)
     rolled = _rigkit(
         "deploy",
         str(LAB_INVENTORY),
@@ -201,11 +249,71 @@ def test_rollback_to_the_previous_revision_copies_nothing_and_mounts_it(model, p
     )
     assert rolled.returncode == 0, rolled.stdout[-4000:] + rolled.stderr[-2000:]
     assert "staging onto" not in rolled.stdout  # a rollback stages nothing
-    assert rig_exec(rig, f"find {store} -printf '%p %s %T@\\n' | sort").stdout == before  # nothing copied
+    after = _store_listing(rig, rig_exec, store)
+    copied = sum(size for path, (size, mtime) in after.items() if before.get(path) != (size, mtime))
+    print(
+        f"rollback to revision {a.revision[:12]} on {rig.name}: {copied} bytes copied "
+        f"({len(after)} files in the store, both revisions staged, unchanged)"
+    )
+    assert copied == 0 and after == before
     inspect = json.loads(rig_exec(rig, "docker inspect rigkit-serving").stdout)[0]
     mount = next(m for m in inspect["Mounts"] if m["Destination"] == "/model")
-    assert mount["Source"] == f"{store}/{a.revision}" != f"{store}/{b.revision}"
+    assert mount["Source"] == f"{store}/{a.revision}" and mount["RW"] is False
     ledger = json.loads(rig_exec(rig, "cat /var/lib/rigkit/ledger.json").stdout)["releases"]
     assert ledger[-1]["kind"] == "rollback" and ledger[-1]["model"] == model
+    rolled_back = _completion(rig, rig_exec)
+    print(
+        f"answers: A {answers['A']['text']!r}, B {answers['B']['text']!r}, after the rollback {rolled_back['text']!r}"
+    )
+    assert rolled_back == answers["A"] != answers["B"]  # A's weights again: the same tokens, the same logprobs
+
+
+def test_a_model_on_a_shared_mount_is_verified_in_place_never_copied_and_served_from_it(
+    model, pair, rig_exec, restored
+):
+    """The lab's shared directory (the host's KV_SHARE_DIR, bind-mounted at KV_SHARE_IN_RIG into every rig: the
+    NFS export's stand-in) holds a copy of the lab model; shared:<path in the rigs>@<its manifest hash> is hashed
+    where it is on each rig, nothing lands in the store, and the engine mounts the share itself read-only."""
+    names = [rig.name for rig in pair]
+    on_host = SHARED_COPY / "tiny"
+    relative = on_host.relative_to(KV_SHARE_DIR)
+    if on_host.exists():
+        shutil.rmtree(on_host)
+    shutil.copytree(parse_model_source(model).name, on_host, ignore=shutil.ignore_patterns(".*"))
+    # pinned where the controller sees the share (here: the host's path), declared at the rigs' path
+    revision = resolve_directory(str(on_host)).revision
+    in_rigs = f"{KV_SHARE_IN_RIG}/{relative}"
+    spec = f"shared:{in_rigs}@{revision}"
+    for rig in pair:
+        rig_exec(rig, f"rm -rf {STORE}")
+    report = _stage(spec, names)
+    assert {outcome["action"] for outcome in report["outcomes"].values()} == {SHARED_ACTION}, report
+    assert report["source_bytes"] == 0 and not any(outcome["sent_bytes"] for outcome in report["outcomes"].values())
+    for rig in pair:
+        stamp = json.loads(rig_exec(rig, f"cat {STORE}/tiny/{revision}.verified.json").stdout)
+        assert stamp["directory"] == in_rigs and stamp["manifest"] == revision
+        assert rig_exec(rig, f"find {STORE} -type f -not -name '*.verified.json' -not -name .lock").stdout == ""
+
+    absent = _rigkit(
+        "stage",
+        str(LAB_INVENTORY),
+        "--limit",
+        names[0],
+        "--data",
+        f"model_source=shared:/mnt/not-mounted/tiny@{revision}",
+        "--data",
+        f"model_store_path={STORE}",
+        timeout=300,
+    )
+    assert absent.returncode == 1, absent.stdout + absent.stderr
+    assert f"{names[0]}: no directory /mnt/not-mounted/tiny on the rig" in absent.stderr, absent.stderr
+
+    rig = pair[0]
+    done = _rigkit("deploy", str(LAB_INVENTORY), "--limit", rig.name, "--data", f"model_source={spec}")
+    assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-2000:]
+    assert SHARED_ACTION in done.stdout + done.stderr
+    inspect = json.loads(rig_exec(rig, "docker inspect rigkit-serving").stdout)[0]
+    mount = next(m for m in inspect["Mounts"] if m["Destination"] == "/model")
+    assert mount["Source"] == in_rigs and mount["RW"] is False
     models = rig_exec(rig, f"curl -s http://127.0.0.1:{rig.serving_port}/v1/models").stdout
     assert '"id":"tiny"' in models.replace(" ", ""), models

@@ -61,6 +61,17 @@ def lock(model_dir):
     return handle
 
 
+def mount_of(path):
+    """The mount point holding ``path`` (or where it would be made): a store staged before its disk is mounted
+    would be hidden under the mount."""
+    while not os.path.exists(path):
+        path = os.path.dirname(path) or "/"
+    path = os.path.realpath(path)
+    while not os.path.ismount(path):
+        path = os.path.dirname(path)
+    return path
+
+
 def free_bytes(path):
     while not os.path.exists(path):
         path = os.path.dirname(path) or "/"
@@ -126,7 +137,8 @@ def state(store, slug, revision):
     final, stamp_doc = stamped_dir(final, stamp)
     report = {"verified": stamp_doc["manifest"] if stamp_doc else None,
               "partial": sizes(partial) if os.path.isdir(partial) else {},
-              "free": free_bytes(os.path.join(store, slug))}
+              "free": free_bytes(os.path.join(store, slug)),
+              "store_mount": mount_of(store)}
     if stamp_doc:
         report["damaged"] = damage(final, stamp_doc)
     return report

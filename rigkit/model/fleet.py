@@ -20,7 +20,7 @@ from rigkit.fleet.inventory import check_connection_data, load_inventory, rigs_a
 from rigkit.model.hub import default_cache_dir, fetch_to_controller
 from rigkit.model.source import HUB, SHARED, ModelSource, read_directory_manifest
 from rigkit.model.stage import FleetStager, RigStore, StageReport, verify_shared
-from rigkit.settings.hostdata import Settings, settings_for_host
+from rigkit.settings.hostdata import DEFAULT_L2_MOUNT, Settings, settings_for_host
 
 
 def staged_settings(hosts: Mapping[str, Mapping], names: Sequence[str]) -> dict[str, Settings]:
@@ -34,6 +34,18 @@ def staged_settings(hosts: Mapping[str, Mapping], names: Sequence[str]) -> dict[
         if settings.model_source is not None:
             check_connection_data(name, data)
             found[name] = settings
+    return found
+
+
+def store_mounts(hosts: Mapping[str, Mapping], stores: Mapping[str, str]) -> dict[str, str]:
+    """rig -> its L2 disk's mount point, for each rig whose model store is under it (the default): the disk must be
+    mounted before anything is staged there."""
+    found = {}
+    for name, store in stores.items():
+        data = hosts[name]["data"]
+        mount = (data.get("l2_mount_point") or DEFAULT_L2_MOUNT).rstrip("/")
+        if data.get("l2_device") and (store.rstrip("/") + "/").startswith(mount + "/"):
+            found[name] = mount
     return found
 
 
@@ -87,6 +99,7 @@ def stage_inventory(
             {name: settings.knobs["model_store_keep"] for name, settings in rigs.items()},
             progress=progress,
             rig_to_rig=rig_to_rig,
+            store_mounts=store_mounts(hosts, stores),
         )
         report = stager.stage()
         for line in report.lines():

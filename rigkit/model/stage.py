@@ -365,7 +365,10 @@ class FleetStager:
         keep: Mapping[str, int],
         progress: Callable[[str], None] = logger.warning,
         rig_to_rig: bool = True,
+        store_mounts: Optional[Mapping[str, str]] = None,
     ):
+        """``store_mounts``: rig -> the mount point its store must be on (the L2 disk's, when the store is under it)."""
+        self.store_mounts = dict(store_mounts or {})
         self.source, self.root, self.files = source, root, dict(files)
         self.rigs, self.stores, self.keep, self.progress = rigs, stores, keep, progress
         self.rig_to_rig = rig_to_rig
@@ -393,6 +396,16 @@ class FleetStager:
         return json.dumps({"files": self.files, "hash": self.hash, "source": self.source.spec}).encode()
 
     def _preflight(self, store: RigStore, state: dict) -> None:
+        mount = self.store_mounts.get(store.name)
+        if mount and state.get("store_mount") != mount:
+            raise RigkitError(
+                "model_store_path",
+                store.store,
+                f"{store.name}: nothing is mounted at {mount} yet (a fresh rig: the l2_disk role mounts the NVMe "
+                "there during the deploy), so a copy staged now would be hidden under the mount",
+                "deploy the rig once without model_source (its L2 disk gets mounted), or set model_store_path "
+                "to a directory on a disk already mounted",
+            )
         have = sum(
             min(size, int(self.files[path]["size"])) for path, size in state["partial"].items() if path in self.files
         )

@@ -330,3 +330,40 @@ def test_a_shared_model_is_verified_on_each_rig_never_copied_and_refused_when_ab
     now = resolve_directory(str(share)).revision
     assert f"hash to {now}, not the pinned {pinned.revision}" in changed.value.problem
     assert f"shared:{share}@{now}" in changed.value.fix
+
+
+def test_a_store_under_an_l2_disk_not_mounted_yet_is_refused_before_any_copy(tmp_path):
+    from rigkit.model.fleet import store_mounts
+    from rigkit.model.stage import FleetStager
+
+    hosts = {
+        "fresh": {"data": {"l2_device": "/dev/nvme1n1"}},
+        "own-mount": {"data": {"l2_device": "/dev/nvme1n1", "l2_mount_point": "/srv/l2/"}},
+        "no-disk": {"data": {}},
+    }
+    stores = {"fresh": "/mnt/rigkit-l2/models", "own-mount": "/srv/models", "no-disk": "/mnt/rigkit-l2/models"}
+    assert store_mounts(hosts, stores) == {"fresh": "/mnt/rigkit-l2"}
+    files = {"w": {"size": 10, "sha256": "0" * 64}}
+    stager = FleetStager(
+        parse_model_source("org/m@" + COMMIT),
+        None,
+        files,
+        {},
+        {},
+        {},
+        lambda line: None,
+        store_mounts={"fresh": "/mnt/rigkit-l2"},
+    )
+    from types import SimpleNamespace
+
+    fresh = SimpleNamespace(name="fresh", store="/mnt/rigkit-l2/models")
+    with pytest.raises(RigkitError) as refused:
+        stager._preflight(fresh, {"partial": {}, "free": 10**12, "store_mount": "/"})
+    assert refused.value.field == "model_store_path" and "nothing is mounted at /mnt/rigkit-l2" in refused.value.problem
+    stager._preflight(fresh, {"partial": {}, "free": 10**12, "store_mount": "/mnt/rigkit-l2"})
+    # the rig's script says where the store is: the mount point holding it (or holding where it would be made)
+    state = _store(tmp_path / "not" / "made", "state")
+    expected = os.path.realpath(tmp_path)
+    while not os.path.ismount(expected):
+        expected = os.path.dirname(expected)
+    assert state["store_mount"] == expected

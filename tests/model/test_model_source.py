@@ -367,3 +367,16 @@ def test_a_store_under_an_l2_disk_not_mounted_yet_is_refused_before_any_copy(tmp
     while not os.path.ismount(expected):
         expected = os.path.dirname(expected)
     assert state["store_mount"] == expected
+
+
+def test_resolve_model_pins_a_shared_directory_at_the_rigs_path(tmp_path):
+    from rigkit.model.resolve import resolve_model
+
+    pinned = _shared_dir(tmp_path / "share")
+    link = tmp_path / "mnt-models"
+    link.symlink_to(tmp_path / "share")
+    # the path as declared (the rigs'), not the controller's resolved one
+    assert resolve_model(f"shared:{link}/") == f"shared:{link}@{pinned.revision}"
+    with pytest.raises(ConfigError) as refused:
+        resolve_model(f"shared:{tmp_path}/not-mounted")
+    assert "where the controller mounts the share" in refused.value.problem and "mount the share" in refused.value.fix

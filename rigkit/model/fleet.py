@@ -83,7 +83,9 @@ def stage_inventory(
         stores = {name: settings.knobs["model_store_path"] for name, settings in rigs.items()}
         if source.kind == SHARED:
             progress(f"--> model {spec}: verifying it in place on {len(rigs)} rig(s) (a shared mount: not copied)")
-            report = verify_shared(source, {name: hosts[name]["data"] for name in rigs}, stores, progress)
+            report = verify_shared(
+                source, {name: hosts[name]["data"] for name in rigs}, stores, progress, store_mounts(hosts, stores)
+            )
             for line in report.lines():
                 progress(f"    {line}")
             reports.append(report)

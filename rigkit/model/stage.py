@@ -292,11 +292,27 @@ def forwarded_agent(keys: list[str]) -> Iterator[None]:
 SHARED_ACTION = "verified in place (shared mount, not copied)"
 
 
+def check_store_mounted(rig: str, store: str, state: Mapping, mount: Optional[str]) -> None:
+    """A store under the L2 disk's mount point (``mount``) only once the disk is mounted there (model_store.py
+    state's store_mount): on a fresh rig the l2_disk role mounts it during the deploy, after staging, and what was
+    staged before would be hidden under the mount."""
+    if mount and state.get("store_mount") != mount:
+        raise RigkitError(
+            "model_store_path",
+            store,
+            f"{rig}: nothing is mounted at {mount} yet (a fresh rig: the l2_disk role mounts the NVMe "
+            "there during the deploy), so a copy staged now would be hidden under the mount",
+            "deploy the rig once without model_source (its L2 disk gets mounted), or set model_store_path "
+            "to a directory on a disk already mounted",
+        )
+
+
 def verify_shared(
     source: ModelSource,
     rigs: Mapping[str, Mapping],
     stores: Mapping[str, str],
     progress: Callable[[str], None] = logger.warning,
+    store_mounts: Optional[Mapping[str, str]] = None,
 ) -> StageReport:
     """A shared-mount model on each rig: its files there hashed against the pin (a file unchanged since the last
     run by size and mtime is not read again), a stamp written in the rig's store; nothing copied. Refused, naming
@@ -331,6 +347,7 @@ def verify_shared(
                     "the share changed since it was pinned (or the rig mounts another one)",
                     f"pin what it holds: {SHARED_PREFIX}{source.name}@{files_hash}, after checking the change",
                 )
+            check_store_mounted(name, stores[name], store.call("state"), (store_mounts or {}).get(name))
             document = {"files": found["files"], "hash": files_hash, "source": source.spec}
             store.call("stamp-shared", source.name, stdin=json.dumps(document).encode())
         finally:
@@ -396,16 +413,7 @@ class FleetStager:
         return json.dumps({"files": self.files, "hash": self.hash, "source": self.source.spec}).encode()
 
     def _preflight(self, store: RigStore, state: dict) -> None:
-        mount = self.store_mounts.get(store.name)
-        if mount and state.get("store_mount") != mount:
-            raise RigkitError(
-                "model_store_path",
-                store.store,
-                f"{store.name}: nothing is mounted at {mount} yet (a fresh rig: the l2_disk role mounts the NVMe "
-                "there during the deploy), so a copy staged now would be hidden under the mount",
-                "deploy the rig once without model_source (its L2 disk gets mounted), or set model_store_path "
-                "to a directory on a disk already mounted",
-            )
+        check_store_mounted(store.name, store.store, state, self.store_mounts.get(store.name))
         have = sum(
             min(size, int(self.files[path]["size"])) for path, size in state["partial"].items() if path in self.files
         )

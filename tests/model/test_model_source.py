@@ -330,6 +330,17 @@ def test_a_shared_model_is_verified_on_each_rig_never_copied_and_refused_when_ab
     now = resolve_directory(str(share)).revision
     assert f"hash to {now}, not the pinned {pinned.revision}" in changed.value.problem
     assert f"shared:{share}@{now}" in changed.value.fix
+    resolve_directory(str(share))
+    unmounted = {"rig1": os.path.join(stores["rig1"], "nvme-not-mounted")}
+    with pytest.raises(RigkitError) as hidden:
+        verify_shared(
+            ModelSource(SHARED, str(share), resolve_directory(str(share)).revision),
+            {"rig1": {}},
+            {"rig1": unmounted["rig1"]},
+            progress=lambda line: None,
+            store_mounts=unmounted,
+        )
+    assert hidden.value.field == "model_store_path" and "nothing is mounted at" in hidden.value.problem
 
 
 def test_a_store_under_an_l2_disk_not_mounted_yet_is_refused_before_any_copy(tmp_path):

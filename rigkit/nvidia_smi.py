@@ -242,6 +242,32 @@ def _clock_reasons(row: dict[str, str]) -> Optional[tuple[str, ...]]:
     return tuple(name for name, value in named.items() if value == "Active")
 
 
+# Each health field (but index and the clock reasons) -> the GpuReading attribute it fills and how its cell is read.
+HEALTH_FIELD_READS = {
+    "pci.bus_id": ("bus_id", _cell_value),
+    "name": ("name", _cell_value),
+    "persistence_mode": ("persistence", _enabled),
+    "temperature.gpu": ("temperature_c", _number),
+    "power.draw": ("power_draw_w", _number),
+    "enforced.power.limit": ("power_limit_w", _number),
+    "power.min_limit": ("power_min_w", _number),
+    "power.max_limit": ("power_max_w", _number),
+    "memory.used": ("memory_used_mib", _number),
+    "memory.total": ("memory_total_mib", _number),
+    "utilization.gpu": ("utilization_pct", _number),
+    "pcie.link.gen.current": ("pcie_gen", _integer),
+    "pcie.link.gen.max": ("pcie_gen_max", _integer),
+    "pcie.link.width.current": ("pcie_width", _integer),
+    "pcie.link.width.max": ("pcie_width_max", _integer),
+    EVENT_REASONS_PREFIX + "active": ("clock_reasons", None),  # with the one-column-per-reason form: _clock_reasons
+    "ecc.mode.current": ("ecc_enabled", _enabled),
+    "ecc.errors.corrected.volatile.total": ("ecc_corrected_volatile", _integer),
+    "ecc.errors.uncorrected.volatile.total": ("ecc_uncorrected_volatile", _integer),
+    "ecc.errors.corrected.aggregate.total": ("ecc_corrected_aggregate", _integer),
+    "ecc.errors.uncorrected.aggregate.total": ("ecc_uncorrected_aggregate", _integer),
+}
+
+
 def parse_health_csv(text: str) -> tuple[list[GpuReading], list[str]]:
     """GPUs from a health query answer (HEALTH_FIELDS or any subset of them, with today's or the legacy reason
     names, with or without units), and the lines that are not a GPU's row (nvidia-smi's own complaints, e.g.
@@ -259,32 +285,9 @@ def parse_health_csv(text: str) -> tuple[list[GpuReading], list[str]]:
             continue
         row = dict(zip(header, (cell.strip() for cell in cells)))
         unreadable = tuple(name for name, cell in row.items() if cell.startswith("[") and cell not in _NOT_REPORTED)
+        values = {attr: read(row.get(name)) for name, (attr, read) in HEALTH_FIELD_READS.items() if read is not None}
         gpus.append(
-            GpuReading(
-                index=int(row["index"]),
-                bus_id=_cell_value(row.get("pci.bus_id")),
-                name=_cell_value(row.get("name")),
-                persistence=_enabled(row.get("persistence_mode")),
-                temperature_c=_number(row.get("temperature.gpu")),
-                power_draw_w=_number(row.get("power.draw")),
-                power_limit_w=_number(row.get("enforced.power.limit")),
-                power_min_w=_number(row.get("power.min_limit")),
-                power_max_w=_number(row.get("power.max_limit")),
-                memory_used_mib=_number(row.get("memory.used")),
-                memory_total_mib=_number(row.get("memory.total")),
-                utilization_pct=_number(row.get("utilization.gpu")),
-                pcie_gen=_integer(row.get("pcie.link.gen.current")),
-                pcie_gen_max=_integer(row.get("pcie.link.gen.max")),
-                pcie_width=_integer(row.get("pcie.link.width.current")),
-                pcie_width_max=_integer(row.get("pcie.link.width.max")),
-                clock_reasons=_clock_reasons(row),
-                ecc_enabled=_enabled(row.get("ecc.mode.current")),
-                ecc_corrected_volatile=_integer(row.get("ecc.errors.corrected.volatile.total")),
-                ecc_uncorrected_volatile=_integer(row.get("ecc.errors.uncorrected.volatile.total")),
-                ecc_corrected_aggregate=_integer(row.get("ecc.errors.corrected.aggregate.total")),
-                ecc_uncorrected_aggregate=_integer(row.get("ecc.errors.uncorrected.aggregate.total")),
-                unreadable=unreadable,
-            )
+            GpuReading(index=int(row["index"]), clock_reasons=_clock_reasons(row), unreadable=unreadable, **values)
         )
     return gpus, other
 
@@ -335,16 +338,18 @@ class XidEvent:
 
 def parse_kernel_log(lines: list[str]) -> list[XidEvent]:
     """The Xids of kernel log lines (KERNEL_LOG_PATTERN's), in order; a "fallen off the bus" told without an Xid
-    counts as Xid 79 of the GPU named on a line before it (an Xid 79 line itself is counted once)."""
-    events, named = [], "unknown"
+    counts as Xid 79 of the GPU named on a line before it (the driver's line right after an Xid 79 is that one)."""
+    events, named, after_xid_79 = [], "unknown", False
     for line in lines:
         match = _XID.search(line)
         if match:
             events.append(XidEvent(match.group(1), int(match.group(2)), (match.group(3) or "").strip()))
+            after_xid_79 = events[-1].code == XID_FALLEN_OFF_THE_BUS
             continue
         gpu = _GPU_NAMED.search(line)
         if gpu:
             named = gpu.group(1)
-        elif FALLEN_OFF_THE_BUS in line and not (events and events[-1].code == XID_FALLEN_OFF_THE_BUS):
+        elif FALLEN_OFF_THE_BUS in line and not after_xid_79:
             events.append(XidEvent(named, XID_FALLEN_OFF_THE_BUS, "GPU has fallen off the bus (logged without an Xid)"))
+        after_xid_79 = False
     return events

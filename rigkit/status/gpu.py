@@ -454,7 +454,8 @@ def judge_gpus(
     for gpu in readings:
         xids = [x for x in report.xids if x["gpu"] == _label(gpu)]
         gpu_findings = per_gpu[gpu.index] + [f for f in xid_findings if f.gpu == _label(gpu)]
-        report.gpus.append({**asdict(gpu), "state": _state(gpu_findings), "xids": xids})
+        fields = {name: list(value) if isinstance(value, tuple) else value for name, value in asdict(gpu).items()}
+        report.gpus.append({**fields, "state": _state(gpu_findings), "xids": xids})
     report.findings = findings
     report.state = _state(findings)
     return report

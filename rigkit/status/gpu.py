@@ -239,6 +239,8 @@ def _judge_power(gpu: GpuReading, limits: GpuLimits) -> list[Finding]:
 
 def _judge_pcie(gpu: GpuReading, limits: GpuLimits) -> list[Finding]:
     label, found = _label(gpu), []
+    # pcie.link.*.max is what both ends support (NVML: "a device with a 16x PCIe bus width attached to a 8x PCIe
+    # system bus ... will report a max link width of 8"): the story's x16 cards in x8 slots read x8 of x8
     width, width_max = gpu.pcie_width, gpu.pcie_width_max
     if width is not None and width_max is not None and width < width_max:
         found.append(

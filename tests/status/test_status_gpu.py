@@ -110,6 +110,8 @@ def test_the_script_on_a_rig_reads_gpu_health_and_xids_in_its_one_round_trip(rig
     status = rig.status()
     assert status.state == OK and status.gpu["state"] == OK, (status.unhealthy, status.warnings)
     assert status.gpu["kernel_log"]["source"] == "journal" and status.gpu["gpus"][0]["temperature_c"] == 36.0
+    shown = json.loads(json.dumps(status.as_dict()))["gpu"]  # as --json prints it
+    assert shown["gpus"][0]["clock_reasons"] == ["gpu_idle"] and shown["findings"] == []
     report = format_report([status])
     assert "1x 36C 79/700W" in report.splitlines()[1]
     assert "Xids since boot: 0, read from journalctl -k -b" in report

@@ -28,6 +28,10 @@ from rigkit.status.rig import assess
 IMAGE_1 = "127.0.0.1:5000/rigkit/vllm-cpu-tiny@sha256:" + "1" * 64
 IMAGE_2 = "127.0.0.1:5000/rigkit/vllm-cpu-tiny@sha256:" + "2" * 64
 NVIDIA_SMI = Path(__file__).parent / "fixtures" / "nvidia-smi" / "h200-x2-ubuntu2404" / "nvidia-smi.txt"
+# the H200 health query as captured (its last line is the capture's own `exit=0`, dropped here)
+GPU_QUERY = Path(__file__).parent / "fixtures" / "nvidia-smi" / "gpu-check-2026-12-03" / "nvidia-smi-query-gpu.csv"
+# a kernel log line every boot has: journalctl -k -b answers with at least this one
+KERNEL_BOOT_LINE = "Dec 03 10:02:11 rig1 kernel: Linux version 6.18.44-fc-v1147-gpu"
 JANITOR_STATUS = "/run/rigkit-l2-janitor.json"
 
 
@@ -117,13 +121,26 @@ class Rig:
             "docker",
             f'case "$1" in info) echo 20.10.24;; ps) echo 4b1d2c3e5f60;; inspect) cat {root}/inspect.json;; esac',
         )
-        self.tool("nvidia-smi", f"cat {NVIDIA_SMI}")
+        self.tool(
+            "nvidia-smi",
+            f'case "$1" in --query-gpu=*) grep -v "^exit=" {GPU_QUERY};; *) cat {NVIDIA_SMI};; esac',
+        )
+        self.kernel_log([KERNEL_BOOT_LINE])
+        # journalctl -k as the kernel log (-n 1: its last line); dmesg refused as kernel.dmesg_restrict does
+        self.tool(
+            "journalctl",
+            f'case " $* " in *" -n 1 "*) tail -n 1 {root}/kernel.log;; *) cat {root}/kernel.log;; esac',
+        )
+        self.tool("dmesg", 'echo "dmesg: read kernel buffer failed: Operation not permitted" >&2; exit 1')
         self.tool("systemctl", "echo active")
 
     def tool(self, name: str, body: str) -> None:
         path = self.bin / name
         path.write_text(f"#!/bin/sh\n{body}\n")
         path.chmod(path.stat().st_mode | stat.S_IEXEC)
+
+    def kernel_log(self, lines: list[str]) -> None:
+        (self.root / "kernel.log").write_text("".join(line + "\n" for line in lines))
 
     def inspect(self, containers: list[dict]) -> None:
         (self.root / "inspect.json").write_text(json.dumps(containers, indent=4) + "\n")

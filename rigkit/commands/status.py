@@ -6,8 +6,8 @@
 
 Every rig is asked in parallel (threads), in one SSH round trip: one shell script
 (``rigkit.status.probe.status_script``) prints sections (the engine, the stack's containers, the stack's
-files and release hash, the ledger, nvidia-smi, the L2 tier, /dev/shm, the API on the rig's loopback)
-that pure functions parse and judge:
+files and release hash, the ledger, nvidia-smi and each GPU's health, the kernel log's Xids, the L2 tier, /dev/shm,
+the API on the rig's loopback) that pure functions parse and judge:
 
 - drift: the running image against the declared one; the rig's compose.yml and .env against what today's
   data renders, per knob; the files against the release hash recorded when they were verified (an edit by
@@ -15,6 +15,9 @@ that pure functions parse and judge:
 - health: the engine answers, the stack's container runs (and is healthy when it has a healthcheck),
   /v1/models answers on the rig's loopback with the served name; the L2 tier is not full and its janitor
   runs. Leftover shared-memory segments of the stack and an L2 store over its budget are warnings.
+- GPUs (rigkit.status.gpu): Xids since boot, ECC errors, clock event reasons, temperature, the enforced power
+  limit against the declared one, the PCIe link, VRAM held while the stack is stopped, each ok / warn / fail;
+  a rig without nvidia-smi and without declared GPUs says "no GPU tooling".
 
 The exit status is 0 when every rig is reachable, healthy and without drift, 1 otherwise, 2 when the
 inventory or its data is refused (before any rig is asked).

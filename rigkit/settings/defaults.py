@@ -161,6 +161,17 @@ NVIDIA_DRIVER_VARIABLES: list[Variable] = [
         between(1, 3600, "seconds"),
     ),
     Variable(
+        "nvidia_driver_power_limit_w",
+        None,
+        "the power limit every GPU of the rig should run at (watts), e.g. 260 for a capped RTX 3090; rigkit "
+        "status warns when a GPU's enforced limit differs (a limit set with `nvidia-smi -pl` is lost at reboot) or "
+        "lies outside the card's min/max; None = not declared. The NVIDIA role does not apply it yet "
+        "(docs/limits.md): set it with nvidia-smi -pl",
+        float,
+        between(1, 2000, "W"),
+        optional=True,
+    ),
+    Variable(
         "nvidia_driver_cuda_repo_url",
         "https://developer.download.nvidia.com/compute/cuda/repos",
         "Debian 12: base URL of NVIDIA's CUDA apt repository",
@@ -243,6 +254,52 @@ NVIDIA_CONTAINER_TOOLKIT_VARIABLES: list[Variable] = [
         str,
         _image_reference,
         optional=True,
+    ),
+]
+
+
+# GPU health in `rigkit status` (rigkit.status.gpu): where a reading turns from ok into warn or fail. The clock event
+# reasons, Xids and ECC errors that mean a reset are facts of the hardware (rigkit.nvidia_smi), not settings.
+GPU_HEALTH_VARIABLES: list[Variable] = [
+    Variable(
+        "gpu_temp_warn_c",
+        85,
+        "rigkit status warns at this GPU temperature (°C); the card's own slowdown shows as a thermal "
+        "clock event reason whatever the temperature",
+        int,
+        between(1, 150, "°C"),
+    ),
+    Variable(
+        "gpu_temp_fail_c",
+        92,
+        "rigkit status fails a rig with a GPU at this temperature (°C)",
+        int,
+        between(1, 150, "°C"),
+    ),
+    Variable(
+        "gpu_pcie_min_width",
+        8,
+        "rigkit status warns when a GPU's PCIe link is narrower (lanes): a x16 card on a x4 riser or slot "
+        "moves KV to and from host memory at a quarter of x16 (the story's rigs run Gen4 x8). A link trained "
+        "below what both ends support warns whatever this is",
+        int,
+        between(1, 32, "lanes"),
+    ),
+    Variable(
+        "gpu_ecc_corrected_warn",
+        1,
+        "rigkit status warns from this many corrected (single-bit) ECC errors since the driver loaded; an "
+        "uncorrected one fails the rig (cards without ECC report none)",
+        int,
+        between(1, 10**9, "errors"),
+    ),
+    Variable(
+        "gpu_power_limit_tolerance_w",
+        1.0,
+        "how far (watts) a GPU's enforced power limit may lie from nvidia_driver_power_limit_w before rigkit status "
+        "warns (the driver keeps the limit in milliwatts steps of the card)",
+        float,
+        between(0, 100, "W"),
     ),
 ]
 
@@ -755,6 +812,7 @@ ROLE_SECTIONS: dict[str, list[Variable]] = {
     "nvidia_driver": NVIDIA_DRIVER_VARIABLES,
     "docker": DOCKER_VARIABLES,
     "nvidia_container_toolkit": NVIDIA_CONTAINER_TOOLKIT_VARIABLES,
+    "gpu_health": GPU_HEALTH_VARIABLES,
     "l2_disk": L2_DISK_VARIABLES,
     "serving": SERVING_VARIABLES,
     "rollout": ROLLOUT_VARIABLES,

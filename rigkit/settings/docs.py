@@ -24,6 +24,8 @@ def settings_tables() -> str:
             sections.append("## Validation (`validate.py`, rigkit/validation/procedure.py)\n\n" + docs_table(variables))
         elif name == "rollout":
             sections.append("## Rollout (`rigkit deploy`, rigkit/rollout/run.py)\n\n" + docs_table(variables))
+        elif name == "gpu_health":
+            sections.append("## GPU health (`rigkit status`, rigkit/status/gpu.py)\n\n" + docs_table(variables))
         elif name == "host":
             sections.append("## Every host (rigkit/settings/defaults.py)\n\n" + docs_table(variables))
         else:

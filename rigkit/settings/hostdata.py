@@ -558,6 +558,14 @@ def check_relations(sections: Mapping[str, Mapping[str, Any]]) -> None:
             "itself could reach its API (the router, the controller and every client cut off)",
             "list the router's address in api_allowed_sources, or set api_allow_controller: true",
         )
+    health = sections["gpu_health"]
+    if health["gpu_temp_warn_c"] >= health["gpu_temp_fail_c"]:
+        raise ConfigError(
+            "gpu_temp_warn_c",
+            health["gpu_temp_warn_c"],
+            f"is not below gpu_temp_fail_c ({health['gpu_temp_fail_c']} °C): status would fail a GPU before warning",
+            "set gpu_temp_warn_c below gpu_temp_fail_c, e.g. 85 and 92",
+        )
     store = sections["kv_store"]
     if store["kv_store_firewall"] and store["kv_store_allowed_sources"] == []:
         raise ConfigError(

@@ -10,6 +10,7 @@ from rigkit.errors import RigkitError
 from rigkit.fleet.targets import Targets
 from rigkit.remote.tunnel import connect_ssh
 from rigkit.settings.hostdata import Settings, rig_settings
+from rigkit.status.gpu import GpuLimits
 from rigkit.status.probe import status_script
 from rigkit.status.rig import RigStatus, assess
 
@@ -36,6 +37,7 @@ def rig_status(
     data: Mapping[str, Any],
     stack: Optional[Settings],
     ask: Callable[[str, Mapping[str, Any], str], str] = ask_rig,
+    gpu_limits: Optional[GpuLimits] = None,
 ) -> RigStatus:
     try:
         output = ask(name, data, status_script(stack))
@@ -52,11 +54,15 @@ def rig_status(
             error="the rig's shell printed nothing",
             declared_image=stack.image if stack else None,
         )
-    return assess(name, stack, output)
+    return assess(name, stack, output, gpu_limits)
 
 
 def fleet_status(targets: Targets, ask: Callable[[str, Mapping[str, Any], str], str] = ask_rig) -> list[RigStatus]:
     """Every targeted rig's status, asked in parallel; ConfigError (before any rig is asked) on bad data."""
-    stacks = {name: rig_settings(targets.data(name), needs_stack=False).declared_stack for name in targets.names}
+    settings = {name: rig_settings(targets.data(name), needs_stack=False) for name in targets.names}
+    stacks = {name: settings[name].declared_stack for name in targets.names}
+    limits = {name: GpuLimits.from_sections(settings[name].sections, stacks[name]) for name in targets.names}
     with ThreadPoolExecutor(max_workers=min(len(targets.names), MAX_PARALLEL_RIGS)) as pool:
-        return list(pool.map(lambda name: rig_status(name, targets.data(name), stacks[name], ask), targets.names))
+        return list(
+            pool.map(lambda name: rig_status(name, targets.data(name), stacks[name], ask, limits[name]), targets.names)
+        )

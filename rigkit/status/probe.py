@@ -1,6 +1,6 @@
 """What `rigkit status` asks a rig, and its answer parsed: one shell script printing sections (the engine, the
-stack's containers, the stack's files and release hash, the ledger, nvidia-smi, the L2 tier, /dev/shm, the API
-on the rig's loopback), each cut out and read back by a pure function."""
+stack's containers, the stack's files and release hash, the ledger, nvidia-smi and the GPUs' health, the kernel
+log's Xids, the L2 tier, /dev/shm, the API on the rig's loopback), each cut out and read back by a pure function."""
 
 from __future__ import annotations
 
@@ -22,6 +22,7 @@ from rigkit.serving.commands import RELEASE_HASH_FILE, ready_url, rendering_for,
 from rigkit.serving.ledger import LEDGER_PATH
 from rigkit.serving.render import STACK_NAME
 from rigkit.settings.hostdata import Settings
+from rigkit.status.gpu import kernel_log_command, query_command
 
 SECTION_MARK = "@@rigkit-status "
 # the API probe's own wait, well inside the whole script's (rigkit.status.fleet.SCRIPT_TIMEOUT_S)
@@ -75,6 +76,9 @@ def status_script(stack: Optional[Settings]) -> str:
         "ledger": _file_section(LEDGER_PATH),
         "nvidia": f'if command -v nvidia-smi >/dev/null 2>&1; then {SUMMARY_COMMAND} 2>&1; echo "exit=$?"; '
         "else echo none; fi",
+        # per-GPU health and the kernel log's Xids (rigkit.status.gpu); both print nothing useful without nvidia-smi
+        "gpu": query_command(),
+        "kernel-log": kernel_log_command(),
         "shm": "find /dev/shm -mindepth 1 -maxdepth 1 -printf '%s %f\\n' 2>/dev/null",
         # vLLM CPU-tier segments no process maps: a stopped engine's, also while the stack runs (rigkit.serving.commands)
         "shm-stale": stale_shm_command(),

@@ -6,6 +6,7 @@ from typing import Optional, Sequence
 
 from rigkit.serving.ledger import short_digest
 from rigkit.status.drift import for_reading
+from rigkit.status.gpu import FAIL, NO_TOOLING
 from rigkit.status.rig import OK, RigStatus
 
 TABLE_WIDTH = 100
@@ -56,9 +57,58 @@ def _l2_cell(l2: Optional[dict]) -> str:
 
 
 def _gpu_cell(status: RigStatus) -> str:
-    if status.driver in (None, "none"):
-        return status.driver or "?"
-    return f"{status.driver}/{status.cuda or '?'}"
+    """The rig's GPUs in a few characters: how many, the hottest, power drawn of the enforced limits."""
+    gpu = status.gpu
+    if gpu is None:
+        return "?"
+    if not gpu["tooling"]:
+        return "no nvidia-smi" if gpu["findings"] else NO_TOOLING
+    if gpu["query_error"]:
+        return "nvidia-smi failed"
+    gpus = gpu["gpus"]
+    temps = [g["temperature_c"] for g in gpus if g["temperature_c"] is not None]
+    draw = [g["power_draw_w"] for g in gpus if g["power_draw_w"] is not None]
+    limit = [g["power_limit_w"] for g in gpus if g["power_limit_w"] is not None]
+    cell = f"{len(gpus)}x"
+    if temps:
+        cell += f" {max(temps):.0f}C"
+    if draw and limit:
+        cell += f" {sum(draw):.0f}/{sum(limit):.0f}W"
+    return cell
+
+
+def _number(value, unit: str, digits: int = 0) -> str:
+    return "?" if value is None else f"{value:.{digits}f}{unit}"
+
+
+def gpu_lines(status: RigStatus) -> list[str]:
+    """The details' GPU lines: driver, CUDA and where Xids were read, then one line per GPU with every figure."""
+    gpu = status.gpu
+    if not gpu or not gpu["tooling"] or gpu["query_error"]:
+        return []
+    log = gpu["kernel_log"] or {}
+    xids = sum(x["count"] for x in gpu["xids"])
+    lines = [
+        f"gpu driver {status.driver or '?'}, CUDA {status.cuda or '?'}; Xids since boot: {xids}, read from "
+        f"{log.get('what', '?')}"
+    ]
+    for g in gpu["gpus"]:
+        reasons = ", ".join(g["clock_reasons"]) if g["clock_reasons"] is not None else "?"
+        ecc = (
+            "ECC not reported"
+            if g["ecc_corrected_volatile"] is None
+            else f"ECC {g['ecc_corrected_volatile']} corrected, {g['ecc_uncorrected_volatile']} uncorrected"
+        )
+        persistence = {True: "on", False: "off", None: "?"}[g["persistence"]]
+        lines.append(
+            f"GPU{g['index']} {' '.join(filter(None, (g['name'], g['bus_id'])))}: {g['state']}; "
+            f"{_number(g['temperature_c'], ' °C')}, {_number(g['power_draw_w'], '')}/"
+            f"{_number(g['power_limit_w'], ' W')}, PCIe Gen{g['pcie_gen'] or '?'} x{g['pcie_width'] or '?'} "
+            f"(max Gen{g['pcie_gen_max'] or '?'} x{g['pcie_width_max'] or '?'}), VRAM "
+            f"{_number(g['memory_used_mib'], '')}/{_number(g['memory_total_mib'], ' MiB')}, {ecc}, clock reasons: "
+            f"{reasons or 'none'}, persistence {persistence}"
+        )
+    return lines
 
 
 def _problems_cell(status: RigStatus) -> str:
@@ -69,7 +119,9 @@ def _problems_cell(status: RigStatus) -> str:
     if status.l2 and status.l2["level"] == "fail":
         bad.append(f"L2 {status.l2['state']}")
     knobs = [d.knob for d in for_reading(status.drift)]
-    return ", ".join(bad + knobs) or "-"
+    findings = sorted((status.gpu or {}).get("findings", []), key=lambda f: f["level"] != FAIL)
+    gpus = [f"{f['gpu']} {f['short']}" for f in findings]
+    return ", ".join(bad + gpus + knobs) or "-"
 
 
 DRIFT_LEGEND = (
@@ -93,6 +145,7 @@ def format_report(statuses: Sequence[RigStatus], width: int = TABLE_WIDTH) -> st
         details += [f"drift {d.line()}" for d in for_reading(status.drift)]
         details += [f"unhealthy {problem}" for problem in status.unhealthy]
         details += [f"warning {warning}" for warning in status.warnings]
+        details += gpu_lines(status)
         if status.ledger and status.ledger.get("note") and status.state != OK:
             details.append(f"last release note: {status.ledger['note']}")
         if details:

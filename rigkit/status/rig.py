@@ -12,6 +12,7 @@ from rigkit.serving.commands import ready_url, rendering_for
 from rigkit.serving.ledger import Ledger
 from rigkit.settings.hostdata import Settings
 from rigkit.status.drift import Drift, container_drift, files_drift, image_drift, model_drift, rendering_drift
+from rigkit.status.gpu import FAIL, WARN, GpuLimits, judge_gpus
 from rigkit.status.probe import (
     decoded_file,
     parse_api,
@@ -41,6 +42,7 @@ class RigStatus:
     ledger: Optional[dict[str, Any]] = None  # the last entry: kind, smoke, deployed_at, image, note
     driver: Optional[str] = None
     cuda: Optional[str] = None
+    gpu: Optional[dict[str, Any]] = None  # rigkit.status.gpu.GpuReport: each GPU, the kernel log's Xids, findings
     l2: Optional[dict[str, Any]] = None
     shm_leftovers: list[dict[str, Any]] = field(default_factory=list)
 
@@ -74,8 +76,9 @@ def last_release(ledger_text: Optional[str]) -> Optional[dict[str, Any]]:
     }
 
 
-def assess(rig: str, stack: Optional[Settings], output: str) -> RigStatus:
-    """Judge one rig from its script's output and the stack today's data declares (None: none declared)."""
+def assess(rig: str, stack: Optional[Settings], output: str, gpu_limits: Optional[GpuLimits] = None) -> RigStatus:
+    """Judge one rig from its script's output and the stack today's data declares (None: none declared); its GPUs
+    by ``gpu_limits`` (the rig's data: GpuLimits.from_sections; None: the declared defaults)."""
     sections = parse_sections(output)
     status = RigStatus(rig, declared_image=stack.image if stack else None)
     engine = DockerEngine().process((sections.get("engine") or "").split("\n"))
@@ -129,8 +132,17 @@ def assess(rig: str, stack: Optional[Settings], output: str) -> RigStatus:
         status.warnings += status.l2["problems"]
     nvidia = parse_nvidia(sections.get("nvidia"))
     status.driver, status.cuda = nvidia["driver"], nvidia["cuda"]
-    if nvidia["error"]:
+    gpu = judge_gpus(
+        sections.get("gpu"),
+        sections.get("kernel-log"),
+        gpu_limits if gpu_limits is not None else GpuLimits.defaults(stack),
+        stack_running=bool(running),
+    )
+    status.gpu = gpu.as_dict()
+    if nvidia["error"] and not gpu.query_error:
         status.warnings.append(f"nvidia-smi failed: {nvidia['error']}")
+    status.unhealthy += [f"gpu: {finding.text}" for finding in gpu.findings if finding.level == FAIL]
+    status.warnings += [f"gpu: {finding.text}" for finding in gpu.findings if finding.level == WARN]
     status.ledger = last_release(decoded_file(sections.get("ledger")))
     if running:  # the running engine's segments are in use; a stopped engine's CPU tier is not
         status.shm_leftovers = [

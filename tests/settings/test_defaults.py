@@ -16,6 +16,7 @@ SECTION_PREFIXES = {
     "nvidia_container_toolkit": "nvidia_ctk_",
     "l2_disk": "l2_",
     "rollout": "rollout_",
+    "gpu_health": "gpu_",
 }
 
 

@@ -99,3 +99,29 @@ def test_the_gateway_and_the_kv_store_are_not_asked_as_rigs(monkeypatch):
     assert [s.rig for s in status_of([], [], ask)] == ["rig1"] and asked == ["rig1"]
     with pytest.raises(ConfigError, match="matches no rig"):
         status_of(["gw"], [], ask)
+
+
+def test_each_rigs_gpu_thresholds_and_declared_power_limit_come_from_its_data(monkeypatch):
+    """The H200 capture (700 W enforced) read for two rigs: the one declaring a 260 W cap warns, naming the fix."""
+    from pathlib import Path
+
+    capture = Path(__file__).parent.parent / "fixtures" / "nvidia-smi" / "gpu-check-2026-12-03"
+    answer = "\n".join(
+        ["@@rigkit-status gpu", (capture / "nvidia-smi-query-gpu.csv").read_text().strip()]
+        + ["@@rigkit-status kernel-log", "source=journal", "matched=0"]
+    )
+    capped = {**HOST, "nvidia_driver_power_limit_w": 260, "gpu_temp_warn_c": 30, "gpu_temp_fail_c": 90}
+    fake_inventory(
+        monkeypatch, {"rig1": {"data": HOST, "groups": ["lab"]}, "rig2": {"data": capped, "groups": ["lab"]}}
+    )
+    plain, capped_rig = status_of([], [], lambda name, data, script: answer)
+    assert plain.gpu["findings"] == []
+    shorts = {finding["short"] for finding in capped_rig.gpu["findings"]}
+    assert shorts == {"power limit 700W", "36°C"}, capped_rig.gpu["findings"]
+    assert any("nvidia-smi -i 0 -pl 260" in warning for warning in capped_rig.warnings)
+
+
+def test_a_warning_temperature_at_or_over_the_failing_one_is_refused_before_any_rig_is_asked(monkeypatch):
+    fake_inventory(monkeypatch, {"rig1": {"data": {**HOST, "gpu_temp_warn_c": 95}, "groups": ["lab"]}})
+    with pytest.raises(ConfigError, match="gpu_temp_warn_c"):
+        status_of([], [], lambda name, data, script: pytest.fail("a rig was asked"))

@@ -2,6 +2,7 @@
 # The GPU check on the device (bench/gpu/README.md), in two calls within the machine's warm window:
 #   go.sh prepare CARRY   call 1: keep the first wheel chunk (CARRY/p1) in /tmp/chunks, capture nvidia-smi for
 #                         issue 27, train the test model (bench/gpu/train_model.py) into /tmp/gpu-check-model
+#   go.sh health .     the GPU health captures alone, as gpu-health.tar.gz under $OUT
 #   go.sh run CARRY       call 2: the rest of the wheels (CARRY/p2), check, unpack, run bench/gpu/run.py on every
 #                         rendered stack (CARRY/p2/stacks-*.json), pack everything under $OUT as tar.gz
 set -u
@@ -12,8 +13,9 @@ unxz() { python3 -c 'import lzma,sys,shutil; shutil.copyfileobj(lzma.open(sys.st
 # What `rigkit status` reads for GPU health (issue 27), raw, each command's exit status in health-exit-codes.txt.
 HEALTH_FIELDS=index,name,uuid,pci.bus_id,temperature.gpu,power.draw,power.limit,enforced.power.limit,power.default_limit,power.max_limit,clocks_event_reasons.active,clocks_event_reasons.hw_slowdown,clocks_event_reasons.sw_thermal_slowdown,clocks_event_reasons.hw_thermal_slowdown,clocks_event_reasons.hw_power_brake_slowdown,clocks_event_reasons.sw_power_cap,ecc.errors.uncorrected.volatile.total,ecc.errors.corrected.volatile.total,pcie.link.gen.current,pcie.link.gen.max,pcie.link.width.current,pcie.link.width.max,memory.used,memory.total,utilization.gpu
 capture() {  # capture FILE CODES COMMAND...: stdout+stderr to FILE, "FILE exit=N" to CODES
-  local file=$1 codes=$2; shift 2
-  "$@" > "$file" 2>&1; echo "$(basename "$file") exit=$? : $*" >> "$codes"
+  local file=$1 codes=$2 rc; shift 2
+  "$@" > "$file" 2>&1; rc=$?
+  echo "${file##*/} exit=$rc : $*" >> "$codes"
 }
 health_captures() {  # health_captures DIR WHEN (idle: before any engine; load: engines serving)
   local d=$1 w=$2 c=$1/health-exit-codes.txt
@@ -23,13 +25,16 @@ health_captures() {  # health_captures DIR WHEN (idle: before any engine; load: 
   capture $d/health-nvidia-smi-q.txt $c nvidia-smi -q
   capture $d/health-unknown-field.txt $c nvidia-smi --query-gpu=index,no.such.field --format=csv,noheader,nounits
   capture $d/health-unknown-field-alone.txt $c nvidia-smi --query-gpu=no.such.field --format=csv
-  capture $d/health-dmesg-tail.txt $c bash -c 'dmesg | tail -20; exit ${PIPESTATUS[0]}'
+  capture $d/health-dmesg-readable.txt $c bash -c 'dmesg > /dev/null'
   capture $d/health-dmesg-xid.txt $c bash -c 'dmesg | grep -i xid'
   capture $d/health-journalctl-k-xid.txt $c bash -c 'journalctl -k --no-pager | grep -i xid'
-  capture $d/health-journalctl-k.txt $c journalctl -k --no-pager -n 50
+  capture $d/health-journalctl-k-readable.txt $c bash -c 'journalctl -k --no-pager -n 1 > /dev/null'
 }
 
 case "$1" in
+health)  # the GPU health captures alone (rigkit status, issue 27)
+  rm -rf /tmp/gpu-health; mkdir -p /tmp/gpu-health; health_captures /tmp/gpu-health idle
+  tar -C /tmp -czf "$OUTDIR/gpu-health.tar.gz" gpu-health; cat /tmp/gpu-health/health-exit-codes.txt;;
 prepare)
   cp "$CARRY"/p1/* /tmp/chunks/ && ls -la /tmp/chunks
   H=/tmp/gpu-health; mkdir -p $H

@@ -1,11 +1,12 @@
 """Keep what a GPU check captured as fixtures the ordinary suite replays (CI has no GPU), absolute paths scrubbed.
 
-    .venv/bin/python bench/gpu/collect.py gpu-check.tar.gz [gpu-health.tar.gz] NAME
+    .venv/bin/python bench/gpu/collect.py gpu-check.tar.gz [gpu-health*.tar.gz] NAME[+RUN]
 
 -> tests/fixtures/gpu-h200-vllm0.26/NAME/: per case record.jsonl.gz (every /metrics scrape and completion),
 result.json, run-script.sh, run-env.json, the tail of each engine log; cards/ (rigkit's cards, markdown + JSON);
 run.log, summary.json, stacks.json, versions.txt, training.json. The nvidia-smi captures (issue 27) go, raw, to
-tests/fixtures/nvidia-smi/NAME/.
+tests/fixtures/nvidia-smi/NAME/ (without +RUN: a second check of the same day adds its files beside the first's, never
+replacing one).
 """
 
 from __future__ import annotations
@@ -96,17 +97,18 @@ def collect(archive: Path, dest: Path) -> int:
 
 def main() -> None:
     *archives, name = sys.argv[1:]
-    dest = FIXTURES / "gpu-h200-vllm0.26" / name
+    dest = FIXTURES / "gpu-h200-vllm0.26" / name.replace("+", "-")  # NAME+RUN: a second check of the day
     shutil.rmtree(dest, ignore_errors=True)
     for archive in map(Path, archives):
         if archive.name.startswith("gpu-health"):
-            health = FIXTURES / "nvidia-smi" / name
-            shutil.rmtree(health, ignore_errors=True)
+            # added beside the captures already there (another check of the same day): a file is never replaced
+            health = FIXTURES / "nvidia-smi" / name.split("+")[0]
             with tarfile.open(archive) as tar:
                 for member in tar.getmembers():
-                    if member.isfile():
-                        write(health / Path(member.name).name, member.name, tar.extractfile(member).read())
-            print(f"nvidia-smi captures -> {health.relative_to(REPO)}")
+                    target = health / Path(member.name).name
+                    if member.isfile() and not target.exists():
+                        write(target, member.name, tar.extractfile(member).read())
+                        print(f"nvidia-smi capture -> {target.relative_to(REPO)}")
         else:
             print(f"{collect(archive, dest)} files -> {dest.relative_to(REPO)}")
 

@@ -2,6 +2,7 @@
 # The GPU check on the device (bench/gpu/README.md), in two calls within the machine's warm window:
 #   go.sh prepare CARRY   call 1: keep the first wheel chunk (CARRY/p1) in /tmp/chunks, capture nvidia-smi for
 #                         issue 27, train the test model (bench/gpu/train_model.py) into /tmp/gpu-check-model
+#   go.sh health .     the GPU health captures alone, as gpu-health.tar.gz under $OUT
 #   go.sh run CARRY       call 2: the rest of the wheels (CARRY/p2), check, unpack, run bench/gpu/run.py on every
 #                         rendered stack (CARRY/p2/stacks-*.json), pack everything under $OUT as tar.gz
 set -u
@@ -9,7 +10,31 @@ HERE=$(cd "$(dirname "$0")" && pwd); CARRY=$(cd "${2:?CARRY}" && pwd); T0=$(date
 OUTDIR=${OUT:-/tmp/out}; mkdir -p "$OUTDIR" /tmp/chunks
 unxz() { python3 -c 'import lzma,sys,shutil; shutil.copyfileobj(lzma.open(sys.stdin.buffer), sys.stdout.buffer, 1<<20)'; }
 
+# What `rigkit status` reads for GPU health (issue 27), raw, each command's exit status in health-exit-codes.txt.
+HEALTH_FIELDS=index,name,uuid,pci.bus_id,temperature.gpu,power.draw,power.limit,enforced.power.limit,power.default_limit,power.max_limit,clocks_event_reasons.active,clocks_event_reasons.hw_slowdown,clocks_event_reasons.sw_thermal_slowdown,clocks_event_reasons.hw_thermal_slowdown,clocks_event_reasons.hw_power_brake_slowdown,clocks_event_reasons.sw_power_cap,ecc.errors.uncorrected.volatile.total,ecc.errors.corrected.volatile.total,pcie.link.gen.current,pcie.link.gen.max,pcie.link.width.current,pcie.link.width.max,memory.used,memory.total,utilization.gpu
+capture() {  # capture FILE CODES COMMAND...: stdout+stderr to FILE, "FILE exit=N" to CODES
+  local file=$1 codes=$2 rc; shift 2
+  "$@" > "$file" 2>&1; rc=$?
+  echo "${file##*/} exit=$rc : $*" >> "$codes"
+}
+health_captures() {  # health_captures DIR WHEN (idle: before any engine; load: engines serving)
+  local d=$1 w=$2 c=$1/health-exit-codes.txt
+  capture $d/health-$w-query-gpu-noheader-nounits.csv $c nvidia-smi --query-gpu=$HEALTH_FIELDS --format=csv,noheader,nounits
+  capture $d/health-$w-query-gpu.csv $c nvidia-smi --query-gpu=$HEALTH_FIELDS --format=csv
+  [ "$w" = idle ] || return 0
+  capture $d/health-nvidia-smi-q.txt $c nvidia-smi -q
+  capture $d/health-unknown-field.txt $c nvidia-smi --query-gpu=index,no.such.field --format=csv,noheader,nounits
+  capture $d/health-unknown-field-alone.txt $c nvidia-smi --query-gpu=no.such.field --format=csv
+  capture $d/health-dmesg-readable.txt $c bash -c 'dmesg > /dev/null'
+  capture $d/health-dmesg-xid.txt $c bash -c 'dmesg | grep -i xid'
+  capture $d/health-journalctl-k-xid.txt $c bash -c 'journalctl -k --no-pager | grep -i xid'
+  capture $d/health-journalctl-k-readable.txt $c bash -c 'journalctl -k --no-pager -n 1 > /dev/null'
+}
+
 case "$1" in
+health)  # the GPU health captures alone (rigkit status, issue 27)
+  rm -rf /tmp/gpu-health; mkdir -p /tmp/gpu-health; health_captures /tmp/gpu-health idle
+  tar -C /tmp -czf "$OUTDIR/gpu-health.tar.gz" gpu-health; cat /tmp/gpu-health/health-exit-codes.txt;;
 prepare)
   cp "$CARRY"/p1/* /tmp/chunks/ && ls -la /tmp/chunks
   H=/tmp/gpu-health; mkdir -p $H
@@ -19,6 +44,7 @@ prepare)
   echo "exit=$?" >> $H/nvidia-smi-query-gpu.csv
   (dmesg 2>&1 | grep -i xid; echo "exit=${PIPESTATUS[0]}") > $H/dmesg-xid.txt 2>&1
   (nvidia-smi; uname -r; nproc; free -g; df -h /dev/shm /tmp; python3 --version) > $H/device.txt 2>&1
+  health_captures $H idle
   tar -C /tmp -czf "$OUTDIR/gpu-health.tar.gz" gpu-health
   PYTHONUNBUFFERED=1 timeout 200 python3 "$HERE/train_model.py" "$HERE/model" /tmp/gpu-check-model "${TRAIN_S:-90}" \
     2>&1 | tail -20
@@ -47,6 +73,9 @@ run)
   export PYTHONPATH=/tmp/site PYTHONUNBUFFERED=1
   ( while sleep 20; do tar -C /tmp -czf "$OUTDIR/.partial.tar.gz" gpu-check 2>/dev/null && mv "$OUTDIR/.partial.tar.gz" "$OUTDIR/gpu-check.tar.gz"; done ) &
   PACKER=$!
+  # GPU health with the engines up (memory.used, utilization, power under load), into the health archive
+  ( sleep ${LOAD_CAPTURE_AFTER_S:-150}; H=/tmp/gpu-health; mkdir -p $H; health_captures $H load
+    tar -C /tmp -czf "$OUTDIR/gpu-health-load.tar.gz" gpu-health ) &
   python3 "$HERE/run.py" "$STACKS" $RES $(( ${BUDGET:-540} - ($(date +%s) - T0) )) ${CASES:-}
   kill $PACKER 2>/dev/null
   tar -C /tmp -czf "$OUTDIR/gpu-check.tar.gz" gpu-check

@@ -19,15 +19,26 @@ from pathlib import Path
 REPO_ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO_ROOT))
 
+from rigkit.model.source import MODEL_CONTAINER_PATH  # noqa: E402
 from rigkit.serving.commands import shm_cleanup_command  # noqa: E402
-from rigkit.serving.render import L2_CONTAINER_PATH, entrypoint_script, env_values, l2_integrity  # noqa: E402
+from rigkit.serving.render import (  # noqa: E402
+    L2_CONTAINER_PATH,
+    SERVICE_NAME,
+    compose_document,
+    entrypoint_script,
+    env_values,
+    l2_integrity,
+)
 from rigkit.settings.hostdata import rig_settings  # noqa: E402
 
 DIGEST = "@sha256:" + "0" * 64  # never pulled: the check runs the carried wheels, not an image
-MODEL_IN_CONTAINER = "/models/gpu-check"  # the harness points RIGKIT_MODEL at the device's model directory
+# The model as a rig gets it: a pinned model_source, staged on the rig and bind-mounted read-only at
+# MODEL_CONTAINER_PATH, the container offline (HF_HUB_OFFLINE). The test model is trained on the device, so its
+# manifest hash is not known here: a placeholder pin (nothing is staged; go.sh mounts the trained directory there).
+MODEL_SOURCE = "controller:/srv/models/gpu-check@" + "0" * 64
 # What makes nine engines fit one H200 and evict with a few fillers (README: "Changes against the rendering")
 DEVICE_KNOBS = {
-    "model": MODEL_IN_CONTAINER,
+    "model_source": MODEL_SOURCE,
     "served_model_name": "tiny",
     "max_model_len": 8192,
     "num_gpu_blocks_override": 1024,
@@ -85,6 +96,8 @@ def render_case(case: str, port: int, weights: str) -> dict:
     extra = EXTRA_ARGS + (["--load-format=dummy"] if weights == "dummy" else [])
     data = {**CASES[case], **DEVICE_KNOBS, "serving_port": port, "extra_engine_args": extra}
     stack = rig_settings(data).stack
+    service = compose_document(stack)["services"][SERVICE_NAME]
+    model_mount = [v for v in service.get("volumes", []) if v["target"] == MODEL_CONTAINER_PATH]
     return {
         "case": case,
         "profile": stack.profile.name,
@@ -93,6 +106,14 @@ def render_case(case: str, port: int, weights: str) -> dict:
         "script": entrypoint_script(stack),
         "env": env_values(stack),
         "fixed_env": dict(stack.profile.fixed_env),
+        # the compose service's own environment lines besides .env's (the profile's fixed env, the offline env of a
+        # staged model): what the container gets whatever the harness's environment says
+        "container_env": dict(
+            line.split("=", 1)
+            for line in service["environment"]
+            if not line.endswith("=${" + line.split("=")[0] + ":-}")
+        ),
+        "model_mount": model_mount[0] if model_mount else None,
         "connector": stack.profile.connector is not None,
         "l2_container_path": L2_CONTAINER_PATH if stack.l2_active else None,
         "store": SHARED_STORE.get(case, case),

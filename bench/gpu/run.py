@@ -97,20 +97,28 @@ class Stack:
             self.l2_dir.mkdir(parents=True, exist_ok=True)
             script = script.replace(info["l2_container_path"], str(self.l2_dir))
             env_values = {k: v.replace(info["l2_container_path"], str(self.l2_dir)) for k, v in env_values.items()}
-        env_values["RIGKIT_MODEL"] = MODEL_DIR
+        if not info.get("model_mount"):  # a rendering that names the model itself (before model_source)
+            env_values["RIGKIT_MODEL"] = MODEL_DIR
+        # the rendered compose environment (the profile's fixed env and, with a staged model, the offline env); an
+        # older rendering carries the fixed env only, and the harness kept the engine offline itself
+        container_env = info.get("container_env") or {
+            **info["fixed_env"],
+            "HF_HUB_OFFLINE": "1",
+            "TRANSFORMERS_OFFLINE": "1",
+        }
         lmcache = info["lmcache_http_port"] is not None or info["profile"].startswith("lmcache")
-        env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHASHSEED")}
+        drop = ("PYTHONPATH", "PYTHONHASHSEED", "HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "HF_TOKEN")
+        env = {k: v for k, v in os.environ.items() if k not in drop}
         env.update(
             PATH=f"{ENGINE_BIN}:{os.environ['PATH']}",
             PYTHONPATH="/tmp/site-lm:/tmp/site" if lmcache else "/tmp/site",
-            HF_HUB_OFFLINE="1",
-            TRANSFORMERS_OFFLINE="1",
             VLLM_USE_FLASHINFER_SAMPLER="0",
             PYTHONUNBUFFERED="1",
-            **info["fixed_env"],
+            **container_env,
             **env_values,
         )
-        self.script, self.env = script, env
+        info = {**info, "fixed_env": container_env}
+        self.script, self.env, self.info = script, env, info
         self.dir = run.results / self.name
         self.dir.mkdir(parents=True, exist_ok=True)
         (self.dir / "run-script.sh").write_text(script)
@@ -198,6 +206,28 @@ class Stack:
             f"{self.name}: stopped; /dev/shm segments {len(before)} before, {len(left)} left by the stop, "
             f"{len(after)} after rigkit's cleanup ({cleanup.stdout.strip() or 'removed none'})"
         )
+
+
+def mount_model(mount: dict) -> str:
+    """The staged model's bind mount as compose renders it (the model directory at its target, read-only if
+    rendered so); a symbolic link where this machine cannot mount (says which)."""
+    target = Path(mount["target"])
+    if target.is_symlink():
+        target.unlink()
+    subprocess.run(["umount", str(target)], capture_output=True)
+    target.mkdir(parents=True, exist_ok=True)
+    steps = [["mount", "--bind", MODEL_DIR, str(target)]]
+    if mount.get("read_only"):
+        steps.append(["mount", "-o", "remount,bind,ro", str(target)])
+    for step in steps:
+        done = subprocess.run(step, capture_output=True, text=True)
+        if done.returncode != 0:
+            subprocess.run(["umount", str(target)], capture_output=True)
+            target.rmdir()
+            target.symlink_to(MODEL_DIR)
+            return f"{target} -> {MODEL_DIR} as a symbolic link ({' '.join(step[:2])}: {done.stderr.strip()})"
+    read_only = subprocess.run(["touch", str(target / ".rw-probe")], capture_output=True).returncode != 0
+    return f"{MODEL_DIR} bind-mounted at {target}, {'read-only' if read_only else 'WRITABLE'}"
 
 
 def corrupt_store(directory: Path) -> dict:
@@ -412,8 +442,11 @@ def main() -> None:
     rendered = json.loads(stacks_file.read_text())
     wanted = sys.argv[4:] or [s["case"] for s in rendered["stacks"]]
     stacks = {s["case"]: Stack(s, run) for s in rendered["stacks"] if s["case"] in wanted}
+    mounts = {tuple(sorted(s["model_mount"].items())) for s in rendered["stacks"] if s.get("model_mount")}
+    model_mount = mount_model(dict(mounts.pop())) if mounts else f"RIGKIT_MODEL={MODEL_DIR}"
     run.log(
-        f"cases {list(stacks)}, weights {rendered['weights']}, model {MODEL_DIR}; /dev/shm before: {offload_segments()}"
+        f"cases {list(stacks)}, weights {rendered['weights']}, model {MODEL_DIR} ({model_mount}); "
+        f"/dev/shm before: {offload_segments()}"
     )
     for stack in stacks.values():
         stack.start()
@@ -426,7 +459,12 @@ def main() -> None:
                 stack.start()
                 ready[stack.name] = stack.wait_ready(240)
     run.log(f"ready: {ready}")
-    summary: dict = {"ready": ready, "weights": rendered["weights"], "validation": VALIDATION_DATA}
+    summary: dict = {
+        "ready": ready,
+        "weights": rendered["weights"],
+        "validation": VALIDATION_DATA,
+        "model_mount": model_mount,
+    }
     threads = [
         threading.Thread(target=validate_stack, args=(s, summary), daemon=True)
         for name, s in stacks.items()
@@ -465,7 +503,7 @@ def main() -> None:
         json.dumps(
             {
                 k: v
-                if k in ("ready", "weights", "validation")
+                if k in ("ready", "weights", "validation", "model_mount")
                 else {
                     "error": (v.get("error") or "")[-400:] or None,
                     "card_passed": v.get("card_passed", v.get("passed")),

@@ -250,6 +250,32 @@ def check_prompt_fits(settings: ValidationSettings, max_model_len: Optional[int]
         )
 
 
+def warm_up_logprobs(client: ServingClient, top_logprobs: int) -> None:
+    """One unmeasured one-token request asking for logprobs, before anything on this engine is timed (a no-op when
+    the oracle asks for none). Its prompt shares no prefix with a measured one (those open with their salted
+    "Session <id>." header, rigkit.validation.prompts) and is shorter than one KV block: it caches nothing a measured
+    prompt could hit. ConfigError when
+    the engine cannot give logprobs."""
+    if not top_logprobs:
+        return
+    # vLLM CPU compiles its sampler's logprobs path (torch inductor) at the first request asking for logprobs:
+    # tens of seconds that must not land in the calibration or a measured window
+    try:
+        warmup = client.stream_completion(LOGPROBS_WARMUP_PROMPT, max_tokens=1, logprobs=top_logprobs)
+        problem = warmup.error or ("" if warmup.tokens else "the reply carried no logprobs")
+    except ServingError as exc:
+        problem = str(exc)
+    if problem:
+        raise ConfigError(
+            "validate_top_logprobs",
+            top_logprobs,
+            f"a one-token request asking for logprobs failed: {problem}",
+            "give the engine what logprobs need (vLLM CPU compiles that path: g++ and the Python "
+            "headers in the image), or set validate_top_logprobs: 0 (then any difference in "
+            "the output is served-but-wrong)",
+        )
+
+
 def validate_tiers(
     client: ServingClient,
     restart: Optional[Callable[[], None]],
@@ -277,23 +303,7 @@ def validate_tiers(
     seed = settings.seed if settings.seed is not None else random.randrange(2**31)
     failures: list[str] = []
 
-    if settings.top_logprobs:
-        # vLLM CPU compiles its sampler's logprobs path (torch inductor) at the first request asking for logprobs:
-        # tens of seconds that must not land in the calibration or a measured window
-        try:
-            warmup = client.stream_completion(LOGPROBS_WARMUP_PROMPT, max_tokens=1, logprobs=settings.top_logprobs)
-            problem = warmup.error or ("" if warmup.tokens else "the reply carried no logprobs")
-        except ServingError as exc:
-            problem = str(exc)
-        if problem:
-            raise ConfigError(
-                "validate_top_logprobs",
-                settings.top_logprobs,
-                f"a one-token request asking for logprobs failed: {problem}",
-                "give the engine what logprobs need (vLLM CPU compiles that path: g++ and the Python "
-                "headers in the image), or set validate_top_logprobs: 0 (then any difference in "
-                "the output is served-but-wrong)",
-            )
+    warm_up_logprobs(client, settings.top_logprobs)
     calibration_tokens = max(CALIBRATION_MIN_TOKENS, int(settings.prompt_tokens * CALIBRATION_FRACTION))
     calibration = client.build_prompt(PromptSpec(settings.prompt_kind, calibration_tokens, seed - 1))
     calibrated = client.stream_completion(calibration.text, max_tokens=1)

@@ -23,7 +23,7 @@ from rigkit.settings.hostdata import rig_settings
 from rigkit.validation.card import PromptRecord, SharedPair, TTFTClient
 from rigkit.validation.card.store import record_shared, render_run
 from rigkit.validation.metrics import require_prefix_counters
-from rigkit.validation.procedure import TierRun, ValidationSettings, check_prompt_fits
+from rigkit.validation.procedure import TierRun, ValidationSettings, check_prompt_fits, warm_up_logprobs
 from rigkit.validation.prompts import PromptSpec
 from rigkit.validation.tiers import Tier, label, label_shared
 from rigkit.validation.ttft import TTFT_TOLERANCE_ABS_S, TTFT_TOLERANCE_REL, RigProbe
@@ -110,11 +110,15 @@ def run_pairs(
     for client in clients.values():
         client.wait_ready()
         require_prefix_counters(client.metrics())
+    for source, target in ordered_pairs(groups):
+        for rig in (source, target):
+            check_prompt_fits(settings[source], clients[rig].max_model_len)
+    for client in clients.values():
+        # before any pair is timed: vLLM CPU compiles its logprobs path at the first such request (10.7 s in the lab)
+        warm_up_logprobs(client, max(chosen.top_logprobs for chosen in settings.values()))
     pairs = []
     for source, target in ordered_pairs(groups):
         chosen = settings[source]
-        for rig in (source, target):
-            check_prompt_fits(chosen, clients[rig].max_model_len)
         seed = chosen.seed if chosen.seed is not None else random.randrange(2**31)
         timeout_s = prefill_timeout(chosen.prompt_tokens, None)
         prefilled = prefill(

@@ -170,6 +170,35 @@ def test_the_h200_check_passed_every_gpu_profile_and_caught_the_corrupted_tier()
     assert [pair["asked"]["labels"] for pair in shared["pairs"]] == [["warm-shared"] * 3] * 2
 
 
+MODEL_SOURCE_CHECK = GPU_FIXTURES / "gpu-check-2026-12-03-model-source"
+
+
+def test_the_h200_check_rendered_with_a_staged_model_source_still_passed_and_caught_the_corrupted_tier():
+    """The same check rendered as main renders a staged model (model_source): the engine loads /model (the model
+    directory bind-mounted read-only there), the container offline by its rendered environment, no hub token; code
+    sessions (the device's model learnt one text of each kind). Every card PASS but the corrupted copy, which its
+    counters prove warm-persistent and the oracle calls served-but-wrong."""
+    summary = json.loads((MODEL_SOURCE_CHECK / "summary.json").read_text())
+    assert summary["weights"] == "real" and all(summary["ready"].values())
+    assert summary["model_mount"] == "<model> bind-mounted at /model, read-only"
+    assert summary["validation"] == {"validate_prompt_kind": "code"}
+    verdicts = {
+        case: entry["card_passed"]
+        for case, entry in summary.items()
+        if isinstance(entry, dict) and "card_passed" in entry
+    }
+    assert len(verdicts) == 9 and verdicts == {**{case: True for case in verdicts}, "native-tiered-corrupt": False}
+    for info in json.loads((MODEL_SOURCE_CHECK / "stacks.json").read_text())["stacks"]:
+        env = json.loads((MODEL_SOURCE_CHECK / info["case"] / "run-env.json").read_text())
+        assert env["RIGKIT_MODEL"] == "/model" and env["HF_HUB_OFFLINE"] == "1" and "HF_TOKEN" not in env
+        assert info["model_mount"]["read_only"] and info["model_mount"]["target"] == "/model"
+    corrupt = json.loads((MODEL_SOURCE_CHECK / "native-tiered-corrupt" / "result.json").read_text())
+    persistent = corrupt["tiers"][-1]
+    assert persistent["expected"] == "warm-persistent" and set(persistent["labels"]) == {"warm-persistent"}
+    assert [check["verdict"] for check in persistent["greedy"]].count("served-but-wrong") == 2
+    assert all(tier["passed"] for tier in corrupt["tiers"][:-1])
+
+
 def test_only_the_profiles_declaring_l1_in_shm_made_a_dev_shm_segment_and_the_restart_removed_only_its_own():
     """All ten engines up: four /dev/shm/vllm_offload_*.mmap, one per TieringOffloadingSpec engine (native-tiered, the
     kv_share pair, the corrupt copy), none for native-offload or LMCache, as profiles.yaml declares. native-tiered's

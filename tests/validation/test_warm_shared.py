@@ -25,7 +25,7 @@ from rigkit.validation.card.fleet import render_fleet_markdown
 from rigkit.validation.card.rig import render_rig_markdown
 from rigkit.validation.card.store import record_shared
 from rigkit.validation.metrics import Delta, delta, parse
-from rigkit.validation.procedure import ValidationSettings
+from rigkit.validation.procedure import LOGPROBS_WARMUP_PROMPT, ValidationSettings
 from rigkit.validation.prompts import PromptSpec
 from rigkit.validation.tiers import Tier, label, label_shared
 from rigkit.validation.warm_shared import ask, ordered_pairs, pair_line, prefill, run_pairs, sharing_groups
@@ -139,7 +139,7 @@ class MadeUpSharedStoreFleet:
 
     def completion(self, rig: str, prompt: str) -> None:
         tokens = len(prompt) // 4
-        if rig in self.already_warm:  # it had the prompt before: in its pool and in the store
+        if rig in self.already_warm and prompt != LOGPROBS_WARMUP_PROMPT:  # it had the prompt before: pool and store
             self.already_warm.discard(rig)
             self.gpu[rig].add(prompt)
             self.store_of(rig).add(prompt)
@@ -181,8 +181,22 @@ def test_each_rig_is_asked_what_the_other_prefilled_and_proves_it_by_its_own_cou
         assert proof.gpu_hits == 0 and proof.external_hits == pair.asked.prompt_tokens[0] > 0
         assert [check.same for check in pair.asked.greedy] == [True]
     # the prompts were salted afresh for each pair: the same body seed, another session
-    prompts = [body["prompt"] for server in fleet.servers.values() for body in server.completions]
+    prompts = [body["prompt"] for server in fleet.servers.values() for body in server.completions[1:]]
     assert len(set(prompts)) == 2 and all(prompt.startswith("Session ") for prompt in prompts)
+
+
+def test_each_rig_gets_one_unmeasured_logprobs_request_before_any_pair_and_sharing_no_prefix():
+    """vLLM CPU compiles its logprobs path at the first request asking for them (10.7 s in the lab): that lands in
+    a one-token warm-up of each rig, not in the first pair's TTFT."""
+    with ExitStack() as stack:
+        fleet = MadeUpSharedStoreFleet(stack)
+        pairs = fleet.run()
+    for server in fleet.servers.values():
+        first, *measured = server.completions
+        assert first["prompt"] == LOGPROBS_WARMUP_PROMPT and first["max_tokens"] == 1
+        assert first["logprobs"] == SETTINGS.top_logprobs > 0
+        assert measured and all(body["prompt"][0] != LOGPROBS_WARMUP_PROMPT[0] for body in measured)
+    assert [len(pair.prefill.prompt_tokens) + len(pair.asked.prompt_tokens) for pair in pairs] == [2, 2]
 
 
 def test_rigs_with_stores_of_their_own_are_retrieved_but_unused():

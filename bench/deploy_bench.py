@@ -35,6 +35,9 @@ import requests
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO_ROOT))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from pyinfra_timeline import Timeline, run_timed  # noqa: E402
 
 from rigkit.fleet.pyinfra_args import pyinfra_executable  # noqa: E402
 from rigkit.lab.pyinfra_output import parse_results  # noqa: E402
@@ -100,14 +103,22 @@ def pyinfra(rigs: list[RigState], deploy: str, *data: str) -> tuple[float, str]:
         args += ["--limit", rig.name]
     for item in data:
         args += ["--data", item]
-    started = time.monotonic()
-    result = subprocess.run(args + [str(INVENTORY), deploy], cwd=REPO_ROOT, capture_output=True, text=True)
-    elapsed = time.monotonic() - started
-    output = result.stdout + result.stderr
-    if result.returncode != 0:
+    timeline = run_timed(args + [str(INVENTORY), deploy], cwd=str(REPO_ROOT))
+    output = timeline.output
+    if timeline.returncode != 0:
         raise SystemExit(f"pyinfra {deploy} failed on {[r.name for r in rigs]}:\n{output[-4000:]}")
+    LAST_TIMELINE[0] = timeline
     total = parse_results(output).get("Grand total")
-    return elapsed, ("changed" if total and total.success else "no change" if total else "?")
+    return timeline.wall_s, ("changed" if total and total.success else "no change" if total else "?")
+
+
+# the last pyinfra run's timeline, for the profile lines
+LAST_TIMELINE: list[Timeline] = [Timeline((), 0.0, 0)]
+
+
+def load_average() -> str:
+    one, five, fifteen = os.getloadavg()
+    return f"load average {one:.1f} / {five:.1f} / {fifteen:.1f} (1 / 5 / 15 min) on {os.cpu_count()} cores"
 
 
 def remove_stack(rig: RigState) -> None:
@@ -184,7 +195,10 @@ def main() -> int:
     rigs = [by_name[name] for name in names]
     release_1, release_2 = state.serving_image["releases"]["1"], state.serving_image["releases"]["2"]
     rows: list[Row] = []
+    profiles: list[tuple[str, str]] = []  # (run, where its wall time went)
     counts = sorted({1, min(2, len(rigs)), len(rigs)})
+    load_at_start = load_average()
+    progress(f"rigs {', '.join(names)}; {load_at_start}")
 
     first: dict[int, float] = {}
     noop: dict[int, float] = {}
@@ -205,6 +219,7 @@ def main() -> int:
             progress(f"no-op re-deploy and pyinfra's floor on {count} rig(s), {attempt + 1}/{args.repeat}")
             seconds, outcome = pyinfra(group, "deploy.py", f"serving_image={release_1}")
             samples.append(seconds)
+            profiles.append((f"no-op, {count} rig(s), run {attempt + 1}", LAST_TIMELINE[0].summary()))
             floor_samples.append(floor(group))
         noop[count], floors[count] = statistics.median(samples), statistics.median(floor_samples)
         rows.append(Row("no-op re-deploy", count, noop[count], f"{outcome}; median of {args.repeat}"))
@@ -220,6 +235,7 @@ def main() -> int:
     since = rig_shell(rig, "date +%s").strip()
     with Availability(rig) as availability:
         upgrade_s, _ = pyinfra([rig], "deploy.py", f"serving_image={release_2}")
+    profiles.append(("upgrade 1 -> 2", LAST_TIMELINE[0].summary()))
     upgrade_pulls = image_pulls(rig, since)
     upgrade_overhead = upgrade_s - availability.longest
     rows.append(
@@ -236,6 +252,7 @@ def main() -> int:
     since = rig_shell(rig, "date +%s").strip()
     with Availability(rig) as availability:
         rollback_s, _ = pyinfra([rig], "rollback.py")
+    profiles.append(("rollback to 1", LAST_TIMELINE[0].summary()))
     pulls = image_pulls(rig, since)
     serving = rig_shell(rig, f"docker inspect --format '{{{{.Config.Image}}}}' {CONTAINER_NAME}").strip()
     overhead = rollback_s - availability.longest
@@ -251,17 +268,20 @@ def main() -> int:
     )
 
     ram_gib = round(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30)
-    load = os.getloadavg()[0]
     print(
-        f"\nmachine: {platform.node()} {platform.machine()}, {os.cpu_count()} cores, {ram_gib} GiB RAM, "
-        f"load {load:.1f} at the end (wall times on a shared machine are noisy; round trips are not); "
-        f"rigs {', '.join(names)}"
+        f"\nmachine: {platform.node()} {platform.machine()}, {os.cpu_count()} cores, {ram_gib} GiB RAM; "
+        f"rigs {', '.join(names)}\n  at the start: {load_at_start}\n  at the end:   {load_average()}\n"
+        "  (a load above the core count means other work shared the cores: wall times are then noisy, "
+        "round trips are not)"
     )
     print(f"{'measurement':<36} {'rigs':>4} {'seconds':>8}  note")
     for row in rows:
         print(f"{row.what:<36} {row.rigs:>4} {row.seconds:>8.1f}  {row.note}")
+    print("\nwhere the wall time went (seconds per pyinfra phase; bench/pyinfra_timeline.py):")
+    for what, summary in profiles:
+        print(f"  {what}: {summary}")
     top = counts[-1]
-    print("\ntargets (issue 26):")
+    print("\ntargets (issue 26), each beside the figure it is judged against, from this run:")
     print(
         verdict(
             f"no-op fact round trips per rig <= {NOOP_ROUND_TRIPS}",
@@ -291,14 +311,16 @@ def main() -> int:
         verdict(
             f"rollback overhead <= {OVERHEAD_S:g} s, 0 bytes pulled",
             overhead <= OVERHEAD_S and not pulls,
-            f"{overhead:.1f} s, {len(pulls)} pulls",
+            f"{overhead:.1f} s = wall {rollback_s:.1f} s less the engine's down+up+start "
+            f"{rollback_s - overhead:.1f} s; {len(pulls)} pulls",
         )
     )
     print(
         verdict(
             f"upgrade (image on the rig) overhead <= {OVERHEAD_S:g} s, 0 bytes pulled",
             upgrade_overhead <= OVERHEAD_S and not upgrade_pulls,
-            f"{upgrade_overhead:.1f} s, {len(upgrade_pulls)} pulls",
+            f"{upgrade_overhead:.1f} s = wall {upgrade_s:.1f} s less the engine's down+up+start "
+            f"{upgrade_s - upgrade_overhead:.1f} s; {len(upgrade_pulls)} pulls",
         )
     )
     print("  (no-op >= 5x faster than Ansible's deploy play: bench/peer_bench.py, which runs the play)")

@@ -44,8 +44,10 @@ def test_the_survey_is_one_round_trip_and_each_field_is_what_its_fact_reads_alon
     }
     assert state.os_release == alone["os_release"]["release_meta"] and state.os_release["ID"]
     assert state.meminfo.keys() == alone["meminfo"].keys() and state.meminfo["MemTotal"] == alone["meminfo"]["MemTotal"]
-    for field in ("shm_bytes", "docker_cli", "compose_command", "stack_containers", "local_images"):
+    for field in ("shm_bytes", "docker_cli", "compose_command", "stack_containers"):
         assert getattr(state, field) == (alone[field] or type(getattr(state, field))()), field
+    # the engine lists images created in the same second in no fixed order (a shared engine tags several at once)
+    assert sorted(state.local_images) == sorted(alone["local_images"] or [])
 
 
 def test_what_nothing_declared_asks_for_is_not_read():

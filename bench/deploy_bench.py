@@ -11,7 +11,8 @@
   engine (`docker events`), which must be none (0 bytes); the upgrade's overhead likewise (release 2 is put on
   the rig first, so the upgrade pulls nothing either);
 - pyinfra's floor (`pyinfra INVENTORY fact server.Hostname`) on 1 and N rigs in the same run, and the fact round
-  trips of a no-op on one rig (`-vvv`'s "Loaded fact" lines: deterministic, unlike wall time on a shared machine).
+  trips of a no-op on one rig (the lock's channel, which carries the survey, and each command `-vvv` logs:
+  deterministic, unlike wall time on a shared machine).
 Each step prints a line as it starts; the end prints every target with met / NOT MET and its figure.
 
 Rigs are host-network lab rigs named with --rigs (default: the last four host-network rigs of the lab);
@@ -35,6 +36,9 @@ import requests
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO_ROOT))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from pyinfra_timeline import Timeline, run_timed  # noqa: E402
 
 from rigkit.fleet.pyinfra_args import pyinfra_executable  # noqa: E402
 from rigkit.lab.pyinfra_output import parse_results  # noqa: E402
@@ -49,7 +53,8 @@ POLL_S = 0.2
 NOOP_VS_FLOOR = 2.0  # a no-op within this many times pyinfra's one-fact floor, on 1 and on N rigs
 SCALING_N_VS_1 = 1.2  # a no-op on N rigs within this many times one rig
 OVERHEAD_S = 3.0  # a rollback's (and an upgrade's, image on the rig) overhead on top of down+up+start
-NOOP_ROUND_TRIPS = 2  # fact round trips per rig in a no-op
+NOOP_ROUND_TRIPS = 2  # round trips per rig in a no-op, the lock's channel included
+LOCK_CHANNEL = 1  # the rig lock's channel: the survey's one round trip
 FLOOR_FACT = "server.Hostname"
 
 
@@ -78,14 +83,15 @@ def floor(rigs: list[RigState]) -> float:
 
 
 def noop_round_trips(rig: RigState) -> int:
-    """Fact round trips of a no-op deploy on one rig, counted in pyinfra -vvv's output."""
+    """Round trips of a no-op deploy on one rig: the rig lock's channel, which carries the survey (roles.rig_lock),
+    and each command pyinfra -vvv logs (">>> ": in a no-op, the operations' one fact batch)."""
     result = subprocess.run(
         [pyinfra_executable(), "-y", "-vvv", "--limit", rig.name, str(INVENTORY), "deploy.py"],
         cwd=REPO_ROOT,
         capture_output=True,
         text=True,
     )
-    return (result.stdout + result.stderr).count("Loaded fact")
+    return LOCK_CHANNEL + (result.stdout + result.stderr).count(">>> ")
 
 
 def rig_shell(rig: RigState, command: str) -> str:
@@ -100,14 +106,22 @@ def pyinfra(rigs: list[RigState], deploy: str, *data: str) -> tuple[float, str]:
         args += ["--limit", rig.name]
     for item in data:
         args += ["--data", item]
-    started = time.monotonic()
-    result = subprocess.run(args + [str(INVENTORY), deploy], cwd=REPO_ROOT, capture_output=True, text=True)
-    elapsed = time.monotonic() - started
-    output = result.stdout + result.stderr
-    if result.returncode != 0:
+    timeline = run_timed(args + [str(INVENTORY), deploy], cwd=str(REPO_ROOT))
+    output = timeline.output
+    if timeline.returncode != 0:
         raise SystemExit(f"pyinfra {deploy} failed on {[r.name for r in rigs]}:\n{output[-4000:]}")
+    LAST_TIMELINE[0] = timeline
     total = parse_results(output).get("Grand total")
-    return elapsed, ("changed" if total and total.success else "no change" if total else "?")
+    return timeline.wall_s, ("changed" if total and total.success else "no change" if total else "?")
+
+
+# the last pyinfra run's timeline, for the profile lines
+LAST_TIMELINE: list[Timeline] = [Timeline((), 0.0, 0)]
+
+
+def load_average() -> str:
+    one, five, fifteen = os.getloadavg()
+    return f"load average {one:.1f} / {five:.1f} / {fifteen:.1f} (1 / 5 / 15 min) on {os.cpu_count()} cores"
 
 
 def remove_stack(rig: RigState) -> None:
@@ -184,7 +198,10 @@ def main() -> int:
     rigs = [by_name[name] for name in names]
     release_1, release_2 = state.serving_image["releases"]["1"], state.serving_image["releases"]["2"]
     rows: list[Row] = []
+    profiles: list[tuple[str, str]] = []  # (run, where its wall time went)
     counts = sorted({1, min(2, len(rigs)), len(rigs)})
+    load_at_start = load_average()
+    progress(f"rigs {', '.join(names)}; {load_at_start}")
 
     first: dict[int, float] = {}
     noop: dict[int, float] = {}
@@ -205,13 +222,14 @@ def main() -> int:
             progress(f"no-op re-deploy and pyinfra's floor on {count} rig(s), {attempt + 1}/{args.repeat}")
             seconds, outcome = pyinfra(group, "deploy.py", f"serving_image={release_1}")
             samples.append(seconds)
+            profiles.append((f"no-op, {count} rig(s), run {attempt + 1}", LAST_TIMELINE[0].summary()))
             floor_samples.append(floor(group))
         noop[count], floors[count] = statistics.median(samples), statistics.median(floor_samples)
         rows.append(Row("no-op re-deploy", count, noop[count], f"{outcome}; median of {args.repeat}"))
         rows.append(Row(f"pyinfra floor (fact {FLOOR_FACT})", count, floors[count], f"median of {args.repeat}"))
 
     rig = rigs[0]
-    progress(f"fact round trips of a no-op on {rig.name} (pyinfra -vvv)")
+    progress(f"round trips of a no-op on {rig.name} (pyinfra -vvv)")
     round_trips = noop_round_trips(rig)
 
     progress(f"upgrade release 1 -> 2 on {rig.name} (release 2 put on the rig first: no pull is timed)")
@@ -220,6 +238,7 @@ def main() -> int:
     since = rig_shell(rig, "date +%s").strip()
     with Availability(rig) as availability:
         upgrade_s, _ = pyinfra([rig], "deploy.py", f"serving_image={release_2}")
+    profiles.append(("upgrade 1 -> 2", LAST_TIMELINE[0].summary()))
     upgrade_pulls = image_pulls(rig, since)
     upgrade_overhead = upgrade_s - availability.longest
     rows.append(
@@ -236,6 +255,7 @@ def main() -> int:
     since = rig_shell(rig, "date +%s").strip()
     with Availability(rig) as availability:
         rollback_s, _ = pyinfra([rig], "rollback.py")
+    profiles.append(("rollback to 1", LAST_TIMELINE[0].summary()))
     pulls = image_pulls(rig, since)
     serving = rig_shell(rig, f"docker inspect --format '{{{{.Config.Image}}}}' {CONTAINER_NAME}").strip()
     overhead = rollback_s - availability.longest
@@ -251,20 +271,23 @@ def main() -> int:
     )
 
     ram_gib = round(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30)
-    load = os.getloadavg()[0]
     print(
-        f"\nmachine: {platform.node()} {platform.machine()}, {os.cpu_count()} cores, {ram_gib} GiB RAM, "
-        f"load {load:.1f} at the end (wall times on a shared machine are noisy; round trips are not); "
-        f"rigs {', '.join(names)}"
+        f"\nmachine: {platform.node()} {platform.machine()}, {os.cpu_count()} cores, {ram_gib} GiB RAM; "
+        f"rigs {', '.join(names)}\n  at the start: {load_at_start}\n  at the end:   {load_average()}\n"
+        "  (a load above the core count means other work shared the cores: wall times are then noisy, "
+        "round trips are not)"
     )
     print(f"{'measurement':<36} {'rigs':>4} {'seconds':>8}  note")
     for row in rows:
         print(f"{row.what:<36} {row.rigs:>4} {row.seconds:>8.1f}  {row.note}")
+    print("\nwhere the wall time went (seconds per pyinfra phase; bench/pyinfra_timeline.py):")
+    for what, summary in profiles:
+        print(f"  {what}: {summary}")
     top = counts[-1]
-    print("\ntargets (issue 26):")
+    print("\ntargets (issue 26), each beside the figure it is judged against, from this run:")
     print(
         verdict(
-            f"no-op fact round trips per rig <= {NOOP_ROUND_TRIPS}",
+            f"no-op round trips per rig <= {NOOP_ROUND_TRIPS} (the lock's channel with the survey, commands)",
             round_trips <= NOOP_ROUND_TRIPS,
             f"{round_trips} (pyinfra -vvv on {rig.name})",
         )
@@ -291,14 +314,16 @@ def main() -> int:
         verdict(
             f"rollback overhead <= {OVERHEAD_S:g} s, 0 bytes pulled",
             overhead <= OVERHEAD_S and not pulls,
-            f"{overhead:.1f} s, {len(pulls)} pulls",
+            f"{overhead:.1f} s = wall {rollback_s:.1f} s less the engine's down+up+start "
+            f"{rollback_s - overhead:.1f} s; {len(pulls)} pulls",
         )
     )
     print(
         verdict(
             f"upgrade (image on the rig) overhead <= {OVERHEAD_S:g} s, 0 bytes pulled",
             upgrade_overhead <= OVERHEAD_S and not upgrade_pulls,
-            f"{upgrade_overhead:.1f} s, {len(upgrade_pulls)} pulls",
+            f"{upgrade_overhead:.1f} s = wall {upgrade_s:.1f} s less the engine's down+up+start "
+            f"{upgrade_s - upgrade_overhead:.1f} s; {len(upgrade_pulls)} pulls",
         )
     )
     print("  (no-op >= 5x faster than Ansible's deploy play: bench/peer_bench.py, which runs the play)")

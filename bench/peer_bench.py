@@ -40,7 +40,7 @@ BENCH_DIR = Path(__file__).resolve().parent
 sys.path.insert(0, str(BENCH_DIR))
 
 import ansible_peer  # noqa: E402
-from deploy_bench import INVENTORY, REPO_ROOT, Availability, pyinfra, rig_shell  # noqa: E402
+from deploy_bench import INVENTORY, REPO_ROOT, Availability, load_average, progress, pyinfra, rig_shell  # noqa: E402
 
 from rigkit.errors import ConfigError  # noqa: E402
 from rigkit.fleet.inventory import load_inventory  # noqa: E402
@@ -345,13 +345,15 @@ def main() -> int:
     names = [rig.name for rig in rigs]
     knob_name, knob_value = parse_knob(args.knob)
 
-    print(f"ansible-core: {ansible_peer.pinned_requirement()} in {ansible_peer.VENV_DIR}", flush=True)
+    load_at_start = load_average()
+    progress(f"rigs {', '.join(names)}; {load_at_start}")
+    progress(f"ansible-core: {ansible_peer.pinned_requirement()} in {ansible_peer.VENV_DIR}")
     playbook = ansible_peer.ensure_ansible()
     hosts = load_inventory(str(INVENTORY))
     baseline = {name: (hosts[name]["data"], rig_settings(hosts[name]["data"])) for name in names}
     changed = knob_changed(baseline[names[0]][0], knob_name, knob_value)
 
-    print(f"converging {', '.join(names)} with rigkit's deploy (release 1)", flush=True)
+    progress(f"converging {', '.join(names)} with rigkit's deploy (release 1)")
     rigkit_deploy(rigs)
     inventory_file = ansible_peer.write_inputs(baseline)
 
@@ -362,7 +364,9 @@ def main() -> int:
         for attempt in range(args.repeat):
             for count in counts:
                 group = rigs[:count]
-                print(f"run {attempt + 1}/{args.repeat}, {count} rig(s)", flush=True)
+                progress(
+                    f"run {attempt + 1}/{args.repeat}, {count} rig(s): pyinfra's floor, rigkit, Ansible cold, warm"
+                )
                 results.add(FLOOR, count, pyinfra_floor(group))
                 results.add(RIGKIT, count, rigkit_deploy(group))
                 control_dir = control_root / f"{attempt}-{count}"
@@ -372,7 +376,7 @@ def main() -> int:
                 ansible_peer.close_masters(control_dir)
 
         rig, data = rigs[0], baseline[names[0]][0]
-        print(f"knob change on {rig.name}: Ansible sets {knob_name}={knob_value}, rigkit sets it back", flush=True)
+        progress(f"knob change on {rig.name}: Ansible sets {knob_name}={knob_value}, rigkit sets it back")
         changed_inventory = ansible_peer.write_inputs({rig.name: (data, changed)}, ansible_peer.GENERATED_DIR / "knob")
         control_dir = control_root / "knob"
         control_dir.mkdir()
@@ -396,7 +400,8 @@ def main() -> int:
     ram_gib = round(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30)
     print(
         f"\nmachine: {platform.node()} {platform.machine()}, {os.cpu_count()} cores, {ram_gib} GiB RAM; "
-        f"rigs {', '.join(names)}; {ansible_peer.pinned_requirement()}"
+        f"rigs {', '.join(names)}; {ansible_peer.pinned_requirement()}\n  at the start: {load_at_start}\n"
+        f"  at the end:   {load_average()}\n  (a load above the core count means other work shared the cores)"
     )
     print(format_table(results, args.repeat))
     print(

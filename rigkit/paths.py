@@ -8,6 +8,9 @@ from typing import Optional
 from rigkit.settings.variables import check_of
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
+# The deploy files at the repository's root: every rig's deploy, and the rollback to the previous release.
+DEFAULT_DEPLOY = "deploy.py"
+ROLLBACK_DEPLOY = "rollback.py"
 TEMPLATES_DIR = REPO_ROOT / "templates"
 PROFILES_FILE = REPO_ROOT / "profiles.yaml"
 FILES_DIR = Path(__file__).resolve().parent / "files"  # uploaded to the rig as they are

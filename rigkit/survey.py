@@ -15,7 +15,7 @@ from typing import Any, Optional
 from pyinfra.api.host import Host
 from pyinfra.facts.server import LinuxDistribution, Which
 
-from rigkit.facts.batch import FactSpec, facts_now
+from rigkit.facts.batch import FactBatch, FactSpec, each_missing_alone, facts_now
 from rigkit.facts.disk import BlockDeviceProbe, DiskFree, MountedFilesystem
 from rigkit.facts.docker import ComposeCommand, DockerEngine, DockerImagePresent, DockerLocalImages
 from rigkit.facts.firewall import FirewallTrace, NetworkNamespace, SshConnection, trace_kwargs
@@ -148,3 +148,22 @@ def read_rig_state(host: Host, rig: RigSettings) -> RigState:
     specs = survey_specs(rig)
     values = facts_now(host, specs.values())
     return state_from({field: values[spec] for field, spec in specs.items()})
+
+
+class SurveyScript:
+    """The survey as one shell script another command runs on the rig (roles.rig_lock runs it right after the
+    lock is taken, in the lock's own SSH channel: no round trip of its own), and its output read back.
+
+    The script prints the batch's output, then ``end_line``; ``state`` reads each fact the output lacks (a
+    failed command, no output at all) on its own through pyinfra, as ``read_rig_state`` would."""
+
+    def __init__(self, rig: RigSettings):
+        self.rig = rig
+        self.specs = survey_specs(rig)
+        self.batch = FactBatch()
+        self.script = self.batch.command(facts=tuple(dict.fromkeys(self.specs.values())))
+        self.end_line = f"{self.batch._marker} end"
+
+    def state(self, host: Host, output: list[str]) -> RigState:
+        values = each_missing_alone(host, self.specs.values(), self.batch.process(output))
+        return state_from({field: values[spec] for field, spec in self.specs.items()})

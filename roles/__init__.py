@@ -45,6 +45,8 @@ class Run:
     # The role that refused this rig (its failing operation says why): no later role runs.
     refused_by: Optional[str] = None
     survey: Optional[RigState] = None
+    # rig_lock reads the survey in the lock's own channel, right after the lock is held (deploy_rig asks it)
+    survey_with_lock: bool = False
 
     def rig_state(self, settings: RigSettings) -> RigState:
         """The rig survey: read once per run, in one round trip, before any operation ran."""
@@ -68,6 +70,7 @@ def deploy_rig(settings: RigSettings, names: Sequence[str] = PIPELINE, run: Opti
     read right after the lock is held, so every plan is made from the state the previous deploy left; the
     operations read the facts they need in one round trip when they run (rigkit.facts.surveyed)."""
     run = Run() if run is None else run
+    run.survey_with_lock = True
     serve_operation_facts(host, operation_reads(settings, names))
     for name in names:
         role = getattr(importlib.import_module(f"roles.{name}"), name)

@@ -30,6 +30,7 @@ from pyinfra.operations import python
 from rigkit.operations import refuse, say
 from rigkit.paths import RIG_STATE_DIR
 from rigkit.settings.hostdata import RigSettings
+from rigkit.survey import SurveyScript
 from roles import Run
 
 LOCK_FILE, HOLDER_FILE = "deploy.lock", "deploy.lock.holder"
@@ -95,14 +96,20 @@ def stale_reason(
     return None
 
 
-def lock_script(holder_fields: str, wait_s: int, state_dir: str = RIG_STATE_DIR) -> str:
+def lock_script(
+    holder_fields: str, wait_s: int, state_dir: str = RIG_STATE_DIR, survey: Optional[SurveyScript] = None
+) -> str:
     """Rig-side: take the flock (asking the controller what to do when it is held), then hold it until EOF.
 
     Protocol on stdout: "HELD <holder line>" (the controller answers "WAIT" or "TAKEOVER" on stdin),
-    then "LOCKED", or "TIMEOUT <holder line>" and exit status EXIT_TIMEOUT.
+    then "LOCKED", or "TIMEOUT <holder line>" and exit status EXIT_TIMEOUT. With ``survey``, the survey's
+    output and its end line follow "LOCKED": it runs once the flock is held, by the holder, so it reads
+    the state the previous deploy left, as a survey read after the lock would; its commands get neither
+    the controller's stdin nor the lock's descriptor (a process they leave behind cannot keep the lock).
     """
     lock_path, holder_path = f"{state_dir}/{LOCK_FILE}", f"{state_dir}/{HOLDER_FILE}"
-    return f"""set -u
+    return (
+        f"""set -u
 mkdir -p {state_dir} && exec 9>>{lock_path} || exit 4
 if ! flock -n 9; then
   echo "HELD $(cat {holder_path} 2>/dev/null)"
@@ -117,8 +124,11 @@ umask 077
 printf '%s\\n' "{holder_fields} started=$(date +%s) rig_pid=$$ command=$RIGKIT_LOCK_COMMAND" > {holder_path}
 chmod 600 {holder_path}
 echo LOCKED
-exec cat >/dev/null
 """
+        + (f"( set +u\n{survey.script}\n) </dev/null 2>/dev/null 9>&-\necho '{survey.end_line}'\n" if survey else "")
+        + """exec cat >/dev/null
+"""
+    )
 
 
 def this_command(argv: Optional[list[str]] = None) -> str:
@@ -127,6 +137,17 @@ def this_command(argv: Optional[list[str]] = None) -> str:
     argv = sys.argv if argv is None else argv
     files = [arg for arg in argv[1:] if arg.endswith(".py") and not arg.startswith("-") and "=" not in arg]
     return " ".join([os.path.basename(argv[0]) if argv else "?", *files]).replace("\n", " ")[:200]
+
+
+def survey_output(reader, end_line: str) -> Optional[list[str]]:
+    """The survey's lines up to its end line; None when the channel ended first (the lock is not held)."""
+    lines = []
+    for line in reader:
+        line = line.rstrip("\n")
+        if line == end_line:
+            return lines
+        lines.append(line)
+    return None
 
 
 # Channels that keep each rig's lock held until this process ends.
@@ -143,6 +164,7 @@ def rig_lock(rig: RigSettings, run: Run) -> None:
     ``run.refused_by``."""
     if host.name in _HELD:
         return
+    survey = SurveyScript(rig) if run.survey_with_lock and run.survey is None else None
     wait_s, stale_s = rig.rig_lock["rig_lock_wait_s"], rig.rig_lock["rig_lock_stale_s"]
     controller = socket.gethostname()
     client = getattr(host.connector, "client", None)
@@ -151,7 +173,9 @@ def rig_lock(rig: RigSettings, run: Run) -> None:
         return
     channel = client.get_transport().open_session()
     channel.settimeout(wait_s + CHANNEL_SLACK_S)
-    channel.exec_command(_wrap_for_host(lock_script(f"controller={controller} pid={os.getpid()}", wait_s)))
+    channel.exec_command(
+        _wrap_for_host(lock_script(f"controller={controller} pid={os.getpid()}", wait_s, survey=survey))
+    )
     reader = channel.makefile("r")
     first = reader.readline().strip()
     if first.startswith("HELD"):
@@ -165,6 +189,12 @@ def rig_lock(rig: RigSettings, run: Run) -> None:
             say(host, f"rig_lock: another deploy holds this rig ({who}); waiting up to {wait_s} s (rig_lock_wait_s)")
         channel.sendall(b"TAKEOVER\n" if reason else b"WAIT\n")
         first = reader.readline().strip()
+    if first == "LOCKED" and survey is not None:
+        output = survey_output(reader, survey.end_line)
+        if output is not None:
+            run.survey = survey.state(host, output)
+        else:
+            first = "the lock's holder ended during the survey"
     if first == "LOCKED":
         _HELD[host.name] = channel
         return

@@ -8,7 +8,7 @@ import subprocess
 import time
 from pathlib import Path
 
-from roles.rig_lock import EXIT_TIMEOUT, HOLDER_FILE, Holder, lock_script, stale_reason, this_command
+from roles.rig_lock import EXIT_TIMEOUT, HOLDER_FILE, Holder, lock_script, stale_reason, survey_output, this_command
 
 # The lock protocol, run for real: two "controllers" are two sh processes on this machine.
 
@@ -107,3 +107,44 @@ def test_the_holder_records_the_program_and_its_files_never_an_option_value():
         "rig1",
     ]
     assert this_command(argv) == "pyinfra inventory/lab.py deploy.py"
+
+
+class Survey:
+    """A survey script as roles.rig_lock runs it (rigkit.survey.SurveyScript's two attributes)."""
+
+    def __init__(self, script: str, end_line: str = "__survey_end__"):
+        self.script, self.end_line = script, end_line
+
+
+def test_the_survey_runs_in_the_lock_channel_once_the_lock_is_held_and_never_keeps_it(tmp_path):
+    # the survey reads stdin (cat), an unset variable (the lock script runs under set -u) and leaves a
+    # process behind (sleep): none may block the protocol, fail the survey or keep the lock
+    marker = tmp_path / "survey-ran"
+    script = f'cat; echo "unset:${{RIGKIT_NO_SUCH_VARIABLE}}"; touch {marker}; sleep 30 & echo line two'
+    survey = Survey(script)
+    first = subprocess.Popen(
+        ["sh", "-c", lock_script(f"controller=first pid={os.getpid()}", 5, str(tmp_path), survey=survey)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "RIGKIT_LOCK_COMMAND": "test first"},
+    )
+    assert first.stdout.readline().strip() == "LOCKED"
+    assert survey_output(first.stdout, survey.end_line) == ["unset:", "line two"]
+    assert marker.exists()
+    second = start_locker(tmp_path, "second", 30)
+    assert second.stdout.readline().startswith("HELD ")  # the holder still holds it after its survey
+    second.stdin.write("WAIT\n")
+    second.stdin.flush()
+    first.stdin.close()  # the controller's connection ends: the survey's sleep must not keep the lock
+    started = time.monotonic()
+    assert second.stdout.readline().strip() == "LOCKED"
+    assert time.monotonic() - started < 10
+    second.stdin.close()
+    second.wait(10)
+    first.wait(10)
+
+
+def test_a_survey_cut_short_means_no_lock():
+    assert survey_output(iter(["a\n", "b\n"]), "end") is None  # the holder's channel ended before the end line
+    assert survey_output(iter(["a\n", "end\n", "later\n"]), "end") == ["a"]

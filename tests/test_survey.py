@@ -46,8 +46,8 @@ def test_the_survey_is_one_round_trip_and_each_field_is_what_its_fact_reads_alon
     assert state.meminfo.keys() == alone["meminfo"].keys() and state.meminfo["MemTotal"] == alone["meminfo"]["MemTotal"]
     for field in ("shm_bytes", "docker_cli", "compose_command", "stack_containers"):
         assert getattr(state, field) == (alone[field] or type(getattr(state, field))()), field
-    # `docker images` lists two tags of one image created in the same second in either order
-    assert sorted(map(repr, state.local_images)) == sorted(map(repr, alone["local_images"] or [])), "local_images"
+    # the engine lists images created in the same second in no fixed order (a shared engine tags several at once)
+    assert sorted(state.local_images) == sorted(alone["local_images"] or [])
 
 
 def test_what_nothing_declared_asks_for_is_not_read():

@@ -32,11 +32,12 @@ import sys
 from pathlib import Path
 
 from rigkit.errors import ConfigError, RigkitError
-from rigkit.fleet.deploy import DEFAULT_DEPLOY, ROLLBACK_DEPLOY, fleet_deploy
+from rigkit.fleet.deploy import fleet_deploy
 from rigkit.fleet.outcome import DRY_RUN, OK
 from rigkit.fleet.pyinfra_args import data_pairs, is_dry_run, limit_from, split_limits
 from rigkit.fleet.table import format_table
 from rigkit.fleet.targets import select
+from rigkit.paths import DEFAULT_DEPLOY, ROLLBACK_DEPLOY
 from rigkit.rollout.drain import plain_run_note
 from rigkit.rollout.plan import ALL_AT_ONCE
 from rigkit.rollout.rollback import rolling_rollback_command

@@ -97,7 +97,14 @@ def facts_now(host: Host, specs: Iterable[FactSpec]) -> dict[FactSpec, Any]:
     """Each fact as ``host.get_fact`` reads it now (never from memory), several in one round trip."""
     specs = tuple(dict.fromkeys(specs))
     values = dict(host.get_fact(FactBatch, facts=specs) or {}) if len(specs) > 1 else {}
+    return each_missing_alone(host, specs, values)
+
+
+def each_missing_alone(host: Host, specs: Iterable[FactSpec], values: dict[FactSpec, Any]) -> dict[FactSpec, Any]:
+    """``values`` (a batch's) with every fact it lacks read on its own, so pyinfra reports and fails the host
+    exactly as it would have (a batch that failed as a whole: every fact alone)."""
+    values = dict(values)
     for spec in specs:
-        if spec not in values:  # a batch that failed as a whole: read each on its own
+        if spec not in values:
             values[spec] = host.get_fact(spec.fact, **dict(spec.kwargs))
     return values

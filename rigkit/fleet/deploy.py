@@ -16,14 +16,12 @@ from rigkit.fleet.outcome import DRY_RUN, OK, UNREACHABLE, RigOutcome, summarize
 from rigkit.fleet.pyinfra_args import is_dry_run, pyinfra_command
 from rigkit.fleet.targets import Targets
 from rigkit.model.fleet import stage_inventory
+from rigkit.paths import DEFAULT_DEPLOY
 from rigkit.remote.tunnel import connect_ssh
 from rigkit.router import is_gateway, refuse_router_on_controller
 from rigkit.serving.ledger import LEDGER_PATH, Ledger
 from rigkit.settings.defaults import ROUTER_VARIABLES
 from rigkit.settings.variables import resolve
-
-DEFAULT_DEPLOY = "deploy.py"
-ROLLBACK_DEPLOY = "rollback.py"
 
 
 def ledger_release(ledger_text: str) -> str:

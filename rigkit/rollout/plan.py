@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
 from rigkit.errors import ConfigError
-from rigkit.fleet.deploy import ROLLBACK_DEPLOY
+from rigkit.paths import ROLLBACK_DEPLOY
 from rigkit.settings.defaults import ROLLOUT_VARIABLES
 
 # Set by `rigkit deploy` for every pyinfra run it drives: deploy.py refuses a rollout's data without it.

@@ -34,10 +34,9 @@ from pathlib import Path
 from typing import Any, Mapping, Optional, Sequence
 
 from rigkit.errors import ConfigError
-from rigkit.fleet.deploy import ROLLBACK_DEPLOY
 from rigkit.fleet.pyinfra_args import is_dry_run, without_limits
 from rigkit.fleet.targets import Targets
-from rigkit.paths import ROLLOUTS_DIR
+from rigkit.paths import ROLLBACK_DEPLOY, ROLLOUTS_DIR
 from rigkit.rollout import drain as rollout_drain
 from rigkit.rollout.drain import ROUTER_DEFAULT_BATCH, routed_default, unreachable_router_fix
 from rigkit.rollout.plan import Stage, fleet_value, plan_stages, refuse_rollout_options

@@ -47,7 +47,6 @@ from pathlib import Path
 from typing import Any, Mapping, Optional, Sequence
 
 from rigkit.errors import ConfigError
-from rigkit.fleet.deploy import DEFAULT_DEPLOY, ROLLBACK_DEPLOY
 from rigkit.fleet.inventory import rigs_among, targeted
 from rigkit.fleet.outcome import OK
 from rigkit.fleet.pyinfra_args import (
@@ -59,7 +58,7 @@ from rigkit.fleet.pyinfra_args import (
 )
 from rigkit.fleet.targets import Targets, select
 from rigkit.model.fleet import stage_inventory
-from rigkit.paths import ROLLOUTS_DIR
+from rigkit.paths import DEFAULT_DEPLOY, ROLLBACK_DEPLOY, ROLLOUTS_DIR
 from rigkit.rollout import drain as rollout_drain
 from rigkit.rollout.drain import ROUTER_DEFAULT_BATCH, gateways_left_note, routed_default, unreachable_router_fix
 from rigkit.rollout.plan import (

@@ -14,9 +14,7 @@ is 110 GiB (docker/go-units RAMInBytes); disk knobs (l2_budget_gb) count GB (10^
 from __future__ import annotations
 
 import math
-from typing import Mapping, Optional, Sequence
-
-from rigkit.validation.card.schema import Capacity, CapacityTier  # not the package: its renderers load plotting
+from typing import Optional
 
 GB = 10**9
 GIB = 2**30
@@ -52,22 +50,6 @@ def capacity_line(l1_gib: Optional[float], l2_gb: Optional[float], kv_bytes_per_
     if not tiers:
         return f"no KV tier beyond the GPU ({per_token})"
     return " | ".join(tiers) + f" ({per_token})"
-
-
-def capacity_from(
-    bytes_grown: int, tokens_stored: int, source: str, tier_sizes: Mapping[str, int], session_sizes: Sequence[int]
-) -> Capacity:
-    """KB/token from measured growth, and how many sessions of each size every tier holds."""
-    if bytes_grown <= 0 or tokens_stored <= 0:
-        return Capacity(bytes_grown=bytes_grown, tokens_stored=tokens_stored, source=source + " (no growth seen)")
-    per_token = bytes_grown / tokens_stored
-    tiers = [
-        CapacityTier(name=name, size_bytes=size, sessions={str(s): size / (per_token * s) for s in session_sizes})
-        for name, size in tier_sizes.items()
-    ]
-    return Capacity(
-        kb_per_token=per_token / KB, bytes_grown=bytes_grown, tokens_stored=tokens_stored, source=source, tiers=tiers
-    )
 
 
 # Bytes of one KV element in vLLM 0.26's cache (vllm/utils/torch_utils.py STR_DTYPE_TO_TORCH_DTYPE); "auto"

@@ -28,9 +28,9 @@ from rigkit.errors import ConfigError
 from rigkit.remote.client import Measured, ServingClient, ServingError, measure, prefill_timeout
 from rigkit.settings.defaults import CALIBRATION_MIN_TOKENS
 from rigkit.settings.defaults import VALIDATION_VARIABLES as VARIABLES
-from rigkit.settings.sizing import capacity_from
+from rigkit.settings.sizing import KB
 from rigkit.settings.variables import resolve
-from rigkit.validation.card import Capacity, GreedyCheck, StatModel, TierProof, TierResult, TTFTPair
+from rigkit.validation.card import Capacity, CapacityTier, GreedyCheck, StatModel, TierProof, TierResult, TTFTPair
 from rigkit.validation.greedy import SERVED_BUT_WRONG, Completion, compare_greedy, judge  # noqa: F401  (compare_greedy: its API)  # noqa: F401  (compare_greedy: its API)
 from rigkit.validation.metrics import Snapshot, require_prefix_counters
 from rigkit.validation.prompts import Prompt, PromptSpec
@@ -44,6 +44,22 @@ CONTEXT_SLACK_TOKENS = 64
 CALIBRATION_FRACTION = 0.25
 # A one-token request asking for logprobs, sent before anything is timed (see validate_tiers).
 LOGPROBS_WARMUP_PROMPT = "Warm-up of the logprobs path."
+
+
+def capacity_from(
+    bytes_grown: int, tokens_stored: int, source: str, tier_sizes: Mapping[str, int], session_sizes: Sequence[int]
+) -> Capacity:
+    """KB/token from measured growth, and how many sessions of each size every tier holds."""
+    if bytes_grown <= 0 or tokens_stored <= 0:
+        return Capacity(bytes_grown=bytes_grown, tokens_stored=tokens_stored, source=source + " (no growth seen)")
+    per_token = bytes_grown / tokens_stored
+    tiers = [
+        CapacityTier(name=name, size_bytes=size, sessions={str(s): size / (per_token * s) for s in session_sizes})
+        for name, size in tier_sizes.items()
+    ]
+    return Capacity(
+        kb_per_token=per_token / KB, bytes_grown=bytes_grown, tokens_stored=tokens_stored, source=source, tiers=tiers
+    )
 
 
 @dataclass

@@ -8,7 +8,6 @@ import pytest
 
 from rigkit.settings.hostdata import settings_for_host
 from rigkit.settings.sizing import (
-    capacity_from,
     capacity_line,
     gpu_kv_bytes_per_token,
     required_mem_limit_gib,
@@ -142,16 +141,3 @@ def test_engine_settings_leave_the_memory_limit_to_l1_model_and_headroom():
         **SHAPE,
     )
     assert engine.knobs["mem_limit_gb"] == plain.knobs["mem_limit_gb"] == 110
-
-
-def test_capacity_from_measured_growth_and_sessions_per_tier():
-    # the user's card: 36,721 tokens -> 4.6 GB on disk; an L1 of 30 GB and an L2 of 1 TB
-    capacity = capacity_from(
-        4_600_000_000, 36_721, "L2 dir growth", {"L1 30 GB": 30 * 10**9, "L2 1 TB": 10**12}, [50_000, 262_144]
-    )
-    assert capacity.kb_per_token == pytest.approx(125.3, abs=0.1)
-    l1, l2 = capacity.tiers
-    assert l1.sessions["50000"] == pytest.approx(30e9 / (4.6e9 / 36_721 * 50_000))
-    assert 4 < l1.sessions["50000"] < 5 and 150 < l2.sessions["50000"] < 165
-    empty = capacity_from(0, 36_721, "L2 dir growth", {}, [50_000])
-    assert empty.kb_per_token is None and "no growth" in empty.source

@@ -21,7 +21,13 @@ from rigkit.settings.defaults import REPLAY
 from rigkit.settings.defaults import VALIDATION_VARIABLES as VARIABLES
 from rigkit.validation.card.assemble import to_card
 from rigkit.validation.card.rig import render_rig_markdown
-from rigkit.validation.procedure import ValidationSettings, check_prompt_fits, compare_greedy, validate_tiers
+from rigkit.validation.procedure import (
+    ValidationSettings,
+    capacity_from,
+    check_prompt_fits,
+    compare_greedy,
+    validate_tiers,
+)
 from rigkit.validation.tiers import Tier
 
 
@@ -325,3 +331,16 @@ def test_prompts_that_cannot_fit_the_declared_context_are_refused_before_any_rig
         check_prompt_fits(ValidationSettings.from_data(data), 4096)
     assert caught.value.field == field and "4096" in caught.value.problem and "<=" in caught.value.fix
     check_prompt_fits(ValidationSettings.from_data(data), 8192)
+
+
+def test_capacity_from_measured_growth_and_sessions_per_tier():
+    # the user's card: 36,721 tokens -> 4.6 GB on disk; an L1 of 30 GB and an L2 of 1 TB
+    capacity = capacity_from(
+        4_600_000_000, 36_721, "L2 dir growth", {"L1 30 GB": 30 * 10**9, "L2 1 TB": 10**12}, [50_000, 262_144]
+    )
+    assert capacity.kb_per_token == pytest.approx(125.3, abs=0.1)
+    l1, l2 = capacity.tiers
+    assert l1.sessions["50000"] == pytest.approx(30e9 / (4.6e9 / 36_721 * 50_000))
+    assert 4 < l1.sessions["50000"] < 5 and 150 < l2.sessions["50000"] < 165
+    empty = capacity_from(0, 36_721, "L2 dir growth", {}, [50_000])
+    assert empty.kb_per_token is None and "no growth" in empty.source

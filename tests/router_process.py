@@ -81,15 +81,19 @@ class RouterProcess:
         return "\n".join(self.log.read_text(errors="replace").splitlines()[-lines:])
 
     def processed(self) -> dict[str, float]:
-        """Requests the router sent to each worker (its Prometheus counter), by worker URL."""
-        text = requests.get(f"http://127.0.0.1:{self.prometheus_port}/metrics", timeout=5).text
-        counts: dict[str, float] = {}
-        for line in text.splitlines():
-            if line.startswith(PROCESSED + "{"):
-                labels, _, value = line.rpartition(" ")
-                worker = labels.split('worker="', 1)[1].split('"', 1)[0]
-                counts[worker] = float(value)
-        return counts
+        return processed(self.prometheus_port)
+
+
+def processed(prometheus_port: int) -> dict[str, float]:
+    """Requests a router on this machine sent to each worker (its Prometheus counter), by worker URL."""
+    text = requests.get(f"http://127.0.0.1:{prometheus_port}/metrics", timeout=5).text
+    counts: dict[str, float] = {}
+    for line in text.splitlines():
+        if line.startswith(PROCESSED + "{"):
+            labels, _, value = line.rpartition(" ")
+            worker = labels.split('worker="', 1)[1].split('"', 1)[0]
+            counts[worker] = float(value)
+    return counts
 
 
 class Loops:

@@ -21,6 +21,7 @@ from rigkit.validation.card import L2Report, fmt_bytes
 
 # The janitor runs every few seconds: a store this much over its budget between two rounds is normal.
 L2_OVER_BUDGET_TOLERANCE = 0.05
+ROOT_MOUNT = "/"
 # A janitor whose status file is older than this is stuck (it writes one every round).
 L2_JANITOR_STALE_S = 60.0
 
@@ -84,12 +85,26 @@ def classify_l2(
     min_free_bytes: int,
     janitor_unit: Optional[str],
     now: Optional[float] = None,
+    shared: bool = False,
 ) -> L2Report:
     """The L2 tier's state from the rig's numbers. janitor_unit: the unit that must keep the store under its
-    budget (None when the connector evicts by itself). Worst first: full, janitor-down, unknown, low, over-budget."""
+    budget (None when the connector evicts by itself); shared: the store lives on the shared export (kv_share).
+    Worst first: export-unmounted, full, janitor-down, unknown, low, over-budget."""
     status = probe.janitor_status or {}
     mount = probe.mount or path
     found: list[tuple[str, str, str]] = []  # (state, level, problem with its fix)
+    if shared and probe.mount == ROOT_MOUNT:
+        # the export's mount point is a plain directory again: what the engine writes from now on (or from its next
+        # start, whose bind mount takes that directory) fills the rig's own root disk, and no other rig sees it
+        found.append(
+            (
+                "export-unmounted",
+                "fail",
+                f"shared KV export not mounted: the store {path} is on the rig's root filesystem: the engine's "
+                "writes fill the root disk and no other rig sees them; mount the export again (mount -a, or run "
+                "deploy.py), then restart the stack so its bind mount takes the export",
+            )
+        )
     free, store = probe.fs_free_bytes, probe.store_bytes
     if free is not None and free < min_free_bytes:
         why = (
@@ -209,4 +224,7 @@ def read_l2(shell: Callable[[str], Optional[str]], stack) -> Optional[L2Report]:
     path = stack.knobs["l2_path"]
     janitor_unit = L2_JANITOR_UNIT if stack.runs_l2_janitor else None
     probe = parse_l2_probe(shell(l2_probe_for(stack)) or "")
-    return classify_l2(probe, path, int(stack.knobs["l2_budget_gb"] * GB), L2_JANITOR_MIN_FREE_BYTES, janitor_unit)
+    budget = int(stack.knobs["l2_budget_gb"] * GB)
+    return classify_l2(
+        probe, path, budget, L2_JANITOR_MIN_FREE_BYTES, janitor_unit, shared=bool(stack.knobs["kv_share"])
+    )

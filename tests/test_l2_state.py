@@ -198,3 +198,52 @@ def test_probe_command_reads_a_real_filesystem_and_status_file(small_fs, tmp_pat
 
 def test_l2_probe_splits_at_newlines_only():
     assert parse_l2_probe("mount=/mnt/a\u2028b\nfs_free=5\n").mount == "/mnt/a\u2028b"
+
+
+def test_a_shared_store_on_the_root_filesystem_means_the_export_is_unmounted(small_fs, tmp_path):
+    """The probe run for real: a store on a mounted filesystem (the export) is fine; the same store once the export is
+    unmounted (its mount point a plain directory on "/") fails first, with the fix. A store of the rig's own may sit
+    on "/"."""
+    mounted, unmounted = small_fs / "kv", tmp_path / "kv-share" / "kv"
+    for store in (mounted, unmounted):
+        store.mkdir(parents=True)
+
+    def report(store, shared=True):
+        output = subprocess.run(["sh", "-c", l2_probe_command(str(store), UNIT, "/nonexistent")], capture_output=True)
+        parsed = parse_l2_probe(output.stdout.decode())
+        return classify_l2(parsed, str(store), BUDGET, 0, janitor_unit=None, shared=shared)
+
+    assert report(mounted).state != "export-unmounted"
+    if (
+        parse_l2_probe(
+            subprocess.run(
+                ["sh", "-c", l2_probe_command(str(unmounted), UNIT, "/x")], capture_output=True
+            ).stdout.decode()
+        ).mount
+        != "/"
+    ):
+        pytest.skip(f"{tmp_path} is not on the root filesystem here")
+    failed = report(unmounted)
+    assert (failed.state, failed.level) == ("export-unmounted", "fail")
+    assert failed.problems[0].startswith(f"shared KV export not mounted: the store {unmounted} is on the rig's root")
+    assert "mount the export again" in failed.problems[0]
+    assert report(unmounted, shared=False).state != "export-unmounted"
+
+
+def test_read_l2_of_a_shared_cpu_lab_stack_whose_export_is_a_plain_directory_on_root(tmp_path):
+    mount_point = tmp_path / "kv-share"  # never mounted: the export as it is once unmounted
+    (mount_point / "kv").mkdir(parents=True)
+    stack = settings_for_host(
+        {
+            "serving_profile": "cpu-lab",
+            "serving_port": 8104,
+            "serving_image": "127.0.0.1:5000/rigkit/vllm-cpu-tiny@sha256:" + "1" * 64,
+            "kv_share": True,
+            "kv_share_source": "nas:/export/rigkit-kv",
+            "kv_share_mount_point": str(mount_point),
+        }
+    )
+    report = read_l2(local_shell, stack)
+    if report.mount != "/":
+        pytest.skip(f"{tmp_path} is not on the root filesystem here")
+    assert (report.path, report.state, report.level) == (str(mount_point / "kv"), "export-unmounted", "fail")

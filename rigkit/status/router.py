@@ -23,6 +23,7 @@ from rigkit.router import CONTROLLER_HOST, ROUTER_UNIT
 
 UP, DOWN, DEGRADED = "up", "down", "degraded"
 HEALTHY, UNHEALTHY, LEFT_OUT = "healthy", "unhealthy", "left out"
+ERROR_CHARS = 160
 
 
 @dataclass
@@ -95,6 +96,16 @@ def ask_router(gateway: str, data: Mapping[str, Any]) -> dict[str, bool]:
         return {worker.url: worker.healthy for worker in RouterAdmin(url).workers()}
 
 
+def why_down(exc: Exception) -> str:
+    """The router's silence in a few words: refused, timed out, or the error cut short."""
+    text = str(exc)
+    if "[Errno 111]" in text or "Connection refused" in text:
+        return "connection refused"
+    if "timed out" in text.lower():
+        return "timed out"
+    return " ".join(text.split())[:ERROR_CHARS]
+
+
 def start_hint(gateway: str) -> str:
     if gateway == CONTROLLER_HOST:
         return "start the router you run on this machine (the lab's: rigkit lab up --router)"
@@ -113,7 +124,7 @@ def router_statuses(
         try:
             listed = ask(gateway, data)
         except Exception as exc:  # RouterError, the tunnel's own (paramiko): a router down must not stop the report
-            down = RouterStatus(gateway, url, answers=False, error=getattr(exc, "problem", None) or str(exc))
+            down = RouterStatus(gateway, url, answers=False, error=why_down(exc))
             down.rigs = {rig: "-" for rig in declared}
             down.actions.append(start_hint(gateway))
             found.append(down)

@@ -25,7 +25,7 @@ import time
 
 import pytest
 import requests
-from router_process import Loops, RouterProcess, processed
+from router_process import PROCESSED, WORKER_HEALTH, Loops, RouterProcess, per_worker
 from test_fleet_lab import models
 
 from rigkit.fleet.targets import select
@@ -35,7 +35,7 @@ from rigkit.lab.state import read_state, write_state
 from rigkit.paths import REPO_ROOT
 from rigkit.router import HEALTH_FLAGS, ROUTER_UNHEALTHY_WITHIN_S
 from rigkit.serving.render import CONTAINER_NAME
-from rigkit.status.router import DOWN, LEFT_OUT, UP, RouterStatus, router_statuses
+from rigkit.status.router import DOWN, LEFT_OUT, UNHEALTHY, UP, RouterStatus, router_statuses
 from rigkit.validation import metrics
 
 pytestmark = [pytest.mark.lab, pytest.mark.vllm]
@@ -62,7 +62,8 @@ class Load(Loops):
         self.router, self.model = router, model
         self.lock = threading.Lock()
         self.requests: list[tuple[float, float, str]] = []  # (start, end, "ok" or why it failed)
-        self.samples: list[tuple[float, dict[str, float]]] = []
+        self.samples: list[tuple[float, dict[str, float]]] = []  # the router's per-worker request counter
+        self.health: list[tuple[float, dict[str, float]]] = []  # its health checks' verdict per worker (1 or 0)
         super().__init__(*([self._client] * CLIENTS), self._watcher)
 
     def _client(self) -> None:
@@ -86,9 +87,13 @@ class Load(Loops):
     def _watcher(self) -> None:
         while not self.stopping.is_set():
             try:
-                self.samples.append((time.monotonic(), self.router.processed()))
+                series = self.router.series()
             except (requests.RequestException, ValueError):
                 pass
+            else:
+                now = time.monotonic()
+                self.samples.append((now, series[PROCESSED]))
+                self.health.append((now, series[WORKER_HEALTH]))
             self.stopping.wait(WATCH_GAP_S)
 
     def in_flight_at(self, moment: float) -> int:
@@ -107,6 +112,12 @@ class Load(Loops):
             if after < when <= until and counts.get(worker, 0.0) != previous:
                 last, previous = when, counts.get(worker, 0.0)
         return last
+
+    def marked(self, worker: str, healthy: bool, after: float) -> float | None:
+        """The first sample after ``after`` at which the router's health checks held the worker (un)healthy."""
+        return next(
+            (when for when, health in self.health if when > after and health.get(worker) == float(healthy)), None
+        )
 
     def first_change(self, worker: str, after: float) -> float | None:
         base = self.count(worker, after)
@@ -172,8 +183,8 @@ class LabRouter:
     url = lab_router_url()
 
     @staticmethod
-    def processed() -> dict[str, float]:
-        return processed(LAB_ROUTER_METRICS_PORT)
+    def series() -> dict[str, dict[str, float]]:
+        return per_worker(LAB_ROUTER_METRICS_PORT)
 
 
 @pytest.fixture()
@@ -196,6 +207,10 @@ def router_status_now() -> RouterStatus:
     """`rigkit status inventory/lab_router.py`'s router section, as the command computes it."""
     [status] = router_statuses(select(str(LAB_ROUTER_INVENTORY)).hosts)
     return status
+
+
+def offset(moment: float | None, origin: float) -> str:
+    return "never" if moment is None else f"{moment - origin:+.1f} s"
 
 
 def served_tokens(worker: str) -> float:
@@ -240,6 +255,7 @@ def test_a_whole_rig_stopped_mid_load_costs_its_in_flight_requests_and_comes_bac
         time.sleep(3)
     in_flight = load.in_flight_at(stopping)
     last_sent = load.last_change(dead, stopping, started)
+    marked_down, marked_up = load.marked(dead, False, stopping), load.marked(dead, True, started)
     sent = len(load.requests)
     failures = [(start - stopping, why) for start, _, why in load.requests if why != "ok"]
     print(
@@ -253,8 +269,14 @@ def test_a_whole_rig_stopped_mid_load_costs_its_in_flight_requests_and_comes_bac
         f"  docker stop {victim.container} took {stopped - stopping:.1f} s; the router last sent {victim.name} a "
         f"request {last_sent - stopping:+.1f} s from the stop (bound: the stop's end + {ROUTER_UNHEALTHY_WITHIN_S} s)"
     )
+    print(
+        f"  the router's health checks marked {victim.name} down {offset(marked_down, stopping)} from the stop "
+        f"(bound: its end + {ROUTER_UNHEALTHY_WITHIN_S} s) and up again {offset(marked_up, started)} from the start"
+    )
     print(f"  rigkit status while it was down: {' | '.join(down_status.lines())}")
     print(f"  rig started again; its first request through the router {back - started:+.1f} s from the start")
+    assert marked_down is not None and marked_down <= stopped + ROUTER_UNHEALTHY_WITHIN_S + SETTLE_S, marked_down
+    assert down_status.rigs[victim.name] == UNHEALTHY, down_status.lines()
     assert last_sent <= stopped + ROUTER_UNHEALTHY_WITHIN_S + SETTLE_S, "the router kept sending to the stopped rig"
     assert len(failures) <= in_flight, (in_flight, failures)
     assert all(offset <= stopped - stopping + ROUTER_UNHEALTHY_WITHIN_S + SETTLE_S for offset, _ in failures)

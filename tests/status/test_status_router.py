@@ -68,8 +68,10 @@ def test_a_router_that_does_not_answer_is_down_and_says_what_to_do(fleet):
     router.__exit__()
     [status] = router_statuses(hosts)
     assert (status.state, status.rigs) == (DOWN, {"rig1": "-", "rig2": "-"})
-    assert "unreachable" in status.error
-    assert status.lines()[0].startswith(f"router @local {router.url}: down (unreachable")
+    assert status.error == "connection refused"
+    assert status.lines()[0] == (
+        f"router @local {router.url}: down (connection refused): clients of the router get no answer"
+    )
     assert "rigkit lab up --router" in status.lines()[1]
     hosts["gw"] = {"data": {"ssh_hostname": "10.0.0.9"}, "groups": ["routers"]}
     assert router_status.start_hint("gw") == (

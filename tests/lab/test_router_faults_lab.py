@@ -15,6 +15,18 @@ stops sending within that bound; the other rig keeps serving; traffic comes back
 engine is healthy. Measured on the lab (2026-12-03, two runs): 114 and 122 sent, 0 failed, 2 in flight at the kill;
 the router last sent rig2 a request 3.7 and 2.8 s after the kill (bound 8 s) and again 74.4 and 46.6 s after it (the
 engine's restart). vllm-router retries a request its worker refused on another one: none reached the clients.
+
+The lab's own router (`rigkit lab up --router`, rigkit.lab.router_server; started for the test and stopped again when
+the lab ran none) under the same load, its health verdict per worker (vllm_router_worker_health) sampled too, and
+`rigkit status inventory/lab_router.py`'s router section computed while the fault lasts:
+- the second rig's whole systemd container stopped (`docker stop`: the rig shuts down, its engine and containers with
+  it), then started again: no more requests fail than were in flight when the stop began; the router marks it down
+  within ROUTER_UNHEALTHY_WITHIN_S of the stop's end (status: `rig2 unhealthy`, never `left out`); its own engine
+  serves requests from the router again once the rig is back, without an operator; the lab's shape comes back.
+- the router stopped and started again (what a gateway's restart is): clients get connection refused while it is down
+  and nothing else beyond what was in flight; none fails once it answers; status says `down` meanwhile, `up` after,
+  and the new router sends to every rig.
+Figures in docs/fleet-operations.md ("Faults under load through the router").
 """
 
 from __future__ import annotations

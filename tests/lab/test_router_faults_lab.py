@@ -221,7 +221,7 @@ def router_status_now() -> RouterStatus:
     return status
 
 
-def offset(moment: float | None, origin: float) -> str:
+def since(moment: float | None, origin: float) -> str:
     return "never" if moment is None else f"{moment - origin:+.1f} s"
 
 
@@ -282,8 +282,8 @@ def test_a_whole_rig_stopped_mid_load_costs_its_in_flight_requests_and_comes_bac
         f"request {last_sent - stopping:+.1f} s from the stop (bound: the stop's end + {ROUTER_UNHEALTHY_WITHIN_S} s)"
     )
     print(
-        f"  the router's health checks marked {victim.name} down {offset(marked_down, stopping)} from the stop "
-        f"(bound: its end + {ROUTER_UNHEALTHY_WITHIN_S} s) and up again {offset(marked_up, started)} from the start"
+        f"  the router's health checks marked {victim.name} down {since(marked_down, stopping)} from the stop "
+        f"(bound: its end + {ROUTER_UNHEALTHY_WITHIN_S} s) and up again {since(marked_up, started)} from the start"
     )
     print(f"  rigkit status while it was down: {' | '.join(down_status.lines())}")
     print(f"  rig started again; its first request through the router {back - started:+.1f} s from the start")

@@ -42,9 +42,12 @@ class L2Probe:
 def l2_probe_command(path: str, janitor_unit: str, janitor_status_file: str) -> str:
     """One shell command, run on the rig, printing key=value lines that parse_l2_probe reads."""
     quoted = shlex.quote(path)
-    df = f"df -B1 --output={{}} -- {quoted} 2>/dev/null | tail -n 1"
+    # df of the store, or of its nearest existing parent when it is gone (a shared export unmounted leaves no store
+    # directory: the filesystem its mount point sits on is what the engine's next writes would fill)
+    df = 'df -B1 --output={} -- "$l2_df" 2>/dev/null | tail -n 1'
     return "; ".join(
         [
+            f'l2_df={quoted}; while [ ! -e "$l2_df" ] && [ "$l2_df" != / ]; do l2_df=$(dirname -- "$l2_df"); done',
             f'echo "mount=$({df.format("target")})"',
             f"echo \"fs_size=$({df.format('size')} | tr -d ' ')\"",
             f"echo \"fs_free=$({df.format('avail')} | tr -d ' ')\"",

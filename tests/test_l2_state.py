@@ -247,3 +247,23 @@ def test_read_l2_of_a_shared_cpu_lab_stack_whose_export_is_a_plain_directory_on_
     if report.mount != "/":
         pytest.skip(f"{tmp_path} is not on the root filesystem here")
     assert (report.path, report.state, report.level) == (str(mount_point / "kv"), "export-unmounted", "fail")
+
+
+def test_a_shared_store_whose_directory_is_gone_is_judged_on_the_filesystem_below_it(small_fs, tmp_path):
+    """Unmounted, an export leaves its mount point empty: no store directory. The probe reads the nearest existing
+    parent's filesystem (here "/"), so the unmounted export still shows, and the store itself is unknown."""
+    gone = tmp_path / "kv-share" / "kv"
+    output = subprocess.run(["sh", "-c", l2_probe_command(str(gone), UNIT, "/x")], capture_output=True, check=True)
+    parsed = parse_l2_probe(output.stdout.decode())
+    if parsed.mount != "/":
+        pytest.skip(f"{tmp_path} is not on the root filesystem here")
+    assert parsed.fs_free_bytes is not None and parsed.store_bytes is None
+    report = classify_l2(parsed, str(gone), BUDGET, 0, janitor_unit=None, shared=True)
+    assert (report.state, report.level) == ("export-unmounted", "fail")
+    assert any(problem.startswith(f"L2 state of {gone} unknown") for problem in report.problems)
+    inside = parse_l2_probe(
+        subprocess.run(
+            ["sh", "-c", l2_probe_command(str(small_fs / "no" / "kv"), UNIT, "/x")], capture_output=True
+        ).stdout.decode()
+    )
+    assert inside.mount == str(small_fs)  # a store not made yet on a mounted export: that export's filesystem

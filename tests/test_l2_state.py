@@ -200,6 +200,11 @@ def test_l2_probe_splits_at_newlines_only():
     assert parse_l2_probe("mount=/mnt/a\u2028b\nfs_free=5\n").mount == "/mnt/a\u2028b"
 
 
+def skip_off_root(path) -> None:
+    if os.stat(path).st_dev != os.stat("/").st_dev:
+        pytest.skip(f"{path} is not on the root filesystem here")
+
+
 def test_a_shared_store_on_the_root_filesystem_means_the_export_is_unmounted(small_fs, tmp_path):
     """The probe run for real: a store on a mounted filesystem (the export) is fine; the same store once the export is
     unmounted (its mount point a plain directory on "/") fails first, with the fix. A store of the rig's own may sit
@@ -214,15 +219,7 @@ def test_a_shared_store_on_the_root_filesystem_means_the_export_is_unmounted(sma
         return classify_l2(parsed, str(store), BUDGET, 0, janitor_unit=None, shared=shared)
 
     assert report(mounted).state != "export-unmounted"
-    if (
-        parse_l2_probe(
-            subprocess.run(
-                ["sh", "-c", l2_probe_command(str(unmounted), UNIT, "/x")], capture_output=True
-            ).stdout.decode()
-        ).mount
-        != "/"
-    ):
-        pytest.skip(f"{tmp_path} is not on the root filesystem here")
+    skip_off_root(tmp_path)
     failed = report(unmounted)
     assert (failed.state, failed.level) == ("export-unmounted", "fail")
     assert failed.problems[0].startswith(f"shared KV export not mounted: the store {unmounted} is on the rig's root")
@@ -243,20 +240,19 @@ def test_read_l2_of_a_shared_cpu_lab_stack_whose_export_is_a_plain_directory_on_
             "kv_share_mount_point": str(mount_point),
         }
     )
+    skip_off_root(tmp_path)
     report = read_l2(local_shell, stack)
-    if report.mount != "/":
-        pytest.skip(f"{tmp_path} is not on the root filesystem here")
     assert (report.path, report.state, report.level) == (str(mount_point / "kv"), "export-unmounted", "fail")
 
 
 def test_a_shared_store_whose_directory_is_gone_is_judged_on_the_filesystem_below_it(small_fs, tmp_path):
     """Unmounted, an export leaves its mount point empty: no store directory. The probe reads the nearest existing
     parent's filesystem (here "/"), so the unmounted export still shows, and the store itself is unknown."""
+    skip_off_root(tmp_path)
     gone = tmp_path / "kv-share" / "kv"
     output = subprocess.run(["sh", "-c", l2_probe_command(str(gone), UNIT, "/x")], capture_output=True, check=True)
     parsed = parse_l2_probe(output.stdout.decode())
-    if parsed.mount != "/":
-        pytest.skip(f"{tmp_path} is not on the root filesystem here")
+    assert parsed.mount == "/", parsed
     assert parsed.fs_free_bytes is not None and parsed.store_bytes is None
     report = classify_l2(parsed, str(gone), BUDGET, 0, janitor_unit=None, shared=True)
     assert (report.state, report.level) == ("export-unmounted", "fail")

@@ -26,7 +26,11 @@ the lab ran none) under the same load, its health verdict per worker (vllm_route
 - the router stopped and started again (what a gateway's restart is): clients get connection refused while it is down
   and nothing else beyond what was in flight; none fails once it answers; status says `down` meanwhile, `up` after,
   and the new router sends to every rig.
-Figures in docs/fleet-operations.md ("Faults under load through the router").
+Measured on the lab (2026-12-03, three runs each): a whole rig stopped: 350, 499, 267 sent, 0 failed, marked down +3.5 s
+from the stop, serving through the router again 37-49 s after its start; the router restarted: connection refused for
+2.1-4.0 s (21-40 requests of two clients pausing 0.2 s after each), 0 failed after. Run with the lab router's health
+flags left out, the first fails (rig2 never marked down); with the router restarted in front of rig1 only, the second.
+The figures' table: docs/fleet-operations.md ("Faults under load through the router").
 """
 
 from __future__ import annotations

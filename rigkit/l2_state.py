@@ -97,15 +97,17 @@ def classify_l2(
     mount = probe.mount or path
     found: list[tuple[str, str, str]] = []  # (state, level, problem with its fix)
     if shared and probe.mount == ROOT_MOUNT:
-        # the export's mount point is a plain directory again: what the engine writes from now on (or from its next
-        # start, whose bind mount takes that directory) fills the rig's own root disk, and no other rig sees it
+        # the export's mount point is a plain directory again. The running engine's container keeps its own bind of
+        # the export (measured in the lab: a new entry still landed there); its next start binds the root disk's
+        # directory instead (docker makes a missing bind source), and its writes then fill the root disk
         found.append(
             (
                 "export-unmounted",
                 "fail",
-                f"shared KV export not mounted: the store {path} is on the rig's root filesystem: the engine's "
-                "writes fill the root disk and no other rig sees them; mount the export again (mount -a, or run "
-                "deploy.py), then restart the stack so its bind mount takes the export",
+                f"shared KV export not mounted: the store {path} is on the rig's root filesystem: the running "
+                "engine still writes to the export through its own bind, but its next start stores on the root disk, "
+                "where no other rig sees it and nothing bounds it; mount the export again (mount -a, or run "
+                "deploy.py), and restart the stack if it started meanwhile",
             )
         )
     free, store = probe.fs_free_bytes, probe.store_bytes

@@ -184,7 +184,8 @@ def test_the_export_unmounted_under_a_running_engine_is_an_l2_failure_in_status(
     """rig2's shared mount unmounted while its engine runs (the bind kept aside under /run, to be put back): `rigkit
     status` says export-unmounted (the store would be on the rig's root disk); the running engine's container keeps its
     own bind of the export (docker binds are private), so what it stores meanwhile still lands on the export. Printed:
-    where a new entry landed."""
+    where a new entry landed. Measured (2026-12-03): status unhealthy, L2 export-unmounted; a new ~3,500-token prompt
+    stored 1 entry on the export, 0 on the rig's root disk."""
     (_, second), _ = shared
     aside = "/run/rigkit-kv-share-aside"
     rig_exec(second, f"mkdir -p {aside} && mount --bind {KV_SHARE_IN_RIG} {aside} && umount {KV_SHARE_IN_RIG}")

@@ -5,6 +5,7 @@ command that adds it back), the router down; and the command's exit status with 
 from __future__ import annotations
 
 import argparse
+import json
 
 import pytest
 import requests
@@ -107,6 +108,9 @@ def test_the_command_prints_the_router_and_fails_while_it_is_down(fleet, monkeyp
     args = argparse.Namespace(inventory="inv.py", limit=[], data=[], json=False)
     assert status_command.run(args) == 0
     assert f"router @local {router.url}: up; rigs: rig1 healthy, rig2 healthy" in capsys.readouterr().out
+    assert status_command.run(argparse.Namespace(**{**vars(args), "json": True})) == 0
+    [routed] = json.loads(capsys.readouterr().out)["routers"]
+    assert (routed["gateway"], routed["state"], routed["rigs"]) == ("@local", UP, {"rig1": HEALTHY, "rig2": HEALTHY})
     router.__exit__()
     assert status_command.run(args) == 1
     assert f"router @local {router.url}: down" in capsys.readouterr().out

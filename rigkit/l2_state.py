@@ -21,6 +21,7 @@ from rigkit.validation.card import L2Report, fmt_bytes
 
 # The janitor runs every few seconds: a store this much over its budget between two rounds is normal.
 L2_OVER_BUDGET_TOLERANCE = 0.05
+ROOT_MOUNT = "/"
 # A janitor whose status file is older than this is stuck (it writes one every round).
 L2_JANITOR_STALE_S = 60.0
 
@@ -41,9 +42,12 @@ class L2Probe:
 def l2_probe_command(path: str, janitor_unit: str, janitor_status_file: str) -> str:
     """One shell command, run on the rig, printing key=value lines that parse_l2_probe reads."""
     quoted = shlex.quote(path)
-    df = f"df -B1 --output={{}} -- {quoted} 2>/dev/null | tail -n 1"
+    # df of the store, or of its nearest existing parent when it is gone (a shared export unmounted leaves no store
+    # directory: the filesystem its mount point sits on is what the engine's next writes would fill)
+    df = 'df -B1 --output={} -- "$l2_df" 2>/dev/null | tail -n 1'
     return "; ".join(
         [
+            f'l2_df={quoted}; while [ ! -e "$l2_df" ] && [ "$l2_df" != / ]; do l2_df=$(dirname -- "$l2_df"); done',
             f'echo "mount=$({df.format("target")})"',
             f"echo \"fs_size=$({df.format('size')} | tr -d ' ')\"",
             f"echo \"fs_free=$({df.format('avail')} | tr -d ' ')\"",
@@ -84,12 +88,28 @@ def classify_l2(
     min_free_bytes: int,
     janitor_unit: Optional[str],
     now: Optional[float] = None,
+    shared: bool = False,
 ) -> L2Report:
     """The L2 tier's state from the rig's numbers. janitor_unit: the unit that must keep the store under its
-    budget (None when the connector evicts by itself). Worst first: full, janitor-down, unknown, low, over-budget."""
+    budget (None when the connector evicts by itself); shared: the store lives on the shared export (kv_share).
+    Worst first: export-unmounted, full, janitor-down, unknown, low, over-budget."""
     status = probe.janitor_status or {}
     mount = probe.mount or path
     found: list[tuple[str, str, str]] = []  # (state, level, problem with its fix)
+    if shared and probe.mount == ROOT_MOUNT:
+        # the export's mount point is a plain directory again. The running engine's container keeps its own bind of
+        # the export (measured in the lab: a new entry still landed there); its next start binds the root disk's
+        # directory instead (docker makes a missing bind source), and its writes then fill the root disk
+        found.append(
+            (
+                "export-unmounted",
+                "fail",
+                f"shared KV export not mounted: the store {path} is on the rig's root filesystem: the running "
+                "engine still writes to the export through its own bind, but its next start stores on the root disk, "
+                "where no other rig sees it and nothing bounds it; mount the export again (mount -a, or run "
+                "deploy.py), and restart the stack if it started meanwhile",
+            )
+        )
     free, store = probe.fs_free_bytes, probe.store_bytes
     if free is not None and free < min_free_bytes:
         why = (
@@ -209,4 +229,7 @@ def read_l2(shell: Callable[[str], Optional[str]], stack) -> Optional[L2Report]:
     path = stack.knobs["l2_path"]
     janitor_unit = L2_JANITOR_UNIT if stack.runs_l2_janitor else None
     probe = parse_l2_probe(shell(l2_probe_for(stack)) or "")
-    return classify_l2(probe, path, int(stack.knobs["l2_budget_gb"] * GB), L2_JANITOR_MIN_FREE_BYTES, janitor_unit)
+    budget = int(stack.knobs["l2_budget_gb"] * GB)
+    return classify_l2(
+        probe, path, budget, L2_JANITOR_MIN_FREE_BYTES, janitor_unit, shared=bool(stack.knobs["kv_share"])
+    )

@@ -17,6 +17,8 @@ import requests
 
 READY_TIMEOUT_S = 30.0
 PROCESSED = "vllm_router_processed_requests_total"
+# 1 while the router's health checks hold the worker healthy, 0 once they marked it down (vllm-router 0.1.17)
+WORKER_HEALTH = "vllm_router_worker_health"
 
 
 def free_port() -> int:
@@ -81,15 +83,28 @@ class RouterProcess:
         return "\n".join(self.log.read_text(errors="replace").splitlines()[-lines:])
 
     def processed(self) -> dict[str, float]:
-        """Requests the router sent to each worker (its Prometheus counter), by worker URL."""
-        text = requests.get(f"http://127.0.0.1:{self.prometheus_port}/metrics", timeout=5).text
-        counts: dict[str, float] = {}
-        for line in text.splitlines():
-            if line.startswith(PROCESSED + "{"):
-                labels, _, value = line.rpartition(" ")
-                worker = labels.split('worker="', 1)[1].split('"', 1)[0]
-                counts[worker] = float(value)
-        return counts
+        return processed(self.prometheus_port)
+
+    def series(self) -> dict[str, dict[str, float]]:
+        return per_worker(self.prometheus_port)
+
+
+def processed(prometheus_port: int) -> dict[str, float]:
+    """Requests a router on this machine sent to each worker (its Prometheus counter), by worker URL."""
+    return per_worker(prometheus_port)[PROCESSED]
+
+
+def per_worker(prometheus_port: int) -> dict[str, dict[str, float]]:
+    """A router's per-worker series (PROCESSED, WORKER_HEALTH): metric -> worker URL -> value."""
+    text = requests.get(f"http://127.0.0.1:{prometheus_port}/metrics", timeout=5).text
+    series: dict[str, dict[str, float]] = {PROCESSED: {}, WORKER_HEALTH: {}}
+    for line in text.splitlines():
+        name = line.partition("{")[0]
+        if name in series and 'worker="' in line:
+            labels, _, value = line.rpartition(" ")
+            worker = labels.split('worker="', 1)[1].split('"', 1)[0]
+            series[name][worker] = float(value)
+    return series
 
 
 class Loops:

@@ -198,3 +198,68 @@ def test_probe_command_reads_a_real_filesystem_and_status_file(small_fs, tmp_pat
 
 def test_l2_probe_splits_at_newlines_only():
     assert parse_l2_probe("mount=/mnt/a\u2028b\nfs_free=5\n").mount == "/mnt/a\u2028b"
+
+
+def skip_off_root(path) -> None:
+    if os.stat(path).st_dev != os.stat("/").st_dev:
+        pytest.skip(f"{path} is not on the root filesystem here")
+
+
+def test_a_shared_store_on_the_root_filesystem_means_the_export_is_unmounted(small_fs, tmp_path):
+    """The probe run for real: a store on a mounted filesystem (the export) is fine; the same store once the export is
+    unmounted (its mount point a plain directory on "/") fails first, with the fix. A store of the rig's own may sit
+    on "/"."""
+    mounted, unmounted = small_fs / "kv", tmp_path / "kv-share" / "kv"
+    for store in (mounted, unmounted):
+        store.mkdir(parents=True)
+
+    def report(store, shared=True):
+        output = subprocess.run(["sh", "-c", l2_probe_command(str(store), UNIT, "/nonexistent")], capture_output=True)
+        parsed = parse_l2_probe(output.stdout.decode())
+        return classify_l2(parsed, str(store), BUDGET, 0, janitor_unit=None, shared=shared)
+
+    assert report(mounted).state != "export-unmounted"
+    skip_off_root(tmp_path)
+    failed = report(unmounted)
+    assert (failed.state, failed.level) == ("export-unmounted", "fail")
+    assert failed.problems[0].startswith(f"shared KV export not mounted: the store {unmounted} is on the rig's root")
+    assert "mount the export again" in failed.problems[0]
+    assert report(unmounted, shared=False).state != "export-unmounted"
+
+
+def test_read_l2_of_a_shared_cpu_lab_stack_whose_export_is_a_plain_directory_on_root(tmp_path):
+    mount_point = tmp_path / "kv-share"  # never mounted: the export as it is once unmounted
+    (mount_point / "kv").mkdir(parents=True)
+    stack = settings_for_host(
+        {
+            "serving_profile": "cpu-lab",
+            "serving_port": 8104,
+            "serving_image": "127.0.0.1:5000/rigkit/vllm-cpu-tiny@sha256:" + "1" * 64,
+            "kv_share": True,
+            "kv_share_source": "nas:/export/rigkit-kv",
+            "kv_share_mount_point": str(mount_point),
+        }
+    )
+    skip_off_root(tmp_path)
+    report = read_l2(local_shell, stack)
+    assert (report.path, report.state, report.level) == (str(mount_point / "kv"), "export-unmounted", "fail")
+
+
+def test_a_shared_store_whose_directory_is_gone_is_judged_on_the_filesystem_below_it(small_fs, tmp_path):
+    """Unmounted, an export leaves its mount point empty: no store directory. The probe reads the nearest existing
+    parent's filesystem (here "/"), so the unmounted export still shows, and the store itself is unknown."""
+    skip_off_root(tmp_path)
+    gone = tmp_path / "kv-share" / "kv"
+    output = subprocess.run(["sh", "-c", l2_probe_command(str(gone), UNIT, "/x")], capture_output=True, check=True)
+    parsed = parse_l2_probe(output.stdout.decode())
+    assert parsed.mount == "/", parsed
+    assert parsed.fs_free_bytes is not None and parsed.store_bytes is None
+    report = classify_l2(parsed, str(gone), BUDGET, 0, janitor_unit=None, shared=True)
+    assert (report.state, report.level) == ("export-unmounted", "fail")
+    assert any(problem.startswith(f"L2 state of {gone} unknown") for problem in report.problems)
+    inside = parse_l2_probe(
+        subprocess.run(
+            ["sh", "-c", l2_probe_command(str(small_fs / "no" / "kv"), UNIT, "/x")], capture_output=True
+        ).stdout.decode()
+    )
+    assert inside.mount == str(small_fs)  # a store not made yet on a mounted export: that export's filesystem

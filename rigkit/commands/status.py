@@ -19,8 +19,12 @@ the API on the rig's loopback) that pure functions parse and judge:
   limit against the declared one, the PCIe link, VRAM held while the stack is stopped, each ok / warn / fail;
   a rig without nvidia-smi and without declared GPUs says "no GPU tooling".
 
-The exit status is 0 when every rig is reachable, healthy and without drift, 1 otherwise, 2 when the
-inventory or its data is refused (before any rig is asked).
+- the router: when the inventory has a gateway (group routers), its router is asked whether it answers, which
+  rigs it routes to and which it holds healthy; a rig it does not list is named with the command that adds it
+  back (rigkit.status.router).
+
+The exit status is 0 when every rig is reachable, healthy and without drift and every router answers with every
+rig healthy, 1 otherwise, 2 when the inventory or its data is refused (before any rig is asked).
 
 By subject: rigkit.status.probe (the script and its sections parsed), rigkit.status.drift (drift),
 rigkit.status.rig (one rig judged: health, drift, its state), rigkit.status.fleet (the rigs asked over SSH,
@@ -38,6 +42,7 @@ from rigkit.errors import ConfigError
 from rigkit.fleet.targets import select
 from rigkit.status.fleet import fleet_status
 from rigkit.status.report import exit_status, format_report
+from rigkit.status.router import UP, router_statuses
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -60,12 +65,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     try:
-        statuses = fleet_status(select(args.inventory, args.limit, args.data))
+        targets = select(args.inventory, args.limit, args.data)
+        statuses = fleet_status(targets)
     except ConfigError as exc:
         print(f"rigkit status: refused before any rig was asked: {exc}", file=sys.stderr)
         return 2
+    routers = router_statuses(targets.hosts)
     if args.json:
-        print(json.dumps({"rigs": [s.as_dict() for s in statuses]}, indent=2, sort_keys=True))
+        document = {"rigs": [s.as_dict() for s in statuses], "routers": [r.as_dict() for r in routers]}
+        print(json.dumps(document, indent=2, sort_keys=True))
     else:
-        print(format_report(statuses))
-    return exit_status(statuses)
+        print("\n".join([format_report(statuses)] + [line for router in routers for line in router.lines()]))
+    return max(exit_status(statuses), int(any(router.state != UP for router in routers)))

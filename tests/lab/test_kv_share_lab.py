@@ -16,6 +16,7 @@ from contextlib import ExitStack
 from pathlib import Path
 
 import pytest
+from test_status_lab import rig_json
 
 from rigkit.facts.docker import ComposeCommand
 from rigkit.fleet.targets import select
@@ -180,3 +181,34 @@ def test_with_the_shared_store_wiped_between_prefill_and_ask_rig2_is_not_warm(sh
     assert pair.prefill.labels == ["cold"]
     assert pair.asked.labels == [Tier.RETRIEVED_BUT_UNUSED.value] and not pair.passed, pair.asked.proofs
     assert pair.asked.proofs[0].external_hits == 0
+
+
+def test_the_export_unmounted_under_a_running_engine_is_an_l2_failure_in_status(lab, shared, lab_host_data, rig_exec):
+    """rig2's shared mount unmounted while its engine runs (the bind kept aside under /run, to be put back): `rigkit
+    status` says export-unmounted (the store would be on the rig's root disk); the running engine's container keeps its
+    own bind of the export (docker binds are private), so what it stores meanwhile still lands on the export. Printed:
+    where a new entry landed. Measured (2026-12-03): status unhealthy, L2 export-unmounted; a new ~3,500-token prompt
+    stored 1 entry on the export, 0 on the rig's root disk."""
+    (_, second), _ = shared
+    aside = "/run/rigkit-kv-share-aside"
+    rig_exec(second, f"mkdir -p {aside} && mount --bind {KV_SHARE_IN_RIG} {aside} && umount {KV_SHARE_IN_RIG}")
+    try:
+        assert rig_exec(second, f"mountpoint -q {KV_SHARE_IN_RIG}", check=False).returncode != 0
+        status = rig_json(second, *SHARE)
+        on_export = set(path.name for path in (KV_SHARE_DIR / "kv").iterdir())
+        with serving_url(lab_host_data[second.name], "127.0.0.1", second.serving_port, second.name) as url:
+            client = ServingClient(url)
+            client.stream_completion(client.build_prompt(PromptSpec("code", PROMPT_TOKENS, seed=2828)).text, 4)
+        landed_on_export = set(path.name for path in (KV_SHARE_DIR / "kv").iterdir()) - on_export
+        on_root = rig_exec(second, f"ls -1 {STORE_IN_RIG} 2>/dev/null | wc -l", check=False).stdout.strip()
+        print(
+            f"\nexport unmounted under {second.name}'s running engine: status {status['state']}, L2 "
+            f"{status['l2']['state']}: {status['l2']['problems'][:1]}; a new prompt stored {len(landed_on_export)} "
+            f"entries on the export, {on_root} under {STORE_IN_RIG} on the rig's root disk"
+        )
+        assert (status["exit"], status["state"], status["l2"]["state"]) == (1, "unhealthy", "export-unmounted")
+        assert landed_on_export, "the running engine stored nothing on the export"
+    finally:
+        rig_exec(second, f"mountpoint -q {KV_SHARE_IN_RIG} || mount --bind {aside} {KV_SHARE_IN_RIG}; umount {aside}")
+    assert rig_exec(second, f"mountpoint -q {KV_SHARE_IN_RIG}", check=False).returncode == 0
+    assert rig_json(second, *SHARE)["l2"]["state"] != "export-unmounted"

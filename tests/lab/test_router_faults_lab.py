@@ -15,20 +15,44 @@ stops sending within that bound; the other rig keeps serving; traffic comes back
 engine is healthy. Measured on the lab (2026-12-03, two runs): 114 and 122 sent, 0 failed, 2 in flight at the kill;
 the router last sent rig2 a request 3.7 and 2.8 s after the kill (bound 8 s) and again 74.4 and 46.6 s after it (the
 engine's restart). vllm-router retries a request its worker refused on another one: none reached the clients.
+
+The lab's own router (`rigkit lab up --router`, rigkit.lab.router_server; started for the test and stopped again when
+the lab ran none) under the same load, its health verdict per worker (vllm_router_worker_health) sampled too, and
+`rigkit status inventory/lab_router.py`'s router section computed while the fault lasts:
+- the second rig's whole systemd container stopped (`docker stop`: the rig shuts down, its engine and containers with
+  it), then started again: no more requests fail than were in flight when the stop began; the router marks it down
+  within ROUTER_UNHEALTHY_WITHIN_S of the stop's end (status: `rig2 unhealthy`, never `left out`); its own engine
+  serves requests from the router again once the rig is back, without an operator; the lab's shape comes back.
+- the router stopped and started again (what a gateway's restart is): clients get connection refused while it is down
+  and nothing else beyond what was in flight; none fails once it answers; status says `down` meanwhile, `up` after,
+  and the new router sends to every rig.
+Measured on the lab (2026-12-03, three runs each): a whole rig stopped: 350, 499, 267 sent, 0 failed, marked down +3.5 s
+from the stop, serving through the router again 37-49 s after its start; the router restarted: connection refused for
+2.1-4.0 s (21-40 requests of two clients pausing 0.2 s after each), 0 failed after. Run with the lab router's health
+flags left out, the first fails (rig2 never marked down); with the router restarted in front of rig1 only, the second.
+The figures' table: docs/fleet-operations.md ("Faults under load through the router").
 """
 
 from __future__ import annotations
 
+import subprocess
 import threading
 import time
 
 import pytest
 import requests
-from router_process import Loops, RouterProcess
+from router_process import PROCESSED, WORKER_HEALTH, Loops, RouterProcess, per_worker
 from test_fleet_lab import models
 
+from rigkit.fleet.targets import select
+from rigkit.lab import router_server
+from rigkit.lab.router_server import LAB_ROUTER_METRICS_PORT, lab_router_url
+from rigkit.lab.state import read_state, write_state
+from rigkit.paths import REPO_ROOT
 from rigkit.router import HEALTH_FLAGS, ROUTER_UNHEALTHY_WITHIN_S
 from rigkit.serving.render import CONTAINER_NAME
+from rigkit.status.router import DOWN, LEFT_OUT, UNHEALTHY, UP, RouterStatus, router_statuses
+from rigkit.validation import metrics
 
 pytestmark = [pytest.mark.lab, pytest.mark.vllm]
 
@@ -38,6 +62,9 @@ MAX_TOKENS = 16
 REQUEST_TIMEOUT_S = 60
 BACK_TIMEOUT_S = 240  # the engine's restart (~40-70 s on this 2-core host) and the router's success threshold
 SETTLE_S = 1.0  # a sample gap and a request still on the wire when the router marked the worker down
+LAB_ROUTER_INVENTORY = REPO_ROOT / "inventory" / "lab_router.py"
+REFUSED = "connection refused"
+FAILURE_PAUSE_S = 0.2  # a client that got no answer waits this long before the next (as docs/lab-router.md's loop)
 
 
 def worker_url(rig) -> str:
@@ -51,7 +78,8 @@ class Load(Loops):
         self.router, self.model = router, model
         self.lock = threading.Lock()
         self.requests: list[tuple[float, float, str]] = []  # (start, end, "ok" or why it failed)
-        self.samples: list[tuple[float, dict[str, float]]] = []
+        self.samples: list[tuple[float, dict[str, float]]] = []  # the router's per-worker request counter
+        self.health: list[tuple[float, dict[str, float]]] = []  # its health checks' verdict per worker (1 or 0)
         super().__init__(*([self._client] * CLIENTS), self._watcher)
 
     def _client(self) -> None:
@@ -66,16 +94,22 @@ class Load(Loops):
                     else f"{response.status_code} {response.text[:120]!r}"
                 )
             except (requests.RequestException, ValueError) as exc:
-                outcome = f"{type(exc).__name__}: {str(exc)[:120]}"
+                outcome = f"{type(exc).__name__}: {REFUSED if '[Errno 111]' in str(exc) else str(exc)[-120:]}"
             with self.lock:
                 self.requests.append((start, time.monotonic(), outcome))
+            if outcome != "ok":
+                self.stopping.wait(FAILURE_PAUSE_S)
 
     def _watcher(self) -> None:
         while not self.stopping.is_set():
             try:
-                self.samples.append((time.monotonic(), self.router.processed()))
+                series = self.router.series()
             except (requests.RequestException, ValueError):
                 pass
+            else:
+                now = time.monotonic()
+                self.samples.append((now, series[PROCESSED]))
+                self.health.append((now, series[WORKER_HEALTH]))
             self.stopping.wait(WATCH_GAP_S)
 
     def in_flight_at(self, moment: float) -> int:
@@ -94,6 +128,12 @@ class Load(Loops):
             if after < when <= until and counts.get(worker, 0.0) != previous:
                 last, previous = when, counts.get(worker, 0.0)
         return last
+
+    def marked(self, worker: str, healthy: bool, after: float) -> float | None:
+        """The first sample after ``after`` at which the router's health checks held the worker (un)healthy."""
+        return next(
+            (when for when, health in self.health if when > after and health.get(worker) == float(healthy)), None
+        )
 
     def first_change(self, worker: str, after: float) -> float | None:
         base = self.count(worker, after)
@@ -148,3 +188,157 @@ def test_an_engine_killed_mid_load_costs_its_in_flight_requests_and_comes_back_w
     assert len(failures) <= in_flight, (in_flight, failures)
     assert all(offset <= ROUTER_UNHEALTHY_WITHIN_S + SETTLE_S for offset, _ in failures), failures
     assert load.count(worker_url(rigs[0]), time.monotonic()) > load.count(worker_url(rigs[0]), killed)  # kept serving
+
+
+# --- the lab's own router (`rigkit lab up --router`): the whole rig stopped, the router restarted --------------------
+
+
+class LabRouter:
+    """The lab router (rigkit.lab.router_server) as the Load above reads it: its URL and per-worker counter."""
+
+    url = lab_router_url()
+
+    @staticmethod
+    def series() -> dict[str, dict[str, float]]:
+        return per_worker(LAB_ROUTER_METRICS_PORT)
+
+
+@pytest.fixture()
+def lab_router(lab, deployed):
+    """The lab router in front of the serving host-network rigs, as `rigkit lab up --router` runs it; stopped again
+    afterwards when the lab ran none before (the lab's shape is restored)."""
+    ran = router_server.router_pid() is not None
+    state = read_state()
+    state.router = router_server.ensure_router(lab.rigs, print)
+    write_state(state)
+    yield state.router
+    if not ran:
+        router_server.stop_router(print)
+        state = read_state()
+        state.router = None
+        write_state(state)
+
+
+def router_status_now() -> RouterStatus:
+    """`rigkit status inventory/lab_router.py`'s router section, as the command computes it."""
+    [status] = router_statuses(select(str(LAB_ROUTER_INVENTORY)).hosts)
+    return status
+
+
+def since(moment: float | None, origin: float) -> str:
+    return "never" if moment is None else f"{moment - origin:+.1f} s"
+
+
+def served_tokens(worker: str) -> float:
+    """Tokens the worker's engine generated since it started (0 while it does not answer)."""
+    try:
+        return metrics.parse(requests.get(f"{worker}/metrics", timeout=2).text).generation_tokens
+    except requests.RequestException:
+        return 0.0
+
+
+def wait_for(condition, timeout_s: float, what: str) -> float:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert time.monotonic() < deadline, f"{what} not within {timeout_s:.0f} s"
+        time.sleep(0.5)
+    return time.monotonic()
+
+
+def test_a_whole_rig_stopped_mid_load_costs_its_in_flight_requests_and_comes_back_without_an_operator(
+    lab, lab_router, assert_stack_comes_back, rig_diagnostics
+):
+    behind = [rig for rig in lab.rigs if rig.name in lab_router["workers"]]
+    if len(behind) < 2:
+        pytest.skip(f"the lab router has {len(behind)} rig(s) behind it; needs two")
+    victim, dead = behind[-1], lab_router["workers"][behind[-1].name]
+    assert router_status_now().state == UP
+    with Load(LabRouter(), models(behind[0])[0]) as load:
+        time.sleep(5)  # load on every rig before the fault
+        stopping = time.monotonic()
+        # the rig's systemd container: its init shuts the rig down (the engine, its containers) as a host going down
+        subprocess.run(["docker", "stop", victim.container], check=True, capture_output=True, timeout=120)
+        stopped = time.monotonic()
+        time.sleep(ROUTER_UNHEALTHY_WITHIN_S + 2)
+        down_status = router_status_now()
+        started = time.monotonic()
+        subprocess.run(["docker", "start", victim.container], check=True, capture_output=True, timeout=120)
+        try:  # the rig's own engine counts what it served since it started: only the router sends it requests
+            back = wait_for(lambda: served_tokens(dead) > 0, BACK_TIMEOUT_S, f"a request served by {victim.name}")
+        except AssertionError:
+            print(rig_diagnostics(victim))
+            raise
+        time.sleep(3)
+    in_flight = load.in_flight_at(stopping)
+    last_sent = load.last_change(dead, stopping, started)
+    marked_down, marked_up = load.marked(dead, False, stopping), load.marked(dead, True, started)
+    sent = len(load.requests)
+    failures = [(start - stopping, why) for start, _, why in load.requests if why != "ok"]
+    print(
+        f"\nwhole rig stopped under load (lab router {LabRouter.url}, round_robin over "
+        f"{', '.join(lab_router['workers'])}, {CLIENTS} clients back to back, {MAX_TOKENS} tokens each):"
+    )
+    print(f"  requests sent {sent}, failed {len(failures)}, in flight when the stop began {in_flight}")
+    for offset, why in failures:
+        print(f"  failed: sent {offset:+.1f} s from the stop: {why}")
+    print(
+        f"  docker stop {victim.container} took {stopped - stopping:.1f} s; the router last sent {victim.name} a "
+        f"request {last_sent - stopping:+.1f} s from the stop (bound: the stop's end + {ROUTER_UNHEALTHY_WITHIN_S} s)"
+    )
+    print(
+        f"  the router's health checks marked {victim.name} down {since(marked_down, stopping)} from the stop "
+        f"(bound: its end + {ROUTER_UNHEALTHY_WITHIN_S} s) and up again {since(marked_up, started)} from the start"
+    )
+    print(f"  rigkit status while it was down: {' | '.join(down_status.lines())}")
+    print(f"  rig started again; its first request through the router {back - started:+.1f} s from the start")
+    assert marked_down is not None and marked_down <= stopped + ROUTER_UNHEALTHY_WITHIN_S + SETTLE_S, marked_down
+    assert down_status.rigs[victim.name] == UNHEALTHY, down_status.lines()
+    assert last_sent <= stopped + ROUTER_UNHEALTHY_WITHIN_S + SETTLE_S, "the router kept sending to the stopped rig"
+    assert len(failures) <= in_flight, (in_flight, failures)
+    assert all(offset <= stopped - stopping + ROUTER_UNHEALTHY_WITHIN_S + SETTLE_S for offset, _ in failures)
+    assert down_status.rigs[victim.name] != LEFT_OUT, "the router dropped the rig: it would need an operator"
+    assert_stack_comes_back(victim)  # the lab's shape: the rig serves as before
+    assert router_status_now().state == UP
+
+
+def test_the_router_restarted_under_load_refuses_connections_only_while_it_is_down(lab, lab_router):
+    workers = list(lab_router["workers"].values())
+    with Load(LabRouter(), models(lab.rig(next(iter(lab_router["workers"]))))[0]) as load:
+        time.sleep(5)
+        stopping = time.monotonic()
+        router_server.stop_router(print)
+        stopped = time.monotonic()
+        down_status = router_status_now()
+        state = read_state()
+        state.router = router_server.ensure_router(lab.rigs, print)  # the router starts again, as systemd's restart
+        write_state(state)
+        answering = time.monotonic()
+        time.sleep(10)
+    in_flight = load.in_flight_at(stopping)
+    failures = [(start - stopping, end - stopping, why) for start, end, why in load.requests if why != "ok"]
+    refused = [item for item in failures if item[2].endswith(REFUSED)]
+    after = [item for item in load.requests if item[0] > answering]
+    print(
+        f"\nrouter restarted under load (lab router {LabRouter.url} over {', '.join(lab_router['workers'])}, "
+        f"{CLIENTS} clients, a failed one waits {FAILURE_PAUSE_S} s):"
+    )
+    print(
+        f"  requests sent {len(load.requests)}, failed {len(failures)} ({len(refused)} connection refused), "
+        f"in flight at the stop {in_flight}"
+    )
+    if failures:
+        print(
+            f"  failures from {failures[0][0]:+.1f} s to {failures[-1][1]:+.1f} s from the stop; kinds: "
+            f"{sorted({why.split(':')[0] for _, _, why in failures})}"
+        )
+    print(
+        f"  the router stopped in {stopped - stopping:.1f} s, answered again {answering - stopping:+.1f} s from "
+        f"the stop; {len(after)} requests after it, {sum(why != 'ok' for _, _, why in after)} failed"
+    )
+    print(f"  rigkit status while it was down: {' | '.join(down_status.lines())}")
+    assert down_status.state == DOWN
+    assert all(end <= answering + SETTLE_S for _, end, _ in failures), failures  # none once it answers again
+    assert len(failures) - len(refused) <= in_flight, failures  # beyond refused connections: only those in flight
+    assert after and all(why == "ok" for _, _, why in after)
+    assert router_status_now().state == UP
+    assert {worker for worker in load.samples[-1][1]} == set(workers)  # the new router sends to every rig

@@ -43,9 +43,9 @@ def rigkit_status(*args: str) -> subprocess.CompletedProcess:
     )
 
 
-def rig_json(rig) -> dict:
-    """The status of one rig, as --json gives it."""
-    result = rigkit_status("--limit", rig.name, "--json")
+def rig_json(rig, *args: str) -> dict:
+    """The status of one rig, as --json gives it (``args``: more of status's arguments, e.g. --data)."""
+    result = rigkit_status("--limit", rig.name, "--json", *args)
     assert result.stdout, result.stderr[-3000:]
     (only,) = json.loads(result.stdout)["rigs"]
     return {**only, "exit": result.returncode}

@@ -250,7 +250,7 @@ class L2Report(BaseModel):
     evicted_entries: int = 0
     evicted_bytes: int = 0
     last_eviction_reason: Optional[str] = None
-    state: str  # ok, low, full, over-budget, janitor-down, unknown
+    state: str  # ok, low, full, over-budget, janitor-down, unknown, export-unmounted (kv_share)
     level: L2Level
     problems: list[str] = Field(default_factory=list)  # each with its fix
 

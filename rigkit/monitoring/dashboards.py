@@ -1,5 +1,5 @@
 """rigkit's Grafana dashboards, rendered from the panel declarations (rigkit.monitoring.queries): one for the fleet
-(every rig a series, the router's panels), one per rig (a ``rig`` variable). ``python -m rigkit.monitoring.dashboards``
+(every rig a series, the router's panels), one per rig (a ``rig`` variable). ``python -m rigkit.monitoring``
 writes them to monitoring/grafana/ (committed; tests/monitoring/test_dashboards.py fails when they are stale), and
 roles/monitoring.py provisions them, with the Prometheus data source, where Grafana is installed.
 """
@@ -7,7 +7,6 @@ roles/monitoring.py provisions them, with the Prometheus data source, where Graf
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 from typing import Mapping, Sequence
 
@@ -100,8 +99,3 @@ def write(folder: Path = DASHBOARDS_DIR) -> list[Path]:
         path.write_text(dashboard_text(board))
         written.append(path)
     return written
-
-
-if __name__ == "__main__":
-    for path in write(Path(sys.argv[1]) if len(sys.argv) > 1 else DASHBOARDS_DIR):
-        print(path)

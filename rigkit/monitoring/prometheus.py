@@ -29,10 +29,11 @@ from rigkit.monitoring.queries import (
     rule_expr,
     rule_summary,
 )
+from rigkit.paths import REPO_ROOT
 from rigkit.remote.tunnel import WILDCARD_ADDRESSES, is_loopback_bind, ssh_address, url_host
 from rigkit.router import is_gateway, rig_address
 from rigkit.serving.ledger import short_digest
-from rigkit.settings.defaults import MONITORING_GROUP
+from rigkit.settings.defaults import MONITORING_GROUP, MONITORING_VARIABLES
 from rigkit.settings.hostdata import rig_settings
 
 PROMETHEUS_PACKAGES = ("prometheus",)
@@ -148,6 +149,15 @@ def rules_text(settings: Mapping) -> str:
     ]
     header = "# rigkit: alert rules rendered by rigkit/monitoring/prometheus.py (rigkit.monitoring.queries.RULES)\n"
     return header + yaml.safe_dump({"groups": [{"name": "rigkit", "rules": rules}]}, sort_keys=False, width=120)
+
+
+# The rules with the default thresholds, committed for reading and for promtool's unit tests
+# (tests/monitoring/rules_test.yml); `python -m rigkit.monitoring` rewrites it.
+DEFAULT_RULES_PATH = REPO_ROOT / "monitoring" / "rigkit-rules.yml"
+
+
+def default_rules_text() -> str:
+    return rules_text({variable.name: variable.default for variable in MONITORING_VARIABLES})
 
 
 def prometheus_args(settings: Mapping) -> str:

@@ -72,7 +72,7 @@ def monitoring(rig: RigSettings, run: Run, targets: Sequence[Target] = ()) -> No
         dest=PROMETHEUS_CONFIG,
         mode="644",
     )
-    packages_installed(name="Install prometheus", packages=list(PROMETHEUS_PACKAGES))
+    packages_installed(name="Install prometheus", packages=list(PROMETHEUS_PACKAGES), no_recommends=True)
     server.shell(
         name="promtool checks the configuration and the rules",
         commands=[StringCommand(PROMTOOL, "check", "config", PROMETHEUS_CONFIG)],

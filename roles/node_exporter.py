@@ -95,7 +95,9 @@ def node_exporter(rig: RigSettings, run: Run) -> None:
         dest=NODE_EXPORTER_DEFAULTS,
         mode="644",
     )
-    packages_installed(name="Install prometheus-node-exporter", packages=list(NODE_EXPORTER_PACKAGES))
+    packages_installed(
+        name="Install prometheus-node-exporter", packages=list(NODE_EXPORTER_PACKAGES), no_recommends=True
+    )
     files.put(name="rigkit textfile collector script", src=str(TEXTFILE_SOURCE), dest=TEXTFILE_SCRIPT, mode="755")
     unit = files.put(
         name="rigkit textfile collector unit", src=StringIO(textfile_unit()), dest=f"{UNIT_DIR}/{TEXTFILE_UNIT}"

@@ -47,7 +47,6 @@ LAB_LACKS = {
     "gpu": "the lab's rigs have no GPU and no nvidia-smi",
     "lmcache": "LMCache MP needs a GPU: the lab serves cpu-lab (vLLM's CPU build) only",
     "native_offload": "the lab's cpu-lab profile uses no OffloadingConnector",
-    "l2": "cpu-lab has no L2 tier",
 }
 
 

@@ -8,8 +8,12 @@ skipped with that reason. The rigs and rig1 are given back without Prometheus an
 
 from __future__ import annotations
 
+import os
+import shutil
+import subprocess
 import time
 from pathlib import Path
+from urllib.parse import urlencode
 
 import pytest
 import requests
@@ -109,3 +113,37 @@ def test_every_panel_and_alert_runs_on_a_real_prometheus_over_the_lab(monitored)
     assert rig_labels == {rig.name for rig in rigs}
     labels = query('up{job="rigkit_vllm"}')[0]["metric"]
     assert labels["profile"] == "cpu-lab" and len(labels["release"]) == 12
+
+
+CHROMIUM = shutil.which("chromium")
+SCREENSHOT_QUERY = 'sum by (rig) (vllm:prompt_tokens_total{job="rigkit_vllm"})'
+
+
+@pytest.mark.skipif(CHROMIUM is None, reason="no chromium (Debian's package) on the controller")
+def test_prometheus_graph_page_shows_the_lab_series(monitored, tmp_path):
+    """Prometheus' own graph page for one query, drawn by headless Chromium: the picture is kept for a person to look
+    at (RIGKIT_SCREENSHOT_DIR, default the test's tmp_path); the test holds that it was drawn and is not blank."""
+    url = f"{PROMETHEUS}/graph?" + urlencode({"g0.expr": SCREENSHOT_QUERY, "g0.tab": "0", "g0.range_input": "15m"})
+    out = Path(os.environ.get("RIGKIT_SCREENSHOT_DIR", tmp_path)) / "prometheus-graph.png"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    subprocess.run(
+        [
+            CHROMIUM,
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--hide-scrollbars",
+            "--window-size=1400,900",
+            "--virtual-time-budget=15000",
+            f"--screenshot={out}",
+            url,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
+    picture = out.read_bytes()
+    assert picture.startswith(b"\x89PNG") and len(picture) > 20_000, len(picture)
+    assert {result["metric"]["rig"] for result in query(SCREENSHOT_QUERY)}, "the graphed query has no series"
+    print(f"screenshot: {out}")

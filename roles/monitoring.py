@@ -8,7 +8,7 @@ Ensures
   deploy.py derives from the inventory: rigkit.monitoring.prometheus.fleet_targets) and the rules file, all written
   before the package is installed, so dpkg keeps them (--force-confold) and Prometheus never starts with the
   package's defaults (every address, port 9090);
-- Debian's ``prometheus`` installed (12: 2.42; 13 ships its own), the configuration and rules checked by the
+- Debian's ``prometheus`` installed (Debian 12: 2.42.0; 13: 2.53.3), the configuration and rules checked by the
   package's promtool before Prometheus is restarted for them, the service enabled and running;
 - Grafana: not in Debian's archive, so never installed here. Where it is (Grafana's own packages, /etc/grafana),
   the Prometheus data source and rigkit's dashboards (monitoring/grafana/, rendered from

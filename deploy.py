@@ -20,6 +20,10 @@ pyinfra run would upgrade every rig at once, so it is refused (rigkit.rollout.pl
 
 The hosts of the inventory group KV_STORE_GROUP ("kv_stores") are the fleet's Valkey store: they get the
 kv_store role only, whose firewall lets every rig of the inventory in (the same rigs the router routes to).
+
+The hosts of the inventory group MONITORING_GROUP ("monitoring") get the monitoring role only: Prometheus scraping
+every rig of the inventory (also those a --limit leaves out) and each gateway's router; a rig's API firewall lets
+the monitoring hosts in (Run.scrapers).
 """
 
 import os
@@ -29,13 +33,16 @@ from pyinfra import host, inventory
 from rigkit.errors import RigkitError
 from rigkit.fleet.inventory import inventory_rigs
 from rigkit.kv_share import check_inventory
+from rigkit.monitoring.prometheus import fleet_targets, scraper_addresses
 from rigkit.operations.router import rigs_before_router
+from rigkit.remote.tunnel import ssh_address
 from rigkit.rollout.plan import refuse_unbatched
 from rigkit.router import is_gateway, refuse_router_on_controller, rig_address, workers
-from rigkit.settings.defaults import KV_STORE_GROUP
+from rigkit.settings.defaults import KV_STORE_GROUP, MONITORING_GROUP
 from rigkit.settings.hostdata import RigSettings, rig_settings
 from roles import Run, deploy_rig
 from roles.kv_store import kv_store
+from roles.monitoring import monitoring
 from roles.router import router
 
 
@@ -55,6 +62,9 @@ if KV_STORE_GROUP in host.groups:  # the fleet's KV store: no serving stack, the
     kv_store(
         settings, Run(), {name: rig_address(name, data, knobs["bind_address"]) for name, (data, knobs) in rigs.items()}
     )
+elif MONITORING_GROUP in host.groups:  # Prometheus over the whole fleet: every rig's data validated here too
+    settings = validated(needs_stack=False)
+    monitoring(settings, Run(), fleet_targets(host.inventory, ssh_address(host.name, host.data.dict())))
 elif gateway:  # every rig's data validated here too: a bad value stops the run before any host is touched
     settings = rig_settings(host.data.dict(), needs_stack=False)
     refuse_router_on_controller(host.name, settings.router)
@@ -66,7 +76,7 @@ else:
     # rigs sharing a KV store agree on its hash seed and its one janitor: every host of the inventory, targeted or not
     check_inventory((other.name, other.groups, other.data.dict()) for other in inventory)
     refuse_unbatched(settings.rollout, os.environ)
-    deploy_rig(settings)
+    deploy_rig(settings, run=Run(scrapers=tuple(scraper_addresses(inventory))))
 # The router waits at start for its workers (rigkit.router.ROUTER_WORKER_STARTUP_TIMEOUT_S): every rig is
 # released and smoked first, then the router is started and checked against them.
 if any(is_gateway(other.groups) for other in host.inventory):

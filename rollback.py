@@ -45,8 +45,8 @@ def rollback_target(wanted: str | None) -> Release:
     return target
 
 
-if is_service_host(host.groups):  # a gateway or the KV store: deploy.py gives it its role, it has no release
-    host.noop(f"{host.name} is a gateway or a KV store host, not a rig: it has no release to roll back")
+if is_service_host(host.groups):  # a gateway, the KV store, monitoring: deploy.py gives it its role, no release
+    host.noop(f"{host.name} is a gateway, a KV store or a monitoring host, not a rig: it has no release to roll back")
 else:
     settings = rig_settings(host.data.dict())
     run = Run()

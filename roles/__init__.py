@@ -20,8 +20,8 @@ from rigkit.survey import RigState, read_rig_state
 
 # rig_lock first: one deploy at a time per rig, facts read under the lock. preflight next: what the bare
 # host refuses fails the rig before any role changes it. api_firewall before serving: a release that binds
-# beyond loopback never listens before its firewall is loaded. kv_share before serving: the shared store must be
-# mounted before the stack's container binds it.
+# beyond loopback never listens before its firewall is loaded; node_exporter after it for the same reason.
+# kv_share before serving: the shared store must be mounted before the stack's container binds it.
 PIPELINE = (
     "rig_lock",
     "preflight",
@@ -30,6 +30,7 @@ PIPELINE = (
     "nvidia_container_toolkit",
     "l2_disk",
     "api_firewall",
+    "node_exporter",
     "kv_share",
     "serving",
 )
@@ -47,6 +48,9 @@ class Run:
     survey: Optional[RigState] = None
     # rig_lock reads the survey in the lock's own channel, right after the lock is held (deploy_rig asks it)
     survey_with_lock: bool = False
+    # The inventory's monitoring hosts' addresses (rigkit.monitoring.prometheus.scraper_addresses): the API
+    # firewall lets them reach the stack's ports and the node exporter.
+    scrapers: tuple[str, ...] = ()
 
     def rig_state(self, settings: RigSettings) -> RigState:
         """The rig survey: read once per run, in one round trip, before any operation ran."""

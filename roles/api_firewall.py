@@ -2,9 +2,10 @@
 
 Ensures, with ``api_firewall`` on (rigkit/firewall.py renders everything from validated values):
 - nftables is installed; ``/etc/rigkit/api-firewall.nft`` holds rigkit's table ``inet rigkit_api``: TCP to
-  serving_port (and the LMCache ports of a profile that runs LMCache) from loopback, established connections,
-  ``api_allowed_sources`` (the router's address) and the controller (``api_allow_controller``: the address
-  the deploy's SSH session comes from, read at every deploy) passes; the rest to those ports is dropped and
+  serving_port (the LMCache ports of a profile that runs LMCache, node_exporter_port with node_exporter on) from
+  loopback, established connections, ``api_allowed_sources`` (the router's address), the inventory's monitoring
+  hosts (Run.scrapers) and the controller (``api_allow_controller``: the address the deploy's SSH session comes
+  from, read at every deploy) passes; the rest to those ports is dropped and
   counted. Every other packet (SSH included) passes the table untouched, and no other table is changed;
 - the table is loaded (``nft -c`` first, one atomic ``nft -f`` replacing only rigkit's table) whenever the
   loaded table does not carry the wanted ruleset's hash, and ``rigkit-api-firewall.service`` loads it at boot.
@@ -64,5 +65,13 @@ def api_firewall(rig: RigSettings, run: Run) -> None:
         )
         run.refused_by = "api_firewall"
         return
-    sources = allowed_sources(settings["api_allowed_sources"], controller, API_FIREWALL)
-    firewall_applied(API_FIREWALL, list(rig.stack.listen_ports.values()), sources)
+    sources = allowed_sources([*settings["api_allowed_sources"], *run.scrapers], controller, API_FIREWALL)
+    firewall_applied(API_FIREWALL, guarded_ports(rig), sources)
+
+
+def guarded_ports(rig: RigSettings) -> list[int]:
+    """The stack's ports, and the node exporter's where the rig runs one (roles/node_exporter.py)."""
+    ports = list(rig.stack.listen_ports.values())
+    if rig.node_exporter["node_exporter"]:
+        ports.append(rig.node_exporter["node_exporter_port"])
+    return ports

@@ -268,7 +268,8 @@ def _settings(case_dir: str, case: dict, kwargs: dict) -> RigSettings:
     preflight roles (a stack is required), on their own for the provisioning roles; rollback.py's for
     ``image_override``."""
     settings = rig_settings(
-        case.get("data", {}), needs_stack=case_dir in ("pipeline", "serving", "preflight", "api_firewall")
+        case.get("data", {}),
+        needs_stack=case_dir in ("pipeline", "serving", "preflight", "api_firewall", "node_exporter"),
     )
     image = kwargs.pop("image_override", None)
     return settings.for_image(image) if image else settings

@@ -13,7 +13,7 @@ from typing import Iterable, Mapping, Optional, Sequence
 
 from rigkit.errors import ConfigError
 from rigkit.paths import REPO_ROOT
-from rigkit.settings.defaults import KV_STORE_GROUP, ROUTER_GROUP, SECRET_SETTINGS
+from rigkit.settings.defaults import KV_STORE_GROUP, MONITORING_GROUP, ROUTER_GROUP, SECRET_SETTINGS
 from rigkit.settings.hostdata import rig_settings
 from rigkit.settings.variables import REDACTED, closest_name
 
@@ -206,8 +206,8 @@ def targeted(hosts: dict[str, dict], patterns: Sequence[str]) -> list[str]:
 
 
 def is_service_host(groups: Iterable[str]) -> bool:
-    """A host of the fleet's service groups (the router's gateways, the KV store): it serves no stack."""
-    return bool({ROUTER_GROUP, KV_STORE_GROUP} & set(groups))
+    """A host of the fleet's service groups (the router's gateways, the KV store, monitoring): it serves no stack."""
+    return bool({ROUTER_GROUP, KV_STORE_GROUP, MONITORING_GROUP} & set(groups))
 
 
 def rigs_among(hosts: Mapping[str, Mapping], names: Sequence[str]) -> list[str]:

@@ -38,11 +38,13 @@ def packages_are(names: list[str], state: str) -> str:
 
 
 @operation()
-def packages_installed(packages: list[str]):
+def packages_installed(packages: list[str], no_recommends: bool = False):
     """
     Install apt packages (``name`` or ``name=version``); a held package may move when its pin does.
 
     + packages: package specs; a version pins the package to exactly that version
+    + no_recommends: leave out what they only recommend (Debian's prometheus recommends a node exporter, which
+      would listen on every address of the monitoring host)
 
     ``apt-get update`` runs only when something is about to be installed, so a host that
     already has the pinned packages runs nothing. Pins may move down as well as up.
@@ -60,6 +62,7 @@ def packages_installed(packages: list[str]):
     yield StringCommand("apt-get", "update")
     yield from apt.packages._inner(
         packages=packages,
+        no_recommends=no_recommends,
         allow_downgrades=True,
         extra_install_args="--allow-change-held-packages",
     )

@@ -595,6 +595,66 @@ KV_STORE_VARIABLES: list[Variable] = [
     ),
 ]
 
+# Monitoring (roles/monitoring.py, issue 27): Prometheus from the distribution on the hosts of the inventory group
+# MONITORING_GROUP, which get that role only, scraping every rig of the inventory (rigkit.monitoring). Read from the
+# monitoring host's data; the alert thresholds are the fleet's, in its rules file.
+MONITORING_GROUP = "monitoring"
+MONITORING_VARIABLES: list[Variable] = [
+    Variable("monitoring_port", 9090, "TCP port Prometheus serves its UI and API on", int, check_port),
+    Variable(
+        "monitoring_bind_address",
+        "127.0.0.1",
+        "address Prometheus listens on (its UI and API take no password: keep it on loopback or a trusted network)",
+        str,
+        IpAddress(),
+    ),
+    Variable(
+        "monitoring_scrape_interval_s",
+        15,
+        "how often Prometheus scrapes every target, in seconds",
+        int,
+        between(1, 3600, "s"),
+    ),
+    Variable("monitoring_retention_days", 15, "how long Prometheus keeps its samples", int, between(1, 3650, "days")),
+    Variable(
+        "monitoring_ttft_regression_factor",
+        2.0,
+        "alert RigTTFTRegression: a rig's TTFT p95 over the last 15 minutes is this many times its p95 of the 6 hours "
+        "before",
+        float,
+        between(1.1, 100.0, "times"),
+    ),
+    Variable(
+        "monitoring_shm_free_min_fraction",
+        0.1,
+        "alert RigShmFilling: /dev/shm's free space under this fraction of its size",
+        float,
+        between(0.001, 0.9),
+    ),
+    Variable(
+        "monitoring_l2_budget_fraction",
+        0.9,
+        "alert RigL2NearBudget: the L2 store past this fraction of its budget (each rig's l2_budget_gb, as its "
+        "janitor reports it)",
+        float,
+        between(0.1, 1.0),
+    ),
+]
+
+# The node exporter on a rig (roles/node_exporter.py): Debian's prometheus-node-exporter on the rig's bind_address,
+# with rigkit's textfile collector (GPUs from nvidia-smi, Xid lines, /dev/shm, the L2 store) from a systemd timer.
+NODE_EXPORTER_VARIABLES: list[Variable] = [
+    Variable(
+        "node_exporter",
+        False,
+        "install Debian's prometheus-node-exporter on the rig (listening on its bind_address, behind the API "
+        "firewall when that is on) and rigkit's textfile collector: GPUs from nvidia-smi, Xid lines, /dev/shm, "
+        "the L2 store; false = neither is installed or changed",
+        bool,
+    ),
+    Variable("node_exporter_port", 9100, "TCP port of the rig's node exporter", int, check_port),
+]
+
 # The shared KV mount (roles/kv_share.py): an export every rig of the store mounts at the same point; a profile
 # puts its connector store there with the kv_share knob (rigkit.settings.knobs), hashing with the fleet's kv_hash_seed.
 KV_SHARE_FSTYPES = ("nfs4", "nfs", "none")  # none: a directory the host already shares (the lab's bind mount)
@@ -820,6 +880,8 @@ ROLE_SECTIONS: dict[str, list[Variable]] = {
     "api_firewall": API_FIREWALL_VARIABLES,
     "kv_share": KV_SHARE_VARIABLES,
     "kv_store": KV_STORE_VARIABLES,
+    "monitoring": MONITORING_VARIABLES,
+    "node_exporter": NODE_EXPORTER_VARIABLES,
     "validation": [*VALIDATION_VARIABLES, REPLAY],
 }
 ALL_VARIABLES: list[Variable] = [variable for section in ROLE_SECTIONS.values() for variable in section]

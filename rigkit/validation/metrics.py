@@ -31,6 +31,18 @@ KV_CACHE_USAGE = "vllm:kv_cache_usage_perc"
 REQUESTS_RUNNING = "vllm:num_requests_running"
 REQUESTS_WAITING = "vllm:num_requests_waiting"
 CACHE_CONFIG_INFO = "vllm:cache_config_info"
+# Watched on the fleet's dashboards and alerts (rigkit.monitoring), not by the tier proof. Each is in the captured
+# /metrics of vLLM 0.26 (tests/fixtures/gpu-h200-vllm0.26) and 0.32 (tests/fixtures/metrics) unless said otherwise;
+# tests/monitoring/test_queries.py holds every name a dashboard or a rule queries against those captures.
+INTER_TOKEN_LATENCY = "vllm:inter_token_latency_seconds"
+E2E_REQUEST_LATENCY = "vllm:e2e_request_latency_seconds"
+REQUEST_SUCCESS = "vllm:request_success_total"
+PREEMPTIONS = "vllm:num_preemptions_total"
+# vLLM's native CPU offload (the OffloadingConnector: native-offload, native-tiered; 0.26 captures only): KV
+# bytes stored to and loaded from its tiers, and how full its CPU tier is.
+KV_OFFLOAD_STORE_BYTES = "vllm:kv_offload_store_bytes_total"
+KV_OFFLOAD_LOAD_BYTES = "vllm:kv_offload_load_bytes_total"
+KV_OFFLOAD_CPU_USAGE = "vllm:kv_offload_cpu_cache_usage_perc"
 LMCACHE_PREFIX = "lmcache_mp_"
 # Speculative decoding (vLLM 0.26 vllm/v1/spec_decode/metrics.py SpecDecodingProm; only served with a speculative
 # config): acceptance rate = accepted / draft tokens, mean acceptance length = 1 + accepted / drafts.
@@ -48,6 +60,10 @@ LMCACHE_LOOKUP_HITS_L1 = "lmcache_mp_lookup_hit_l1_tokens_total"
 LMCACHE_LOOKUP_HITS_L2 = "lmcache_mp_lookup_hit_l2_tokens_total"
 LMCACHE_L2_PREFETCH_LOADED = "lmcache_mp_l2_prefetch_load_completed_chunks_total"
 LMCACHE_CHUNKS_LOADED = "lmcache_mp_num_chunks_loaded_total"
+# LMCache MP's L1 (CPU memory) tier, 0.5.3: how full it is, and chunks read from and written to it.
+LMCACHE_L1_USAGE = "lmcache_mp_l1_usage_ratio"
+LMCACHE_L1_READ_CHUNKS = "lmcache_mp_l1_read_chunks_total"
+LMCACHE_L1_WRITE_CHUNKS = "lmcache_mp_l1_write_chunks_total"
 
 # Labels that only say which engine or model reported a series: summed over.
 ENGINE_LABELS = ("engine", "model_name")

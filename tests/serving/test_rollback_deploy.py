@@ -12,7 +12,7 @@ from pyinfra.context import ctx_host, ctx_state
 
 from rigkit.fleet.inventory import is_service_host, rigs_among
 from rigkit.paths import REPO_ROOT
-from rigkit.settings.defaults import KV_STORE_GROUP, ROUTER_GROUP
+from rigkit.settings.defaults import KV_STORE_GROUP, MONITORING_GROUP, ROUTER_GROUP
 
 IMAGE_REPO = "127.0.0.1:5000/rigkit/vllm-cpu-tiny"
 
@@ -23,7 +23,10 @@ class FactRead(Exception):
 
 def run_rollback_on(name: str, caplog) -> State:
     rig = ("rig1", {"serving_profile": "cpu-lab", "serving_image": f"{IMAGE_REPO}@sha256:{'ab' * 32}"})
-    inventory = Inventory(([rig, "gw", "store"], {}), **{ROUTER_GROUP: (["gw"], {}), KV_STORE_GROUP: (["store"], {})})
+    inventory = Inventory(
+        ([rig, "gw", "store", "mon"], {}),
+        **{ROUTER_GROUP: (["gw"], {}), KV_STORE_GROUP: (["store"], {}), MONITORING_GROUP: (["mon"], {})},
+    )
     state = State(inventory, Config())
     state.print_noop_info = True
     host = inventory.get_host(name)
@@ -38,11 +41,14 @@ def run_rollback_on(name: str, caplog) -> State:
     return state
 
 
-@pytest.mark.parametrize("service_host", ["gw", "store"])
-def test_a_gateway_or_the_kv_store_has_nothing_rolled_back_and_says_so(service_host, caplog):
+@pytest.mark.parametrize("service_host", ["gw", "store", "mon"])
+def test_a_gateway_the_kv_store_or_monitoring_has_nothing_rolled_back_and_says_so(service_host, caplog):
     state = run_rollback_on(service_host, caplog)
     assert state.get_op_order() == []
-    assert f"{service_host} is a gateway or a KV store host, not a rig: it has no release to roll back" in caplog.text
+    assert (
+        f"{service_host} is a gateway, a KV store or a monitoring host, not a rig: it has no release to roll back"
+        in caplog.text
+    )
 
 
 def test_a_rig_of_the_same_inventory_goes_on_to_its_own_state(caplog):

@@ -147,6 +147,20 @@ def health_query(legacy: bool = False) -> str:
     return f"nvidia-smi --query-gpu={fields} --format=csv"
 
 
+# The power limit the NVIDIA role applies: the enforced limit and the card's range, one GPU a row (--format=csv,
+# read by parse_health_csv), and the command that sets every GPU's limit (nvidia-smi -pl, without -i: all GPUs).
+POWER_LIMIT_FIELDS = ("index", "enforced.power.limit", "power.min_limit", "power.max_limit")
+POWER_LIMIT_QUERY = f"nvidia-smi --query-gpu={','.join(POWER_LIMIT_FIELDS)} --format=csv"
+# Where the driver packages put nvidia-smi (Ubuntu's nvidia-utils-*, the CUDA repository's nvidia-driver-cuda); a
+# unit's ExecStart= needs the absolute path.
+NVIDIA_SMI_PATH = "/usr/bin/nvidia-smi"
+
+
+def power_limit_argv(limit_w: float) -> list[str]:
+    """Set every GPU's power limit to ``limit_w`` (lost at reboot: the NVIDIA role's unit runs it at boot)."""
+    return [NVIDIA_SMI_PATH, "-pl", f"{limit_w:g}"]
+
+
 # What nvidia-smi prints for a field this driver does not know (then it prints nothing else).
 UNKNOWN_FIELD_TEXT = "is not a valid field"
 # Cells nvidia-smi prints for a value the card does not report ("[N/A]", "[Not Supported]", "N/A") or cannot

@@ -9,6 +9,11 @@ Ensures
   package goes in first, in its own apt transaction, so the driver's install already resolves
   within the branch (cuda-drivers' dependencies have only lower bounds);
 - persistence mode: nvidia-persistenced enabled and running (``nvidia_driver_persistence_mode``);
+- the declared power limit (``nvidia_driver_power_limit_w``, every GPU): refused before any change when a card
+  does not accept it (its min/max as nvidia-smi reports them; a host without the driver yet: once it is in), set
+  with ``nvidia-smi -pl`` unless every GPU enforces it already, and set again at every boot by a oneshot unit
+  after nvidia-persistenced (the driver forgets it at reboot); unset: the cards keep their default and a unit
+  left by an earlier declaration is disabled and removed (the limit it set holds until the next reboot);
 - nouveau is blacklisted (initramfs rebuilt only when that file changed) and unloaded;
 - the running kernel uses the installed driver: the module is loaded, or, when the install
   changed and another module is running, the host reboots (``nvidia_driver_allow_reboot``
@@ -24,6 +29,7 @@ from io import StringIO
 from pyinfra import host
 from pyinfra.api.deploy import deploy
 from pyinfra.facts.deb import DebPackages
+from pyinfra.facts.files import File
 from pyinfra.facts.server import KernelModules
 from pyinfra.operations import files, server, systemd
 from pyinfra.operations.util import any_changed
@@ -31,12 +37,21 @@ from pyinfra.operations.util import any_changed
 from rigkit.distro import TargetOS, target_os
 from rigkit.facts.apt import AptHeldPackages
 from rigkit.facts.batch import FactSpec
-from rigkit.facts.nvidia import NvidiaSmiGpus
+from rigkit.facts.nvidia import NvidiaPowerLimits, NvidiaSmiGpus
 from rigkit.facts.surveyed import put_reads, service_reads
+from rigkit.nvidia_smi import power_limit_argv
 from rigkit.operations import say
 from rigkit.operations.apt import deb_from_url, packages_held, packages_installed, pinned
-from rigkit.operations.nvidia import kernel_module_unloaded, nvidia_driver_verified, nvidia_module_current
+from rigkit.operations.nvidia import (
+    POWER_LIMIT_FIELD,
+    gpu_power_limit,
+    gpu_power_limit_in_range,
+    kernel_module_unloaded,
+    nvidia_driver_verified,
+    nvidia_module_current,
+)
 from rigkit.settings.hostdata import RigSettings
+from rigkit.systemd import exec_command_line
 from roles import Run
 
 NOUVEAU_BLACKLIST = "/etc/modprobe.d/rigkit-blacklist-nouveau.conf"
@@ -46,6 +61,24 @@ NOUVEAU_BLACKLIST_TEXT = (
 )
 CUDA_KEYRING_PACKAGE = "cuda-keyring"
 CUDA_KEYRING_DEB = "cuda-keyring_1.1-1_all.deb"
+POWER_LIMIT_UNIT = "rigkit-gpu-power-limit.service"
+POWER_LIMIT_UNIT_PATH = f"/etc/systemd/system/{POWER_LIMIT_UNIT}"
+
+
+def power_limit_unit_text(limit_w: float) -> str:
+    """Sets the declared power limit at every boot (the driver forgets it at reboot), after nvidia-persistenced:
+    with the GPUs held initialised by it, the limit is not lost when the driver tears a GPU down between clients."""
+    return (
+        "[Unit]\n"
+        f"Description=rigkit: every GPU's power limit at {limit_w:g} W ({POWER_LIMIT_FIELD})\n"
+        "After=nvidia-persistenced.service\n\n"
+        "[Service]\n"
+        "Type=oneshot\n"
+        "RemainAfterExit=yes\n"
+        f"ExecStart={exec_command_line(power_limit_argv(limit_w))}\n\n"
+        "[Install]\n"
+        "WantedBy=multi-user.target\n"
+    )
 
 
 def branch_pinning_package(settings: dict) -> str:
@@ -83,12 +116,17 @@ def operation_reads(rig: RigSettings) -> list[FactSpec]:
     if rig.host["gpus"] == 0:
         return []
     persistence = service_reads("nvidia-persistenced") if rig.nvidia_driver["nvidia_driver_persistence_mode"] else []
+    if rig.nvidia_driver[POWER_LIMIT_FIELD] is None:
+        power = [*service_reads(POWER_LIMIT_UNIT), FactSpec.of(File, path=POWER_LIMIT_UNIT_PATH)]
+    else:
+        power = [FactSpec.of(NvidiaPowerLimits), *put_reads(POWER_LIMIT_UNIT_PATH), *service_reads(POWER_LIMIT_UNIT)]
     return [
         FactSpec.of(DebPackages),
         *put_reads(NOUVEAU_BLACKLIST),
         FactSpec.of(KernelModules),
         FactSpec.of(AptHeldPackages),
         *persistence,
+        *power,
         FactSpec.of(NvidiaSmiGpus),
     ]
 
@@ -100,6 +138,9 @@ def nvidia_driver(rig: RigSettings, run: Run) -> None:
         say(host, "nvidia_driver: skipped, this host declares gpus: 0")
         return
     os = target_os(run.rig_state(rig).os_release, "nvidia_driver")
+    power_limit = settings[POWER_LIMIT_FIELD]
+    if power_limit is not None:
+        gpu_power_limit_in_range(name="The cards accept the declared power limit", limit_w=power_limit)
     if os.id == "debian":
         if settings["nvidia_driver_server"]:
             say(host, "nvidia_driver: nvidia_driver_server applies to Ubuntu only; Debian uses the CUDA repo")
@@ -145,3 +186,30 @@ def nvidia_driver(rig: RigSettings, run: Run) -> None:
         pinned_version=settings["nvidia_driver_version"],
         branch=settings["nvidia_driver_branch"],
     )
+    power_limit_applied(power_limit, rig.gpu_health["gpu_power_limit_tolerance_w"])
+
+
+def power_limit_applied(limit_w, tolerance_w: float) -> None:
+    """The declared limit set now and at every boot; none declared: the cards' default, no unit left behind."""
+    if limit_w is None:
+        systemd.service(
+            name="No declared power limit: its boot unit disabled",
+            service=POWER_LIMIT_UNIT,
+            running=None,
+            enabled=False,
+        )
+        removed = files.file(
+            name="No declared power limit: its boot unit removed", path=POWER_LIMIT_UNIT_PATH, present=False
+        )
+        systemd.daemon_reload(name="systemd forgets the power limit unit", _if=removed.did_change)
+        return
+    gpu_power_limit(name=f"Every GPU's power limit at {limit_w:g} W", limit_w=limit_w, tolerance_w=tolerance_w)
+    unit = files.put(
+        name="Power limit unit (sets it again at every boot)",
+        src=StringIO(power_limit_unit_text(limit_w)),
+        dest=POWER_LIMIT_UNIT_PATH,
+        mode="644",
+    )
+    systemd.daemon_reload(name="systemd reads the power limit unit", _if=unit.did_change)
+    # enabled only: the limit is set above; the unit sets it at the next boot
+    systemd.service(name="Power limit unit enabled", service=POWER_LIMIT_UNIT, running=None, enabled=True)

@@ -7,7 +7,14 @@ from typing import Optional
 from pyinfra.api import FactBase
 
 from rigkit.facts import split_exit
-from rigkit.nvidia_smi import DRIVER_VERSION_FILE, GPU_MEMORY_QUERY, parse_csv_table, parse_driver_version
+from rigkit.nvidia_smi import (
+    DRIVER_VERSION_FILE,
+    GPU_MEMORY_QUERY,
+    POWER_LIMIT_QUERY,
+    parse_csv_table,
+    parse_driver_version,
+    parse_health_csv,
+)
 
 
 class NvidiaModuleVersion(FactBase):
@@ -47,6 +54,31 @@ def parse_query_gpus(lines: list[str]) -> list[dict]:
         for row in parse_csv_table("\n".join(lines))
         if "uuid" in row and "driver_version" in row
     ]
+
+
+class NvidiaPowerLimits(FactBase):
+    """Each GPU's enforced power limit and the range the card accepts (watts; None where the card does not report
+    it): {"gpus": [{"index", "enforced_w", "min_w", "max_w"}], "error": str|None}. None when nvidia-smi is not
+    installed; nvidia-smi failing (a driver/library mismatch) comes back as ``error``."""
+
+    def requires_command(self, *args, **kwargs) -> str:
+        return "nvidia-smi"
+
+    def command(self) -> str:
+        return f'{POWER_LIMIT_QUERY} 2>&1; echo "exit=$?"'
+
+    def process(self, output: list[str]) -> dict:
+        lines, status = split_exit(output)
+        if status != 0:
+            return {"gpus": [], "error": " ".join(line.strip() for line in lines) or f"exit {status}"}
+        gpus, _ = parse_health_csv("\n".join(lines))
+        return {
+            "gpus": [
+                {"index": g.index, "enforced_w": g.power_limit_w, "min_w": g.power_min_w, "max_w": g.power_max_w}
+                for g in gpus
+            ],
+            "error": None,
+        }
 
 
 class NvidiaGpuMemory(FactBase):

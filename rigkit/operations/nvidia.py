@@ -11,7 +11,8 @@ from pyinfra.facts.server import KernelModules
 from pyinfra.operations import server
 
 from rigkit.facts.docker import DockerRunCheck
-from rigkit.facts.nvidia import NvidiaModuleVersion, NvidiaSmiGpus, parse_query_gpus
+from rigkit.facts.nvidia import NvidiaModuleVersion, NvidiaPowerLimits, NvidiaSmiGpus, parse_query_gpus
+from rigkit.nvidia_smi import power_limit_argv
 from rigkit.operations import fail, say
 from rigkit.operations.apt import upstream_version
 from rigkit.operations.docker import pick_verify_image, read_json_file
@@ -161,6 +162,78 @@ def nvidia_driver_verified(version_package: str, pinned_version: Optional[str], 
             "reboot to load the installed driver, or pin the version the host runs",
         )
     host.noop(f"nvidia-smi reports driver {', '.join(reported)} on {len(smi['gpus'])} GPU(s)")
+
+
+POWER_LIMIT_FIELD = "nvidia_driver_power_limit_w"
+
+
+def power_limit_refusal(limit_w: float, gpus: list[dict]):
+    """The OperationError for a limit some card does not accept (its min/max as nvidia-smi reports them), else None."""
+    outside = [
+        g for g in gpus if g["min_w"] is not None and g["max_w"] is not None and not g["min_w"] <= limit_w <= g["max_w"]
+    ]
+    if not outside:
+        return None
+    ranges = "; ".join(f"GPU {g['index']} accepts {g['min_w']:g}-{g['max_w']:g} W" for g in outside)
+    low = max(g["min_w"] for g in gpus if g["min_w"] is not None)
+    high = min(g["max_w"] for g in gpus if g["max_w"] is not None)
+    within = f"declare a limit within {low:g}-{high:g} W" if low <= high else "the cards share no power limit"
+    return fail(
+        POWER_LIMIT_FIELD,
+        limit_w,
+        f"lies outside the card's range ({ranges}: nvidia-smi -q -d POWER, Min/Max Power Limit)",
+        f"{within}, or remove {POWER_LIMIT_FIELD} to keep the cards' default limit",
+    )
+
+
+@operation()
+def gpu_power_limit_in_range(limit_w: float):
+    """
+    Check, before the role changes anything: every GPU accepts ``limit_w``. A host whose nvidia-smi does not
+    answer yet (no driver) is checked by ``gpu_power_limit`` once the driver is in.
+
+    + limit_w: the declared power limit (watts)
+    """
+    yield from ()  # a check: it never yields a command
+    limits = host.get_fact(NvidiaPowerLimits)
+    if not limits or limits["error"] or not limits["gpus"]:
+        host.noop(f"the cards' power range is read once nvidia-smi answers: {limit_w:g} W checked after the install")
+        return
+    refusal = power_limit_refusal(limit_w, limits["gpus"])
+    if refusal:
+        raise refusal
+    host.noop(f"every GPU accepts a {limit_w:g} W power limit")
+
+
+@operation()
+def gpu_power_limit(limit_w: float, tolerance_w: float):
+    """
+    Every GPU's power limit set to ``limit_w`` (``nvidia-smi -pl``) unless each enforces it already; refused when
+    a card does not accept it.
+
+    + limit_w: the declared power limit (watts), for all GPUs
+    + tolerance_w: how far an enforced limit may lie from ``limit_w`` and still hold (gpu_power_limit_tolerance_w)
+    """
+    limits = host.get_fact(NvidiaPowerLimits)
+    if not limits or limits["error"] or not limits["gpus"]:
+        if not host.state.is_executing:
+            host.noop(f"the power limit is set once nvidia-smi answers: {limit_w:g} W after the driver install")
+            return
+        problem = (limits or {}).get("error") or ("nvidia-smi lists no GPU" if limits else "nvidia-smi is missing")
+        raise fail(
+            POWER_LIMIT_FIELD,
+            limit_w,
+            f"the GPUs' power limits cannot be read: {problem}",
+            "check the driver verification above (a driver/library mismatch needs a reboot)",
+        )
+    refusal = power_limit_refusal(limit_w, limits["gpus"])
+    if refusal:
+        raise refusal
+    off = [g for g in limits["gpus"] if g["enforced_w"] is None or abs(g["enforced_w"] - limit_w) > tolerance_w]
+    if not off:
+        host.noop(f"every GPU enforces a {limit_w:g} W power limit")
+        return
+    yield StringCommand(*power_limit_argv(limit_w))
 
 
 @operation()

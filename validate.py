@@ -33,6 +33,7 @@ from pyinfra.operations import python
 
 from rigkit.errors import ConfigError
 from rigkit.l2_state import read_l2
+from rigkit.nvidia_smi import POWER_LIMIT_QUERY, enforced_power_limits
 from rigkit.paths import REPO_ROOT, RIG_STACK_DIR
 from rigkit.remote.client import ServingClient
 from rigkit.remote.tunnel import serving_url
@@ -108,9 +109,10 @@ def _decode_ab(data: dict, stack, compose: str, url: str, settings: ValidationSe
         ServingClient(url).wait_ready()
 
 
-def rig_facts(l2_path: Optional[str]) -> dict:
-    """What the card records to repeat the run elsewhere: GPUs, driver/CUDA, RAM, L2 device and fs."""
-    facts: dict = {}
+def rig_facts(l2_path: Optional[str], power_limit_declared_w: Optional[float]) -> dict:
+    """What the card records to repeat the run elsewhere: GPUs, driver/CUDA, the power limit declared and
+    enforced, RAM, L2 device and fs."""
+    facts: dict = {"power_limit_declared_w": power_limit_declared_w}
     gpus = _shell("nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null")
     if gpus:
         rows = [[cell.strip() for cell in line.split(",")] for line in gpus.splitlines()]
@@ -118,6 +120,8 @@ def rig_facts(l2_path: Optional[str]) -> dict:
         facts["driver_version"] = rows[0][1] if len(rows[0]) > 1 else None
         header = _shell("nvidia-smi 2>/dev/null | grep -o 'CUDA Version: [0-9.]*'")
         facts["cuda_version"] = header.split(":")[1].strip() if header else None
+        limits = _shell(f"{POWER_LIMIT_QUERY} 2>/dev/null")
+        facts["power_limits_enforced_w"] = enforced_power_limits(limits) if limits else []
     mem = _shell("awk '/^MemTotal:/ {print $2}' /proc/meminfo")
     if mem and mem.isdigit():
         facts["host_ram_bytes"] = int(mem) * 1024
@@ -144,7 +148,8 @@ def _validate() -> None:
     if data.get("replay"):
         replayed = Path(data["replay"]) if Path(data["replay"]).is_absolute() else REPO_ROOT / data["replay"]
         data.update(replay_data(replayed))
-    stack = rig_settings(data).stack
+    rig = rig_settings(data)
+    stack = rig.stack
     settings = ValidationSettings.from_data(data)
     knobs = stack.knobs
     # what the declared context cannot hold is refused before any rig is asked (the server's is checked again)
@@ -217,7 +222,7 @@ def _validate() -> None:
         "model_source": stack.knobs["model_source"],
         "l2_integrity": l2_integrity(stack),
         "knobs": {k: v for k, v in knobs.items() if k not in SECRET_SETTINGS},
-        **rig_facts(l2_path),
+        **rig_facts(l2_path, rig.nvidia_driver["nvidia_driver_power_limit_w"]),
     }
     card = to_card(
         host.name,

@@ -161,6 +161,13 @@ def power_limit_argv(limit_w: float) -> list[str]:
     return [NVIDIA_SMI_PATH, "-pl", f"{limit_w:g}"]
 
 
+def enforced_power_limits(text: str) -> list[Optional[float]]:
+    """Each GPU's enforced power limit (watts, by index; None where the card does not report it) from a
+    POWER_LIMIT_QUERY answer (or any health query answer that has the column)."""
+    gpus, _ = parse_health_csv(text)
+    return [gpu.power_limit_w for gpu in sorted(gpus, key=lambda gpu: gpu.index)]
+
+
 # What nvidia-smi prints for a field this driver does not know (then it prints nothing else).
 UNKNOWN_FIELD_TEXT = "is not a valid field"
 # Cells nvidia-smi prints for a value the card does not report ("[N/A]", "[Not Supported]", "N/A") or cannot

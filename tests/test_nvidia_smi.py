@@ -9,6 +9,7 @@ from rigkit.nvidia_smi import (
     HEALTH_FIELDS,
     decode_clock_reasons,
     driver_branch,
+    enforced_power_limits,
     health_query,
     parse_csv_table,
     parse_driver_version,
@@ -121,3 +122,10 @@ def test_xid_lines_of_both_formats_and_a_gpu_lost_without_an_xid():
         ("0000:b3:00.0", 79),
     ]
     assert events[0].text.startswith("pid=2024380") and parse_kernel_log([]) == []
+
+
+def test_enforced_power_limits_of_the_captured_status_section_and_of_a_card_without_one():
+    text = (GPU_CHECK / "status-run-status-gpu-section-idle.txt").read_text()
+    assert enforced_power_limits(text) == [700.0]
+    two = "index, enforced.power.limit [W]\n1, 260.00 W\n0, [N/A]\n"  # hand-written: rows out of order, one [N/A]
+    assert enforced_power_limits(two) == [None, 260.0]

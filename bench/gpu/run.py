@@ -17,6 +17,7 @@ import hashlib
 import json
 import os
 import random
+import shlex
 import signal
 import subprocess
 import sys
@@ -30,6 +31,7 @@ HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]
 sys.path[:0] = [str(HERE / "stubs"), str(REPO)]
 
+from rigkit.nvidia_smi import POWER_LIMIT_QUERY, enforced_power_limits  # noqa: E402
 from rigkit.remote.client import ServingClient  # noqa: E402
 from rigkit.validation.card import RigCard  # noqa: E402
 from rigkit.validation.card.assemble import to_card  # noqa: E402
@@ -292,7 +294,8 @@ def store_bytes(path: Path):
 
 
 def machine_facts() -> dict:
-    """What validate.py's rig_facts records of a rig, read on the device: GPUs, driver, CUDA, RAM."""
+    """What validate.py's rig_facts records of a rig, read on the device: GPUs, driver, CUDA, the enforced power
+    limits (no rig data here: none declared), RAM."""
     facts: dict = {}
     try:
         rows = (
@@ -313,6 +316,8 @@ def machine_facts() -> dict:
         facts.update(gpu_models=[row[0] for row in cells], driver_version=cells[0][-1])
     if "CUDA Version:" in header:
         facts["cuda_version"] = header.split("CUDA Version:")[1].split()[0]
+    limits = subprocess.run(shlex.split(POWER_LIMIT_QUERY), capture_output=True, text=True, timeout=30)
+    facts["power_limits_enforced_w"] = enforced_power_limits(limits.stdout) if limits.returncode == 0 else []
     meminfo = Path("/proc/meminfo").read_text().split()
     facts["host_ram_bytes"] = int(meminfo[meminfo.index("MemTotal:") + 1]) * 1024
     return facts

@@ -36,6 +36,8 @@ def made_up_setup(card: RigCard, rig: str, run_id: str, **repro) -> RigCard:
         driver_version="580.159.04",
         cuda_version="13.0",
         gpu_models=["NVIDIA GeForce RTX 3090"] * 2,
+        power_limit_declared_w=260.0,
+        power_limits_enforced_w=[260.0, 260.0],
         host_ram_bytes=64 * GIB,
         l2_device="/dev/nvme0n1p1",
         l2_filesystem="ext4",
@@ -64,6 +66,9 @@ CHANGES = {
     "cuda_version": ({"cuda_version": "12.9"}, "CUDA"),
     "gpu_models": ({"gpu_models": ["NVIDIA H200"]}, "GPU model"),
     "host_ram_bytes": ({"host_ram_bytes": 128 * GIB}, "host RAM"),
+    # a decode A/B at two caps: the same cards run at 260 W, then at 280 W
+    "power_limit_declared_w": ({"power_limit_declared_w": 280.0}, "power limit declared"),
+    "power_limits_enforced_w": ({"power_limits_enforced_w": [280.0, 280.0]}, "power limit enforced"),
     "l2_device": ({"l2_device": "/dev/nvme1n1"}, "L2 device"),
     "l2_filesystem": ({"l2_filesystem": "xfs"}, "L2 filesystem"),
     "l2_integrity": ({"l2_integrity": "checksum crc32"}, "L2 integrity"),

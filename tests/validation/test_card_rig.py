@@ -208,3 +208,17 @@ def test_a_card_written_before_the_transport_was_recorded_renders_as_before(tmp_
     (loaded,) = load_cards(tmp_path)
     assert loaded.ttft_client is None and loaded.tiers[0].greedy == [] and loaded.tiers[0].ttft_pairs == []
     assert "Client TTFT within tolerance of the server histogram: 12/12 requests." in render_rig_markdown(loaded)
+
+
+def test_the_setup_shows_the_declared_and_the_enforced_power_limit_on_a_gpu_rig_only(tmp_path):
+    card = make_card()
+    assert "GPU power limit" not in render_rig_markdown(card)  # the sample is a CPU rig
+    card.repro.gpu_models = ["NVIDIA GeForce RTX 3090"] * 2
+    card.repro.power_limits_enforced_w = [350.0, 350.0]
+    assert "| GPU power limit | declared none (the cards' default), enforced 350 W |" in render_rig_markdown(card)
+    card.repro.power_limit_declared_w, card.repro.power_limits_enforced_w = 260.0, [260.0, 350.0]
+    md = render_rig_markdown(card)
+    assert "| GPU power limit | declared 260 W, enforced GPU 0 260 W, GPU 1 350 W |" in md
+    write_card(tmp_path, card)
+    (reloaded,) = load_cards(tmp_path)
+    assert reloaded.repro.power_limits_enforced_w == [260.0, 350.0]

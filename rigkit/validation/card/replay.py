@@ -24,7 +24,7 @@ from rigkit.validation.card.schema import (
     SetupDifference,
     StatModel,
 )
-from rigkit.validation.card.text import fmt_bytes
+from rigkit.validation.card.text import fmt_bytes, fmt_power_limit_declared, fmt_power_limits
 
 MISSING = "—"
 VERDICT_MARKS = {"reproduces": "✓", "differs": "✗", "not compared": "·"}
@@ -73,6 +73,8 @@ def setup_of(repro: Reproducibility) -> dict[str, str]:
             "driver": shown(repro.driver_version),
             "CUDA": shown(repro.cuda_version),
             "GPU model": _gpus(repro.gpu_models),
+            "power limit declared": fmt_power_limit_declared(repro.power_limit_declared_w),
+            "power limit enforced": fmt_power_limits(repro.power_limits_enforced_w),
             "host RAM": fmt_bytes(repro.host_ram_bytes) if repro.host_ram_bytes else MISSING,
             "L2 device": shown(repro.l2_device),
             "L2 filesystem": shown(repro.l2_filesystem),

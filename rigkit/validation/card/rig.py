@@ -13,6 +13,8 @@ from rigkit.validation.card.text import (
     fmt_bytes,
     fmt_gain,
     fmt_l2,
+    fmt_power_limit_declared,
+    fmt_power_limits,
     fmt_seconds,
     fmt_stat_plain,
     fmt_stat_seconds,
@@ -315,6 +317,17 @@ def render_rig_markdown(card: RigCard) -> str:
         ("output tokens", repro.output_tokens),
         ("driver / CUDA", f"{repro.driver_version or '—'} / {repro.cuda_version or '—'}"),
         ("GPUs", ", ".join(repro.gpu_models) or "none (CPU)"),
+        *(
+            [
+                (
+                    "GPU power limit",
+                    f"declared {fmt_power_limit_declared(repro.power_limit_declared_w)}, "
+                    f"enforced {fmt_power_limits(repro.power_limits_enforced_w)}",
+                )
+            ]
+            if repro.gpu_models
+            else []
+        ),
         ("host RAM", fmt_bytes(repro.host_ram_bytes) if repro.host_ram_bytes else None),
         ("L2 device / fs", f"{repro.l2_device or '—'} / {repro.l2_filesystem or '—'}"),
         *([("L2 integrity", repro.l2_integrity)] if repro.l2_integrity else []),

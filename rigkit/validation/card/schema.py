@@ -222,6 +222,10 @@ class Reproducibility(BaseModel):
     driver_version: Optional[str] = None
     cuda_version: Optional[str] = None
     gpu_models: list[str] = Field(default_factory=list)
+    # nvidia_driver_power_limit_w as the rig's data declared it (None: the cards' default) and each GPU's enforced
+    # limit as nvidia-smi read it during the run (watts): a decode A/B at two caps compares these
+    power_limit_declared_w: Optional[float] = None
+    power_limits_enforced_w: list[Optional[float]] = Field(default_factory=list)
     host_ram_bytes: Optional[int] = None
     l2_device: Optional[str] = None
     l2_filesystem: Optional[str] = None

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from typing import Optional
+from typing import Optional, Sequence
 
 from rigkit.validation.card.schema import L2Report, StatModel
 
@@ -71,3 +71,15 @@ def fmt_l2(l2: L2Report) -> str:
             janitor += f", evicted {l2.evicted_entries} entries ({fmt_bytes(l2.evicted_bytes)}) since it started"
         parts.append(janitor)
     return f"**L2**: {' · '.join(parts)} — {l2.state.upper()} {L2_MARKS[l2.level]}"
+
+
+def fmt_power_limit_declared(watts: Optional[float]) -> str:
+    return f"{watts:g} W" if watts is not None else "none (the cards' default)"
+
+
+def fmt_power_limits(watts: Sequence[Optional[float]]) -> str:
+    """Each GPU's enforced limit ("260 W" when every GPU enforces the same, else "GPU 0 260 W, GPU 1 700 W")."""
+    if not watts:
+        return "—"
+    shown = [f"{w:g} W" if w is not None else "not reported" for w in watts]
+    return shown[0] if len(set(shown)) == 1 else ", ".join(f"GPU {i} {w}" for i, w in enumerate(shown))

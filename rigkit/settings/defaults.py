@@ -163,10 +163,10 @@ NVIDIA_DRIVER_VARIABLES: list[Variable] = [
     Variable(
         "nvidia_driver_power_limit_w",
         None,
-        "the power limit every GPU of the rig should run at (watts), e.g. 260 for a capped RTX 3090; rigkit "
-        "status warns when a GPU's enforced limit differs (a limit set with `nvidia-smi -pl` is lost at reboot) or "
-        "lies outside the card's min/max; None = not declared. The NVIDIA role does not apply it yet "
-        "(docs/limits.md): set it with nvidia-smi -pl",
+        "the power limit every GPU of the rig runs at (watts), e.g. 260 for a capped RTX 3090: the NVIDIA role sets "
+        "it (`nvidia-smi -pl`, all GPUs) and a unit sets it again at every boot; refused before any change outside "
+        "a card's min/max (`nvidia-smi -q -d POWER`); rigkit status warns when a GPU enforces another; None = the "
+        "cards' default (a unit of an earlier declaration is removed; its limit holds until the next reboot)",
         float,
         between(1, 2000, "W"),
         optional=True,

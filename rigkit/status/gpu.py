@@ -231,7 +231,8 @@ def _judge_power(gpu: GpuReading, limits: GpuLimits) -> list[Finding]:
                 label,
                 f"power limit {enforced:.0f}W",
                 f"{label} enforces a {enforced:.0f} W power limit, nvidia_driver_power_limit_w declares {declared:.0f} W "
-                f"(a limit set by hand is lost at reboot): nvidia-smi -i {gpu.index} -pl {declared:g}",
+                f"(a limit set by hand is lost at reboot): run deploy.py (the nvidia_driver role sets it and keeps it "
+                f"across reboots), or nvidia-smi -i {gpu.index} -pl {declared:g} until the next reboot",
             )
         ]
     return []

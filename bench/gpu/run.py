@@ -309,6 +309,7 @@ def machine_facts() -> dict:
             .splitlines()
         )
         header = subprocess.run(["nvidia-smi"], capture_output=True, text=True, timeout=30).stdout
+        limits = subprocess.run(shlex.split(POWER_LIMIT_QUERY), capture_output=True, text=True, timeout=30)
     except (OSError, subprocess.TimeoutExpired):
         return facts
     cells = [[cell.strip() for cell in row.split(",")] for row in rows if row.strip()]
@@ -316,7 +317,6 @@ def machine_facts() -> dict:
         facts.update(gpu_models=[row[0] for row in cells], driver_version=cells[0][-1])
     if "CUDA Version:" in header:
         facts["cuda_version"] = header.split("CUDA Version:")[1].split()[0]
-    limits = subprocess.run(shlex.split(POWER_LIMIT_QUERY), capture_output=True, text=True, timeout=30)
     facts["power_limits_enforced_w"] = enforced_power_limits(limits.stdout) if limits.returncode == 0 else []
     meminfo = Path("/proc/meminfo").read_text().split()
     facts["host_ram_bytes"] = int(meminfo[meminfo.index("MemTotal:") + 1]) * 1024

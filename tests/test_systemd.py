@@ -101,3 +101,21 @@ def test_the_l2_janitor_unit_passes_a_path_with_a_space_as_one_argument():
     (line,) = [line for line in janitor_unit(settings).splitlines() if line.startswith("ExecStart=")]
     argv = shlex.split(line.removeprefix("ExecStart="))  # systemd's double quotes split like the shell's here
     assert argv[:3] == ["/usr/bin/python3", "/usr/local/lib/rigkit/l2_janitor.py", "/mnt/rig kit/lmcache"]
+
+
+@pytest.mark.skipif(SYSTEMD_ANALYZE is None, reason="systemd-analyze not installed")
+def test_the_power_limit_unit_passes_systemd_analyze_and_runs_nvidia_smi_pl(tmp_path):
+    from rigkit.nvidia_smi import NVIDIA_SMI_PATH
+    from roles.nvidia_driver import power_limit_unit_text
+
+    text = power_limit_unit_text(262.5)
+    exec_start = next(line for line in text.splitlines() if line.startswith("ExecStart="))
+    assert decode(exec_start[len("ExecStart=") :]) == [NVIDIA_SMI_PATH, "-pl", "262.5"]
+    assert "After=nvidia-persistenced.service" in text
+    unit = tmp_path / "rigkit-gpu-power-limit.service"
+    # no nvidia-smi here: an executable that exists in its place, so only the unit's syntax is judged
+    unit.write_text(text.replace(NVIDIA_SMI_PATH, "/bin/echo"))
+    result = subprocess.run(
+        [SYSTEMD_ANALYZE, "verify", "--man=no", str(unit)], capture_output=True, text=True, timeout=60
+    )
+    assert result.returncode == 0 and "rigkit-gpu-power-limit" not in result.stderr, result.stderr

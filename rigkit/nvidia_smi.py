@@ -149,16 +149,17 @@ def health_query(legacy: bool = False) -> str:
 
 # The power limit the NVIDIA role applies: the enforced limit and the card's range, one GPU a row (--format=csv,
 # read by parse_health_csv), and the command that sets every GPU's limit (nvidia-smi -pl, without -i: all GPUs).
-POWER_LIMIT_FIELDS = ("index", "enforced.power.limit", "power.min_limit", "power.max_limit")
+POWER_LIMIT_FIELDS = ("index", "enforced.power.limit", "power.min_limit", "power.max_limit", "power.default_limit")
 POWER_LIMIT_QUERY = f"nvidia-smi --query-gpu={','.join(POWER_LIMIT_FIELDS)} --format=csv"
 # Where the driver packages put nvidia-smi (Ubuntu's nvidia-utils-*, the CUDA repository's nvidia-driver-cuda); a
 # unit's ExecStart= needs the absolute path.
 NVIDIA_SMI_PATH = "/usr/bin/nvidia-smi"
 
 
-def power_limit_argv(limit_w: float) -> list[str]:
-    """Set every GPU's power limit to ``limit_w`` (lost at reboot: the NVIDIA role's unit runs it at boot)."""
-    return [NVIDIA_SMI_PATH, "-pl", f"{limit_w:g}"]
+def power_limit_argv(limit_w: float, gpu: Optional[int] = None) -> list[str]:
+    """Set every GPU's power limit (or GPU ``gpu``'s) to ``limit_w``: lost at reboot, the NVIDIA role's unit runs
+    it at boot."""
+    return [NVIDIA_SMI_PATH, *(["-i", str(gpu)] if gpu is not None else []), "-pl", f"{limit_w:g}"]
 
 
 def enforced_power_limits(text: str) -> list[Optional[float]]:
@@ -201,6 +202,7 @@ class GpuReading:
     ecc_uncorrected_volatile: Optional[int]
     ecc_corrected_aggregate: Optional[int]
     ecc_uncorrected_aggregate: Optional[int]
+    power_default_w: Optional[float] = None  # the card's own limit (POWER_LIMIT_FIELDS; not in the status query)
     unreadable: tuple[str, ...] = ()  # fields whose cell is an error ("[Unknown Error]", "[GPU requires reset]")
 
 
@@ -263,7 +265,7 @@ def _clock_reasons(row: dict[str, str]) -> Optional[tuple[str, ...]]:
     return tuple(name for name, value in named.items() if value == "Active")
 
 
-# Each health field (but index and the clock reasons) -> the GpuReading attribute it fills and how its cell is read.
+# Each health and power-limit field (but index and the clock reasons) -> the GpuReading attribute it fills and how its cell is read.
 HEALTH_FIELD_READS = {
     "pci.bus_id": ("bus_id", _cell_value),
     "name": ("name", _cell_value),
@@ -273,6 +275,7 @@ HEALTH_FIELD_READS = {
     "enforced.power.limit": ("power_limit_w", _number),
     "power.min_limit": ("power_min_w", _number),
     "power.max_limit": ("power_max_w", _number),
+    "power.default_limit": ("power_default_w", _number),
     "memory.used": ("memory_used_mib", _number),
     "memory.total": ("memory_total_mib", _number),
     "utilization.gpu": ("utilization_pct", _number),

@@ -12,8 +12,9 @@ Ensures
 - the declared power limit (``nvidia_driver_power_limit_w``, every GPU): refused before any change when a card
   does not accept it (its min/max as nvidia-smi reports them; a host without the driver yet: once it is in), set
   with ``nvidia-smi -pl`` unless every GPU enforces it already, and set again at every boot by a oneshot unit
-  after nvidia-persistenced (the driver forgets it at reboot); unset: the cards keep their default and a unit
-  left by an earlier declaration is disabled and removed (the limit it set holds until the next reboot);
+  after nvidia-persistenced (the driver forgets it at reboot); unset: the cards' default limit, and after an
+  earlier declaration (its unit still there) each GPU set back to its default and the unit disabled and removed;
+  a limit set by hand, without rigkit's unit, is left alone;
 - nouveau is blacklisted (initramfs rebuilt only when that file changed) and unloaded;
 - the running kernel uses the installed driver: the module is loaded, or, when the install
   changed and another module is running, the host reboots (``nvidia_driver_allow_reboot``
@@ -45,6 +46,7 @@ from rigkit.operations.apt import deb_from_url, packages_held, packages_installe
 from rigkit.operations.nvidia import (
     POWER_LIMIT_FIELD,
     gpu_power_limit,
+    gpu_power_limit_default,
     gpu_power_limit_in_range,
     kernel_module_unloaded,
     nvidia_driver_verified,
@@ -190,8 +192,14 @@ def nvidia_driver(rig: RigSettings, run: Run) -> None:
 
 
 def power_limit_applied(limit_w, tolerance_w: float) -> None:
-    """The declared limit set now and at every boot; none declared: the cards' default, no unit left behind."""
+    """The declared limit set now and at every boot; none declared: the cards' default (set back after an earlier
+    declaration), no unit left behind."""
     if limit_w is None:
+        gpu_power_limit_default(
+            name="No declared power limit: the cards back at their default",
+            unit_path=POWER_LIMIT_UNIT_PATH,
+            tolerance_w=tolerance_w,
+        )
         systemd.service(
             name="No declared power limit: its boot unit disabled",
             service=POWER_LIMIT_UNIT,

@@ -7,6 +7,7 @@ import pytest
 from rigkit.nvidia_smi import (
     HEALTH_FIELD_READS,
     HEALTH_FIELDS,
+    POWER_LIMIT_FIELDS,
     decode_clock_reasons,
     driver_branch,
     enforced_power_limits,
@@ -72,7 +73,7 @@ def test_the_health_query_asks_todays_reason_names_and_the_legacy_one_only_those
     assert "clocks_event_reasons.active" in today and "clocks_throttle" not in today
     assert legacy == today.replace("clocks_event_reasons.", "clocks_throttle_reasons.")
     # every field the query asks is read by the parser under the same name
-    assert set(HEALTH_FIELDS) - {"index"} == set(HEALTH_FIELD_READS)
+    assert set(HEALTH_FIELDS + POWER_LIMIT_FIELDS) - {"index"} == set(HEALTH_FIELD_READS)
 
 
 @pytest.mark.parametrize(

@@ -57,8 +57,8 @@ def parse_query_gpus(lines: list[str]) -> list[dict]:
 
 
 class NvidiaPowerLimits(FactBase):
-    """Each GPU's enforced power limit and the range the card accepts (watts; None where the card does not report
-    it): {"gpus": [{"index", "enforced_w", "min_w", "max_w"}], "error": str|None}. None when nvidia-smi is not
+    """Each GPU's enforced power limit, the range the card accepts and its default (watts; None where the card does
+    not report it): {"gpus": [{"index", "enforced_w", "min_w", "max_w", "default_w"}], "error": str|None}. None when nvidia-smi is not
     installed; nvidia-smi failing (a driver/library mismatch) comes back as ``error``."""
 
     def requires_command(self, *args, **kwargs) -> str:
@@ -74,7 +74,13 @@ class NvidiaPowerLimits(FactBase):
         gpus, _ = parse_health_csv("\n".join(lines))
         return {
             "gpus": [
-                {"index": g.index, "enforced_w": g.power_limit_w, "min_w": g.power_min_w, "max_w": g.power_max_w}
+                {
+                    "index": g.index,
+                    "enforced_w": g.power_limit_w,
+                    "min_w": g.power_min_w,
+                    "max_w": g.power_max_w,
+                    "default_w": g.power_default_w,
+                }
                 for g in gpus
             ],
             "error": None,

@@ -7,6 +7,7 @@ from typing import Optional
 from pyinfra import host
 from pyinfra.api import QuoteString, StringCommand, operation
 from pyinfra.facts.deb import DebPackages
+from pyinfra.facts.files import File
 from pyinfra.facts.server import KernelModules
 from pyinfra.operations import server
 
@@ -234,6 +235,35 @@ def gpu_power_limit(limit_w: float, tolerance_w: float):
         host.noop(f"every GPU enforces a {limit_w:g} W power limit")
         return
     yield StringCommand(*power_limit_argv(limit_w))
+
+
+@operation()
+def gpu_power_limit_default(unit_path: str, tolerance_w: float):
+    """
+    No limit declared: each GPU back at its default limit when rigkit's boot unit shows one was declared before
+    (the unit is removed after this); a limit set by hand (no unit) is left alone.
+
+    + unit_path: the boot unit an earlier declaration wrote
+    + tolerance_w: as for ``gpu_power_limit``
+    """
+    if host.get_fact(File, path=unit_path) is None:
+        host.noop("no power limit declared: the cards' limits are left as they are")
+        return
+    limits = host.get_fact(NvidiaPowerLimits)
+    if not limits or limits["error"]:
+        host.noop("nvidia-smi does not answer: the cards return to their default limit at the next reboot")
+        return
+    off = [
+        g
+        for g in limits["gpus"]
+        if g["default_w"] is not None
+        and (g["enforced_w"] is None or abs(g["enforced_w"] - g["default_w"]) > tolerance_w)
+    ]
+    if not off:
+        host.noop("every GPU enforces its default power limit")
+        return
+    for g in off:
+        yield StringCommand(*power_limit_argv(g["default_w"], g["index"]))
 
 
 @operation()

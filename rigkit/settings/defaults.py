@@ -166,7 +166,7 @@ NVIDIA_DRIVER_VARIABLES: list[Variable] = [
         "the power limit every GPU of the rig runs at (watts), e.g. 260 for a capped RTX 3090: the NVIDIA role sets "
         "it (`nvidia-smi -pl`, all GPUs) and a unit sets it again at every boot; refused before any change outside "
         "a card's min/max (`nvidia-smi -q -d POWER`); rigkit status warns when a GPU enforces another; None = the "
-        "cards' default (a unit of an earlier declaration is removed; its limit holds until the next reboot)",
+        "cards' default (after an earlier declaration each GPU is set back to its default and the unit removed)",
         float,
         between(1, 2000, "W"),
         optional=True,

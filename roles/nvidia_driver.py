@@ -68,8 +68,8 @@ POWER_LIMIT_UNIT_PATH = f"/etc/systemd/system/{POWER_LIMIT_UNIT}"
 
 
 def power_limit_unit_text(limit_w: float) -> str:
-    """Sets the declared power limit at every boot (the driver forgets it at reboot), after nvidia-persistenced:
-    with the GPUs held initialised by it, the limit is not lost when the driver tears a GPU down between clients."""
+    """Sets the declared power limit at every boot (the driver forgets it at reboot), ordered after
+    nvidia-persistenced so the limit is set once the daemon holds the GPUs initialised."""
     return (
         "[Unit]\n"
         f"Description=rigkit: every GPU's power limit at {limit_w:g} W ({POWER_LIMIT_FIELD})\n"

@@ -53,3 +53,10 @@ def test_an_unreadable_rig_refuses_the_rollout_naming_the_first_and_every_one():
     assert error.fix == "bring rig2, rig3 back, or leave it out with --limit"
     readable = {"rig1": good}
     assert refuse_unreadable(readable) is readable
+
+
+def test_the_state_splits_at_the_first_separator_a_ledger_note_may_hold_another():
+    note = f"smoke output quoted: {STATE_SEPARATOR}"
+    ledger = Ledger([Release(image=OLD, profile="cpu-lab", knobs_hash="k", smoke="pass", note=note)])
+    state = parse_release_state("a" * 64 + "\n" + STATE_SEPARATOR + "\n" + ledger.to_json())
+    assert state.verified == "a" * 64 and state.current.note == note and not state.unreadable

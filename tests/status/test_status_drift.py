@@ -15,6 +15,9 @@ from rigkit.serving.ledger import release_hash
 from rigkit.serving.render import KNOBS_HASH_LABEL, SERVICE_NAME
 from rigkit.settings.hostdata import settings_for_host
 from rigkit.status.drift import (
+    PROFILE_LABEL as PROFILE,
+)
+from rigkit.status.drift import (
     Drift,
     compose_drift,
     container_drift,
@@ -278,3 +281,40 @@ def test_for_reading_one_line_per_knob_naming_every_place():
     ]
     assert for_reading(drifts) == [Drift("image, compose", "serving_image", IMAGE_2, IMAGE_1)]
     assert for_reading(drifts[2:3]) == drifts[2:3]
+
+
+def test_drift_edge_values_a_hand_edited_compose_may_hold():
+    today = todays_rendering().compose
+    service = yaml.safe_load(today)["services"][SERVICE_NAME]
+    # a command split in several items, a bare flag before a line continuation
+    split = ["exec", "vllm", "--enforce-eager", "\\\n", "--max-num-seqs", "8"]
+    assert compose_drift(edited(today, command=split), edited(today, command=["exec", "vllm --max-num-seqs", "8"])) == [
+        Drift("compose", "command --enforce-eager", "'null'", "'<absent>'")
+    ]
+    # a label only today's rendering has; a value of exactly 60 characters shown whole; a date YAML parsed
+    labels = {name: value for name, value in service["labels"].items() if name != "org.rigkit.stack"}
+    assert compose_drift(edited(today, labels=labels), today) == [
+        Drift("compose", "label org.rigkit.stack", "'null'", "'serving'")
+    ]
+    sixty = "s" * 60
+    assert compose_drift(edited(today, restart=sixty), today)[0].rig == repr(sixty)
+    dated = edited(today).replace("restart: ", "built: 2026-12-03\n    restart: ", 1)
+    assert Drift("compose", "built", repr('"2026-12-03"'), "'null'") in compose_drift(dated, today)
+    # an environment line whose value holds '='
+    environment = service["environment"] + ["ONLY_ON_RIG=a=b"]
+    assert compose_drift(edited(today, environment=environment), today) == [
+        Drift("compose", "ONLY_ON_RIG", "declared", "not declared")
+    ]
+    # a value that is no string is shown as JSON
+    assert env_values_drift(".env", {"FLAG": True, "LIST": ["a"]}, {}) == [
+        Drift(".env", "FLAG", "true", "<unset>"),
+        Drift(".env", "LIST", '["a"]', "<unset>"),
+    ]
+
+
+def test_a_container_of_another_profile_shows_its_profile():
+    today = todays_rendering()
+    container = Container(
+        "rigkit-serving", IMAGE_1, True, "running", None, 0, env=today.container_env(), labels={PROFILE: "gpu"}
+    )
+    assert container_drift(container, today) == [Drift("container", "serving_profile", "'gpu'", "'cpu-lab'")]

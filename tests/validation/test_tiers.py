@@ -367,6 +367,7 @@ def test_a_shared_window_in_words_and_fields():
     own_pool = made_up(prefix_cache_hits=1024.0, prefix_cache_queries=3030.0, external_prefix_cache_queries=3030.0)
     verdict = label_shared(own_pool)
     assert (verdict.tier, verdict.expected, verdict.passed) == (Tier.NOT_SHARED, Tier.WARM_SHARED, False)
+    assert (verdict.gpu_hits, verdict.gpu_queries) == (1024.0, 3030.0)
     assert verdict.proof == (
         "GPU prefix hits +1024/3030 queried, external hits +0/3030 queried, external_kv_transfer tokens +0"
         " (B's own GPU pool served 1024 tokens: B already had the prompt, no shared hit)"

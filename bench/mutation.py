@@ -7,10 +7,10 @@ let through, or an equivalent change: docs/mutation.md explains each known survi
     .venv/bin/python bench/mutation.py --all-tests         # select from the whole non-lab suite (slower)
     .venv/bin/python bench/mutation.py --show              # also print each survivor's diff
 
-Not part of the test suite (too slow for CI). It works in a copy of the checkout (.mutation/, git-ignored) with
-mutmut's config written there from the lists below, so the checkout is never mutated; mutmut keeps its results
-there and a later run tests only the functions that changed, then retests the survivors against today's tests
-(--fresh starts over). It prints progress, each
+Not part of the test suite (too slow for CI). It works in a copy of the checkout (.mutation/<module>/, one per
+module or set of modules run; git-ignored) with mutmut's config written there from the lists below, so the checkout
+is never mutated; mutmut keeps its results there and a later run of the same modules tests only the functions that
+changed, then retests the survivors against today's tests (--fresh starts over). It prints progress, each
 module's mutants (killed / survived / no test / timeout), the survivors, and met / not met: every survivor
 explained in docs/mutation.md, and the run within TIME_TARGET_S.
 """
@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import fnmatch
+import hashlib
 import os
 import re
 import shutil
@@ -45,8 +46,14 @@ MODULES = [
     "rigkit/settings/variables.py",  # input types and variables
     "rigkit/preflight.py",  # preflight gates
 ]
-# Tests that exercise a module without naming it (the selection is every test file that names one, plus these).
-EXTRA_TESTS: list[str] = []
+# Tests that exercise a module without naming it (the selection is every test file that names one, plus these
+# for the modules run).
+EXTRA_TESTS: dict[str, list[str]] = {
+    # status judges drift in rigkit.status.rig, on a rig made on this machine (tests/status_sandbox.py)
+    "rigkit/status/drift.py": ["tests/status/test_status_rig.py"],
+    # the knobs' validators are reached through host data (rigkit.settings.hostdata) and the bad-input catalogue
+    "rigkit/settings/knobs.py": ["tests/settings/test_hostdata.py", "tests/test_bad_input_catalogue.py"],
+}
 # Mutants are run among these tests only: the lab's and vLLM's need a lab or minutes each.
 PYTEST_ARGS = ["-p", "no:cacheprovider", "-m", "not lab and not vllm", "-o", "addopts="]
 # What a developer waits for on 2 cores: the whole list, from scratch.
@@ -56,7 +63,10 @@ HYPOTHESIS_PROFILE_ENV = "RIGKIT_HYPOTHESIS_PROFILE"
 MUTMUT = "mutmut"  # its version is pinned in pyproject's "mutation" extra
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
-WORK_DIR = REPO_ROOT / ".mutation"
+WORK_ROOT = REPO_ROOT / ".mutation"
+# A work directory per module set (main sets it): mutmut forgets every verdict when its test selection changes, so
+# one module's run would otherwise throw away another's.
+WORK_DIR = WORK_ROOT / "all"
 EXPLAINED = REPO_ROOT / "docs" / "mutation.md"
 # Never copied into the work directory.
 LEFT_OUT = {".git", ".venv", ".mutation", "results", "rollouts", "build"}
@@ -84,6 +94,15 @@ def ensure_mutmut() -> None:
     subprocess.run([sys.executable, "-m", "pip", "install", "-q", requirement], check=True)
 
 
+def work_dir(modules: list[str]) -> Path:
+    """.mutation/<module> for one module, .mutation/all for MODULES, else one named by the set's hash."""
+    if modules == MODULES:
+        return WORK_ROOT / "all"
+    if len(modules) == 1:
+        return WORK_ROOT / dotted(modules[0])
+    return WORK_ROOT / ("set-" + hashlib.sha256(" ".join(sorted(modules)).encode()).hexdigest()[:12])
+
+
 def dotted(module_path: str) -> str:
     return module_path.removesuffix(".py").removesuffix("/__init__").replace("/", ".")
 
@@ -104,7 +123,7 @@ def selected_tests(modules: list[str], all_tests: bool) -> list[str]:
         if "lab" not in path.relative_to(REPO_ROOT / "tests").parts[:-1]
         and any(p.search(path.read_text()) for p in patterns)
     }
-    return sorted(selected | set(EXTRA_TESTS))
+    return sorted(selected | {test for module in modules for test in EXTRA_TESTS.get(module, [])})
 
 
 def tracked_files() -> list[str]:
@@ -265,9 +284,11 @@ def main() -> int:
         parser.error(f"no such file: {', '.join(missing)}: update MODULES at the top of {Path(__file__).name}")
 
     ensure_mutmut()
+    global WORK_DIR
+    WORK_DIR = work_dir(modules)
     if args.fresh and WORK_DIR.exists():
         shutil.rmtree(WORK_DIR)
-    WORK_DIR.mkdir(exist_ok=True)
+    WORK_DIR.mkdir(parents=True, exist_ok=True)
     files = tracked_files()
     tests = selected_tests(modules, args.all_tests)
     print(f"mutating {len(modules)} modules; tests: {len(tests)} files ({', '.join(tests)})", flush=True)

@@ -191,7 +191,7 @@ def after_release(
         return
     target = rollback_target(plan, auto_rollback)
     restored = (
-        release_steps.restored_rendering(host, target, _todays_rendering(rig, target.image))
+        release_steps.restored_rendering(host, target, _todays_rendering(rig, target.image), plan.failed)
         if target is not None
         else None
     )

@@ -29,6 +29,9 @@ ROLLBACK_FAILED_NOTE_CHARS = 2000
 REPLACEMENT_NOTE = "re-rendered with today's data: {why}"
 STORED_MISSING = "stored rendering missing"
 FIX_NOT_ROLLED_BACK = "fix the release, or roll back with rollback.py --data rollback_to=REPO@sha256:..."
+FIX_NOT_RE_RENDERED = (
+    "fix the release, or put the settings the last known-good release was verified with back in the data and deploy"
+)
 FIX_ROLLBACK_FAILED = "inspect the rig (docker logs rigkit-serving) and deploy a release that starts"
 FIX_ROLLED_BACK = "fix the release and deploy it again; the rig serves the last known-good release"
 
@@ -118,6 +121,8 @@ class Restore:
     rendering: Optional[Rendering]
     note: str
     warning: str = ""
+    # why no rendering can be brought up, when that is not plain "nothing stored, nothing renders"
+    refused: str = ""
 
 
 @dataclass(frozen=True)
@@ -190,14 +195,28 @@ def stored_rendering(
     return rendering, ""
 
 
-def restore(target: Release, stored_texts: Optional[tuple[str, str]], todays: Optional[Rendering]) -> Restore:
+def restore(
+    target: Release,
+    stored_texts: Optional[tuple[str, str]],
+    todays: Optional[Rendering],
+    undone: Optional[Release] = None,
+) -> Restore:
     """What a rollback to ``target`` brings up: its stored rendering, exactly as verified; only when that is
-    missing, damaged or of another image, ``todays`` (the image rendered from today's data), said so."""
+    missing, damaged or of another image, ``todays`` (the image rendered from today's data), said so. Nothing
+    when ``todays`` is the rendering of ``undone``, the release the rollback undoes: a settings-only release
+    of the same image re-rendered from its own data is that release again, no rollback."""
     rendering, why = stored_rendering(target.rendering, stored_texts)
     if rendering is not None and rendering.image != target.image:
         rendering, why = None, f"the stored rendering {rendering.hash[:SHORT_DIGEST]} is of {rendering.image}"
     if rendering is not None:
         return Restore(rendering, f"restored the verified rendering {rendering.hash[:SHORT_DIGEST]}")
+    if todays is not None and undone is not None and todays.hash == undone.rendering:
+        stored = f"the stored rendering {(target.rendering or 'none')[:SHORT_DIGEST]} of {target.image}"
+        return Restore(
+            None,
+            REPLACEMENT_NOTE.format(why=why),
+            refused=f"{stored} cannot be used ({why}) and today's data renders the failed release itself",
+        )
     return Restore(
         todays,
         REPLACEMENT_NOTE.format(why=why),
@@ -211,14 +230,20 @@ def roll_back_or_refuse(
 ) -> Union[RollBack, Refuse]:
     """After a failed release: roll back to ``target`` with what ``restore`` picked, or refuse saying why not."""
     if target is None or restored is None or restored.rendering is None:
-        why = (
-            "serving_auto_rollback is off"
-            if not auto_rollback
-            else "no known-good release other than this one in the ledger"
-            if target is None
-            else f"{target.image} has no stored rendering and cannot be rendered from the current data"
-        )
-        return Refuse(failed.image, f"{kind} failed, not rolled back ({why}): {failed.note}", FIX_NOT_ROLLED_BACK)
+        if restored is not None and restored.refused:
+            why, fix = restored.refused, FIX_NOT_RE_RENDERED
+        else:
+            why, fix = (
+                (
+                    "serving_auto_rollback is off"
+                    if not auto_rollback
+                    else "no known-good release other than this one in the ledger"
+                    if target is None
+                    else f"{target.image} has no stored rendering and cannot be rendered from the current data"
+                ),
+                FIX_NOT_ROLLED_BACK,
+            )
+        return Refuse(failed.image, f"{kind} failed, not rolled back ({why}): {failed.note}", fix)
     return RollBack(target, restored.rendering, joined(f"automatic: {kind} of {failed.image} failed", restored.note))
 
 

@@ -91,9 +91,9 @@ def apply_rendering(host, rendering: Rendering) -> None:
     host.run_shell_command(env_private_command(env_path))
 
 
-def restored_rendering(host, target: Release, todays: Optional[Rendering]) -> Restore:
+def restored_rendering(host, target: Release, todays: Optional[Rendering], undone: Optional[Release] = None) -> Restore:
     """What a rollback to ``target`` brings up (rigkit.serving.release.restore), warning when it is not the stored one."""
-    restored = restore(target, read_stored_rendering(host, target.rendering), todays)
+    restored = restore(target, read_stored_rendering(host, target.rendering), todays, undone)
     if restored.warning:
         logger.warning(f"[{host.name}] {restored.warning}")
     return restored

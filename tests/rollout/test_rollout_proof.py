@@ -84,6 +84,13 @@ def test_a_failed_proof_names_every_tier_it_could_not_prove():
     assert proof.passed is False
 
 
+def test_a_tier_that_failed_without_an_aborted_request_names_only_its_counters():
+    missed = tier_run(Tier.WARM_GPU, gpu_hits=0, external_hits=16, passed=False, measured=Tier.WARM_CONNECTOR)
+    runs = {Tier.COLD: COLD_RUN, Tier.WARM_GPU: missed}
+    proof = proof_verdict(SimpleNamespace(failures=[], fillers_sent=5, tier=runs.get), False)
+    assert proof == Proof(False, "warm-gpu expected, measured warm-connector (GPU hits +0, external hits +16)")
+
+
 def test_the_short_proof_is_one_session_without_restart_soak_or_ab(monkeypatch):
     asked = []
 

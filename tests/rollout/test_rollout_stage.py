@@ -123,3 +123,15 @@ def test_the_words_of_each_halt_and_each_rig_left_or_not_back():
             f"old4old4old4): now {now}; roll it back by hand: pyinfra -y INVENTORY "
             f"rollback.py --limit rig4 --data rollback_to={OLD}"
         )
+
+
+def test_a_rig_on_the_new_release_before_the_record_but_not_read_now_is_not_said_to_be_on_it():
+    # rig7: in the record and the wanted renderings, but no state read for it in this run (its state unknown)
+    wanted = {"rig4": "new4", "rig7": "new7"}
+    record = RolloutRecord(
+        "t",
+        "inv.py",
+        before={"rig4": {"rendering": "old4", "image": OLD}, "rig7": {"rendering": "new7", "image": NEW}},
+        upgraded=["rig4"],
+    )
+    assert rollback_choice("rollback", record, {"rig4": ReleaseState("new4")}, wanted) == (["rig4"], [])

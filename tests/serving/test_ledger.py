@@ -180,3 +180,17 @@ def test_the_container_env_of_a_rendering_as_compose_gives_it():
     )
     rendering = Rendering(compose, "SET='from .env'\n")
     assert rendering.container_env() == {"SET": "from .env", "UNSET": "", "LITERAL": "a=b", "DOLLARS": "x$y"}
+
+
+def test_a_smoke_verdict_without_a_release_says_so_in_full():
+    with pytest.raises(ValueError) as refused:
+        Ledger().record_smoke(SMOKE_FAIL, "a note")
+    assert str(refused.value) == "no release to attach a smoke verdict to"
+
+
+def test_a_smoke_verdict_without_a_note_keeps_the_releases_note():
+    ledger = Ledger([Release(image=A, profile="cpu-lab", knobs_hash="h", note="re-rendered with today's data")])
+    ledger.record_smoke(SMOKE_PASS)
+    assert (ledger.current.smoke, ledger.current.note) == (SMOKE_PASS, "re-rendered with today's data")
+    ledger.record_smoke(SMOKE_FAIL, "smoke FAIL: models")
+    assert (ledger.current.smoke, ledger.current.note) == (SMOKE_FAIL, "smoke FAIL: models")

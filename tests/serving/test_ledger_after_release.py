@@ -216,3 +216,39 @@ def test_a_settings_only_release_that_fails_is_rolled_back_to_the_previous_rende
     assert (failed.image, failed.rendering, failed.smoke) == (IMAGE_1, failing.hash, "fail")
     assert (rolled_back.kind, rolled_back.rendering, rolled_back.smoke) == ("rollback", verified.hash, SMOKE_PASS)
     assert fake.commands[-1] == f"echo {verified.hash} > {RELEASE_HASH_FILE}"
+
+
+def test_a_settings_only_release_that_fails_without_its_predecessors_stored_files_is_refused_not_rolled_to_itself(
+    rig, monkeypatch
+):
+    # today's data is the failing release's (only max_model_len changed, same image); the known-good rendering's
+    # stored files are gone, so re-rendering its image from today's data gives the failed release back: no rollback
+    verified = rendering(IMAGE_1, "tiny-a")
+    failing_data = {**DATA, "served_model_name": "tiny-a", "max_model_len": 4096}
+    failing = rendering_for(settings_for_host(failing_data))
+    fake = rig({LEDGER_PATH: verified_ledger(verified)}, {})
+    monkeypatch.setattr(
+        serving,
+        "smoke",
+        lambda r, data: SmokeReport([SmokeCheck("fake", r.hash == verified.hash, "faked: needs a serving stack")]),
+    )
+    with pytest.raises(PreflightError) as refused:
+        serving.after_release(
+            rendering=failing,
+            rig=rig_settings(failing_data),
+            compose="docker-compose",
+            kind="deploy",
+            run_smoke=True,
+            auto_rollback=True,
+            keep_images=1,
+            ready_timeout_s=5,
+        )
+    message = str(refused.value)
+    assert "not rolled back" in message and "today's data renders the failed release itself" in message
+    assert f"stored rendering {verified.hash[:12]}" in message and "stored rendering missing" in message
+    assert "serving again" not in message
+    failed = fake.ledger().current  # recorded as failed; no rollback entry, no hash file naming it
+    assert (failed.kind, failed.rendering, failed.smoke) == ("deploy", failing.hash, "fail")
+    assert len(fake.ledger().releases) == 2
+    assert not any(c.startswith("echo ") and RELEASE_HASH_FILE in c for c in fake.commands)
+    assert not any("down --remove-orphans" in c for c in fake.commands)  # nothing brought up again

@@ -99,3 +99,49 @@ def test_rendering_dir_takes_only_a_release_hash():
     for bad in ("", "../x", "a" * 63, "A" * 64, "a" * 64 + "/.."):
         with pytest.raises(ValueError):
             rendering_dir(bad)
+
+
+# --- what the mutation check (bench/mutation.py) found no test holding ---------------------------------------
+
+
+def test_dotenv_quoting_edge_cases_read_as_compose_would():
+    # a quote needs its closing twin: one quote character alone, or an unterminated quote, is the value as written
+    text = "\n".join(
+        [
+            "E1=''",
+            'E2=""',
+            "Q1='",
+            'Q2="',
+            "U1='open",
+            'U2="open',
+            "M1='mixed\"",
+            'D1="a\\"b\\\\c"',  # "a\"b\\c": escapes undone inside double quotes only
+            "S1='a\\\"b'",  # single quotes keep the backslash
+            "EQ=a=b",  # the first '=' splits
+            " PAD =v",  # the name is stripped, the value is not
+            "  # an indented comment=1",
+            "no equals sign here",
+            "",
+            "LAST=x",
+        ]
+    )
+    assert parse_dotenv(text) == {
+        "E1": "",
+        "E2": "",
+        "Q1": "'",
+        "Q2": '"',
+        "U1": "'open",
+        "U2": '"open',
+        "M1": "'mixed\"",
+        "D1": 'a"b\\c',
+        "S1": 'a\\"b',
+        "EQ": "a=b",
+        "PAD": "v",
+        "LAST": "x",
+    }
+
+
+def test_release_hash_is_the_sha256_of_compose_nul_env():
+    # pinned: the rig's release hash file and every stored rendering's directory name are this digest
+    assert release_hash("compose: 1\n", "A=1\n") == "83e0fec3f6747a3537343a2b1c885020ed253d53907204da07cdfca25e855e1b"
+    assert release_hash("a", "b") != release_hash("a\0", "b") and release_hash("ab", "") != release_hash("a", "b")

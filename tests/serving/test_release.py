@@ -13,6 +13,8 @@ import pytest
 from rigkit.serving.commands import rendering_for
 from rigkit.serving.ledger import SMOKE_FAIL, SMOKE_PASS, Ledger, Release
 from rigkit.serving.release import (
+    FIX_NOT_RE_RENDERED,
+    FIX_NOT_ROLLED_BACK,
     FIX_ROLLBACK_FAILED,
     FIX_ROLLED_BACK,
     NOTE_TAIL_CHARS,
@@ -233,6 +235,33 @@ def test_a_settings_only_release_that_fails_is_rolled_back_to_the_previous_rende
         (IMAGE_1, previous.hash, SMOKE_PASS),
     ]
     assert after.steps[-2] == RecordHash(previous.hash)
+
+
+@pytest.mark.parametrize("settings", SETTINGS_ONLY.values(), ids=SETTINGS_ONLY.keys())
+def test_a_settings_only_release_that_fails_without_its_predecessors_stored_files_is_refused_not_rolled_to_itself(
+    settings,
+):
+    # today's data is the failed release's own: re-rendering the known-good image from it gives the failed rendering
+    previous = rendering(IMAGE_1, "tiny")
+    changed = rendering_for(settings_for_host({**DATA, "served_model_name": "tiny", **settings}))
+    plan = judge_release(verified(previous), changed, "deploy", "", SMOKE_FAILED, keep_images=1)
+    target = rollback_target(plan, auto_rollback=True)
+    restored = restore(target, None, todays=changed, undone=plan.failed)
+    assert restored.rendering is None and restored.warning == ""
+    assert restored.refused == (
+        f"the stored rendering {previous.hash[:12]} of {IMAGE_1} cannot be used (stored rendering missing) "
+        "and today's data renders the failed release itself"
+    )
+    decision = roll_back_or_refuse(plan.failed, "deploy", True, target, restored)
+    assert decision == Refuse(
+        IMAGE_1, f"deploy failed, not rolled back ({restored.refused}): {plan.failed.note}", FIX_NOT_RE_RENDERED
+    )
+    # a damaged stored rendering is refused the same way; today's data that renders something else still re-renders
+    damaged = restore(target, (previous.compose, previous.env + "#"), todays=changed, undone=plan.failed)
+    assert damaged.rendering is None and "stored rendering damaged" in damaged.refused
+    assert restore(target, None, todays=previous, undone=plan.failed).rendering == previous
+    # without a target the usual refusal and fix stand
+    assert roll_back_or_refuse(plan.failed, "deploy", True, None, None).fix == FIX_NOT_ROLLED_BACK
 
 
 # --- what the mutation check (bench/mutation.py) found no test holding ---------------------------------------

@@ -16,7 +16,7 @@ from rigkit.validation.metrics import (
     delta,
     parse,
 )
-from rigkit.validation.tiers import BY_COUNTERS, INFERRED, Tier, label
+from rigkit.validation.tiers import BY_COUNTERS, INFERRED, Tier, TierLabel, label, label_shared
 
 METRICS = FIXTURES_DIR / "metrics"
 
@@ -292,3 +292,92 @@ def test_an_lmcache_tier_after_a_restart_is_l2_inferred_and_one_exported_counter
     verdict = label(delta(before, after), Tier.WARM_CONNECTOR, True)
     assert (verdict.store_tier, verdict.store_tier_source) == ("L2", BY_COUNTERS)
     assert "LMCache L1 hits +0, L2 hits +2816, L2 prefetch loads +11 chunks: served from L2" in verdict.proof
+
+
+def made_up(**fields) -> Delta:
+    """MADE UP: a window's counters set by hand (field names as vLLM's and LMCache's metrics are parsed)."""
+    return Delta(**fields)
+
+
+def test_every_field_of_a_label_and_the_counter_reset_note():
+    measured = made_up(
+        prefix_cache_hits=0.0,
+        prefix_cache_queries=3030.0,
+        external_prefix_cache_hits=3024.0,
+        external_prefix_cache_queries=3030.0,
+        prompt_tokens_by_source={"external_kv_transfer": 3024.0, "local_compute": 6.0},
+        reset=True,
+    )
+    verdict = label(measured, Tier.WARM_CONNECTOR, connector_configured=True)
+    assert verdict == TierLabel(
+        tier=Tier.WARM_CONNECTOR,
+        expected=Tier.WARM_CONNECTOR,
+        passed=True,
+        gpu_hits=0.0,
+        gpu_queries=3030.0,
+        external_hits=3024.0,
+        external_queries=3030.0,
+        external_kv_transfer_tokens=3024.0,
+        proof="GPU prefix hits +0/3030 queried, external hits +3024/3030 queried, external_kv_transfer tokens +3024"
+        " (counters reset: server restarted inside the window)",
+    )
+    assert label(replace(measured, reset=False), Tier.COLD, True).expected == Tier.COLD
+
+
+def test_the_over_count_note_word_for_word():
+    measured = made_up(
+        prefix_cache_hits=3024.0,
+        prefix_cache_queries=3030.0,
+        external_prefix_cache_hits=3024.0,
+        external_prefix_cache_queries=3030.0,
+        prompt_tokens_by_source={"external_kv_transfer": 3024.0, "local_compute": 6.0},
+    )
+    assert label(measured, Tier.WARM_CONNECTOR, True).proof == (
+        "GPU prefix hits +0/3030 queried, external hits +3024/3030 queried, external_kv_transfer tokens +3024"
+        " (hit counters over-count: GPU +3024, external +3024 for +0 and +3024 tokens served "
+        "(prompt_tokens_by_source), vllm#43736: labelled from the tokens served)"
+    )
+    # counters at or below the tokens served: no note, the counters as they are
+    under = replace(measured, prefix_cache_hits=0.0, external_prefix_cache_hits=3000.0)
+    verdict = label(under, Tier.WARM_CONNECTOR, True)
+    assert (verdict.gpu_hits, verdict.external_hits) == (0.0, 3000.0) and "over-count" not in verdict.proof
+
+
+def test_cached_by_source_sorted_and_lmcache_lookups_in_the_proof():
+    measured = made_up(
+        prefix_cache_queries=3030.0,
+        external_prefix_cache_queries=3030.0,
+        prompt_tokens_cached_by_source={"disk": 2048.0, "cpu": 976.0, "gpu": 0.0},
+        lmcache={LMCACHE_LOOKUP_HITS + '{cache_salt=""}': 2816.0},
+    )
+    verdict = label(measured, Tier.WARM_CONNECTOR, True)
+    assert verdict.tier == Tier.RETRIEVED_BUT_UNUSED and verdict.connector_retrieved_tokens == 2816.0
+    assert verdict.proof == (
+        "GPU prefix hits +0/3030 queried, external hits +0/3030 queried, external_kv_transfer tokens +0"
+        ", cached by source cpu +976, disk +2048, LMCache lookup hits +2816 (retrieved by the connector, used 0% by"
+        " vLLM)"
+    )
+    nothing_found = label(replace(measured, lmcache={LMCACHE_LOOKUP_HITS: 0.0}), Tier.WARM_CONNECTOR, True)
+    assert nothing_found.proof.endswith(", LMCache lookup hits +0") and nothing_found.connector_retrieved_tokens == 0
+    used = replace(measured, external_prefix_cache_hits=2816.0)
+    assert label(used, Tier.WARM_CONNECTOR, True).proof.count("used 0% by vLLM") == 0
+
+
+def test_a_shared_window_in_words_and_fields():
+    own_pool = made_up(prefix_cache_hits=1024.0, prefix_cache_queries=3030.0, external_prefix_cache_queries=3030.0)
+    verdict = label_shared(own_pool)
+    assert (verdict.tier, verdict.expected, verdict.passed) == (Tier.NOT_SHARED, Tier.WARM_SHARED, False)
+    assert (verdict.gpu_hits, verdict.gpu_queries) == (1024.0, 3030.0)
+    assert verdict.proof == (
+        "GPU prefix hits +1024/3030 queried, external hits +0/3030 queried, external_kv_transfer tokens +0"
+        " (B's own GPU pool served 1024 tokens: B already had the prompt, no shared hit)"
+    )
+    shared = label_shared(replace(own_pool, prefix_cache_hits=0.0, external_prefix_cache_hits=3024.0))
+    assert (shared.tier, shared.passed, shared.external_hits) == (Tier.WARM_SHARED, True, 3024.0)
+    assert "B's own" not in shared.proof
+    nothing = replace(own_pool, prefix_cache_hits=0.0)
+    assert label_shared(nothing).tier == Tier.RETRIEVED_BUT_UNUSED
+    assert label_shared(nothing, shared_configured=False).tier == Tier.COLD
+    assert label_shared(replace(nothing, reset=True)).proof.endswith(
+        " (counters reset: server restarted inside the window)"
+    )

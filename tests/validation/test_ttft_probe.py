@@ -140,7 +140,13 @@ def test_the_probe_request_and_a_probe_that_printed_nothing_read_as_the_rig_answ
         "timeout_s": 30.0,
         "overhead_model": "m",
     }
-    for printed, shown in [(None, "''"), ("", "''"), ("Traceback: no module json\n", "'Traceback: no module json'")]:
+    long_trace = "Traceback " + "x" * 300  # shown cut to its first 200 characters
+    for printed, shown in [
+        (None, "''"),
+        ("", "''"),
+        ("Traceback: no module json\n", "'Traceback: no module json'"),
+        (long_trace, repr(long_trace[:200])),
+    ]:
         assert rig(printed).stream("/v1/completions", {}, 2.0, 30.0) == {
             "error": f"the TTFT probe on the rig printed no result ({shown}): check that the rig has python3",
             "total_s": 0.0,

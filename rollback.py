@@ -27,12 +27,13 @@ from roles.rig_lock import rig_lock
 from roles.serving import serving
 
 
-def rollback_target(wanted: str | None) -> Release:
+def rollback_target(wanted: str | None) -> tuple[Release, Release | None]:
+    """The release to bring back, and the one the rollback undoes (the latest deploy)."""
     ledger = Ledger.from_json("\n".join(host.get_fact(FileContents, path=LEDGER_PATH) or []))
     if wanted:
         image = require_digest(wanted, "rollback_to")
         # an image the ledger never saw has no stored rendering: it is rendered from today's data
-        return ledger.newest_of_image(image) or Release(image=image, profile="", knobs_hash="")
+        return ledger.newest_of_image(image) or Release(image=image, profile="", knobs_hash=""), ledger.latest_deploy()
     target = ledger.rollback_target()
     if target is None:
         current = ledger.current.image if ledger.current else None
@@ -42,7 +43,7 @@ def rollback_target(wanted: str | None) -> Release:
             f"{host.name}'s ledger has no verified release before its latest deploy ({current})",
             "pass --data rollback_to=REPO@sha256:<digest>",
         )
-    return target
+    return target, ledger.latest_deploy()
 
 
 if is_service_host(host.groups):  # a gateway, the KV store, monitoring: deploy.py gives it its role, no release
@@ -52,7 +53,7 @@ else:
     run = Run()
     rig_lock(settings, run)  # one deploy or rollback at a time per rig; the ledger is read under the lock
     if not run.refused_by:
-        target = rollback_target(settings.serving["rollback_to"])
+        target, undone = rollback_target(settings.serving["rollback_to"])
         release = settings.for_image(target.image)
         serve_operation_facts(host, operation_reads(release, ("serving",)))
-        serving(release, run, kind=ROLLBACK_KIND, restore_rendering=target.rendering)
+        serving(release, run, kind=ROLLBACK_KIND, restore_rendering=target.rendering, undoing=undone)

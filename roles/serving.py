@@ -59,6 +59,7 @@ from rigkit.serving.commands import (
 )
 from rigkit.serving.ledger import DEPLOY_KIND, ROLLBACK_KIND, Release, Rendering
 from rigkit.serving.release import (
+    FIX_NOT_RE_RENDERED,
     Outcome,
     Refuse,
     judge_release,
@@ -239,9 +240,16 @@ def operation_reads(rig: RigSettings) -> list[FactSpec]:
 
 
 @deploy("serving")
-def serving(rig: RigSettings, run: Run, kind: str = DEPLOY_KIND, restore_rendering: Optional[str] = None) -> None:
+def serving(
+    rig: RigSettings,
+    run: Run,
+    kind: str = DEPLOY_KIND,
+    restore_rendering: Optional[str] = None,
+    undoing: Optional[Release] = None,
+) -> None:
     """Deploy the rig's release; with kind="rollback" and restore_rendering (a release hash from the
-    ledger), bring back that stored rendering of the settings' image instead of rendering it anew."""
+    ledger), bring back that stored rendering of the settings' image instead of rendering it anew;
+    ``undoing``: the release the rollback undoes (refused when only it could be brought back)."""
     settings, role = rig.stack, rig.serving
     facts = preflight_facts(settings, run.rig_state(rig))
     # A fresh rig: the docker role installs the engine in this same run, after the survey was read.
@@ -267,7 +275,17 @@ def serving(rig: RigSettings, run: Run, kind: str = DEPLOY_KIND, restore_renderi
             knobs_hash=settings.knobs_hash,
             rendering=restore_rendering,
         )
-        restored = release_steps.restored_rendering(host, target, rendering)
+        restored = release_steps.restored_rendering(host, target, rendering, undoing)
+        if restored.rendering is None:
+            python.call(
+                name="Rollback refused",
+                function=refuse,
+                field="rollback_to",
+                value=target.image,
+                problem=restored.refused,
+                fix=FIX_NOT_RE_RENDERED,
+            )
+            return
         rendering, note = restored.rendering, restored.note
     # the model the rendering mounts (a rollback's: the revision its stored rendering names) must be staged and
     # verified: a release would mount an empty or partial directory. Refused before anything on the rig changes.

@@ -67,6 +67,7 @@ from pyinfra.context import ctx_host, ctx_state
 from rigkit.errors import RigkitError
 from rigkit.facts.batch import FactBatch
 from rigkit.facts.server import ExactFileText
+from rigkit.serving.ledger import Release
 from rigkit.settings.hostdata import RigSettings, rig_settings
 from roles import Run, deploy_rig
 
@@ -302,6 +303,8 @@ def _run(case_dir: str, case: dict, state: State, host, result: dict) -> None:
         else:
             module = importlib.import_module(f"roles.{case_dir}")
             kwargs = dict(case.get("kwargs", {}))
+            if "undoing" in kwargs:  # rollback.py's release being undone, a ledger entry
+                kwargs["undoing"] = Release(**kwargs["undoing"])
             add_deploy(state, getattr(module, case_dir), _settings(case_dir, case, kwargs), Run(), host=host, **kwargs)
     except (RigkitError, OperationError) as exc:
         result["error"] = str(exc)

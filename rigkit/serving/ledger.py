@@ -122,6 +122,11 @@ class Ledger:
                 return release
         return None
 
+    def latest_deploy(self) -> Optional[Release]:
+        """The release a rollback undoes: the latest deploy (rollbacks after it do not count)."""
+        deploys = [release for release in self.releases if release.kind == DEPLOY_KIND]
+        return deploys[-1] if deploys else None
+
     def rollback_target(self) -> Optional[Release]:
         """What rollback.py restores: the newest verified release before the latest deploy, other than it.
 

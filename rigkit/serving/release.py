@@ -215,7 +215,7 @@ def restore(
         return Restore(
             None,
             REPLACEMENT_NOTE.format(why=why),
-            refused=f"{stored} cannot be used ({why}) and today's data renders the failed release itself",
+            refused=f"{stored} cannot be used ({why}) and today's data renders the release being undone itself",
         )
     return Restore(
         todays,

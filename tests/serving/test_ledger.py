@@ -194,3 +194,9 @@ def test_a_smoke_verdict_without_a_note_keeps_the_releases_note():
     assert (ledger.current.smoke, ledger.current.note) == (SMOKE_PASS, "re-rendered with today's data")
     ledger.record_smoke(SMOKE_FAIL, "smoke FAIL: models")
     assert (ledger.current.smoke, ledger.current.note) == (SMOKE_FAIL, "smoke FAIL: models")
+
+
+def test_the_release_a_rollback_undoes_is_the_latest_deploy_not_a_rollback_after_it():
+    ledger = Ledger([entry(A, R1, SMOKE_PASS), entry(A, R2, SMOKE_FAIL), entry(A, R1, SMOKE_PASS, kind="rollback")])
+    assert ledger.latest_deploy().rendering == R2
+    assert Ledger().latest_deploy() is None

@@ -244,7 +244,7 @@ def test_a_settings_only_release_that_fails_without_its_predecessors_stored_file
             ready_timeout_s=5,
         )
     message = str(refused.value)
-    assert "not rolled back" in message and "today's data renders the failed release itself" in message
+    assert "not rolled back" in message and "today's data renders the release being undone itself" in message
     assert f"stored rendering {verified.hash[:12]}" in message and "stored rendering missing" in message
     assert "serving again" not in message
     failed = fake.ledger().current  # recorded as failed; no rollback entry, no hash file naming it

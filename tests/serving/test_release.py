@@ -250,7 +250,7 @@ def test_a_settings_only_release_that_fails_without_its_predecessors_stored_file
     assert restored.rendering is None and restored.warning == ""
     assert restored.refused == (
         f"the stored rendering {previous.hash[:12]} of {IMAGE_1} cannot be used (stored rendering missing) "
-        "and today's data renders the failed release itself"
+        "and today's data renders the release being undone itself"
     )
     decision = roll_back_or_refuse(plan.failed, "deploy", True, target, restored)
     assert decision == Refuse(

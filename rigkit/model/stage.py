@@ -356,7 +356,9 @@ def verify_shared(
     return report
 
 
-def _shared_progress(rig: str, source: ModelSource, progress: Callable[[str], None]) -> Callable[[str], None]:
+def throttled_progress(progress: Callable[[str], None], describe: Callable[[str], str]) -> Callable[[str], None]:
+    """A reader of the rig script's `progress DONE TOTAL` lines that shows ``describe("<done> of <total> MB")``
+    at most every 2 s, and always the last one."""
     last = [0.0]
 
     def show(line: str) -> None:
@@ -364,9 +366,13 @@ def _shared_progress(rig: str, source: ModelSource, progress: Callable[[str], No
         now = time.monotonic()
         if now - last[0] >= 2 or done == total:
             last[0] = now
-            progress(f"{rig}: hashing {source.name} in place: {int(done) / 1e6:,.0f} of {int(total) / 1e6:,.0f} MB")
+            progress(describe(f"{int(done) / 1e6:,.0f} of {int(total) / 1e6:,.0f} MB"))
 
     return show
+
+
+def _shared_progress(rig: str, source: ModelSource, progress: Callable[[str], None]) -> Callable[[str], None]:
+    return throttled_progress(progress, lambda figures: f"{rig}: hashing {source.name} in place: {figures}")
 
 
 class FleetStager:
@@ -395,19 +401,9 @@ class FleetStager:
         self.lock = threading.Lock()
 
     def _progress(self, rig: str, sender: str) -> Callable[[str], None]:
-        last = [0.0]
-
-        def show(line: str) -> None:
-            _, done, total = line.split()
-            now = time.monotonic()
-            if now - last[0] >= 2 or done == total:
-                last[0] = now
-                self.progress(
-                    f"{rig}: model {self.source.slug} from {sender}: {int(done) / 1e6:,.0f} of "
-                    f"{int(total) / 1e6:,.0f} MB"
-                )
-
-        return show
+        return throttled_progress(
+            self.progress, lambda figures: f"{rig}: model {self.source.slug} from {sender}: {figures}"
+        )
 
     def manifest_document(self) -> bytes:
         return json.dumps({"files": self.files, "hash": self.hash, "source": self.source.spec}).encode()

@@ -14,7 +14,15 @@ from rigkit.files import ttft_probe
 from rigkit.remote.http_session import server_session
 from rigkit.validation import metrics
 from rigkit.validation.greedy import TokenChoice
-from rigkit.validation.prompts import CHARS_PER_TOKEN_GUESS, Prompt, PromptSpec, draft_text, new_session_id
+from rigkit.validation.prompts import (
+    CHARS_PER_TOKEN_GUESS,
+    NUDGE,
+    Prompt,
+    PromptSpec,
+    draft_text,
+    missed_by_its_own_lookup,
+    new_session_id,
+)
 from rigkit.validation.ttft import API_OVERHEAD_MODEL, CONTROLLER_TRANSPORT, RigProbe, TTFTCheck, crosscheck_ttft
 
 # The first long prefill must never be cut: its timeout is this many times the time the
@@ -85,6 +93,8 @@ class ServingClient:
         self.session = session or server_session()
         self._model = model
         self._max_model_len: Optional[int] = None
+        self._block_size: Optional[int] = None
+        self._block_size_asked = False
 
     # --- discovery -------------------------------------------------------------------------
     def models(self) -> list[dict]:
@@ -103,6 +113,17 @@ class ServingClient:
         if self._max_model_len is None:
             self._load_model_card()
         return self._max_model_len
+
+    @property
+    def block_size(self) -> Optional[int]:
+        """The engine's KV block size (vllm:cache_config_info), None when /metrics does not say."""
+        if not self._block_size_asked:
+            self._block_size_asked = True
+            try:
+                self._block_size = self.metrics().block_size
+            except (requests.RequestException, metrics.MetricsError, ValueError):
+                self._block_size = None
+        return self._block_size
 
     def _load_model_card(self) -> None:
         cards = self.models()
@@ -173,6 +194,11 @@ class ServingClient:
                 break
             chars = max(64, int(len(text) * spec.target_tokens / counted))
             text = draft_text(spec, session_id, chars)
+            counted = self.count_tokens(text) or counted
+        for _ in range(3):
+            if not missed_by_its_own_lookup(counted, self.block_size):
+                break
+            text += NUDGE
             counted = self.count_tokens(text) or counted
         return Prompt(spec, session_id, text, counted, True)
 

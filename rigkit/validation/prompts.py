@@ -10,10 +10,12 @@ from __future__ import annotations
 import random
 import uuid
 from dataclasses import dataclass
-from typing import Iterator
+from typing import Iterator, Optional
 
 # Rough size of one token in characters, to draft a prompt before /tokenize refines it.
 CHARS_PER_TOKEN_GUESS = 4.0
+# Appended to a drafted prompt to move its size off a block boundary (missed_by_its_own_lookup).
+NUDGE = "\n"
 
 _NARRATIVE_WORDS = (
     "the old lighthouse keeper walked along harbour wall while gulls circled above grey water "
@@ -94,6 +96,12 @@ def draft_text(spec: PromptSpec, session_id: str, chars: int) -> str:
         parts.append(unit)
         size += len(unit)
     return "".join(parts)
+
+
+def missed_by_its_own_lookup(tokens: int, block_size: Optional[int]) -> bool:
+    """A prompt of 1 + k x block_size tokens: vLLM's ExampleConnector stores its first (n-1)//b*b tokens but looks
+    up (n-2)//b*b (align_to_block_size in example_connector.py, vLLM 0.32), so no rig ever hits what it stored."""
+    return bool(block_size) and tokens > 1 and (tokens - 1) % block_size == 0
 
 
 def new_session_id() -> str:

@@ -14,8 +14,10 @@ import time
 import pytest
 from ssh_rig import ssh_rig  # noqa: F401 (fixture)
 
+from rigkit.paths import REPO_ROOT
 from rigkit.remote import client, tunnel
 from rigkit.remote.client import prefill_timeout
+from rigkit.validation.prompts import PromptSpec
 from rigkit.validation.ttft import RigProbe
 
 
@@ -95,3 +97,46 @@ def test_decode_speed_counts_token_events_with_empty_text(sse_server_with_empty_
     # non-empty text would end it two gaps early
     decode_interval = (events - 1) / result.decode_tps
     assert decode_interval >= (events - 2) * EVENT_GAP_S
+
+
+IDLE_METRICS = (REPO_ROOT / "tests" / "fixtures" / "metrics" / "00-idle.txt").read_text()  # the lab's, block_size 128
+
+
+@pytest.fixture
+def tokenizing_server():
+    """A real HTTP server: /tokenize counts 129 tokens (1 + one lab block) for any prompt, one more per trailing
+    newline; /metrics serves a captured lab scrape, or 404 when `state["metrics"]` is False."""
+    state = {"metrics": True, "tokenized": 0}
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def reply(self, status: int, body: str) -> None:
+            data = body.encode()
+            self.send_response(status)
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        def do_GET(self):
+            self.reply(200, IDLE_METRICS) if state["metrics"] else self.reply(404, "")
+
+        def do_POST(self):
+            prompt = json.loads(self.rfile.read(int(self.headers["Content-Length"])))["prompt"]
+            state["tokenized"] += 1
+            self.reply(200, json.dumps({"count": 129 + len(prompt) - len(prompt.rstrip("\n"))}))
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield f"http://127.0.0.1:{server.server_address[1]}", state
+    server.shutdown()
+
+
+def test_a_prompt_one_token_past_a_block_is_nudged_off_it(tokenizing_server):
+    url, state = tokenizing_server
+    prompt = client.ServingClient(url, model="tiny").build_prompt(PromptSpec("narrative", 129, seed=3))
+    assert prompt.tokens == 130 and prompt.text.endswith("\n") and prompt.tokens_exact
+    state["metrics"] = False  # the block size unknown: the prompt as drafted
+    prompt = client.ServingClient(url, model="tiny").build_prompt(PromptSpec("narrative", 129, seed=3))
+    assert prompt.tokens == 129

@@ -31,6 +31,7 @@ import os
 from pyinfra import host, inventory
 
 from rigkit.errors import RigkitError
+from rigkit.fleet import operation_order
 from rigkit.fleet.inventory import inventory_rigs
 from rigkit.kv_share import check_inventory
 from rigkit.monitoring.prometheus import fleet_targets, scraper_addresses
@@ -44,6 +45,8 @@ from roles import Run, deploy_rig
 from roles.kv_store import kv_store
 from roles.monitoring import monitoring
 from roles.router import router
+
+operation_order.install()  # pyinfra's own reads every frame's source line for each operation
 
 
 def validated(needs_stack: bool = True) -> RigSettings:

@@ -18,6 +18,7 @@ from pyinfra.facts.files import FileContents
 
 from rigkit.errors import ConfigError
 from rigkit.facts.surveyed import serve_operation_facts
+from rigkit.fleet import operation_order
 from rigkit.fleet.inventory import is_service_host
 from rigkit.remote.registry import require_digest
 from rigkit.serving.ledger import LEDGER_PATH, ROLLBACK_KIND, Ledger, Release
@@ -25,6 +26,8 @@ from rigkit.settings.hostdata import rig_settings
 from roles import Run, operation_reads
 from roles.rig_lock import rig_lock
 from roles.serving import serving
+
+operation_order.install()  # pyinfra's own reads every frame's source line for each operation
 
 
 def rollback_target(wanted: str | None) -> tuple[Release, Release | None]:

@@ -50,6 +50,14 @@ KV_STORE_FIREWALL = Firewall(
     before=VALKEY_SERVICE,
 )
 
+# How long LMCache's Valkey adapter waits on the store (its glide client's timeouts, seconds), rendered into the
+# adapter JSON so what a dead store costs is stated here, not left to LMCache's defaults: one request (a lookup,
+# a get, a put) gives up after REQUEST_TIMEOUT_S, the first connection after CONNECTION_TIMEOUT_S. Equal to
+# LMCache's own defaults (valkey_l2_adapter.py DEFAULT_REQUEST_TIMEOUT_SECS / DEFAULT_CONNECTION_TIMEOUT_SECS,
+# LMCache d4eb1aa2); what LMCache does with a request that timed out (serve from L1, recompute) is unmeasured here.
+ADAPTER_REQUEST_TIMEOUT_S = 5.0
+ADAPTER_CONNECTION_TIMEOUT_S = 10.0
+
 # Short passwords fall to guessing: valkey answers AUTH in microseconds and never locks an account out.
 MIN_PASSWORD_LENGTH = 16
 # Valkey's own answer to a command on a connection that has not authenticated.
@@ -129,9 +137,14 @@ def answers_as_declared(settings: Mapping, answers: Mapping) -> list[str]:
 
 def adapter_json(address: str, port: int) -> str:
     """LMCache's Valkey L2 adapter config for the store at ``address``:``port``, without the password
-    (the entrypoint adds it from RIGKIT_KV_STORE_PASSWORD). LMCache splits ``startup_nodes`` at its last
-    ':' (an IPv6 address needs no brackets)."""
-    return '{"type":"valkey","startup_nodes":"%s:%d"}' % (address, port)
+    (the entrypoint adds it from RIGKIT_KV_STORE_PASSWORD), with the timeouts rigkit states for a dead store.
+    LMCache splits ``startup_nodes`` at its last ':' (an IPv6 address needs no brackets)."""
+    return '{"type":"valkey","startup_nodes":"%s:%d","request_timeout":%s,"connection_timeout":%s}' % (
+        address,
+        port,
+        ADAPTER_REQUEST_TIMEOUT_S,
+        ADAPTER_CONNECTION_TIMEOUT_S,
+    )
 
 
 def resolve_address(address: str) -> list[str]:

@@ -40,6 +40,10 @@ LMCACHE_RIG = {
     "kv_store_port": 6390,
 }
 
+# what a dead store may cost each LMCache request, stated by rigkit in the adapter JSON (LMCache's own field names:
+# valkey_l2_adapter.py ValkeyL2AdapterConfig.from_dict, LMCache d4eb1aa2)
+STATED_TIMEOUTS = {"request_timeout": 5.0, "connection_timeout": 10.0}
+
 
 def store_section(**data) -> dict:
     return dict(rig_settings({**STORE, **data}, needs_stack=False).kv_store)
@@ -82,19 +86,28 @@ def test_the_checks_read_the_password_back_exactly_from_the_file(tmp_path: Path)
 def test_the_lmcache_rig_points_its_l2_at_the_store_without_the_password_in_compose_or_the_adapter_json() -> None:
     settings = settings_for_host(LMCACHE_RIG)
     adapter = json.loads(settings.knobs["l2_adapter_json"])
-    assert adapter == {"type": "valkey", "startup_nodes": "10.213.3.1:6390"}
+    assert adapter == {"type": "valkey", "startup_nodes": "10.213.3.1:6390", **STATED_TIMEOUTS}
     compose = json.dumps(compose_document(settings))
     assert PLANTED not in compose and "RIGKIT_KV_STORE_PASSWORD=${RIGKIT_KV_STORE_PASSWORD:-}" in compose
     env = render_env(settings)
     assert f"RIGKIT_KV_STORE_PASSWORD='{PLANTED}'" in env.splitlines()
-    assert 'LMCACHE_L2_ADAPTER=\'{"type":"valkey","startup_nodes":"10.213.3.1:6390"}\'' in env.splitlines()
+    adapter_line = (
+        'LMCACHE_L2_ADAPTER=\'{"type":"valkey","startup_nodes":"10.213.3.1:6390",'
+        '"request_timeout":5.0,"connection_timeout":10.0}\''
+    )
+    assert adapter_line in env.splitlines()
 
 
 def test_lmcache_gets_the_password_in_its_adapter_json_but_no_command_line_shows_it(tmp_path: Path) -> None:
     settings = settings_for_host({**LMCACHE_RIG, "lmcache_http_port": free_port()})
     launched = run_entrypoint(tmp_path, settings)
     adapter = launched["lmcache"][launched["lmcache"].index("--l2-adapter") + 1]
-    assert json.loads(adapter) == {"type": "valkey", "startup_nodes": "10.213.3.1:6390", "password": PLANTED}
+    assert json.loads(adapter) == {
+        "type": "valkey",
+        "startup_nodes": "10.213.3.1:6390",
+        **STATED_TIMEOUTS,
+        "password": PLANTED,
+    }
     command_line = (tmp_path / "argv.lmcache.cmdline").read_text()  # /proc/PID/cmdline: what ps shows every user
     assert "server" in command_line and "10.213.3.1:6390" in command_line
     assert PLANTED not in command_line and PLANTED not in json.dumps(launched["vllm"])

@@ -19,6 +19,8 @@ from the environment at start (profiles.yaml, lmcache-mp): compose.yml and the r
 from __future__ import annotations
 
 import ipaddress
+import json
+import shlex
 import socket
 from typing import Callable, Mapping, Optional, Sequence
 
@@ -223,3 +225,62 @@ def _resolved(name: str, address: str, resolve: Callable[[str], list[str]], what
             f"{what} {name}'s address {address} does not resolve on the controller ({exc})",
             fix,
         ) from None
+
+
+# `rigkit status` asks the store from each rig that uses it, as that rig's LMCache reaches it: the rig's python3
+# (standard library only) connects, sends AUTH with the password of the stack's .env and PING, within
+# ADAPTER_CONNECTION_TIMEOUT_S, and prints one line that never holds the password: "store=up" or "store=down: WHY".
+STORE_PROBE = r"""
+import socket, sys
+host, port, timeout, env_file, env_name = sys.argv[1], int(sys.argv[2]), float(sys.argv[3]), sys.argv[4], sys.argv[5]
+password = ""
+try:
+    with open(env_file) as env:
+        for line in env:
+            if line.startswith(env_name + "="):
+                password = line.split("=", 1)[1].strip().strip("'")
+except OSError as exc:
+    print("store=down: the stack's .env cannot be read (%s)" % type(exc).__name__)
+    sys.exit(0)
+def command(*words):
+    words = [word.encode() for word in words]
+    return b"*%d\r\n" % len(words) + b"".join(b"$%d\r\n%s\r\n" % (len(word), word) for word in words)
+reply = b""
+try:
+    with socket.create_connection((host, port), timeout=timeout) as connection:
+        connection.sendall(command("AUTH", password) + command("PING"))
+        while reply.count(b"\r\n") < 2:
+            chunk = connection.recv(4096)
+            if not chunk:
+                break
+            reply += chunk
+except socket.timeout:
+    print("store=down: no answer within %g s" % timeout)
+except OSError as exc:
+    print("store=down: %s" % (exc.strerror or type(exc).__name__))
+else:
+    answers = reply.decode(errors="replace").split("\r\n")[:2]
+    print("store=up" if answers == ["+OK", "+PONG"] else "store=down: it answered %s" % " ".join(answers)[:200])
+"""
+
+
+def store_node(adapter: str) -> tuple[str, int]:
+    """(address, port) of the store a rendered Valkey adapter JSON points at (its startup_nodes)."""
+    address, _, port = json.loads(adapter)["startup_nodes"].rpartition(":")
+    return address, int(port)
+
+
+def store_probe_command(adapter: str, env_path: str, password_env: str) -> str:
+    address, port = store_node(adapter)
+    args = [address, str(port), f"{ADAPTER_CONNECTION_TIMEOUT_S:g}", env_path, password_env]
+    return (
+        f"if command -v python3 >/dev/null 2>&1; then python3 -c {shlex.quote(STORE_PROBE)} "
+        f"{' '.join(shlex.quote(arg) for arg in args)}; else echo 'store=down: python3 is not on the rig'; fi"
+    )
+
+
+def parse_store_probe(output: Optional[str]) -> Optional[str]:
+    """None when the store answered, else why not."""
+    line = next((line for line in (output or "").splitlines() if line.startswith("store=")), "store=down: no answer")
+    value = line.removeprefix("store=")
+    return None if value == "up" else value.removeprefix("down: ")

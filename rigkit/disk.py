@@ -8,6 +8,7 @@ fstab separates fields by blanks and getmntent(3) decodes four octal escapes in 
 from __future__ import annotations
 
 import re
+import shlex
 from typing import Optional
 
 from rigkit.settings.variables import check_of
@@ -59,3 +60,49 @@ def check_account_name(name: str) -> None:
 
 
 check_account_name.fix = "write a user or group name such as root or rigkit, or a numeric id"
+
+
+# The directory under a mount point: the rig's own, hidden while something is mounted there. A store under a shared
+# mount must never land there: docker makes a missing bind source on a container's (re)start (a short-syntax bind,
+# and compose v2's long syntax unless create_host_path is false), so a rig that boots with the export unmounted
+# would fill its own disk. Sealed (empty, immutable: mkdir there fails with EPERM), nothing can create anything in it.
+
+
+def under_mount_point(mount_point: str, script: str) -> str:
+    """``script`` run where ``mount_point`` shows the directory under it: a private mount namespace with whatever is
+    mounted there lazily detached (in that namespace only; ``-i``: no umount.nfs helper, no server contacted).
+    ``$p`` is the mount point inside the script."""
+    inner = f'p={shlex.quote(mount_point)}; while mountpoint -q "$p"; do umount -l -i "$p" || exit 1; done; {script}'
+    return f"unshare --mount --propagation private sh -c {shlex.quote(inner)}"
+
+
+def under_mount_point_read(mount_point: str) -> str:
+    """Prints ``absent``, or the directory's attribute flags (``flags=----i----``) and its first entries
+    (``entry=NAME``)."""
+    return under_mount_point(
+        mount_point,
+        '[ -d "$p" ] || { echo absent; exit 0; }; '
+        'echo "flags=$(lsattr -d "$p" 2>/dev/null | cut -d" " -f1)"; '
+        'ls -A "$p" | head -n 5 | sed "s/^/entry=/"',
+    )
+
+
+def seal_command(mount_point: str, field: str) -> str:
+    """Makes the empty directory under ``mount_point`` immutable; a filesystem without the attribute is refused."""
+    refusal = (
+        f"refused: {field} {mount_point}: the directory under the mount cannot be made immutable "
+        "(its filesystem has no immutable attribute: lsattr -d), so an engine started while the export is "
+        "unmounted would fill the root disk of this rig. Fix: put the mount point on a filesystem that has it "
+        "(ext4, xfs, btrfs)"
+    )
+    crowded = f"refused: {field} {mount_point} has files under the mount, on the root disk of this rig"
+    return under_mount_point(
+        mount_point,
+        f'[ -z "$(ls -A "$p")" ] || {{ echo {shlex.quote(crowded)} >&2; exit 1; }}; '
+        f'chattr +i "$p" || {{ echo {shlex.quote(refusal)} >&2; exit 1; }}',
+    )
+
+
+def seal_flags_immutable(flags: str) -> bool:
+    """lsattr's flags field (``----i---------e-------``) has the immutable attribute."""
+    return "i" in flags

@@ -19,6 +19,8 @@ from the environment at start (profiles.yaml, lmcache-mp): compose.yml and the r
 from __future__ import annotations
 
 import ipaddress
+import json
+import shlex
 import socket
 from typing import Callable, Mapping, Optional, Sequence
 
@@ -49,6 +51,14 @@ KV_STORE_FIREWALL = Firewall(
     guards="the store's port",
     before=VALKEY_SERVICE,
 )
+
+# How long LMCache's Valkey adapter waits on the store (its glide client's timeouts, seconds), rendered into the
+# adapter JSON so what a dead store costs is stated here, not left to LMCache's defaults: one request (a lookup,
+# a get, a put) gives up after REQUEST_TIMEOUT_S, the first connection after CONNECTION_TIMEOUT_S. Equal to
+# LMCache's own defaults (valkey_l2_adapter.py DEFAULT_REQUEST_TIMEOUT_SECS / DEFAULT_CONNECTION_TIMEOUT_SECS,
+# LMCache d4eb1aa2); what LMCache does with a request that timed out (serve from L1, recompute) is unmeasured here.
+ADAPTER_REQUEST_TIMEOUT_S = 5.0
+ADAPTER_CONNECTION_TIMEOUT_S = 10.0
 
 # Short passwords fall to guessing: valkey answers AUTH in microseconds and never locks an account out.
 MIN_PASSWORD_LENGTH = 16
@@ -129,9 +139,14 @@ def answers_as_declared(settings: Mapping, answers: Mapping) -> list[str]:
 
 def adapter_json(address: str, port: int) -> str:
     """LMCache's Valkey L2 adapter config for the store at ``address``:``port``, without the password
-    (the entrypoint adds it from RIGKIT_KV_STORE_PASSWORD). LMCache splits ``startup_nodes`` at its last
-    ':' (an IPv6 address needs no brackets)."""
-    return '{"type":"valkey","startup_nodes":"%s:%d"}' % (address, port)
+    (the entrypoint adds it from RIGKIT_KV_STORE_PASSWORD), with the timeouts rigkit states for a dead store.
+    LMCache splits ``startup_nodes`` at its last ':' (an IPv6 address needs no brackets)."""
+    return '{"type":"valkey","startup_nodes":"%s:%d","request_timeout":%s,"connection_timeout":%s}' % (
+        address,
+        port,
+        ADAPTER_REQUEST_TIMEOUT_S,
+        ADAPTER_CONNECTION_TIMEOUT_S,
+    )
 
 
 def resolve_address(address: str) -> list[str]:
@@ -210,3 +225,62 @@ def _resolved(name: str, address: str, resolve: Callable[[str], list[str]], what
             f"{what} {name}'s address {address} does not resolve on the controller ({exc})",
             fix,
         ) from None
+
+
+# `rigkit status` asks the store from each rig that uses it, as that rig's LMCache reaches it: the rig's python3
+# (standard library only) connects, sends AUTH with the password of the stack's .env and PING, within
+# ADAPTER_CONNECTION_TIMEOUT_S, and prints one line that never holds the password: "store=up" or "store=down: WHY".
+STORE_PROBE = r"""
+import socket, sys
+host, port, timeout, env_file, env_name = sys.argv[1], int(sys.argv[2]), float(sys.argv[3]), sys.argv[4], sys.argv[5]
+password = ""
+try:
+    with open(env_file) as env:
+        for line in env:
+            if line.startswith(env_name + "="):
+                password = line.split("=", 1)[1].strip().strip("'")
+except OSError as exc:
+    print("store=down: the stack's .env cannot be read (%s)" % type(exc).__name__)
+    sys.exit(0)
+def command(*words):
+    words = [word.encode() for word in words]
+    return b"*%d\r\n" % len(words) + b"".join(b"$%d\r\n%s\r\n" % (len(word), word) for word in words)
+reply = b""
+try:
+    with socket.create_connection((host, port), timeout=timeout) as connection:
+        connection.sendall(command("AUTH", password) + command("PING"))
+        while reply.count(b"\r\n") < 2:
+            chunk = connection.recv(4096)
+            if not chunk:
+                break
+            reply += chunk
+except socket.timeout:
+    print("store=down: no answer within %g s" % timeout)
+except OSError as exc:
+    print("store=down: %s" % (exc.strerror or type(exc).__name__))
+else:
+    answers = reply.decode(errors="replace").split("\r\n")[:2]
+    print("store=up" if answers == ["+OK", "+PONG"] else "store=down: it answered %s" % " ".join(answers)[:200])
+"""
+
+
+def store_node(adapter: str) -> tuple[str, int]:
+    """(address, port) of the store a rendered Valkey adapter JSON points at (its startup_nodes)."""
+    address, _, port = json.loads(adapter)["startup_nodes"].rpartition(":")
+    return address, int(port)
+
+
+def store_probe_command(adapter: str, env_path: str, password_env: str) -> str:
+    address, port = store_node(adapter)
+    args = [address, str(port), f"{ADAPTER_CONNECTION_TIMEOUT_S:g}", env_path, password_env]
+    return (
+        f"if command -v python3 >/dev/null 2>&1; then python3 -c {shlex.quote(STORE_PROBE)} "
+        f"{' '.join(shlex.quote(arg) for arg in args)}; else echo 'store=down: python3 is not on the rig'; fi"
+    )
+
+
+def parse_store_probe(output: Optional[str]) -> Optional[str]:
+    """None when the store answered, else why not."""
+    line = next((line for line in (output or "").splitlines() if line.startswith("store=")), "store=down: no answer")
+    value = line.removeprefix("store=")
+    return None if value == "up" else value.removeprefix("down: ")

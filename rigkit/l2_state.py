@@ -98,16 +98,17 @@ def classify_l2(
     found: list[tuple[str, str, str]] = []  # (state, level, problem with its fix)
     if shared and probe.mount == ROOT_MOUNT:
         # the export's mount point is a plain directory again. The running engine's container keeps its own bind of
-        # the export (measured in the lab: a new entry still landed there); its next start binds the root disk's
-        # directory instead (docker makes a missing bind source), and its writes then fill the root disk
+        # the export (measured in the lab: a new entry still landed there). Its next start would bind the root disk's
+        # directory instead (docker makes a missing bind source), were the directory under the mount not sealed by the
+        # kv_share role (rigkit.disk): docker's mkdir there fails, and the start with it
         found.append(
             (
                 "export-unmounted",
                 "fail",
                 f"shared KV export not mounted: the store {path} is on the rig's root filesystem: the running "
-                "engine still writes to the export through its own bind, but its next start stores on the root disk, "
-                "where no other rig sees it and nothing bounds it; mount the export again (mount -a, or run "
-                "deploy.py), and restart the stack if it started meanwhile",
+                "engine still writes to the export through its own bind; its next start (a reboot, a restart) is "
+                "refused (the directory under the mount is immutable: docker cannot make the store there); mount the "
+                "export again (mount -a, or `rigkit deploy`), then deploy to start a stack that stopped meanwhile",
             )
         )
     free, store = probe.fs_free_bytes, probe.store_bytes

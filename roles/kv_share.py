@@ -5,7 +5,11 @@ Ensures, on a rig whose data declares ``kv_share_source``:
   ``kv_share_mount_options`` (one line, every field quoted by fstab rules, other lines kept); it is mounted,
   and remounted when a wanted option is missing;
 - none (a directory the rig already shares, the lab's bind mount): nothing is mounted or written;
-- either way, at the end: ``kv_share_mount_point`` is a mount point and the rig may write there.
+- either way, at the end: ``kv_share_mount_point`` is a mount point and the rig may write there, and the directory
+  under it (the rig's own, hidden by the mount) is empty and immutable (``chattr +i``): with the export unmounted
+  (a reboot before the NAS answers, a stack restarted by hand or by docker) no engine can start with its store
+  on the rig's own disk, as docker's making of the store directory there fails. Removing that directory takes
+  ``chattr -i`` first.
 With the ``kv_share`` knob on, the serving role then puts the connector's store in
 ``kv_share_mount_point/kv_share_store_dir`` and mounts it into the container (rigkit.kv_share). Hosts
 without ``kv_share_source`` skip the role and say so.
@@ -20,12 +24,12 @@ from pyinfra.facts.files import FileContents
 from pyinfra.operations import files
 
 from rigkit.facts.batch import FactSpec
-from rigkit.facts.disk import MountedFilesystem, MountWritable
+from rigkit.facts.disk import MountedFilesystem, MountWritable, UnderMountPoint
 from rigkit.facts.surveyed import directory_reads
 from rigkit.kv_share import NFS_FSTYPES, fstab_entry_line
 from rigkit.operations import say
 from rigkit.operations.apt import packages_installed
-from rigkit.operations.disk import FSTAB, fstab_entry, mount_writable, mounted
+from rigkit.operations.disk import FSTAB, fstab_entry, mount_point_sealed, mount_writable, mounted
 from rigkit.settings.defaults import KV_SHARE_NFS_CLIENT_PACKAGE
 from rigkit.settings.hostdata import RigSettings
 from roles import Run
@@ -45,7 +49,7 @@ def operation_reads(rig: RigSettings) -> list[FactSpec]:
             FactSpec.of(FileContents, path=FSTAB),
             FactSpec.of(MountedFilesystem, mount_point=mount_point),
         ]
-    return mount + [FactSpec.of(MountWritable, path=mount_point)]
+    return mount + [FactSpec.of(MountWritable, path=mount_point), FactSpec.of(UnderMountPoint, mount_point=mount_point)]
 
 
 @deploy("kv_share")
@@ -69,4 +73,9 @@ def kv_share(rig: RigSettings, run: Run) -> None:
         )
     mount_writable(
         name="Shared KV mount is a mount point and writable", mount_point=mount_point, field="kv_share_mount_point"
+    )
+    mount_point_sealed(
+        name="Directory under the shared KV mount empty and immutable",
+        mount_point=mount_point,
+        field="kv_share_mount_point",
     )

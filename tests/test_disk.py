@@ -1,12 +1,23 @@
 """fstab quoting (fstab(5), getmntent(3)), read back by util-linux's own fstab parser (findmnt --tab-file)."""
 
 import json
+import os
+import shlex
 import shutil
 import subprocess
 
 import pytest
 
-from rigkit.disk import check_account_name, check_mount_options, fstab_field, fstab_line, mount_options_problem
+from rigkit.disk import (
+    check_account_name,
+    check_mount_options,
+    fstab_field,
+    fstab_line,
+    mount_options_problem,
+    seal_command,
+    seal_flags_immutable,
+    under_mount_point_read,
+)
 
 FINDMNT = shutil.which("findmnt")
 
@@ -135,3 +146,47 @@ def test_account_names(name, ok):
     else:
         with pytest.raises(ValueError):
             check_account_name(name)
+
+
+def _as_root_with_chattr(path) -> bool:
+    probe = path / "probe"
+    probe.mkdir()
+    ok = os.geteuid() == 0 and subprocess.run(["chattr", "+i", str(probe)], capture_output=True).returncode == 0
+    subprocess.run(["chattr", "-i", str(probe)], capture_output=True)
+    probe.rmdir()
+    return ok and shutil.which("unshare") is not None
+
+
+def _under_a_bind_mount(tmp_path, command: str) -> subprocess.CompletedProcess:
+    """``command`` run with tmp_path/export bound over tmp_path/mount, in a mount namespace of its own (the
+    controller's mount table is never touched)."""
+    export, mount = tmp_path / "export", tmp_path / "mount"
+    export.mkdir(exist_ok=True)
+    mount.mkdir(exist_ok=True)
+    script = f"mount --bind {shlex.quote(str(export))} {shlex.quote(str(mount))} && {command}"
+    return subprocess.run(
+        ["unshare", "--mount", "--propagation", "private", "sh", "-c", script], capture_output=True, text=True
+    )
+
+
+def test_the_seal_makes_the_directory_under_a_mount_immutable_and_refuses_one_with_files(tmp_path):
+    """The real commands, on this machine: a directory under a bind mount sealed, then nothing can be made in it;
+    one holding files refused, untouched."""
+    if not _as_root_with_chattr(tmp_path):
+        pytest.skip("needs root, unshare and a filesystem with the immutable attribute")
+    mount = tmp_path / "mount"
+    (tmp_path / "mount").mkdir()
+    (mount / "kv").mkdir()  # a store an engine left while the export was unmounted
+    refused = _under_a_bind_mount(tmp_path, seal_command(str(mount), "kv_share_mount_point"))
+    assert refused.returncode == 1 and "has files under the mount" in refused.stderr
+    (mount / "kv").rmdir()
+    try:
+        sealed = _under_a_bind_mount(tmp_path, seal_command(str(mount), "kv_share_mount_point"))
+        assert sealed.returncode == 0, sealed.stderr
+        read = subprocess.run(["sh", "-c", under_mount_point_read(str(mount))], capture_output=True, text=True)
+        assert read.stdout.startswith("flags=") and seal_flags_immutable(read.stdout.split("=")[1])
+        with pytest.raises(PermissionError):
+            (mount / "kv").mkdir()  # what docker's making of a bind source does
+        assert not (tmp_path / "export" / "kv").exists()
+    finally:
+        subprocess.run(["chattr", "-i", str(mount)], capture_output=True)

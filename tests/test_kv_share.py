@@ -11,7 +11,7 @@ import yaml
 
 from rigkit.errors import ConfigError
 from rigkit.kv_share import check_inventory, check_shared_stores, fstab_entry_line
-from rigkit.lab.rigs import KV_SHARE_DIR, KV_SHARE_IN_RIG, has_kv_share
+from rigkit.lab.rigs import KV_SHARE_DIR, KV_SHARE_IN_RIG, has_kv_share, kv_share_mount_point_in_layer
 from rigkit.serving.commands import rendering_for
 from rigkit.serving.smoke import check_hash_seed
 from rigkit.settings.hostdata import rig_settings
@@ -238,3 +238,11 @@ def test_a_lab_rig_container_is_reused_only_with_the_shared_directory_bind_mount
     shared = {"Type": "bind", "Source": str(KV_SHARE_DIR), "Destination": KV_SHARE_IN_RIG}
     assert has_kv_share({"Mounts": [*mounts, shared]})
     assert not has_kv_share({"Mounts": [{**shared, "Destination": "/mnt/elsewhere"}]})
+
+
+def test_a_lab_rig_is_unsealed_in_its_containers_layer_before_docker_removes_it():
+    # the kv_share role leaves the directory under the shared mount immutable: docker rm could not delete it
+    upper = "/var/cache/rigkit/docker/overlay2/0a1b/diff"
+    info = {"GraphDriver": {"Name": "overlay2", "Data": {"UpperDir": upper}}}
+    assert str(kv_share_mount_point_in_layer(info)) == f"{upper}/mnt/rigkit-kv-share"
+    assert kv_share_mount_point_in_layer({"GraphDriver": {"Name": "vfs", "Data": None}}) is None

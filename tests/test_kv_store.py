@@ -23,9 +23,12 @@ from rigkit import kv_store
 from rigkit.errors import ConfigError
 from rigkit.facts.kv_store import StoreAnswers
 from rigkit.lab.unpacked_tools import unpacked_tool
+from rigkit.serving.commands import stack_files
 from rigkit.serving.render import compose_document, render_env
-from rigkit.settings.hostdata import rig_settings, settings_for_host
+from rigkit.settings.hostdata import Settings, rig_settings, settings_for_host
 from rigkit.settings.sizing import GIB
+from rigkit.status.probe import status_script
+from rigkit.status.rig import kv_store_health
 
 PLANTED = "planted-kv-store-secret-7f3a"
 STORE = {"kv_store_password": PLANTED, "kv_store_bind_addresses": ["127.0.0.1"], "kv_store_maxmemory_gib": 1}
@@ -39,6 +42,10 @@ LMCACHE_RIG = {
     "kv_store_password": PLANTED,
     "kv_store_port": 6390,
 }
+
+# what a dead store may cost each LMCache request, stated by rigkit in the adapter JSON (LMCache's own field names:
+# valkey_l2_adapter.py ValkeyL2AdapterConfig.from_dict, LMCache d4eb1aa2)
+STATED_TIMEOUTS = {"request_timeout": 5.0, "connection_timeout": 10.0}
 
 
 def store_section(**data) -> dict:
@@ -82,19 +89,28 @@ def test_the_checks_read_the_password_back_exactly_from_the_file(tmp_path: Path)
 def test_the_lmcache_rig_points_its_l2_at_the_store_without_the_password_in_compose_or_the_adapter_json() -> None:
     settings = settings_for_host(LMCACHE_RIG)
     adapter = json.loads(settings.knobs["l2_adapter_json"])
-    assert adapter == {"type": "valkey", "startup_nodes": "10.213.3.1:6390"}
+    assert adapter == {"type": "valkey", "startup_nodes": "10.213.3.1:6390", **STATED_TIMEOUTS}
     compose = json.dumps(compose_document(settings))
     assert PLANTED not in compose and "RIGKIT_KV_STORE_PASSWORD=${RIGKIT_KV_STORE_PASSWORD:-}" in compose
     env = render_env(settings)
     assert f"RIGKIT_KV_STORE_PASSWORD='{PLANTED}'" in env.splitlines()
-    assert 'LMCACHE_L2_ADAPTER=\'{"type":"valkey","startup_nodes":"10.213.3.1:6390"}\'' in env.splitlines()
+    adapter_line = (
+        'LMCACHE_L2_ADAPTER=\'{"type":"valkey","startup_nodes":"10.213.3.1:6390",'
+        '"request_timeout":5.0,"connection_timeout":10.0}\''
+    )
+    assert adapter_line in env.splitlines()
 
 
 def test_lmcache_gets_the_password_in_its_adapter_json_but_no_command_line_shows_it(tmp_path: Path) -> None:
     settings = settings_for_host({**LMCACHE_RIG, "lmcache_http_port": free_port()})
     launched = run_entrypoint(tmp_path, settings)
     adapter = launched["lmcache"][launched["lmcache"].index("--l2-adapter") + 1]
-    assert json.loads(adapter) == {"type": "valkey", "startup_nodes": "10.213.3.1:6390", "password": PLANTED}
+    assert json.loads(adapter) == {
+        "type": "valkey",
+        "startup_nodes": "10.213.3.1:6390",
+        **STATED_TIMEOUTS,
+        "password": PLANTED,
+    }
     command_line = (tmp_path / "argv.lmcache.cmdline").read_text()  # /proc/PID/cmdline: what ps shows every user
     assert "server" in command_line and "10.213.3.1:6390" in command_line
     assert PLANTED not in command_line and PLANTED not in json.dumps(launched["vllm"])
@@ -206,6 +222,61 @@ def test_the_real_server_refuses_a_wrong_password(store, tmp_path: Path) -> None
     answers, _ = _ask(section, wrong)
     assert "WRONGPASS" in answers["authenticated"] or "invalid" in answers["authenticated"]
     assert kv_store.answers_as_declared(section, answers)
+
+
+# --- `rigkit status` asking the store from an lmcache-mp rig (rigkit.status: the kv-store section) -----------------
+
+
+def _rig_on(port: int, password: str = PLANTED) -> Settings:
+    return settings_for_host(
+        {**LMCACHE_RIG, "l2_kv_store_address": "127.0.0.1", "kv_store_port": port, "kv_store_password": password}
+    )
+
+
+def _status_probe(settings: Settings, tmp_path: Path) -> str:
+    """The kv-store section rigkit status runs on the rig, run here with the stack's real .env copied under tmp_path."""
+    adapter, password_env = settings.knobs["l2_adapter_json"], "RIGKIT_KV_STORE_PASSWORD"
+    assert kv_store.store_probe_command(adapter, stack_files()[1], password_env) in status_script(settings)
+    env = tmp_path / "stack.env"
+    env.write_text(render_env(settings))
+    command = kv_store.store_probe_command(adapter, str(env), password_env)
+    return subprocess.run(["sh", "-c", command], capture_output=True, text=True, timeout=30).stdout
+
+
+@needs_server
+def test_status_finds_the_store_up_then_names_it_down_once_killed_without_showing_the_password(
+    store, tmp_path: Path
+) -> None:
+    section, _ = store
+    settings = _rig_on(section["kv_store_port"])
+    assert _status_probe(settings, tmp_path).strip() == "store=up"
+    assert kv_store_health(settings, "store=up") == "ok"
+    wrong = _status_probe(_rig_on(section["kv_store_port"], PLANTED + "-wrong"), tmp_path)
+    assert "WRONGPASS" in wrong or "invalid" in wrong
+    assert PLANTED not in wrong
+
+
+@needs_server
+def test_status_names_a_killed_store_its_cost_and_the_fix(tmp_path: Path) -> None:
+    server, _ = BINARIES
+    port = _free_port()
+    conf = tmp_path / "rigkit.conf"
+    conf.write_text(kv_store.config_text(store_section(kv_store_port=port), PLANTED) + f"dir {tmp_path}\n")
+    process = subprocess.Popen([server, str(conf)], stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
+    settings = _rig_on(port)
+    deadline = time.monotonic() + 10
+    while _status_probe(settings, tmp_path).strip() != "store=up" and time.monotonic() < deadline:
+        time.sleep(0.05)
+    process.kill()  # SIGKILL: the store dies as an OOM kill would take it
+    process.wait(timeout=10)
+    start = time.monotonic()
+    output = _status_probe(settings, tmp_path)
+    elapsed = time.monotonic() - start
+    print(f"store killed: the status probe said {output.strip()!r} in {elapsed:.2f} s")
+    assert output.startswith("store=down: ") and "refused" in output.lower()
+    health = kv_store_health(settings, output)
+    assert f"127.0.0.1:{port}" in health and "5 s" in health and "systemctl start valkey-server" in health
+    assert elapsed < kv_store.ADAPTER_CONNECTION_TIMEOUT_S
 
 
 # --- the store firewall's sources (rigkit.kv_store.store_sources) --------------------------------------------

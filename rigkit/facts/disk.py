@@ -7,6 +7,8 @@ from typing import Optional
 
 from pyinfra.api import FactBase
 
+from rigkit.disk import seal_flags_immutable, under_mount_point_read
+
 
 class BlockDeviceProbe(FactBase):
     """What is on a block device, read from the device itself (``blkid -p``, no udev cache).
@@ -84,3 +86,21 @@ class MountWritable(FactBase):
     def process(self, output: list[str]) -> dict:
         words = [line.strip() for line in output]
         return {"mounted": "mounted" in words, "writable": "writable" in words}
+
+
+class UnderMountPoint(FactBase):
+    """The directory under a mount point, as the rig's own filesystem has it (read in a private mount namespace,
+    the mount detached there only): {"immutable", "entries": its first names}, or None when it does not exist."""
+
+    def command(self, mount_point: str) -> str:
+        return under_mount_point_read(mount_point)
+
+    def process(self, output: list[str]) -> Optional[dict]:
+        lines = [line.strip() for line in output]
+        if "absent" in lines:
+            return None
+        flags = next((line.removeprefix("flags=") for line in lines if line.startswith("flags=")), "")
+        return {
+            "immutable": seal_flags_immutable(flags),
+            "entries": [line.removeprefix("entry=") for line in lines if line.startswith("entry=")],
+        }

@@ -196,6 +196,22 @@ def _inspect(container: str) -> dict | None:
     return json.loads(result.stdout)[0]
 
 
+def kv_share_mount_point_in_layer(inspect_info: dict) -> Path | None:
+    """Where the rig's shared mount point lies on the host (its container's upper layer), None when it has none."""
+    upper = ((inspect_info.get("GraphDriver") or {}).get("Data") or {}).get("UpperDir")
+    return Path(upper) / KV_SHARE_IN_RIG.lstrip("/") if upper else None
+
+
+def unseal_kv_share_mount_points(containers: Sequence[str]) -> None:
+    """The kv_share role makes the directory under the rig's shared mount immutable (rigkit.disk): docker could not
+    remove a container whose layer holds it (rmdir(2): EPERM on an immutable directory). Cleared from the host."""
+    for container in containers:
+        info = _inspect(container)
+        path = kv_share_mount_point_in_layer(info) if info else None
+        if path is not None and path.is_dir():
+            subprocess.run(["chattr", "-i", str(path)], capture_output=True)
+
+
 def lab_containers() -> list[str]:
     result = subprocess.run(
         ["docker", "ps", "-a", "--filter", f"label={CONTAINER_LABEL}={LAB_DIR}", "--format", "{{.Names}}"],
@@ -364,6 +380,7 @@ def _ensure_container(rig: RigState, rig_dir: Path, image: str, progress: Progre
             )
             return
         progress(f"{rig.name}: image, loop device, shm size or shared KV directory changed, recreating the container")
+        unseal_kv_share_mount_points([rig.container])
         run(["docker", "rm", "-f", rig.container], f"rig {rig.name}: docker rm", "remove it by hand")
     for port in () if rig.netns else (rig.ssh_port, rig.serving_port):
         if not _port_free(port):
@@ -588,6 +605,7 @@ def release_all(progress: Progress) -> None:
     if containers:
         progress(f"containers: stopping and removing {', '.join(containers)}")
         subprocess.run(["docker", "stop", "-t", "15", *containers], capture_output=True)
+        unseal_kv_share_mount_points(containers)
         run(["docker", "rm", "-f", *containers], "lab down: docker rm", "remove them by hand (docker rm -f ...)")
     release_all_without_engine(progress)
 

@@ -10,8 +10,8 @@ from pyinfra.api import QuoteString, StringCommand, operation
 from pyinfra.facts.files import FileContents
 from pyinfra.operations import files
 
-from rigkit.disk import fstab_field
-from rigkit.facts.disk import BlockDeviceProbe, MountedFilesystem, MountWritable
+from rigkit.disk import fstab_field, seal_command
+from rigkit.facts.disk import BlockDeviceProbe, MountedFilesystem, MountWritable, UnderMountPoint
 from rigkit.operations import fail
 
 
@@ -169,3 +169,28 @@ def mount_writable(mount_point: str, field: str):
             "export it read-write to the rigs (e.g. no_root_squash for root engines)",
         )
     host.noop(f"{mount_point} is mounted and writable")
+
+
+@operation()
+def mount_point_sealed(mount_point: str, field: str):
+    """
+    Ensure: the directory under ``mount_point`` (the rig's own, hidden while the export is mounted) is empty and
+    immutable, so no engine can start with its store there while the export is unmounted: docker's making of the
+    store directory (the bind's source) fails, and the container with it (rigkit.disk).
+
+    + mount_point: the shared mount
+    + field: the variable that names it, in errors
+    """
+    under = host.get_fact(UnderMountPoint, mount_point=mount_point)
+    if under is not None and under["entries"]:
+        raise fail(
+            field,
+            mount_point,
+            f"has files under the mount, on this rig's own disk ({', '.join(under['entries'])}): something wrote "
+            "there while the export was unmounted, and an engine started then would keep filling that disk",
+            f"unmount the export, move what is in {mount_point} away, mount it back and deploy again",
+        )
+    if under is not None and under["immutable"]:
+        host.noop(f"the directory under {mount_point} is empty and immutable")
+        return
+    yield seal_command(mount_point, field)

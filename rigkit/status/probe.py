@@ -15,6 +15,7 @@ from typing import Any, Optional
 from rigkit.facts import split_exit
 from rigkit.facts.docker import DockerEngine
 from rigkit.facts.serving import StackContainers
+from rigkit.kv_store import store_probe_command
 from rigkit.l2_state import l2_probe_for
 from rigkit.model.stage import STORE_SCRIPT
 from rigkit.nvidia_smi import SUMMARY_COMMAND, parse_cuda_version, parse_driver_version
@@ -22,6 +23,7 @@ from rigkit.serving.commands import RELEASE_HASH_FILE, ready_url, rendering_for,
 from rigkit.serving.ledger import LEDGER_PATH
 from rigkit.serving.render import STACK_NAME
 from rigkit.settings.hostdata import Settings
+from rigkit.settings.knobs import KNOBS_BY_NAME
 from rigkit.status.gpu import kernel_log_command, query_command
 
 SECTION_MARK = "@@rigkit-status "
@@ -86,6 +88,11 @@ def status_script(stack: Optional[Settings]) -> str:
     if stack is not None:
         if stack.l2_active:
             sections["l2"] = l2_probe_for(stack)
+        if stack.knobs.get("l2_kv_store_address"):
+            # LMCache's L2 is the fleet's Valkey store: asked from the rig, as its LMCache reaches it
+            sections["kv-store"] = store_probe_command(
+                stack.knobs["l2_adapter_json"], env_path, KNOBS_BY_NAME["kv_store_password"].env
+            )
         if stack.model_source is not None:
             sections["model"] = model_probe(stack)
         url = ready_url(rendering_for(stack))

@@ -7,6 +7,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Optional
 
 from rigkit.facts.docker import DockerEngine
+from rigkit.kv_store import ADAPTER_REQUEST_TIMEOUT_S, parse_store_probe, store_node
 from rigkit.l2_state import read_l2
 from rigkit.serving.commands import ready_url, rendering_for
 from rigkit.serving.ledger import Ledger
@@ -123,6 +124,8 @@ def assess(rig: str, stack: Optional[Settings], output: str, gpu_limits: Optiona
             status.health["api"] = "ok"
         if "l2" in sections:
             status.l2 = l2_report(stack, sections["l2"])
+        if "kv-store" in sections:
+            status.health["kv-store"] = kv_store_health(stack, sections["kv-store"])
     else:
         status.warnings.append("no serving_profile in today's data: drift not judged")
     status.unhealthy = [f"{what}: {text}" for what, text in status.health.items() if not text.startswith("ok")]
@@ -165,6 +168,20 @@ def assess(rig: str, stack: Optional[Settings], output: str, gpu_limits: Optiona
                 "(rm /dev/shm/NAME) before the next start"
             )
     return status
+
+
+def kv_store_health(stack: Settings, probe_output: str) -> str:
+    """ "ok", or why the rig's LMCache cannot reach its L2 (the fleet's Valkey store), with what it costs and the fix."""
+    why = parse_store_probe(probe_output)
+    if why is None:
+        return "ok"
+    address, port = store_node(stack.knobs["l2_adapter_json"])
+    return (
+        f"the KV store {address}:{port} that LMCache uses as its L2 does not answer from this rig ({why}): each L2 "
+        f"request gives up after {ADAPTER_REQUEST_TIMEOUT_S:g} s (request_timeout; what LMCache then serves is not "
+        "measured: docs/limits.md); start it on the store host (systemctl start valkey-server, or `rigkit deploy` "
+        "of the kv store host) and check the store firewall lets this rig in"
+    )
 
 
 def l2_report(stack: Settings, probe_output: str) -> dict[str, Any]:

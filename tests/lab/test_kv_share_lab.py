@@ -12,12 +12,15 @@ from __future__ import annotations
 import shlex
 import subprocess
 import sys
+import time
 from contextlib import ExitStack
 from pathlib import Path
 
 import pytest
 from test_status_lab import rig_json
 
+from rigkit.disk import under_mount_point_read
+from rigkit.facts.disk import UnderMountPoint
 from rigkit.facts.docker import ComposeCommand
 from rigkit.fleet.targets import select
 from rigkit.lab.rigs import KV_SHARE_DIR, KV_SHARE_IN_RIG
@@ -25,7 +28,7 @@ from rigkit.paths import REPO_ROOT
 from rigkit.remote.client import ServingClient, measure
 from rigkit.remote.tunnel import serving_url
 from rigkit.serving.commands import in_stack
-from rigkit.serving.render import CONTAINER_NAME, L2_CONTAINER_PATH
+from rigkit.serving.render import CONTAINER_NAME, L2_CONTAINER_PATH, SERVICE_NAME
 from rigkit.settings.hostdata import rig_settings
 from rigkit.validation.procedure import ValidationSettings
 from rigkit.validation.prompts import PromptSpec
@@ -213,3 +216,79 @@ def test_the_export_unmounted_under_a_running_engine_is_an_l2_failure_in_status(
         rig_exec(second, f"mountpoint -q {KV_SHARE_IN_RIG} || mount --bind {aside} {KV_SHARE_IN_RIG}; umount {aside}")
     assert rig_exec(second, f"mountpoint -q {KV_SHARE_IN_RIG}", check=False).returncode == 0
     assert rig_json(second, *SHARE)["l2"]["state"] != "export-unmounted"
+
+
+def test_no_engine_starts_on_the_unmounted_export_and_nothing_lands_on_the_root_disk(
+    lab, shared, rig_exec, assert_stack_comes_back
+):
+    """Both rigs' exports unmounted (kept aside under /run, to be put back). The deploy sealed the directory under
+    each mount (kv_share role: empty, immutable), so nothing can make the store there. rig2 (docker 26, compose 2.26):
+    docker's own restart (a reboot, the restart policy) and a compose recreate are refused, and so is a short-syntax
+    bind of the store, which makes a missing source; rig1 (docker 20.10, compose v1): a one-off container of its stack
+    and the short-syntax bind, its running engine untouched. Nothing lands under either mount point. Then everything is
+    put back and rig2's stack started on the export again (its one vLLM start). Printed: what each start said.
+    Measured with the seal broken (2026-12-03): compose 2.26's and v1's long-syntax binds and docker 26's restart
+    refused a missing source by themselves; the short-syntax bind made the store on both rigs' root disks (docker
+    20.10 and 26), and the test failed."""
+    rigs, _ = shared
+    first, second = rigs
+    for rig in rigs:
+        under = UnderMountPoint().process(rig_exec(rig, under_mount_point_read(KV_SHARE_IN_RIG)).stdout.splitlines())
+        assert under == {"immutable": True, "entries": []}, f"{rig.name}: the deploy did not seal {KV_SHARE_IN_RIG}"
+    compose = {rig.name: in_stack(rig_exec(rig, ComposeCommand().command()).stdout.strip()) for rig in rigs}
+    image = {
+        rig.name: rig_exec(rig, f"docker inspect -f '{{{{.Config.Image}}}}' {CONTAINER_NAME}").stdout.strip()
+        for rig in rigs
+    }
+    # a short-syntax bind: the daemon makes a missing source (what compose v2 since ~2.35 asks for a long-syntax bind
+    # without create_host_path: false, docker/compose#12797; v5 even with it, #13602)
+    short_bind = "docker run --rm --network none -v {store}:{target} --entrypoint true {image}"
+    aside = "/run/rigkit-kv-share-aside"
+    for rig in rigs:
+        rig_exec(rig, f"mkdir -p {aside} && mount --bind {KV_SHARE_IN_RIG} {aside} && umount {KV_SHARE_IN_RIG}")
+    tried: dict[str, subprocess.CompletedProcess] = {}
+    seconds: dict[str, float] = {}
+    try:
+        starts = [
+            (
+                first,
+                "compose v1 one-off",
+                f"{compose[first.name]} run --rm --no-deps -T --entrypoint true {SERVICE_NAME}",
+            ),
+            (
+                first,
+                "short-syntax bind",
+                short_bind.format(store=STORE_IN_RIG, target=L2_CONTAINER_PATH, image=image["rig1"]),
+            ),
+            (second, "docker restart", f"docker restart {CONTAINER_NAME}"),
+            (second, "compose v2 recreate", f"{compose[second.name]} up -d --force-recreate"),
+            (
+                second,
+                "short-syntax bind",
+                short_bind.format(store=STORE_IN_RIG, target=L2_CONTAINER_PATH, image=image["rig2"]),
+            ),
+        ]
+        for rig, what, command in starts:
+            start = time.monotonic()
+            tried[f"{rig.name} {what}"] = rig_exec(rig, command, check=False, timeout=120)
+            seconds[f"{rig.name} {what}"] = time.monotonic() - start
+        running = rig_exec(second, f"docker inspect -f '{{{{.State.Running}}}}' {CONTAINER_NAME}", check=False)
+        landed = {rig.name: rig_exec(rig, f"ls -A {KV_SHARE_IN_RIG}").stdout.split() for rig in rigs}
+        for name, result in tried.items():
+            said = (result.stderr.strip() or result.stdout.strip()).splitlines()[-1:]
+            print(f"\n{name}: exit {result.returncode} in {seconds[name]:.1f} s: {said}")
+        print(f"under the mount points on the root disks: {landed}; rig2's engine running: {running.stdout.strip()}")
+        assert all(result.returncode != 0 for result in tried.values()), {n: r.returncode for n, r in tried.items()}
+        assert landed == {rig.name: [] for rig in rigs}
+        assert running.stdout.strip() != "true"
+    finally:
+        for rig in rigs:  # what a broken guard let land under the mount goes (never on the export: it is aside)
+            rig_exec(
+                rig,
+                f"if ! mountpoint -q {KV_SHARE_IN_RIG}; then find {KV_SHARE_IN_RIG} -mindepth 1 -delete; "
+                f"mount --bind {aside} {KV_SHARE_IN_RIG}; fi; umount {aside}",
+            )
+        rig_exec(second, f"{compose[second.name]} up -d")
+    for rig in rigs:
+        assert rig_exec(rig, f"mountpoint -q {KV_SHARE_IN_RIG}", check=False).returncode == 0
+    assert_stack_comes_back(second)

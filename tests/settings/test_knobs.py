@@ -8,6 +8,7 @@ from rigkit.errors import ConfigError
 from rigkit.settings.knobs import (
     KNOBS,
     KNOBS_BY_NAME,
+    _text,
     controller_secret_variable,
     env_name,
     env_text,
@@ -419,3 +420,23 @@ def test_knob_for_env_or_the_env_itself():
 
 def test_a_secret_knob_is_read_from_its_controller_variable():
     assert controller_secret_variable("hf_token") == "RIGKIT_HF_TOKEN"
+
+
+def test_a_text_check_refuses_what_compose_cannot_carry_before_its_own_check():
+    # built here, not at import (KNOBS builds its checks at import, out of the mutation check's reach)
+    seen = []
+    check = _text(seen.append)
+    check("fine")
+    with pytest.raises(ValueError, match=r"^contains a newline$"):
+        check("a\nb")
+    assert seen == ["fine"]
+    assert check.fix == ONE_LINE_FIX and _text().fix == ONE_LINE_FIX
+    _text()("fine")
+
+
+def test_a_text_check_takes_its_own_checks_fix():
+    def checked(value):
+        pass
+
+    checked.fix = "write what the check wants"
+    assert _text(checked).fix == "write what the check wants"

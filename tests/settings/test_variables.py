@@ -10,6 +10,7 @@ from rigkit.settings.variables import (
     REDACTED,
     JsonObject,
     Variable,
+    _to_container,
     check_of,
     closest_name,
     docs_table,
@@ -245,9 +246,13 @@ def test_a_dict_that_json_cannot_write_is_refused_saying_why():
     assert refused(ADAPTER, {"a": math.nan}).problem.startswith("cannot be written as JSON (Out of range float")
 
 
-def test_a_list_setting_takes_a_list_as_it_is():
+def test_a_list_setting_takes_only_a_list_as_it_is():
     value = ["--enable-chunked-prefill"]
     assert ARGS.coerce(value) is value
+    # the converter itself, built here (CONVERTERS builds it at import, out of the mutation check's reach)
+    assert _to_container(list)(value) is value
+    with pytest.raises(ValueError, match=r"^expected a mapping, got a list$"):
+        _to_container(dict)(value)
 
 
 @pytest.mark.parametrize(
@@ -275,7 +280,9 @@ def test_a_secret_is_redacted_unless_unset_or_empty():
     assert NAME.shown("visible") == "visible"
 
 
-RESTART = Variable("restart", "no", "a policy", str, one_of(("no", "always", "on-failure")))
+def restart_policy() -> Variable:
+    # made in each test, not at import: a check built at import is out of the mutation check's reach
+    return Variable("restart", "no", "a policy", str, one_of(("no", "always", "on-failure")))
 
 
 @pytest.mark.parametrize(
@@ -285,8 +292,8 @@ RESTART = Variable("restart", "no", "a policy", str, one_of(("no", "always", "on
         ("sometimes", "must be one of no, always, on-failure"),
     ],
 )
-def test_one_of_names_the_choices_and_the_near_miss(value, problem):
-    error = refused(RESTART, value)
+def test_one_of_refuses_naming_the_choices_and_the_near_miss(value, problem):
+    error = refused(restart_policy(), value)
     assert error.problem == problem and error.fix == "write one of no, always, on-failure"
 
 

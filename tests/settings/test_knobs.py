@@ -388,6 +388,8 @@ def test_a_good_knob_value_is_taken(name, value):
         ("-sc={}", "--speculative-config"),
         ("--speculative-config.method", "--speculative-config"),
         ("--speculative_config.num_speculative_tokens=3", "--speculative-config"),
+        ("--speculative-config.draft.x=1", "--speculative-config"),
+        ('-sc={"prompt_lookup_max":"a=b"}', "--speculative-config"),
         ("-tpx", ""),
     ],
 )

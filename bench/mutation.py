@@ -53,6 +53,8 @@ EXTRA_TESTS: dict[str, list[str]] = {
     "rigkit/status/drift.py": ["tests/status/test_status_rig.py"],
     # the knobs' validators are reached through host data (rigkit.settings.hostdata) and the bad-input catalogue
     "rigkit/settings/knobs.py": ["tests/settings/test_hostdata.py", "tests/test_bad_input_catalogue.py"],
+    # every knob's value is coerced (Variable.coerce) on its way in: the bad-input catalogue's refusals
+    "rigkit/settings/variables.py": ["tests/test_bad_input_catalogue.py"],
 }
 # Mutants are run among these tests only: the lab's and vLLM's need a lab or minutes each.
 PYTEST_ARGS = ["-p", "no:cacheprovider", "-m", "not lab and not vllm", "-o", "addopts="]

@@ -255,13 +255,17 @@ _speculative_config.fix = (
 
 
 def flag_name(arg: str) -> str:
-    """The long flag an engine argument spells (``--max_num_seqs=8`` -> ``--max-num-seqs``), or ''."""
-    if arg in ENGINE_FLAG_ALIASES:
-        return ENGINE_FLAG_ALIASES[arg]
-    if not arg.startswith("--"):
-        return ""
-    # vLLM's parser reads --a_b as --a-b
-    return "--" + arg[2:].split("=", 1)[0].replace("_", "-")
+    """The long flag an engine argument sets (``--max_num_seqs=8`` -> ``--max-num-seqs``, ``-q=fp8`` ->
+    ``--quantization``), or ''."""
+    if arg.startswith("--"):
+        # vLLM's parser reads --a_b as --a-b, and --json-arg.key value as a key of --json-arg
+        # (vllm/utils/argparse_utils.py FlexibleArgumentParser)
+        return "--" + arg[2:].split("=", 1)[0].split(".", 1)[0].replace("_", "-")
+    # argparse reads a short option's value after "=" (-tp=4) or, for one letter, attached (-qfp8)
+    short = arg.split("=", 1)[0]
+    if short in ENGINE_FLAG_ALIASES:
+        return ENGINE_FLAG_ALIASES[short]
+    return next((flag for alias, flag in ENGINE_FLAG_ALIASES.items() if len(alias) == 2 and arg.startswith(alias)), "")
 
 
 def _engine_args(value: list) -> None:

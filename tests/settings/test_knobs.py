@@ -5,8 +5,20 @@ import math
 import pytest
 
 from rigkit.errors import ConfigError
-from rigkit.settings.knobs import KNOBS, KNOBS_BY_NAME, env_text, env_value_problem
-from rigkit.settings.variables import JsonObject, docs_table
+from rigkit.settings.knobs import (
+    KNOBS,
+    KNOBS_BY_NAME,
+    _text,
+    controller_secret_variable,
+    env_name,
+    env_text,
+    env_value_problem,
+    flag_name,
+    gpu_indices,
+    knob_for_env,
+    redacted,
+)
+from rigkit.settings.variables import REDACTED, JsonObject, docs_table
 
 STRING_ENV_KNOBS = [k.name for k in KNOBS if k.type in (str, JsonObject) and k.env]
 NUMBER_KNOBS = [k.name for k in KNOBS if k.type in (int, float)]
@@ -189,3 +201,244 @@ def test_l2_adapter_json_given_as_a_dict_by_pyinfra_data():
     with pytest.raises(ConfigError) as caught:  # what .env cannot carry is refused for a dict too
         KNOBS_BY_NAME["l2_adapter_json"].coerce({"path": "${HOME}"})
     assert caught.value.field == "l2_adapter_json"
+
+
+ONE_LINE_FIX = "write it on one line, without NUL, '${' or both a quote and '$'"
+MIXED_QUOTING = "contains both a quote or backslash and '$', which no .env quoting keeps for both compose versions"
+BAD_END = "ends with '\"' or a backslash and also contains a quote or backslash"
+ENGINE_FIX = "write a list of strings, one argument each, and set rigkit's own flags through their knobs"
+SPECULATIVE_FIX = 'write speculative decoding as a JSON object, e.g. {"method": "mtp", "num_speculative_tokens": 3}'
+FRACTION_FIX = "write a fraction above 0 and at most 1, e.g. 0.92"
+
+
+# Each validator's refusal word for word (problem and fix): the message is what the user reads to fix the value.
+@pytest.mark.parametrize(
+    "name, value, problem, fix",
+    [
+        ("model", "a\nb", "contains a newline", ONE_LINE_FIX),
+        ("model", "a\rb", "contains a carriage return", ONE_LINE_FIX),
+        ("model", "a\x00b", "contains a NUL byte", ONE_LINE_FIX),
+        ("model", "${HOME}/m", "contains '${', which compose would expand", ONE_LINE_FIX),
+        ("model", "it's $5", MIXED_QUOTING, ONE_LINE_FIX),
+        ("model", "a\\b$c", MIXED_QUOTING, ONE_LINE_FIX),
+        ("model", 'it\'s "q"', BAD_END, ONE_LINE_FIX),
+        ("model", "a\\b\\", BAD_END, ONE_LINE_FIX),
+        ("model", "a'b\\", BAD_END, ONE_LINE_FIX),
+        ("l2_path", "/a:b", "must not contain ':' (compose volume syntax)", ONE_LINE_FIX),
+        ("l2_path", "relative/dir", "must be an absolute host path", ONE_LINE_FIX),
+        ("gpu_mask", "0;1", "must be GPU indices separated by commas, e.g. 0,1 (empty = every GPU)", ONE_LINE_FIX),
+        ("gpu_mask", "0,", "must be GPU indices separated by commas, e.g. 0,1 (empty = every GPU)", ONE_LINE_FIX),
+        ("gpu_mask", "a0", "must be GPU indices separated by commas, e.g. 0,1 (empty = every GPU)", ONE_LINE_FIX),
+        (
+            "gpu_mask",
+            "2,1,0,2,1",
+            "names GPU 1, 2 more than once: each GPU is one tensor-parallel rank, so a repeat would run two ranks "
+            "on one GPU",
+            ONE_LINE_FIX,
+        ),
+        ("serving_profile", "Bad-name", "must be a profile name from profiles.yaml", ONE_LINE_FIX),
+        ("serving_profile", "-lead", "must be a profile name from profiles.yaml", ONE_LINE_FIX),
+        ("serving_profile", "a_b", "must be a profile name from profiles.yaml", ONE_LINE_FIX),
+        ("serving_image", "repo/vllm@sha256:1 2", "must not contain whitespace", ONE_LINE_FIX),
+        ("serving_image", "repo/vllm\t", "must not contain whitespace", ONE_LINE_FIX),
+        ("gpu_memory_utilization", 0, "must be a fraction above 0 and at most 1, e.g. 0.92", FRACTION_FIX),
+        ("gpu_memory_utilization", 1.01, "must be a fraction above 0 and at most 1, e.g. 0.92", FRACTION_FIX),
+        (
+            "speculative_config",
+            {"num_speculative_tokens": 3},
+            'names neither a "method" (e.g. "mtp", "ngram", "eagle3") nor a draft "model"',
+            SPECULATIVE_FIX,
+        ),
+        (
+            "speculative_config",
+            {"method": "", "model": ""},
+            'names neither a "method" (e.g. "mtp", "ngram", "eagle3") nor a draft "model"',
+            SPECULATIVE_FIX,
+        ),
+        (
+            "speculative_config",
+            {"method": "mtp", "num_speculative_tokens": 0},
+            '"num_speculative_tokens" must be a whole number of at least 1, got 0',
+            SPECULATIVE_FIX,
+        ),
+        (
+            "speculative_config",
+            {"model": "draft", "num_speculative_tokens": True},
+            '"num_speculative_tokens" must be a whole number of at least 1, got True',
+            SPECULATIVE_FIX,
+        ),
+        (
+            "speculative_config",
+            {"method": "mtp", "num_speculative_tokens": "3"},
+            "\"num_speculative_tokens\" must be a whole number of at least 1, got '3'",
+            SPECULATIVE_FIX,
+        ),
+        (
+            "speculative_config",
+            {"method": "mtp", "num_speculative_tokens": 2.0},
+            '"num_speculative_tokens" must be a whole number of at least 1, got 2.0',
+            SPECULATIVE_FIX,
+        ),
+        ("extra_engine_args", ["--ok", 1], "item 1 is int 1: each argument must be a string", ENGINE_FIX),
+        (
+            "extra_engine_args",
+            ["--ok", "a\x00b"],
+            "item 1 contains a NUL byte, which no program argument can carry",
+            ENGINE_FIX,
+        ),
+        (
+            "extra_engine_args",
+            ["--enable-chunked-prefill", "--max_num_seqs=8"],
+            "item 1 ('--max_num_seqs=8') sets --max-num-seqs, which the max_num_seqs knob renders: "
+            "set max_num_seqs instead",
+            ENGINE_FIX,
+        ),
+        (
+            "extra_engine_args",
+            ["-q", "fp8"],
+            "item 0 ('-q') sets --quantization, which the quantization knob renders: set quantization instead",
+            ENGINE_FIX,
+        ),
+        (
+            "extra_engine_args",
+            ["-qfp8"],
+            "item 0 ('-qfp8') sets --quantization, which the quantization knob renders: set quantization instead",
+            ENGINE_FIX,
+        ),
+        (
+            "extra_engine_args",
+            ["--speculative-config.method", "mtp"],
+            "item 0 ('--speculative-config.method') sets --speculative-config, which the speculative_config knob "
+            "renders: set speculative_config instead",
+            ENGINE_FIX,
+        ),
+        (
+            "model_source",
+            "org/name",
+            "a hub repository without a revision: the hub serves whatever its main branch holds that day; fix: pin "
+            "a commit: run `rigkit resolve-model org/name` and use what it prints (org/name@<40-hex commit>)",
+            ONE_LINE_FIX,
+        ),
+        (
+            "kv_store_password",
+            "short",
+            "has 5 characters, fewer than 16 (valkey never slows down guessing)",
+            "export a longer password without quotes, backslashes or whitespace in RIGKIT_KV_STORE_PASSWORD",
+        ),
+    ],
+)
+def test_a_bad_knob_value_is_refused_saying_why_and_how_to_fix_it(name, value, problem, fix):
+    with pytest.raises(ConfigError) as caught:
+        KNOBS_BY_NAME[name].coerce(value)
+    assert (caught.value.field, caught.value.problem, caught.value.fix) == (name, problem, fix)
+
+
+def test_an_adapter_holding_a_credential_is_refused_without_showing_it():
+    with pytest.raises(ConfigError) as caught:
+        KNOBS_BY_NAME["l2_adapter_json"].coerce('{"type": "valkey", "password": "hunter2"}')
+    error = caught.value
+    assert error.value == REDACTED and "hunter2" not in str(error)
+    assert error.problem == (
+        "holds a credential at password: it would be readable in ps on the rig, its status and its card; a Valkey "
+        "store's password is kv_store_password (l2_kv_store_address renders the adapter)"
+    )
+    assert error.fix.startswith('write one JSON object without credentials, e.g. {"type": "fs"')
+
+
+@pytest.mark.parametrize(
+    "name, value",
+    [
+        ("gpu_mask", ""),
+        ("gpu_mask", "0"),
+        ("gpu_mask", "0,1,10"),
+        ("serving_profile", "lmcache-mp"),
+        ("serving_profile", "0"),
+        ("model", "it's fine"),
+        ("model", "$5 but no quote"),
+        ("model", '"quoted" at the start'),
+        ("gpu_memory_utilization", 1),
+        ("gpu_memory_utilization", 0.01),
+        ("speculative_config", {"model": "org/draft"}),
+        ("speculative_config", {"method": "ngram", "num_speculative_tokens": 1}),
+        ("extra_engine_args", []),
+        ("extra_engine_args", ["--enable-chunked-prefill", "max_num_seqs", "--max-num-seqs-extra=1"]),
+        ("l2_path", "/var/lib/rigkit/kv"),
+    ],
+)
+def test_a_good_knob_value_is_taken(name, value):
+    assert KNOBS_BY_NAME[name].coerce(value) is not None
+
+
+@pytest.mark.parametrize(
+    "arg, flag",
+    [
+        ("--max_num_seqs=8", "--max-num-seqs"),
+        ("--kv-cache-dtype", "--kv-cache-dtype"),
+        ("--a_b=c_d=e", "--a-b"),
+        ("-q", "--quantization"),
+        ("-tp", "--tensor-parallel-size"),
+        ("max_num_seqs", ""),
+        ("-x", ""),
+        ("-O3", ""),
+        # what argparse also reads as a flag rigkit renders (a value after "=" or attached to one letter), and
+        # vLLM's key of a JSON flag
+        ("-q=fp8", "--quantization"),
+        ("-qfp8", "--quantization"),
+        ("-tp=4", "--tensor-parallel-size"),
+        ("-sc={}", "--speculative-config"),
+        ("--speculative-config.method", "--speculative-config"),
+        ("--speculative_config.num_speculative_tokens=3", "--speculative-config"),
+        ("--speculative-config.draft.x=1", "--speculative-config"),
+        ('-sc={"prompt_lookup_max":"a=b"}', "--speculative-config"),
+        ("-tpx", ""),
+    ],
+)
+def test_flag_name_is_the_long_flag_vllm_reads(arg, flag):
+    assert flag_name(arg) == flag
+
+
+def test_gpu_indices_of_a_mask():
+    assert gpu_indices("0,2,10") == [0, 2, 10] and gpu_indices("") == []
+
+
+def test_a_secret_env_value_is_redacted_and_others_are_not():
+    assert redacted("HF_TOKEN", "hf_abc") == REDACTED
+    assert redacted("RIGKIT_KV_STORE_PASSWORD", "p" * 20) == REDACTED
+    assert redacted("RIGKIT_MODEL", "org/model") == "org/model"
+
+
+def test_env_name_of_a_knob_or_a_key_error_saying_why():
+    assert env_name("model") == "RIGKIT_MODEL" and env_name("hf_token") == "HF_TOKEN"
+    with pytest.raises(KeyError, match="force has no env var"):
+        env_name("force")
+    with pytest.raises(KeyError):
+        env_name("no_such_knob")
+
+
+def test_knob_for_env_or_the_env_itself():
+    assert knob_for_env("HF_TOKEN") == "hf_token" and knob_for_env("LMCACHE_L1_GB") == "l1_size_gb"
+    assert knob_for_env("LMCACHE_FIXED") == "LMCACHE_FIXED"
+
+
+def test_a_secret_knob_is_read_from_its_controller_variable():
+    assert controller_secret_variable("hf_token") == "RIGKIT_HF_TOKEN"
+
+
+def test_a_text_check_refuses_what_compose_cannot_carry_before_its_own_check():
+    # built here, not at import (KNOBS builds its checks at import, out of the mutation check's reach)
+    seen = []
+    check = _text(seen.append)
+    check("fine")
+    with pytest.raises(ValueError, match=r"^contains a newline$"):
+        check("a\nb")
+    assert seen == ["fine"]
+    assert check.fix == ONE_LINE_FIX and _text().fix == ONE_LINE_FIX
+    _text()("fine")
+
+
+def test_a_text_check_takes_its_own_checks_fix():
+    def checked(value):
+        pass
+
+    checked.fix = "write what the check wants"
+    assert _text(checked).fix == "write what the check wants"

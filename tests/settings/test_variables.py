@@ -5,7 +5,18 @@ import math
 import pytest
 
 from rigkit.errors import ConfigError
-from rigkit.settings.variables import MAX_TEXT_LENGTH, JsonObject, Variable, closest_name, refuse_unknown
+from rigkit.settings.variables import (
+    MAX_TEXT_LENGTH,
+    REDACTED,
+    JsonObject,
+    Variable,
+    _to_container,
+    check_of,
+    closest_name,
+    docs_table,
+    one_of,
+    refuse_unknown,
+)
 
 SIZE = Variable("size_gb", 30, "a size in GB", int)
 FRACTION = Variable("fraction", 0.8, "a fraction", float)
@@ -14,6 +25,8 @@ MASK = Variable("mask", "", "indices (empty = all)", str, allow_empty=True)
 DERIVED = Variable("derived_gb", None, "derived when unset", int, optional=True)
 FLAG = Variable("flag", False, "a switch", bool)
 ADAPTER = Variable("adapter", None, "a JSON object", JsonObject, optional=True)
+ARGS = Variable("args", [], "more arguments", list)
+TOKEN = Variable("token", None, "a credential", str, optional=True, secret=True)
 
 
 def refused(variable: Variable, value) -> ConfigError:
@@ -69,8 +82,10 @@ def test_none_legal_where_the_declaration_says_so():
     assert refused(Variable("port", 8000, "a port", int, optional=False), None)
 
 
-def test_the_fix_for_none_names_the_default():
-    assert "default 30" in refused(SIZE, None).fix
+def test_the_fix_for_none_names_the_type_and_the_default():
+    error = refused(SIZE, None)
+    assert error.problem == "no value (None) given, and this setting is never derived"
+    assert error.fix == "set size_gb to an integer, or leave it out for the default 30"
 
 
 @pytest.mark.parametrize(
@@ -193,3 +208,139 @@ def _refuse_everything(value):
 def test_every_message_shows_non_ascii_escaped():
     error = refused(Variable("name", None, "a name", str, _refuse_everything), "caf\u00e9")
     assert str(error).isascii() and "caf\\xe9" in str(error)
+
+
+# Each refusal word for word: the message is what the user reads to fix the value.
+@pytest.mark.parametrize(
+    "variable, value, problem",
+    [
+        (SIZE, "sixty", "not a number"),
+        (SIZE, True, "expected an integer, got a boolean"),
+        (SIZE, 60.5, "a fraction: an integer setting is never rounded"),
+        (SIZE, ("x",), "expected an integer, got a tuple (a trailing comma in Python group data makes one)"),
+        (SIZE, b"x", "expected an integer, got a bytes"),
+        (SIZE, [1], "expected an integer, got a list"),
+        (FRACTION, False, "expected a number, got a boolean"),
+        (FRACTION, 10**400, "too large for a number"),
+        (FRACTION, {"a": 1}, "expected a number, got a dict"),
+        (FLAG, "maybe", "not a boolean (true/false, yes/no, on/off or 1/0)"),
+        (
+            NAME,
+            1.5,
+            "expected text, got a float (on the command line write it as a JSON string: --data name='\"...\"')",
+        ),
+        (NAME, "", "empty: this setting needs a value"),
+        (NAME, "a\udc80b", "holds a lone surrogate, which no UTF-8 file can carry"),
+        (ADAPTER, '{"a": NaN}', "NaN is not a finite number and not JSON"),
+        (ADAPTER, '["fs"]', "must be a JSON object ({...}), got list"),
+        (ARGS, 3, "expected a list, got an int"),
+        (ARGS, "--flag", "expected a list, got a str"),
+        (ARGS, object(), "expected a list, got an object"),
+    ],
+)
+def test_refusal_says_what_is_wrong(variable, value, problem):
+    assert refused(variable, value).problem == problem
+
+
+def test_a_dict_that_json_cannot_write_is_refused_saying_why():
+    assert refused(ADAPTER, {"a": math.nan}).problem.startswith("cannot be written as JSON (Out of range float")
+
+
+def test_a_list_setting_takes_only_a_list_as_it_is():
+    value = ["--enable-chunked-prefill"]
+    assert ARGS.coerce(value) is value
+    # the converter itself, built here (CONVERTERS builds it at import, out of the mutation check's reach)
+    assert _to_container(list)(value) is value
+    with pytest.raises(ValueError, match=r"^expected a mapping, got a list$"):
+        _to_container(dict)(value)
+
+
+@pytest.mark.parametrize(
+    "variable, fix",
+    [
+        (SIZE, "set size_gb to an integer, e.g. 30"),
+        (FLAG, "set flag to a boolean, e.g. False"),
+        (NAME, "set name to text"),  # no default: no example
+        (MASK, "set mask to text"),  # an empty default is no example
+        (ARGS, "set args to a list"),
+        (Variable("password", "hunter2hunter2", "a credential", str, secret=True), "set password to text"),
+    ],
+)
+def test_the_fix_gives_the_type_and_the_default_as_example_unless_secret(variable, fix):
+    assert refused(variable, object()).fix == fix
+
+
+def test_the_fix_for_a_required_value_without_default_offers_no_default():
+    assert refused(NAME, None).fix == "set name to text"
+
+
+def test_a_secret_is_redacted_unless_unset_or_empty():
+    assert TOKEN.shown("hf_abc") == REDACTED
+    assert TOKEN.shown("") == "" and TOKEN.shown(None) is None
+    assert NAME.shown("visible") == "visible"
+
+
+def restart_policy() -> Variable:
+    # made in each test, not at import: a check built at import is out of the mutation check's reach
+    return Variable("restart", "no", "a policy", str, one_of(("no", "always", "on-failure")))
+
+
+@pytest.mark.parametrize(
+    "value, problem",
+    [
+        ("alway", "must be one of no, always, on-failure (did you mean 'always'?)"),
+        ("sometimes", "must be one of no, always, on-failure"),
+    ],
+)
+def test_one_of_refuses_naming_the_choices_and_the_near_miss(value, problem):
+    error = refused(restart_policy(), value)
+    assert error.problem == problem and error.fix == "write one of no, always, on-failure"
+
+
+def test_one_of_refuses_a_non_text_value_without_guessing():
+    check = one_of(("1", "2"))
+    with pytest.raises(ValueError, match=r"^must be one of 1, 2$"):
+        check(3)
+
+
+def _too_short(value: str):
+    return "shorter than 8 characters" if len(value) < 8 else None
+
+
+def test_check_of_refuses_with_the_problem_and_its_fix():
+    variable = Variable("password", None, "a credential", str, check_of(_too_short, "export a longer one"))
+    assert variable.coerce("long enough") == "long enough"
+    error = refused(variable, "short")
+    assert (error.problem, error.fix) == ("shorter than 8 characters", "export a longer one")
+
+
+def test_check_of_without_a_fix_falls_back_to_the_type():
+    variable = Variable("password", None, "a credential", str, check_of(_too_short))
+    assert refused(variable, "short").fix == "set password to text"
+
+
+def test_unknown_name_without_a_near_miss_lists_the_valid_names():
+    with pytest.raises(ConfigError) as caught:
+        refuse_unknown(["replay"], ["serving_port", "l2_format"], "host data")
+    error = caught.value
+    assert (error.problem, error.fix) == ("unknown setting in host data", "valid names: l2_format, serving_port")
+
+
+def test_unknown_name_lists_every_non_ascii_character_and_an_unnamed_one():
+    with pytest.raises(ConfigError) as caught:
+        refuse_unknown(["l1_s\u0456ze\ue000_gb\u0456"], ["l1_size_gb"], "host data")
+    assert caught.value.problem == (
+        "unknown setting in host data (it contains the non-ASCII \\u0456 (CYRILLIC SMALL LETTER "
+        "BYELORUSSIAN-UKRAINIAN I), \\ue000 (unnamed))"
+    )
+
+
+def test_docs_table_rows_show_default_and_secret():
+    table = docs_table([SIZE, NAME, TOKEN])
+    assert table == (
+        "| name | default | meaning |\n"
+        "|---|---|---|\n"
+        "| `size_gb` | `30` | a size in GB |\n"
+        "| `name` |  | a name |\n"
+        "| `token` |  | **secret** (never shown; from the controller's environment): a credential |"
+    )

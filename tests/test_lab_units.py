@@ -3,6 +3,7 @@ the runc wrapper's rewrite, and pyinfra's results table."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import stat
@@ -16,7 +17,7 @@ import pytest
 from rigkit.errors import ConfigError, PreflightError
 from rigkit.lab import engine, registry_server, rig_image, rigs
 from rigkit.lab.pyinfra_output import OperationResult, parse_results
-from rigkit.lab.state import LabState, RigState, read_state, write_state
+from rigkit.lab.state import LabState, RigState, pinned_model_source, read_state, write_state
 
 # ---- capabilities ----
 
@@ -300,6 +301,14 @@ def test_state_round_trips(tmp_path):
     write_state(_state(), path)
     assert read_state(path) == _state()
     assert read_state(path).rig("rig1").ssh_port == 2201
+
+
+def test_the_lab_groups_model_is_the_one_lab_up_pinned_and_none_without_a_lab(tmp_path):
+    path = tmp_path / "state.json"
+    assert pinned_model_source(path) is None  # group_data/lab.py loads for every inventory, also without a lab
+    pinned = "controller:/var/cache/rigkit/lab-model/k@" + "ab" * 32
+    write_state(dataclasses.replace(_state(), model_source=pinned), path)
+    assert pinned_model_source(path) == pinned
 
 
 def test_missing_state_says_run_lab_up(tmp_path):

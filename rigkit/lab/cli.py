@@ -21,6 +21,7 @@ from typing import Optional, Sequence
 
 from rigkit.errors import PreflightError, RigkitError
 from rigkit.lab import engine, registry_server, rig_image, rigs, router_server
+from rigkit.lab.lab_weights import lab_model_source
 from rigkit.lab.proc import Progress, print_progress, remove_tree
 from rigkit.lab.state import LabState, read_state_or_none, write_state
 from rigkit.paths import CACHE_DIR, LAB_DIR, LAB_STATE_FILE
@@ -54,6 +55,17 @@ def _ensure_serving_image(registry: str, progress: Progress) -> dict | None:
         progress(f"serving image: skipped, rigkit.lab.serving_image is not available ({exc})")
         return None
     return ensure_serving_image(registry, progress)
+
+
+def ensure_serving(state: LabState, progress: Progress = print_progress) -> None:
+    """The serving image's releases and the lab's pinned model in ``state`` (written): what every lab deploy needs."""
+    record = _ensure_serving_image(state.registry, progress)
+    if record is None:
+        return
+    state.serving_image = record
+    state.model_source = lab_model_source(progress)
+    progress(f"lab model: {state.model_source}")
+    write_state(state)
 
 
 def lab_up(
@@ -90,16 +102,14 @@ def lab_up(
         rigs=lab_rigs,
         rig_image=image,
         serving_image=previous.serving_image if previous else None,
+        model_source=previous.model_source if previous else None,
         engine=engine_record,
         registry_pid=registry_pid,
         router=previous.router if previous and router_server.router_pid() else None,
     )
     write_state(state)
     if serving_image:
-        record = _ensure_serving_image(registry_server.REGISTRY, progress)
-        if record is not None:
-            state.serving_image = record
-            write_state(state)
+        ensure_serving(state, progress)
     if router:
         state.router = router_server.ensure_router(lab_rigs, progress)
         write_state(state)

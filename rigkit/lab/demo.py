@@ -1,6 +1,7 @@
 """`rigkit demo`: the main job on the local lab, end to end.
 
-lab up -> `pyinfra inventory/lab.py deploy.py` (every role, smoke, ledger) -> `validate.py` on the
+lab up -> `rigkit stage inventory/lab.py` (the lab's model, pinned by lab up, onto every rig: from the controller
+once, then rig to rig) -> `pyinfra inventory/lab.py deploy.py` (every role, smoke, ledger) -> `validate.py` on the
 first rig (cache tiers proven by vLLM's metrics, results card) -> a short summary per rig, then the validated
 rig's card at a glance (per tier: TTFT, times faster than cold, the proof in a few words, the verdict) and the
 run directory that holds the whole card, its plots and the greedy outputs.
@@ -11,6 +12,7 @@ from __future__ import annotations
 import argparse
 import os
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -29,6 +31,13 @@ LAB_INVENTORY = "inventory/lab.py"
 def run_pyinfra(*args: str) -> int:
     """Run pyinfra in the repository with its output streamed (it shows each operation as it goes)."""
     command = [pyinfra_executable(), "-y", *args]
+    print(f"[demo] $ {' '.join(command)}", flush=True)
+    return subprocess.call(command, cwd=REPO_ROOT)
+
+
+def run_rigkit(*args: str) -> int:
+    """Run a rigkit command in its own process (staging never runs in a process that imported pyinfra_cli)."""
+    command = [str(Path(sys.executable).with_name("rigkit")), *args]
     print(f"[demo] $ {' '.join(command)}", flush=True)
     return subprocess.call(command, cwd=REPO_ROOT)
 
@@ -72,7 +81,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     started = time.monotonic()
     state = lab_up(args.rigs or DEFAULT_RIGS)
-    deploy_status = run_pyinfra(LAB_INVENTORY, "deploy.py")
+    deploy_status = run_rigkit("stage", LAB_INVENTORY) or run_pyinfra(LAB_INVENTORY, "deploy.py")
     validate_status = None
     run_dir = REPO_ROOT / RESULTS_DIR / os.environ.setdefault(RUN_ID_ENV, new_run_id())  # validate.py writes there
     if deploy_status == 0 and not args.no_validate:

@@ -57,6 +57,9 @@ RIGS_DIR = LAB_DIR / "rigs"
 # none); `lab down` removes it with the rest of LAB_DIR.
 KV_SHARE_DIR = LAB_DIR / "kv-share"
 KV_SHARE_IN_RIG = "/mnt/rigkit-kv-share"
+# The lab's model store (model_store_path), on each rig's own disk: lab tests wipe a rig's NVMe (the default store's
+# home) and re-run a plain pyinfra deploy, which never stages
+LAB_MODEL_STORE = "/var/lib/rigkit-models"
 
 
 def rig_name(index: int) -> str:

@@ -1,11 +1,12 @@
-"""The lab's serving image: a real vLLM CPU build with a tiny trained Qwen3 (rigkit.lab.lab_model), pushed as two
-releases.
+"""The lab's serving image: a real vLLM CPU build, pushed as two releases. It holds no model: the lab's tiny trained
+Qwen3 (rigkit.lab.lab_model) is a model_source on the controller (the lab state's ``model_source``), staged onto each
+rig by the deploy and mounted read-only at MODEL_CONTAINER_PATH, as a real rig's weights are.
 
 `ensure_serving_image(registry)` returns::
 
     {"repository": "127.0.0.1:5000/rigkit/vllm-cpu-tiny",
      "releases": {"1": "<repository>@sha256:<64 hex>", "2": "<repository>@sha256:<64 hex>"},
-     "model_dir": "/models/tiny", "python": "/opt/vllm/bin/python", "served_model_name": "tiny",
+     "model_dir": "/model", "python": "/opt/vllm/bin/python", "served_model_name": "tiny",
      "serve_module": "vllm.entrypoints.openai.api_server"}
 
 The two releases are the same filesystem; they differ only in the label `org.rigkit.release` and the
@@ -17,9 +18,10 @@ tests/lab/test_serving_image.py)::
     docker run --network host --init --shm-size 1g \\
       -e VLLM_CPU_KVCACHE_SPACE=1 \\
       -e HF_HUB_OFFLINE=1 -e TRANSFORMERS_OFFLINE=1 -e VLLM_NO_USAGE_STATS=1 -e DO_NOT_TRACK=1 \\
+      -v <the lab model's directory>:/model:ro \\
       <releases["1"]> \\
       /opt/vllm/bin/python -m vllm.entrypoints.openai.api_server \\
-        --model /models/tiny --served-model-name tiny \\
+        --model /model --served-model-name tiny \\
         --host 127.0.0.1 --port <PORT> \\
         --max-model-len 8192 --dtype bfloat16 --enable-prefix-caching --enforce-eager \\
         --enable-prompt-tokens-details
@@ -61,8 +63,8 @@ from pathlib import Path
 from typing import Iterator, Sequence
 
 from rigkit.errors import PreflightError
-from rigkit.lab import lab_model
 from rigkit.lab.proc import LabStepError, Progress, directory_digest, input_hash, run, streamed
+from rigkit.model.source import MODEL_CONTAINER_PATH
 from rigkit.paths import CACHE_DIR
 
 REPOSITORY_NAME = "rigkit/vllm-cpu-tiny"
@@ -78,7 +80,6 @@ WHEEL_PLATFORM = "manylinux_2_28_x86_64"
 
 VENV = "/opt/vllm"
 PYTHON = f"{VENV}/bin/python"
-MODEL_DIR = "/models/tiny"
 SERVED_MODEL_NAME = "tiny"
 SERVE_MODULE = "vllm.entrypoints.openai.api_server"
 
@@ -91,7 +92,6 @@ BASE_IMAGE_NAME = "rigkit/serving-base"
 BUILD_IMAGE_NAME = "rigkit/vllm-cpu-tiny-build"
 
 CONTEXT_SOURCES = Path(__file__).with_name("serving_image")
-MODEL_CONTEXT_DIR = "model"  # the trained model's directory, copied into the build context under this name
 CACHE_ROOT = CACHE_DIR / "serving-image"
 WHEELS_ROOT = CACHE_DIR / "wheels"
 APT_SOURCES = (Path("/etc/apt/sources.list"), Path("/etc/apt/sources.list.d"))
@@ -126,16 +126,15 @@ def base_key(suite: str, mirror: str, packages: Sequence[str] = BASE_PACKAGES) -
 
 def release_dockerfile(build_image: str, release: str) -> str:
     """Release N = the build image + a label and an env var; nothing else differs between releases."""
-    serve = [PYTHON, "-m", SERVE_MODULE, "--model", MODEL_DIR, "--served-model-name", SERVED_MODEL_NAME]
+    serve = [PYTHON, "-m", SERVE_MODULE, "--model", MODEL_CONTAINER_PATH, "--served-model-name", SERVED_MODEL_NAME]
     return (
         f'FROM {build_image}\nLABEL {RELEASE_LABEL}="{release}"\nENV {RELEASE_ENV}={release}\nCMD {json.dumps(serve)}\n'
     )
 
 
 def context_inputs() -> dict[str, str]:
-    """What the build context will hold, as a key: its sources' digests and the model's input key (the model is
-    trained only when the image must be built)."""
-    return {**directory_digest(CONTEXT_SOURCES), MODEL_CONTEXT_DIR: lab_model.model_key()}
+    """What the build context will hold, as a key: its sources' digests."""
+    return directory_digest(CONTEXT_SOURCES)
 
 
 def image_key(base: str, wheels: str, context: dict[str, str]) -> str:
@@ -147,7 +146,6 @@ def image_key(base: str, wheels: str, context: dict[str, str]) -> str:
         list(REQUIREMENTS),
         list(UNUSED_DISTS),
         VENV,
-        MODEL_DIR,
         [release_dockerfile("BUILD", release) for release in RELEASES],
     )
 
@@ -159,7 +157,6 @@ def build_args(base_image: str, wheels_url: str) -> dict[str, str]:
         "REQUIREMENTS": " ".join(REQUIREMENTS),
         "UNUSED_DISTS": " ".join(UNUSED_DISTS),
         "VENV": VENV,
-        "MODEL_DIR": MODEL_DIR,
     }
 
 
@@ -223,7 +220,7 @@ def result_record(registry: str, releases: dict[str, str]) -> dict:
     return {
         "repository": f"{registry}/{REPOSITORY_NAME}",
         "releases": dict(releases),
-        "model_dir": MODEL_DIR,
+        "model_dir": MODEL_CONTAINER_PATH,
         "python": PYTHON,
         "served_model_name": SERVED_MODEL_NAME,
         "serve_module": SERVE_MODULE,
@@ -397,18 +394,17 @@ def serve_directory(directory: Path) -> Iterator[str]:
         server.wait(timeout=10)
 
 
-def build_context(key: str, model: Path) -> Path:
-    """A dedicated context dir (a context holding a docker data-root fails to read), with the model in model/."""
+def build_context(key: str) -> Path:
+    """A dedicated context dir (a context holding a docker data-root fails to read)."""
     context = CACHE_ROOT / f"context-{key}"
     if context.exists():
         shutil.rmtree(context)
     shutil.copytree(CONTEXT_SOURCES, context, ignore=shutil.ignore_patterns("__pycache__"))
-    shutil.copytree(model, context / MODEL_CONTEXT_DIR)
     return context
 
 
-def build_image(tag: str, base_image: str, wheels: Path, key: str, model: Path, progress: Progress) -> None:
-    context = build_context(key, model)
+def build_image(tag: str, base_image: str, wheels: Path, key: str, progress: Progress) -> None:
+    context = build_context(key)
     progress(f"image build: {tag} (pip install of ~1 GB of wheels, 3–5 min cold)")
     started = time.monotonic()
     with serve_directory(wheels) as wheels_url:
@@ -507,7 +503,7 @@ def ensure_serving_image(registry: str = "127.0.0.1:5000", progress: Progress = 
     else:
         wheels = ensure_wheels(progress)
         base_image = ensure_base_image(mirror, progress)
-        build_image(build_tag, base_image, wheels, key, lab_model.ensure_lab_model(progress), progress)
+        build_image(build_tag, base_image, wheels, key, progress)
 
     releases: dict[str, str] = {}
     for release in RELEASES:

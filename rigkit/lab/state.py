@@ -45,6 +45,8 @@ class LabState:
     engine: dict = field(default_factory=dict)
     registry_pid: int | None = None
     router: dict | None = None  # rigkit.lab.router_server.ensure_router's record while `lab up --router` runs one
+    # the lab's model, pinned (controller:<dir>@<manifest sha256>): staged onto every rig by the deploy
+    model_source: str | None = None
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), indent=2, sort_keys=True) + "\n"
@@ -108,3 +110,9 @@ def release_image(release: str, path: Path = LAB_STATE_FILE) -> str | None:
     if state is None or not state.serving_image:
         return None
     return state.serving_image.get("releases", {}).get(release)
+
+
+def pinned_model_source(path: Path = LAB_STATE_FILE) -> str | None:
+    """The lab's pinned model source (what every lab deploy stages and mounts), or None when there is none yet."""
+    state = read_state_or_none(path)
+    return state.model_source if state is not None else None

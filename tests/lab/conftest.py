@@ -31,6 +31,7 @@ import os
 import runpy
 import shlex
 import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import Optional, Sequence
@@ -41,7 +42,7 @@ import pytest
 from rigkit.fleet.pyinfra_args import pyinfra_executable
 from rigkit.lab.proc import print_progress
 from rigkit.lab.rigs import unconvertible
-from rigkit.lab.state import LabState, RigState, read_state_or_none, write_state
+from rigkit.lab.state import LabState, RigState, read_state_or_none
 from rigkit.paths import REPO_ROOT
 
 LAB_INVENTORY = REPO_ROOT / "inventory" / "lab.py"
@@ -74,12 +75,31 @@ def keep_lab() -> bool:
     return os.environ.get("RIGKIT_KEEP_LAB") == "1"
 
 
+_model_staged: list[bool] = []
+
+
+def stage_lab_model() -> None:
+    """The lab's model (group_data/lab.py: model_source, model_store_path) staged onto every lab rig, once a session:
+    a plain `pyinfra deploy.py` refuses a model that is not staged (staging is `rigkit deploy`'s or `rigkit stage`'s).
+    Its store is on the rigs' own disk, so the tests that wipe a rig's NVMe or remove its engine keep it."""
+    if _model_staged:
+        return
+    rigkit = str(Path(sys.executable).with_name("rigkit"))
+    done = subprocess.run(
+        [rigkit, "stage", str(LAB_INVENTORY)], cwd=REPO_ROOT, capture_output=True, text=True, timeout=900
+    )
+    assert done.returncode == 0, f"staging the lab's model failed:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
+    _model_staged.append(True)
+
+
 def run_pyinfra(
     args: Sequence[str] = (),
     inventory: Path | str = LAB_INVENTORY,
     deploy: Path | str | None = None,
     timeout: float = 900,
 ) -> subprocess.CompletedProcess:
+    if deploy is not None:
+        stage_lab_model()
     cmd = [pyinfra_executable(), "-y", *args, str(inventory)]
     if deploy is not None:
         cmd.append(str(deploy))
@@ -213,7 +233,7 @@ def refuse_wrong_shape(existing: Optional[LabState]) -> None:
 
 @pytest.fixture(scope="session")
 def lab() -> LabState:
-    from rigkit.lab.cli import lab_down, lab_up
+    from rigkit.lab.cli import ensure_serving, lab_down, lab_up
 
     if os.geteuid() != 0:
         pytest.skip("the lab needs root (engine, loop devices, privileged rigs)")
@@ -228,10 +248,9 @@ def lab() -> LabState:
     # The serving image takes minutes when cold and may fail on its own: a failure there fails the
     # tests that need it (fixture `serving_image`), not every lab test.
     try:
-        from rigkit.lab.serving_image import ensure_serving_image
-
-        state.serving_image = ensure_serving_image(state.registry, print_progress)
-        write_state(state)
+        ensure_serving(state, print_progress)
+        if not state.serving_image:
+            raise RuntimeError("rigkit.lab.serving_image is not available")
     except Exception as exc:  # reported by the `serving_image` fixture
         _serving_image_error.append(f"{type(exc).__name__}: {exc}")
     yield state

@@ -61,7 +61,7 @@ pytestmark = [pytest.mark.lab]
 
 HOLD_DEPLOY = Path(__file__).parent / "deploys" / "hold_rig_lock.py"
 TRACE = "/tmp/rigkit-lock-trace"
-BROKEN_TAG = "broken-no-model-config"
+BROKEN_TAG = "broken-no-api-server"
 
 
 def fleet_rigs(lab, count: int = 3):
@@ -159,10 +159,13 @@ def fleet(lab, serving_image):
 
 @pytest.fixture(scope="module")
 def broken_release(lab, serving_image, tmp_path_factory) -> str:
-    """An honest bad release: release 1 without its model's config.json, so vLLM exits at start-up."""
+    """An honest bad release: release 1 without vLLM's API server module, so the engine exits at start-up."""
     context = tmp_path_factory.mktemp("broken-release")
+    server = f"{serving_image['serve_module'].replace('.', '/')}.py"
     (context / "Dockerfile").write_text(
-        f"FROM {serving_image['releases']['1']}\nRUN rm /models/tiny/config.json\nLABEL org.rigkit.release=broken\n"
+        f"FROM {serving_image['releases']['1']}\n"
+        f"RUN rm $({serving_image['python']} -c 'import sysconfig; print(sysconfig.get_paths()[\"purelib\"])')/{server}\n"
+        "LABEL org.rigkit.release=broken\n"
     )
     reference = f"{lab.registry}/rigkit/vllm-cpu-tiny:{BROKEN_TAG}"
     subprocess.run(
@@ -304,7 +307,7 @@ def test_a_release_that_never_starts_is_rolled_back_automatically(lab, fleet, br
     status, step, reason, release = summary_rows(result.stdout)[rig.name]
     assert status == FAILED and step == "serving | Smoke, ledger, prune", (status, step)
     assert f"rolled back to {before}" in reason and "rollback smoke=pass" in release
-    assert "config.json" in output  # the container's own last words reach the operator
+    assert "api_server" in output  # the container's own last words reach the operator
     assert models(rig) == ["tiny"] and serving_image_of(rig) == before
     failed, rolled_back = ledger(rig)[-2:]
     assert (failed["image"], failed["kind"], failed["smoke"]) == (broken_release, "deploy", "fail")

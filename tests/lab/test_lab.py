@@ -18,6 +18,7 @@ import requests
 
 from rigkit.lab import engine, netns, registry_server
 from rigkit.lab import rigs as lab_rigs
+from rigkit.lab.lab_model import ensure_lab_model
 from rigkit.lab.pyinfra_output import parse_results
 from rigkit.paths import CACHE_DIR, LAB_DIR, LAB_STATE_FILE
 
@@ -26,6 +27,7 @@ pytestmark = pytest.mark.lab
 PROBE_DEPLOY = Path(__file__).resolve().parent / "deploys" / "probe.py"
 PROBE_PATH = "/etc/rigkit-lab-probe"
 VLLM_CONTAINER = "rigkit-lab-test-vllm"
+IMAGE_TEST_MODEL = "/var/tmp/rigkit-lab-image-test-model"
 VLLM_READY_TIMEOUT_S = 300.0
 # vLLM CPU's engine core needs ~160 MiB of /dev/shm; Docker's default is 64 MiB (flag in the docker run below)
 VLLM_ENV = {
@@ -184,10 +186,14 @@ def test_serving_image_runs_vllm_inside_a_rig_engine(lab, serving_image, rig_eng
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
     env = " ".join(f"-e {key}={value}" for key, value in VLLM_ENV.items())
+    # the image holds no model: the lab's, copied into the rig, mounted where a deploy mounts the staged one
+    rig_exec(rig, f"rm -rf {IMAGE_TEST_MODEL}")
+    subprocess.run(["docker", "cp", str(ensure_lab_model()), f"{rig.container}:{IMAGE_TEST_MODEL}"], check=True)
     rig_exec(
         rig,
         f"docker rm -f {VLLM_CONTAINER} >/dev/null 2>&1; "
-        f"docker run -d --name {VLLM_CONTAINER} --network host --init --shm-size 1g {env} {serving_image['releases']['1']} "
+        f"docker run -d --name {VLLM_CONTAINER} --network host --init --shm-size 1g {env} "
+        f"-v {IMAGE_TEST_MODEL}:{serving_image['model_dir']}:ro {serving_image['releases']['1']} "
         f"{serving_image['python']} -m {serving_image['serve_module']} --model {serving_image['model_dir']} "
         f"--served-model-name {serving_image['served_model_name']} "
         f"--host 127.0.0.1 --port {port} --max-model-len 8192 --dtype bfloat16 "

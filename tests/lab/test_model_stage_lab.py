@@ -11,8 +11,8 @@
 - `rigkit deploy` with model_source stages, then serves the engine from the read-only mount, offline, under
   the served name it had (the engine's /v1/models answer).
 
-The model is rigkit.lab.lab_weights.lab_model_dir() (the trained lab model where the checkout has it, else
-the tiny model out of the serving image). Host-network rigs only: rig to rig needs the receiving rig's sshd
+The model is the lab's own (rigkit.lab.lab_weights.lab_model_source(), the trained lab model, which every lab deploy
+stages from the lab state's model_source: the serving image holds none). Host-network rigs only: rig to rig needs the receiving rig's sshd
 reachable from the sending rig (rig1 and rig2 share the host's loopback).
 """
 
@@ -30,7 +30,7 @@ from typing import Optional
 import pytest
 
 from rigkit.lab.lab_weights import lab_model_source, other_weights_revision
-from rigkit.lab.rigs import KV_SHARE_DIR, KV_SHARE_IN_RIG
+from rigkit.lab.rigs import KV_SHARE_DIR, KV_SHARE_IN_RIG, LAB_MODEL_STORE
 from rigkit.model.source import manifest_size, parse_model_source, read_directory_manifest, resolve_directory
 from rigkit.model.stage import SHARED_ACTION
 from rigkit.paths import REPO_ROOT
@@ -45,8 +45,9 @@ PROMPT = "def fibonacci(n):\n    "
 
 
 @pytest.fixture(scope="module")
-def model(lab, serving_image):
-    return lab_model_source(serving_image["releases"]["1"])
+def model(lab):
+    assert lab.model_source == lab_model_source(), "the lab state pins another model than the lab's own"
+    return lab.model_source
 
 
 @pytest.fixture(scope="module")
@@ -164,7 +165,7 @@ def test_deploy_serves_the_staged_model_read_only_offline_under_its_name(model, 
     inspect = json.loads(rig_exec(rig, "docker inspect rigkit-serving").stdout)[0]
     mount = next(m for m in inspect["Mounts"] if m["Destination"] == "/model")
     source = parse_model_source(model)
-    assert mount["Source"].endswith(f"/models/{source.slug}/{source.revision}") and mount["RW"] is False
+    assert mount["Source"] == f"{LAB_MODEL_STORE}/{source.slug}/{source.revision}" and mount["RW"] is False
     env = inspect["Config"]["Env"]
     assert "HF_HUB_OFFLINE=1" in env and not any(item.startswith("HF_TOKEN=") for item in env)
     models = rig_exec(rig, f"curl -s http://127.0.0.1:{rig.serving_port}/v1/models").stdout
@@ -235,7 +236,7 @@ def test_rollback_to_a_release_with_other_weights_serves_them_again_copying_noth
         assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-2000:]
         answers[name] = _completion(rig, rig_exec)
     assert answers["A"] != answers["B"], answers  # the weights differ, so does the answer
-    store = f"/mnt/rigkit-l2/models/{a.slug}"
+    store = f"{LAB_MODEL_STORE}/{a.slug}"  # the lab group's model_store_path
     before = _store_listing(rig, rig_exec, store)
     rolled = _rigkit(
         "deploy",

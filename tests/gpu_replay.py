@@ -58,8 +58,10 @@ class ReplayClient(ServingClient):
         warmup_sha = hashlib.sha256(LOGPROBS_WARMUP_PROMPT.encode()).hexdigest()[:16]
         upcoming = self.requests[self.answered] if self.answered < len(self.requests) else None
         if prompt == LOGPROBS_WARMUP_PROMPT and (upcoming is None or upcoming.get("prompt_sha") != warmup_sha):
-            # a record from before the logprobs warm-up (rigkit.validation.procedure): it measures nothing, answer it here
+            # a warm-up the record does not hold (one from before the warm-up existed, or the one after a restart,
+            # rigkit.validation.procedure): it measures nothing, answer it here with one token and its logprobs
             return StreamResult(
+                tokens=[TokenChoice("token_id:0", -0.1, {"token_id:0": -0.1})],
                 ttft_s=0.01,
                 total_s=0.01,
                 prompt_tokens=8,

@@ -48,6 +48,8 @@ class RecordedRun:
             ("03-after-fillers", False): "03-after-fillers",
             ("03-after-fillers", True): "04-after-warm-connector",
             (self.restarted, True): self.persistent,
+            # the restarted engine's logprobs warm-up, not in the recording: shorter than a block, it stores nothing
+            (self.restarted, False): self.restarted,
         }
         self.show(after[(self.step, session)])
 

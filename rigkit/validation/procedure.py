@@ -387,6 +387,7 @@ def validate_tiers(
     if restart is not None and settings.restart and Tier.WARM_PERSISTENT.value not in skipped:
         restart()
         client.wait_ready()
+        warm_up_logprobs(client, settings.top_logprobs)  # a new engine compiles its logprobs path again
         persistent = TierRun(Tier.WARM_PERSISTENT, reference=cold, same_path=warm_gpu, near_tie_nats=near_tie)
         runs.append(persistent)
         for prompt in stored:

@@ -386,7 +386,8 @@ BAD_INPUTS = {
     "port-in-use": ([], "is already in use by pid"),
     "incubating": (["serving_profile=lmcache-mp"], "allow_incubating"),
     # the image is the lab's release 1 (on the rig already: no registry outside loopback is asked)
-    "gpu-profile": (["serving_profile=native-offload", "model=m"], "but the rig reports none"),
+    # the model is the lab group's staged model_source (a `model` beside it is refused as its own mistake)
+    "gpu-profile": (["serving_profile=native-offload"], "but the rig reports none"),
 }
 
 

@@ -16,6 +16,7 @@ import requests
 
 from rigkit.lab import serving_image as si
 from rigkit.lab.engine import ensure_engine
+from rigkit.lab.lab_model import ensure_lab_model
 from rigkit.lab.registry_server import REGISTRY, ensure_registry
 
 pytestmark = [pytest.mark.lab, pytest.mark.vllm]
@@ -155,6 +156,9 @@ def test_release_1_serves_tiny_with_the_example_connector(serving, tmp_path):
         "1g",
         "-v",
         f"{store}:{KV_STORE_IN_CONTAINER}",
+        # the image holds no model: the lab's, read-only where a deploy mounts the staged one
+        "-v",
+        f"{ensure_lab_model()}:{serving['model_dir']}:ro",
     ]
     for key, value in SERVE_ENV.items():
         cmd += ["-e", f"{key}={value}"]

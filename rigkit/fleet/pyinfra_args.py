@@ -19,6 +19,12 @@ def pyinfra_executable() -> str:
     return str(candidate if candidate.exists() else "pyinfra")
 
 
+def rigkit_executable() -> str:
+    """The rigkit command installed beside this Python (the project's venv), else the one on PATH."""
+    candidate = Path(sys.executable).with_name("rigkit")
+    return str(candidate if candidate.exists() else "rigkit")
+
+
 def limit_from(pyinfra_args: Sequence[str]) -> list[str]:
     patterns: list[str] = []
     for i, arg in enumerate(pyinfra_args):

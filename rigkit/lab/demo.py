@@ -12,12 +12,11 @@ from __future__ import annotations
 import argparse
 import os
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 from rigkit.errors import ConfigError
-from rigkit.fleet.pyinfra_args import pyinfra_executable
+from rigkit.fleet.pyinfra_args import pyinfra_executable, rigkit_executable
 from rigkit.lab.cli import DEFAULT_RIGS, lab_up
 from rigkit.paths import REPO_ROOT
 from rigkit.remote.tunnel import connect_ssh
@@ -37,7 +36,7 @@ def run_pyinfra(*args: str) -> int:
 
 def run_rigkit(*args: str) -> int:
     """Run a rigkit command in its own process (staging never runs in a process that imported pyinfra_cli)."""
-    command = [str(Path(sys.executable).with_name("rigkit")), *args]
+    command = [rigkit_executable(), *args]
     print(f"[demo] $ {' '.join(command)}", flush=True)
     return subprocess.call(command, cwd=REPO_ROOT)
 

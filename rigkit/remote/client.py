@@ -3,6 +3,7 @@ tokenizer, client-side TTFT (rigkit.validation.ttft), decode tok/s."""
 
 from __future__ import annotations
 
+import functools
 import time
 from dataclasses import asdict, dataclass, field
 from typing import Optional, Sequence
@@ -93,8 +94,6 @@ class ServingClient:
         self.session = session or server_session()
         self._model = model
         self._max_model_len: Optional[int] = None
-        self._block_size: Optional[int] = None
-        self._block_size_asked = False
 
     # --- discovery -------------------------------------------------------------------------
     def models(self) -> list[dict]:
@@ -114,16 +113,13 @@ class ServingClient:
             self._load_model_card()
         return self._max_model_len
 
-    @property
+    @functools.cached_property
     def block_size(self) -> Optional[int]:
         """The engine's KV block size (vllm:cache_config_info), None when /metrics does not say."""
-        if not self._block_size_asked:
-            self._block_size_asked = True
-            try:
-                self._block_size = self.metrics().block_size
-            except (requests.RequestException, metrics.MetricsError, ValueError):
-                self._block_size = None
-        return self._block_size
+        try:
+            return self.metrics().block_size
+        except (requests.RequestException, metrics.MetricsError, ValueError):
+            return None
 
     def _load_model_card(self) -> None:
         cards = self.models()

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
-from rigkit.fleet.pyinfra_args import data_pairs, pyinfra_command, split_limits, without_limits
+import sys
+from pathlib import Path
+
+from rigkit.fleet.pyinfra_args import data_pairs, pyinfra_command, rigkit_executable, split_limits, without_limits
 
 
 def test_comma_limits_become_one_pattern_per_limit():
@@ -43,3 +46,7 @@ def test_pyinfra_runs_without_its_prompt_except_a_dry_run_which_exits_before_it(
         "inv.py",
         "deploy.py",
     ]
+
+
+def test_the_rigkit_command_is_the_one_beside_this_python():
+    assert rigkit_executable() == str(Path(sys.executable).with_name("rigkit"))  # bin/setup installs it in .venv

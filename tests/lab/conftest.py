@@ -31,7 +31,6 @@ import os
 import runpy
 import shlex
 import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Optional, Sequence
@@ -39,7 +38,7 @@ from typing import Optional, Sequence
 import paramiko
 import pytest
 
-from rigkit.fleet.pyinfra_args import pyinfra_executable
+from rigkit.fleet.pyinfra_args import pyinfra_executable, rigkit_executable
 from rigkit.lab.proc import print_progress
 from rigkit.lab.rigs import unconvertible
 from rigkit.lab.state import LabState, RigState, read_state_or_none
@@ -84,9 +83,8 @@ def stage_lab_model() -> None:
     Its store is on the rigs' own disk, so the tests that wipe a rig's NVMe or remove its engine keep it."""
     if _model_staged:
         return
-    rigkit = str(Path(sys.executable).with_name("rigkit"))
     done = subprocess.run(
-        [rigkit, "stage", str(LAB_INVENTORY)], cwd=REPO_ROOT, capture_output=True, text=True, timeout=900
+        [rigkit_executable(), "stage", str(LAB_INVENTORY)], cwd=REPO_ROOT, capture_output=True, text=True, timeout=900
     )
     assert done.returncode == 0, f"staging the lab's model failed:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
     _model_staged.append(True)

@@ -41,6 +41,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from pyinfra_timeline import Timeline, run_timed  # noqa: E402
 
 from rigkit.fleet.pyinfra_args import pyinfra_executable  # noqa: E402
+from rigkit.lab.lab_model import stage_on_lab_rigs  # noqa: E402
 from rigkit.lab.pyinfra_output import parse_results  # noqa: E402
 from rigkit.lab.state import RigState, read_state  # noqa: E402
 from rigkit.paths import RIG_STACK_DIR, RIG_STATE_DIR  # noqa: E402
@@ -202,6 +203,10 @@ def main() -> int:
     counts = sorted({1, min(2, len(rigs)), len(rigs)})
     load_at_start = load_average()
     progress(f"rigs {', '.join(names)}; {load_at_start}")
+    progress("staging the lab's model on every lab rig (rigkit stage; a no-op when staged)")
+    staged = stage_on_lab_rigs(INVENTORY, REPO_ROOT)
+    if staged.returncode != 0:
+        raise SystemExit(f"rigkit stage failed:\n{(staged.stdout + staged.stderr)[-4000:]}")
 
     first: dict[int, float] = {}
     noop: dict[int, float] = {}

@@ -45,6 +45,7 @@ from deploy_bench import INVENTORY, REPO_ROOT, Availability, load_average, progr
 from rigkit.errors import ConfigError  # noqa: E402
 from rigkit.fleet.inventory import load_inventory  # noqa: E402
 from rigkit.fleet.pyinfra_args import pyinfra_executable  # noqa: E402
+from rigkit.lab.lab_model import stage_on_lab_rigs  # noqa: E402
 from rigkit.lab.state import RigState, read_state  # noqa: E402
 from rigkit.serving.commands import rendering_for  # noqa: E402
 from rigkit.serving.render import CONTAINER_NAME, KNOBS_HASH_LABEL  # noqa: E402
@@ -353,6 +354,10 @@ def main() -> int:
     baseline = {name: (hosts[name]["data"], rig_settings(hosts[name]["data"])) for name in names}
     changed = knob_changed(baseline[names[0]][0], knob_name, knob_value)
 
+    progress("staging the lab's model on every lab rig (rigkit stage; a no-op when staged)")
+    staged = stage_on_lab_rigs(INVENTORY, REPO_ROOT)
+    if staged.returncode != 0:
+        raise SystemExit(f"rigkit stage failed:\n{(staged.stdout + staged.stderr)[-4000:]}")
     progress(f"converging {', '.join(names)} with rigkit's deploy (release 1)")
     rigkit_deploy(rigs)
     inventory_file = ansible_peer.write_inputs(baseline)

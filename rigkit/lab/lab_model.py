@@ -2,8 +2,8 @@
 
 `ensure_lab_model()` returns a model directory vLLM serves without `--load-format dummy` (config.json,
 tokenizer.json, tokenizer_config.json, model.safetensors in bf16, training.json with the loss and the measured
-greedy margins). The serving image copies it in (rigkit/lab/serving_image.py); anything else that needs the
-model on a rig stages this directory.
+greedy margins). The serving image holds no model: `rigkit lab up` pins this directory as the lab's
+`model_source` and `rigkit stage` (`stage_on_lab_rigs()`) copies it onto each rig, as on a real fleet.
 
 Its inputs, and so its cache key: the sources in lab_model/ (config.json, train_tokenizer.py, train_model.py),
 the training venv's pins and the corpus, generated here by rigkit.validation.prompts (the very text the validation's salted
@@ -18,9 +18,11 @@ import json
 import random
 import re
 import shutil
+import subprocess
 import sys
 from pathlib import Path
 
+from rigkit.fleet.pyinfra_args import rigkit_executable
 from rigkit.lab.proc import LabStepError, Progress, directory_digest, input_hash, streamed
 from rigkit.paths import CACHE_DIR
 from rigkit.validation.prompts import PromptSpec, draft_text
@@ -175,3 +177,11 @@ def ensure_lab_model(progress: Progress = print) -> Path:
 
 if __name__ == "__main__":
     print(ensure_lab_model())
+
+
+def stage_on_lab_rigs(inventory: Path, cwd: Path, timeout: float = 900) -> subprocess.CompletedProcess:
+    """`rigkit stage INVENTORY` in its own process: a plain `pyinfra deploy.py` refuses a model not staged on the rig
+    (staging is `rigkit deploy`'s or `rigkit stage`'s, and never runs in a process that imported pyinfra's CLI)."""
+    return subprocess.run(
+        [rigkit_executable(), "stage", str(inventory)], cwd=cwd, capture_output=True, text=True, timeout=timeout
+    )

@@ -38,7 +38,8 @@ from typing import Optional, Sequence
 import paramiko
 import pytest
 
-from rigkit.fleet.pyinfra_args import pyinfra_executable, rigkit_executable
+from rigkit.fleet.pyinfra_args import pyinfra_executable
+from rigkit.lab.lab_model import stage_on_lab_rigs
 from rigkit.lab.proc import print_progress
 from rigkit.lab.rigs import unconvertible
 from rigkit.lab.state import LabState, RigState, read_state_or_none
@@ -83,9 +84,7 @@ def stage_lab_model() -> None:
     Its store is on the rigs' own disk, so the tests that wipe a rig's NVMe or remove its engine keep it."""
     if _model_staged:
         return
-    done = subprocess.run(
-        [rigkit_executable(), "stage", str(LAB_INVENTORY)], cwd=REPO_ROOT, capture_output=True, text=True, timeout=900
-    )
+    done = stage_on_lab_rigs(LAB_INVENTORY, REPO_ROOT)
     assert done.returncode == 0, f"staging the lab's model failed:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
     _model_staged.append(True)
 

@@ -27,6 +27,20 @@ def read_record(path: Path) -> list[dict]:
         return [json.loads(line) for line in f if line.strip()]
 
 
+WARMUP_SHA = hashlib.sha256(LOGPROBS_WARMUP_PROMPT.encode()).hexdigest()[:16]
+
+
+def _block_size_asked(record: list[dict]) -> list[dict]:
+    """The scrape a client made for its engine's block size (ServingClient.block_size, asked once when it first counts
+    a prompt's tokens, which validate_tiers does right after its warm-up). The replay counts no tokens, so it never
+    asks: that scrape is skipped. Records made before the block size was asked have no scrape there."""
+    for i, item in enumerate(record[:-2]):
+        if item["kind"] == "request" and item.get("prompt_sha") == WARMUP_SHA:
+            after, then = record[i + 1], record[i + 2]
+            return [after] if after["kind"] == "scrape" and then["kind"] == "request" else []
+    return []
+
+
 class RecordExhausted(AssertionError):
     """The procedure asked for more than the GPU run recorded: it no longer walks the steps that ran."""
 
@@ -34,7 +48,9 @@ class RecordExhausted(AssertionError):
 class ReplayClient(ServingClient):
     def __init__(self, record: list[dict], max_model_len: Optional[int] = 8192, model: str = "tiny"):
         super().__init__("http://replay.invalid", model=model)
-        self.scrapes = [item["text"] for item in record if item["kind"] == "scrape"]
+        self.scrapes = [
+            item["text"] for item in record if item["kind"] == "scrape" and item not in _block_size_asked(record)
+        ]
         self.requests = [item for item in record if item["kind"] == "request"]
         self._max_model_len = max_model_len
         self.scraped = self.answered = 0
@@ -55,9 +71,8 @@ class ReplayClient(ServingClient):
         return self.scrapes[self.scraped - 1]
 
     def stream_completion(self, prompt: str, max_tokens: int, *args, **kwargs) -> StreamResult:
-        warmup_sha = hashlib.sha256(LOGPROBS_WARMUP_PROMPT.encode()).hexdigest()[:16]
         upcoming = self.requests[self.answered] if self.answered < len(self.requests) else None
-        if prompt == LOGPROBS_WARMUP_PROMPT and (upcoming is None or upcoming.get("prompt_sha") != warmup_sha):
+        if prompt == LOGPROBS_WARMUP_PROMPT and (upcoming is None or upcoming.get("prompt_sha") != WARMUP_SHA):
             # a warm-up the record does not hold (one from before the warm-up existed, or the one after a restart,
             # rigkit.validation.procedure): it measures nothing, answer it here with one token and its logprobs
             return StreamResult(

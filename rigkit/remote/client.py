@@ -21,8 +21,8 @@ from rigkit.validation.prompts import (
     Prompt,
     PromptSpec,
     draft_text,
-    missed_by_its_own_lookup,
     new_session_id,
+    on_a_block_edge,
 )
 from rigkit.validation.ttft import API_OVERHEAD_MODEL, CONTROLLER_TRANSPORT, RigProbe, TTFTCheck, crosscheck_ttft
 
@@ -191,8 +191,8 @@ class ServingClient:
             chars = max(64, int(len(text) * spec.target_tokens / counted))
             text = draft_text(spec, session_id, chars)
             counted = self.count_tokens(text) or counted
-        for _ in range(3):
-            if not missed_by_its_own_lookup(counted, self.block_size):
+        for _ in range(4):  # k x b -> 1 + k x b -> 2 + k x b, a newline that merges into the text's last token
+            if not on_a_block_edge(counted, self.block_size):
                 break
             text += NUDGE
             counted = self.count_tokens(text) or counted

@@ -104,9 +104,9 @@ IDLE_METRICS = (REPO_ROOT / "tests" / "fixtures" / "metrics" / "00-idle.txt").re
 
 @pytest.fixture
 def tokenizing_server():
-    """A real HTTP server: /tokenize counts 129 tokens (1 + one lab block) for any prompt, one more per trailing
-    newline; /metrics serves a captured lab scrape, or 404 when `state["metrics"]` is False."""
-    state = {"metrics": True, "tokenized": 0}
+    """A real HTTP server: /tokenize counts `state["tokens"]` (129: 1 + one lab block) for any prompt, one more per
+    trailing newline; /metrics serves a captured lab scrape, or 404 when `state["metrics"]` is False."""
+    state = {"metrics": True, "tokenized": 0, "tokens": 129}
 
     class Handler(http.server.BaseHTTPRequestHandler):
         def reply(self, status: int, body: str) -> None:
@@ -122,7 +122,7 @@ def tokenizing_server():
         def do_POST(self):
             prompt = json.loads(self.rfile.read(int(self.headers["Content-Length"])))["prompt"]
             state["tokenized"] += 1
-            self.reply(200, json.dumps({"count": 129 + len(prompt) - len(prompt.rstrip("\n"))}))
+            self.reply(200, json.dumps({"count": state["tokens"] + len(prompt) - len(prompt.rstrip("\n"))}))
 
         def log_message(self, *args):
             pass
@@ -140,3 +140,10 @@ def test_a_prompt_one_token_past_a_block_is_nudged_off_it(tokenizing_server):
     state["metrics"] = False  # the block size unknown: the prompt as drafted
     prompt = client.ServingClient(url, model="tiny").build_prompt(PromptSpec("narrative", 129, seed=3))
     assert prompt.tokens == 129
+
+
+def test_a_prompt_of_whole_blocks_is_nudged_past_both_edges(tokenizing_server):
+    url, state = tokenizing_server
+    state["tokens"] = 256  # two lab blocks: the GPU cache stops a block short; 257 is the ExampleConnector's miss
+    prompt = client.ServingClient(url, model="tiny").build_prompt(PromptSpec("narrative", 256, seed=3))
+    assert prompt.tokens == 258 and prompt.text.endswith("\n\n")

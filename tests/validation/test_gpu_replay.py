@@ -16,6 +16,7 @@ from rigkit.settings.hostdata import settings_for_host
 from rigkit.validation.card.assemble import to_card
 from rigkit.validation.card.rig import render_rig_markdown
 from rigkit.validation.procedure import ValidationSettings, validate_tiers
+from rigkit.validation.prompts import on_a_block_edge
 from rigkit.validation.tiers import Tier
 
 ROUND1 = GPU_FIXTURES / "h200-2026-12-03-round1"
@@ -137,7 +138,7 @@ def test_each_stack_of_the_gpu_check_replays_to_the_labels_and_verdict_the_h200_
     card = to_card(info["case"], check.name, validation, settings, info["connector"])
     assert [t.result().labels for t in validation.tiers] == [t["labels"] for t in recorded["tiers"]]
     assert [t.result().label for t in validation.tiers] == [
-        t["labels"][0]
+        (t["labels"][0] if len(set(t["labels"])) == 1 else f"inconsistent: {'/'.join(t['labels'])}")
         if all(g.get("verdict", "same" if g["same"] else "served-but-wrong") != "served-but-wrong" for g in t["greedy"])
         else "served-but-wrong"
         for t in recorded["tiers"]
@@ -225,3 +226,29 @@ def test_only_the_profiles_declaring_l1_in_shm_made_a_dev_shm_segment_and_the_re
     assert len(stop["shm_left_by_stop"]) == 4 and len(stop["shm_after_cleanup"]) == 3
     assert stop["cleanup_output"].count("removed stale") == 1
     assert set(stop["shm_after_cleanup"]) < set(stop["shm_left_by_stop"])
+
+
+def warm_gpu_sessions():
+    """(check, case, has a connector, prompt tokens, block size, label) of every warm-GPU session the H200 served."""
+    for check in CHECKS:
+        connectors = {s["case"]: s["connector"] for s in json.loads((check / "stacks.json").read_text())["stacks"]}
+        for result in sorted(check.glob("*/result.json")):
+            recorded = json.loads(result.read_text())
+            for tier in recorded.get("tiers", []):
+                if tier["expected"] == "warm-gpu":
+                    block = int(tier["windows"][0]["cache_config"]["block_size"])
+                    for tokens, label in zip(tier["prompt_tokens"], tier["labels"]):
+                        yield check.name, recorded["case"], connectors[recorded["case"]], tokens, block, label
+
+
+def test_on_the_h200_a_warm_gpu_repeat_reads_mixed_exactly_when_a_connector_holds_a_prompt_of_whole_blocks():
+    """vLLM recomputes a prompt's last token, so a prompt of k x block tokens gets its last block from the connector
+    (gpu-check-2026-12-03-block-edge: native-offload and the corrupt copy, 3,536 = 221 x 16, card FAIL on that alone).
+    Every warm-GPU session of every check agrees, and on_a_block_edge, which build_prompt steers clear of, names it."""
+    sessions = list(warm_gpu_sessions())
+    mixed = [s for s in sessions if s[-1] == "mixed"]
+    assert len(mixed) == 2 and {s[1] for s in mixed} == {"native-offload", "native-tiered-corrupt"}
+    for check, case, connector, tokens, block, label in sessions:
+        whole_blocks_with_a_connector = connector and tokens % block == 0
+        assert (label == "mixed") == whole_blocks_with_a_connector, (check, case, tokens, block, label)
+        assert label == "warm-gpu" or on_a_block_edge(tokens, block)

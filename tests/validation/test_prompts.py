@@ -1,6 +1,6 @@
 """Salted prompts: the salt first, a body that follows the seed, unique session ids."""
 
-from rigkit.validation.prompts import PromptSpec, draft_text, missed_by_its_own_lookup, new_session_id
+from rigkit.validation.prompts import PromptSpec, draft_text, new_session_id, on_a_block_edge
 
 
 def test_prompt_starts_with_the_salt_and_body_follows_the_seed():
@@ -24,16 +24,20 @@ def test_session_ids_are_unique():
     assert len({new_session_id() for _ in range(100)}) == 100
 
 
-def test_a_size_one_past_a_block_boundary_is_the_one_the_example_connector_misses():
-    # vLLM 0.32's align_to_block_size: store (n-1)//b*b tokens, look up (n-2)//b*b
-    def store_key(n, b):
+def test_a_block_edge_is_a_size_the_gpu_cache_or_the_example_connector_cannot_serve_as_labelled():
+    # vLLM recomputes a prompt's last token: its GPU prefix hits are (n-1)//b*b, and a connector holding the next
+    # whole block serves it; vLLM 0.32's ExampleConnector stores (n-1)//b*b tokens and looks up (n-2)//b*b
+    def gpu_hits(n, b):
         return (n - 1) // b * b
 
-    def lookup_key(n, b):
-        return (n - 2) // b * b
+    def connector_serves_a_block(n, b):
+        return gpu_hits(n, b) < n // b * b
+
+    def example_connector_misses(n, b):
+        return (n - 1) // b * b != (n - 2) // b * b
 
     for block in (16, 128):
         for tokens in range(2, 3 * block + 3):
-            missed = store_key(tokens, block) != lookup_key(tokens, block)
-            assert missed_by_its_own_lookup(tokens, block) == missed, (tokens, block)
-    assert not missed_by_its_own_lookup(129, None)  # block size unknown: nothing to avoid
+            edge = connector_serves_a_block(tokens, block) or example_connector_misses(tokens, block)
+            assert on_a_block_edge(tokens, block) == edge, (tokens, block)
+    assert not on_a_block_edge(129, None)  # block size unknown: nothing to avoid

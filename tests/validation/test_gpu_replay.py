@@ -252,3 +252,27 @@ def test_on_the_h200_a_warm_gpu_repeat_reads_mixed_exactly_when_a_connector_hold
         whole_blocks_with_a_connector = connector and tokens % block == 0
         assert (label == "mixed") == whole_blocks_with_a_connector, (check, case, tokens, block, label)
         assert label == "warm-gpu" or on_a_block_edge(tokens, block)
+
+
+OFF_BLOCK_EDGES_CHECK = GPU_FIXTURES / "gpu-check-2026-12-03-off-block-edges"
+
+
+def test_the_h200_check_with_prompts_off_block_edges_passed_every_profile_and_failed_the_corrupted_one():
+    """The same check after build_prompt stepped off k x block (the engine's block size from its /metrics): no prompt
+    of the 72 measured sat on a block edge, every card PASS but the corrupted copy, served-but-wrong in all 3 sessions."""
+    summary = json.loads((OFF_BLOCK_EDGES_CHECK / "summary.json").read_text())
+    verdicts = {
+        case: entry["card_passed"]
+        for case, entry in summary.items()
+        if isinstance(entry, dict) and "card_passed" in entry
+    }
+    assert len(verdicts) == 9 and verdicts == {**{case: True for case in verdicts}, "native-tiered-corrupt": False}
+    sizes = [
+        (tokens, int(tier["windows"][0]["cache_config"]["block_size"]))
+        for result in OFF_BLOCK_EDGES_CHECK.glob("*/result.json")
+        for tier in json.loads(result.read_text()).get("tiers", [])
+        for tokens in tier["prompt_tokens"]
+    ]
+    assert len(sizes) == 72 and not [size for size in sizes if on_a_block_edge(*size)]
+    corrupt = json.loads((OFF_BLOCK_EDGES_CHECK / "native-tiered-corrupt" / "result.json").read_text())
+    assert [check["verdict"] for check in corrupt["tiers"][-1]["greedy"]] == ["served-but-wrong"] * 3

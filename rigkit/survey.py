@@ -19,10 +19,12 @@ from rigkit.facts.batch import FactBatch, FactSpec, each_missing_alone, facts_no
 from rigkit.facts.disk import BlockDeviceProbe, DiskFree, MountedFilesystem
 from rigkit.facts.docker import ComposeCommand, DockerEngine, DockerImagePresent, DockerLocalImages
 from rigkit.facts.firewall import FirewallTrace, NetworkNamespace, SshConnection, trace_kwargs
+from rigkit.facts.model import StagedModel
 from rigkit.facts.nvidia import NvidiaGpuMemory, NvidiaPciGpus, NvidiaSmiGpus
 from rigkit.facts.server import MemInfo, PortListeners, ShmFree, ShmSize
 from rigkit.facts.serving import StackContainers
 from rigkit.firewall import API_FIREWALL
+from rigkit.model.source import store_stamp
 from rigkit.serving.render import STACK_NAME
 from rigkit.settings.hostdata import RigSettings
 
@@ -55,6 +57,7 @@ class RigState:
     api_firewall_trace: list[str]  # what of rigkit's API firewall the rig holds: "ruleset", "unit", "table"
     ssh_connection: Optional[str]  # $SSH_CONNECTION of the deploy's session (api_firewall, to allow the controller)
     net_namespace: Optional[str]  # the rig's network namespace (a lab rig with api_firewall: the lab's guard)
+    staged_model: Optional[dict]  # the verified stamp of the stack's model_source on the rig (rigkit.facts.model)
 
     @property
     def running_stack_ids(self) -> tuple[str, ...]:
@@ -83,6 +86,11 @@ def survey_specs(rig: RigSettings) -> dict[str, FactSpec]:
             if knob != "serving_port":
                 specs[f"{STACK_PORT_PREFIX}{knob}"] = FactSpec.of(PortListeners, port=port)
         specs["image_present"] = FactSpec.of(DockerImagePresent, image=stack.image)
+        if stack.model_source is not None:
+            store = stack.knobs["model_store_path"]
+            specs["staged_model"] = FactSpec.of(
+                StagedModel, revision_dir=stack.model_dir, stamp=store_stamp(store, stack.model_source)
+            )
         if stack.l2_active:
             specs["l2_free_bytes"] = FactSpec.of(DiskFree, path=stack.knobs["l2_path"])
     if stack is not None and stack.knobs["kv_share"]:
@@ -124,6 +132,7 @@ NOT_READ: dict[str, Any] = {
     "api_firewall_trace": [],
     "ssh_connection": None,
     "net_namespace": None,
+    "staged_model": None,
 }
 
 

@@ -251,7 +251,8 @@ def serving(
     ledger), bring back that stored rendering of the settings' image instead of rendering it anew;
     ``undoing``: the release the rollback undoes (refused when only it could be brought back)."""
     settings, role = rig.stack, rig.serving
-    facts = preflight_facts(settings, run.rig_state(rig))
+    state = run.rig_state(rig)
+    facts = preflight_facts(settings, state)
     # A fresh rig: the docker role installs the engine in this same run, after the survey was read.
     engine_later = (not facts.has_engine or facts.compose_command is None) and run.engine_provisioned
 
@@ -292,10 +293,12 @@ def serving(
     mounted = parse_model_source(rendering.model) if rendering.model else None
     if mounted is not None:
         store = settings.knobs["model_store_path"]
-        if (
-            host.get_fact(StagedModel, revision_dir=mounted_dir(store, mounted), stamp=store_stamp(store, mounted))
-            is None
-        ):
+        staged = (
+            state.staged_model  # the survey read the declared model's stamp; a rollback's older one is read now
+            if mounted == settings.model_source
+            else host.get_fact(StagedModel, revision_dir=mounted_dir(store, mounted), stamp=store_stamp(store, mounted))
+        )
+        if staged is None:
             python.call(
                 name="Model staged",
                 function=refuse,

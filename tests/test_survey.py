@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 from rigkit.facts.batch import FactBatch
+from rigkit.model.source import store_stamp
 from rigkit.settings.hostdata import rig_settings
 from rigkit.survey import NOT_READ, RigState, read_rig_state, state_from, survey_specs
 from roles import Run
@@ -114,3 +118,23 @@ def test_every_port_the_stack_listens_on_is_surveyed_in_the_same_round_trip():
     assert state_from(values).stack_port_listeners == {
         "lmcache_http_port": [{"pid": 7, "containers": [], "command": "nginx"}]
     }
+
+
+def test_a_staged_model_source_is_read_in_the_survey_not_in_a_round_trip_of_its_own(local_host, monkeypatch, tmp_path):
+    source = "controller:/srv/models/tiny@" + "b" * 64
+    data = {**CPU_LAB, "model_source": source, "model_store_path": str(tmp_path)}
+    data.pop("model")
+    settings = rig_settings(data)
+    stack = settings.declared_stack
+    spec = survey_specs(settings)["staged_model"]
+    assert dict(spec.kwargs) == {
+        "revision_dir": stack.model_dir,
+        "stamp": store_stamp(str(tmp_path), stack.model_source),
+    }
+    reads = counting(local_host, monkeypatch)
+    assert read_rig_state(local_host, settings).staged_model is None  # nothing staged there
+    Path(stack.model_dir).mkdir(parents=True)
+    Path(store_stamp(str(tmp_path), stack.model_source)).write_text(json.dumps({"manifest": "m", "files": {"a": 1}}))
+    assert read_rig_state(local_host, settings).staged_model == {"manifest": "m", "files": 1}
+    assert reads == [FactBatch, FactBatch]
+    assert "staged_model" not in survey_specs(rig_settings(CPU_LAB))  # vLLM loads `model` itself

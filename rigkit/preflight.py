@@ -117,7 +117,7 @@ def check_ram(settings: Settings, meminfo: dict[str, int]) -> list[Finding]:
             f"MemAvailable {available:g} GiB < L1 {l1} + reserve {reserve} = {needed} GiB "
             "(an oversized cache once OOM'd the host; force does not override this)"
         )
-        most = int(available_bytes // GIB)
+        most = available_bytes // GIB
         if l1:
             # l1_size_gb takes 1 GiB at least: "at most 0" would be a fix the settings refuse
             fix = (
@@ -352,9 +352,8 @@ def check_gpus(settings: Settings, gpu_memory_csv: Optional[str]) -> list[Findin
                 "select more GPUs or pick another profile",
             )
         ]
-    too_wide = _tensor_parallel_refusal(
-        settings, len(selected), "gpu_mask selects" if settings.gpu_ids else "the rig has"
-    )
+    # a gpu_mask narrower than tensor_parallel_size never gets here: the settings refuse it (hostdata)
+    too_wide = _tensor_parallel_refusal(settings, len(selected), "the rig has")
     if too_wide:
         return [too_wide]
     minimum = settings.knobs["gpu_free_fraction_min"]

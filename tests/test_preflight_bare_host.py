@@ -320,7 +320,8 @@ def test_a_gpu_count_not_given_is_zero():
     assert only(bare_host_preflight(settings, bare()), "gpu").message.endswith(
         "(no nvidia-smi, no NVIDIA GPU on its PCI bus)"
     )
-    assert only(bare_host_preflight(settings, bare(), nvidia_pci_gpus=1), "gpu").field == "gpus"
+    declared = only(bare_host_preflight(settings, bare(), nvidia_pci_gpus=1), "gpu")
+    assert (declared.level, declared.field, declared.value) == ("refuse", "gpus", 0)
 
 
 def test_the_bare_host_gate_reads_what_is_free_in_the_rig_shm():

@@ -394,7 +394,8 @@ def check_gpus_before_driver(
     settings: Settings, gpu_memory_csv: Optional[str], nvidia_pci_gpus: int, declared_gpus: int
 ) -> list[Finding]:
     """Before the nvidia_driver role: where nvidia-smi answers, ``check_gpus``; without it (``gpu_memory_csv``
-    None) the PCI bus must show the GPUs the profile needs and ``gpus`` must let the driver role install."""
+    None) the PCI bus must show the GPUs the profile needs and those gpu_mask selects, and ``gpus`` must let the
+    driver role install."""
     profile = settings.profile
     if not profile.needs_gpus or gpu_memory_csv is not None:
         return check_gpus(settings, gpu_memory_csv)

@@ -117,18 +117,15 @@ def check_ram(settings: Settings, meminfo: dict[str, int]) -> list[Finding]:
             f"MemAvailable {available:g} GiB < L1 {l1} + reserve {reserve} = {needed} GiB "
             "(an oversized cache once OOM'd the host; force does not override this)"
         )
-        most = int(available_bytes // GIB)
+        most = available_bytes // GIB
         if l1:
-            findings.append(
-                Finding(
-                    "refuse",
-                    "ram",
-                    "l1_size_gb",
-                    l1,
-                    problem,
-                    f"set l1_size_gb to at most {max(most - reserve, 0)} (GiB) or free memory",
-                )
+            # l1_size_gb takes 1 GiB at least: "at most 0" would be a fix the settings refuse
+            fix = (
+                f"set l1_size_gb to at most {most - reserve} (GiB) or free memory"
+                if most - reserve >= 1
+                else f"free memory on the rig or lower ram_reserve_gb: {most} GiB leaves no GiB for L1 beside it"
             )
+            findings.append(Finding("refuse", "ram", "l1_size_gb", l1, problem, fix))
         else:  # no L1 in this profile: the reserve alone is over what the rig has free
             findings.append(
                 Finding(
@@ -221,7 +218,8 @@ def check_host_shm(settings: Settings, shm_bytes: Optional[int], shm_free: Optio
                     f"{free_mb} MiB free",
                     f"the rig's /dev/shm has {free_mb} MiB free (+{offload_mb} MiB of vLLM CPU-tier segments "
                     f"the restart frees) < {what}: something else fills it",
-                    "list it (ls -la /dev/shm on the rig) and remove what no running process uses, or lower l1_size_gb",
+                    "list it (ls -la /dev/shm on the rig) and remove what no running process uses"
+                    + (", or lower l1_size_gb" if in_shm else ""),
                 )
             ]
     if size_mb < l1 * 1024:
@@ -354,16 +352,16 @@ def check_gpus(settings: Settings, gpu_memory_csv: Optional[str]) -> list[Findin
                 "select more GPUs or pick another profile",
             )
         ]
-    too_wide = _tensor_parallel_refusal(
-        settings, len(selected), "gpu_mask selects" if settings.gpu_ids else "the rig has"
-    )
+    # a gpu_mask narrower than tensor_parallel_size never gets here: the settings refuse it (hostdata)
+    too_wide = _tensor_parallel_refusal(settings, len(selected), "the rig has")
     if too_wide:
         return [too_wide]
     minimum = settings.knobs["gpu_free_fraction_min"]
     # vLLM itself refuses to start when a GPU has less free than gpu_memory_utilization of its memory
     # (vllm/v1/worker/utils.py request_memory, 0.26): a bar no force can lower
     utilization = settings.knobs["gpu_memory_utilization"]
-    engine_bar = utilization is not None and utilization > minimum
+    # at equality the bar is vLLM's too: below it the engine would not start, whatever force says
+    engine_bar = utilization is not None and utilization >= minimum
     field, minimum = ("gpu_memory_utilization", utilization) if engine_bar else ("gpu_free_fraction_min", minimum)
     findings = []
     for index in selected:
@@ -396,7 +394,8 @@ def check_gpus_before_driver(
     settings: Settings, gpu_memory_csv: Optional[str], nvidia_pci_gpus: int, declared_gpus: int
 ) -> list[Finding]:
     """Before the nvidia_driver role: where nvidia-smi answers, ``check_gpus``; without it (``gpu_memory_csv``
-    None) the PCI bus must show the GPUs the profile needs and ``gpus`` must let the driver role install."""
+    None) the PCI bus must show the GPUs the profile needs and those gpu_mask selects, and ``gpus`` must let the
+    driver role install."""
     profile = settings.profile
     if not profile.needs_gpus or gpu_memory_csv is not None:
         return check_gpus(settings, gpu_memory_csv)
@@ -424,9 +423,21 @@ def check_gpus_before_driver(
                 "pick a profile for fewer GPUs, or a rig with more",
             )
         ]
-    too_wide = (
-        None if settings.gpu_ids else _tensor_parallel_refusal(settings, nvidia_pci_gpus, "the rig's PCI bus shows")
-    )
+    # the driver numbers the bus's GPUs 0..n-1: a gpu_mask beyond them is refused now, not once the driver is in
+    absent = [index for index in settings.gpu_ids if index >= nvidia_pci_gpus]
+    if absent:
+        return [
+            Finding(
+                "refuse",
+                "gpu",
+                "gpu_mask",
+                settings.knobs["gpu_mask"],
+                f"GPU(s) {absent} not on this rig (its PCI bus shows {nvidia_pci_gpus} NVIDIA GPU(s))",
+                "fix gpu_mask for this host",
+            )
+        ]
+    # every GPU the stack gets is on the bus now: tensor parallelism needs no more than the bus shows
+    too_wide = _tensor_parallel_refusal(settings, nvidia_pci_gpus, "the rig's PCI bus shows")
     if too_wide:
         return [too_wide]
     if declared_gpus < needed:

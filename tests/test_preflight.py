@@ -1,6 +1,8 @@
 """Preflight: host facts + settings -> findings. nvidia-smi outputs are real (2x H200); RAM and disk
 numbers are read from that host's /proc/meminfo and df in the fixtures, or set to the edge of a gate."""
 
+from dataclasses import fields as dataclass_fields
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -9,8 +11,16 @@ from rigkit.errors import PreflightError
 from rigkit.preflight import (
     ENGINE_SHM_MIN_MB,
     L2_FREE_WARN_GB,
+    Finding,
     HostFacts,
     bare_host_preflight,
+    check_gpus,
+    check_host_shm,
+    check_l2,
+    check_l2_if_mounted,
+    check_port,
+    check_ram,
+    engine_checks,
     engine_preflight,
     preflight,
     raise_if_refused,
@@ -18,6 +28,7 @@ from rigkit.preflight import (
 )
 from rigkit.settings.hostdata import settings_for_host
 from rigkit.settings.sizing import GB, GIB
+from rigkit.survey import RigState
 
 H200 = Path(__file__).parent / "fixtures" / "nvidia-smi" / "h200-x2-ubuntu2404"
 IDLE = (H200 / "query-gpu-noheader.csv").read_text()
@@ -396,4 +407,696 @@ def test_a_shm_filled_by_stale_segments_is_judged_by_what_is_free_not_its_size()
         in by_check(
             run(TIERED, host_shm_bytes=size, host_shm_free={"free_bytes": size, "offload_bytes": 0}), "host-shm"
         )[0].message
+    )
+
+
+# --- every finding word for word: level, field, value, the message with its numbers, the fix, forceable --------
+# (an operator reads these before anything changed on the rig: a wrong number, field or fix is a wrong answer)
+
+OOM_NOTE = "(an oversized cache once OOM'd the host; force does not override this)"
+IMAGE = LMCACHE["serving_image"]
+KV = "/var/lib/rigkit/kv"  # l2_path's default
+L2_ON = {**LMCACHE, "l2_enabled": True}
+SHM_FULL_FIX = "list it (ls -la /dev/shm on the rig) and remove what no running process uses"
+IDLE_GPUS = [Finding("ok", "gpu", "gpu_mask", i, f"GPU {i} 99.6% free") for i in (0, 1)]
+BUSY_FIX = "stop what holds GPU 0 (nvidia-smi shows it) or exclude it via gpu_mask"
+BUSY_GPU1 = Finding("ok", "gpu", "gpu_mask", 1, "GPU 1 95.9% free")  # 137860 of 143771 MiB
+
+
+def with_gpus(settings, gpus: int):
+    """The same settings with a profile that needs ``gpus`` GPUs (every shipped GPU profile needs one)."""
+    resources = settings.profile.resources.model_copy(update={"gpus": gpus})
+    return replace(settings, profile=settings.profile.model_copy(update={"resources": resources}))
+
+
+WORD_FOR_WORD = [
+    # id, gate, data, the gate's arguments after the settings, its findings
+    (
+        "ram: MemAvailable below L1 + reserve",
+        check_ram,
+        LMCACHE,
+        (meminfo_gib(87.9),),
+        [
+            Finding(
+                "refuse",
+                "ram",
+                "l1_size_gb",
+                60,
+                f"MemAvailable 87.9 GiB < L1 60 + reserve 28 = 88 GiB {OOM_NOTE}",
+                "set l1_size_gb to at most 59 (GiB) or free memory",
+            )
+        ],
+    ),
+    (
+        "ram: MemAvailable leaves exactly 1 GiB for L1",
+        check_ram,
+        LMCACHE,
+        (meminfo_gib(29.5),),
+        [
+            Finding(
+                "refuse",
+                "ram",
+                "l1_size_gb",
+                60,
+                f"MemAvailable 29.5 GiB < L1 60 + reserve 28 = 88 GiB {OOM_NOTE}",
+                "set l1_size_gb to at most 1 (GiB) or free memory",
+            )
+        ],
+    ),
+    (
+        "ram: MemAvailable leaves no GiB for L1 beside the reserve",
+        check_ram,
+        LMCACHE,
+        (meminfo_gib(28.9),),
+        [
+            Finding(
+                "refuse",
+                "ram",
+                "l1_size_gb",
+                60,
+                f"MemAvailable 28.9 GiB < L1 60 + reserve 28 = 88 GiB {OOM_NOTE}",
+                "free memory on the rig or lower ram_reserve_gb: 28 GiB leaves no GiB for L1 beside it",
+            )
+        ],
+    ),
+    (
+        "ram: no L1, MemAvailable below the reserve",
+        check_ram,
+        CPU_LAB,
+        ({"MemAvailable": 3 * GIB, "MemTotal": 16 * GB},),
+        [
+            Finding(
+                "refuse",
+                "ram",
+                "ram_reserve_gb",
+                4,
+                f"MemAvailable 3 GiB < L1 0 + reserve 4 = 4 GiB {OOM_NOTE}",
+                "free memory on the rig or set ram_reserve_gb to at most 3 (GiB)",
+            )
+        ],
+    ),
+    (
+        "ram: enough",
+        check_ram,
+        LMCACHE,
+        (meminfo_gib(100),),
+        [Finding("ok", "ram", "l1_size_gb", 60, "MemAvailable 100 GiB >= L1 + reserve 88 GiB")],
+    ),
+    (
+        "ram: MemTotal below the profile's min_ram_gb (forceable)",
+        check_ram,
+        LMCACHE,
+        (meminfo_gib(100, 48),),
+        [
+            Finding("ok", "ram", "l1_size_gb", 60, "MemAvailable 100 GiB >= L1 + reserve 88 GiB"),
+            Finding(
+                "refuse",
+                "ram",
+                "serving_profile",
+                "lmcache-mp",
+                "MemTotal 48 GB < 64 GB that profile lmcache-mp needs",
+                "pick a smaller profile or a bigger rig",
+                forceable=True,
+            ),
+        ],
+    ),
+    (
+        "ram: a /proc/meminfo without MemAvailable or MemTotal counts them 0",
+        check_ram,
+        CPU_LAB,
+        ({},),
+        [
+            Finding(
+                "refuse",
+                "ram",
+                "ram_reserve_gb",
+                4,
+                f"MemAvailable 0 GiB < L1 0 + reserve 4 = 4 GiB {OOM_NOTE}",
+                "free memory on the rig or set ram_reserve_gb to at most 0 (GiB)",
+            ),
+            Finding(
+                "refuse",
+                "ram",
+                "serving_profile",
+                "cpu-lab",
+                "MemTotal 0 GB < 8 GB that profile cpu-lab needs",
+                "pick a smaller profile or a bigger rig",
+                forceable=True,
+            ),
+        ],
+    ),
+    (
+        "host-shm: size unknown",
+        check_host_shm,
+        LMCACHE,
+        (None,),
+        [
+            Finding(
+                "warn",
+                "host-shm",
+                "/dev/shm",
+                None,
+                "size of the rig's /dev/shm unknown",
+                "check `df -h /dev/shm` on the rig",
+            )
+        ],
+    ),
+    (
+        "host-shm: below the engine's minimum, no L1",
+        check_host_shm,
+        CPU_LAB,
+        (64 * MIB,),
+        [
+            Finding(
+                "refuse",
+                "host-shm",
+                "/dev/shm",
+                "64 MiB",
+                "the rig's /dev/shm is 64 MiB < 256 MiB the engine needs (ipc: host shares it with the container)",
+                "remount /dev/shm larger on the rig (mount -o remount,size=1G /dev/shm)",
+            )
+        ],
+    ),
+    (
+        "host-shm: below the engine's minimum, L1 60",
+        check_host_shm,
+        LMCACHE,
+        (128 * MIB,),
+        [
+            Finding(
+                "refuse",
+                "host-shm",
+                "/dev/shm",
+                "128 MiB",
+                "the rig's /dev/shm is 128 MiB < 256 MiB the engine needs (ipc: host shares it with the container)",
+                "remount /dev/shm larger on the rig (mount -o remount,size=60G /dev/shm)",
+            )
+        ],
+    ),
+    (
+        "host-shm: below a CPU tier kept in /dev/shm",
+        check_host_shm,
+        TIERED,
+        (8 * GIB,),
+        [
+            Finding(
+                "refuse",
+                "host-shm",
+                "/dev/shm",
+                "8192 MiB",
+                "the rig's /dev/shm is 8192 MiB < L1 64 GiB + 256 MiB for the engine: profile native-tiered keeps "
+                "its CPU tier in /dev/shm and fills it at start (ipc: host shares it with the container)",
+                "remount /dev/shm with size >= 65G on the rig (mount -o remount,size=65G /dev/shm) or lower l1_size_gb",
+            )
+        ],
+    ),
+    (
+        # 300 GiB + 256 MiB is 300.25 GiB: 301G (a rounding by 1025 MiB would say 300G, too small)
+        "host-shm: below a 300 GiB CPU tier kept in /dev/shm",
+        check_host_shm,
+        {**TIERED, "l1_size_gb": 300},
+        (300 * GIB,),
+        [
+            Finding(
+                "refuse",
+                "host-shm",
+                "/dev/shm",
+                "307200 MiB",
+                "the rig's /dev/shm is 307200 MiB < L1 300 GiB + 256 MiB for the engine: profile native-tiered keeps "
+                "its CPU tier in /dev/shm and fills it at start (ipc: host shares it with the container)",
+                "remount /dev/shm with size >= 301G on the rig (mount -o remount,size=301G /dev/shm) "
+                "or lower l1_size_gb",
+            )
+        ],
+    ),
+    (
+        "host-shm: filled by something else, CPU tier in /dev/shm",
+        check_host_shm,
+        TIERED,
+        (128 * GIB, {"free_bytes": 10 * GIB, "offload_bytes": 2 * GIB}),
+        [
+            Finding(
+                "refuse",
+                "host-shm",
+                "/dev/shm",
+                "10240 MiB free",
+                "the rig's /dev/shm has 10240 MiB free (+2048 MiB of vLLM CPU-tier segments the restart frees) "
+                "< L1 64 GiB + 256 MiB for the engine: something else fills it",
+                SHM_FULL_FIX + ", or lower l1_size_gb",
+            )
+        ],
+    ),
+    (
+        # no CPU tier in /dev/shm: a smaller L1 frees nothing there, so the fix does not offer it
+        "host-shm: filled by something else, only the engine's queue in /dev/shm",
+        check_host_shm,
+        NATIVE,
+        (128 * GIB, {"free_bytes": 100 * MIB, "offload_bytes": 50 * MIB}),
+        [
+            Finding(
+                "refuse",
+                "host-shm",
+                "/dev/shm",
+                "100 MiB free",
+                "the rig's /dev/shm has 100 MiB free (+50 MiB of vLLM CPU-tier segments the restart frees) "
+                "< 256 MiB the engine needs: something else fills it",
+                SHM_FULL_FIX,
+            )
+        ],
+    ),
+    (
+        "host-shm: free + CPU-tier segments == the engine's minimum",
+        check_host_shm,
+        NATIVE,
+        (128 * GIB, {"free_bytes": 200 * MIB, "offload_bytes": 56 * MIB}),
+        [Finding("ok", "host-shm", "/dev/shm", "131072 MiB", "rig /dev/shm large enough, 200 MiB free")],
+    ),
+    (
+        "host-shm: below L1 (warns)",
+        check_host_shm,
+        LMCACHE,
+        (32 * GIB,),
+        [
+            Finding(
+                "warn",
+                "host-shm",
+                "/dev/shm",
+                "32768 MiB",
+                "the rig's /dev/shm 32768 MiB < L1 60 GiB (ipc: host shares it with the container)",
+                "remount /dev/shm with size >= 60G",
+            )
+        ],
+    ),
+    (
+        "host-shm: large enough, free space not read",
+        check_host_shm,
+        LMCACHE,
+        (64 * GIB,),
+        [Finding("ok", "host-shm", "/dev/shm", "65536 MiB", "rig /dev/shm large enough")],
+    ),
+    (
+        "l2: off",
+        check_l2,
+        LMCACHE,
+        (1 * GB,),
+        [Finding("ok", "l2", "l2_enabled", False, "no L2 disk tier: skipped")],
+    ),
+    (
+        "l2: free space unknown",
+        check_l2,
+        L2_ON,
+        (None,),
+        [
+            Finding(
+                "warn",
+                "l2",
+                "l2_path",
+                KV,
+                f"free space under {KV} unknown",
+                "check that the L2 disk is mounted (the L2 disk role)",
+            )
+        ],
+    ),
+    (
+        "l2: below the budget (forceable)",
+        check_l2,
+        {**L2_ON, "l2_budget_gb": 40},
+        (int(39.94 * GB),),
+        [
+            Finding(
+                "refuse",
+                "l2",
+                "l2_budget_gb",
+                40.0,
+                f"{KV} has 39.9 GB free < L2 budget 40 GB",
+                f"free space on {KV} or set l2_budget_gb to at most 39.9",
+                forceable=True,
+            )
+        ],
+    ),
+    (
+        # compared as printed, to 0.1 GB: 39.96 GB is "40 GB", the budget
+        "l2: 39.96 GB free reads as the 40 GB budget",
+        check_l2,
+        {**L2_ON, "l2_budget_gb": 40},
+        (int(39.96 * GB),),
+        [
+            Finding(
+                "warn",
+                "l2",
+                "l2_path",
+                KV,
+                f"{KV} has only 40 GB free (< 50 GB: 50 GB, or 2 x l2_budget_gb when that is less)",
+                "use a larger disk for the L2 tier",
+            )
+        ],
+    ),
+    (
+        "l2: enough",
+        check_l2,
+        L2_ON,
+        (900 * GB,),
+        [Finding("ok", "l2", "l2_path", KV, f"{KV} has 900 GB free >= budget 100 GB")],
+    ),
+    (
+        "l2 before the l2_disk role: not mounted yet",
+        check_l2_if_mounted,
+        L2_ON,
+        (None,),
+        [
+            Finding(
+                "ok",
+                "l2",
+                "l2_path",
+                KV,
+                "L2 disk not mounted yet: its free space is checked once the l2_disk role mounted it",
+            )
+        ],
+    ),
+    (
+        "l2 before the l2_disk role: off",
+        check_l2_if_mounted,
+        LMCACHE,
+        (None,),
+        [Finding("ok", "l2", "l2_enabled", False, "no L2 disk tier: skipped")],
+    ),
+    (
+        "gpu: a CPU profile",
+        check_gpus,
+        CPU_LAB,
+        (None,),
+        [Finding("ok", "gpu", "serving_profile", "cpu-lab", "profile needs no GPUs: skipped")],
+    ),
+    (
+        "gpu: none reported",
+        check_gpus,
+        LMCACHE,
+        ("",),
+        [
+            Finding(
+                "refuse",
+                "gpu",
+                "serving_profile",
+                "lmcache-mp",
+                "profile lmcache-mp needs 1 GPU(s) but the rig reports none",
+                "install the NVIDIA driver (the driver role) or pick a CPU profile such as cpu-lab",
+            )
+        ],
+    ),
+    (
+        "gpu: gpu_mask selects a GPU the rig lacks",
+        check_gpus,
+        {**LMCACHE, "gpu_mask": "0,3"},
+        (IDLE,),
+        [
+            Finding(
+                "refuse",
+                "gpu",
+                "gpu_mask",
+                "0,3",
+                "GPU(s) [3] not on this rig (it has [0, 1])",
+                "fix gpu_mask for this host",
+            )
+        ],
+    ),
+    (
+        "gpu: tensor parallelism wider than the rig",
+        check_gpus,
+        {**LMCACHE, "tensor_parallel_size": 4},
+        (IDLE,),
+        [
+            Finding(
+                "refuse",
+                "gpu",
+                "tensor_parallel_size",
+                4,
+                "needs 4 GPUs, one per rank, but the rig has 2",
+                "set tensor_parallel_size to at most 2, or give the stack more GPUs",
+            )
+        ],
+    ),
+    (
+        "gpu: below gpu_free_fraction_min (forceable)",
+        check_gpus,
+        LMCACHE,
+        (BUSY,),
+        [
+            Finding(
+                "refuse",
+                "gpu",
+                "gpu_free_fraction_min",
+                0.8,
+                "GPU 0 has 79.3% free (114018 of 143771 MiB) < 80%",
+                BUSY_FIX,
+                forceable=True,
+            ),
+            BUSY_GPU1,
+        ],
+    ),
+    (
+        # 79.3% free: vLLM starts with a utilization of 0.79, not 0.80
+        "gpu: below gpu_memory_utilization (vLLM would not start)",
+        check_gpus,
+        {**LMCACHE, "gpu_memory_utilization": 0.9},
+        (BUSY,),
+        [
+            Finding(
+                "refuse",
+                "gpu",
+                "gpu_memory_utilization",
+                0.9,
+                "GPU 0 has 79.3% free (114018 of 143771 MiB) < 90% (vLLM would not start)",
+                BUSY_FIX + ", or lower gpu_memory_utilization to at most 0.79",
+            ),
+            BUSY_GPU1,
+        ],
+    ),
+    (
+        # equal bars: below them vLLM would not start, so force must not lower this one
+        "gpu: gpu_memory_utilization == gpu_free_fraction_min is vLLM's bar",
+        check_gpus,
+        {**LMCACHE, "gpu_memory_utilization": 0.8},
+        (BUSY,),
+        [
+            Finding(
+                "refuse",
+                "gpu",
+                "gpu_memory_utilization",
+                0.8,
+                "GPU 0 has 79.3% free (114018 of 143771 MiB) < 80% (vLLM would not start)",
+                BUSY_FIX + ", or lower gpu_memory_utilization to at most 0.79",
+            ),
+            BUSY_GPU1,
+        ],
+    ),
+    (
+        "gpu: every GPU free enough",
+        check_gpus,
+        LMCACHE,
+        (IDLE,),
+        IDLE_GPUS,
+    ),
+    (
+        "engine: none",
+        engine_checks,
+        LMCACHE,
+        (facts(has_engine=False, compose_command=None),),
+        [
+            Finding(
+                "refuse", "engine", "docker", None, "no Docker engine answers on the rig", "run the docker role first"
+            ),
+            Finding("ok", "image", "serving_image", IMAGE, "image will be pulled by digest"),
+        ],
+    ),
+    (
+        "engine: no compose; image on the rig",
+        engine_checks,
+        LMCACHE,
+        (facts(compose_command=None, image_present=True, registry_reachable=False),),
+        [
+            Finding(
+                "refuse",
+                "engine",
+                "compose",
+                None,
+                "neither `docker compose` nor `docker-compose`",
+                "install the compose plugin (the docker role does)",
+            ),
+            Finding("ok", "image", "serving_image", IMAGE, "image already on the rig"),
+        ],
+    ),
+    (
+        "image: the registry does not serve the digest",
+        engine_checks,
+        LMCACHE,
+        (facts(compose_command="docker-compose", image_probe_error="manifest unknown"),),
+        [
+            Finding("ok", "engine", "compose", "docker-compose", "docker and docker-compose present"),
+            Finding(
+                "refuse",
+                "image",
+                "serving_image",
+                IMAGE,
+                "registry docker.io answered that it does not serve this digest; the image is not on the rig "
+                "(docker: manifest unknown)",
+                "check the digest (`rigkit resolve lmcache/vllm-openai:TAG` prints the current one) and that the "
+                "image was pushed to docker.io; a private repository answers the same to a rig without credentials "
+                "(docker login on the rig)",
+            ),
+        ],
+    ),
+    (
+        "image: not on the rig, registry unreachable",
+        engine_checks,
+        LMCACHE,
+        (facts(registry_reachable=False),),
+        [
+            Finding("ok", "engine", "compose", "docker compose", "docker and docker compose present"),
+            Finding(
+                "refuse",
+                "image",
+                "serving_image",
+                IMAGE,
+                "image not on the rig and its registry is unreachable",
+                "bring the registry back or deploy a digest the rig keeps (rollback)",
+            ),
+        ],
+    ),
+    (
+        "port: every port free",
+        check_port,
+        LMCACHE,
+        (facts(port_listeners=[], stack_port_listeners={"lmcache_port": [], "lmcache_http_port": []}),),
+        [
+            Finding("ok", "port", "serving_port", 8000, "port 8000 free or held by rigkit's stack"),
+            Finding("ok", "port", "lmcache_port", 5555, "port 5555 free or held by rigkit's stack"),
+            Finding("ok", "port", "lmcache_http_port", 8080, "port 8080 free or held by rigkit's stack"),
+        ],
+    ),
+    (
+        "port: two foreign listeners, one outside the rig's view",
+        check_port,
+        CPU_LAB,
+        (
+            facts(
+                port_listeners=[
+                    {"pid": 4242, "containers": [], "command": "nginx"},
+                    {"pid": None, "containers": [], "command": None},
+                ]
+            ),
+        ),
+        [
+            Finding(
+                "refuse",
+                "port",
+                "serving_port",
+                8000,
+                "TCP port 8000 on the rig is already in use by pid 4242 (nginx), a process outside the rig's view",
+                "stop what listens there (`ss -ltnp 'sport = :8000'` on the rig) or set serving_port to a free port",
+            )
+        ],
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    "gate,data,args,expected", [case[1:] for case in WORD_FOR_WORD], ids=[case[0] for case in WORD_FOR_WORD]
+)
+def test_each_finding_word_for_word(gate, data, args, expected):
+    assert gate(settings_for_host(data, variables=[]), *args) == expected
+
+
+def test_a_gpu_profile_needing_more_gpus_than_the_rig_has():
+    settings = with_gpus(settings_for_host(LMCACHE, variables=[]), 3)
+    assert check_gpus(settings, IDLE) == [
+        Finding(
+            "refuse",
+            "gpu",
+            "serving_profile",
+            "lmcache-mp",
+            "2 GPU(s) selected, profile needs 3",
+            "select more GPUs or pick another profile",
+        )
+    ]
+    assert check_gpus(with_gpus(settings, 2), IDLE) == IDLE_GPUS  # exactly as many: passes
+
+
+@pytest.mark.parametrize(
+    "finding,text",
+    [
+        (Finding("refuse", "ram", "f", 1, "too little", "free memory"), "[refuse] ram: too little. Fix: free memory"),
+        (Finding("warn", "l2", "f", 1, "little", "a larger disk"), "[warn] l2: little. Fix: a larger disk"),
+        (Finding("refuse", "engine", "f", 1, "no engine"), "[refuse] engine: no engine."),  # no fix: none printed
+        (Finding("ok", "ram", "f", 1, "enough", "never shown"), "[ok] ram: enough."),  # a pass needs no fix
+    ],
+    ids=["refusal", "warning", "refusal without a fix", "pass"],
+)
+def test_a_finding_reads_as_one_line(finding, text):
+    assert str(finding) == text
+
+
+@pytest.mark.parametrize(
+    "refused,message",
+    [
+        (1, "ram: first"),
+        (2, "ram: first (+1 more refusal(s))"),
+        (3, "ram: first (+2 more refusal(s))"),
+    ],
+)
+def test_raise_if_refused_names_the_first_refusal_and_counts_the_others(refused, message):
+    first = Finding("refuse", "ram", "l1_size_gb", 60, "first", "set l1_size_gb lower")
+    others = [Finding("refuse", "gpu", "gpu_mask", "0", f"other {n}", "other fix") for n in range(refused - 1)]
+    passes = [Finding("ok", "l2", "l2_path", "/x", "fine"), Finding("warn", "l2", "l2_path", "/x", "low")]
+    with pytest.raises(PreflightError) as caught:
+        raise_if_refused([passes[0], first, passes[1], *others])
+    error = caught.value
+    assert (error.field, error.value, error.problem, error.fix) == ("l1_size_gb", 60, message, "set l1_size_gb lower")
+    raise_if_refused(passes)  # warnings and passes alone raise nothing
+
+
+def test_facts_from_the_rig_survey():
+    """HostFacts.from_state: each gate's fact from the survey field that holds it (roles/preflight.py and
+    roles/serving.py build the gates' facts this way)."""
+    listeners = [{"pid": 7, "containers": [], "command": "nginx"}]
+    stack_listeners = {"lmcache_port": [], "lmcache_http_port": listeners}
+    state = RigState(
+        **{
+            **{field.name: None for field in dataclass_fields(RigState)},
+            "meminfo": {"MemAvailable": 5, "MemTotal": 6},
+            "shm_bytes": 64 * MIB,
+            "shm_free": {"free_bytes": 1, "offload_bytes": 2},
+            "l2_free_bytes": 123,
+            "nvidia_smi_cli": "/usr/bin/nvidia-smi",
+            "gpu_memory": ["0, 1, 2", "1, 3, 4"],
+            "docker_cli": "/usr/bin/docker",
+            "compose_command": "docker compose",
+            "image_present": True,
+            "port_listeners": listeners,
+            "stack_port_listeners": stack_listeners,
+            "stack_containers": [{"id": "aa", "running": True}, {"id": "bb", "running": False}],
+        }
+    )
+    assert HostFacts.from_state(state) == HostFacts(
+        meminfo={"MemAvailable": 5, "MemTotal": 6},
+        l2_free_bytes=123,
+        gpu_memory_csv="0, 1, 2\n1, 3, 4",
+        has_engine=True,
+        compose_command="docker compose",
+        image_present=True,
+        registry_reachable=None,
+        host_shm_bytes=64 * MIB,
+        host_shm_free={"free_bytes": 1, "offload_bytes": 2},
+        image_probe_error=None,
+        port_listeners=listeners,
+        stack_port_listeners=stack_listeners,
+        stack_container_ids=("aa",),
+    )
+    # no nvidia-smi: no GPU table (a stale one is not read); no docker CLI: no engine
+    bare = replace(state, nvidia_smi_cli=None, docker_cli=None, image_present=False)
+    facts_of_bare = HostFacts.from_state(bare)
+    assert (facts_of_bare.gpu_memory_csv, facts_of_bare.has_engine, facts_of_bare.image_present) == (None, False, False)
+    # a gate that reads a fact differently overrides it, the others stay the survey's
+    overridden = HostFacts.from_state(state, gpu_memory_csv=None, l2_free_bytes=None, image_probe_error="denied")
+    assert overridden == replace(
+        HostFacts.from_state(state), gpu_memory_csv=None, l2_free_bytes=None, image_probe_error="denied"
     )

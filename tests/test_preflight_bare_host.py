@@ -9,10 +9,11 @@ import pytest
 
 from rigkit.errors import PreflightError
 from rigkit.facts.nvidia import NvidiaPciGpus, nvidia_pci_gpus_command
-from rigkit.preflight import Finding, HostFacts, bare_host_preflight, preflight, refusals
+from rigkit.preflight import Finding, HostFacts, bare_host_preflight, check_gpus_before_driver, preflight, refusals
 from rigkit.settings.hostdata import settings_for_host
 from rigkit.settings.sizing import GB, GIB
 
+MIB = 2**20
 H200 = Path(__file__).parent / "fixtures" / "nvidia-smi" / "h200-x2-ubuntu2404"
 IDLE = (H200 / "query-gpu-noheader.csv").read_text()
 BUSY = (H200 / "query-gpu-busy-noheader.csv").read_text()
@@ -178,3 +179,152 @@ def test_tensor_parallel_wider_than_the_pci_bus_is_refused():
     gpu = only(refusals(run({**LMCACHE, "tensor_parallel_size": 4}, pci=2, declared=2)), "gpu")
     assert gpu.field == "tensor_parallel_size" and "PCI bus shows 2" in gpu.message
     assert refusals(run({**LMCACHE, "tensor_parallel_size": 2}, pci=2, declared=2)) == []
+
+
+# --- before the driver, word for word ---------------------------------------------------------------------------
+# (nvidia-smi does not answer yet: the PCI bus and the declared gpus decide)
+
+
+def with_gpus(settings, gpus: int):
+    """The same settings with a profile that needs ``gpus`` GPUs (every shipped GPU profile needs one)."""
+    resources = settings.profile.resources.model_copy(update={"gpus": gpus})
+    return replace(settings, profile=settings.profile.model_copy(update={"resources": resources}))
+
+
+BEFORE_THE_DRIVER = [
+    # id, data, GPUs the profile needs, PCI GPUs, declared gpus, the finding
+    (
+        "no NVIDIA GPU on the bus",
+        LMCACHE,
+        1,
+        0,
+        1,
+        Finding(
+            "refuse",
+            "gpu",
+            "serving_profile",
+            "lmcache-mp",
+            "profile lmcache-mp needs 1 GPU(s) but the rig reports none (no nvidia-smi, no NVIDIA GPU on its PCI bus)",
+            "pick a CPU profile such as cpu-lab, or a rig with GPUs",
+        ),
+    ),
+    (
+        "fewer on the bus than the profile needs",
+        LMCACHE,
+        4,
+        2,
+        4,
+        Finding(
+            "refuse",
+            "gpu",
+            "serving_profile",
+            "lmcache-mp",
+            "profile lmcache-mp needs 4 GPU(s); the rig's PCI bus shows 2",
+            "pick a profile for fewer GPUs, or a rig with more",
+        ),
+    ),
+    (
+        "as many on the bus as the profile needs",
+        LMCACHE,
+        2,
+        2,
+        2,
+        Finding(
+            "ok",
+            "gpu",
+            "gpus",
+            2,
+            "2 NVIDIA GPU(s) on the PCI bus, no driver yet: their memory is checked once the nvidia_driver role "
+            "installed it",
+        ),
+    ),
+    (
+        # the driver numbers the bus's GPUs 0..n-1: index 2 of a 2-GPU bus is refused before anything changes
+        "gpu_mask beyond the bus",
+        {**LMCACHE, "gpu_mask": "1,2"},
+        1,
+        2,
+        2,
+        Finding(
+            "refuse",
+            "gpu",
+            "gpu_mask",
+            "1,2",
+            "GPU(s) [2] not on this rig (its PCI bus shows 2 NVIDIA GPU(s))",
+            "fix gpu_mask for this host",
+        ),
+    ),
+    (
+        "gpu_mask on the bus",
+        {**LMCACHE, "gpu_mask": "1"},
+        1,
+        2,
+        2,
+        Finding(
+            "ok",
+            "gpu",
+            "gpus",
+            2,
+            "2 NVIDIA GPU(s) on the PCI bus, no driver yet: their memory is checked once the nvidia_driver role "
+            "installed it",
+        ),
+    ),
+    (
+        "tensor parallelism wider than the bus",
+        {**LMCACHE, "tensor_parallel_size": 4},
+        1,
+        2,
+        2,
+        Finding(
+            "refuse",
+            "gpu",
+            "tensor_parallel_size",
+            4,
+            "needs 4 GPUs, one per rank, but the rig's PCI bus shows 2",
+            "set tensor_parallel_size to at most 2, or give the stack more GPUs",
+        ),
+    ),
+    (
+        "declared gpus below what the profile needs",
+        LMCACHE,
+        1,
+        2,
+        0,
+        Finding(
+            "refuse",
+            "gpu",
+            "gpus",
+            0,
+            "the rig has 2 NVIDIA GPU(s) and no driver yet, but gpus=0 makes the driver roles skip it "
+            "(profile lmcache-mp needs 1)",
+            "set gpus: 2 for this host",
+        ),
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    "data,needed,pci,declared,expected",
+    [case[1:] for case in BEFORE_THE_DRIVER],
+    ids=[case[0] for case in BEFORE_THE_DRIVER],
+)
+def test_before_the_driver_word_for_word(data, needed, pci, declared, expected):
+    settings = with_gpus(settings_for_host(data, variables=[]), needed)
+    assert check_gpus_before_driver(settings, None, pci, declared) == [expected]
+    assert only(bare_host_preflight(settings, bare(), pci, declared), "gpu") == expected
+
+
+def test_a_gpu_count_not_given_is_zero():
+    # a caller that counts neither the bus nor the declared gpus gets the refusal, not a pass
+    settings = settings_for_host(LMCACHE, variables=[])
+    assert only(bare_host_preflight(settings, bare()), "gpu").message.endswith(
+        "(no nvidia-smi, no NVIDIA GPU on its PCI bus)"
+    )
+    declared = only(bare_host_preflight(settings, bare(), nvidia_pci_gpus=1), "gpu")
+    assert (declared.level, declared.field, declared.value) == ("refuse", "gpus", 0)
+
+
+def test_the_bare_host_gate_reads_what_is_free_in_the_rig_shm():
+    full = {"free_bytes": 10 * MIB, "offload_bytes": 0}
+    shm = only(run(CPU_LAB, pci=0, declared=0, host_shm_free=full), "host-shm")
+    assert (shm.level, shm.value) == ("refuse", "10 MiB free")

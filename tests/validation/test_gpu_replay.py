@@ -150,6 +150,15 @@ def test_each_stack_of_the_gpu_check_replays_to_the_labels_and_verdict_the_h200_
 GPU_CHECK = GPU_FIXTURES / "gpu-check-2026-12-03"
 
 
+def card_verdicts(summary: dict) -> dict[str, bool]:
+    """Each stack's card verdict in a GPU check's summary.json."""
+    return {
+        case: entry["card_passed"]
+        for case, entry in summary.items()
+        if isinstance(entry, dict) and "card_passed" in entry
+    }
+
+
 def test_the_h200_check_passed_every_gpu_profile_and_caught_the_corrupted_tier():
     """vLLM 0.26.0 + LMCache 0.5.3 on one H200, a model trained on the device (bench/gpu): every GPU profile's card
     PASS, each tier proven or not applicable; the fs tier overwritten while the stack was down is served-but-wrong
@@ -183,11 +192,7 @@ def test_the_h200_check_rendered_with_a_staged_model_source_still_passed_and_cau
     assert summary["weights"] == "real" and all(summary["ready"].values())
     assert summary["model_mount"] == "<model> bind-mounted at /model, read-only"
     assert summary["validation"] == {"validate_prompt_kind": "code"}
-    verdicts = {
-        case: entry["card_passed"]
-        for case, entry in summary.items()
-        if isinstance(entry, dict) and "card_passed" in entry
-    }
+    verdicts = card_verdicts(summary)
     assert len(verdicts) == 9 and verdicts == {**{case: True for case in verdicts}, "native-tiered-corrupt": False}
     for info in json.loads((MODEL_SOURCE_CHECK / "stacks.json").read_text())["stacks"]:
         env = json.loads((MODEL_SOURCE_CHECK / info["case"] / "run-env.json").read_text())
@@ -261,11 +266,7 @@ def test_the_h200_check_with_prompts_off_block_edges_passed_every_profile_and_fa
     """The same check after build_prompt stepped off k x block (the engine's block size from its /metrics): no prompt
     of the 72 measured sat on a block edge, every card PASS but the corrupted copy, served-but-wrong in all 3 sessions."""
     summary = json.loads((OFF_BLOCK_EDGES_CHECK / "summary.json").read_text())
-    verdicts = {
-        case: entry["card_passed"]
-        for case, entry in summary.items()
-        if isinstance(entry, dict) and "card_passed" in entry
-    }
+    verdicts = card_verdicts(summary)
     assert len(verdicts) == 9 and verdicts == {**{case: True for case in verdicts}, "native-tiered-corrupt": False}
     sizes = [
         (tokens, int(tier["windows"][0]["cache_config"]["block_size"]))

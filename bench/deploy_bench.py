@@ -38,6 +38,7 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO_ROOT))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from cpu_account import CpuAccount, CpuSpent, precompile  # noqa: E402
 from pyinfra_timeline import Timeline, run_timed  # noqa: E402
 
 from rigkit.fleet.pyinfra_args import pyinfra_executable  # noqa: E402
@@ -68,6 +69,13 @@ def verdict(target: str, met: bool, figure: str) -> str:
 
 
 def floor(rigs: list[RigState]) -> float:
+    account = CpuAccount(rig.container for rig in rigs).start()
+    seconds = _floor(rigs)
+    LAST_CPU[0] = account.stop()
+    return seconds
+
+
+def _floor(rigs: list[RigState]) -> float:
     args = [
         pyinfra_executable(),
         "-y",
@@ -107,7 +115,9 @@ def pyinfra(rigs: list[RigState], deploy: str, *data: str) -> tuple[float, str]:
         args += ["--limit", rig.name]
     for item in data:
         args += ["--data", item]
+    account = CpuAccount(rig.container for rig in rigs).start()
     timeline = run_timed(args + [str(INVENTORY), deploy], cwd=str(REPO_ROOT))
+    LAST_CPU[0] = account.stop()
     output = timeline.output
     if timeline.returncode != 0:
         raise SystemExit(f"pyinfra {deploy} failed on {[r.name for r in rigs]}:\n{output[-4000:]}")
@@ -118,6 +128,17 @@ def pyinfra(rigs: list[RigState], deploy: str, *data: str) -> tuple[float, str]:
 
 # the last pyinfra run's timeline, for the profile lines
 LAST_TIMELINE: list[Timeline] = [Timeline((), 0.0, 0)]
+# the last pyinfra run's CPU, the controller's and the rigs' (bench/cpu_account.py)
+LAST_CPU: list[CpuSpent] = [CpuSpent(0.0, None, 0)]
+
+
+def median_cpu(samples: list[CpuSpent]) -> CpuSpent:
+    rigs = [sample.rigs_s for sample in samples]
+    return CpuSpent(
+        statistics.median(sample.controller_s for sample in samples),
+        None if None in rigs else statistics.median(rigs),
+        samples[0].rigs,
+    )
 
 
 def load_average() -> str:
@@ -203,6 +224,8 @@ def main() -> int:
     counts = sorted({1, min(2, len(rigs)), len(rigs)})
     load_at_start = load_average()
     progress(f"rigs {', '.join(names)}; {load_at_start}")
+    progress("writing the checkout's bytecode (bench/cpu_account.py precompile: an installed rigkit has it)")
+    precompile(REPO_ROOT)
     progress("staging the lab's model on every lab rig (rigkit stage; a no-op when staged)")
     staged = stage_on_lab_rigs(INVENTORY, REPO_ROOT)
     if staged.returncode != 0:
@@ -211,6 +234,8 @@ def main() -> int:
     first: dict[int, float] = {}
     noop: dict[int, float] = {}
     floors: dict[int, float] = {}
+    noop_cpu: dict[int, CpuSpent] = {}
+    floor_cpu: dict[int, CpuSpent] = {}
     for count in counts:
         group = rigs[:count]
         if not args.skip_first:
@@ -222,16 +247,33 @@ def main() -> int:
         else:
             progress(f"converging {count} rig(s) on release 1")
             pyinfra(group, "deploy.py", f"serving_image={release_1}")
-        samples, floor_samples = [], []
+        samples, floor_samples, cpu_samples, floor_cpu_samples = [], [], [], []
         for attempt in range(args.repeat):
             progress(f"no-op re-deploy and pyinfra's floor on {count} rig(s), {attempt + 1}/{args.repeat}")
             seconds, outcome = pyinfra(group, "deploy.py", f"serving_image={release_1}")
             samples.append(seconds)
+            cpu_samples.append(LAST_CPU[0])
             profiles.append((f"no-op, {count} rig(s), run {attempt + 1}", LAST_TIMELINE[0].summary()))
             floor_samples.append(floor(group))
+            floor_cpu_samples.append(LAST_CPU[0])
         noop[count], floors[count] = statistics.median(samples), statistics.median(floor_samples)
-        rows.append(Row("no-op re-deploy", count, noop[count], f"{outcome}; median of {args.repeat}"))
-        rows.append(Row(f"pyinfra floor (fact {FLOOR_FACT})", count, floors[count], f"median of {args.repeat}"))
+        noop_cpu[count], floor_cpu[count] = median_cpu(cpu_samples), median_cpu(floor_cpu_samples)
+        rows.append(
+            Row(
+                "no-op re-deploy",
+                count,
+                noop[count],
+                f"{outcome}; median of {args.repeat}; {noop_cpu[count].describe()}",
+            )
+        )
+        rows.append(
+            Row(
+                f"pyinfra floor (fact {FLOOR_FACT})",
+                count,
+                floors[count],
+                f"median of {args.repeat}; {floor_cpu[count].describe()}",
+            )
+        )
 
     rig = rigs[0]
     progress(f"round trips of a no-op on {rig.name} (pyinfra -vvv)")
@@ -315,6 +357,14 @@ def main() -> int:
                 f"{noop[top]:.2f} s vs {noop[1]:.2f} s ({ratio:.2f}x)",
             )
         )
+        spent = noop_cpu[top]
+        if spent.rigs_s is not None:
+            print(
+                f"    the lab's rigs share this machine's {os.cpu_count()} cores: a no-op on {top} rigs spent "
+                f"{spent.rigs_s:.2f} CPU-s on the rigs and {spent.controller_s:.2f} on the controller "
+                f"(1 rig: {noop_cpu[1].rigs_s:.2f} and {noop_cpu[1].controller_s:.2f}; pyinfra's floor on {top}: "
+                f"{floor_cpu[top].rigs_s:.2f} and {floor_cpu[top].controller_s:.2f})"
+            )
     print(
         verdict(
             f"rollback overhead <= {OVERHEAD_S:g} s, 0 bytes pulled",

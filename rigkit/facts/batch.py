@@ -38,12 +38,13 @@ def _shell_text(command: Any) -> str:
 class FactBatch(FactBase):
     """Several facts read in one SSH round trip: {FactSpec: value}, each value what ``host.get_fact`` returns.
 
-    The facts' commands run side by side on the host (each in its own subshell, its output in a temporary
-    directory), then print in order, each followed by a marker line carrying its exit status, or "missing"
-    when the command the fact requires is absent (its default, as pyinfra gives). A fact whose command
-    fails, or whose output its process() refuses, is left out: facts_now then reads it alone,
-    so pyinfra reports and fails the host exactly as it would have. No temporary directory: no output at
-    all, and facts_now reads every fact alone.
+    The facts' commands run side by side on the host, each in its own subshell with its output in a temporary
+    directory; then each output gets a marker line carrying its exit status ("missing" when the command the fact
+    requires is absent: its default, as pyinfra gives) and one ``cat`` prints them in order. Only the subshells
+    and the facts' own commands are processes (the status, the marker and the order are the shell's builtins):
+    a rig's CPU is shared by every fact it reads. A fact whose command fails, or whose output its process()
+    refuses, is left out: facts_now then reads it alone, so pyinfra reports and fails the host exactly as it
+    would have. No temporary directory: no output at all, and facts_now reads every fact alone.
     """
 
     def command(self, facts: tuple[FactSpec, ...]) -> str:
@@ -56,17 +57,20 @@ class FactBatch(FactBase):
             kwargs = dict(spec.kwargs)
             if fact.shell_executable:
                 raise ValueError(f"{spec}: a fact with its own shell cannot join a batch")
-            run = f'( {_shell_text(fact.command(**kwargs))}\n) >"$d/{index}" 2>/dev/null; s=$?'
+            # the subshell keeps a fact's own `exit` from ending the batch; $! lets `wait` give its status
+            run = f'( {_shell_text(fact.command(**kwargs))}\n) >"$d/{index}" 2>/dev/null & p{index}=$!'
             needs = fact.requires_command(**kwargs)
             if needs:
-                run = f"if command -v {shlex.quote(needs)} >/dev/null 2>&1; then {run}; else s=missing; fi"
-            lines.append(f'{{ {run}; echo "$s" >"$d/{index}.status"; }} &')
-        lines.append("wait")
+                run = f"p{index}=; if command -v {shlex.quote(needs)} >/dev/null 2>&1; then {run}; fi"
+            lines.append(run)
         # the newline ends an output whose last line has none; process() removes it again
-        indexes = " ".join(str(index) for index in range(len(self._facts)))
-        lines.append(
-            f'for i in {indexes}; do cat "$d/$i"; printf \'\\n{self._marker} %s\\n\' "$(cat "$d/$i.status")"; done'
-        )
+        for index in range(len(self._facts)):
+            lines.append(
+                f'if [ -n "$p{index}" ]; then wait "$p{index}"; s=$?; else s=missing; fi; '
+                f'printf \'\\n{self._marker} %s\\n\' "$s" >>"$d/{index}"'
+            )
+        if self._facts:
+            lines.append("cat " + " ".join(f'"$d/{index}"' for index in range(len(self._facts))))
         return "\n".join(lines)
 
     def process(self, output: list[str]) -> dict[FactSpec, Any]:

@@ -106,3 +106,19 @@ def test_facts_now_reads_each_fact_alone_when_the_batch_fails(local_host, monkey
     specs = [FactSpec.of(ShellOutput, script="echo one"), FactSpec.of(ShellOutput, script="echo two")]
     assert facts_now(local_host, specs) == {specs[0]: ["one"], specs[1]: ["two"]}
     assert reads == [FactBatch, ShellOutput, ShellOutput]
+
+
+def test_a_batch_forks_per_fact_only_its_subshell_and_its_own_commands(local_host, tmp_path: Path):
+    """A rig's CPU is shared by every fact it reads: the batch adds no process per fact beyond the fact's subshell
+    (its status, marker and order are the shell's builtins) and prints every output with one `cat`."""
+    log = tmp_path / "cat.log"
+    wrapper = tmp_path / "bin" / "cat"
+    wrapper.parent.mkdir()
+    wrapper.write_text(f'#!/bin/sh\necho cat >> {log}\nexec /bin/cat "$@"\n')
+    wrapper.chmod(0o755)
+    specs = tuple(FactSpec.of(ShellOutput, script=f"echo {index}") for index in range(12))
+
+    batch = local_host.get_fact(FactBatch, facts=specs, _env={"PATH": f"{wrapper.parent}:/usr/bin:/bin"})
+
+    assert batch == {spec: [str(index)] for index, spec in enumerate(specs)}
+    assert log.read_text().splitlines() == ["cat"]

@@ -40,6 +40,7 @@ BENCH_DIR = Path(__file__).resolve().parent
 sys.path.insert(0, str(BENCH_DIR))
 
 import ansible_peer  # noqa: E402
+from cpu_account import precompile  # noqa: E402
 from deploy_bench import INVENTORY, REPO_ROOT, Availability, load_average, progress, pyinfra, rig_shell  # noqa: E402
 
 from rigkit.errors import ConfigError  # noqa: E402
@@ -354,6 +355,8 @@ def main() -> int:
     baseline = {name: (hosts[name]["data"], rig_settings(hosts[name]["data"])) for name in names}
     changed = knob_changed(baseline[names[0]][0], knob_name, knob_value)
 
+    progress("writing the checkout's bytecode (bench/cpu_account.py precompile: an installed rigkit has it)")
+    precompile(REPO_ROOT)
     progress("staging the lab's model on every lab rig (rigkit stage; a no-op when staged)")
     staged = stage_on_lab_rigs(INVENTORY, REPO_ROOT)
     if staged.returncode != 0:

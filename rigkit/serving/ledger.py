@@ -15,9 +15,8 @@ import json
 import re
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
+from functools import cached_property
 from typing import Optional
-
-import yaml
 
 from rigkit.paths import RIG_RELEASES_DIR, RIG_STATE_DIR
 from rigkit.serving.render import (
@@ -26,6 +25,7 @@ from rigkit.serving.render import (
     MODEL_LABEL,
     SERVICE_NAME,
 )
+from rigkit.settings import strict_yaml
 from rigkit.settings.knobs import KNOBS_BY_NAME
 
 LEDGER_PATH = f"{RIG_STATE_DIR}/ledger.json"
@@ -254,8 +254,13 @@ class Rendering:
     def as_dict(self) -> dict:
         return {"compose": self.compose, "env": self.env, "digest": self.hash}
 
+    @cached_property
+    def _compose_service(self) -> dict:
+        return strict_yaml.load(self.compose)["services"][SERVICE_NAME]
+
     def _service(self) -> dict:
-        return yaml.safe_load(self.compose)["services"][SERVICE_NAME]
+        """The engine's service in compose.yml, parsed once per rendering (a deploy reads it a dozen times)."""
+        return self._compose_service
 
     @property
     def image(self) -> str:

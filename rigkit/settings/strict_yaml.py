@@ -17,6 +17,12 @@ class StrictLoader(yaml.SafeLoader):
     """SafeLoader refusing duplicate keys."""
 
 
+# libyaml's parser with PyYAML's own safe constructor and resolver: the same documents, parsed ~5x faster (a
+# deploy reads profiles.yaml and each rendering's compose.yml once per rig); its errors carry no excerpt of the
+# text, so a document it refuses is read again by StrictLoader for the message.
+FastStrictLoader = type("FastStrictLoader", (yaml.CSafeLoader,), {}) if yaml.__with_libyaml__ else None
+
+
 def _mapping(loader: StrictLoader, node: yaml.MappingNode, deep: bool = False) -> dict:
     loader.flatten_mapping(node)
     seen: dict[Any, yaml.Node] = {}
@@ -33,9 +39,16 @@ def _mapping(loader: StrictLoader, node: yaml.MappingNode, deep: bool = False) -
     return loader.construct_mapping(node, deep=deep)
 
 
-StrictLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _mapping)
+for _loader in (StrictLoader, FastStrictLoader):
+    if _loader is not None:
+        _loader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _mapping)
 
 
 def load(text: str) -> Any:
     """The document in ``text``; yaml.YAMLError (DuplicateKey for a key given twice) on a problem."""
+    if FastStrictLoader is not None:
+        try:
+            return yaml.load(text, Loader=FastStrictLoader)
+        except yaml.YAMLError:
+            pass  # the same refusal again, with the excerpt PyYAML's own parser shows
     return yaml.load(text, Loader=StrictLoader)

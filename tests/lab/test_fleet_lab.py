@@ -393,10 +393,13 @@ BAD_INPUTS = {
 
 @pytest.fixture(scope="module")
 def converged_rig(lab, serving_image):
-    """A rig the docker and l2_disk roles have converged (a refused run converges them, starts no vLLM)."""
+    """A rig the provisioning roles (docker, l2_disk, ...) have converged, so a refusal's snapshot compares only what
+    the refused run itself could change. An image not in the registry is refused by the serving role, after them:
+    such a run converges them and starts no vLLM (a fresh lab's rig gets its fstab entry there)."""
     rig = host_network_rigs(lab, 1)[0]
-    run_pyinfra(["--limit", rig.name, "--data", "mem_limit_gb=1"], deploy="deploy.py")  # refused, cheap
-    run_pyinfra(["--limit", rig.name, "--data", "ram_reserve_gb=4000"], deploy="deploy.py")
+    missing = "serving_image=127.0.0.1:5000/rigkit/vllm-cpu-tiny" + MISSING_DIGEST
+    converging = run_pyinfra(["--limit", rig.name, "--data", missing], deploy="deploy.py")
+    assert converging.returncode != 0 and "no such manifest" in converging.stdout + converging.stderr
     return rig
 
 

@@ -18,7 +18,6 @@ import runpy
 import shlex
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -26,7 +25,7 @@ import pytest
 import requests
 
 from rigkit.fleet.outcome import FAILED, OK, UNREACHABLE
-from rigkit.fleet.pyinfra_args import pyinfra_executable
+from rigkit.fleet.pyinfra_args import pyinfra_executable, rigkit_executable
 from rigkit.paths import REPO_ROOT
 from rigkit.remote.tunnel import serving_url
 from rigkit.serving.ledger import LEDGER_PATH
@@ -87,7 +86,7 @@ WIDE_TERMINAL = {**os.environ, "COLUMNS": "200"}
 
 
 def rigkit_deploy(args: list[str], timeout: float = 1800) -> subprocess.CompletedProcess:
-    rigkit = Path(sys.executable).with_name("rigkit")
+    rigkit = Path(rigkit_executable())
     return subprocess.run(
         [str(rigkit), "deploy", str(LAB_INVENTORY), *args],
         cwd=REPO_ROOT,
@@ -260,7 +259,7 @@ def test_a_rig_stopped_mid_deploy_is_named_and_the_others_serve(lab, fleet):
     victim, survivors = fleet[-1], fleet[:-1]
     process = subprocess.Popen(
         [
-            str(Path(sys.executable).with_name("rigkit")),
+            rigkit_executable(),
             "deploy",
             str(LAB_INVENTORY),
             *limit_args(fleet),
@@ -443,7 +442,7 @@ def test_host_without_ssh_key_is_refused_before_pyinfra_runs(lab, tmp_path):
     cursor = rig_exec(
         rig, "journalctl -u ssh -n 1 --show-cursor -q --no-pager -o cat | sed -n 's/^-- cursor: //p'"
     ).stdout.strip()
-    rigkit = Path(sys.executable).with_name("rigkit")
+    rigkit = Path(rigkit_executable())
     result = subprocess.run(
         [str(rigkit), "deploy", str(inventory)], cwd=REPO_ROOT, capture_output=True, text=True, timeout=300
     )

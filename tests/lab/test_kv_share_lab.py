@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import shlex
 import subprocess
-import sys
 import time
 from contextlib import ExitStack
 from pathlib import Path
@@ -22,6 +21,7 @@ from test_status_lab import rig_json
 from rigkit.disk import under_mount_point_read
 from rigkit.facts.disk import UnderMountPoint
 from rigkit.facts.docker import ComposeCommand
+from rigkit.fleet.pyinfra_args import rigkit_executable
 from rigkit.fleet.targets import select
 from rigkit.lab.rigs import KV_SHARE_DIR, KV_SHARE_IN_RIG
 from rigkit.paths import REPO_ROOT
@@ -38,7 +38,7 @@ from rigkit.validation.warm_shared import ask, prefill, prompt_specs, rig_client
 pytestmark = [pytest.mark.lab]
 
 LAB_INVENTORY = REPO_ROOT / "inventory" / "lab.py"
-RIGKIT = Path(sys.executable).with_name("rigkit")
+RIGKIT = Path(rigkit_executable())
 SHARE = ["--data", "kv_share=true"]
 STORE_IN_RIG = f"{KV_SHARE_IN_RIG}/kv"  # kv_share_mount_point/kv_share_store_dir (its default)
 # ~3,500 tokens, as the lab's tier tests: one ExampleConnector entry, external hits in the thousands

@@ -7,7 +7,6 @@ import json
 import os
 import socket
 import subprocess
-import sys
 import time
 import uuid
 import warnings
@@ -16,6 +15,7 @@ from pathlib import Path
 import pytest
 import requests
 
+from rigkit.fleet.pyinfra_args import rigkit_executable
 from rigkit.lab import engine, netns, registry_server
 from rigkit.lab import rigs as lab_rigs
 from rigkit.lab.lab_model import ensure_lab_model
@@ -289,9 +289,7 @@ def test_lab_down_leaves_no_container_loop_device_mount_or_file(lab, rig_exec, t
         ).stdout.strip()
         if int(deepest.split(" ", 1)[0] or 0) > SUSPICIOUSLY_DEEP:  # the lab's own trees are ~26 levels deep
             warnings.warn(f"a path {deepest[:300]}... under the lab before `lab down`")
-        down = subprocess.run(
-            [str(Path(sys.executable).with_name("rigkit")), "lab", "down"], capture_output=True, text=True, timeout=900
-        )
+        down = subprocess.run([rigkit_executable(), "lab", "down"], capture_output=True, text=True, timeout=900)
         assert down.returncode == 0, f"rigkit lab down failed:\n{down.stdout[-4000:]}\n{down.stderr[-4000:]}"
         for pid in (lab.registry_pid, engine_pid):
             _reap_if_child(pid)  # this process started them (the lab fixture): their zombies are its to collect

@@ -23,12 +23,12 @@ import os
 import shlex
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 from typing import Optional
 
 import pytest
 
+from rigkit.fleet.pyinfra_args import rigkit_executable
 from rigkit.lab.lab_weights import lab_model_source, other_weights_revision
 from rigkit.lab.rigs import KV_SHARE_DIR, KV_SHARE_IN_RIG, LAB_MODEL_STORE
 from rigkit.model.source import manifest_size, parse_model_source, read_directory_manifest, resolve_directory
@@ -78,7 +78,7 @@ def _rigkit(*args: str, timeout: float = 900, env: Optional[dict] = None) -> sub
     pyinfra_cli patches into any process that imports it (other test modules do), turns paramiko's agent-forwarding
     thread into a greenlet, and the rig-to-rig transfer deadlocked there (15 min, a whole-suite run)."""
     return subprocess.run(
-        [str(Path(sys.executable).with_name("rigkit")), *args],
+        [rigkit_executable(), *args],
         cwd=REPO_ROOT,
         capture_output=True,
         text=True,

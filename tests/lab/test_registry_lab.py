@@ -14,13 +14,13 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
 
 from rigkit.fleet.outcome import FAILED
+from rigkit.fleet.pyinfra_args import rigkit_executable
 from rigkit.lab.registry_server import registry_answers, registry_pid
 from rigkit.paths import REPO_ROOT
 from rigkit.serving.render import CONTAINER_NAME
@@ -49,7 +49,7 @@ def test_a_hung_registry_is_named_and_the_old_release_keeps_serving(lab, deploye
 
     pid = registry_pid()
     assert pid, "the lab registry is not running"
-    rigkit = Path(sys.executable).with_name("rigkit")
+    rigkit = Path(rigkit_executable())
     started = time.monotonic()
     os.kill(pid, signal.SIGSTOP)
     try:

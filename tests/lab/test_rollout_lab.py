@@ -16,12 +16,12 @@ from __future__ import annotations
 
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 from test_fleet_lab import LAB_INVENTORY, broken_release, ledger, models, rig_exec, serving_image_of  # noqa: F401
 
+from rigkit.fleet.pyinfra_args import rigkit_executable
 from rigkit.paths import REPO_ROOT
 from rigkit.rollout.summary import MAX_WIDTH
 from rigkit.serving.commands import RELEASE_HASH_FILE
@@ -62,7 +62,7 @@ def bad_on_batch_1(rigs, tmp_path_factory) -> Path:
 
 
 def rollout(inventory, rigs, records: Path, *args: str) -> subprocess.CompletedProcess:
-    rigkit = Path(sys.executable).with_name("rigkit")
+    rigkit = Path(rigkit_executable())
     limits = [arg for rig in rigs for arg in ("--limit", rig.name)]
     return subprocess.run(
         [str(rigkit), "deploy", str(inventory), "--canary", "1", "--batch", "1", *limits, *args],

@@ -41,7 +41,6 @@ from __future__ import annotations
 import os
 import re
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -51,6 +50,7 @@ from router_process import Loops, RouterProcess
 from test_fleet_lab import LAB_INVENTORY, ledger, models, serving_image_of
 
 from rigkit.firewall import API_FIREWALL
+from rigkit.fleet.pyinfra_args import rigkit_executable
 from rigkit.lab.pyinfra_output import parse_results
 from rigkit.paths import REPO_ROOT
 from rigkit.remote.tunnel import serving_url
@@ -271,7 +271,7 @@ def rigkit_deploy_under_traffic(router: RouterProcess, rigs, inventory: Path, ar
     """`rigkit deploy INVENTORY *args` while Traffic runs through the router, requests served before it starts and
     after it ends, asserted to succeed and to lose no request; (traffic, the router's count per worker before it
     started, the command's result)."""
-    rigkit = Path(sys.executable).with_name("rigkit")
+    rigkit = Path(rigkit_executable())
     with Traffic(router, models(rigs[0])[0]) as traffic:
         traffic.served(10)  # traffic on every rig before the command
         routed_before = router.processed()

@@ -23,6 +23,7 @@ from rigkit.errors import PreflightError, RigkitError
 from rigkit.nvidia_smi import GpuMemoryReading, parse_gpu_memory
 from rigkit.remote.registry import registry_failure
 from rigkit.settings.hostdata import Settings
+from rigkit.settings.knobs import VLLM_DEFAULT_GPU_MEMORY_UTILIZATION
 from rigkit.settings.sizing import GB, GIB
 from rigkit.survey import RigState
 
@@ -358,11 +359,13 @@ def check_gpus(settings: Settings, gpu_memory_csv: Optional[str]) -> list[Findin
         return [too_wide]
     minimum = settings.knobs["gpu_free_fraction_min"]
     # vLLM itself refuses to start when a GPU has less free than gpu_memory_utilization of its memory
-    # (vllm/v1/worker/utils.py request_memory, 0.26): a bar no force can lower
-    utilization = settings.knobs["gpu_memory_utilization"]
+    # (vllm/v1/worker/utils.py request_memory, 0.26), its own default when unset: a bar no force can lower
+    asked = settings.knobs["gpu_memory_utilization"]
+    utilization = VLLM_DEFAULT_GPU_MEMORY_UTILIZATION if asked is None else asked
     # at equality the bar is vLLM's too: below it the engine would not start, whatever force says
-    engine_bar = utilization is not None and utilization >= minimum
+    engine_bar = utilization >= minimum
     field, minimum = ("gpu_memory_utilization", utilization) if engine_bar else ("gpu_free_fraction_min", minimum)
+    unset_note = f" (gpu_memory_utilization unset: vLLM's default {utilization})" if asked is None else ""
     findings = []
     for index in selected:
         gpu = by_index[index]
@@ -375,10 +378,11 @@ def check_gpus(settings: Settings, gpu_memory_csv: Optional[str]) -> list[Findin
                     field,
                     minimum,
                     f"GPU {index} has {gpu.free_fraction:.1%} free ({gpu.free_mib} of {gpu.total_mib} MiB) "
-                    f"< {minimum:.0%}" + (" (vLLM would not start)" if engine_bar else ""),
+                    f"< {minimum:.0%}" + (f" (vLLM would not start){unset_note}" if engine_bar else ""),
                     fix
                     + (
-                        f", or lower gpu_memory_utilization to at most {math.floor(gpu.free_fraction * 100) / 100:.2f}"
+                        f", or {'set' if asked is None else 'lower'} gpu_memory_utilization to at most "
+                        f"{math.floor(gpu.free_fraction * 100) / 100:.2f}"
                         if engine_bar
                         else ""
                     ),

@@ -114,17 +114,30 @@ def test_ram_reserve_is_a_knob():
     assert not refusals(run({**LMCACHE, "ram_reserve_gb": 20}, meminfo=meminfo_gib(81)))
 
 
+# vLLM would start on BUSY's GPU 0 (79.3% free) with 0.7 of it: only rigkit's gpu_free_fraction_min refuses
+BELOW_THE_GATE = {**LMCACHE, "gpu_memory_utilization": 0.7}
+
+
 def test_busy_gpu_refused_and_force_downgrades_it():
-    findings = run(LMCACHE, gpu_memory_csv=BUSY)
+    findings = run(BELOW_THE_GATE, gpu_memory_csv=BUSY)
     (gpu,) = refusals(findings)
     assert gpu.check == "gpu" and "GPU 0" in gpu.message and "79.3%" in gpu.message
-    forced = run({**LMCACHE, "force": True}, gpu_memory_csv=BUSY)
+    forced = run({**BELOW_THE_GATE, "force": True}, gpu_memory_csv=BUSY)
     assert refusals(forced) == [] and any(f.level == "warn" and "forced" in f.message for f in forced)
-    assert refusals(run({**LMCACHE, "gpu_mask": "1"}, gpu_memory_csv=BUSY)) == []
+    assert refusals(run({**BELOW_THE_GATE, "gpu_mask": "1"}, gpu_memory_csv=BUSY)) == []
 
 
 def test_gpu_gate_threshold_is_a_knob():
-    assert refusals(run({**LMCACHE, "gpu_free_fraction_min": 0.75}, gpu_memory_csv=BUSY)) == []
+    assert refusals(run({**BELOW_THE_GATE, "gpu_free_fraction_min": 0.75}, gpu_memory_csv=BUSY)) == []
+
+
+def test_unset_gpu_memory_utilization_is_held_to_vllms_default_which_force_cannot_lower():
+    # vLLM 0.26 starts only where 92% of each GPU is free when gpu_memory_utilization is unset: rigkit's own
+    # 80% gate would let a GPU 85% free through to an engine that refuses to start
+    for data in (LMCACHE, {**LMCACHE, "force": True}, {**LMCACHE, "gpu_free_fraction_min": 0.5}):
+        gpus = refusals(run(data, gpu_memory_csv=gpu_csv(91_999)))
+        assert [(gpu.field, gpu.value, gpu.forceable) for gpu in gpus] == [("gpu_memory_utilization", 0.92, False)] * 2
+    assert refusals(run(LMCACHE, gpu_memory_csv=gpu_csv(92_000))) == []
 
 
 def test_gpu_profile_on_a_rig_without_gpus_refused_even_forced():
@@ -267,9 +280,17 @@ GATES = [
     ),
     (
         "gpu: free fraction == gpu_free_fraction_min",
-        {**LMCACHE, "gpu_free_fraction_min": 0.8},
+        {**LMCACHE, "gpu_free_fraction_min": 0.8, "gpu_memory_utilization": 0.7},
         dict(gpu_memory_csv=gpu_csv(80_000)),
         dict(gpu_memory_csv=gpu_csv(79_999)),
+        "gpu",
+        "refuse",
+    ),
+    (
+        "gpu: free fraction == vLLM's default gpu_memory_utilization, unset",
+        LMCACHE,
+        dict(gpu_memory_csv=gpu_csv(92_000)),
+        dict(gpu_memory_csv=gpu_csv(91_999)),
         "gpu",
         "refuse",
     ),
@@ -838,7 +859,7 @@ WORD_FOR_WORD = [
     (
         "gpu: below gpu_free_fraction_min (forceable)",
         check_gpus,
-        LMCACHE,
+        BELOW_THE_GATE,
         (BUSY,),
         [
             Finding(
@@ -867,6 +888,24 @@ WORD_FOR_WORD = [
                 0.9,
                 "GPU 0 has 79.3% free (114018 of 143771 MiB) < 90% (vLLM would not start)",
                 BUSY_FIX + ", or lower gpu_memory_utilization to at most 0.79",
+            ),
+            BUSY_GPU1,
+        ],
+    ),
+    (
+        "gpu: below vLLM's default gpu_memory_utilization, unset (vLLM would not start)",
+        check_gpus,
+        LMCACHE,
+        (BUSY,),
+        [
+            Finding(
+                "refuse",
+                "gpu",
+                "gpu_memory_utilization",
+                0.92,
+                "GPU 0 has 79.3% free (114018 of 143771 MiB) < 92% (vLLM would not start) "
+                "(gpu_memory_utilization unset: vLLM's default 0.92)",
+                BUSY_FIX + ", or set gpu_memory_utilization to at most 0.79",
             ),
             BUSY_GPU1,
         ],

@@ -112,10 +112,14 @@ def test_gpus_on_the_bus_but_declared_zero_the_driver_role_would_skip_them():
 
 
 def test_gpu_memory_checked_where_nvidia_smi_answers():
-    gpu = only(refusals(run(LMCACHE, gpu_memory_csv=BUSY)), "gpu")
+    below_the_gate = {**LMCACHE, "gpu_memory_utilization": 0.7}  # vLLM would start: only rigkit's gate refuses
+    gpu = only(refusals(run(below_the_gate, gpu_memory_csv=BUSY)), "gpu")
     assert gpu.field == "gpu_free_fraction_min" and "GPU 0" in gpu.message
-    assert refusals(run({**LMCACHE, "force": True}, gpu_memory_csv=BUSY)) == []  # forceable, as in serving
+    assert refusals(run({**below_the_gate, "force": True}, gpu_memory_csv=BUSY)) == []  # forceable, as in serving
     assert refusals(run(LMCACHE, gpu_memory_csv=IDLE)) == []
+    # unset, vLLM's default 0.92 needs 92% free: not forceable here either
+    gpu = only(refusals(run({**LMCACHE, "force": True}, gpu_memory_csv=BUSY)), "gpu")
+    assert gpu.field == "gpu_memory_utilization" and not gpu.forceable
 
 
 def test_cpu_profile_needs_no_gpu_anywhere():

@@ -215,6 +215,11 @@ MAX_CONTEXT_TOKENS = 2**24
 HASH_SEED_RANGE = (0, 2**32 - 1)
 
 
+# What vLLM uses when gpu_memory_utilization is unset (vLLM 0.26 vllm/config/cache.py, CacheConfig: default=0.92):
+# also the share of each GPU's memory that must be free for it to start (rigkit.preflight.check_gpus).
+VLLM_DEFAULT_GPU_MEMORY_UTILIZATION = 0.92
+
+
 def _fraction_of_gpu(value: float) -> None:
     # vLLM's own bound (CacheConfig.gpu_memory_utilization: gt=0, le=1)
     if not 0 < value <= 1:
@@ -614,7 +619,7 @@ KNOBS: list[Variable] = [
         "gpu_memory_utilization",
         None,
         "--gpu-memory-utilization: fraction of each GPU's memory vLLM may "
-        "use, in (0, 1] (empty = vLLM's default, 0.92)",
+        f"use, in (0, 1] (empty = vLLM's default, {VLLM_DEFAULT_GPU_MEMORY_UTILIZATION})",
         float,
         _fraction_of_gpu,
         optional=True,

@@ -193,10 +193,13 @@ def test_the_gpu_gate_rises_to_the_memory_vllm_will_ask_for():
     def gpu_refusals(**knobs):
         return [f for f in refusals(preflight(settings("native-offload", **knobs), facts)) if f.check == "gpu"]
 
-    assert gpu_refusals() == [] and gpu_refusals(gpu_memory_utilization=0.85) == []
+    assert gpu_refusals(gpu_memory_utilization=0.85) == []
     for force in (False, True):  # vLLM refuses to start below its utilisation: force cannot help
         found = gpu_refusals(gpu_memory_utilization=0.92, force=force)
         assert [(f.field, f.value) for f in found] == [("gpu_memory_utilization", 0.92)] * 2
         assert "vLLM would not start" in found[0].message
         assert "lower gpu_memory_utilization to at most 0.85" in found[0].fix
+        unset = gpu_refusals(force=force)  # vLLM's own default, 0.92, is the same bar
+        assert [(f.field, f.value) for f in unset] == [("gpu_memory_utilization", 0.92)] * 2
+        assert "set gpu_memory_utilization to at most 0.85" in unset[0].fix
     assert gpu_refusals(gpu_memory_utilization=0.5, gpu_free_fraction_min=0.9)[0].field == "gpu_free_fraction_min"

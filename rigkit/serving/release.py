@@ -115,11 +115,11 @@ class Plan:
 
 @dataclass(frozen=True)
 class Restore:
-    """What a rollback brings up (None: nothing can be), the ledger note saying which rendering that is,
-    and a warning for the operator when it is not the stored one."""
+    """What a rollback brings up (None: nothing can be), the ledger note saying which rendering that is (none
+    when nothing is brought up: nothing is recorded), and a warning for the operator when it is not the stored one."""
 
     rendering: Optional[Rendering]
-    note: str
+    note: str = ""
     warning: str = ""
     # why no rendering can be brought up, when that is not plain "nothing stored, nothing renders"
     refused: str = ""
@@ -213,9 +213,7 @@ def restore(
     if todays is not None and undone is not None and todays.hash == undone.rendering:
         stored = f"the stored rendering {(target.rendering or 'none')[:SHORT_DIGEST]} of {target.image}"
         return Restore(
-            None,
-            REPLACEMENT_NOTE.format(why=why),
-            refused=f"{stored} cannot be used ({why}) and today's data renders the release being undone itself",
+            None, refused=f"{stored} cannot be used ({why}) and today's data renders the release being undone itself"
         )
     return Restore(
         todays,

@@ -35,6 +35,30 @@ def test_more_canaries_than_targeted_rigs_is_refused_naming_the_count():
     assert [(s.label, s.rigs) for s in plan_stages(["a", "b"], 0, 0)] == [(rollout_plan.ALL_AT_ONCE, ("a", "b"))]
 
 
+@pytest.mark.parametrize(
+    "rigs,canary,message",
+    [
+        (
+            ["a", "b"],
+            3,
+            "rollout_canary=3: asks for 3 canaries but the run targets 2 rig(s) (a, b). "
+            "Fix: set rollout_canary (or --canary) to at most 2, or widen --limit",
+        ),
+        (
+            [],
+            1,
+            "rollout_canary=1: asks for 1 canaries but the run targets 0 rig(s) (none). "
+            "Fix: set rollout_canary (or --canary) to at most 0, or widen --limit",
+        ),
+    ],
+    ids=["two-rigs", "no-rig"],
+)
+def test_the_refusal_of_too_many_canaries_word_for_word(rigs, canary, message):
+    with pytest.raises(ConfigError) as refused:
+        plan_stages(rigs, canary=canary, batch=0)
+    assert (refused.value.field, refused.value.value, str(refused.value)) == ("rollout_canary", canary, message)
+
+
 def test_settings_agree_across_rigs_or_are_refused_and_a_flag_wins():
     same = {"rig4": section(rollout_canary=1, rollout_batch=2), "rig5": section(rollout_canary=1, rollout_batch=2)}
     assert rollout_settings(same, {}) == RolloutSettings(1, 2, "leave", True)

@@ -63,8 +63,8 @@ def test_smoke_without_release_is_an_error():
 R1, R2, R3 = ("1" * 64, "2" * 64, "3" * 64)
 
 
-def entry(image, rendering, verdict, kind="deploy"):
-    release = Release(image=image, profile="cpu-lab", knobs_hash="h", kind=kind, rendering=rendering)
+def entry(image, rendering, verdict, kind="deploy", model=None):
+    release = Release(image=image, profile="cpu-lab", knobs_hash="h", kind=kind, rendering=rendering, model=model)
     release.smoke = verdict
     return release
 
@@ -200,3 +200,31 @@ def test_the_release_a_rollback_undoes_is_the_latest_deploy_not_a_rollback_after
     ledger = Ledger([entry(A, R1, SMOKE_PASS), entry(A, R2, SMOKE_FAIL), entry(A, R1, SMOKE_PASS, kind="rollback")])
     assert ledger.latest_deploy().rendering == R2
     assert Ledger().latest_deploy() is None
+    ledger.record(entry(A, R3, SMOKE_FAIL))
+    ledger.record(entry(A, R1, SMOKE_PASS, kind="rollback"))
+    assert ledger.latest_deploy().rendering == R3  # the newest of three deploys, not the second
+
+
+# A ledger whose releases mount staged models: R1 and R2 verified, R3 verified without a staged model (vLLM loads
+# it), R4 current and failed. Always kept: R4 (current) and R3 (last known-good, rollback target).
+STAGED = Ledger(
+    [
+        entry(A, R1, SMOKE_PASS, model="m@1"),
+        entry(A, R2, SMOKE_PASS, model="m@2"),
+        entry(A, R3, SMOKE_PASS),
+        entry(A, R4, SMOKE_FAIL, model="m@4"),
+    ]
+)
+
+
+@pytest.mark.parametrize(
+    "keep,needed",
+    [
+        (1, ["m@4"]),  # m@1 and m@2 are the prune's to remove; R3 needs no staged model
+        (2, ["m@4"]),  # the newest two renderings are the always-kept R4 and R3
+        (3, ["m@2", "m@4"]),  # R2 kept by count alone
+        (4, ["m@1", "m@2", "m@4"]),
+    ],
+)
+def test_the_staged_models_a_prune_keeps_are_those_of_the_kept_renderings(keep, needed):
+    assert STAGED.models_needed(keep) == needed

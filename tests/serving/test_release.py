@@ -27,6 +27,7 @@ from rigkit.serving.release import (
     RollBack,
     StoreRendering,
     WriteLedger,
+    entry_of,
     judge_release,
     judge_rollback,
     never_ready,
@@ -318,3 +319,24 @@ def test_an_automatic_rollback_leaves_the_input_ledger_and_says_what_it_refuses_
     failed_too = judge_rollback(plan.ledger, plan.failed, "deploy", decision, Outcome(ready=False, why_not_ready="x"))
     assert failed_too.steps[0] == WriteLedger(failed_too.ledger.to_json())
     assert (failed_too.steps[-1].image, failed_too.steps[-1].fix) == (IMAGE_2, FIX_ROLLBACK_FAILED)
+
+
+def test_a_release_entry_names_the_staged_model_its_rendering_mounts():
+    # the ledger's model decides which staged revisions a prune keeps (Ledger.models_needed)
+    source = "Qwen/Qwen3-8B@" + "c" * 40
+    mounting = rendering_for(settings_for_host({**DATA, "model_source": source}))
+    plan = judge_release(Ledger(), mounting, "deploy", "", PASSED, keep_images=1)
+    assert plan.ledger.current.model == source and plan.ledger.models_needed(1) == [source]
+    assert entry_of(mounting, "rollback", "restored").model == source and entry_of(GOOD, "deploy", "").model is None
+
+
+def test_a_rollback_to_an_entry_from_before_stored_renderings_that_only_renders_the_undone_release_is_refused():
+    # rollback.py --data rollback_to=IMAGE_1 on a ledger whose verified IMAGE_1 entry predates rendering hashes,
+    # after a deploy of the same image from today's data failed: re-rendering would bring that failure back
+    old = Release(image=IMAGE_1, profile="cpu-lab", knobs_hash=GOOD.knobs_hash, smoke=SMOKE_PASS)
+    failed = entry_of(GOOD, "deploy", "smoke FAIL: models: tiny not listed")
+    assert restore(old, None, todays=GOOD, undone=failed) == Restore(
+        None,
+        refused=f"the stored rendering none of {IMAGE_1} cannot be used (stored rendering missing) and today's "
+        "data renders the release being undone itself",
+    )

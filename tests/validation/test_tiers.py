@@ -8,6 +8,8 @@ FIXTURES_DIR = Path(__file__).resolve().parents[1] / "fixtures"
 from dataclasses import replace
 
 from rigkit.validation.metrics import (
+    LMCACHE_CHUNKS_LOADED,
+    LMCACHE_L2_PREFETCH_LOADED,
     LMCACHE_LOOKUP_HITS,
     LMCACHE_LOOKUP_HITS_L1,
     LMCACHE_LOOKUP_HITS_L2,
@@ -381,3 +383,67 @@ def test_a_shared_window_in_words_and_fields():
     assert label_shared(replace(nothing, reset=True)).proof.endswith(
         " (counters reset: server restarted inside the window)"
     )
+
+
+# LMCache 0.5.3's chunk counters -> the store tier that served a connector hit (MADE UP windows: 11 chunks of 256
+# tokens found, as in the H200 capture). Prefetch loads are the chunks its L2 prefetcher brought up.
+CONNECTOR_HIT = made_up(
+    prefix_cache_queries=3030.0,
+    external_prefix_cache_hits=2816.0,
+    external_prefix_cache_queries=3030.0,
+    prompt_tokens_by_source={"external_kv_transfer": 2816.0, "local_compute": 214.0},
+)
+CONNECTOR_HIT_PROOF = (
+    "GPU prefix hits +0/3030 queried, external hits +2816/3030 queried, external_kv_transfer tokens +2816"
+    ", LMCache lookup hits +2816; "
+)
+NOTHING_LOADED = (
+    "LMCache {} inferred from the procedure (this LMCache exports no "
+    f"{LMCACHE_LOOKUP_HITS_L1} / {LMCACHE_LOOKUP_HITS_L2}, and loaded no chunk by {LMCACHE_CHUNKS_LOADED})"
+)
+CHUNKS = "LMCache chunks loaded +11, of them from L2 (prefetch loads) +{}: served from {}"
+
+
+@pytest.mark.parametrize(
+    "loaded,prefetched,after_restart,store_tier,source,proof",
+    [
+        (None, None, False, "L1", INFERRED, NOTHING_LOADED.format("L1")),
+        (None, None, True, "L2", INFERRED, NOTHING_LOADED.format("L2")),
+        (0, 0, False, "L1", INFERRED, NOTHING_LOADED.format("L1")),
+        (0, 3, True, "L2", INFERRED, NOTHING_LOADED.format("L2")),
+        (11, None, False, "L1", BY_COUNTERS, CHUNKS.format(0, "L1")),
+        (11, 1, False, "L1+L2", BY_COUNTERS, CHUNKS.format(1, "L1+L2")),  # one chunk of 256 tokens from L2
+        (11, 10, True, "L1+L2", BY_COUNTERS, CHUNKS.format(10, "L1+L2")),
+        (11, 11, True, "L2", BY_COUNTERS, CHUNKS.format(11, "L2")),
+        (11, 15, False, "L2", BY_COUNTERS, CHUNKS.format(11, "L2")),  # prefetched beyond this request's chunks
+    ],
+    ids=[
+        "no-series",
+        "no-series-restart",
+        "none-loaded",
+        "none-loaded-restart",
+        "l1",
+        "one-from-l2",
+        "ten-from-l2",
+        "all-from-l2",
+        "more-prefetched",
+    ],
+)
+def test_the_lmcache_tier_by_its_chunk_counters_or_the_procedure(
+    loaded, prefetched, after_restart, store_tier, source, proof
+):
+    counters = {LMCACHE_LOOKUP_HITS + '{cache_salt=""}': 2816.0}
+    if loaded is not None:
+        counters[LMCACHE_CHUNKS_LOADED + '{cache_salt=""}'] = float(loaded)
+    if prefetched is not None:
+        counters[LMCACHE_L2_PREFETCH_LOADED + '{l2_name="fs"}'] = float(prefetched)
+    expected = Tier.WARM_PERSISTENT if after_restart else Tier.WARM_CONNECTOR
+    verdict = label(replace(CONNECTOR_HIT, lmcache=counters), expected, True, after_restart=after_restart)
+    assert (verdict.tier, verdict.store_tier, verdict.store_tier_source) == (expected, store_tier, source)
+    assert verdict.proof == CONNECTOR_HIT_PROOF + proof
+
+
+def test_a_shared_window_carries_what_the_lmcache_server_retrieved():
+    shared = replace(CONNECTOR_HIT, lmcache={LMCACHE_LOOKUP_HITS + '{cache_salt=""}': 2816.0})
+    assert label_shared(shared).connector_retrieved_tokens == 2816.0
+    assert label_shared(replace(shared, lmcache={})).connector_retrieved_tokens is None

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import compileall
 import resource
+import statistics
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -61,6 +62,16 @@ class CpuSpent:
     controller_s: float
     rigs_s: Optional[float]  # None: the rigs' cgroup counters were not found
     rigs: int
+
+    @classmethod
+    def median(cls, samples: list["CpuSpent"]) -> "CpuSpent":
+        """Each figure's median over several runs of the same command."""
+        rigs = [sample.rigs_s for sample in samples]
+        return cls(
+            statistics.median(sample.controller_s for sample in samples),
+            None if None in rigs else statistics.median(rigs),
+            samples[0].rigs,
+        )
 
     def describe(self) -> str:
         if self.rigs_s is None:

@@ -69,13 +69,6 @@ def verdict(target: str, met: bool, figure: str) -> str:
 
 
 def floor(rigs: list[RigState]) -> float:
-    account = CpuAccount(rig.container for rig in rigs).start()
-    seconds = _floor(rigs)
-    LAST_CPU[0] = account.stop()
-    return seconds
-
-
-def _floor(rigs: list[RigState]) -> float:
     args = [
         pyinfra_executable(),
         "-y",
@@ -84,11 +77,14 @@ def _floor(rigs: list[RigState]) -> float:
         "fact",
         FLOOR_FACT,
     ]
+    account = CpuAccount(rig.container for rig in rigs).start()
     started = time.monotonic()
     result = subprocess.run(args, cwd=REPO_ROOT, capture_output=True, text=True)
+    elapsed = time.monotonic() - started
+    LAST_CPU[0] = account.stop()
     if result.returncode != 0:
         raise SystemExit(f"pyinfra fact failed:\n{(result.stdout + result.stderr)[-4000:]}")
-    return time.monotonic() - started
+    return elapsed
 
 
 def noop_round_trips(rig: RigState) -> int:
@@ -130,15 +126,6 @@ def pyinfra(rigs: list[RigState], deploy: str, *data: str) -> tuple[float, str]:
 LAST_TIMELINE: list[Timeline] = [Timeline((), 0.0, 0)]
 # the last pyinfra run's CPU, the controller's and the rigs' (bench/cpu_account.py)
 LAST_CPU: list[CpuSpent] = [CpuSpent(0.0, None, 0)]
-
-
-def median_cpu(samples: list[CpuSpent]) -> CpuSpent:
-    rigs = [sample.rigs_s for sample in samples]
-    return CpuSpent(
-        statistics.median(sample.controller_s for sample in samples),
-        None if None in rigs else statistics.median(rigs),
-        samples[0].rigs,
-    )
 
 
 def load_average() -> str:
@@ -257,7 +244,7 @@ def main() -> int:
             floor_samples.append(floor(group))
             floor_cpu_samples.append(LAST_CPU[0])
         noop[count], floors[count] = statistics.median(samples), statistics.median(floor_samples)
-        noop_cpu[count], floor_cpu[count] = median_cpu(cpu_samples), median_cpu(floor_cpu_samples)
+        noop_cpu[count], floor_cpu[count] = CpuSpent.median(cpu_samples), CpuSpent.median(floor_cpu_samples)
         rows.append(
             Row(
                 "no-op re-deploy",

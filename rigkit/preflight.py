@@ -312,6 +312,22 @@ def _tensor_parallel_refusal(settings: Settings, available: int, where: str) -> 
     )
 
 
+def _absent_gpus_refusal(settings: Settings, absent: list[int], what_the_rig_has: str) -> list[Finding]:
+    """gpu_mask selects GPUs the rig lacks: refused, whatever force says."""
+    if not absent:
+        return []
+    return [
+        Finding(
+            "refuse",
+            "gpu",
+            "gpu_mask",
+            settings.knobs["gpu_mask"],
+            f"GPU(s) {absent} not on this rig ({what_the_rig_has})",
+            "fix gpu_mask for this host",
+        )
+    ]
+
+
 def check_gpus(settings: Settings, gpu_memory_csv: Optional[str]) -> list[Finding]:
     profile = settings.profile
     if not profile.needs_gpus:
@@ -332,16 +348,7 @@ def check_gpus(settings: Settings, gpu_memory_csv: Optional[str]) -> list[Findin
     selected = settings.gpu_ids or sorted(by_index)
     absent = [index for index in selected if index not in by_index]
     if absent:
-        return [
-            Finding(
-                "refuse",
-                "gpu",
-                "gpu_mask",
-                settings.knobs["gpu_mask"],
-                f"GPU(s) {absent} not on this rig (it has {sorted(by_index)})",
-                "fix gpu_mask for this host",
-            )
-        ]
+        return _absent_gpus_refusal(settings, absent, f"it has {sorted(by_index)}")
     if len(selected) < profile.resources.gpus:
         return [
             Finding(
@@ -430,16 +437,7 @@ def check_gpus_before_driver(
     # the driver numbers the bus's GPUs 0..n-1: a gpu_mask beyond them is refused now, not once the driver is in
     absent = [index for index in settings.gpu_ids if index >= nvidia_pci_gpus]
     if absent:
-        return [
-            Finding(
-                "refuse",
-                "gpu",
-                "gpu_mask",
-                settings.knobs["gpu_mask"],
-                f"GPU(s) {absent} not on this rig (its PCI bus shows {nvidia_pci_gpus} NVIDIA GPU(s))",
-                "fix gpu_mask for this host",
-            )
-        ]
+        return _absent_gpus_refusal(settings, absent, f"its PCI bus shows {nvidia_pci_gpus} NVIDIA GPU(s)")
     # every GPU the stack gets is on the bus now: tensor parallelism needs no more than the bus shows
     too_wide = _tensor_parallel_refusal(settings, nvidia_pci_gpus, "the rig's PCI bus shows")
     if too_wide:

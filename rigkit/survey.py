@@ -17,12 +17,12 @@ from pyinfra.facts.server import LinuxDistribution, Which
 
 from rigkit.facts.batch import FactBatch, FactSpec, each_missing_alone, facts_now
 from rigkit.facts.disk import BlockDeviceProbe, DiskFree, MountedFilesystem
-from rigkit.facts.docker import ComposeCommand, DockerEngine, DockerImagePresent, DockerLocalImages
+from rigkit.facts.docker import ComposeCommand
 from rigkit.facts.firewall import FirewallTrace, NetworkNamespace, SshConnection, trace_kwargs
 from rigkit.facts.model import StagedModel
 from rigkit.facts.nvidia import NvidiaGpuMemory, NvidiaPciGpus, NvidiaSmiGpus
 from rigkit.facts.server import MemInfo, PortListeners, ShmFree, ShmSize
-from rigkit.facts.serving import StackContainers
+from rigkit.facts.serving import ServingEngine
 from rigkit.firewall import API_FIREWALL
 from rigkit.model.source import store_stamp
 from rigkit.serving.render import STACK_NAME
@@ -65,6 +65,12 @@ class RigState:
         return tuple(container["id"] for container in self.stack_containers if container["running"])
 
 
+# survey_specs' key for the fact behind engine, local_images, image_present and stack_containers (and their
+# values without a docker CLI)
+SERVING_ENGINE = "serving_engine"
+NO_ENGINE = {"engine": None, "local_images": [], "image_present": False, "stack_containers": []}
+
+
 def survey_specs(rig: RigSettings) -> dict[str, FactSpec]:
     """The fact behind each RigState field, as the rig's settings ask for it."""
     stack = rig.declared_stack
@@ -74,10 +80,8 @@ def survey_specs(rig: RigSettings) -> dict[str, FactSpec]:
         "shm_bytes": FactSpec.of(ShmSize),
         "shm_free": FactSpec.of(ShmFree),
         "docker_cli": FactSpec.of(Which, command="docker"),
-        "engine": FactSpec.of(DockerEngine),
+        SERVING_ENGINE: FactSpec.of(ServingEngine, image=stack.image if stack else None, stack=STACK_NAME),
         "compose_command": FactSpec.of(ComposeCommand),
-        "stack_containers": FactSpec.of(StackContainers, stack=STACK_NAME),
-        "local_images": FactSpec.of(DockerLocalImages),
         "api_firewall_trace": FactSpec.of(FirewallTrace, **trace_kwargs(API_FIREWALL)),
     }
     if stack is not None:
@@ -85,7 +89,6 @@ def survey_specs(rig: RigSettings) -> dict[str, FactSpec]:
         for knob, port in stack.listen_ports.items():
             if knob != "serving_port":
                 specs[f"{STACK_PORT_PREFIX}{knob}"] = FactSpec.of(PortListeners, port=port)
-        specs["image_present"] = FactSpec.of(DockerImagePresent, image=stack.image)
         if stack.model_source is not None:
             store = stack.knobs["model_store_path"]
             specs["staged_model"] = FactSpec.of(
@@ -120,7 +123,6 @@ STACK_PORT_PREFIX = "stack_port:"
 NOT_READ: dict[str, Any] = {
     "shm_free": None,
     "port_listeners": [],
-    "image_present": False,
     "l2_device": None,
     "l2_mount": None,
     "l2_free_bytes": None,
@@ -138,7 +140,8 @@ NOT_READ: dict[str, Any] = {
 
 def state_from(values: dict[str, Any]) -> RigState:
     """A RigState from each field's fact value (``survey_specs``' keys); unread fields get NOT_READ."""
-    merged = {**NOT_READ, **{k: v for k, v in values.items() if not k.startswith(STACK_PORT_PREFIX)}}
+    engine = values.get(SERVING_ENGINE) or NO_ENGINE
+    merged = {**NOT_READ, **engine, **{k: v for k, v in values.items() if not k.startswith(STACK_PORT_PREFIX)}}
     merged["stack_port_listeners"] = {
         k[len(STACK_PORT_PREFIX) :]: list(v or []) for k, v in values.items() if k.startswith(STACK_PORT_PREFIX)
     }

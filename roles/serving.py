@@ -36,15 +36,14 @@ from pyinfra.operations import files, python, systemd
 from pyinfra.operations.util import any_changed
 
 from rigkit.facts.batch import FactSpec
-from rigkit.facts.docker import ComposeCommand, DockerImagePresent, ManifestProbe
+from rigkit.facts.docker import ComposeCommand, ManifestProbe
 from rigkit.facts.model import StagedModel
-from rigkit.facts.serving import StackContainers
 from rigkit.facts.surveyed import directory_reads, put_reads, service_reads
 from rigkit.files.l2_janitor import L2_JANITOR_INTERVAL_S, L2_JANITOR_MIN_FREE_BYTES, L2_JANITOR_UNIT
 from rigkit.model.source import mounted_dir, parse_model_source, store_stamp
 from rigkit.operations import refusal_of, refuse, refusing_step
 from rigkit.operations.files import secret_file
-from rigkit.operations.serving import PULL_STEP, engine_checked, image_pulled, stack_release
+from rigkit.operations.serving import PULL_STEP, engine_checked, image_pulled, serving_engine, stack_release
 from rigkit.paths import RIG_LIB_DIR, RIG_STACK_DIR, RIG_STATE_DIR
 from rigkit.preflight import HostFacts, preflight, refusals
 from rigkit.remote.tunnel import serving_url
@@ -68,7 +67,7 @@ from rigkit.serving.release import (
     roll_back_or_refuse,
     rollback_target,
 )
-from rigkit.serving.render import COMPOSE_FILE_NAME, CONTAINER_NAME, ENV_FILE_MODE, ENV_FILE_NAME, STACK_NAME
+from rigkit.serving.render import COMPOSE_FILE_NAME, CONTAINER_NAME, ENV_FILE_MODE, ENV_FILE_NAME
 from rigkit.serving.smoke import HASH_SEED_ENV, SmokeReport, check_container, check_hash_seed, check_http
 from rigkit.settings.hostdata import RigSettings, Settings
 from rigkit.settings.knobs import KNOBS_BY_NAME
@@ -232,8 +231,7 @@ def operation_reads(rig: RigSettings) -> list[FactSpec]:
     return reads + [
         *put_reads(f"{RIG_STACK_DIR}/{COMPOSE_FILE_NAME}"),
         *put_reads(f"{RIG_STACK_DIR}/{ENV_FILE_NAME}"),
-        FactSpec.of(DockerImagePresent, image=settings.image),
-        FactSpec.of(StackContainers, stack=STACK_NAME),
+        serving_engine(settings.image),
         FactSpec.of(FileContents, path=RELEASE_HASH_FILE),
         FactSpec.of(ComposeCommand),
     ]

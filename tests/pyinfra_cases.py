@@ -66,7 +66,9 @@ from pyinfra.context import ctx_host, ctx_state
 
 from rigkit.errors import RigkitError
 from rigkit.facts.batch import FactBatch
+from rigkit.facts.docker import DockerEngine, DockerImagePresent, DockerLocalImages
 from rigkit.facts.server import ExactFileText
+from rigkit.facts.serving import ServingEngine, StackContainers
 from rigkit.serving.ledger import Release
 from rigkit.settings.hostdata import RigSettings, rig_settings
 from roles import Run, deploy_rig
@@ -128,11 +130,24 @@ class FakeFacts:
         for key in keys:
             if key in facts:
                 return facts[key]
+        if cls is ServingEngine:
+            return self._serving_engine(**call_kwargs)
         path = call_kwargs.get("path")
         derived = self._from_files(cls, fact, name, path)
         if derived is not _NOT_DERIVED:
             return derived
         return fact.default()
+
+    def _serving_engine(self, image, stack):
+        """ServingEngine as the four facts it reads in one process, each as the case gives it (or its default):
+        a case names DockerEngine, DockerImagePresent... as the rig's docker CLI would answer them."""
+        present = self._answer(DockerImagePresent, image=image) if image else False
+        return {
+            "engine": self._answer(DockerEngine),
+            "local_images": self._answer(DockerLocalImages) or [],
+            "image_present": bool(present),
+            "stack_containers": self._answer(StackContainers, stack=stack) or [],
+        }
 
     def _from_files(self, cls, fact, name: str, path):
         if (

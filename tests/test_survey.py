@@ -8,7 +8,7 @@ from pathlib import Path
 from rigkit.facts.batch import FactBatch
 from rigkit.model.source import store_stamp
 from rigkit.settings.hostdata import rig_settings
-from rigkit.survey import NOT_READ, RigState, read_rig_state, state_from, survey_specs
+from rigkit.survey import NO_ENGINE, NOT_READ, SERVING_ENGINE, RigState, read_rig_state, state_from, survey_specs
 from roles import Run
 
 CPU_LAB = {
@@ -48,10 +48,12 @@ def test_the_survey_is_one_round_trip_and_each_field_is_what_its_fact_reads_alon
     }
     assert state.os_release == alone["os_release"]["release_meta"] and state.os_release["ID"]
     assert state.meminfo.keys() == alone["meminfo"].keys() and state.meminfo["MemTotal"] == alone["meminfo"]["MemTotal"]
-    for field in ("shm_bytes", "docker_cli", "compose_command", "stack_containers"):
+    for field in ("shm_bytes", "docker_cli", "compose_command"):
         assert getattr(state, field) == (alone[field] or type(getattr(state, field))()), field
+    engine = alone[SERVING_ENGINE] or NO_ENGINE
+    assert (state.engine, state.stack_containers) == (engine["engine"], engine["stack_containers"])
     # the engine lists images created in the same second in no fixed order (a shared engine tags several at once)
-    assert sorted(state.local_images) == sorted(alone["local_images"] or [])
+    assert sorted(state.local_images) == sorted(engine["local_images"])
 
 
 def test_what_nothing_declared_asks_for_is_not_read():
@@ -61,7 +63,8 @@ def test_what_nothing_declared_asks_for_is_not_read():
     assert {"l2_device", "l2_mount", "nvidia_smi", "gpu_memory", "pci_gpus"} <= gpu.keys()
     assert dict(gpu["l2_device"].kwargs) == {"device": "/dev/nvme1n1"}
     provisioning_only = survey_specs(rig_settings({"docker_version": "26.1.5"}, needs_stack=False))
-    assert "image_present" not in provisioning_only and "port_listeners" not in provisioning_only
+    assert dict(provisioning_only[SERVING_ENGINE].kwargs)["image"] is None  # no image to look for
+    assert "port_listeners" not in provisioning_only
 
 
 def test_unread_fields_hold_the_absent_value_and_an_image_needs_a_docker_cli():
@@ -70,11 +73,8 @@ def test_unread_fields_hold_the_absent_value_and_an_image_needs_a_docker_cli():
         "meminfo": {},
         "shm_bytes": None,
         "docker_cli": None,
-        "engine": None,
+        SERVING_ENGINE: {**NO_ENGINE, "image_present": True},
         "compose_command": None,
-        "stack_containers": None,
-        "local_images": None,
-        "image_present": True,
     }
     state = state_from(values)
     assert isinstance(state, RigState) and state.os_release == {"ID": "debian"}
@@ -109,10 +109,8 @@ def test_every_port_the_stack_listens_on_is_surveyed_in_the_same_round_trip():
         "meminfo": {},
         "shm_bytes": None,
         "docker_cli": None,
-        "engine": None,
+        SERVING_ENGINE: None,
         "compose_command": None,
-        "stack_containers": None,
-        "local_images": None,
         "stack_port:lmcache_http_port": [{"pid": 7, "containers": [], "command": "nginx"}],
     }
     assert state_from(values).stack_port_listeners == {

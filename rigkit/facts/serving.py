@@ -1,12 +1,16 @@
-"""Facts about the serving stack on the rig: its containers, found by rigkit's stack label."""
+"""Facts about the serving stack on the rig: its containers, found by rigkit's stack label, and the engine
+as the stack needs it."""
 
 from __future__ import annotations
 
 import json
 import shlex
+from typing import Optional
 
 from pyinfra.api import FactBase
 
+from rigkit.facts.docker import DockerEngine, DockerImagePresent, DockerLocalImages
+from rigkit.paths import FILES_DIR
 from rigkit.serving.render import STACK_LABEL
 
 
@@ -32,3 +36,43 @@ class StackContainers(FactBase):
             }
             for c in json.loads("".join(output))
         ]
+
+
+ENGINE_API_SCRIPT = (FILES_DIR / "engine_api.py").read_text()
+
+# Ends each part of ServingEngine's output; no line of theirs can be it (JSON strings are quoted, tags have a colon).
+ENGINE_SECTION_END = "--rigkit-engine-section--"
+
+
+class ServingEngine(FactBase):
+    """{"engine", "local_images", "image_present", "stack_containers"}: what DockerEngine, DockerLocalImages,
+    DockerImagePresent and StackContainers read, in one process on the rig (rigkit/files/engine_api.py reads
+    the engine's API on its local socket), or through the docker CLI where that script cannot (each fact's own
+    command). ``image`` None: image_present is False, not read. None without a docker CLI."""
+
+    def requires_command(self, *args, **kwargs) -> str:
+        return "docker"
+
+    def command(self, image: Optional[str], stack: str) -> str:
+        end = f"echo {ENGINE_SECTION_END}"
+        cli = [DockerEngine().command(), DockerLocalImages().command()]
+        cli.append(DockerImagePresent().command(image) if image else "true")
+        cli.append(StackContainers().command(stack))
+        fallback = "; ".join(f"{{ {part}; }}; {end}" for part in cli)
+        arguments = " ".join(shlex.quote(a) for a in (ENGINE_SECTION_END, image or "", f"{STACK_LABEL}={stack}"))
+        return f"python3 -I -S -c {shlex.quote(ENGINE_API_SCRIPT)} {arguments} 2>/dev/null || {{ {fallback}; }}"
+
+    def process(self, output: list[str]) -> dict:
+        parts: list[list[str]] = [[]]
+        for line in output:
+            if line.strip() == ENGINE_SECTION_END:
+                parts.append([])
+            else:
+                parts[-1].append(line)
+        engine, images, present, containers = parts[:4]
+        return {
+            "engine": DockerEngine().process(engine),
+            "local_images": DockerLocalImages().process(images),
+            "image_present": DockerImagePresent().process(present),
+            "stack_containers": StackContainers().process(containers),
+        }

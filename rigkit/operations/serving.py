@@ -10,8 +10,8 @@ from pyinfra.facts.files import FileContents
 from pyinfra.facts.server import Which
 
 from rigkit.facts.batch import FactSpec, facts_now
-from rigkit.facts.docker import ComposeCommand, DockerImagePresent, ManifestProbe
-from rigkit.facts.serving import StackContainers
+from rigkit.facts.docker import ComposeCommand, ManifestProbe
+from rigkit.facts.serving import ServingEngine
 from rigkit.operations import refusal_of, refuse
 from rigkit.preflight import HostFacts, check_engine, engine_preflight, refusals
 from rigkit.serving.commands import (
@@ -23,6 +23,11 @@ from rigkit.serving.commands import (
 )
 from rigkit.serving.render import KNOBS_HASH_LABEL, STACK_NAME
 from rigkit.settings.hostdata import Settings
+
+
+def serving_engine(image: str) -> FactSpec:
+    """The engine as the serving operations read it: one fact for the image and the stack's containers."""
+    return FactSpec.of(ServingEngine, image=image, stack=STACK_NAME)
 
 
 @operation()
@@ -40,12 +45,12 @@ def stack_release(
     + timeout_s: seconds to wait for it
     + l2_guard: (l2_path, mount point of the L2 disk): refuse the release when the path is not on it
     """
-    stack = FactSpec.of(StackContainers, stack=STACK_NAME)
+    stack = serving_engine(image)
     release_hash = FactSpec.of(FileContents, path=RELEASE_HASH_FILE)
     compose_spec = FactSpec.of(ComposeCommand)  # an earlier role of the run may just have installed it
     # read as the release runs, never from the preflight's memory
     now = facts_now(host, [stack, release_hash, compose_spec])
-    containers = now[stack]
+    containers = now[stack]["stack_containers"] if now[stack] else []
     applied = (now[release_hash] or [""])[0].strip()
     # the label catches a stack someone else re-rendered (validate.py's decode A/B runs the baseline)
     serving = bool(containers) and all(
@@ -77,7 +82,8 @@ def image_pulled(image: str):
 
     + image: the pinned image (repo@sha256:...)
     """
-    if host.get_fact(DockerImagePresent, image=image):
+    engine = host.get_fact(ServingEngine, image=image, stack=STACK_NAME)
+    if engine and engine["image_present"]:
         host.noop(f"{image} already on the rig")
         return
     yield StringCommand("docker", "pull", QuoteString(image))
@@ -89,11 +95,11 @@ def engine_facts_now(image: str) -> HostFacts:
     which, compose, present = (
         FactSpec.of(Which, command="docker"),
         FactSpec.of(ComposeCommand),
-        FactSpec.of(DockerImagePresent, image=image),
+        serving_engine(image),
     )
     now = facts_now(host, [which, compose, present])
     has_engine = now[which] is not None
-    image_present = bool(has_engine and now[present])
+    image_present = bool(has_engine and now[present] and now[present]["image_present"])
     return HostFacts(
         meminfo={},
         has_engine=has_engine,

@@ -8,16 +8,18 @@ namespace is reachable no other way. `deployed` (tests/lab/conftest.py) deploys 
 from __future__ import annotations
 
 import json
+import shlex
 from pathlib import Path
 
 import pytest
 import requests
 
+from rigkit.facts.serving import ENGINE_API_SCRIPT, ServingEngine
 from rigkit.lab.pyinfra_output import parse_results
 from rigkit.paths import RIG_STACK_DIR
 from rigkit.remote.tunnel import serving_url
 from rigkit.serving.ledger import LEDGER_PATH
-from rigkit.serving.render import COMPOSE_FILE_NAME, CONTAINER_NAME
+from rigkit.serving.render import COMPOSE_FILE_NAME, CONTAINER_NAME, STACK_NAME
 from rigkit.settings.knobs import KNOBS_BY_NAME
 
 pytestmark = [pytest.mark.lab, pytest.mark.vllm]
@@ -74,6 +76,31 @@ def test_second_run_changes_nothing(lab, deployed, run_pyinfra, rig_exec):
         rig.name: rig_exec(rig, f"docker inspect --format '{{{{.Id}}}}' {CONTAINER_NAME}").stdout for rig in lab.rigs
     }
     assert before == after  # same containers: nothing was restarted
+
+
+def test_the_engine_api_and_the_docker_cli_read_the_engine_alike(lab, deployed, rig_exec):
+    """ServingEngine reads a rig's engine through its API in one process, and through the docker CLI where the
+    CLI would use a context: on a real engine with several tagged images, both read the same."""
+    rig = lab.rigs[0]
+    image = lab.serving_image["releases"]["1"]
+    tags = ["rigkit-test/engine-read:a", "rigkit-test/engine-read:b"]
+    rig_exec(rig, "; ".join(f"docker tag {image} {tag}" for tag in tags))
+    # the same engine, named by a context: the CLI reads it, the API script leaves it
+    rig_exec(rig, "docker context create rigkit-test --docker host=unix:///var/run/docker.sock >/dev/null")
+    try:
+        for pinned in (image, image[:-4] + "0000"):
+            command = ServingEngine().command(image=pinned, stack=STACK_NAME)
+            api = rig_exec(rig, f"python3 -c {shlex.quote(ENGINE_API_SCRIPT)} end {shlex.quote(pinned)} x=y")
+            assert api.returncode == 0 and api.stdout  # the API path itself answers, no fallback
+            by_api = ServingEngine().process(rig_exec(rig, command).stdout.splitlines())
+            by_cli = ServingEngine().process(rig_exec(rig, f"DOCKER_CONTEXT=rigkit-test {command}").stdout.splitlines())
+            print(f"{pinned[-8:]}: API {by_api['engine']}, {by_api['local_images']}, present {by_api['image_present']}")
+            # an image's tags come in no fixed order from the CLI (a map in docker/cli's image formatter)
+            assert sorted(by_api.pop("local_images")) == sorted(by_cli.pop("local_images"))
+            assert by_api == by_cli
+            assert by_api["image_present"] is (pinned == image) and by_api["stack_containers"]
+    finally:
+        rig_exec(rig, f"docker context rm -f rigkit-test >/dev/null; docker rmi {' '.join(tags)} >/dev/null")
 
 
 def test_a_file_changed_after_the_survey_is_put_right(lab, deployed, run_pyinfra, rig_exec):

@@ -211,10 +211,11 @@ def restore(
     if rendering is not None:
         return Restore(rendering, f"restored the verified rendering {rendering.hash[:SHORT_DIGEST]}")
     if todays is not None and undone is not None and todays.hash == undone.rendering:
-        stored = f"the stored rendering {(target.rendering or 'none')[:SHORT_DIGEST]} of {target.image}"
-        return Restore(
-            None, refused=f"{stored} cannot be used ({why}) and today's data renders the release being undone itself"
-        )
+        if target.rendering:
+            unusable = f"the stored rendering {target.rendering[:SHORT_DIGEST]} of {target.image} cannot be used ({why})"
+        else:
+            unusable = f"{target.image} has no stored rendering (its ledger entry predates them)"
+        return Restore(None, refused=f"{unusable} and today's data renders the release being undone itself")
     return Restore(
         todays,
         REPLACEMENT_NOTE.format(why=why),

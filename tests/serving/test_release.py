@@ -337,6 +337,6 @@ def test_a_rollback_to_an_entry_from_before_stored_renderings_that_only_renders_
     failed = entry_of(GOOD, "deploy", "smoke FAIL: models: tiny not listed")
     assert restore(old, None, todays=GOOD, undone=failed) == Restore(
         None,
-        refused=f"the stored rendering none of {IMAGE_1} cannot be used (stored rendering missing) and today's "
-        "data renders the release being undone itself",
+        refused=f"{IMAGE_1} has no stored rendering (its ledger entry predates them) and today's data renders the "
+        "release being undone itself",
     )

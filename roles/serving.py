@@ -36,7 +36,7 @@ from pyinfra.operations import files, python, systemd
 from pyinfra.operations.util import any_changed
 
 from rigkit.facts.batch import FactSpec
-from rigkit.facts.docker import ComposeCommand, ManifestProbe
+from rigkit.facts.docker import ManifestProbe
 from rigkit.facts.model import StagedModel
 from rigkit.facts.surveyed import directory_reads, put_reads, service_reads
 from rigkit.files.l2_janitor import L2_JANITOR_INTERVAL_S, L2_JANITOR_MIN_FREE_BYTES, L2_JANITOR_UNIT
@@ -233,7 +233,6 @@ def operation_reads(rig: RigSettings) -> list[FactSpec]:
         *put_reads(f"{RIG_STACK_DIR}/{ENV_FILE_NAME}"),
         serving_engine(settings.image),
         FactSpec.of(FileContents, path=RELEASE_HASH_FILE),
-        FactSpec.of(ComposeCommand),
     ]
 
 

@@ -47,9 +47,8 @@ def stack_release(
     """
     stack = serving_engine(image)
     release_hash = FactSpec.of(FileContents, path=RELEASE_HASH_FILE)
-    compose_spec = FactSpec.of(ComposeCommand)  # an earlier role of the run may just have installed it
     # read as the release runs, never from the preflight's memory
-    now = facts_now(host, [stack, release_hash, compose_spec])
+    now = facts_now(host, [stack, release_hash])
     containers = now[stack]["stack_containers"] if now[stack] else []
     applied = (now[release_hash] or [""])[0].strip()
     # the label catches a stack someone else re-rendered (validate.py's decode A/B runs the baseline)
@@ -59,7 +58,8 @@ def stack_release(
     if serving and applied == digest:
         host.noop(f"stack already serving {image}")
         return
-    compose = now[compose_spec]
+    # only a release needs it (a no-op's batch does without); an earlier role of the run may just have installed it
+    compose = host.get_fact(ComposeCommand)
     if compose is None and host.state.is_executing:  # the docker role ran and left no compose: nothing stopped
         findings = check_engine(HostFacts(meminfo={}, compose_command=None))
         yield FunctionCommand(refuse, (), refusal_of(findings))

@@ -212,7 +212,9 @@ def restore(
         return Restore(rendering, f"restored the verified rendering {rendering.hash[:SHORT_DIGEST]}")
     if todays is not None and undone is not None and todays.hash == undone.rendering:
         if target.rendering:
-            unusable = f"the stored rendering {target.rendering[:SHORT_DIGEST]} of {target.image} cannot be used ({why})"
+            unusable = (
+                f"the stored rendering {target.rendering[:SHORT_DIGEST]} of {target.image} cannot be used ({why})"
+            )
         else:
             unusable = f"{target.image} has no stored rendering (its ledger entry predates them)"
         return Restore(None, refused=f"{unusable} and today's data renders the release being undone itself")

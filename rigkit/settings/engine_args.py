@@ -71,8 +71,8 @@ def read_as(arg: str, spellings: dict[str, str]) -> FlagReading:
         return FlagReading()
     if option in spellings:
         return FlagReading((spellings[option],), (option,))
-    # argparse reads a one-letter short flag's value attached to it (-qfp8 is -q fp8)
-    if not option.startswith("--") and option[:2] in spellings:
+    # argparse reads a one-letter short flag's value attached to it (-qfp8 is -q fp8; no spelling is "--")
+    if option[:2] in spellings:
         return FlagReading((spellings[option[:2]],), (option[:2],))
     prefixed = sorted(spelling for spelling in spellings if spelling.startswith(option))
     return FlagReading(tuple(sorted({spellings[spelling] for spelling in prefixed})), tuple(prefixed), bool(prefixed))

@@ -61,6 +61,12 @@ CASES = [
     ("native-offload", ["--no-enable-prefix-caching"], "sets --enable-prefix-caching"),
     ("native-offload", ["--no-enable-pre"], "abbreviates --enable-prefix-caching (as --no-enable-prefix-caching)"),
     ("cpu-lab", ["--no-trust"], "abbreviates --trust-remote-code (as --no-trust-remote-code)"),
+    (
+        "cpu-lab",
+        ["--no-enable-pr"],
+        "abbreviates --enable-prefix-caching or --enable-prompt-tokens-details "
+        "(as --no-enable-prefix-caching or --no-enable-prompt-tokens-details), which profile cpu-lab",
+    ),
     # the model: the positional argument of `vllm serve`, --model of the api_server launcher
     ("native-offload", ["--model", "other"], "sets --model, which profile native-offload already renders"),
     ("cpu-lab", ["--mode=other"], "abbreviates --model"),

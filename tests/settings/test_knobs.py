@@ -311,6 +311,14 @@ FRACTION_FIX = "write a fraction above 0 and at most 1, e.g. 0.92"
         ),
         (
             "extra_engine_args",
+            ["--ma", "8"],
+            "item 0 ('--ma') abbreviates --mamba-cache-mode or --max-num-seqs, which the max_num_seqs or "
+            "mamba_cache_mode knob renders (vLLM takes a prefix that fits one flag as that flag, and stops on one "
+            "that fits several): set max_num_seqs or mamba_cache_mode instead",
+            ENGINE_FIX,
+        ),
+        (
+            "extra_engine_args",
             ["--speculative-config.method", "mtp"],
             "item 0 ('--speculative-config.method') sets --speculative-config, which the speculative_config knob "
             f"renders {SILENT}: set speculative_config instead",

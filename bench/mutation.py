@@ -43,6 +43,7 @@ MODULES = [
     "rigkit/rollout/stage.py",  # rollout halting: which rigs halt a stage, what rolls back
     "rigkit/status/drift.py",  # status drift
     "rigkit/settings/knobs.py",  # knobs and redaction of secrets
+    "rigkit/settings/engine_args.py",  # which flag rigkit renders an extra engine argument sets
     "rigkit/settings/variables.py",  # input types and variables
     "rigkit/preflight.py",  # preflight gates
 ]
@@ -53,6 +54,8 @@ EXTRA_TESTS: dict[str, list[str]] = {
     "rigkit/status/drift.py": ["tests/status/test_status_rig.py"],
     # the knobs' validators are reached through host data (rigkit.settings.hostdata) and the bad-input catalogue
     "rigkit/settings/knobs.py": ["tests/settings/test_hostdata.py", "tests/test_bad_input_catalogue.py"],
+    # the knob check and the profile's check read extra engine arguments through it
+    "rigkit/settings/engine_args.py": ["tests/settings/test_engine_settings.py", "tests/settings/test_knobs.py"],
     # every knob's value is coerced (Variable.coerce) on its way in: the bad-input catalogue's refusals
     "rigkit/settings/variables.py": ["tests/test_bad_input_catalogue.py"],
 }

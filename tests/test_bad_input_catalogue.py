@@ -203,6 +203,7 @@ STORY_RIG = {
             "speculative decoding as a JSON object",
         ),
         ("extra_engine_args", ["--tensor-parallel-size", "4"], "set the knob that renders it"),
+        ("extra_engine_args", ["--max-model", "4096"], "set the knob that renders it"),
     ],
 )
 def test_a_bad_engine_setting_stops_the_run_before_any_host(field, value, fix):

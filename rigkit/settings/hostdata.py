@@ -40,6 +40,7 @@ from rigkit.settings.defaults import (
     ROLE_SECTIONS,
     l2_cache_path,
 )
+from rigkit.settings.engine_args import engine_option, engine_spellings, read_as
 from rigkit.settings.knobs import (
     HASHED_ONLY_WHEN_SET,
     KNOBS,
@@ -50,8 +51,8 @@ from rigkit.settings.knobs import (
     RETIRED_KNOBS,
     SECRET_KNOBS,
     controller_secret_variable,
-    flag_name,
     gpu_indices,
+    knob_flag_spellings,
 )
 from rigkit.settings.profiles import Profile, get_profile, load_profiles
 from rigkit.settings.sizing import GIB, capacity_line, gpu_kv_bytes_per_token, gpu_line, required_mem_limit_gib
@@ -266,29 +267,38 @@ _LONG_FLAG = re.compile(r"(?<![\w-])--[A-Za-z0-9][A-Za-z0-9_-]*")
 
 
 def rendered_flags(profile: Profile) -> set[str]:
-    """Long flags the profile's own command line sets (launcher, engine_args, the connector's config)."""
+    """Long flags the profile's own command line sets (launcher, engine_args, the connector's config), and --model:
+    `vllm serve` takes the model as its first argument, and stops on an extra --model ("unrecognized arguments")."""
     text = " ".join([profile.launcher, *profile.engine_args])
-    return {flag_name(flag) for flag in _LONG_FLAG.findall(text)} | {"--kv-transfer-config"}
+    return {engine_option(flag) for flag in _LONG_FLAG.findall(text)} | {"--kv-transfer-config", "--model"}
+
+
+def guarded_spellings(profile: Profile) -> dict[str, str]:
+    """Every spelling vLLM takes for a flag extra_engine_args must not set -> that flag: the profile's own flags
+    (rendered_flags; a bare one in engine_args is a yes/no flag, also spelled --no-FLAG) and the engine knobs'."""
+    yes_no = [item for item in profile.engine_args if _LONG_FLAG.fullmatch(item)]
+    return engine_spellings(rendered_flags(profile), yes_no) | knob_flag_spellings()
 
 
 def _refuse_rendered_flags(profile: Profile, extra_args: list[str]) -> None:
-    """An extra argument must not set a flag rigkit renders: vLLM would silently take one of the two."""
+    """An extra argument must not set a flag rigkit renders, in any spelling vLLM reads as it (an abbreviation too):
+    vLLM would silently take one of the two values."""
+    spellings = guarded_spellings(profile)
     for arg in extra_args:
-        flag = flag_name(arg)
-        if flag == "--kv-transfer-config":
+        reading = read_as(arg, spellings)
+        if "--kv-transfer-config" in reading.flags:
             raise ConfigError(
                 "extra_engine_args",
                 arg,
-                "sets --kv-transfer-config, the profile's KV connector "
-                "(an A/B baseline must differ from its base only there)",
+                f"{reading}, the profile's KV connector (an A/B baseline must differ from its base only there)",
                 "pick the profile with that connector (profiles.yaml) instead",
             )
-        if flag in rendered_flags(profile):
+        if reading.flags:
             raise ConfigError(
                 "extra_engine_args",
                 arg,
-                f"sets {flag}, which profile {profile.name} already renders (vLLM would silently take one of the two)",
-                "set the knob that renders it (docs/settings.md), not extra_engine_args",
+                f"{reading}, which profile {profile.name} already renders ({reading.outcome})",
+                "set the knob that renders it (docs/settings.md), not extra_engine_args; write any other flag in full",
             )
 
 

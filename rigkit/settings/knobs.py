@@ -19,6 +19,7 @@ from rigkit import kv_store
 from rigkit.errors import ConfigError
 from rigkit.model.source import parse_model_source
 from rigkit.paths import check_host_path
+from rigkit.settings.engine_args import engine_spellings, read_as
 from rigkit.settings.types import IpAddress, between, refuse_credentials
 from rigkit.settings.variables import REDACTED, JsonObject, Variable, check_of, one_of
 
@@ -183,8 +184,6 @@ ENGINE_FLAGS = {
     "quantization": "--quantization",
     "trust_remote_code": "--trust-remote-code",
 }
-# vLLM 0.26's short spellings of flags rigkit renders (vllm/engine/arg_utils.py).
-ENGINE_FLAG_ALIASES = {"-q": "--quantization", "-sc": "--speculative-config", "-tp": "--tensor-parallel-size"}
 
 # Knobs that did not exist when earlier releases were recorded: at their default they stay out of the knobs
 # hash, so a rig deployed before them is still "No Change" when they are left unset.
@@ -259,34 +258,30 @@ _speculative_config.fix = (
 )
 
 
-def flag_name(arg: str) -> str:
-    """The long flag an engine argument sets (``--max_num_seqs=8`` -> ``--max-num-seqs``, ``-q=fp8`` ->
-    ``--quantization``), or ''."""
-    if arg.startswith("--"):
-        # vLLM's parser reads --a_b as --a-b, and --json-arg.key value as a key of --json-arg
-        # (vllm/utils/argparse_utils.py FlexibleArgumentParser)
-        return "--" + arg[2:].split("=", 1)[0].split(".", 1)[0].replace("_", "-")
-    # argparse reads a short option's value after "=" (-tp=4) or, for one letter, attached (-qfp8)
-    short = arg.split("=", 1)[0]
-    if short in ENGINE_FLAG_ALIASES:
-        return ENGINE_FLAG_ALIASES[short]
-    return next((flag for alias, flag in ENGINE_FLAG_ALIASES.items() if len(alias) == 2 and arg.startswith(alias)), "")
-
-
 def _engine_args(value: list) -> None:
     for index, arg in enumerate(value):
         if not isinstance(arg, str):
             raise ValueError(f"item {index} is {type(arg).__name__} {arg!r}: each argument must be a string")
         if "\x00" in arg:
             raise ValueError(f"item {index} contains a NUL byte, which no program argument can carry")
-        knob = next((name for name, flag in ENGINE_FLAGS.items() if flag == flag_name(arg)), None)
-        if knob is not None:
+        reading = read_as(arg, knob_flag_spellings())
+        if reading.flags:
+            knobs = " or ".join(knob for knob, flag in ENGINE_FLAGS.items() if flag in reading.flags)
             raise ValueError(
-                f"item {index} ({arg!r}) sets {ENGINE_FLAGS[knob]}, which the {knob} knob renders: set {knob} instead"
+                f"item {index} ({arg!r}) {reading}, which the {knobs} knob renders ({reading.outcome}): "
+                f"set {knobs} instead"
             )
 
 
-_engine_args.fix = "write a list of strings, one argument each, and set rigkit's own flags through their knobs"
+_engine_args.fix = (
+    "write a list of strings, one argument each, each flag in full, and set rigkit's own flags through their knobs"
+)
+
+
+def knob_flag_spellings() -> dict[str, str]:
+    """Every spelling vLLM takes for an engine knob's flag -> that flag (a bool knob's flag also as --no-FLAG)."""
+    yes_no = [flag for knob, flag in ENGINE_FLAGS.items() if KNOBS_BY_NAME[knob].type is bool]
+    return engine_spellings(ENGINE_FLAGS.values(), yes_no)
 
 
 KNOBS: list[Variable] = [
@@ -656,8 +651,8 @@ KNOBS: list[Variable] = [
         "extra_engine_args",
         [],
         "more vLLM arguments, a list of strings, each passed as exactly one "
-        'argument (never split or expanded), e.g. ["--enable-chunked-prefill"]; not a flag rigkit '
-        "renders",
+        'argument (never split or expanded), e.g. ["--enable-chunked-prefill"]; each flag in full, and none '
+        "that vLLM reads as a flag rigkit renders (a prefix, short name or --no- form of one is refused too)",
         list,
         _engine_args,
     ),

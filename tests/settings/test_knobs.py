@@ -13,7 +13,6 @@ from rigkit.settings.knobs import (
     env_name,
     env_text,
     env_value_problem,
-    flag_name,
     gpu_indices,
     knob_for_env,
     redacted,
@@ -206,7 +205,10 @@ def test_l2_adapter_json_given_as_a_dict_by_pyinfra_data():
 ONE_LINE_FIX = "write it on one line, without NUL, '${' or both a quote and '$'"
 MIXED_QUOTING = "contains both a quote or backslash and '$', which no .env quoting keeps for both compose versions"
 BAD_END = "ends with '\"' or a backslash and also contains a quote or backslash"
-ENGINE_FIX = "write a list of strings, one argument each, and set rigkit's own flags through their knobs"
+ENGINE_FIX = (
+    "write a list of strings, one argument each, each flag in full, and set rigkit's own flags through their knobs"
+)
+SILENT = "(vLLM would silently take one of the two values)"
 SPECULATIVE_FIX = 'write speculative decoding as a JSON object, e.g. {"method": "mtp", "num_speculative_tokens": 3}'
 FRACTION_FIX = "write a fraction above 0 and at most 1, e.g. 0.92"
 
@@ -289,27 +291,37 @@ FRACTION_FIX = "write a fraction above 0 and at most 1, e.g. 0.92"
         (
             "extra_engine_args",
             ["--enable-chunked-prefill", "--max_num_seqs=8"],
-            "item 1 ('--max_num_seqs=8') sets --max-num-seqs, which the max_num_seqs knob renders: "
+            f"item 1 ('--max_num_seqs=8') sets --max-num-seqs, which the max_num_seqs knob renders {SILENT}: "
             "set max_num_seqs instead",
             ENGINE_FIX,
         ),
         (
             "extra_engine_args",
             ["-q", "fp8"],
-            "item 0 ('-q') sets --quantization, which the quantization knob renders: set quantization instead",
+            f"item 0 ('-q') sets --quantization (as -q), which the quantization knob renders {SILENT}: "
+            "set quantization instead",
             ENGINE_FIX,
         ),
         (
             "extra_engine_args",
             ["-qfp8"],
-            "item 0 ('-qfp8') sets --quantization, which the quantization knob renders: set quantization instead",
+            f"item 0 ('-qfp8') sets --quantization (as -q), which the quantization knob renders {SILENT}: "
+            "set quantization instead",
+            ENGINE_FIX,
+        ),
+        (
+            "extra_engine_args",
+            ["--ma", "8"],
+            "item 0 ('--ma') abbreviates --mamba-cache-mode or --max-num-seqs, which the max_num_seqs or "
+            "mamba_cache_mode knob renders (vLLM takes a prefix that fits one flag as that flag, and stops on one "
+            "that fits several): set max_num_seqs or mamba_cache_mode instead",
             ENGINE_FIX,
         ),
         (
             "extra_engine_args",
             ["--speculative-config.method", "mtp"],
             "item 0 ('--speculative-config.method') sets --speculative-config, which the speculative_config knob "
-            "renders: set speculative_config instead",
+            f"renders {SILENT}: set speculative_config instead",
             ENGINE_FIX,
         ),
         (
@@ -367,34 +379,6 @@ def test_an_adapter_holding_a_credential_is_refused_without_showing_it():
 )
 def test_a_good_knob_value_is_taken(name, value):
     assert KNOBS_BY_NAME[name].coerce(value) is not None
-
-
-@pytest.mark.parametrize(
-    "arg, flag",
-    [
-        ("--max_num_seqs=8", "--max-num-seqs"),
-        ("--kv-cache-dtype", "--kv-cache-dtype"),
-        ("--a_b=c_d=e", "--a-b"),
-        ("-q", "--quantization"),
-        ("-tp", "--tensor-parallel-size"),
-        ("max_num_seqs", ""),
-        ("-x", ""),
-        ("-O3", ""),
-        # what argparse also reads as a flag rigkit renders (a value after "=" or attached to one letter), and
-        # vLLM's key of a JSON flag
-        ("-q=fp8", "--quantization"),
-        ("-qfp8", "--quantization"),
-        ("-tp=4", "--tensor-parallel-size"),
-        ("-sc={}", "--speculative-config"),
-        ("--speculative-config.method", "--speculative-config"),
-        ("--speculative_config.num_speculative_tokens=3", "--speculative-config"),
-        ("--speculative-config.draft.x=1", "--speculative-config"),
-        ('-sc={"prompt_lookup_max":"a=b"}', "--speculative-config"),
-        ("-tpx", ""),
-    ],
-)
-def test_flag_name_is_the_long_flag_vllm_reads(arg, flag):
-    assert flag_name(arg) == flag
 
 
 def test_gpu_indices_of_a_mask():

@@ -215,7 +215,7 @@ HASH_SEED_RANGE = (0, 2**32 - 1)
 
 
 # What vLLM uses when gpu_memory_utilization is unset (vLLM 0.26 vllm/config/cache.py, CacheConfig: default=0.92):
-# also the share of each GPU's memory that must be free for it to start (rigkit.preflight.check_gpus).
+# also the share of each GPU's memory that must be free for it to start (rigkit.preflight.gpus.check_gpus).
 VLLM_DEFAULT_GPU_MEMORY_UTILIZATION = 0.92
 
 

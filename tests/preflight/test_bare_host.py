@@ -9,12 +9,13 @@ import pytest
 
 from rigkit.errors import PreflightError
 from rigkit.facts.nvidia import NvidiaPciGpus, nvidia_pci_gpus_command
-from rigkit.preflight import Finding, HostFacts, bare_host_preflight, check_gpus_before_driver, preflight, refusals
+from rigkit.preflight import Finding, HostFacts, bare_host_preflight, preflight, refusals
+from rigkit.preflight.gpus import check_gpus_before_driver
 from rigkit.settings.hostdata import settings_for_host
 from rigkit.settings.sizing import GB, GIB
 
 MIB = 2**20
-H200 = Path(__file__).parent / "fixtures" / "nvidia-smi" / "h200-x2-ubuntu2404"
+H200 = Path(__file__).parent.parent / "fixtures" / "nvidia-smi" / "h200-x2-ubuntu2404"
 IDLE = (H200 / "query-gpu-noheader.csv").read_text()
 BUSY = (H200 / "query-gpu-busy-noheader.csv").read_text()
 LMCACHE = {

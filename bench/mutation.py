@@ -45,7 +45,12 @@ MODULES = [
     "rigkit/settings/knobs.py",  # knobs and redaction of secrets
     "rigkit/settings/engine_args.py",  # which flag rigkit renders an extra engine argument sets
     "rigkit/settings/variables.py",  # input types and variables
-    "rigkit/preflight.py",  # preflight gates
+    "rigkit/preflight/findings.py",  # preflight: what the gates read and answer
+    "rigkit/preflight/memory.py",  # preflight gates: RAM, /dev/shm
+    "rigkit/preflight/l2.py",  # preflight gates: L2 free space
+    "rigkit/preflight/gpus.py",  # preflight gates: GPU memory, gpu_mask, tensor parallelism
+    "rigkit/preflight/engine.py",  # preflight gates: engine, compose, image, ports
+    "rigkit/preflight/__init__.py",  # preflight: the gates run together, force, refusals
 ]
 # Tests that exercise a module without naming it (the selection is every test file that names one, plus these
 # for the modules run).
@@ -214,7 +219,8 @@ def results() -> dict[str, str]:
 
 
 def module_of(mutant: str, modules: list[str]) -> str:
-    return next((m for m in modules if mutant.startswith(dotted(m) + ".")), "?")
+    # the longest match: a package's own mutants (rigkit.preflight.x_...) share its modules' prefix
+    return max((m for m in modules if mutant.startswith(dotted(m) + ".")), key=lambda m: len(dotted(m)), default="?")
 
 
 def report(modules: list[str], statuses: dict[str, str], elapsed_s: float, show: bool) -> bool:

@@ -4,6 +4,8 @@ the facts at a gate's edge and the findings they expect."""
 from dataclasses import replace
 from pathlib import Path
 
+import pytest
+
 from rigkit.preflight import Finding, HostFacts, preflight
 from rigkit.settings.hostdata import settings_for_host
 from rigkit.settings.sizing import GB, GIB
@@ -97,3 +99,16 @@ def with_gpus(settings, gpus: int):
     """The same settings with a profile that needs ``gpus`` GPUs (every shipped GPU profile needs one)."""
     resources = settings.profile.resources.model_copy(update={"gpus": gpus})
     return replace(settings, profile=settings.profile.model_copy(update={"resources": resources}))
+
+
+# A gate table's rows: (id, data, the facts at the edge, the facts just past it, the check, its level past the edge).
+def edge_cases(gates: list[tuple]):
+    """The parametrize of a test over a gate table (``passes_at_the_edge_not_past_it``'s arguments)."""
+    return pytest.mark.parametrize(
+        "data,at,below,check,level_below", [gate[1:] for gate in gates], ids=[gate[0] for gate in gates]
+    )
+
+
+def passes_at_the_edge_not_past_it(data, at: dict, below: dict, check: str, level_below: str) -> None:
+    assert {f.level for f in by_check(run(data, **at), check)} == {"ok"}
+    assert level_below in {f.level for f in by_check(run(data, **below), check)}

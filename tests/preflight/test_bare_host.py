@@ -3,7 +3,6 @@ changes the rig. nvidia-smi outputs are real (2x H200); the PCI counts are what 
 
 import subprocess
 from dataclasses import replace
-from pathlib import Path
 
 import pytest
 
@@ -13,23 +12,10 @@ from rigkit.preflight import Finding, HostFacts, bare_host_preflight, preflight,
 from rigkit.preflight.gpus import check_gpus_before_driver
 from rigkit.settings.hostdata import settings_for_host
 from rigkit.settings.sizing import GB, GIB
+from tests.preflight import common
+from tests.preflight.common import BUSY, IDLE, LMCACHE, MIB
 
-MIB = 2**20
-H200 = Path(__file__).parent.parent / "fixtures" / "nvidia-smi" / "h200-x2-ubuntu2404"
-IDLE = (H200 / "query-gpu-noheader.csv").read_text()
-BUSY = (H200 / "query-gpu-busy-noheader.csv").read_text()
-LMCACHE = {
-    "serving_profile": "lmcache-mp",
-    "allow_incubating": True,
-    "model": "m",
-    "l1_size_gb": 60,
-    "serving_image": "lmcache/vllm-openai@sha256:" + "2" * 64,
-}
-CPU_LAB = {
-    "serving_profile": "cpu-lab",
-    "serving_image": "127.0.0.1:5000/rigkit/vllm-cpu-tiny@sha256:" + "1" * 64,
-    "serving_port": 8104,
-}
+CPU_LAB = {**common.CPU_LAB, "serving_port": 8104}
 
 
 def bare(**changes) -> HostFacts:

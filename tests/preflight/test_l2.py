@@ -6,7 +6,16 @@ from rigkit.preflight import Finding
 from rigkit.preflight.l2 import L2_FREE_WARN_GB, check_l2, check_l2_if_mounted
 from rigkit.settings.hostdata import settings_for_host
 from rigkit.settings.sizing import GB
-from tests.preflight.common import CPU_LAB, KV, L2_ON, LMCACHE, by_check, run
+from tests.preflight.common import (
+    CPU_LAB,
+    KV,
+    L2_ON,
+    LMCACHE,
+    by_check,
+    edge_cases,
+    passes_at_the_edge_not_past_it,
+    run,
+)
 
 
 def test_l2_free_space_warns_then_refuses():
@@ -55,12 +64,9 @@ GATES = [
 ]
 
 
-@pytest.mark.parametrize(
-    "data,at,below,check,level_below", [gate[1:] for gate in GATES], ids=[gate[0] for gate in GATES]
-)
+@edge_cases(GATES)
 def test_a_gate_passes_at_exact_equality_and_not_below(data, at, below, check, level_below):
-    assert {f.level for f in by_check(run(data, **at), check)} == {"ok"}
-    assert level_below in {f.level for f in by_check(run(data, **below), check)}
+    passes_at_the_edge_not_past_it(data, at, below, check, level_below)
 
 
 # --- every finding word for word: level, field, value, the message with its numbers, the fix, forceable --------

@@ -22,10 +22,9 @@ from rigkit.facts.firewall import FirewallTrace, NetworkNamespace, SshConnection
 from rigkit.facts.model import StagedModel
 from rigkit.facts.nvidia import NvidiaGpuMemory, NvidiaPciGpus, NvidiaSmiGpus
 from rigkit.facts.server import MemInfo, PortListeners, ShmFree, ShmSize
-from rigkit.facts.serving import ServingEngine
+from rigkit.facts.serving import serving_engine
 from rigkit.firewall import API_FIREWALL
 from rigkit.model.source import store_stamp
-from rigkit.serving.render import STACK_NAME
 from rigkit.settings.hostdata import RigSettings
 
 
@@ -80,7 +79,7 @@ def survey_specs(rig: RigSettings) -> dict[str, FactSpec]:
         "shm_bytes": FactSpec.of(ShmSize),
         "shm_free": FactSpec.of(ShmFree),
         "docker_cli": FactSpec.of(Which, command="docker"),
-        SERVING_ENGINE: FactSpec.of(ServingEngine, image=stack.image if stack else None, stack=STACK_NAME),
+        SERVING_ENGINE: serving_engine(stack.image if stack else None),
         "compose_command": FactSpec.of(ComposeCommand),
         "api_firewall_trace": FactSpec.of(FirewallTrace, **trace_kwargs(API_FIREWALL)),
     }

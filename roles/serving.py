@@ -38,12 +38,13 @@ from pyinfra.operations.util import any_changed
 from rigkit.facts.batch import FactSpec
 from rigkit.facts.docker import ManifestProbe
 from rigkit.facts.model import StagedModel
+from rigkit.facts.serving import serving_engine
 from rigkit.facts.surveyed import directory_reads, put_reads, service_reads
 from rigkit.files.l2_janitor import L2_JANITOR_INTERVAL_S, L2_JANITOR_MIN_FREE_BYTES, L2_JANITOR_UNIT
 from rigkit.model.source import mounted_dir, parse_model_source, store_stamp
 from rigkit.operations import refusal_of, refuse, refusing_step
 from rigkit.operations.files import secret_file
-from rigkit.operations.serving import PULL_STEP, engine_checked, image_pulled, serving_engine, stack_release
+from rigkit.operations.serving import PULL_STEP, engine_checked, image_pulled, stack_release
 from rigkit.paths import RIG_LIB_DIR, RIG_STACK_DIR, RIG_STATE_DIR
 from rigkit.preflight import HostFacts, preflight, refusals
 from rigkit.remote.tunnel import serving_url

@@ -9,9 +9,10 @@ from typing import Optional
 
 from pyinfra.api import FactBase
 
+from rigkit.facts.batch import FactSpec
 from rigkit.facts.docker import DockerEngine, DockerImagePresent, DockerLocalImages
 from rigkit.paths import FILES_DIR
-from rigkit.serving.render import STACK_LABEL
+from rigkit.serving.render import STACK_LABEL, STACK_NAME
 
 
 class StackContainers(FactBase):
@@ -76,3 +77,8 @@ class ServingEngine(FactBase):
             "image_present": DockerImagePresent().process(present),
             "stack_containers": StackContainers().process(containers),
         }
+
+
+def serving_engine(image: Optional[str]) -> FactSpec:
+    """The engine as the survey and the serving operations read it: the pinned image and rigkit's stack."""
+    return FactSpec.of(ServingEngine, image=image, stack=STACK_NAME)

@@ -11,7 +11,7 @@ from pyinfra.facts.server import Which
 
 from rigkit.facts.batch import FactSpec, facts_now
 from rigkit.facts.docker import ComposeCommand, ManifestProbe
-from rigkit.facts.serving import ServingEngine
+from rigkit.facts.serving import serving_engine
 from rigkit.operations import refusal_of, refuse
 from rigkit.preflight import HostFacts, check_engine, engine_preflight, refusals
 from rigkit.serving.commands import (
@@ -21,13 +21,8 @@ from rigkit.serving.commands import (
     record_hash_command,
     release_commands,
 )
-from rigkit.serving.render import KNOBS_HASH_LABEL, STACK_NAME
+from rigkit.serving.render import KNOBS_HASH_LABEL
 from rigkit.settings.hostdata import Settings
-
-
-def serving_engine(image: str) -> FactSpec:
-    """The engine as the serving operations read it: one fact for the image and the stack's containers."""
-    return FactSpec.of(ServingEngine, image=image, stack=STACK_NAME)
 
 
 @operation()
@@ -82,7 +77,8 @@ def image_pulled(image: str):
 
     + image: the pinned image (repo@sha256:...)
     """
-    engine = host.get_fact(ServingEngine, image=image, stack=STACK_NAME)
+    spec = serving_engine(image)
+    engine = host.get_fact(spec.fact, **dict(spec.kwargs))
     if engine and engine["image_present"]:
         host.noop(f"{image} already on the rig")
         return

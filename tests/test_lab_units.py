@@ -16,6 +16,7 @@ import pytest
 
 from rigkit.errors import ConfigError, PreflightError
 from rigkit.lab import engine, registry_server, rig_image, rigs
+from rigkit.lab.proc import pid_runs
 from rigkit.lab.pyinfra_output import OperationResult, parse_results
 from rigkit.lab.state import LabState, RigState, pinned_model_source, read_state, write_state
 
@@ -806,3 +807,16 @@ def test_the_lab_router_is_known_by_its_process_title_too(monkeypatch, tmp_path)
         for process in (titled, other):
             process.kill()
             process.wait()
+
+
+def test_a_process_that_exits_between_its_two_proc_reads_is_not_running(monkeypatch):
+    """`lab down` once failed on a forwarder whose /proc/PID/stat was gone after its cmdline was read."""
+    real = Path.read_text
+
+    def stat_gone(path, *args, **kwargs):
+        if path.name == "stat" and path.parent.name == str(os.getpid()):
+            raise FileNotFoundError(path)
+        return real(path, *args, **kwargs)
+
+    monkeypatch.setattr(Path, "read_text", stat_gone)
+    assert pid_runs(os.getpid(), os.path.basename(sys.executable)) is False

@@ -85,9 +85,9 @@ def pid_runs(pid: int | None, executable_name: str) -> bool:
         return False
     try:
         cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
-    except OSError:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:  # also a process that exits between the two reads
         return False
-    stat = Path(f"/proc/{pid}/stat").read_text()
     if stat.rsplit(")", 1)[1].split()[0] == "Z":
         return False
     return bool(cmdline) and os.path.basename(cmdline[0].decode()) == executable_name

@@ -31,7 +31,7 @@ import os
 from pyinfra import host, inventory
 
 from rigkit.errors import RigkitError
-from rigkit.fleet import operation_order
+from rigkit.fleet import global_arguments, operation_order
 from rigkit.fleet.inventory import inventory_rigs
 from rigkit.kv_share import check_inventory
 from rigkit.monitoring.prometheus import fleet_targets, scraper_addresses
@@ -47,6 +47,7 @@ from roles.monitoring import monitoring
 from roles.router import router
 
 operation_order.install()  # pyinfra's own reads every frame's source line for each operation
+global_arguments.install()  # pyinfra's own evaluates the same type hints at every operation
 
 
 def validated(needs_stack: bool = True) -> RigSettings:

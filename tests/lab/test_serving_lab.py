@@ -13,8 +13,12 @@ from pathlib import Path
 
 import pytest
 import requests
+from pyinfra.facts.files import Directory, File, Sha1File
 
+from rigkit.facts.batch import FactBatch, FactSpec, _shell_text
 from rigkit.facts.serving import ENGINE_API_SCRIPT, ServingEngine
+from rigkit.facts.surveyed import service_reads
+from rigkit.files.l2_janitor import L2_JANITOR_UNIT
 from rigkit.lab.pyinfra_output import parse_results
 from rigkit.paths import RIG_STACK_DIR
 from rigkit.remote.tunnel import serving_url
@@ -101,6 +105,32 @@ def test_the_engine_api_and_the_docker_cli_read_the_engine_alike(lab, deployed, 
             assert by_api["image_present"] is (pinned == image) and by_api["stack_containers"]
     finally:
         rig_exec(rig, f"docker context rm -f rigkit-test >/dev/null; docker rmi {' '.join(tags)} >/dev/null")
+
+
+def test_joined_facts_read_a_real_rig_as_each_fact_alone(lab, deployed, rig_exec):
+    """One stat, one sha1sum and one systemctl for every path and unit (rigkit.facts.joined) give each fact what
+    its own command gives on a real rig: systemd's real output (an alias, a unit that does not exist) included."""
+    rig = lab.rigs[0]
+    units = ["docker.service", L2_JANITOR_UNIT, "rigkit-no-such.service", "dbus-org.freedesktop.hostname1.service"]
+    stack = f"{RIG_STACK_DIR}/{COMPOSE_FILE_NAME}"
+    paths = [RIG_STACK_DIR, stack, f"{RIG_STACK_DIR}/.env", "/etc/fstab", "/etc/os-release", "/rigkit-no-such-path"]
+    specs = [spec for unit in units for spec in service_reads(unit)]
+    specs += [FactSpec.of(fact, path=path) for path in paths for fact in (File, Directory, Sha1File)]
+    batch = FactBatch()
+    script = batch.command(facts=tuple(specs))
+    assert script.count("systemctl show") == 1 and script.count("sha1sum") == 1
+
+    joined = batch.process(rig_exec(rig, ["sh", "-c", script]).stdout.splitlines())
+
+    alone = {}
+    for spec in specs:
+        fact = spec.fact()
+        lines = rig_exec(rig, ["sh", "-c", _shell_text(fact.command(**dict(spec.kwargs)))]).stdout.splitlines()
+        alone[spec] = fact.process(lines) if lines else fact.default()
+    assert joined == alone
+    print(f"{len(specs)} facts: {sum(1 for value in joined.values() if value)} found on {rig.name}")
+    assert joined[service_reads("docker.service")[0]] == {"docker.service": True}
+    assert joined[FactSpec.of(File, path=stack)]["size"] > 0
 
 
 def test_a_file_changed_after_the_survey_is_put_right(lab, deployed, run_pyinfra, rig_exec):

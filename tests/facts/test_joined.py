@@ -1,0 +1,150 @@
+"""Facts of one kind read by one process (rigkit.facts.joined) inside a FactBatch.
+
+The stat and sha1sum joins run on this machine's own shell through pyinfra's local connector and must give, fact
+by fact, exactly what pyinfra's own ``get_fact`` gives for the same fact, over paths chosen to break them. This
+machine has no systemd: the systemd join's split is held to a real `systemctl show` captured on a lab rig, and
+tests/lab/test_serving_lab.py holds the whole join equal to each fact alone on a real rig.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from pyinfra.facts.files import Directory, File, Link, Sha1File
+from pyinfra.facts.systemd import SystemdEnabled, SystemdStatus
+
+from rigkit.facts.batch import FactBatch, FactSpec, facts_now
+from rigkit.facts.joined import Sha1Join, StatJoin, SystemdJoin, join_for
+
+FIXTURES = Path(__file__).parent / "joined"
+
+# names a join must quote, place or refuse: spaces, quotes, $, a glob, a leading dash, unicode, the separator's
+# look, a backslash (sha1sum escapes it: read alone), a newline (read alone by both)
+AWKWARD = [
+    "plain",
+    "with space",
+    'it\'s "quoted"',
+    "$HOME",
+    "star*",
+    "-dash",
+    "ünï",
+    "x__rigkit_fact_done__",
+    "back\\slash",
+    "new\nline",
+]
+
+
+def make_tree(root: Path) -> list[str]:
+    paths = []
+    for name in AWKWARD:
+        (root / name).write_text(f"content of {name!r}\n")
+        paths.append(str(root / name))
+    (root / "empty").write_text("")
+    (root / "dir").mkdir()
+    (root / "link-to-file").symlink_to(root / "plain")
+    (root / "link-to-dir").symlink_to(root / "dir")
+    (root / "dangling").symlink_to(root / "nowhere")
+    paths += [str(root / name) for name in ("empty", "dir", "link-to-file", "link-to-dir", "dangling", "absent")]
+    return paths
+
+
+def test_joined_reads_give_each_fact_what_pyinfra_reads_alone(local_host, tmp_path: Path):
+    paths = make_tree(tmp_path)
+    specs = [FactSpec.of(fact, path=path) for path in paths for fact in (File, Directory, Link, Sha1File)]
+    specs.append(FactSpec.of(File, path="~/rigkit-no-such-file"))  # a tilde path: pyinfra's own command, alone
+
+    batch = local_host.get_fact(FactBatch, facts=tuple(specs))
+
+    alone = {spec: local_host.get_fact(spec.fact, **dict(spec.kwargs)) for spec in specs}
+    # every fact was answered in the batch, by its join or on its own: none is left for a second round trip
+    assert batch == alone
+    assert batch[FactSpec.of(File, path=str(tmp_path / "plain"))]["size"] == len("content of 'plain'\n")
+    assert batch[FactSpec.of(Directory, path=str(tmp_path / "plain"))] is False
+    assert batch[FactSpec.of(Link, path=str(tmp_path / "dangling"))]["link_target"] == str(tmp_path / "nowhere")
+    assert batch[FactSpec.of(Sha1File, path=str(tmp_path / "absent"))] is None
+    assert batch[FactSpec.of(Sha1File, path=str(tmp_path / "dir"))] is None
+
+
+def test_a_join_runs_its_tool_once_for_all_its_facts(local_host, tmp_path: Path):
+    """The point of a join: one stat and one sha1sum for every path, not one each (a rig's CPU per process)."""
+    log = tmp_path / "calls.log"
+    wrappers = tmp_path / "bin"
+    wrappers.mkdir()
+    for tool in ("stat", "sha1sum"):
+        (wrappers / tool).write_text(f'#!/bin/sh\necho {tool} >> {log}\nexec /usr/bin/{tool} "$@"\n')
+        (wrappers / tool).chmod(0o755)
+    files = [tmp_path / f"file{index}" for index in range(6)]
+    for file in files:
+        file.write_text(file.name)
+    specs = tuple(FactSpec.of(fact, path=str(file)) for file in files for fact in (File, Sha1File))
+
+    batch = local_host.get_fact(FactBatch, facts=specs, _env={"PATH": f"{wrappers}:/usr/bin:/bin"})
+
+    assert len(batch) == len(specs) and all(batch.values())
+    assert sorted(log.read_text().split()) == ["sha1sum", "stat"]
+
+
+def test_a_line_a_join_cannot_place_leaves_its_facts_to_be_read_alone(local_host, tmp_path: Path):
+    (tmp_path / "a").write_text("a")
+    reads = [{"path": str(tmp_path / "a")}, {"path": str(tmp_path / "b")}]
+    separator = "::sep::"
+    good_line = f"{tmp_path / 'a'}{separator}user=root group=root mode=-rw-r--r-- atime=1 mtime=1 ctime=1 size=1 'a'"
+    assert StatJoin().split(reads, ["1", "0", good_line], separator) == {0: [good_line.split(separator)[1]], 1: []}
+    # an existing path stat said nothing of: that read alone, the absent one answered
+    assert StatJoin().split(reads, ["1", "0"], separator) == {1: []}
+    # a line of a path not asked for, or flags that are not flags: every read alone
+    assert StatJoin().split(reads, ["1", "0", f"/elsewhere{separator}x"], separator) == {}
+    assert StatJoin().split(reads, ["yes", "0", good_line], separator) == {}
+    assert Sha1Join().split(reads, ["1"], separator) == {}
+
+    # facts_now reads what the batch left out on its own: the values are still pyinfra's
+    specs = [FactSpec.of(File, path=read["path"]) for read in reads]
+    assert facts_now(local_host, specs) == {spec: local_host.get_fact(File, path=spec.kwargs[0][1]) for spec in specs}
+
+
+SYSTEMD_UNITS = ["docker.service", "rigkit-no-such.service", "rigkit-l2-janitor.service"]
+
+
+def test_the_systemd_join_hands_each_unit_its_own_block_of_a_real_systemctl_show():
+    """systemctl show --all --property Id --property SubState --property UnitFileState, three units, captured on a
+    lab rig (docker running, a unit that does not exist, rigkit's janitor)."""
+    output = (FIXTURES / "systemctl-show-3-units.txt").read_text().splitlines()
+    reads = [
+        {"services": (unit,), "machine": None, "user_mode": False, "user_name": None}
+        for unit in SYSTEMD_UNITS
+        for _ in (SystemdStatus, SystemdEnabled)
+    ]
+    split = SystemdJoin().split(reads, output, "")
+    values = [fact().process(split[index]) for index, fact in enumerate([SystemdStatus, SystemdEnabled] * 3)]
+    assert values == [
+        {"docker.service": True},
+        {"docker.service": True},
+        {"rigkit-no-such.service": False},
+        {"rigkit-no-such.service": False},
+        {"rigkit-l2-janitor.service": True},
+        {"rigkit-l2-janitor.service": True},
+    ]
+    assert SystemdJoin().split(reads, output[:-4], "") == {}  # a block short: every read alone
+
+
+@pytest.mark.parametrize(
+    "fact, kwargs, joined",
+    [
+        (File, {"path": "/etc/fstab"}, StatJoin),
+        (Link, {"path": "/etc/a b"}, StatJoin),
+        (File, {"path": "~/x"}, None),
+        (File, {"path": "/a\nb"}, None),
+        (Sha1File, {"path": "/a\\b"}, None),
+        (Sha1File, {"path": "/etc/fstab"}, Sha1Join),
+        (SystemdStatus, {"services": ("docker.service",), "machine": None, "user_mode": False}, SystemdJoin),
+        (SystemdEnabled, {"services": "docker.service"}, SystemdJoin),
+        (SystemdStatus, {"services": ("a.service", "b.service")}, None),
+        (SystemdStatus, {"services": ("docker.service",), "user_mode": True}, None),
+        (SystemdStatus, {"services": ("docker.service; reboot",)}, None),
+        (SystemdStatus, {"services": None}, None),
+    ],
+)
+def test_which_reads_a_join_takes(fact, kwargs, joined):
+    join = join_for(fact(), kwargs)
+    assert (type(join) if join else None) is joined

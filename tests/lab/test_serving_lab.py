@@ -15,6 +15,7 @@ import pytest
 import requests
 from pyinfra.facts.files import Directory, File, Sha1File
 
+from rigkit.facts.apt import AptHeldPackages
 from rigkit.facts.batch import FactBatch, FactSpec, _shell_text
 from rigkit.facts.serving import ENGINE_API_SCRIPT, ServingEngine
 from rigkit.facts.surveyed import service_reads
@@ -131,6 +132,21 @@ def test_joined_facts_read_a_real_rig_as_each_fact_alone(lab, deployed, rig_exec
     print(f"{len(specs)} facts: {sum(1 for value in joined.values() if value)} found on {rig.name}")
     assert joined[service_reads("docker.service")[0]] == {"docker.service": True}
     assert joined[FactSpec.of(File, path=stack)]["size"] > 0
+
+
+def test_held_packages_are_read_as_apt_mark_names_them(lab, deployed, rig_exec):
+    """AptHeldPackages reads dpkg's database, not apt: on a real rig it names what `apt-mark showhold` names, a
+    Multi-Arch: same library held by hand included."""
+    rig = lab.rigs[0]
+    rig_exec(rig, "apt-mark hold libc6 >/dev/null")
+    try:
+        fact = AptHeldPackages()
+        ours = fact.process(rig_exec(rig, ["sh", "-c", fact.command()]).stdout.splitlines())
+        apts = set(rig_exec(rig, "apt-mark showhold").stdout.split())
+    finally:
+        rig_exec(rig, "apt-mark unhold libc6 >/dev/null")
+    print(f"held on {rig.name}: {sorted(ours)}")
+    assert ours == apts and "libc6" in ours
 
 
 def test_a_file_changed_after_the_survey_is_put_right(lab, deployed, run_pyinfra, rig_exec):

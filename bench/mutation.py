@@ -51,6 +51,7 @@ MODULES = [
     "rigkit/preflight/gpus.py",  # preflight gates: GPU memory, gpu_mask, tensor parallelism
     "rigkit/preflight/engine.py",  # preflight gates: engine, compose, image, ports
     "rigkit/preflight/__init__.py",  # preflight: the gates run together, force, refusals
+    "rigkit/facts/joined.py",  # facts of one kind read by one process: each fact's own lines, or read alone
 ]
 # Tests that exercise a module without naming it (the selection is every test file that names one, plus these
 # for the modules run).
@@ -63,6 +64,8 @@ EXTRA_TESTS: dict[str, list[str]] = {
     "rigkit/settings/engine_args.py": ["tests/settings/test_engine_settings.py", "tests/settings/test_knobs.py"],
     # every knob's value is coerced (Variable.coerce) on its way in: the bad-input catalogue's refusals
     "rigkit/settings/variables.py": ["tests/test_bad_input_catalogue.py"],
+    # the joins run inside a FactBatch (rigkit.facts.batch), whose tests read facts through them
+    "rigkit/facts/joined.py": ["tests/facts/test_batch.py"],
 }
 # Mutants are run among these tests only: the lab's and vLLM's need a lab or minutes each.
 PYTEST_ARGS = ["-p", "no:cacheprovider", "-m", "not lab and not vllm", "-o", "addopts="]

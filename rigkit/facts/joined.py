@@ -104,10 +104,14 @@ class StatJoin(PathJoin):
     def lines_by_path(self, tool_lines, separator, paths):
         by_path: dict[str, list[str]] = {}
         for line in tool_lines:
-            path, found, rest = line.partition(separator)
-            if not found or path not in paths or path in by_path:
+            # the longest path asked for that the line starts with (a path may hold the separator's text itself)
+            owners = [path for path in paths if line.startswith(path + separator)]
+            if not owners:
                 return None
-            by_path[path] = [rest]
+            path = max(owners, key=len)
+            if path in by_path:
+                return None
+            by_path[path] = [line[len(path) + len(separator) :]]
         return by_path
 
 

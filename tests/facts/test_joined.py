@@ -16,6 +16,7 @@ from pyinfra.facts.systemd import SystemdEnabled, SystemdStatus
 
 from rigkit.facts.batch import FactBatch, FactSpec, facts_now
 from rigkit.facts.joined import Sha1Join, StatJoin, SystemdJoin, join_for
+from rigkit.facts.surveyed import service_reads
 
 FIXTURES = Path(__file__).parent / "joined"
 
@@ -97,6 +98,10 @@ def test_a_line_a_join_cannot_place_leaves_its_facts_to_be_read_alone(local_host
     assert StatJoin().split(reads, ["1", "0", f"/elsewhere{separator}x"], separator) == {}
     assert StatJoin().split(reads, ["yes", "0", good_line], separator) == {}
     assert Sha1Join().split(reads, ["1"], separator) == {}
+    # a path holding the separator's text is still placed by the path asked for, not by the text
+    odd = {"path": f"/odd{separator}name"}
+    line = f"/odd{separator}name{separator}user=root group=root mode=-rw-r--r-- atime=1 mtime=1 ctime=1 size=1 'x'"
+    assert StatJoin().split([odd, reads[0]], ["1", "0", line], separator) == {0: [line.split(separator, 2)[2]], 1: []}
 
     # facts_now reads what the batch left out on its own: the values are still pyinfra's
     specs = [FactSpec.of(File, path=read["path"]) for read in reads]
@@ -104,27 +109,50 @@ def test_a_line_a_join_cannot_place_leaves_its_facts_to_be_read_alone(local_host
 
 
 SYSTEMD_UNITS = ["docker.service", "rigkit-no-such.service", "rigkit-l2-janitor.service"]
+CAPTURED = (FIXTURES / "systemctl-show-3-units.txt").read_text()  # one `systemctl show` of the three on a lab rig
+EXPECTED = {"docker.service": True, "rigkit-no-such.service": False, "rigkit-l2-janitor.service": True}
+
+# A stand-in for systemctl (this machine has no systemd), named as such: it records its arguments and prints, for
+# each unit asked, that unit's block of the real output captured on a lab rig, blocks separated as systemctl does.
+STAND_IN = """#!/usr/bin/env python3
+import sys
+open(sys.argv[0] + ".log", "a").write(" ".join(sys.argv[1:]) + "\\n")
+blocks = {block.splitlines()[0][3:]: block for block in open(sys.argv[0] + ".out").read().strip().split("\\n\\n")}
+print("\\n\\n".join(blocks[unit] for unit in sys.argv[1:] if unit.endswith(".service")))
+"""
+
+
+def test_the_systemd_join_asks_systemctl_once_and_hands_each_unit_its_block(local_host, tmp_path: Path):
+    stand_in = tmp_path / "bin" / "systemctl"
+    stand_in.parent.mkdir()
+    stand_in.write_text(STAND_IN)
+    stand_in.chmod(0o755)
+    (tmp_path / "bin" / "systemctl.out").write_text(CAPTURED)
+    specs = tuple(spec for unit in SYSTEMD_UNITS for spec in service_reads(unit))
+
+    batch = local_host.get_fact(FactBatch, facts=specs, _env={"PATH": f"{stand_in.parent}:/usr/bin:/bin"})
+
+    units = [dict(spec.kwargs)["services"][0] for spec in specs]
+    assert batch == {spec: {unit: EXPECTED[unit]} for spec, unit in zip(specs, units)}
+    calls = (tmp_path / "bin" / "systemctl.log").read_text().splitlines()
+    assert calls == ["show --all --property Id --property SubState --property UnitFileState " + " ".join(SYSTEMD_UNITS)]
 
 
 def test_the_systemd_join_hands_each_unit_its_own_block_of_a_real_systemctl_show():
-    """systemctl show --all --property Id --property SubState --property UnitFileState, three units, captured on a
-    lab rig (docker running, a unit that does not exist, rigkit's janitor)."""
-    output = (FIXTURES / "systemctl-show-3-units.txt").read_text().splitlines()
+    """The captured output, split: three units (docker running, one that does not exist, rigkit's janitor)."""
+    output = CAPTURED.splitlines()
     reads = [
         {"services": (unit,), "machine": None, "user_mode": False, "user_name": None}
         for unit in SYSTEMD_UNITS
         for _ in (SystemdStatus, SystemdEnabled)
     ]
-    split = SystemdJoin().split(reads, output, "")
-    values = [fact().process(split[index]) for index, fact in enumerate([SystemdStatus, SystemdEnabled] * 3)]
-    assert values == [
-        {"docker.service": True},
-        {"docker.service": True},
-        {"rigkit-no-such.service": False},
-        {"rigkit-no-such.service": False},
-        {"rigkit-l2-janitor.service": True},
-        {"rigkit-l2-janitor.service": True},
-    ]
+    facts = [SystemdStatus, SystemdEnabled] * 3
+    for lines in (output, output + ["", ""], [""] + output):  # blank lines around the blocks change nothing
+        split = SystemdJoin().split(reads, lines, "")
+        values = [fact().process(split[index]) for index, fact in enumerate(facts)]
+        assert values == [{unit: EXPECTED[unit]} for unit in SYSTEMD_UNITS for _ in (1, 2)]
+    one = SystemdJoin().split(reads[:1], output[:3] + [""], "")  # one unit, a trailing blank line
+    assert SystemdStatus().process(one[0]) == {"docker.service": True}
     assert SystemdJoin().split(reads, output[:-4], "") == {}  # a block short: every read alone
 
 
@@ -133,6 +161,8 @@ def test_the_systemd_join_hands_each_unit_its_own_block_of_a_real_systemctl_show
     [
         (File, {"path": "/etc/fstab"}, StatJoin),
         (Link, {"path": "/etc/a b"}, StatJoin),
+        (Directory, {"path": "/etc/X11"}, StatJoin),
+        (Sha1File, {"path": "/etc/X11/Xsession"}, Sha1Join),
         (File, {"path": "~/x"}, None),
         (File, {"path": "/a\nb"}, None),
         (Sha1File, {"path": "/a\\b"}, None),

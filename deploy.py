@@ -31,7 +31,7 @@ import os
 from pyinfra import host, inventory
 
 from rigkit.errors import RigkitError
-from rigkit.fleet import global_arguments, operation_order
+from rigkit.fleet import deploy_process
 from rigkit.fleet.inventory import inventory_rigs
 from rigkit.kv_share import check_inventory
 from rigkit.monitoring.prometheus import fleet_targets, scraper_addresses
@@ -43,8 +43,7 @@ from rigkit.settings.defaults import KV_STORE_GROUP, MONITORING_GROUP
 from rigkit.settings.hostdata import RigSettings, rig_settings
 from roles import Run, deploy_rig
 
-operation_order.install()  # pyinfra's own reads every frame's source line for each operation
-global_arguments.install()  # pyinfra's own evaluates the same type hints at every operation
+deploy_process.install()  # cheaper operations and collections in this process (rigkit.fleet.deploy_process)
 
 
 def validated(needs_stack: bool = True) -> RigSettings:

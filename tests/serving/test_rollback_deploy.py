@@ -3,6 +3,7 @@ store (group kv_stores) has no release and is left alone, saying so; a rig goes 
 
 from __future__ import annotations
 
+import gc
 import logging
 import runpy
 
@@ -36,8 +37,11 @@ def run_rollback_on(name: str, caplog) -> State:
         raise FactRead(name)
 
     host.get_fact = read_fact  # type: ignore[method-assign]
-    with caplog.at_level(logging.INFO), ctx_state.use(state), ctx_host.use(host):
-        runpy.run_path(str(REPO_ROOT / "rollback.py"))
+    try:
+        with caplog.at_level(logging.INFO), ctx_state.use(state), ctx_host.use(host):
+            runpy.run_path(str(REPO_ROOT / "rollback.py"))
+    finally:
+        gc.unfreeze()  # the deploy file froze this test session's objects (rigkit.fleet.deploy_process)
     return state
 
 

@@ -26,6 +26,7 @@ Ensures, in order:
 from __future__ import annotations
 
 import logging
+import secrets
 from io import StringIO
 from typing import Optional
 
@@ -148,13 +149,19 @@ def smoke(rendering: Rendering, data: dict) -> SmokeReport:
     report = SmokeReport()
     with serving_url(data, rendering.knob("bind_address"), int(rendering.knob("serving_port")), host.name) as url:
         report.checks += check_http(url, rendering.knob("served_model_name"))
-    _, env_out = host.run_shell_command(f"docker exec {CONTAINER_NAME} env")
-    _, inspect_out = host.run_shell_command(f"docker inspect {CONTAINER_NAME}")
+    # the container's environment and its inspect JSON in one round trip, cut at a line neither can print
+    between = f"rigkit-smoke-{secrets.token_hex(8)}"
+    _, out = host.run_shell_command(
+        f"docker exec {CONTAINER_NAME} env; echo {between}; docker inspect {CONTAINER_NAME}"
+    )
+    lines = out.stdout.splitlines()
+    cut = lines.index(between) if between in lines else len(lines)
+    env_text, inspect_text = "\n".join(lines[:cut]), "\n".join(lines[cut + 1 :])
     expected_command = [rendering.connector] if rendering.connector else []
-    report.checks += check_container(env_out.stdout, inspect_out.stdout, rendering.container_env(), expected_command)
+    report.checks += check_container(env_text, inspect_text, rendering.container_env(), expected_command)
     if HASH_SEED_ENV in rendering.container_env():
         seed = resolve([KNOBS_BY_NAME["kv_hash_seed"]], data)["kv_hash_seed"]
-        report.checks.append(check_hash_seed(env_out.stdout, seed))
+        report.checks.append(check_hash_seed(env_text, seed))
     return report
 
 

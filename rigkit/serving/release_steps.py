@@ -133,8 +133,9 @@ def carry_out(host, steps: list[Step]) -> None:
         elif isinstance(step, RecordHash):
             run_checked(host, [record_hash_command(step.rendering_hash)])
         elif isinstance(step, Prune):
-            for command in prune_commands(list(step.images), list(step.renderings)):
-                host.run_shell_command(command)
+            commands = prune_commands(list(step.images), list(step.renderings))
+            if commands:  # one round trip; each removal's own failure is ignored, as alone
+                host.run_shell_command("; ".join(commands))
         elif isinstance(step, Refuse):
             raise failure(step)
         else:

@@ -18,6 +18,7 @@ import resource
 import statistics
 import subprocess
 import sys
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Optional
@@ -107,6 +108,15 @@ class CpuAccount:
             rigs_s=(rigs - self._start[1]) if self.counters else None,
             rigs=self.rigs,
         )
+
+
+def idle_rate(containers: Iterable[str], seconds: float = 5.0) -> Optional[float]:
+    """CPU-seconds per second each rig spends at rest (its engine, its daemons) over ``seconds``: the share of a
+    run's rig CPU that is not the run's (None when the counters are not found)."""
+    account = CpuAccount(containers).start()
+    time.sleep(seconds)
+    spent = account.stop()
+    return None if spent.rigs_s is None else spent.rigs_s / seconds / max(spent.rigs, 1)
 
 
 def precompile(root: Path) -> None:

@@ -38,7 +38,7 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO_ROOT))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from cpu_account import CpuAccount, CpuSpent, precompile  # noqa: E402
+from cpu_account import CpuAccount, CpuSpent, idle_rate, precompile  # noqa: E402
 from pyinfra_timeline import Timeline, run_timed  # noqa: E402
 
 from rigkit.fleet.pyinfra_args import pyinfra_executable  # noqa: E402
@@ -218,6 +218,11 @@ def main() -> int:
     if staged.returncode != 0:
         raise SystemExit(f"rigkit stage failed:\n{(staged.stdout + staged.stderr)[-4000:]}")
 
+    progress("the rigs at rest for 5 s (their idle engines' CPU, counted in every run's rig figure)")
+    idle = idle_rate(rig.container for rig in rigs)
+    if idle is not None:
+        progress(f"the rigs at rest: {idle * 1000:.0f} ms of CPU per second each")
+
     first: dict[int, float] = {}
     noop: dict[int, float] = {}
     floors: dict[int, float] = {}
@@ -352,6 +357,11 @@ def main() -> int:
                 f"(1 rig: {noop_cpu[1].rigs_s:.2f} and {noop_cpu[1].controller_s:.2f}; pyinfra's floor on {top}: "
                 f"{floor_cpu[top].rigs_s:.2f} and {floor_cpu[top].controller_s:.2f})"
             )
+            if idle is not None:
+                print(
+                    f"    of the rigs' {spent.rigs_s:.2f} CPU-s, ~{idle * top * noop[top]:.2f} is their engines' at "
+                    f"rest ({idle * 1000:.0f} ms per second each over the {noop[top]:.2f} s)"
+                )
     print(
         verdict(
             f"rollback overhead <= {OVERHEAD_S:g} s, 0 bytes pulled",

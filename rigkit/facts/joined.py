@@ -1,5 +1,5 @@
 """Several facts of one kind read by one process in a FactBatch: every path's stat in one `stat`, every file's
-SHA1 in one `sha1sum`, every unit's state in one `systemctl show`.
+SHA1 in one `sha1sum`, every unit's state in one `systemctl show`, every port's listeners in one Python.
 
 Each fact read alone is a subshell and a process of its own (~3-9 ms of a rig's CPU, measured on a lab rig); a
 rig's no-op reads eight paths, five file hashes and four unit states. A join runs the same tool with the same
@@ -18,6 +18,8 @@ from typing import Any, Optional, Sequence
 
 from pyinfra.facts.files import LINUX_STAT_COMMAND, Directory, File, Link, Sha1File
 from pyinfra.facts.systemd import SYSTEMD_UNIT_NAME_REGEX, SystemdEnabled, SystemdStatus
+
+from rigkit.facts.server import PortListeners, listeners_command
 
 
 class Join:
@@ -181,7 +183,25 @@ class SystemdJoin(Join):
         return {index: by_unit[self._unit(read["services"])] for index, read in enumerate(reads)}
 
 
-JOINS: tuple[Join, ...] = (StatJoin(), Sha1Join(), SystemdJoin())
+class ListenersJoin(Join):
+    """rigkit's PortListeners: one Python process for every port of the stack (its start is ~12 ms of a rig's CPU;
+    an LMCache stack listens on three ports), which prints a JSON line a port, in the order given."""
+
+    def takes(self, fact, kwargs):
+        return type(fact) is PortListeners and set(kwargs) == {"port"} and isinstance(kwargs["port"], int)
+
+    def command(self, reads, separator):
+        return listeners_command(_unique([read["port"] for read in reads]))
+
+    def split(self, reads, lines, separator):
+        ports = _unique([read["port"] for read in reads])
+        if len(lines) != len(ports):
+            return {}
+        by_port = dict(zip(ports, lines))
+        return {index: [by_port[read["port"]]] for index, read in enumerate(reads)}
+
+
+JOINS: tuple[Join, ...] = (StatJoin(), Sha1Join(), SystemdJoin(), ListenersJoin())
 
 
 def join_for(fact: Any, kwargs: dict) -> Optional[Join]:

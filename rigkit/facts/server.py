@@ -70,14 +70,14 @@ class ShmFree(FactBase):
         return {"free_bytes": int(lines[0]), "offload_bytes": sum(int(n) for n in lines[1:] if n.isdigit())}
 
 
-# Runs on the rig (python3 only): who listens on a TCP port. Sockets come from /proc/net/tcp{,6} (LISTEN = 0A);
+# Runs on the rig (python3 only): who listens on each TCP port given, a JSON line a port. Sockets come from /proc/net/tcp{,6} (LISTEN = 0A);
 # a socket no visible process owns (another network namespace's user, e.g. another rig) has pid None. Python
 # without site and with os and sys only (json imports re: each module ~6 ms of a rig's CPU at every survey): the
 # container ids are the cgroup's 64-hex runs, and the JSON is written by hand (a comm is at most 15 bytes of text).
 _LISTENERS_SCRIPT = r"""
 import os, sys
-port = int(sys.argv[1])
-inodes = set()
+ports = [int(arg) for arg in sys.argv[1:]]
+by_port = {port: set() for port in ports}
 for table in ("/proc/net/tcp", "/proc/net/tcp6"):
     try:
         rows = open(table).read().splitlines()[1:]
@@ -85,8 +85,10 @@ for table in ("/proc/net/tcp", "/proc/net/tcp6"):
         continue
     for row in rows:
         cols = row.split()
-        if cols[3] == "0A" and int(cols[1].rsplit(":", 1)[1], 16) == port:
-            inodes.add(cols[9])
+        port = int(cols[1].rsplit(":", 1)[1], 16)
+        if cols[3] == "0A" and port in by_port:
+            by_port[port].add(cols[9])
+inodes = set().union(*by_port.values())
 def hex64(text):
     runs = "".join(c if c in "0123456789abcdef" else " " for c in text).split()
     return [run[i:i + 64] for run in runs for i in range(0, len(run) - 63, 64)]
@@ -116,15 +118,21 @@ if inodes:
                     cgroup = ""
                 found[inode] = {"pid": int(pid), "containers": hex64(cgroup),
                                 "command": open(f"/proc/{pid}/comm").read().strip()}
-print(js([found.get(i, {"pid": None, "containers": [], "command": None}) for i in sorted(inodes)]))
+for port in ports:
+    print(js([found.get(i, {"pid": None, "containers": [], "command": None}) for i in sorted(by_port[port])]))
 """
+
+
+def listeners_command(ports: list[int]) -> str:
+    """The listeners of each port, one JSON line a port in this order, read by one Python process."""
+    return f"python3 -I -S -c {shlex.quote(_LISTENERS_SCRIPT)} {' '.join(str(int(port)) for port in ports)}"
 
 
 class PortListeners(FactBase):
     """Listeners on TCP ``port``: [{"pid": int | None, "containers": [container ids], "command": str | None}]."""
 
     def command(self, port: int) -> str:
-        return f"python3 -I -S -c {shlex.quote(_LISTENERS_SCRIPT)} {int(port)}"
+        return listeners_command([port])
 
     def process(self, output):
         return json.loads("".join(output) or "[]")

@@ -1,13 +1,16 @@
 """Facts of one kind read by one process (rigkit.facts.joined) inside a FactBatch.
 
-The stat and sha1sum joins run on this machine's own shell through pyinfra's local connector and must give, fact
-by fact, exactly what pyinfra's own ``get_fact`` gives for the same fact, over paths chosen to break them. This
-machine has no systemd: the systemd join's split is held to a real `systemctl show` captured on a lab rig, and
+The stat, sha1sum and listeners joins run on this machine's own shell through pyinfra's local connector and must
+give, fact by fact, exactly what pyinfra's own ``get_fact`` gives for the same fact, over paths chosen to break them
+and over real listeners. This machine has no systemd: the systemd join's split is held to a real `systemctl show` captured on a lab rig, and
 tests/lab/test_serving_lab.py holds the whole join equal to each fact alone on a real rig.
 """
 
 from __future__ import annotations
 
+import os
+import socket
+import sys
 from pathlib import Path
 
 import pytest
@@ -15,7 +18,8 @@ from pyinfra.facts.files import Directory, File, Link, Sha1File
 from pyinfra.facts.systemd import SystemdEnabled, SystemdStatus
 
 from rigkit.facts.batch import FactBatch, FactSpec, facts_now
-from rigkit.facts.joined import Sha1Join, StatJoin, SystemdJoin, join_for
+from rigkit.facts.joined import ListenersJoin, Sha1Join, StatJoin, SystemdJoin, join_for
+from rigkit.facts.server import PortListeners
 from rigkit.facts.surveyed import service_reads
 
 FIXTURES = Path(__file__).parent / "joined"
@@ -173,8 +177,40 @@ def test_the_systemd_join_hands_each_unit_its_own_block_of_a_real_systemctl_show
         (SystemdStatus, {"services": ("docker.service",), "user_mode": True}, None),
         (SystemdStatus, {"services": ("docker.service; reboot",)}, None),
         (SystemdStatus, {"services": None}, None),
+        (PortListeners, {"port": 8000}, ListenersJoin),
+        (PortListeners, {"port": "8000; reboot"}, None),
     ],
 )
 def test_which_reads_a_join_takes(fact, kwargs, joined):
     join = join_for(fact(), kwargs)
     assert (type(join) if join else None) is joined
+
+
+def test_the_listeners_of_every_port_are_read_by_one_python(local_host, tmp_path: Path):
+    """Two listeners on loopback and a free port: the join's one Python answers each port as it alone would."""
+    log = tmp_path / "calls.log"
+    wrapper = tmp_path / "bin" / "python3"
+    wrapper.parent.mkdir()
+    wrapper.write_text(f'#!/bin/sh\necho python3 >> {log}\nexec {sys.executable} "$@"\n')
+    wrapper.chmod(0o755)
+    servers = []
+    for _ in range(2):
+        server = socket.socket()
+        server.bind(("127.0.0.1", 0))
+        server.listen()
+        servers.append(server)
+    with socket.socket() as free:
+        free.bind(("127.0.0.1", 0))
+        free_port = free.getsockname()[1]
+    ports = [server.getsockname()[1] for server in servers] + [free_port]
+    specs = tuple(FactSpec.of(PortListeners, port=port) for port in ports)
+    try:
+        batch = local_host.get_fact(FactBatch, facts=specs, _env={"PATH": f"{wrapper.parent}:/usr/bin:/bin"})
+        alone = {spec: local_host.get_fact(PortListeners, port=dict(spec.kwargs)["port"]) for spec in specs}
+    finally:
+        for server in servers:
+            server.close()
+    assert batch == alone
+    assert [[listener["pid"] for listener in batch[spec]] for spec in specs] == [[os.getpid()], [os.getpid()], []]
+    assert log.read_text().split() == ["python3"]
+    assert ListenersJoin().split([{"port": 1}, {"port": 2}], ["[]"], "") == {}  # a line short: every read alone

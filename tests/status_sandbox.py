@@ -1,7 +1,7 @@
 """A rig for `rigkit status` tests, on this machine: the real script run under sh, its rig paths moved into a
-temporary directory and the rig's tools stubbed on PATH (docker prints a made-up `docker inspect` shaped as
-docker 20.10's, nvidia-smi the real H200 capture in tests/fixtures, systemctl "active"); the API probe is the
-real one, against a tiny /v1/models server on this machine's loopback. The stack's files are exactly what
+temporary directory and the rig's tools stubbed on PATH (the engine read through the docker CLI: docker prints a
+made-up `docker inspect` shaped as docker 20.10's, nvidia-smi the real H200 capture in tests/fixtures, systemctl
+"active"); the API probe is the real one, against a tiny /v1/models server on this machine's loopback. The stack's files are exactly what
 rigkit renders for cpu-lab, as a deploy writes them to a lab rig.
 """
 
@@ -116,6 +116,9 @@ class Rig:
         (self.l2 / "entry-1").write_bytes(b"k" * 4096)
         (root / "janitor.json").write_text(json.dumps({"state": "ok", "updated_at": time.time()}))
         self.labels = {"org.rigkit.profile": rendering.profile, "org.rigkit.knobs-hash": rendering.knobs_hash}
+        # a TCP engine: the engine section's API script leaves the reading to the stubbed docker CLI (this machine's
+        # own engine socket would answer it otherwise); a test points it at a stand-in engine's socket instead
+        self.docker_host = "tcp://127.0.0.1:9"
         self.inspect(made_up_inspect(stack.image, rendering.container_env(), running, self.labels))
         self.tool(
             "docker",
@@ -154,7 +157,7 @@ class Rig:
             (JANITOR_STATUS, self.root / "janitor.json"),
         ):
             script = script.replace(rig_path, str(here))
-        env = {**os.environ, "PATH": f"{self.bin}:{os.environ['PATH']}"}
+        env = {**os.environ, "PATH": f"{self.bin}:{os.environ['PATH']}", "DOCKER_HOST": self.docker_host}
         return subprocess.run(["sh", "-c", script], capture_output=True, text=True, env=env, timeout=60).stdout
 
     def status(self, today=None):

@@ -45,6 +45,18 @@ ENGINE_API_SCRIPT = (FILES_DIR / "engine_api.py").read_text()
 ENGINE_SECTION_END = "--rigkit-engine-section--"
 
 
+def engine_parts(output: list[str]) -> list[list[str]]:
+    """ServingEngine's output cut into its four parts: `docker info`'s, the tagged images, the pinned image's
+    presence, the stack containers' inspect JSON (a part the output lacks is empty)."""
+    parts: list[list[str]] = [[]]
+    for line in output:
+        if line.strip() == ENGINE_SECTION_END:
+            parts.append([])
+        else:
+            parts[-1].append(line)
+    return (parts + [[], [], []])[:4]
+
+
 class ServingEngine(FactBase):
     """{"engine", "local_images", "image_present", "stack_containers"}: what DockerEngine, DockerLocalImages,
     DockerImagePresent and StackContainers read, in one process on the rig (rigkit/files/engine_api.py reads
@@ -64,13 +76,7 @@ class ServingEngine(FactBase):
         return f"python3 -I -S -c {shlex.quote(ENGINE_API_SCRIPT)} {arguments} 2>/dev/null || {{ {fallback}; }}"
 
     def process(self, output: list[str]) -> dict:
-        parts: list[list[str]] = [[]]
-        for line in output:
-            if line.strip() == ENGINE_SECTION_END:
-                parts.append([])
-            else:
-                parts[-1].append(line)
-        engine, images, present, containers = parts[:4]
+        engine, images, present, containers = engine_parts(output)
         return {
             "engine": DockerEngine().process(engine),
             "local_images": DockerLocalImages().process(images),

@@ -13,8 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any, Optional
 
 from rigkit.facts import split_exit
-from rigkit.facts.docker import DockerEngine
-from rigkit.facts.serving import StackContainers
+from rigkit.facts.serving import ServingEngine
 from rigkit.kv_store import store_probe_command
 from rigkit.l2_state import l2_probe_for
 from rigkit.model.stage import STORE_SCRIPT
@@ -70,8 +69,9 @@ def status_script(stack: Optional[Settings]) -> str:
     """The one shell script a rig runs: sections, each under a ``SECTION_MARK name`` line."""
     compose_path, env_path = stack_files()
     sections = {
-        "engine": DockerEngine().command(),
-        "containers": f"{{ {StackContainers().command(STACK_NAME)}; }} 2>/dev/null | base64 -w0; echo",
+        # the engine and the stack's containers read as the survey reads them (its API on the local socket, else
+        # the docker CLI): rigkit.facts.serving.ServingEngine, no image to look for
+        "engine": ServingEngine().command(image=None, stack=STACK_NAME),
         "release-hash": _file_section(RELEASE_HASH_FILE),
         "compose": _file_section(compose_path),
         "env": _file_section(env_path),
@@ -139,11 +139,11 @@ class Container:
     labels: dict[str, str] = field(default_factory=dict)
 
 
-def parse_containers(section: Optional[str]) -> Optional[list[Container]]:
-    """The stack's containers from the containers section; None when docker did not answer with JSON."""
+def parse_containers(inspect_json: str) -> Optional[list[Container]]:
+    """The stack's containers from their inspect JSON (the engine section's last part); None when it is not JSON."""
     try:
-        inspected = json.loads(base64.b64decode((section or "").strip(), validate=True).decode() or "null")
-    except (binascii.Error, UnicodeDecodeError, ValueError):
+        inspected = json.loads(inspect_json or "null")
+    except ValueError:
         return None
     if not isinstance(inspected, list):
         return None

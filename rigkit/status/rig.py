@@ -7,6 +7,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Optional
 
 from rigkit.facts.docker import DockerEngine
+from rigkit.facts.serving import engine_parts
 from rigkit.kv_store import ADAPTER_REQUEST_TIMEOUT_S, parse_store_probe, store_node
 from rigkit.l2_state import read_l2
 from rigkit.serving.commands import ready_url, rendering_for
@@ -82,10 +83,11 @@ def assess(rig: str, stack: Optional[Settings], output: str, gpu_limits: Optiona
     by ``gpu_limits`` (the rig's data: GpuLimits.from_sections; None: the declared defaults)."""
     sections = parse_sections(output)
     status = RigStatus(rig, declared_image=stack.image if stack else None)
-    engine = DockerEngine().process((sections.get("engine") or "").split("\n"))
+    info, _, _, inspected = engine_parts((sections.get("engine") or "").split("\n"))
+    engine = DockerEngine().process(info)
     status.health["engine"] = "ok" if engine["server_version"] else f"docker does not answer: {engine['error']}"
     # docker ps failing prints no id, so the fact's command answers "[]": without an engine, nothing is known
-    containers = parse_containers(sections.get("containers")) if engine["server_version"] else None
+    containers = parse_containers("\n".join(inspected)) if engine["server_version"] else None
     running = [c for c in containers or [] if c.running]
     container = (running or containers or [None])[0]
     status.image = container.image if container else None

@@ -6,11 +6,15 @@ Each case runs the real script on a rig made on this machine (tests/status_sandb
 
 from __future__ import annotations
 
+import threading
+from socketserver import ThreadingUnixStreamServer
+
 from status_sandbox import IMAGE_1, Models, api_port, made_up_inspect, rig  # noqa: F401
 
 from rigkit.serving.commands import rendering_for
 from rigkit.status.report import exit_status
 from rigkit.status.rig import OK, UNHEALTHY
+from tests.facts.test_serving import CONTAINERS, StandInEngine
 
 
 def test_a_rig_just_deployed_reads_clean(rig):
@@ -80,3 +84,20 @@ def test_a_janitor_down_is_unhealthy(rig):
     rig.tool("systemctl", "echo inactive")
     status = rig.status()
     assert status.state == UNHEALTHY and any("janitor" in p for p in status.unhealthy)
+
+
+def test_the_engine_and_its_containers_are_read_through_its_api(rig, tmp_path):
+    """The engine section reads the engine through its API on the rig's socket, as the survey does: here a stand-in
+    engine answering as a real Docker 20.10 did (tests/facts/test_serving.py), whose container is not the stubbed
+    CLI's, so the image read is the API's."""
+    path = tmp_path / "engine.sock"
+    server = ThreadingUnixStreamServer(str(path), StandInEngine)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    rig.docker_host = f"unix://{path}"
+    try:
+        status = rig.status()
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert status.health["engine"] == "ok"
+    assert status.image == CONTAINERS[0]["Config"]["Image"] != IMAGE_1

@@ -44,11 +44,11 @@ class FactBatch(FactBase):
     directory; then each output gets a marker line carrying its exit status ("missing" when the command the fact
     requires is absent: its default, as pyinfra gives) and one ``cat`` prints them in order. Only the subshells
     and the facts' own commands are processes (the status, the marker and the order are the shell's builtins):
-    a rig's CPU is shared by every fact it reads. Facts of one kind (paths' stat, files' SHA1, units' state) share
-    one subshell and one process (rigkit.facts.joined). A fact whose command fails, whose output its process()
-    refuses, or that its join cannot answer for, is left out: facts_now then reads it alone, so pyinfra reports
-    and fails the host exactly as it would have. No temporary directory: no output at all, and facts_now reads
-    every fact alone.
+    a rig's CPU is shared by every fact it reads. Facts of one kind (paths' stat, files' SHA1, units' state,
+    ports' listeners) share one subshell and one process (rigkit.facts.joined). A fact whose command fails, whose
+    output its process() refuses, or that its join cannot answer for, is left out: facts_now then reads it alone,
+    so pyinfra reports and fails the host exactly as it would have. No temporary directory: no output at all, and
+    facts_now reads every fact alone.
     """
 
     def command(self, facts: tuple[FactSpec, ...]) -> str:

@@ -46,15 +46,43 @@ ENGINE_SECTION_END = "--rigkit-engine-section--"
 
 
 def engine_parts(output: list[str]) -> list[list[str]]:
-    """ServingEngine's output cut into its four parts: `docker info`'s, the tagged images, the pinned image's
-    presence, the stack containers' inspect JSON (a part the output lacks is empty)."""
+    """ServingEngine's output cut into its four parts as the docker CLI prints them: `docker info`'s, the tagged
+    images, the pinned image's presence, the stack containers' inspect JSON (a part the output lacks is empty).
+    The API script's answers (its first line ``ENGINE_SECTION_END api``) are read here, on the controller."""
+    api = bool(output) and output[0].strip() == f"{ENGINE_SECTION_END} api"
     parts: list[list[str]] = [[]]
-    for line in output:
+    for line in output[1:] if api else output:
         if line.strip() == ENGINE_SECTION_END:
             parts.append([])
         else:
             parts[-1].append(line)
-    return (parts + [[], [], []])[:4]
+    parts = (parts + [[], [], []])[:4]
+    return _cli_parts(parts) if api else parts
+
+
+def _json_values(lines: list[str]) -> list:
+    """Every JSON value in ``lines``, one after another (the engine writes each answer on one line)."""
+    text, decoder, values, at = "\n".join(lines), json.JSONDecoder(), [], 0
+    while at < len(text):
+        if text[at].isspace():
+            at += 1
+            continue
+        value, at = decoder.raw_decode(text, at)
+        values.append(value)
+    return values
+
+
+def _cli_parts(parts: list[list[str]]) -> list[list[str]]:
+    """The engine API's answers (GET /version, GET /images/json, presence, each container's inspect) as the CLI
+    commands of ServingEngine's fallback print them."""
+    version, images, present, containers = parts
+    tags = [tag for image in (_json_values(images) or [[]])[0] for tag in image.get("RepoTags") or []]
+    return [
+        [_json_values(version)[0]["Version"], "exit=0"] if version else [],
+        tags,  # DockerLocalImages drops "<none>"
+        present,
+        [json.dumps(_json_values(containers))] if containers else ["[]"],
+    ]
 
 
 class ServingEngine(FactBase):

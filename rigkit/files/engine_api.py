@@ -2,20 +2,22 @@
 
 Run on the rig as ``python3 -I -S -c <this text> SECTION_END IMAGE LABEL`` by rigkit.facts.serving.ServingEngine:
 one short process instead of five docker CLI calls (each costs a rig ~20 ms of CPU before it says anything).
-Prints, each followed by SECTION_END, what these would print: ``docker info --format '{{.ServerVersion}}'``
-(then "exit=0"), ``docker image ls --format '{{.Repository}}:{{.Tag}}'`` (tagged images, newest image
-first), ``docker image inspect IMAGE`` ("present" or "absent"; nothing when IMAGE is ""), and the inspect
-JSON of every container carrying LABEL. Prints nothing and exits non-zero when the CLI would not use a unix
-socket (a TCP or SSH DOCKER_HOST, a context), the socket does not answer, or the engine answers something
-this script does not read: the fact then runs the docker CLI itself.
+Prints ``SECTION_END api``, then the engine's own answers, each followed by SECTION_END: ``GET /version``,
+``GET /images/json``, "present" or "absent" for IMAGE (nothing when IMAGE is ""), and the inspect JSON of every
+container carrying LABEL; the controller reads them (rigkit.facts.serving.engine_parts). Prints nothing and
+exits non-zero when the CLI would not use a unix socket (a TCP or SSH DOCKER_HOST, a context), the socket does
+not answer, or the engine answers something this script does not read: the fact then runs the docker CLI.
+
+Only ``os`` and the C socket module are imported: ``json`` (it loads ``re``) and ``socket`` (``enum``,
+``selectors``) would double the process's CPU, which a rig spends twice per deploy.
 """
 
-import json
 import os
-import socket
 import sys
+from _socket import AF_UNIX, SOCK_STREAM, socket
 
 DEFAULT_SOCKET = "/var/run/docker.sock"
+ID_KEY = b'"Id"'
 
 
 def engine_socket():
@@ -29,10 +31,14 @@ def engine_socket():
     if not context:
         config = os.path.join(os.environ.get("DOCKER_CONFIG") or os.path.expanduser("~/.docker"), "config.json")
         try:
-            with open(config) as file:
-                context = json.load(file).get("currentContext")
+            with open(config, "rb") as file:
+                text = file.read()
         except FileNotFoundError:
-            pass
+            text = b""
+        if b"currentContext" in text:  # only then is the config's JSON worth json's import
+            import json
+
+            context = json.loads(text).get("currentContext")
     return DEFAULT_SOCKET if context in (None, "", "default") else None
 
 
@@ -42,7 +48,8 @@ def quote(text):
 
 
 def get(engine, path, allowed=(200,)):
-    with socket.socket(socket.AF_UNIX) as connection:
+    connection = socket(AF_UNIX, SOCK_STREAM)
+    try:
         connection.settimeout(30)
         connection.connect(engine)
         # HTTP/1.0: the engine answers unchunked and closes the connection when done
@@ -50,33 +57,53 @@ def get(engine, path, allowed=(200,)):
         answer = b""
         while chunk := connection.recv(65536):
             answer += chunk
+    finally:
+        connection.close()
     head, _, body = answer.partition(b"\r\n\r\n")
     status = int(head.split(None, 2)[1])
     if status not in allowed:
         raise SystemExit(3)
-    return status, body
+    return status, body.strip()
+
+
+def container_ids(listing):
+    """The ids in ``GET /containers/json``'s answer: each container's "Id" key (a string "Id" elsewhere is a
+    value, or escaped inside a longer string). An answer laid out otherwise ends the script."""
+    ids, at = [], listing.find(ID_KEY)
+    while at >= 0:
+        at += len(ID_KEY)
+        rest = listing[at:].lstrip()
+        if rest[:1] == b":":  # a key, not a value
+            ident = rest[1:].lstrip()[:66]
+            if len(ident) != 66 or ident[::65] != b'""' or ident[1:65].strip(b"0123456789abcdef"):
+                raise SystemExit(4)
+            ids.append(ident[1:65].decode())
+        at = listing.find(ID_KEY, at)
+    if not ids and listing not in (b"[]", b"null"):
+        raise SystemExit(4)
+    return ids
 
 
 def sections(engine, image, label):
-    yield [json.loads(get(engine, "/version")[1])["Version"], "exit=0"]
-    images = json.loads(get(engine, "/images/json")[1])
-    yield [tag for each in images for tag in each.get("RepoTags") or []]  # DockerLocalImages drops "<none>"
+    yield [get(engine, "/version")[1]]
+    yield [get(engine, "/images/json")[1]]
     if image:
         status, _ = get(engine, f"/images/{quote(image)}/json", allowed=(200, 404))
-        yield ["present" if status == 200 else "absent"]
+        yield [b"present" if status == 200 else b"absent"]
     else:
         yield []
-    filters = quote(json.dumps({"label": [label]}))
-    listed = json.loads(get(engine, f"/containers/json?all=1&filters={filters}")[1])
-    yield [json.dumps([json.loads(get(engine, f"/containers/{each['Id']}/json")[1]) for each in listed])]
+    filters = quote('{"label":["' + label.replace("\\", "\\\\").replace('"', '\\"') + '"]}')
+    listed = get(engine, f"/containers/json?all=1&filters={filters}")[1]
+    yield [get(engine, f"/containers/{each}/json")[1] for each in container_ids(listed)]
 
 
 def main(section_end, image, label):
     engine = engine_socket()
     if engine is None:
         return 2
-    lines = [line for section in sections(engine, image, label) for line in [*section, section_end]]
-    print("\n".join(lines))
+    end = section_end.encode()
+    lines = [end + b" api", *(line for section in sections(engine, image, label) for line in [*section, end])]
+    sys.stdout.buffer.write(b"\n".join(lines) + b"\n")
     return 0
 
 

@@ -17,13 +17,13 @@ from urllib.parse import parse_qs, unquote, urlsplit
 
 import pytest
 
-from rigkit.facts.serving import ENGINE_API_SCRIPT, ENGINE_SECTION_END, ServingEngine
-from rigkit.files.engine_api import DEFAULT_SOCKET, engine_socket, quote
+from rigkit.facts.serving import ENGINE_API_SCRIPT, ENGINE_SECTION_END, ServingEngine, engine_parts
+from rigkit.files.engine_api import DEFAULT_SOCKET, container_ids, engine_socket, quote
 from rigkit.serving.render import STACK_LABEL
 
 CAPTURED = json.loads((Path(__file__).parent / "serving.ServingEngine" / "engine-api.json").read_text())
 IMAGE = CAPTURED["arguments"]["image"]
-CONTAINERS = json.loads(CAPTURED["output"][-2])  # the inspect JSON the real engine gave
+CONTAINERS = json.loads(engine_parts(CAPTURED["output"])[3][0])  # the inspect JSON the real engine gave
 IMAGES = [
     {"Id": "sha256:new", "RepoTags": ["rigkit/serving:b", "rigkit/serving:a"], "RepoDigests": []},
     {"Id": "sha256:untagged", "RepoTags": ["<none>:<none>"], "RepoDigests": ["rigkit/serving@sha256:0"]},
@@ -103,7 +103,7 @@ def test_an_image_the_engine_lacks_is_absent_and_no_image_reads_none(engine, tmp
     absent = ServingEngine().process(run_script(env, image=IMAGE[:-4] + "0000").stdout.splitlines())
     assert absent["image_present"] is False and absent["stack_containers"] == CAPTURED["fact"]["stack_containers"]
     none = run_script(env, image="")
-    assert none.stdout.split(ENGINE_SECTION_END)[2] == "\n"  # the image's section is empty
+    assert none.stdout.split(ENGINE_SECTION_END)[3] == "\n"  # the image's section is empty (after " api")
     assert ServingEngine().process(none.stdout.splitlines())["image_present"] is False
 
 
@@ -164,3 +164,40 @@ def test_a_socket_that_does_not_answer_prints_nothing(tmp_path):
 @pytest.mark.parametrize("text", [IMAGE, json.dumps({"label": [LABEL]}), "é x+y%/a:b@c~d"])
 def test_the_script_quotes_a_url_as_urllib_does(text):
     assert quote(text) == urllib.parse.quote(text, safe="/:@")
+
+
+ID_A, ID_B = "a" * 64, "0123456789abcdef" * 4
+
+
+@pytest.mark.parametrize(
+    "listing, ids",
+    [
+        # the engine's own layout (Go's encoding/json, no spaces), a label's value "Id" and an escaped key in a string
+        (f'[{{"Id":"{ID_A}","Labels":{{"note":"Id","x":"\\"Id\\":\\"y"}}}},{{"Id":"{ID_B}"}}]', [ID_A, ID_B]),
+        (f'[{{"Id": "{ID_A}", "Names": ["/a"]}}]', [ID_A]),  # another encoder's spaces
+        ("[]", []),
+        ("null", []),
+    ],
+)
+def test_container_ids_are_read_without_json(listing, ids):
+    assert container_ids(listing.encode()) == ids
+
+
+@pytest.mark.parametrize(
+    "listing", [f'[{{"Id":"{ID_A[:-1]}"}}]', f'[{{"Id":"{ID_A.upper()}"}}]', '[{"Id":7}]', '[{"ID":"x"}]']
+)
+def test_a_listing_laid_out_otherwise_leaves_the_read_to_the_cli(listing):
+    with pytest.raises(SystemExit) as ended:
+        container_ids(listing.encode())
+    assert ended.value.code == 4
+
+
+def test_the_script_imports_neither_json_nor_socket(engine, tmp_path):
+    """Each import is a rig's CPU twice a deploy (json loads re; socket loads enum and selectors)."""
+    argv = [sys.executable, "-I", "-S", "-X", "importtime", "-c", ENGINE_API_SCRIPT, ENGINE_SECTION_END, IMAGE, LABEL]
+    result = subprocess.run(
+        argv, env=env_for(tmp_path, DOCKER_HOST=f"unix://{engine}"), capture_output=True, text=True, timeout=30
+    )
+    assert result.returncode == 0 and result.stdout
+    imported = {line.rsplit("|", 1)[-1].strip() for line in result.stderr.splitlines() if line.startswith("import")}
+    assert imported.isdisjoint({"json", "socket", "re", "enum", "selectors"}), imported

@@ -190,3 +190,30 @@ def test_the_seal_makes_the_directory_under_a_mount_immutable_and_refuses_one_wi
         assert not (tmp_path / "export" / "kv").exists()
     finally:
         subprocess.run(["chattr", "-i", str(mount)], capture_output=True)
+
+
+def test_the_read_under_a_mount_point_lists_its_first_five_entries_hidden_ones_too(tmp_path):
+    """No mount needed: a directory that is not a mount point is read as it is."""
+    if subprocess.run(["unshare", "--mount", "true"], capture_output=True).returncode != 0:
+        pytest.skip("needs unshare (root)")
+    directory = tmp_path / "mount"
+    directory.mkdir()
+    empty = subprocess.run(["sh", "-c", under_mount_point_read(str(directory))], capture_output=True, text=True)
+    assert [line for line in empty.stdout.splitlines() if line.startswith("entry=")] == []
+    names = {".hidden", "..dots", "a b", "*", "link", "c", "d"}
+    for name in names - {"link"}:
+        (directory / name).write_text("x")
+    (directory / "link").symlink_to(tmp_path / "nowhere")  # a dangling link is an entry too
+    read = subprocess.run(["sh", "-c", under_mount_point_read(str(directory))], capture_output=True, text=True)
+    entries = [line.removeprefix("entry=") for line in read.stdout.splitlines() if line.startswith("entry=")]
+    assert len(entries) == 5 and set(entries) <= names, read.stdout
+    for name in list(names)[:-1]:
+        (directory / name).unlink()
+    left = subprocess.run(["sh", "-c", under_mount_point_read(str(directory))], capture_output=True, text=True)
+    assert [line for line in left.stdout.splitlines() if line.startswith("entry=")] == [f"entry={list(names)[-1]}"]
+    assert (
+        subprocess.run(
+            ["sh", "-c", under_mount_point_read(str(tmp_path / "none"))], capture_output=True, text=True
+        ).stdout
+        == "absent\n"
+    )

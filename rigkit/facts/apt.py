@@ -6,7 +6,15 @@ from pyinfra.api import FactBase
 from pyinfra.api.exceptions import FactProcessError
 
 # db:Status-Abbrev is three characters: the selection ("h": hold), the package's state, its error flag
-_HOLDS_QUERY = "dpkg-query -W -f '${db:Status-Abbrev}|${Package}|${Architecture}\\n' '*'"
+HOLDS_FIELDS = ("db:Status-Abbrev", "Package", "Architecture")
+
+
+def dpkg_query(fields: tuple[str, ...]) -> str:
+    """dpkg-query printing ``fields`` of every package dpkg knows, a line each, separated by "|"."""
+    return "dpkg-query -W -f '" + "|".join(f"${{{field}}}" for field in fields) + "\\n' '*'"
+
+
+_HOLDS_QUERY = dpkg_query(HOLDS_FIELDS)
 
 
 class AptHeldPackages(FactBase):

@@ -79,7 +79,7 @@ class FactBatch(FactBase):
                 spec, fact = self._facts[indexes[0]]
                 text, needs = texts[indexes[0]], fact.requires_command(**dict(spec.kwargs))
             else:
-                text = join.command([dict(self._facts[i][0].kwargs) for i in indexes], self._marker)
+                text = join.command(self._reads(join, indexes), self._marker)
                 needs = join.requires_command
             # the subshell keeps a fact's own `exit` from ending the batch; $! lets `wait` give its status
             run = f'( {text}\n) >"$d/{entry}" 2>/dev/null & p{entry}=$!'
@@ -115,11 +115,14 @@ class FactBatch(FactBase):
                 for index in indexes:
                     self._process_one(index, status, [], results)
             elif status == "0":
-                split = join.split([dict(self._facts[i][0].kwargs) for i in indexes], lines, self._marker)
+                split = join.split(self._reads(join, indexes), lines, self._marker)
                 for position, own_lines in split.items():
                     self._process_one(indexes[position], status, own_lines, results)
             lines = []
         return results
+
+    def _reads(self, join: Join, indexes: list[int]) -> list[dict]:
+        return [join.read(self._facts[i][1], dict(self._facts[i][0].kwargs)) for i in indexes]
 
     def _process_one(self, index: int, status: str, lines: list[str], results: dict[FactSpec, Any]) -> None:
         spec, fact = self._facts[index]

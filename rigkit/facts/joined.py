@@ -1,5 +1,6 @@
 """Several facts of one kind read by one process in a FactBatch: every path's stat in one `stat`, every file's
-SHA1 in one `sha1sum`, every unit's state in one `systemctl show`, every port's listeners in one Python.
+SHA1 in one `sha1sum`, every unit's state in one `systemctl show`, every port's listeners in one Python, the
+installed and the held packages in one `dpkg-query`.
 
 Each fact read alone is a subshell and a process of its own (~3-9 ms of a rig's CPU, measured on a lab rig); a
 rig's no-op reads eight paths, five file hashes and four unit states. A join runs the same tool with the same
@@ -16,9 +17,11 @@ import re
 import shlex
 from typing import Any, Optional, Sequence
 
+from pyinfra.facts.deb import DebPackages
 from pyinfra.facts.files import LINUX_STAT_COMMAND, Directory, File, Link, Sha1File
 from pyinfra.facts.systemd import SYSTEMD_UNIT_NAME_REGEX, SystemdEnabled, SystemdStatus
 
+from rigkit.facts.apt import HOLDS_FIELDS, AptHeldPackages, dpkg_query
 from rigkit.facts.server import PortListeners, listeners_command
 
 
@@ -30,6 +33,10 @@ class Join:
 
     def takes(self, fact: Any, kwargs: dict) -> bool:
         raise NotImplementedError
+
+    def read(self, fact: Any, kwargs: dict) -> dict:
+        """What command() and split() are given of one read: its arguments."""
+        return kwargs
 
     def command(self, reads: Sequence[dict], separator: str) -> str:
         raise NotImplementedError
@@ -201,7 +208,36 @@ class ListenersJoin(Join):
         return {index: [by_port[read["port"]]] for index, read in enumerate(reads)}
 
 
-JOINS: tuple[Join, ...] = (StatJoin(), Sha1Join(), SystemdJoin(), ListenersJoin())
+class DpkgJoin(Join):
+    """pyinfra's DebPackages (``dpkg -l``) and rigkit's AptHeldPackages (dpkg-query and awk): one dpkg-query of every
+    package's status, name, architecture and version, both read dpkg's database. DebPackages gets the lines of
+    ``dpkg -l`` its pattern reads (status, name, version, then more text), AptHeldPackages every package's line
+    of its own query."""
+
+    requires_command = "dpkg-query"
+    FACTS = (DebPackages, AptHeldPackages)
+
+    def takes(self, fact, kwargs):
+        return type(fact) in self.FACTS and not kwargs
+
+    def read(self, fact, kwargs):
+        return {"fact": type(fact)}
+
+    def command(self, reads, separator):
+        return dpkg_query((*HOLDS_FIELDS, "Version"))
+
+    def split(self, reads, lines, separator):
+        rows = [line.split("|") for line in lines if line]
+        if not rows or any(len(row) != 4 for row in rows):
+            return {}
+        own = {
+            DebPackages: [f"{status} {name} {version} {arch}" for status, name, arch, version in rows],
+            AptHeldPackages: ["|".join(row[:3]) for row in rows],
+        }
+        return {index: own[read["fact"]] for index, read in enumerate(reads)}
+
+
+JOINS: tuple[Join, ...] = (StatJoin(), Sha1Join(), SystemdJoin(), ListenersJoin(), DpkgJoin())
 
 
 def join_for(fact: Any, kwargs: dict) -> Optional[Join]:

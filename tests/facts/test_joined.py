@@ -14,11 +14,13 @@ import sys
 from pathlib import Path
 
 import pytest
+from pyinfra.facts.deb import DebPackages
 from pyinfra.facts.files import Directory, File, Link, Sha1File
 from pyinfra.facts.systemd import SystemdEnabled, SystemdStatus
 
+from rigkit.facts.apt import AptHeldPackages
 from rigkit.facts.batch import FactBatch, FactSpec, facts_now
-from rigkit.facts.joined import ListenersJoin, Sha1Join, StatJoin, SystemdJoin, join_for
+from rigkit.facts.joined import DpkgJoin, ListenersJoin, Sha1Join, StatJoin, SystemdJoin, join_for
 from rigkit.facts.server import PortListeners
 from rigkit.facts.surveyed import service_reads
 
@@ -179,6 +181,8 @@ def test_the_systemd_join_hands_each_unit_its_own_block_of_a_real_systemctl_show
         (SystemdStatus, {"services": None}, None),
         (PortListeners, {"port": 8000}, ListenersJoin),
         (PortListeners, {"port": "8000; reboot"}, None),
+        (DebPackages, {}, DpkgJoin),
+        (AptHeldPackages, {}, DpkgJoin),
     ],
 )
 def test_which_reads_a_join_takes(fact, kwargs, joined):
@@ -214,3 +218,78 @@ def test_the_listeners_of_every_port_are_read_by_one_python(local_host, tmp_path
     assert [[listener["pid"] for listener in batch[spec]] for spec in specs] == [[os.getpid()], [os.getpid()], []]
     assert log.read_text().split() == ["python3"]
     assert ListenersJoin().split([{"port": 1}, {"port": 2}], ["[]"], "") == {}  # a line short: every read alone
+
+
+# A dpkg database (dpkg-query and dpkg -l read the one DPKG_ADMINDIR names): a held package, one installed for two
+# architectures (one of them held), one removed with its configuration left, one half-installed with an error.
+DPKG_STATUS = """\
+Package: dpkg
+Status: install ok installed
+Architecture: amd64
+Version: 1.21.23
+Description: package manager
+
+Package: docker.io
+Status: hold ok installed
+Architecture: amd64
+Version: 20.10.24+dfsg1-1+deb12u1+b6
+Description: engine
+
+Package: libfoo
+Status: hold ok installed
+Architecture: i386
+Multi-Arch: same
+Version: 1:2.0-1
+Description: foo
+
+Package: libfoo
+Status: install ok installed
+Architecture: amd64
+Multi-Arch: same
+Version: 1:2.0-1
+Description: foo
+
+Package: gone
+Status: deinstall ok config-files
+Architecture: amd64
+Version: 3
+Description: gone
+
+Package: half
+Status: install reinstreq half-installed
+Architecture: all
+Version: 4
+Description: half
+"""
+
+
+def test_installed_and_held_packages_are_read_by_one_dpkg_query(local_host, tmp_path: Path):
+    """DebPackages (dpkg -l) and AptHeldPackages (its dpkg-query) from one dpkg-query, as each reads alone."""
+    if not all(Path(f"/usr/bin/{tool}").exists() for tool in ("dpkg", "dpkg-query")):
+        pytest.skip("needs dpkg")
+    admin = tmp_path / "dpkg"
+    (admin / "info").mkdir(parents=True)
+    (admin / "updates").mkdir()
+    (admin / "status").write_text(DPKG_STATUS)
+    (admin / "available").write_text("")
+    log, wrappers = tmp_path / "calls.log", tmp_path / "bin"
+    wrappers.mkdir()
+    for tool in ("dpkg", "dpkg-query"):
+        (wrappers / tool).write_text(f'#!/bin/sh\necho {tool} >> {log}\nexec /usr/bin/{tool} "$@"\n')
+        (wrappers / tool).chmod(0o755)
+    env = {"PATH": f"{wrappers}:/usr/bin:/bin", "DPKG_ADMINDIR": str(admin)}
+    specs = (FactSpec.of(DebPackages), FactSpec.of(AptHeldPackages))
+
+    batch = local_host.get_fact(FactBatch, facts=specs, _env=env)
+    assert log.read_text().split() == ["dpkg-query"]
+    alone = {spec: local_host.get_fact(spec.fact, _env=env) for spec in specs}
+    assert batch == alone
+    assert batch[specs[0]] == {"dpkg": {"1.21.23"}, "docker.io": {"20.10.24+dfsg1-1+deb12u1+b6"}, "libfoo": {"1:2.0-1"}}
+    assert batch[specs[1]] == {"docker.io", "libfoo:i386"}
+
+
+def test_a_dpkg_line_the_join_cannot_read_leaves_both_facts_alone():
+    reads = [{"fact": DebPackages}, {"fact": AptHeldPackages}]
+    assert DpkgJoin().split(reads, ["ii |dpkg|amd64"], "") == {}
+    assert DpkgJoin().split(reads, [], "") == {}
+    assert DpkgJoin().split(reads, ["ii |dpkg|amd64|1"], "") == {0: ["ii  dpkg 1 amd64"], 1: ["ii |dpkg|amd64"]}

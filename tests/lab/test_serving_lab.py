@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 import requests
+from pyinfra.facts.deb import DebPackages
 from pyinfra.facts.files import Directory, File, Sha1File
 
 from rigkit.facts.apt import AptHeldPackages
@@ -109,17 +110,19 @@ def test_the_engine_api_and_the_docker_cli_read_the_engine_alike(lab, deployed, 
 
 
 def test_joined_facts_read_a_real_rig_as_each_fact_alone(lab, deployed, rig_exec):
-    """One stat, one sha1sum and one systemctl for every path and unit (rigkit.facts.joined) give each fact what
-    its own command gives on a real rig: systemd's real output (an alias, a unit that does not exist) included."""
+    """One stat, one sha1sum, one systemctl and one dpkg-query for every path, unit and package fact
+    (rigkit.facts.joined) give each fact what its own command gives on a real rig: systemd's real output (an alias,
+    a unit that does not exist) and the rig's real dpkg database (its held docker packages) included."""
     rig = lab.rigs[0]
     units = ["docker.service", L2_JANITOR_UNIT, "rigkit-no-such.service", "dbus-org.freedesktop.hostname1.service"]
     stack = f"{RIG_STACK_DIR}/{COMPOSE_FILE_NAME}"
     paths = [RIG_STACK_DIR, stack, f"{RIG_STACK_DIR}/.env", "/etc/fstab", "/etc/os-release", "/rigkit-no-such-path"]
     specs = [spec for unit in units for spec in service_reads(unit)]
     specs += [FactSpec.of(fact, path=path) for path in paths for fact in (File, Directory, Sha1File)]
+    specs += [FactSpec.of(DebPackages), FactSpec.of(AptHeldPackages)]
     batch = FactBatch()
     script = batch.command(facts=tuple(specs))
-    assert script.count("systemctl show") == 1 and script.count("sha1sum") == 1
+    assert script.count("systemctl show") == 1 and script.count("sha1sum") == 1 and script.count("dpkg-query -W") == 1
 
     joined = batch.process(rig_exec(rig, ["sh", "-c", script]).stdout.splitlines())
 
@@ -132,6 +135,7 @@ def test_joined_facts_read_a_real_rig_as_each_fact_alone(lab, deployed, rig_exec
     print(f"{len(specs)} facts: {sum(1 for value in joined.values() if value)} found on {rig.name}")
     assert joined[service_reads("docker.service")[0]] == {"docker.service": True}
     assert joined[FactSpec.of(File, path=stack)]["size"] > 0
+    assert "docker.io" in joined[FactSpec.of(AptHeldPackages)] and "docker.io" in joined[FactSpec.of(DebPackages)]
 
 
 def test_held_packages_are_read_as_apt_mark_names_them(lab, deployed, rig_exec):

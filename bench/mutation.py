@@ -52,6 +52,7 @@ MODULES = [
     "rigkit/preflight/engine.py",  # preflight gates: engine, compose, image, ports
     "rigkit/preflight/__init__.py",  # preflight: the gates run together, force, refusals
     "rigkit/facts/joined.py",  # facts of one kind read by one process: each fact's own lines, or read alone
+    "rigkit/facts/serving.py",  # the engine's answers as the gates and the release check read them
 ]
 # Tests that exercise a module without naming it (the selection is every test file that names one, plus these
 # for the modules run).
@@ -66,6 +67,8 @@ EXTRA_TESTS: dict[str, list[str]] = {
     "rigkit/settings/variables.py": ["tests/test_bad_input_catalogue.py"],
     # the joins run inside a FactBatch (rigkit.facts.batch), whose tests read facts through them
     "rigkit/facts/joined.py": ["tests/facts/test_batch.py"],
+    # the facts' cases (tests/facts/serving.*) and status, which reads the engine's part of its script through it
+    "rigkit/facts/serving.py": ["tests/facts/test_facts.py", "tests/status/test_status_rig.py"],
 }
 # Mutants are run among these tests only: the lab's and vLLM's need a lab or minutes each.
 PYTEST_ARGS = ["-p", "no:cacheprovider", "-m", "not lab and not vllm", "-o", "addopts="]

@@ -81,7 +81,7 @@ def _cli_parts(parts: list[list[str]]) -> list[list[str]]:
         [_json_values(version)[0]["Version"], "exit=0"] if version else [],
         tags,  # DockerLocalImages drops "<none>"
         present,
-        [json.dumps(_json_values(containers))] if containers else ["[]"],
+        [json.dumps(_json_values(containers))],  # no container: "[]", as the fact's CLI command prints
     ]
 
 

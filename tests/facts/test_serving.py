@@ -17,7 +17,15 @@ from urllib.parse import parse_qs, unquote, urlsplit
 
 import pytest
 
-from rigkit.facts.serving import ENGINE_API_SCRIPT, ENGINE_SECTION_END, ServingEngine, engine_parts
+from rigkit.facts.batch import FactSpec
+from rigkit.facts.serving import (
+    ENGINE_API_SCRIPT,
+    ENGINE_SECTION_END,
+    ServingEngine,
+    StackContainers,
+    engine_parts,
+    serving_engine,
+)
 from rigkit.files.engine_api import DEFAULT_SOCKET, container_ids, engine_socket, quote
 from rigkit.serving.render import STACK_LABEL
 
@@ -201,3 +209,39 @@ def test_the_script_imports_neither_json_nor_socket(engine, tmp_path):
     assert result.returncode == 0 and result.stdout
     imported = {line.rsplit("|", 1)[-1].strip() for line in result.stderr.splitlines() if line.startswith("import")}
     assert imported.isdisjoint({"json", "socket", "re", "enum", "selectors"}), imported
+
+
+def api_output(*sections: list[str]) -> list[str]:
+    """What the script prints: its first line, then each section and its end line."""
+    return [f"{ENGINE_SECTION_END} api", *(line for section in sections for line in [*section, ENGINE_SECTION_END])]
+
+
+def test_the_engines_answers_are_read_however_they_are_laid_out():
+    """Two containers, an answer written over several indented lines (another engine's encoder), no tags."""
+    first, second = ({**CONTAINERS[0], "Id": ident, "Name": name} for ident, name in ((ID_A, "/a"), (ID_B, "/Xb")))
+    spread = json.dumps(second, indent=4).splitlines()
+    output = api_output(['{"Version": "27.1.1"}'], ["[]"], ["absent"], [json.dumps(first), *spread])
+    read = ServingEngine().process(output)
+    assert read["engine"] == {"server_version": "27.1.1", "error": None}
+    assert (read["local_images"], read["image_present"]) == ([], False)
+    assert [(c["id"], c["name"]) for c in read["stack_containers"]] == [(ID_A[:12], "a"), (ID_B[:12], "Xb")]
+
+
+def test_no_container_of_the_stack_reads_as_none_and_a_cut_answer_as_no_engine():
+    none = ServingEngine().process(api_output(['{"Version": "27.1.1"}'], ["[]"], [], []))
+    assert none["stack_containers"] == [] and none["engine"]["server_version"] == "27.1.1"
+    assert engine_parts([f"{ENGINE_SECTION_END} api"])[0] == []  # cut after its first line: no version read
+    assert ServingEngine().process([f"{ENGINE_SECTION_END} api"])["engine"]["server_version"] is None
+
+
+def test_the_cli_prints_its_parts_as_they_are():
+    output = ["27.1.1", "exit=0", ENGINE_SECTION_END, "a:b", ENGINE_SECTION_END, "present", ENGINE_SECTION_END, "[]"]
+    assert engine_parts(output) == [["27.1.1", "exit=0"], ["a:b"], ["present"], ["[]"]]
+    assert StackContainers().process(["[", json.dumps({**CONTAINERS[0], "Name": "/Xb"}), "]"])[0]["name"] == "Xb"
+
+
+def test_the_survey_and_the_operations_read_the_pinned_image_and_rigkits_stack():
+    """serving_engine is the one spec both use (the operations are answered from the picture by its key)."""
+    spec = serving_engine(IMAGE)
+    assert spec.fact is ServingEngine and spec == FactSpec.of(ServingEngine, image=IMAGE, stack="serving")
+    assert f" {IMAGE} {LABEL} " in ServingEngine().command(**dict(spec.kwargs))

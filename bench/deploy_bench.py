@@ -346,7 +346,8 @@ def main() -> int:
             verdict(
                 f"no-op on {top} rigs <= {SCALING_N_VS_1:g}x one rig",
                 ratio <= SCALING_N_VS_1,
-                f"{noop[top]:.2f} s vs {noop[1]:.2f} s ({ratio:.2f}x)",
+                f"{noop[top]:.2f} s vs {noop[1]:.2f} s ({ratio:.2f}x); pyinfra's one-fact floor in this run: "
+                f"{floors[top]:.2f} s vs {floors[1]:.2f} s ({floors[top] / floors[1]:.2f}x)",
             )
         )
         spent = noop_cpu[top]

@@ -11,6 +11,7 @@ from pyinfra.api import FactBase
 
 from rigkit.facts.batch import FactSpec
 from rigkit.facts.docker import DockerEngine, DockerImagePresent, DockerLocalImages
+from rigkit.files import engine_api
 from rigkit.paths import FILES_DIR
 from rigkit.serving.render import STACK_LABEL, STACK_NAME
 
@@ -43,6 +44,8 @@ ENGINE_API_SCRIPT = (FILES_DIR / "engine_api.py").read_text()
 
 # Ends each part of ServingEngine's output; no line of theirs can be it (JSON strings are quoted, tags have a colon).
 ENGINE_SECTION_END = "--rigkit-engine-section--"
+# How the script's version part starts when it is the engine's Server header
+ENGINE_SERVER_PREFIX = engine_api.SERVER_PREFIX.decode()
 
 
 def engine_parts(output: list[str]) -> list[list[str]]:
@@ -72,13 +75,22 @@ def _json_values(lines: list[str]) -> list:
     return values
 
 
+def _engine_version(lines: list[str]) -> str:
+    """The version in the engine's Server header ("Docker/20.10.24+dfsg1 (linux)"), else in GET /version's answer."""
+    text = "\n".join(lines).strip()
+    if text.startswith(ENGINE_SERVER_PREFIX):
+        server = text[len(ENGINE_SERVER_PREFIX) :]
+        return server.rpartition(" (")[0] if server.endswith(")") and " (" in server else server
+    return _json_values(lines)[0]["Version"]
+
+
 def _cli_parts(parts: list[list[str]]) -> list[list[str]]:
-    """The engine API's answers (GET /version, GET /images/json, presence, each container's inspect) as the CLI
+    """The engine API's answers (its version, GET /images/json, presence, each container's inspect) as the CLI
     commands of ServingEngine's fallback print them."""
     version, images, present, containers = parts
     tags = [tag for image in (_json_values(images) or [[]])[0] for tag in image.get("RepoTags") or []]
     return [
-        [_json_values(version)[0]["Version"], "exit=0"] if version else [],
+        [_engine_version(version), "exit=0"] if version else [],
         tags,  # DockerLocalImages drops "<none>"
         present,
         [json.dumps(_json_values(containers))],  # no container: "[]", as the fact's CLI command prints

@@ -41,16 +41,26 @@ IMAGES = [
 LABEL = f"{STACK_LABEL}=serving"
 
 
+VERSION = CAPTURED["fact"]["engine"]["server_version"]
+DOCKER_SERVER = f"Docker/{VERSION} (linux)"  # the header every answer of a real engine carries
+
+
 class StandInEngine(BaseHTTPRequestHandler):
     failing: set[str] = set()  # paths answered 500
+    server_header = DOCKER_SERVER  # its Server header (self.server is the socket server)
+    asked: list[str] = []  # the paths asked, in order
+
+    def version_string(self) -> str:
+        return self.server_header
 
     def do_GET(self):
         url = urlsplit(self.path)
         path = unquote(url.path)
+        self.asked.append(path)
         if path in self.failing:
             return self.answer(500, {"message": "stand-in failure"})
         if path == "/version":
-            return self.answer(200, {"Version": CAPTURED["fact"]["engine"]["server_version"]})
+            return self.answer(200, {"Version": VERSION})
         if path == "/images/json":
             return self.answer(200, IMAGES)
         if path == f"/images/{IMAGE}/json":
@@ -85,6 +95,8 @@ def engine(tmp_path: Path):
     server.shutdown()
     server.server_close()
     StandInEngine.failing = set()
+    StandInEngine.server_header = DOCKER_SERVER
+    StandInEngine.asked = []
 
 
 def run_script(env: dict, image: str = IMAGE) -> subprocess.CompletedProcess:
@@ -115,12 +127,30 @@ def test_an_image_the_engine_lacks_is_absent_and_no_image_reads_none(engine, tmp
     assert ServingEngine().process(none.stdout.splitlines())["image_present"] is False
 
 
+def test_the_version_is_read_from_the_engines_header_and_else_asked(engine, tmp_path):
+    """GET /version costs a real engine more than the other answers together: asked only when the Server header
+    is not Docker's (another engine, a proxy)."""
+    env = env_for(tmp_path, DOCKER_HOST=f"unix://{engine}")
+    from_header = run_script(env)
+    assert "/version" not in StandInEngine.asked and from_header.stdout.splitlines()[1] == DOCKER_SERVER
+    StandInEngine.asked.clear()
+    StandInEngine.server_header = f"Podman/{VERSION} (linux)"
+    asked = run_script(env)
+    assert "/version" in StandInEngine.asked and json.loads(asked.stdout.splitlines()[1]) == {"Version": VERSION}
+    for result in (from_header, asked):
+        assert ServingEngine().process(result.stdout.splitlines())["engine"] == {
+            "server_version": VERSION,
+            "error": None,
+        }
+
+
 @pytest.mark.parametrize(
     "failing", ["/version", "/images/json", f"/images/{IMAGE}/json", "/containers/json", "CONTAINER"]
 )
 def test_an_answer_that_fails_prints_nothing(engine, tmp_path, failing):
     """Nothing partial: the fact's shell runs the docker CLI for every part when the script prints nothing."""
     StandInEngine.failing = {f"/containers/{CONTAINERS[0]['Id']}/json" if failing == "CONTAINER" else failing}
+    StandInEngine.server_header = "" if failing == "/version" else DOCKER_SERVER  # /version is asked without the header
     result = run_script(env_for(tmp_path, DOCKER_HOST=f"unix://{engine}"))
     assert result.returncode != 0 and result.stdout == ""
 
@@ -245,3 +275,12 @@ def test_the_survey_and_the_operations_read_the_pinned_image_and_rigkits_stack()
     spec = serving_engine(IMAGE)
     assert spec.fact is ServingEngine and spec == FactSpec.of(ServingEngine, image=IMAGE, stack="serving")
     assert f" {IMAGE} {LABEL} " in ServingEngine().command(**dict(spec.kwargs))
+
+
+@pytest.mark.parametrize(
+    "version_part",
+    [["Docker/27.1.1 (linux)"], ["Docker/27.1.1"], ['{"Version": "27.1.1"}'], ["{", '  "Version": "27.1.1"', "}"]],
+)
+def test_the_engines_version_is_read_from_its_header_or_its_answer(version_part):
+    read = ServingEngine().process(api_output(version_part, ["[]"], [], []))
+    assert read["engine"] == {"server_version": "27.1.1", "error": None}

@@ -76,11 +76,11 @@ def _json_values(lines: list[str]) -> list:
 
 
 def _engine_version(lines: list[str]) -> str:
-    """The version in the engine's Server header ("Docker/20.10.24+dfsg1 (linux)"), else in GET /version's answer."""
-    text = "\n".join(lines).strip()
-    if text.startswith(ENGINE_SERVER_PREFIX):
-        server = text[len(ENGINE_SERVER_PREFIX) :]
-        return server.rpartition(" (")[0] if server.endswith(")") and " (" in server else server
+    """The version in the engine's Server header ("Docker/20.10.24+dfsg1 (linux)": up to its first space), else in
+    GET /version's answer."""
+    first = lines[0].strip()
+    if first.startswith(ENGINE_SERVER_PREFIX):
+        return first[len(ENGINE_SERVER_PREFIX) :].partition(" ")[0]
     return _json_values(lines)[0]["Version"]
 
 

@@ -279,7 +279,13 @@ def test_the_survey_and_the_operations_read_the_pinned_image_and_rigkits_stack()
 
 @pytest.mark.parametrize(
     "version_part",
-    [["Docker/27.1.1 (linux)"], ["Docker/27.1.1"], ['{"Version": "27.1.1"}'], ["{", '  "Version": "27.1.1"', "}"]],
+    [
+        ["Docker/27.1.1 (linux)"],
+        ["Docker/27.1.1"],
+        ["Docker/27.1.1 (an os with spaces)"],
+        ['{"Version": "27.1.1"}'],
+        ["{", '  "Version": "27.1.1"', "}"],
+    ],
 )
 def test_the_engines_version_is_read_from_its_header_or_its_answer(version_part):
     read = ServingEngine().process(api_output(version_part, ["[]"], [], []))

@@ -53,6 +53,7 @@ MODULES = [
     "rigkit/preflight/__init__.py",  # preflight: the gates run together, force, refusals
     "rigkit/facts/joined.py",  # facts of one kind read by one process: each fact's own lines, or read alone
     "rigkit/facts/serving.py",  # the engine's answers as the gates and the release check read them
+    "rigkit/facts/surveyed.py",  # the operations' facts from one read per stage, live again once the rig changes
 ]
 # Tests that exercise a module without naming it (the selection is every test file that names one, plus these
 # for the modules run).
@@ -69,6 +70,8 @@ EXTRA_TESTS: dict[str, list[str]] = {
     "rigkit/facts/joined.py": ["tests/facts/test_batch.py"],
     # the facts' cases (tests/facts/serving.*) and status, which reads the engine's part of its script through it
     "rigkit/facts/serving.py": ["tests/facts/test_facts.py", "tests/status/test_status_rig.py"],
+    # the roles' cases count each operation's round trips on a rig already right: one batch per stage
+    "rigkit/facts/surveyed.py": ["tests/roles/test_roles.py"],
 }
 # Mutants are run among these tests only: the lab's and vLLM's need a lab or minutes each.
 PYTEST_ARGS = ["-p", "no:cacheprovider", "-m", "not lab and not vllm", "-o", "addopts="]

@@ -80,7 +80,7 @@ class OperationFacts:
 
     def _read_all(self) -> None:
         specs = tuple(self.specs.values())
-        values = dict(self._live(FactBatch, facts=specs) or {}) if specs else {}
+        values = dict(self._live(FactBatch, facts=specs) or {})  # called for a declared fact: specs has one
         self.batches += 1
         # a fact the batch could not read (its command failed) is read alone when asked, as pyinfra would
         self.values = {spec_key(spec): value for spec, value in values.items()}

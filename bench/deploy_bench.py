@@ -87,6 +87,22 @@ def floor(rigs: list[RigState]) -> float:
     return elapsed
 
 
+def scaling_estimate(one_s: float, one: CpuSpent, many: CpuSpent, count: int) -> str:
+    """The wall time the CPU a no-op on ``count`` rigs adds to one rig's accounts for, on this machine's cores (all of
+    it shared: the lab), and where each rig has cores of its own (a fleet: the controller's share only)."""
+    cores = os.cpu_count() or 1
+    added = (many.rigs_s + many.controller_s) - (one.rigs_s + one.controller_s)
+    shared = one_s + added / cores
+    fleet = one_s + (many.controller_s - one.controller_s)
+    return (
+        f"    derived from these figures: the {count - 1} more rigs add {added:.2f} CPU-s (rigs and controller); "
+        f"spread over {cores} cores that is {added / cores:.2f} s, ~{shared / one_s:.2f}x one rig from CPU alone "
+        f"(what this lab's shared cores set); with each rig on cores of its own only the controller's "
+        f"+{many.controller_s - one.controller_s:.2f} CPU-s would remain: ~{fleet / one_s:.2f}x (a projection, "
+        "not measured)"
+    )
+
+
 def noop_round_trips(rig: RigState) -> int:
     """Round trips of a no-op deploy on one rig: the rig lock's channel, which carries the survey (roles.rig_lock),
     and each command pyinfra -vvv logs (">>> ": in a no-op, the operations' one fact batch)."""
@@ -363,6 +379,7 @@ def main() -> int:
                     f"    of the rigs' {spent.rigs_s:.2f} CPU-s, ~{idle * top * noop[top]:.2f} is their engines' at "
                     f"rest ({idle * 1000:.0f} ms per second each over the {noop[top]:.2f} s)"
                 )
+            print(scaling_estimate(noop[1], noop_cpu[1], spent, top))
     print(
         verdict(
             f"rollback overhead <= {OVERHEAD_S:g} s, 0 bytes pulled",

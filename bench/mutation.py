@@ -54,6 +54,8 @@ MODULES = [
     "rigkit/facts/joined.py",  # facts of one kind read by one process: each fact's own lines, or read alone
     "rigkit/facts/serving.py",  # the engine's answers as the gates and the release check read them
     "rigkit/facts/surveyed.py",  # the operations' facts from one read per stage, live again once the rig changes
+    "rigkit/disk.py",  # the L2 disk and shared mount: fstab lines, mount options, the seal under a mount
+    "rigkit/firewall.py",  # the API firewall's nft ruleset from the rig's settings
 ]
 # Tests that exercise a module without naming it (the selection is every test file that names one, plus these
 # for the modules run).

@@ -2,6 +2,7 @@
 
 import json
 import os
+import re
 import shlex
 import shutil
 import subprocess
@@ -51,7 +52,7 @@ def test_fstab_field_uses_octal_escapes(text, field):
 
 
 def test_empty_field_refused():
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="^an fstab field cannot be empty$"):
         fstab_field("")
 
 
@@ -88,6 +89,7 @@ def test_fstab_line_read_back_exactly_by_util_linux(tmp_path, mount_point):
         "commit=60,errors=remount-ro",
         'context="system_u:object_r:container_file_t:s0"',
         "x-systemd.automount",
+        "X-mount.mkdir",  # util-linux's own options start with a capital X
     ],
 )
 def test_good_mount_options(options):
@@ -117,12 +119,13 @@ def test_mount_options_no_fstab_line_or_shell_can_carry(options):
 
 
 def test_a_newline_in_the_options_is_named():
-    assert "newline" in mount_options_problem("noatime\nnofail")
+    assert mount_options_problem("noatime\nnofail") == "contains a newline, which would start another fstab line"
+    assert mount_options_problem("noatime\rnofail") == "contains a newline, which would start another fstab line"
 
 
 @pytest.mark.parametrize("options", ["", ",noatime", "noatime,", "a,,b"])
 def test_empty_options_are_told_the_form(options):
-    assert "single commas" in mount_options_problem(options)
+    assert mount_options_problem(options) == "must be options separated by single commas, e.g. noatime,nofail"
 
 
 @pytest.mark.parametrize(
@@ -144,7 +147,8 @@ def test_account_names(name, ok):
     if ok:
         check_account_name(name)
     else:
-        with pytest.raises(ValueError):
+        told = "must be a user or group name (lowercase letters, digits, '_', '-'; at most 32) or a numeric id"
+        with pytest.raises(ValueError, match=f"^{re.escape(told)}$"):
             check_account_name(name)
 
 
@@ -217,3 +221,37 @@ def test_the_read_under_a_mount_point_lists_its_first_five_entries_hidden_ones_t
         ).stdout
         == "absent\n"
     )
+
+
+def test_a_dangling_link_alone_under_a_mount_point_is_an_entry(tmp_path):
+    if subprocess.run(["unshare", "--mount", "true"], capture_output=True).returncode != 0:
+        pytest.skip("needs unshare (root)")
+    directory = tmp_path / "mount"
+    directory.mkdir()
+    (directory / "link").symlink_to(tmp_path / "nowhere")
+    read = subprocess.run(["sh", "-c", under_mount_point_read(str(directory))], capture_output=True, text=True)
+    assert [line for line in read.stdout.splitlines() if line.startswith("entry=")] == ["entry=link"]
+
+
+def test_a_filesystem_without_the_immutable_attribute_is_refused_with_the_fix(tmp_path):
+    """A stand-in chattr (named as such) fails as chattr does where the filesystem lacks the attribute."""
+    if not _as_root_with_chattr(tmp_path):
+        pytest.skip("needs root, unshare and a filesystem with the immutable attribute")
+    stand_in = tmp_path / "bin"
+    stand_in.mkdir()
+    (stand_in / "chattr").write_text("#!/bin/sh\necho 'chattr: Operation not supported' >&2\nexit 1\n")
+    (stand_in / "chattr").chmod(0o755)
+    mount = tmp_path / "mount"
+    mount.mkdir()
+    command = f"PATH={shlex.quote(str(stand_in))}:$PATH; " + seal_command(str(mount), "kv_share_mount_point")
+    refused = _under_a_bind_mount(tmp_path, command)
+    assert refused.returncode == 1
+    assert refused.stderr.splitlines()[-1] == (
+        f"refused: kv_share_mount_point {mount}: the directory under the mount cannot be made immutable (its "
+        "filesystem has no immutable attribute: lsattr -d), so an engine started while the export is unmounted "
+        "would fill the root disk of this rig. Fix: put the mount point on a filesystem that has it (ext4, xfs, btrfs)"
+    )
+
+
+def test_an_fstab_line_is_never_dumped_and_checked_after_the_root_filesystem():
+    assert fstab_line("UUID=x", "/mnt/l2 disk", "ext4", "noatime") == "UUID=x /mnt/l2\\040disk ext4 noatime 0 2"

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import ipaddress
 import os
+import re
 import shlex
 import shutil
 import subprocess
@@ -33,6 +34,7 @@ from rigkit.firewall import (
     ruleset,
     ruleset_comment,
     source_text,
+    sources_check,
     unit_text,
 )
 from rigkit.kv_store import KV_STORE_FIREWALL
@@ -121,6 +123,7 @@ def test_a_bad_source_in_host_data_is_a_config_error_naming_the_field():
         (SSH_CONNECTION, "10.213.3.1"),
         ("::ffff:192.168.1.9 5000 ::ffff:192.168.1.2 22", "192.168.1.9"),
         ("fe80::1%eth0 5000 fe80::2%eth0 22", "fe80::1"),
+        ("fe80::1%eth0%x 5000 fe80::2%eth0 22", "fe80::1"),  # the zone is everything after the first %
         ("2001:db8::7 5000 2001:db8::2 22", "2001:db8::7"),
         ("", None),
         (None, None),
@@ -326,3 +329,107 @@ def test_both_tables_load_side_by_side_and_each_reload_or_removal_leaves_the_oth
     assert sorted(both.split("\n")[:-1]) == ["table inet rigkit_api", "table inet rigkit_kv_store"]
     assert after_delete.strip() == "table inet rigkit_kv_store"
     assert "tcp dport 6390 jump kv_store" in store_table and "10.213.3.2" in store_table
+
+
+def test_the_boot_unit_is_this_text():
+    """Its order is the point: loaded before the network and the guarded service, after nftables.service's flush."""
+    assert unit_text(API_FIREWALL) == (
+        "[Unit]\n"
+        "Description=rigkit API firewall: the serving ports from the allowed sources only (nft table inet rigkit_api)\n"
+        "DefaultDependencies=no\n"
+        "Wants=network-pre.target\n"
+        "After=nftables.service\n"
+        "Before=network-pre.target shutdown.target docker.service\n"
+        "Conflicts=shutdown.target\n"
+        "\n"
+        "[Service]\n"
+        "Type=oneshot\n"
+        "RemainAfterExit=yes\n"
+        'ExecStart="/usr/sbin/nft" "-f" "/etc/rigkit/api-firewall.nft"\n'
+        "\n"
+        "[Install]\n"
+        "WantedBy=sysinit.target\n"
+    )
+
+
+@pytest.mark.parametrize("port, ok", [(0, False), (1, True), (65535, True), (65536, False), (-1, False)])
+def test_a_port_is_rendered_from_1_to_65535(port, ok):
+    if ok:
+        assert f"tcp dport {{ {port} }} jump api" in ruleset(API_FIREWALL, [port], [])
+    else:
+        with pytest.raises(ValueError, match=f"^not a TCP port: {port}$"):
+            ruleset(API_FIREWALL, [port], [])
+
+
+@pytest.mark.parametrize(
+    "text, told",
+    [
+        (
+            "1.2.3.4%x",
+            "'1.2.3.4%x' has a zone id ('%...'): nft matches addresses without one, and a URL cannot carry "
+            "it unescaped; write the address alone",
+        ),
+        (
+            "10.0.0.5/24",
+            "'10.0.0.5/24' has host bits set: write 10.0.0.0/24 for the network, or 10.0.0.5 for the one host",
+        ),
+        ("router.lan", "'router.lan' is not an IP address or network (10.0.0.5, 10.0.0.0/24, fd00::/64)"),
+    ],
+)
+def test_a_bad_source_is_told_in_these_words(text, told):
+    with pytest.raises(ValueError) as refused:
+        parse_source(text)
+    assert str(refused.value) == told
+
+
+@pytest.mark.parametrize("firewall", [API_FIREWALL, KV_STORE_FIREWALL])
+def test_a_source_allowing_everything_names_its_own_firewalls_setting(firewall):
+    told = f"'0.0.0.0/0' allows every address: turn {firewall.setting} off instead"
+    with pytest.raises(ValueError, match=f"^{re.escape(told)}$"):
+        sources_check(firewall)(["10.0.0.1", "0.0.0.0/0"])
+    with pytest.raises(ValueError, match=f"^{re.escape(told)}$"):
+        allowed_sources(["0.0.0.0/0"], firewall=firewall)
+    check = sources_check(firewall)
+    check(["10.0.0.1", "fd00::/64"])
+    assert (
+        check.fix
+        == 'write a list of addresses or CIDR networks as the host sees them, e.g. ["10.0.0.5", "10.0.1.0/24"]'
+    )
+    with pytest.raises(ValueError, match=r"^10 is not text: give each source as a string such as '10\.0\.0\.5'$"):
+        check([10])
+
+
+def test_the_refusals_name_the_setting_the_value_and_the_fix():
+    with pytest.raises(PreflightError) as unknown:
+        controller_source(True, "")
+    assert str(unknown.value) == (
+        "api_allow_controller=True: the deploy's SSH session on the rig carries no SSH_CONNECTION address (''), so "
+        "the controller's address is unknown. Fix: add the controller's address as the rig sees it to "
+        "api_allowed_sources and set api_allow_controller: false"
+    )
+    with pytest.raises(ConfigError) as shared:
+        refuse_on_shared_network(KV_STORE_FIREWALL, {"lab_rig": True}, True)
+    assert str(shared.value) == (
+        "kv_store_firewall=True: this lab rig runs on host networking: its network namespace is the controller's, so "
+        "the rig's firewall rules would change this machine's firewall. Fix: enable kv_store_firewall only on a lab "
+        "rig in its own network namespace (lab_netns: the netns rigs of `rigkit lab up`), or set kv_store_firewall: "
+        "false"
+    )
+    with pytest.raises(PreflightError) as same:
+        refuse_same_namespace(KV_STORE_FIREWALL, "net:[1]", "net:[1]")
+    assert str(same.value) == (
+        "kv_store_firewall=True: the rig's network namespace net:[1] is the controller's own: its firewall rules would "
+        "change this machine's firewall. Fix: run this lab rig in its own network namespace, or set "
+        "kv_store_firewall: false"
+    )
+
+
+def test_the_notices_in_full():
+    assert exposure_notice(True, "127.0.0.1", 8000) == (
+        "api_firewall: bind_address 127.0.0.1 is loopback: only the rig itself reaches port 8000 (the firewall "
+        "matters once bind_address is not loopback, e.g. 0.0.0.0 for a router)"
+    )
+    assert exposure_notice(False, "0.0.0.0", 8000) == (
+        "api_firewall: off, and the API listens on 0.0.0.0:8000: every host that can route to the rig reaches it; "
+        "set api_firewall: true and api_allowed_sources to limit it"
+    )

@@ -56,6 +56,9 @@ MODULES = [
     "rigkit/facts/surveyed.py",  # the operations' facts from one read per stage, live again once the rig changes
     "rigkit/disk.py",  # the L2 disk and shared mount: fstab lines, mount options, the seal under a mount
     "rigkit/firewall.py",  # the API firewall's nft ruleset from the rig's settings
+    "rigkit/systemd.py",  # a unit's ExecStart= quoted by systemd's own rules
+    "rigkit/kv_share.py",  # the shared store's export: its fstab line and mount options
+    "rigkit/settings/types.py",  # input types: addresses, hosts, paths, each typed for where it goes
 ]
 # Tests that exercise a module without naming it (the selection is every test file that names one, plus these
 # for the modules run).
@@ -74,6 +77,8 @@ EXTRA_TESTS: dict[str, list[str]] = {
     "rigkit/facts/serving.py": ["tests/facts/test_facts.py", "tests/status/test_status_rig.py"],
     # the roles' cases count each operation's round trips on a rig already right: one batch per stage
     "rigkit/facts/surveyed.py": ["tests/roles/test_roles.py"],
+    # every variable's value meets its type through the settings (host data, the bad-input catalogue)
+    "rigkit/settings/types.py": ["tests/test_bad_input_catalogue.py", "tests/settings/test_hostdata.py"],
 }
 # Mutants are run among these tests only: the lab's and vLLM's need a lab or minutes each.
 PYTEST_ARGS = ["-p", "no:cacheprovider", "-m", "not lab and not vllm", "-o", "addopts="]

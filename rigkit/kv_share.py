@@ -26,29 +26,41 @@ SHARE_KNOBS = [KNOBS_BY_NAME[name] for name in ("kv_share", "kv_share_janitor", 
 NFS_FSTYPES = ("nfs", "nfs4")
 
 
+def nfs_export(source: str) -> Optional[tuple[str, str]]:
+    """(server, export path) of an NFS source as nfs(5) writes it, ``SERVER:/PATH``, an IPv6 server in brackets
+    (``[fd00::1]:/export``); None for anything else."""
+    if source.startswith("["):
+        address, bracket, rest = source[1:].partition("]")
+        if not (bracket and address and rest.startswith(":")):
+            return None
+        server, export = f"[{address}]", rest[1:]
+    else:
+        server, _, export = source.partition(":")
+    return (server, export) if server and export.startswith("/") else None
+
+
 def check_share_settings(section: Mapping[str, Any]) -> None:
     """An NFS source names its server and export (``server:/export``): anything else no mount can take."""
     source, fstype = section["kv_share_source"], section["kv_share_fstype"]
     if source is None or fstype not in NFS_FSTYPES:
         return
-    server, _, export = source.partition(":")
-    if not server or not export.startswith("/"):
+    if nfs_export(source) is None:
         raise ConfigError(
             "kv_share_source",
             source,
             f"is not an NFS export (kv_share_fstype {fstype})",
-            "write it as SERVER:/EXPORT, e.g. nas:/export/rigkit-kv",
+            "write it as SERVER:/EXPORT, e.g. nas:/export/rigkit-kv ([fd00::1]:/export for an IPv6 server)",
         )
 
 
 def store_identity(source: str) -> str:
     """The one spelling of an export (its store's identity): the server's name case-folded, the export path
     normalised (nas:/export//kv/ and NAS:/export/kv are one store, with one janitor and one hash seed)."""
-    server, colon, export = source.partition(":")
-    if not colon or not export.startswith("/"):
-        return posixpath.normpath(source) if source.startswith("/") else source
-    path = posixpath.normpath(export)
-    return f"{server.lower()}:{'/' if path == '//' else path}"
+    export = nfs_export(source)
+    if export is None:  # a directory already shared (kv_share_fstype none)
+        return posixpath.normpath(source)
+    path = posixpath.normpath(export[1])
+    return f"{export[0].lower()}:{'/' if path == '//' else path}"
 
 
 def shareable_profiles(profiles: Mapping[str, Any]) -> list[str]:
@@ -95,7 +107,6 @@ def fstab_entry_line(section: Mapping[str, Any]) -> str:
         section["kv_share_mount_point"],
         section["kv_share_fstype"],
         section["kv_share_mount_options"],
-        dump=0,
         pass_number=0,
     )
 

@@ -10,7 +10,7 @@ import pytest
 import yaml
 
 from rigkit.errors import ConfigError
-from rigkit.kv_share import check_inventory, check_shared_stores, fstab_entry_line
+from rigkit.kv_share import check_inventory, check_shared_stores, fstab_entry_line, store_identity
 from rigkit.lab.rigs import KV_SHARE_DIR, KV_SHARE_IN_RIG, has_kv_share, kv_share_mount_point_in_layer
 from rigkit.serving.commands import rendering_for
 from rigkit.serving.smoke import check_hash_seed
@@ -67,8 +67,10 @@ def test_kv_share_moves_the_connector_store_onto_the_shared_mount():
 def test_kv_share_is_refused_for_a_profile_without_a_shared_capable_tier_naming_those_with_one(profile, extra):
     with pytest.raises(ConfigError) as caught:
         stack({**NAS, "serving_profile": profile, **extra, "kv_share": True})
-    assert caught.value.field == "kv_share" and profile in caught.value.problem
-    assert "cpu-lab, native-tiered" in caught.value.fix
+    assert str(caught.value) == (
+        f"kv_share=True: profile {profile} has no tier that can live on a shared mount. Fix: use a profile with one "
+        "(cpu-lab, native-tiered), or set kv_share: false"
+    )
 
 
 def test_kv_share_without_a_declared_mount_is_refused():
@@ -246,3 +248,87 @@ def test_a_lab_rig_is_unsealed_in_its_containers_layer_before_docker_removes_it(
     info = {"GraphDriver": {"Name": "overlay2", "Data": {"UpperDir": upper}}}
     assert str(kv_share_mount_point_in_layer(info)) == f"{upper}/mnt/rigkit-kv-share"
     assert kv_share_mount_point_in_layer({"GraphDriver": {"Name": "vfs", "Data": None}}) is None
+
+
+# ---- sources as nfs(5) writes them ----
+
+
+@pytest.mark.parametrize(
+    "source", ["[fd00::1]:/export/kv", "nas:/export/with:colon", "[fd00::1]:/export/a]b", "10.0.0.9:/"]
+)
+def test_an_nfs_source_is_server_colon_path_with_an_ipv6_server_in_brackets(source):
+    section = rig_settings({**CPU_LAB, "kv_share_source": source}).kv_share
+    assert fstab_entry_line(section) == f"{source} /mnt/kv nfs4 _netdev,nofail,noatime 0 0"
+
+
+@pytest.mark.parametrize(
+    "source", ["fd00::1:/export", "[fd00::1]/export", "[fd00::1]x/export", "[]:/export", "[fd00::1]", ":/export"]
+)
+def test_a_source_no_nfs_mount_takes_is_refused_with_the_form(source):
+    with pytest.raises(ConfigError) as caught:
+        rig_settings({**CPU_LAB, "kv_share_source": source})
+    assert (caught.value.field, caught.value.value) == ("kv_share_source", source)
+    assert caught.value.problem == "is not an NFS export (kv_share_fstype nfs4)"
+    assert (
+        caught.value.fix
+        == "write it as SERVER:/EXPORT, e.g. nas:/export/rigkit-kv ([fd00::1]:/export for an IPv6 server)"
+    )
+
+
+@pytest.mark.parametrize(
+    "source, identity",
+    [
+        ("NAS:/export//kv/", "nas:/export/kv"),
+        ("[FD00::1]:/export/./kv", "[fd00::1]:/export/kv"),
+        ("nas://", "nas:/"),  # POSIX keeps a leading "//"; an export of the root is "/"
+        ("/srv//kv/", "/srv/kv"),  # a directory already shared (kv_share_fstype none)
+        ("lab//share", "lab/share"),
+    ],
+)
+def test_a_stores_identity_is_one_spelling_of_its_export(source, identity):
+    assert store_identity(source) == identity
+
+
+def test_the_fleet_checks_words():
+    with pytest.raises(ConfigError) as seeds:
+        check_shared_stores([("rig1", rig(janitor=True)), ("rig2", rig(seed=7))])
+    assert str(seeds.value) == (
+        "rig2.kv_hash_seed=7: differs from rig1's 0 while both share the store nas:/export/rigkit-kv: engines with "
+        "different hash seeds never find each other's blocks. Fix: declare kv_hash_seed once for the fleet (group "
+        "data), not per rig"
+    )
+    with pytest.raises(ConfigError) as two:
+        check_shared_stores([("rig1", rig(janitor=True)), ("rig2", rig(janitor=True))])
+    assert str(two.value) == (
+        "kv_share_janitor='rig1, rig2': rigs rig1, rig2 share the store nas:/export/rigkit-kv; rig1, rig2 all run the "
+        "L2 janitor on it: each evicts the others' entries to its own budget. Fix: set kv_share_janitor: true on "
+        "exactly one rig of the store"
+    )
+    with pytest.raises(ConfigError) as none:
+        check_shared_stores([("rig1", rig()), ("rig2", rig())])
+    assert str(none.value) == (
+        "kv_share_janitor=None: rigs rig1, rig2 share the store nas:/export/rigkit-kv; no rig runs the L2 janitor on "
+        "it: nothing keeps it under l2_budget_gb and a full store kills every engine on it. Fix: set "
+        "kv_share_janitor: true on exactly one rig of the store"
+    )
+
+
+def test_a_sharing_rig_without_a_source_is_left_to_its_own_refusal():
+    """The fleet check reads every host; the rig's own settings refuse it (test_kv_share_without_a_declared_mount)."""
+    alone = {"serving_profile": "cpu-lab", "serving_image": LAB_IMAGE, "kv_share": True, "kv_share_janitor": True}
+    check_shared_stores([("rig1", alone), ("rig2", rig(janitor=True))])
+
+
+def test_the_settings_refusals_words():
+    with pytest.raises(ConfigError) as missing:
+        stack({"serving_profile": "cpu-lab", "serving_image": LAB_IMAGE, "kv_share": True})
+    assert str(missing.value) == (
+        "kv_share_source=None: kv_share is on but no shared mount is declared. Fix: set kv_share_source (e.g. "
+        "nas:/export/rigkit-kv) and kv_share_mount_point in group data"
+    )
+    with pytest.raises(ConfigError) as off:
+        stack({**CPU_LAB, "kv_share": True, "l2_path": "/var/lib/rigkit/kv"})
+    assert str(off.value) == (
+        "l2_path='/var/lib/rigkit/kv': is not a directory inside the shared mount /mnt/kv (kv_share). Fix: leave "
+        "l2_path unset (the store then is kv_share_mount_point/kv_share_store_dir)"
+    )

@@ -64,10 +64,16 @@ def test_command_line_keeps_arguments_apart():
 
 
 def test_nul_and_relative_executable_refused():
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="^a command-line argument cannot contain a NUL byte$"):
         exec_argument("a\x00b")
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="^ExecStart= needs an absolute executable path first$"):
         exec_command_line(["python3", "x"])
+
+
+@pytest.mark.parametrize("char, escaped", [("\x01", "\\x01"), ("\x1f", "\\x1f"), ("\x7f", "\\x7f"), ("\x80", "\x80")])
+def test_control_characters_and_del_are_escaped_and_nothing_else(char, escaped):
+    """systemd decodes \\xNN inside quotes; a raw DEL or control byte in a unit file is one no reader shows."""
+    assert exec_argument(f"a{char}b") == f'"a{escaped}b"'
 
 
 @pytest.mark.skipif(SYSTEMD_ANALYZE is None, reason="systemd-analyze not installed")

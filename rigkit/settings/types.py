@@ -222,9 +222,7 @@ def address_problem(text: str) -> Optional[str]:
             f"is an IPv4-mapped IPv6 address: packets from that host arrive as IPv4, so an nft rule on it never "
             f"matches; write {address.ipv4_mapped}"
         )
-    if str(address) != text and address.version == 4:
-        return f"is not written the usual way; write {address}"
-    return None
+    return None  # ipaddress reads IPv4 only as four plain decimal parts (no leading zero): nothing to rewrite
 
 
 @dataclass(frozen=True)

@@ -8,6 +8,7 @@ from __future__ import annotations
 import ipaddress
 import json
 import os
+import re
 import shlex
 import shutil
 import subprocess
@@ -17,6 +18,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+import rigkit.settings.types as kinds
 from rigkit.errors import ConfigError
 from rigkit.firewall import API_FIREWALL, allowed_sources, ruleset
 from rigkit.kv_share import fstab_entry_line
@@ -27,7 +29,7 @@ from rigkit.settings.defaults import ALL_VARIABLES, ROLE_SECTIONS, ROUTER_VARIAB
 from rigkit.settings.hostdata import rig_settings
 from rigkit.settings.knobs import KNOBS
 from rigkit.settings.types import DOCKER_DAEMON_KEYS, NumberRange
-from rigkit.settings.variables import REDACTED, Variable, resolve
+from rigkit.settings.variables import REDACTED, CredentialInValue, Variable, resolve
 
 EVERY_VARIABLE = {variable.name: variable for variable in [*ALL_VARIABLES, *KNOBS]}
 FEW = settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -406,3 +408,383 @@ def test_router_settings_are_refused_or_reach_its_unit_as_one_argument_each(tmp_
     assert (
         f"--host {router['router_bind_address']} " in exec_start or f'"{router["router_bind_address"]}"' in exec_start
     )
+
+
+# --- each kind's verdict, word for word -----------------------------------------------------------------------
+# A refusal is what the user reads (field=value: PROBLEM. Fix: ...), so each kind's problem text is held whole
+# for a representative value, and each boundary (the first value refused, the last one kept) is a case.
+
+CONTROL = "contains the control or format character "
+QUERY = "has a query or fragment, which a repository base URL never has"
+CREDENTIALS = "carries credentials (user:password@): they would be readable in the rig's apt sources and ps"
+NOT_A_HOST = " is not a DNS name or an IP address"
+ZONE_ID = (
+    "has a zone id ('%...'): nft matches addresses without one, and a URL cannot carry it unescaped; "
+    "write the address alone"
+)
+MAPPED = (
+    "is an IPv4-mapped IPv6 address: packets from that host arrive as IPv4, so an nft rule on it never matches; "
+    "write 10.0.0.5"
+)
+SECRET_REFUSED = "holds a blank, a newline or another control character"
+DIRECTORY_REFUSED = "contains whitespace or '$'"
+LABEL_CHARACTERS = (
+    "holds a character other than letters, digits, '.', '_' or '-' (udev mangles it in /dev/disk/by-label)"
+)
+
+
+def case_id(value):
+    """A case's id in plain characters: mutmut names each test on pytest's command line, where '::', a backslash
+    or a non-ASCII character would not name it."""
+    if isinstance(value, kinds.Kind):
+        return type(value).__name__
+    if isinstance(value, str):
+        return re.sub(r"[^A-Za-z0-9.-]+", "_", value)[:40] or "empty"
+    return None
+
+
+KIND_VERDICTS = [
+    # every control or format category, not only Cc: a zero-width space (Cf), U+2028/U+2029 (a line or paragraph
+    # break to some readers) and a lone surrogate (Cs, no UTF-8 file can hold it) are refused too
+    (
+        kinds.ControllerPath(),
+        [
+            ("results/20260101-120000", None),
+            ("results/a\x00b", CONTROL + "'\\x00'"),
+            ("results/a\u200bb", CONTROL + "'\\u200b'"),
+            ("results/a\u2028b", CONTROL + "'\\u2028'"),
+            ("results/a\u2029b", CONTROL + "'\\u2029'"),
+            ("results/a\ud800b", CONTROL + "'\\ud800'"),
+        ],
+    ),
+    # URLs: accepted as written (upper case in host and path, port 1, an address or a bracketed IPv6 host)
+    (
+        kinds.Url(),
+        [
+            ("https://download.docker.com/linux", None),
+            ("https://Download.Docker.com/Linux/debian_12", None),
+            ("https://mirror.lan:1/x", None),
+            ("https://10.0.0.5/debian", None),
+            ("https://[fd00::5]:8443/apt", None),
+            ("https://mirror.lan/a\u200bb", CONTROL + "'\\u200b'"),
+            ("https://mirror.lan/x y", "contains whitespace: a URL is one token on an apt sources line"),
+            ("https://[::1/x", "is not a URL (Invalid IPv6 URL)"),
+            ("HTTPS://mirror.lan/x", "scheme 'HTTPS' is not one of https (lowercase, then ://)"),
+            ("https:mirror.lan/x", "scheme 'https' is not one of https (lowercase, then ://)"),
+            ("ftp://mirror.lan:21/x", "scheme 'ftp' is not one of https (lowercase, then ://)"),
+            ("https:///x", "names no host"),
+            ("https://-rig/x", "host '-rig'" + NOT_A_HOST),  # a label starts with a letter or digit
+            ("https://010.0.0.5/x", "host '010.0.0.5'" + NOT_A_HOST),  # all digits: an address, and not one
+            ("https://user@mirror.lan/x", CREDENTIALS),  # a user alone is a credential too
+            ("https://user:pw@mirror.lan/x", CREDENTIALS),
+            ("https://mirror.lan/x?a=1", QUERY),
+            ("https://mirror.lan/x#top", QUERY),
+            ("https://mirror.lan/x?", QUERY),  # an empty query or fragment: urlsplit sees none, apt would
+            ("https://mirror.lan/x#", QUERY),
+            ("https://mirror.lan:0/x", "names port 0"),
+            ("https://mirror.lan/a;b", "path '/a;b' holds a character apt would not take as written"),
+        ],
+    ),
+    # a package repository may also be plain http (package_repos_allow_http decides that later)
+    (
+        kinds.Url(schemes=kinds.PACKAGE_REPOSITORY_SCHEMES),
+        [
+            ("ftp://mirror.lan/x", "scheme 'ftp' is not one of https, http (lowercase, then ://)"),
+        ],
+    ),
+    # Debian versions and releases
+    (
+        kinds.DebianVersion(),
+        [
+            ("5:27.5.1-1~debian.12~bookworm", None),
+            (
+                "v27.5.1",
+                "is not a Debian version ([epoch:]upstream[-revision]: starts with a digit; letters, digits and . + ~ -)",
+            ),
+        ],
+    ),
+    (
+        kinds.Release(),
+        [
+            ("0.1.17", None),
+            ("1", "is not a release number (digits and dots, e.g. 0.1.17)"),
+        ],
+    ),
+    # fstab sources
+    (
+        kinds.FstabSource(),
+        [
+            ("nas:/export/rigkit-kv", None),
+            ("[fd00::5]:/export", None),
+            ("nas:/a\u200bb", CONTROL + "'\\u200b'"),
+            ("nas:/ex port", "contains whitespace: fstab splits its fields on blanks"),
+            ("#nas:/export", "starts with '#': fstab would read the whole line as a comment"),
+            ("nas:/a\\040b", "contains a backslash, which getmntent reads as the start of an octal escape"),
+            ("nas:/$HOME", "contains '$', which systemd's mount units and shells expand"),
+            ("nas:/exp\u00f6rt", "contains a non-ASCII character, which NFS servers name no export with"),
+        ],
+    ),
+    # a label alone is held to the longest limit (ext4's 16 bytes); its filesystem's own limit comes later
+    (
+        kinds.FsLabel(),
+        [
+            ("RigKit-L2", None),
+            ("x" * 16, None),
+            ("x" * 17, "is 17 bytes: ext4 keeps at most 16, so mkfs would cut it"),
+            ("lab el", LABEL_CHARACTERS),
+        ],
+    ),
+    # addresses: IPv6 in another spelling is kept (nft and listeners read every spelling)
+    (
+        kinds.IpAddress(),
+        [
+            ("10.0.0.5", None),
+            ("FD00:0::5", None),
+            ("fe80::1%eth0", ZONE_ID),
+            ("rig-a.lan", "is not an IP address"),
+            ("::ffff:10.0.0.5", MAPPED),
+        ],
+    ),
+    (
+        kinds.HostAddress(),
+        [
+            ("rig-a.lan", None),
+            ("10.0.0.5", None),
+            ("fd00::5", None),
+            ("010.0.0.5", "is not an IP address"),  # all digits is an address or nothing
+            ("rig-a.lan:80/x", "is not an IP address"),
+        ],
+    ),
+    # pip's --find-links: an absolute directory or a URL
+    (
+        kinds.UrlOrDirectory(),
+        [
+            ("/srv/wheels", None),
+            ("https://mirror.lan/wheels", None),
+            ("/srv/a\u200bb", CONTROL + "'\\u200b'"),
+            ("/srv/my wheels", DIRECTORY_REFUSED),
+            ("/srv/$HOME", DIRECTORY_REFUSED),
+            ("srv/wheels", "scheme 'srv/wheels' is not one of https (lowercase, then ://)"),
+        ],
+    ),
+    # secrets: a blank alone, or a control character alone, is refused
+    (
+        kinds.SecretText(),
+        [
+            ("hf_abc123", None),
+            ("hf abc123", SECRET_REFUSED),
+            ("hf\u200babc123", SECRET_REFUSED),
+        ],
+    ),
+]
+CASES = [(kind, value, problem) for kind, verdicts in KIND_VERDICTS for value, problem in verdicts]
+
+
+@pytest.mark.parametrize("kind, value, problem", CASES, ids=case_id)
+def test_a_kind_keeps_a_value_or_says_exactly_what_is_wrong(kind, value, problem):
+    assert kind.problem(value) == problem
+    if problem is None:
+        kind(value)
+    else:
+        with pytest.raises(ValueError, match=re.escape(problem)):
+            kind(value)
+
+
+@pytest.mark.parametrize(
+    "name, value, refusal",
+    [
+        (
+            "docker_apt_url",
+            "https://h/x?a=1",
+            "docker_apt_url='https://h/x?a=1': has a query or fragment, which a repository base URL never has. "
+            "Fix: write an https:// URL such as https://download.docker.com/linux",
+        ),
+        (
+            "kv_share_source",
+            "nas:/$HOME",
+            "kv_share_source='nas:/$HOME': contains '$', which systemd's mount units and shells expand. "
+            "Fix: write the export as SERVER:/EXPORT with no blanks, e.g. nas:/export/rigkit-kv",
+        ),
+        (
+            "ready_timeout_s",
+            0,
+            "ready_timeout_s=0: must be between 1 and 86400 seconds. Fix: write a number from 1 to 86400 seconds",
+        ),
+    ],
+    ids=case_id,
+)
+def test_a_refusal_reads_field_value_problem_and_fix(name, value, refusal):
+    with pytest.raises(ConfigError) as caught:
+        variable(name).coerce(value)
+    assert str(caught.value) == refusal
+
+
+# (floor, ceiling, unit, off) as between() takes them. Each range is made inside the test: it builds its fix when
+# made, and the mutation check only credits a test with the calls made while it runs.
+RANGES = {
+    "seconds": (1, 86400, "seconds"),
+    "port": (1024, 65535),  # no unit: a bare number
+    "off-or-seconds": (60, 3600, "seconds", 0),
+}
+
+
+@pytest.mark.parametrize(
+    "declared, value, problem",
+    [
+        ("seconds", 1, None),  # the floor and the ceiling are both kept
+        ("seconds", 86400, None),
+        ("seconds", 0, "must be between 1 and 86400 seconds"),
+        ("seconds", 86401, "must be between 1 and 86400 seconds"),
+        ("port", 80, "must be between 1024 and 65535"),
+        ("off-or-seconds", 0, None),
+        ("off-or-seconds", 30, "must be between 60 and 3600 seconds (or 0: off)"),
+        ("off-or-seconds", 3601, "must be between 60 and 3600 seconds (or 0: off)"),
+    ],
+    ids=case_id,
+)
+def test_a_number_range_keeps_its_bounds_and_names_them_with_unit_and_off(declared, value, problem):
+    assert kinds.between(*RANGES[declared]).problem(value) == problem
+
+
+@pytest.mark.parametrize(
+    "declared, fields, fix",
+    [
+        (
+            "seconds",
+            {"floor": 1, "ceiling": 86400, "unit": "seconds", "off": None},
+            "write a number from 1 to 86400 seconds",
+        ),
+        ("port", {"floor": 1024, "ceiling": 65535, "unit": "", "off": None}, "write a number from 1024 to 65535"),
+        (
+            "off-or-seconds",
+            {"floor": 60, "ceiling": 3600, "unit": "seconds", "off": 0},
+            "write a number from 60 to 3600 seconds, or 0 for off",
+        ),
+    ],
+    ids=case_id,
+)
+def test_between_declares_the_range_as_given_and_its_fix(declared, fields, fix):
+    made = kinds.between(*RANGES[declared])
+    assert {name: getattr(made, name) for name in fields} == fields and made.fix == fix
+    assert made == NumberRange(**fields)
+
+
+def test_a_number_range_keeps_a_fix_written_for_it():
+    assert NumberRange(floor=1, ceiling=2, fix="write 1 or 2").fix == "write 1 or 2"
+
+
+@pytest.mark.parametrize(
+    "label, fstype, problem",
+    [
+        ("x" * 12, "xfs", None),  # mkfs.xfs -L takes 12 bytes, mkfs.ext4 -L 16: the last kept, the first cut
+        ("x" * 13, "xfs", "is 13 bytes: xfs keeps at most 12, so mkfs would cut it"),
+        ("x" * 16, "ext4", None),
+        ("x" * 17, "ext4", "is 17 bytes: ext4 keeps at most 16, so mkfs would cut it"),
+        ("RigKit-L2", "xfs", None),
+        ("rigkit/l2", "ext4", LABEL_CHARACTERS),
+    ],
+    ids=case_id,
+)
+def test_a_label_is_held_to_its_filesystems_limit(label, fstype, problem):
+    assert kinds.label_problem(label, fstype) == problem
+
+
+@pytest.mark.parametrize(
+    "text, problem",
+    [
+        ("10.0.0.0/24", None),
+        ("fd00::5", None),
+        ("rig-a.lan", None),  # not an address at all: parse_source says so, with the forms to write
+        ("::ffff:10.0.0.5/128", MAPPED),  # the address is the part before the first '/'
+        ("::ffff:10.0.0.5/96/1", MAPPED),
+        ("fe80::1%eth0/64", ZONE_ID),
+    ],
+    ids=case_id,
+)
+def test_a_network_is_judged_by_its_address_part(text, problem):
+    assert kinds.network_problem(text) == problem
+
+
+PLAIN_HTTP = (
+    "is plain http to another host: apt and pip check what they get, not that it is current, so anyone "
+    "on the path can hold the rig on old packages"
+)
+
+
+@pytest.mark.parametrize(
+    "url, problem",
+    [
+        ("https://mirror.lan/x", None),
+        ("http://127.0.0.1:8555/", None),  # the lab's wheelhouse, on loopback
+        ("http://[::1]/x", None),
+        ("http://localhost:8555/", None),
+        ("http://LOCALHOST/x", None),  # a host name is read in lower case
+        ("http://mirror.lan/x", PLAIN_HTTP),
+        ("http://10.0.0.5/x", PLAIN_HTTP),
+    ],
+    ids=case_id,
+)
+def test_plain_http_is_kept_only_on_loopback(url, problem):
+    assert kinds.plain_http_problem(url) == problem
+
+
+@pytest.mark.parametrize(
+    "value, paths",
+    [
+        ({"password": "x"}, ["password"]),
+        ({"password": ""}, []),  # an empty, null or false credential holds nothing to hide
+        ({"password": None}, []),
+        ({"token": False}, []),
+        ({"auth": True}, ["auth"]),
+        ({"auth": {"user": "x", "pass": "y"}}, ["auth", "auth.pass"]),
+        ([{"token": "a"}, {"name": "b"}], ["[0].token"]),
+        ({"servers": [{"name": "a"}, {"api_key": "k"}]}, ["servers[1].api_key"]),
+        ({"log-level": "debug"}, []),
+    ],
+    ids=case_id,
+)
+def test_credential_keys_name_the_path_of_each_credential(value, paths):
+    assert kinds.credential_keys(value) == paths
+
+
+def test_a_schema_refuses_a_credential_before_anything_else_naming_where_it_would_be_read():
+    with pytest.raises(CredentialInValue) as caught:
+        kinds.JsonSchema(keys={"url": str})({"url": "redis://h", "password": "hunter2"})
+    assert str(caught.value) == "holds a credential at password: it would be readable in a world-readable file"
+
+
+@pytest.mark.parametrize(
+    "schema, value, problem",
+    [
+        (kinds.DOCKER_DAEMON_OPTIONS, {"log-level": "debug", "mtu": 1500, "live-restore": True}, None),
+        (
+            kinds.DOCKER_DAEMON_OPTIONS,
+            {"log-levle": "debug"},
+            "has the unknown key 'log-levle' (did you mean 'log-level'?)",
+        ),
+        (kinds.DOCKER_DAEMON_OPTIONS, {"zzzzzz": 1}, "has the unknown key 'zzzzzz'"),
+        (
+            kinds.DOCKER_DAEMON_OPTIONS,
+            {"hosts": []},
+            "sets 'hosts', which the engine's systemd unit (-H fd://: dockerd refuses to start with both) manages: "
+            "set that instead",
+        ),
+        (kinds.DOCKER_DAEMON_OPTIONS, {"mtu": "1500"}, "'mtu' must be an integer, got str '1500'"),
+        (kinds.DOCKER_DAEMON_OPTIONS, {"mtu": True}, "'mtu' must be an integer, got bool True"),
+        (kinds.DOCKER_DAEMON_OPTIONS, {"log-level": 5}, "'log-level' must be a string, got int 5"),
+        (kinds.DOCKER_DAEMON_OPTIONS, {"ipv6": 1}, "'ipv6' must be a boolean, got int 1"),
+        (kinds.DOCKER_DAEMON_OPTIONS, {"dns": "1.1.1.1"}, "'dns' must be a list, got str '1.1.1.1'"),
+        (kinds.DOCKER_DAEMON_OPTIONS, {"log-opts": []}, "'log-opts' must be an object, got list []"),
+        (kinds.JsonSchema(keys={"ratio": float}), {"ratio": "x"}, "'ratio' must be a number, got str 'x'"),
+        (
+            kinds.JsonSchema(keys={"size": (int, float)}),
+            {"size": "1g"},
+            "'size' must be an integer or a number, got str '1g'",
+        ),
+        # a type with no JSON name is named as Python names it
+        (kinds.JsonSchema(keys={"at": (str, type(None))}), {"at": 5}, "'at' must be a string or NoneType, got int 5"),
+    ],
+    ids=case_id,
+)
+def test_a_schema_names_the_key_and_the_json_type_it_expected(schema, value, problem):
+    assert schema.problem(value) == problem

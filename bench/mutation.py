@@ -2,7 +2,7 @@
 each mutant, only the tests that call the function it changed. A mutant no test kills is a bug the suite would
 let through, or an equivalent change: docs/mutation.md explains each known survivor.
 
-    .venv/bin/python bench/mutation.py                     # every module below (~20 min on 2 cores)
+    .venv/bin/python bench/mutation.py                     # every module below (~25 min on 2 cores)
     .venv/bin/python bench/mutation.py rigkit/validation/ttft.py      # some of them
     .venv/bin/python bench/mutation.py --all-tests         # select from the whole non-lab suite (slower)
     .venv/bin/python bench/mutation.py --show              # also print each survivor's diff

@@ -20,7 +20,7 @@ from rigkit.errors import ConfigError
 from rigkit.paths import FILES_DIR, RIG_LIB_DIR
 from rigkit.remote.tunnel import WILDCARD_ADDRESSES, is_loopback_bind, rig_local_url, ssh_address, url_host
 from rigkit.settings.defaults import ROUTER_GROUP
-from rigkit.settings.knobs import controller_secret_variable
+from rigkit.settings.knobs import PORT_RANGE, controller_secret_variable
 from rigkit.settings.variables import REDACTED
 from rigkit.systemd import exec_command_line
 
@@ -208,12 +208,13 @@ def router_url(router: Mapping[str, Any]) -> str:
 
 
 def refuse_shared_port(router: Mapping[str, Any]) -> None:
-    if router["router_metrics_port"] == router["router_port"]:
+    port = router["router_port"]
+    if router["router_metrics_port"] == port:
         raise ConfigError(
             "router_metrics_port",
             router["router_metrics_port"],
             "is router_port too: the router would fail at start",
-            f"set router_metrics_port to another port, e.g. {router['router_port'] + 1}",
+            f"set router_metrics_port to another port, e.g. {port + 1 if port < PORT_RANGE[1] else port - 1}",
         )
 
 

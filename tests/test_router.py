@@ -7,6 +7,7 @@ import socket
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 import requests
@@ -14,6 +15,7 @@ from fake_openai import FakeOpenAI
 
 from rigkit.errors import ConfigError
 from rigkit.router import (
+    ROUTER_API_KEY_FILE,
     ROUTER_LAUNCHER,
     ROUTER_LAUNCHER_SOURCE,
     ROUTER_PYTHON,
@@ -23,6 +25,7 @@ from rigkit.router import (
     is_gateway,
     pip_find_links,
     pip_install_args,
+    refuse_router_on_controller,
     router_url,
     unit_text,
     worker_address,
@@ -40,21 +43,23 @@ def test_gateway_is_the_routers_group() -> None:
     assert is_gateway(["lab", "routers"]) and not is_gateway(["lab"])
 
 
-def test_worker_address_follows_the_bind_address() -> None:
-    assert worker_address("rig1", {"ssh_hostname": "10.0.0.5"}, "0.0.0.0") == "10.0.0.5"
-    assert worker_address("rig1", {"ssh_hostname": "rig1.lan"}, "192.168.7.5") == "192.168.7.5"
+# name, host data, bind_address -> where the gateway reaches the rig's API
+WORKER_ADDRESSES = {
+    "wildcard-ssh-hostname": ("rig1", {"ssh_hostname": "10.0.0.5"}, "0.0.0.0", "10.0.0.5"),
+    "ipv6-wildcard-ssh-hostname": ("rig1", {"ssh_hostname": "fd00::5"}, "::", "fd00::5"),
+    # no ssh_hostname: the inventory name is the SSH address
+    "wildcard-inventory-name": ("rig1.lan", {}, "0.0.0.0", "rig1.lan"),
+    "one-address": ("rig1", {"ssh_hostname": "rig1.lan"}, "192.168.7.5", "192.168.7.5"),
     # the lab: the gateway shares the host's loopback with a host-network rig
-    assert worker_address("rig1", {"ssh_hostname": "127.0.0.1"}, "127.0.0.1") == "127.0.0.1"
-    assert (
-        worker_address("rig1", {"ssh_hostname": "10.0.0.5", "router_worker_address": "10.9.9.9"}, "127.0.0.1")
-        == "10.9.9.9"
-    )
+    "loopback-lab": ("rig1", {"ssh_hostname": "127.0.0.1"}, "127.0.0.1", "127.0.0.1"),
+    "localhost-inventory-name": ("localhost", {}, "localhost", "localhost"),
+    "declared": ("rig1", {"ssh_hostname": "10.0.0.5", "router_worker_address": "10.9.9.9"}, "127.0.0.1", "10.9.9.9"),
+}
 
 
-def test_a_rig_bound_to_its_own_loopback_is_refused() -> None:
-    with pytest.raises(ConfigError) as refused:
-        worker_address("rig3", {"ssh_hostname": "10.213.3.2"}, "127.0.0.1")
-    assert refused.value.field == "rig3.bind_address" and "0.0.0.0" in refused.value.fix
+@pytest.mark.parametrize(("name", "data", "bind", "expected"), WORKER_ADDRESSES.values(), ids=WORKER_ADDRESSES)
+def test_worker_address_follows_the_bind_address(name: str, data: dict, bind: str, expected: str) -> None:
+    assert worker_address(name, data, bind) == expected
 
 
 def test_workers_are_every_rig_in_order_and_distinct() -> None:
@@ -66,10 +71,6 @@ def test_workers_are_every_rig_in_order_and_distinct() -> None:
         Worker("rig1", "http://127.0.0.1:8101", "tiny"),
         Worker("rig2", "http://127.0.0.1:8102", "tiny"),
     ]
-    with pytest.raises(ConfigError, match="both reach the router as http://127.0.0.1:8101"):
-        workers({"rig1": rigs["rig1"], "rig2": ({"ssh_hostname": "127.0.0.1"}, KNOBS)})
-    with pytest.raises(ConfigError, match="no rig to route to"):
-        workers({})
 
 
 def test_ipv6_worker_url_is_bracketed() -> None:
@@ -78,25 +79,164 @@ def test_ipv6_worker_url_is_bracketed() -> None:
     )
 
 
-@pytest.mark.parametrize("value", ["http://127.0.0.1:8999/", "/srv/wheels"])
+def test_a_worker_without_ssh_hostname_is_reached_at_its_inventory_name() -> None:
+    rigs = {"rig1.lan": ({}, {**KNOBS, "bind_address": "0.0.0.0"})}
+    assert workers(rigs) == [Worker("rig1.lan", "http://rig1.lan:8101", "tiny")]
+
+
+def test_worker_of_takes_a_worker_or_its_fields() -> None:
+    worker = Worker("rig1", "http://a:1", "m")
+    assert Worker.of(worker) is worker
+    assert Worker.of({"rig": "rig1", "url": "http://a:1", "model": "m"}) == worker
+
+
+# Every refusal in full: the field, the value, what is wrong and the fix (rigkit.errors.RigkitError)
+TWO_RIGS_ONE_URL = {
+    "rig1": ({"ssh_hostname": "127.0.0.1"}, KNOBS),
+    "rig2": ({"ssh_hostname": "127.0.0.1"}, KNOBS),
+}
+ONE_WORKER = [Worker("rig1", "http://127.0.0.1:8101", "tiny")]
+REFUSALS = {
+    "rig-on-its-own-loopback": (
+        lambda: worker_address("rig3", {"ssh_hostname": "10.213.3.2"}, "127.0.0.1"),
+        "rig3.bind_address='127.0.0.1': the rig's API listens on its own loopback, which the router cannot reach "
+        "at 10.213.3.2. Fix: set bind_address to an address the gateway reaches (0.0.0.0 behind the API "
+        "firewall), or router_worker_address for rig3, or leave rig3 out of the router's inventory",
+    ),
+    "no-rig": (
+        lambda: workers({}),
+        "inventory=None: the run has a gateway (group routers) but no rig to route to. "
+        "Fix: add the rigs to the same inventory as the hosts of group routers",
+    ),
+    "two-rigs-one-url": (
+        lambda: workers(TWO_RIGS_ONE_URL),
+        "rig2.serving_port=8101: rig2 and rig1 both reach the router as http://127.0.0.1:8101. "
+        "Fix: give each rig on one address its own serving_port, or set router_worker_address",
+    ),
+    "wheelhouse-neither-url-nor-directory": (
+        lambda: pip_find_links("wheels"),
+        "router_pip_find_links='wheels': is neither an http(s) URL nor an absolute directory. "
+        "Fix: set it to the wheelhouse's URL (http://HOST:PORT/) or its absolute path on the gateway",
+    ),
+    "wheelhouse-blank": (
+        lambda: pip_find_links("/srv/my wheels"),
+        "router_pip_find_links='/srv/my wheels': holds a blank or a shell character. "
+        "Fix: give the wheelhouse a plain URL or path",
+    ),
+    "api-key-newline": (
+        lambda: api_key({**ROUTER, "router_api_key": "se\nkret-value"}, {}),
+        "router_api_key='<secret>': holds a blank, a newline or a NUL. Fix: use a key of visible characters only",
+    ),
+    "api-key-nul": (
+        lambda: api_key({**ROUTER, "router_api_key": "se\x00kret-value"}, {}),
+        "router_api_key='<secret>': holds a blank, a newline or a NUL. Fix: use a key of visible characters only",
+    ),
+    "api-key-blank-from-the-controller": (
+        lambda: api_key(ROUTER, {"RIGKIT_ROUTER_API_KEY": "se kret-value"}),
+        "router_api_key='<secret>': holds a blank, a newline or a NUL. Fix: use a key of visible characters only",
+    ),
+    "metrics-port-is-router-port": (
+        lambda: command_line({**ROUTER, "router_metrics_port": 8300}, ONE_WORKER, with_api_key=False),
+        "router_metrics_port=8300: is router_port too: the router would fail at start. "
+        "Fix: set router_metrics_port to another port, e.g. 8301",
+    ),
+    "unit-nul-in-bind-address": (
+        lambda: unit_text({**ROUTER, "router_bind_address": "a\x00b"}, ONE_WORKER, with_api_key=False),
+        "router_bind_address='a\\x00b': a command-line argument cannot contain a NUL byte. "
+        "Fix: give plain addresses and URLs",
+    ),
+    "router-on-controller": (
+        lambda: refuse_router_on_controller("@local", ROUTER),
+        "router_on_controller=False: @local is the controller itself: the router role would install vllm-router, "
+        "its systemd unit and files under /etc and /usr/local on this machine. Fix: name the gateway by its SSH "
+        "address, leave @local out of this run (--limit the rigs; a router you run yourself there is still "
+        "drained through), or set router_on_controller: true in @local's data",
+    ),
+}
+
+
+@pytest.mark.parametrize(("refused", "message"), REFUSALS.values(), ids=REFUSALS)
+def test_refusal_names_the_field_the_value_and_the_fix(refused, message: str) -> None:
+    with pytest.raises(ConfigError) as error:
+        refused()
+    assert str(error.value) == message
+    assert "kret" not in str(error.value)
+
+
+@pytest.mark.parametrize("port, suggested", [(8200, 8201), (65534, 65535), (65535, 65534)])
+def test_shared_port_fix_suggests_a_port_that_exists(port, suggested) -> None:
+    with pytest.raises(ConfigError) as refused:
+        command_line({**ROUTER, "router_port": port, "router_metrics_port": port}, ONE_WORKER, with_api_key=False)
+    assert refused.value.fix == f"set router_metrics_port to another port, e.g. {suggested}"
+
+
+def test_the_router_and_the_controller_may_share_a_host_when_the_data_says_so() -> None:
+    refuse_router_on_controller("@local", {**ROUTER, "router_on_controller": True})
+    refuse_router_on_controller("gw.lan", ROUTER)
+
+
+@pytest.mark.parametrize(
+    "value", ["http://127.0.0.1:8999/", "https://wheels.lan/simple/", "HTTPS://WHEELS-X.lan/", "/srv/wheels", "/srv/X"]
+)
 def test_wheelhouse_accepted(value: str) -> None:
     assert pip_install_args(pip_find_links(value)) == f"--no-index --find-links {value}"
 
 
-@pytest.mark.parametrize("value", ["wheels", "ftp://x/", "http://x/$(id)", "/srv/my wheels", "http://x/;rm"])
-def test_wheelhouse_refused(value: str) -> None:
+def test_no_wheelhouse_means_the_package_index() -> None:
+    assert pip_find_links(None) is None and pip_install_args(None) is None
+
+
+NOT_URL_NOR_DIRECTORY = "is neither an http(s) URL nor an absolute directory"
+SHELL_CHARACTER = "holds a blank or a shell character"
+WHEELHOUSES_REFUSED = {
+    "relative": ("wheels", NOT_URL_NOR_DIRECTORY),
+    "ftp": ("ftp://x/", NOT_URL_NOR_DIRECTORY),
+    "command-substitution": ("http://x/$(id)", SHELL_CHARACTER),
+    "blank": ("/srv/my wheels", SHELL_CHARACTER),
+    "semicolon": ("http://x/;rm", SHELL_CHARACTER),
+    "backtick": ("/srv/`id`", SHELL_CHARACTER),
+}
+
+
+@pytest.mark.parametrize(("value", "problem"), WHEELHOUSES_REFUSED.values(), ids=WHEELHOUSES_REFUSED)
+def test_wheelhouse_refused(value: str, problem: str) -> None:
     with pytest.raises(ConfigError) as refused:
         pip_find_links(value)
-    assert refused.value.field == "router_pip_find_links"
+    assert (refused.value.field, refused.value.value, refused.value.problem) == (
+        "router_pip_find_links",
+        value,
+        problem,
+    )
 
 
 def test_api_key_from_data_or_the_controller_and_never_echoed() -> None:
-    assert api_key({**ROUTER, "router_api_key": "k1"}, {}) == "k1"
+    assert api_key({**ROUTER, "router_api_key": "k1"}, {"RIGKIT_ROUTER_API_KEY": "k2"}) == "k1"
     assert api_key(ROUTER, {"RIGKIT_ROUTER_API_KEY": "k2"}) == "k2"
+    assert api_key(ROUTER, {"RIGKIT_ROUTER_API_KEY": ""}) is None
     assert api_key(ROUTER, {}) is None
-    with pytest.raises(ConfigError) as refused:
-        api_key({**ROUTER, "router_api_key": "se\nkret-value"}, {})
-    assert "kret" not in str(refused.value) and refused.value.value == "<secret>"
+
+
+def test_unit_text_in_full() -> None:
+    declared = [Worker("rig1", "http://10.0.0.5:8101", "tiny"), Worker("rig2", "http://[fd00::6]:8101", "tiny")]
+    assert unit_text(ROUTER, declared, with_api_key=True) == (
+        "[Unit]\n"
+        "Description=rigkit router: vllm-router 0.1.17 in front of 2 rig(s)\n"
+        "After=network-online.target\n"
+        "Wants=network-online.target\n"
+        "\n"
+        "[Service]\n"
+        'ExecStart="/opt/rigkit-router/bin/python" "/usr/local/lib/rigkit/router_launch.py" '
+        f'"--api-key-file" "{ROUTER_API_KEY_FILE}" '
+        '"--host" "127.0.0.1" "--port" "8300" "--prometheus-host" "127.0.0.1" "--prometheus-port" "8301" '
+        '"--policy" "cache_aware" "--worker-startup-timeout-secs" "60" "--worker-startup-check-interval" "2" '
+        '"--health-check-interval-secs" "2" "--health-check-timeout-secs" "2" "--health-failure-threshold" "2" '
+        '"--health-success-threshold" "2" "--worker-urls" "http://10.0.0.5:8101" "http://[fd00::6]:8101"\n'
+        "Restart=always\n"
+        "RestartSec=2\n"
+        "\n"
+        "[Install]\n"
+        "WantedBy=multi-user.target\n"
+    )
 
 
 def test_the_key_is_in_no_unit_and_no_command_line() -> None:
@@ -110,14 +250,6 @@ def test_unit_quotes_by_systemds_rules_and_refuses_what_it_cannot() -> None:
     declared = [Worker("rig1", "http://127.0.0.1:8101", "tiny")]
     unit = unit_text({**ROUTER, "router_bind_address": "a%b$c"}, declared, with_api_key=False)
     assert '"--host" "a%%b$$c"' in unit
-    with pytest.raises(ConfigError) as refused:
-        unit_text({**ROUTER, "router_bind_address": "a\x00b"}, declared, with_api_key=False)
-    assert refused.value.field == "router_bind_address"
-
-
-def test_metrics_port_must_differ_from_the_api_port() -> None:
-    with pytest.raises(ConfigError, match="router_metrics_port=8300"):
-        command_line({**ROUTER, "router_metrics_port": 8300}, [Worker("r", "http://a:1", "m")], with_api_key=False)
 
 
 def test_router_url_reaches_a_wildcard_bind_on_loopback() -> None:
@@ -131,6 +263,8 @@ def test_worker_mismatch_names_missing_and_extra() -> None:
     assert (
         worker_mismatch(declared, ["http://a:1", "http://c:3"]) == "missing rig2 (http://b:2); not declared http://c:3"
     )
+    assert worker_mismatch(declared, []) == "missing rig1 (http://a:1), rig2 (http://b:2)"
+    assert worker_mismatch([], ["http://c:3", "http://d:4"]) == "not declared http://c:3, http://d:4"
 
 
 # --- the real vllm-router ------------------------------------------------------------------------------------
@@ -191,7 +325,7 @@ def test_real_router_serves_through_with_the_rendered_command_line(tmp_path) -> 
             # rig; the router's --api-key (read from the file) is not what it sends
             assert one.chat_authorizations and two.chat_authorizations
             assert set(one.chat_authorizations + two.chat_authorizations) == {"Bearer client-key"}
-            shown = open(f"/proc/{process.pid}/cmdline", "rb").read().decode(errors="replace")
+            shown = Path(f"/proc/{process.pid}/cmdline").read_bytes().decode(errors="replace")
             assert "sekrit" not in shown
         finally:
             process.terminate()

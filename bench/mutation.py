@@ -60,6 +60,7 @@ MODULES = [
     "rigkit/kv_share.py",  # the shared store's export: its fstab line and mount options
     "rigkit/settings/types.py",  # input types: addresses, hosts, paths, each typed for where it goes
     "rigkit/router.py",  # the router's unit: its command line, API key file, workers
+    "rigkit/kv_store.py",  # the shared store's server: its config, unit, firewall and the rigs' connector address
 ]
 # Tests that exercise a module without naming it (the selection is every test file that names one, plus these
 # for the modules run).

@@ -388,3 +388,103 @@ def test_the_rigs_are_the_inventorys_hosts_that_are_neither_router_nor_store_at_
     assert list(rigs) == ["rig1", "rig3"]
     addresses = {name: rig_address(name, data, knobs["bind_address"]) for name, (data, knobs) in rigs.items()}
     assert addresses == {"rig1": "10.213.3.2", "rig3": "10.213.3.4"}  # the wildcard bind's SSH address, the one bind
+
+
+# ---- what mutation found no test held: each text in full, each choice at its edge ----
+
+
+def test_valkey_conf_is_this_text() -> None:
+    assert kv_store.config_text(store_section(), PLANTED) == (
+        "# rigkit: written by roles/kv_store.py (included last by valkey.conf); edits are overwritten\n"
+        "bind 127.0.0.1\n"
+        "port 6379\n"
+        "protected-mode yes\n"
+        f'requirepass "{PLANTED}"\n'
+        "maxmemory 1073741824\n"
+        "maxmemory-policy allkeys-lru\n"
+        'save ""\n'
+        "appendonly no\n"
+    )
+    with pytest.raises(ValueError, match=r"^kv_store_password contains a quote or a backslash, which valkey\.conf "):
+        kv_store.config_text(store_section(), PLANTED + '"')
+
+
+def test_a_long_password_of_visible_characters_passes_whatever_its_letters() -> None:
+    assert kv_store.password_problem("XXXX-" + PLANTED) is None
+    assert kv_store.password_problem(PLANTED + "\\") == (
+        "contains a quote or a backslash, which valkey.conf and .env would each need escaped"
+    )
+
+
+@pytest.mark.parametrize(
+    "bound, checked",
+    [(["10.0.0.5", "127.0.0.1"], "127.0.0.1"), (["10.0.0.5", "::1"], "::1"), (["10.0.0.5", "10.0.0.6"], "10.0.0.5")],
+)
+def test_the_roles_check_connects_to_loopback_when_valkey_binds_it(bound, checked) -> None:
+    assert kv_store.check_address({"kv_store_bind_addresses": bound}) == checked
+
+
+def test_a_store_answering_otherwise_is_told_in_full() -> None:
+    answers = {"unauthenticated": "PONG", "authenticated": "-ERR", "config": {"maxmemory": "0"}}
+    assert kv_store.answers_as_declared(store_section(), answers) == [
+        "a PING without the password got 'PONG', not NOAUTH",
+        "a PING with the password got '-ERR', not PONG",
+        "CONFIG GET maxmemory is '0', not '1073741824'",
+        "CONFIG GET maxmemory-policy is None, not 'allkeys-lru'",
+    ]
+
+
+@pytest.mark.parametrize("address", ["10.213.3.1", "fd00::5"])
+def test_the_probe_reaches_the_store_lmcache_is_given(address) -> None:
+    """LMCache splits startup_nodes at its last ':' (an IPv6 address goes without brackets): so does the probe."""
+    assert kv_store.store_node(kv_store.adapter_json(address, 6380)) == (address, 6380)
+
+
+@pytest.mark.parametrize(
+    "output, why",
+    [
+        ("store=up\n", None),
+        ("noise\nstore=down: no answer within 10 s\n", "no answer within 10 s"),
+        ("", "no answer"),
+        (None, "no answer"),
+        ("Traceback: boom\n", "no answer"),
+    ],
+)
+def test_the_probes_line_is_read_as_up_or_why_not(output, why) -> None:
+    assert kv_store.parse_store_probe(output) == why
+
+
+@pytest.mark.parametrize("bound", ["0.0.0.0", "::"])
+def test_a_wildcard_bind_adds_no_source_of_its_own(bound) -> None:
+    section = store_section(kv_store_bind_addresses=[bound], kv_store_allowed_sources=["192.168.20.0/24"])
+    assert sources(section, {}) == ["192.168.20.0/24"]
+
+
+def test_the_resolver_drops_an_ipv6_zone(monkeypatch) -> None:
+    answers = [(socket.AF_INET6, socket.SOCK_STREAM, 6, "", ("fe80::1%eth0", 0, 0, 2))]
+    monkeypatch.setattr(socket, "getaddrinfo", lambda *args, **kwargs: answers)
+    assert kv_store.resolve_address("rig1.lan") == ["fe80::1"]
+
+
+def test_the_sources_refusals_in_full() -> None:
+    fix = "or declare kv_store_allowed_sources on the store host: the rigs' addresses as the store sees them"
+    with pytest.raises(ConfigError) as none:
+        sources(store_section(kv_store_bind_addresses=["10.213.3.1"]), {})
+    assert str(none.value) == (
+        "kv_store_allowed_sources=None: kv_store_firewall is on and the inventory has no rig to allow: store1 would "
+        f"take connections to kv_store_port from its own loopback only. Fix: deploy the store in the same inventory "
+        f"as its rigs, {fix}"
+    )
+    with pytest.raises(ConfigError) as loopback:
+        sources(store_section(kv_store_bind_addresses=["10.213.3.1"]), {"rig2": "127.0.0.1"})
+    assert str(loopback.value) == (
+        "kv_store_allowed_sources='127.0.0.1': rig rig2's address 127.0.0.1 is loopback while the store store1 is at "
+        "10.213.3.1: the rig reaches the store from an address the inventory does not name. Fix: set "
+        f"router_worker_address for rig2 to its address on the store's network, {fix}"
+    )
+    with pytest.raises(ConfigError) as unknown:
+        sources(store_section(kv_store_bind_addresses=["10.213.3.1"]), {"rig1": "rig1.lan"}, store=("s", "s.lan"))
+    assert str(unknown.value) == (
+        "kv_store_allowed_sources='s.lan': the store host s's address s.lan does not resolve on the controller "
+        f"([Errno -2] Name or service not known). Fix: {fix}"
+    )

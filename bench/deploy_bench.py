@@ -93,12 +93,13 @@ def scaling_estimate(one_s: float, one: CpuSpent, many: CpuSpent, count: int) ->
     cores = os.cpu_count() or 1
     added = (many.rigs_s + many.controller_s) - (one.rigs_s + one.controller_s)
     shared = one_s + added / cores
-    fleet = one_s + (many.controller_s - one.controller_s)
+    controller_added = many.controller_s - one.controller_s
+    fleet = one_s + controller_added
     return (
         f"    derived from these figures: the {count - 1} more rigs add {added:.2f} CPU-s (rigs and controller); "
         f"spread over {cores} cores that is {added / cores:.2f} s, ~{shared / one_s:.2f}x one rig from CPU alone "
         f"(what this lab's shared cores set); with each rig on cores of its own only the controller's "
-        f"+{many.controller_s - one.controller_s:.2f} CPU-s would remain: ~{fleet / one_s:.2f}x (a projection, "
+        f"+{controller_added:.2f} CPU-s would remain: ~{fleet / one_s:.2f}x (a projection, "
         "not measured)"
     )
 

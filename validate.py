@@ -196,6 +196,7 @@ def _validate() -> None:
                 capacity_tiers=tier_sizes,
                 not_applicable=stack.tiers_not_applicable,
                 store_chunk_tokens=stack.store_chunk_tokens,
+                bit_exact_tiers=stack.bit_exact_tiers,
             )
         except Exception:
             l2 = read_l2(_shell, stack)  # a full L2 disk is a likely cause of a dead engine: say so

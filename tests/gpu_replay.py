@@ -54,6 +54,7 @@ class ReplayClient(ServingClient):
         self.requests = [item for item in record if item["kind"] == "request"]
         self._max_model_len = max_model_len
         self.scraped = self.answered = 0
+        self.stands_for: dict[str, str] = {}  # an asked prompt's text -> the recorded prompt's sha it replays
 
     def models(self) -> list[dict]:
         return [{"id": self._model, "max_model_len": self._max_model_len}]
@@ -86,8 +87,27 @@ class ReplayClient(ServingClient):
                 text="",
                 decode_tps=None,
             )
+        known = self.stands_for.get(prompt)
+        if known is not None and (upcoming is None or upcoming.get("prompt_sha") != known):
+            # the same prompt again where the record went on to another one: an unmeasured repeat added after the
+            # record was made (validation's repeat band, warm-shared's second request on the source). Not answered:
+            # nothing is judged on a figure the GPU never gave
+            return StreamResult(
+                ttft_s=None,
+                total_s=0.0,
+                prompt_tokens=None,
+                completion_tokens=0,
+                cached_tokens=None,
+                chunks=0,
+                text="",
+                decode_tps=None,
+                aborted=True,
+                abort_phase="prefill",
+                error="not in the record",
+            )
         if upcoming is None:
             raise RecordExhausted(f"completion {self.answered + 1} asked, {len(self.requests)} recorded")
+        self.stands_for.setdefault(prompt, upcoming.get("prompt_sha", ""))
         self.answered += 1
         result = dict(upcoming["result"])
         result["tokens"] = [TokenChoice(t["token"], t["logprob"], t.get("top") or {}) for t in result.get("tokens", [])]

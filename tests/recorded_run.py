@@ -44,6 +44,8 @@ class RecordedRun:
         after = {
             ("00-idle", True): "01-after-cold",
             ("01-after-cold", True): "02-after-warm-gpu",
+            # the unmeasured repeat of warm-gpu (the repeat band), not in the recording: no window reads it
+            ("02-after-warm-gpu", True): "02-after-warm-gpu",
             ("02-after-warm-gpu", False): "03-after-fillers",
             ("03-after-fillers", False): "03-after-fillers",
             ("03-after-fillers", True): "04-after-warm-connector",

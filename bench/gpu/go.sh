@@ -2,9 +2,12 @@
 # The GPU check on the device (bench/gpu/README.md), in two calls within the machine's warm window:
 #   go.sh prepare CARRY   call 1: keep the first wheel chunk (CARRY/p1) in /tmp/chunks, capture nvidia-smi for
 #                         issue 27, train the test model (bench/gpu/train_model.py) into /tmp/gpu-check-model
+#                         (TRAIN_KINDS, TRAIN_CORPUS, TRAIN_SHAPE, TRAIN_S) and, with SECOND_SHAPE (JSON), a second
+#                         one of that shape on SECOND_CORPUS (default stdlib) into /tmp/gpu-check-model-2
 #   go.sh health .     the GPU health captures alone, as gpu-health.tar.gz under $OUT
 #   go.sh run CARRY       call 2: the rest of the wheels (CARRY/p2), check, unpack, run bench/gpu/run.py on every
-#                         rendered stack (CARRY/p2/stacks-*.json), pack everything under $OUT as tar.gz
+#                         rendered stack (CARRY/p2/stacks-*.json), pack everything under $OUT as tar.gz; MODEL picks
+#                         the model directory, CASES the stacks, GPU_CHECK_LENGTHS the session sizes
 set -u
 HERE=$(cd "$(dirname "$0")" && pwd); CARRY=$(cd "${2:?CARRY}" && pwd); T0=$(date +%s)
 OUTDIR=${OUT:-/tmp/out}; mkdir -p "$OUTDIR" /tmp/chunks
@@ -50,6 +53,11 @@ prepare)
     2>&1 | tail -20
   ls -la /tmp/gpu-check-model 2>&1
   cp /tmp/gpu-check-model/training.json "$OUTDIR/" 2>/dev/null
+  if [ -n "${SECOND_SHAPE:-}" ]; then  # a second model: another shape, trained on SECOND_CORPUS (e.g. stdlib)
+    TRAIN_SHAPE=$SECOND_SHAPE TRAIN_CORPUS=${SECOND_CORPUS:-stdlib} PYTHONUNBUFFERED=1 timeout 200 \
+      python3 "$HERE/train_model.py" "$HERE/model" /tmp/gpu-check-model-2 "${TRAIN_S:-90}" 2>&1 | tail -8
+    cp /tmp/gpu-check-model-2/training.json "$OUTDIR/training-2.json" 2>/dev/null
+  fi
   echo "prepare took $(( $(date +%s) - T0 )) s";;
 run)
   cp -n "$CARRY"/p2/* /tmp/chunks/
@@ -62,9 +70,10 @@ run)
   fi
   echo "wheels unpacked after $(( $(date +%s) - T0 )) s"
   RES=/tmp/gpu-check; rm -rf $RES /tmp/gpu-check-kv; mkdir -p $RES
-  if [ -f /tmp/gpu-check-model/model.safetensors ] && [ "${WEIGHTS:-trained}" = trained ]; then
-    STACKS=$CARRY/p2/stacks-real.json; export MODEL_DIR=/tmp/gpu-check-model
-    cp /tmp/gpu-check-model/training.json $RES/ 2>/dev/null
+  MODEL=${MODEL:-/tmp/gpu-check-model}  # /tmp/gpu-check-model-2: the second model of `prepare`
+  if [ -f $MODEL/model.safetensors ] && [ "${WEIGHTS:-trained}" = trained ]; then
+    STACKS=$CARRY/p2/stacks-real.json; export MODEL_DIR=$MODEL
+    cp $MODEL/training.json $MODEL/config.json $RES/ 2>/dev/null
   else
     STACKS=$CARRY/p2/stacks-dummy.json; export MODEL_DIR=$HERE/model
   fi

@@ -122,6 +122,7 @@ def render_case(case: str, port: int, weights: str) -> dict:
         "l1_gib": stack.l1_gib,
         "l2_budget_gb": stack.knobs["l2_budget_gb"] if stack.l2_active else None,
         "not_applicable": stack.tiers_not_applicable,
+        "bit_exact_tiers": stack.bit_exact_tiers,
         "store_chunk_tokens": stack.store_chunk_tokens,
         "l1_in_shm": bool(stack.profile.connector and stack.profile.connector.l1_in_shm),
         "shm_cleanup": shm_cleanup_command(),

@@ -37,6 +37,7 @@ from rigkit.validation.card import RigCard  # noqa: E402
 from rigkit.validation.card.assemble import to_card  # noqa: E402
 from rigkit.validation.card.store import render_run, write_card  # noqa: E402
 from rigkit.validation.metrics import as_dict  # noqa: E402
+from rigkit.validation.power import LocalStore  # noqa: E402
 from rigkit.validation.procedure import ValidationSettings, validate_tiers  # noqa: E402
 from rigkit.validation.warm_shared import run_pairs  # noqa: E402
 
@@ -48,6 +49,8 @@ RESTART = threading.Lock()  # one start at a time after the first (vLLM's memory
 LOG_LOCK = threading.Lock()
 T0 = time.time()
 MODEL_DIR = os.environ.get("MODEL_DIR", str(HERE / "model"))
+# session sizes each stack is validated at, one after the other (each with its own restart and card)
+LENGTHS = [int(n) for n in os.environ.get("GPU_CHECK_LENGTHS", "").split(",") if n.strip()]
 KV_ROOT = Path(os.environ.get("KV_ROOT", "/tmp/gpu-check-kv"))
 # the images' console scripts; the dry run (README) points this at bench/gpu/dryrun/bin
 ENGINE_BIN = os.environ.get("GPU_CHECK_BIN", str(HERE / "bin"))
@@ -326,9 +329,23 @@ def machine_facts() -> dict:
 MACHINE: dict = {}
 
 
+def model_layers() -> int | None:
+    try:
+        return json.loads((Path(MODEL_DIR) / "config.json").read_text())["num_hidden_layers"]
+    except (OSError, ValueError, KeyError):
+        return None
+
+
 def validate_stack(stack: Stack, summary: dict) -> None:
+    """The stack validated once per session size of GPU_CHECK_LENGTHS (once at the validation data's without)."""
+    for length in LENGTHS or [None]:
+        validate_stack_at(stack, summary, length)
+
+
+def validate_stack_at(stack: Stack, summary: dict, length: int | None) -> None:
     run, record, info = stack.run, [], stack.info
-    out: dict = {"case": stack.name, "profile": info["profile"], "not_applicable": info["not_applicable"]}
+    name = stack.name if length is None else f"{stack.name}-{length}"
+    out: dict = {"case": name, "profile": info["profile"], "not_applicable": info["not_applicable"]}
 
     def restart() -> None:
         run.log(f"{stack.name}: restart (compose down/up)")
@@ -355,11 +372,12 @@ def validate_stack(stack: Stack, summary: dict) -> None:
                 extra_metrics_urls=[stack.lm_url] if stack.lm_url else [],
                 record=record,
             )
-            settings = ValidationSettings.from_data(VALIDATION_DATA)
+            data = {**VALIDATION_DATA, **({"validate_prompt_tokens": length} if length else {})}
+            settings = ValidationSettings.from_data(data)
             tiers = {f"L1 RAM {info['l1_gib']} GiB": info["l1_gib"] * 2**30} if info["l1_gib"] else {}
             if stack.l2_dir:
                 tiers[f"L2 disk {info['l2_budget_gb']:g} GB"] = int(info["l2_budget_gb"] * 10**9)
-            run.log(f"{stack.name}: validate_tiers")
+            run.log(f"{name}: validate_tiers")
             validation = validate_tiers(
                 client,
                 restart,
@@ -369,11 +387,22 @@ def validate_stack(stack: Stack, summary: dict) -> None:
                 capacity_tiers=tiers,
                 not_applicable=info["not_applicable"],
                 store_chunk_tokens=info["store_chunk_tokens"],
+                bit_exact_tiers=info.get("bit_exact_tiers", []),
+                store=LocalStore(stack.l2_dir) if stack.l2_dir else None,
+                model_layers=model_layers(),
             )
             out["tiers"] = [tier_dump(t) for t in validation.tiers]
+            out["numerics"] = validation.numerics.model_dump(mode="json") if validation.numerics else None
+            out["power"] = validation.power.model_dump(mode="json") if validation.power else None
+            if validation.power:
+                for row in validation.power.rows:
+                    run.log(
+                        f"{name}: power {row.damage:12s} files {row.files} bytes {row.bytes_damaged} "
+                        f"{row.label} {row.verdict} shift {row.shift_nats} caught {row.caught}"
+                    )
             out["failures"] = validation.failures
             card = to_card(
-                stack.name,
+                name,
                 RUN_ID,
                 validation,
                 settings,
@@ -389,18 +418,20 @@ def validate_stack(stack: Stack, summary: dict) -> None:
             write_card(run.results / "cards", card)
             for tier in out["tiers"]:
                 run.log(
-                    f"{stack.name}: {tier['expected']:16s} labels {tier['labels']} passed {tier['passed']} "
+                    f"{name}: {tier['expected']:16s} labels {tier['labels']} passed {tier['passed']} "
                     f"greedy {[g.get('verdict') for g in tier.get('greedy', [])]}"
                 )
-            run.log(f"{stack.name}: card {'PASS' if card.passed else 'FAIL'}")
+            run.log(f"{name}: card {'PASS' if card.passed else 'FAIL'}")
         except Exception as exc:  # noqa: BLE001 - recorded, the other stacks go on
             out["error"] = "".join(traceback.format_exception(exc))
-            run.log(f"{stack.name}: ERROR {exc!r}")
+            run.log(f"{name}: ERROR {exc!r}")
         finally:
             out["events"] = stack.events
-            dump_record(stack.dir / "record.jsonl.gz", record)
-            (stack.dir / "result.json").write_text(json.dumps(out, indent=1) + "\n")
-            summary[stack.name] = out
+            where = stack.dir if length is None else stack.dir.parent / name
+            where.mkdir(parents=True, exist_ok=True)
+            dump_record(where / "record.jsonl.gz", record)
+            (where / "result.json").write_text(json.dumps(out, indent=1) + "\n")
+            summary[name] = out
 
 
 def validate_share(a: Stack, b: Stack, summary: dict) -> None:

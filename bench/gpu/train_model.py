@@ -5,6 +5,12 @@ are nearly flat, so one bf16 step flips a greedy token: ../shared/gpu/README.md)
 the config and tokenizer.
 
     python3 train_model.py SRC_MODEL_DIR DEST_DIR [SECONDS]
+
+Parameters, from the environment (go.sh passes them through):
+  TRAIN_CORPUS  "prompts" (default: the prompt generator's own text, one of each TRAIN_KINDS) or "stdlib": this
+                Python's standard library sources, text unlike the generator's (a model not sure of the prompts)
+  TRAIN_SHAPE   JSON overriding the config, e.g. {"num_hidden_layers": 12, "num_key_value_heads": 4,
+                "head_dim": 96}: another shape; the trained model's config.json says what it is
 """
 
 from __future__ import annotations
@@ -25,6 +31,18 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from rigkit.validation.prompts import PromptSpec, draft_text  # noqa: E402
 
 SEQ, BATCH, LR = 512, 32, 1e-3
+SHAPE_KEYS = ("hidden_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads", "head_dim")
+
+
+def corpus(name: str) -> str:
+    """The text the model memorises (module docstring)."""
+    if name == "stdlib":
+        import textwrap  # noqa: F401 - a module whose source is in every CPython
+
+        library = Path(textwrap.__file__).parent
+        return "".join((library / f).read_text()[:6000] for f in ("textwrap.py", "shlex.py", "fractions.py"))
+    kinds = os.environ.get("TRAIN_KINDS", "narrative").split(",")
+    return "".join(draft_text(PromptSpec(kind, 0, 20261203), "corpus", 4000).split("\n\n", 1)[1] for kind in kinds)
 
 
 def main() -> None:
@@ -34,10 +52,11 @@ def main() -> None:
     for f in src.iterdir():
         if f.is_file() and f.name != "config-qwen3-8b-shape.json":
             shutil.copy(f, dst / f.name)
-    raw = json.loads((src / "config.json").read_text())
+    raw = {**json.loads((src / "config.json").read_text()), **json.loads(os.environ.get("TRAIN_SHAPE") or "{}")}
+    raw["max_window_layers"] = raw["num_hidden_layers"]
+    (dst / "config.json").write_text(json.dumps(raw, indent=2) + "\n")
     config = Qwen3Config(**{k: v for k, v in raw.items() if k not in ("architectures", "torch_dtype", "dtype")})
-    kinds = os.environ.get("TRAIN_KINDS", "narrative").split(",")
-    text = "".join(draft_text(PromptSpec(kind, 0, 20261203), "corpus", 4000).split("\n\n", 1)[1] for kind in kinds)
+    text = corpus(os.environ.get("TRAIN_CORPUS", "prompts"))
     ids = Tokenizer.from_file(str(src / "tokenizer.json")).encode(text).ids
     stream = torch.tensor(ids * (SEQ // len(ids) + 3), device="cuda")
     torch.manual_seed(0)
@@ -59,7 +78,14 @@ def main() -> None:
             break
     state = {k: v.detach().to(torch.bfloat16).contiguous().cpu() for k, v in model.state_dict().items()}
     save_file(state, str(dst / "model.safetensors"), metadata={"format": "pt"})
-    report = {"corpus_tokens": len(ids), "steps": step, "final_loss": loss.item(), "seconds": time.time() - start}
+    report = {
+        "corpus": os.environ.get("TRAIN_CORPUS", "prompts"),
+        "shape": {k: raw[k] for k in SHAPE_KEYS},
+        "corpus_tokens": len(ids),
+        "steps": step,
+        "final_loss": loss.item(),
+        "seconds": time.time() - start,
+    }
     (dst / "training.json").write_text(json.dumps(report, indent=1) + "\n")
     print("trained:", report, flush=True)
 

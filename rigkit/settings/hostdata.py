@@ -114,6 +114,15 @@ class Settings:
         return {"warm-persistent": why}
 
     @property
+    def bit_exact_tiers(self) -> list[str]:
+        """Connector tiers whose logprobs must equal the GPU prefix cache's (Connector.bit_exact)."""
+        connector = self.profile.connector
+        exact = connector is not None and connector.bit_exact
+        return [
+            tier for tier in ("warm-connector", "warm-persistent") if exact and tier not in self.tiers_not_applicable
+        ]
+
+    @property
     def store_chunk_tokens(self) -> Optional[int]:
         """Tokens per chunk the connector stores whole (LMCache's chunk_size); None: it stores what it is given."""
         connector = self.profile.connector

@@ -64,6 +64,11 @@ class Connector(_Strict):
     # True when the connector's disk store can be shared by the engines of several rigs (kv_share: its keys
     # are the same for the same tokens on every engine, given one kv_hash_seed), so it may live on a shared mount.
     shareable: bool = False
+    # True when a connector tier hands back the blocks vLLM stored, whole, so a prompt served from it is computed
+    # exactly as from the GPU prefix cache: its logprobs are the GPU prefix cache's bit for bit (vLLM 0.26's CPU and
+    # fs tiers on an H200 and an H100: shift 0.000), and the served-right verdict holds it to the repeat band
+    # (rigkit.validation.greedy). LMCache recomputes the tail past its last whole chunk: not exact.
+    bit_exact: bool = False
     # A shell script of rigkit/files/ run in the container before the engine's exec (inlined into compose's command,
     # so it is part of the rendering and its release hash); the YAML names the file, the model holds its text.
     prelude: str = ""

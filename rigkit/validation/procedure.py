@@ -11,10 +11,13 @@ Procedure (each step labelled by metric deltas, see rigkit.validation.tiers):
 A tier the stack cannot have (`not_applicable`, from Settings.tiers_not_applicable: no connector, or nothing that
 outlives a restart) gets no step; the card says "not applicable" once, with why, and it does not fail the card.
 A tier whose connector is configured but takes no external hit is "retrieved-but-unused": a FAIL.
-Every request is greedy (temperature 0, the session's seed) and asks for its top logprobs: a warm tier whose output
-parts from the cold run's (and, for a connector tier, from warm-gpu's, the same cached-prefix path) where the
-reference was sure of its token is "served-but-wrong", a FAIL whatever its counters prove (LMCache#4492); one that
-parts at a near tie is numerics (rigkit.validation.greedy).
+Every request is greedy (temperature 0, the session's seed) and asks for its top logprobs. Each session's warm-gpu
+request is repeated once, unmeasured: with cold, the bands numerics moves logprobs by on this rig (repeat,
+cached-vs-fresh), from which each connector tier's tolerance is derived. A warm tier whose logprobs moved further from
+its references (cold, and warm-gpu, the same cached-prefix path) is "served-but-wrong", a FAIL whatever its counters
+prove (LMCache#4492); other tokens with no measured band to explain them are "inconclusive" (rigkit.validation.greedy).
+With validate_power_selftest and a reachable store, self-test sessions measure the check's power
+(rigkit.validation.power).
 """
 
 from __future__ import annotations
@@ -30,9 +33,21 @@ from rigkit.settings.defaults import CALIBRATION_MIN_TOKENS
 from rigkit.settings.defaults import VALIDATION_VARIABLES as VARIABLES
 from rigkit.settings.sizing import KB
 from rigkit.settings.variables import resolve
-from rigkit.validation.card import Capacity, CapacityTier, GreedyCheck, StatModel, TierProof, TierResult, TTFTPair
-from rigkit.validation.greedy import SERVED_BUT_WRONG, Completion, compare_greedy, judge  # noqa: F401  (compare_greedy: its API)  # noqa: F401  (compare_greedy: its API)
+from rigkit.validation.card import (
+    Capacity,
+    CapacityTier,
+    GreedyCheck,
+    NumericsBands,
+    Power,
+    PowerRow,
+    StatModel,
+    TierProof,
+    TierResult,
+    TTFTPair,
+)
+from rigkit.validation.greedy import NUMERICS, SAME, Completion, Tolerance, band, calibrated, judge
 from rigkit.validation.metrics import Snapshot, require_prefix_counters
+from rigkit.validation.power import DAMAGES, DEFAULT_LAYERS, StoreAccess, new_files, settled_files, smallest_caught
 from rigkit.validation.prompts import Prompt, PromptSpec
 from rigkit.validation.tiers import Tier, TierLabel, label
 
@@ -83,7 +98,8 @@ class ValidationSettings:
     soak_decode_retention_min: float
     soak_empty_reply_max_fraction: float
     top_logprobs: int
-    near_tie_nats: float
+    numerics_ceiling_nats: float
+    power_selftest: bool
 
     @classmethod
     def from_data(cls, data: Mapping) -> "ValidationSettings":
@@ -105,7 +121,8 @@ class TierRun:
     reference: Optional["TierRun"] = None
     # a run on the same cached-prefix path (warm-gpu, for a connector tier): an output identical to its is right too
     same_path: Optional["TierRun"] = None
-    near_tie_nats: Optional[float] = None  # rigkit.validation.greedy: a first difference below this margin is numerics
+    # how far this path's logprobs may move from its references (rigkit.validation.greedy); set before result()
+    tolerance: Tolerance = Tolerance(None)
     measured: list[Measured] = field(default_factory=list)
     labels: list[TierLabel] = field(default_factory=list)
     prompts: list[Prompt] = field(default_factory=list)
@@ -127,7 +144,7 @@ class TierRun:
             found = [(name, outputs[prompt.session_id]) for name, outputs in references if prompt.session_id in outputs]
             if measured.result.aborted or not found or found[0][0] != references[0][0]:
                 continue
-            checks.append(judge(prompt.session_id, found, completion_of(measured), self.near_tie_nats))
+            checks.append(judge(prompt.session_id, found, completion_of(measured), self.tolerance))
         return checks
 
     def result(self) -> TierResult:
@@ -138,7 +155,7 @@ class TierRun:
             passed=bool(self.labels)
             and all(lab.passed for lab in self.labels)
             and not any(m.result.aborted for m in self.measured)
-            and all(check.verdict != SERVED_BUT_WRONG for check in greedy),
+            and all(check.verdict in (SAME, NUMERICS) for check in greedy),
             ttft_s=StatModel.of([m.result.ttft_s for m in self.measured if not m.result.aborted]),
             server_ttft_s=StatModel.of([m.window.server_ttft_mean for m in self.measured if not m.result.aborted]),
             ttft_within_tolerance=[m.ttft_check.within for m in self.measured if m.ttft_check],
@@ -186,6 +203,8 @@ class TierValidation:
     ttft_transport: str = ""  # where the client TTFT was measured (ServingClient.ttft_transport)
     # tier value -> why this stack cannot have it (no step was run for it)
     not_applicable: dict[str, str] = field(default_factory=dict)
+    numerics: Optional[NumericsBands] = None
+    power: Optional[Power] = None
 
     def tier(self, expected: Tier) -> Optional[TierRun]:
         return next((t for t in self.tiers if t.expected == expected), None)
@@ -292,6 +311,99 @@ def warm_up_logprobs(client: ServingClient, top_logprobs: int) -> None:
         )
 
 
+def repeat_completion(client: ServingClient, prompt: Prompt, settings: ValidationSettings, timeout_s: float):
+    """The same greedy request again, unmeasured (the GPU prefix cache's repeat band); None when it did not finish."""
+    result = client.stream_completion(
+        prompt.text,
+        max_tokens=settings.output_tokens,
+        timeout_s=timeout_s,
+        seed=prompt.spec.seed,
+        logprobs=settings.top_logprobs,
+    )
+    return None if result.aborted else Completion(result.text, result.tokens)
+
+
+def calibrate(
+    cold: TierRun,
+    warm_gpu: TierRun,
+    repeats: Mapping[str, Completion],
+    ceiling: float,
+) -> tuple[Optional[float], Optional[float]]:
+    """(repeat band, cached-vs-fresh band) of this run (rigkit.validation.greedy.band); sets warm-gpu's tolerance:
+    the ceiling, since it is the reference path the bands are read on."""
+    outputs = {
+        run.expected: {
+            p.session_id: completion_of(m) for p, m in zip(run.prompts, run.measured) if not m.result.aborted
+        }
+        for run in (cold, warm_gpu)
+    }
+    warm = outputs[Tier.WARM_GPU]
+    repeat = band((warm[s], repeats[s]) for s in warm if s in repeats)
+    fresh = band((outputs[Tier.COLD][s], warm[s]) for s in warm if s in outputs[Tier.COLD])
+    warm_gpu.tolerance = Tolerance(ceiling, False, "validate_numerics_ceiling_nats (warm-gpu is the reference path)")
+    return repeat, fresh
+
+
+def _store_selftest_sessions(
+    client: ServingClient,
+    store: StoreAccess,
+    settings: ValidationSettings,
+    seed: int,
+    timeout_s: float,
+    connector_configured: bool,
+) -> tuple[TierRun, TierRun, list[list[str]]]:
+    """One salted session per damage (DAMAGES order): cold, then warm-gpu (its references), and the store files its
+    prefill added, read once the store settled."""
+    cold, warm_gpu = TierRun(Tier.COLD), TierRun(Tier.WARM_GPU)
+    stored: list[list[str]] = []
+    for index, _ in enumerate(DAMAGES):
+        prompt = client.build_prompt(PromptSpec(settings.prompt_kind, settings.prompt_tokens, seed + 10_000 + index))
+        before = settled_files(store)
+        _measure_tier(client, cold, prompt, settings, timeout_s, connector_configured)
+        _measure_tier(client, warm_gpu, prompt, settings, timeout_s, connector_configured)
+        stored.append(new_files(before, settled_files(store)))
+    return cold, warm_gpu, stored
+
+
+def _power(
+    client: ServingClient,
+    store: StoreAccess,
+    settings: ValidationSettings,
+    sessions: tuple[TierRun, TierRun, list[list[str]]],
+    damaged: Sequence[tuple[int, int]],
+    tolerance: Tolerance,
+    timeout_s: float,
+    connector_configured: bool,
+) -> Power:
+    """After the restart: each damaged self-test session asked again, judged as the persistent tier is."""
+    cold, warm_gpu, _ = sessions
+    rows = []
+    for damage, prompt, (files, changed) in zip(DAMAGES, cold.prompts, damaged):
+        asked = TierRun(Tier.WARM_PERSISTENT, reference=cold, same_path=warm_gpu, tolerance=tolerance)
+        _measure_tier(client, asked, prompt, settings, timeout_s, connector_configured, after_restart=True)
+        result = asked.result()
+        check = result.greedy[0] if result.greedy else None
+        rows.append(
+            PowerRow(
+                damage=damage.name,
+                description=damage.description,
+                files=files,
+                bytes_damaged=changed,
+                label=result.counters_label,
+                verdict=check.verdict if check else "no output",
+                shift_nats=check.shift_nats if check else None,
+                caught=not result.passed,
+            )
+        )
+    return Power(
+        tier=Tier.WARM_PERSISTENT.value,
+        tolerance_nats=tolerance.nats,
+        rows=rows,
+        smallest_caught=smallest_caught(rows),
+        note=tolerance.source,
+    )
+
+
 def validate_tiers(
     client: ServingClient,
     restart: Optional[Callable[[], None]],
@@ -302,12 +414,18 @@ def validate_tiers(
     session_sizes: Sequence[int] = (50_000, 262_144),
     not_applicable: Optional[Mapping[str, str]] = None,
     store_chunk_tokens: Optional[int] = None,
+    bit_exact_tiers: Sequence[str] = (),
+    store: Optional[StoreAccess] = None,
+    model_layers: Optional[int] = None,
 ) -> TierValidation:
     """Run the tier procedure against a ready server. `restart` does a full down/up (None: skip tier 4).
 
     not_applicable: tier value -> why the stack cannot have it (Settings.tiers_not_applicable): its step is not run.
     store_chunk_tokens: the connector stores whole chunks of this many tokens (LMCache's chunk_size): the capacity
     line divides the store's growth by the tokens it stored, not by the prompt tokens.
+    bit_exact_tiers: tiers held to the GPU prefix cache's repeat band (Settings.bit_exact_tiers).
+    store, model_layers: the connector's store as this process reaches it, and the model's layers: with
+    validate_power_selftest, the self-test measures the verdict's power on the persistent tier.
     """
     skipped = dict(not_applicable or {})
     if Tier.WARM_CONNECTOR.value in skipped:
@@ -322,22 +440,22 @@ def validate_tiers(
     warm_up_logprobs(client, settings.top_logprobs)
     calibration_tokens = max(CALIBRATION_MIN_TOKENS, int(settings.prompt_tokens * CALIBRATION_FRACTION))
     calibration = client.build_prompt(PromptSpec(settings.prompt_kind, calibration_tokens, seed - 1))
-    calibrated = client.stream_completion(calibration.text, max_tokens=1)
+    calibrated_prefill = client.stream_completion(calibration.text, max_tokens=1)
     rate = None
-    if calibrated.ttft_s and calibrated.prompt_tokens:
-        rate = calibrated.prompt_tokens / calibrated.ttft_s
+    if calibrated_prefill.ttft_s and calibrated_prefill.prompt_tokens:
+        rate = calibrated_prefill.prompt_tokens / calibrated_prefill.ttft_s
     else:
-        failures.append(f"prefill calibration failed ({calibrated.error or 'no first token'})")
+        failures.append(f"prefill calibration failed ({calibrated_prefill.error or 'no first token'})")
 
     prompts = [
         client.build_prompt(PromptSpec(settings.prompt_kind, settings.prompt_tokens, seed + i))
         for i in range(settings.sessions)
     ]
     timeout_s = prefill_timeout(max(p.tokens for p in prompts), rate)
-    near_tie = settings.near_tie_nats
     cold = TierRun(Tier.COLD)
-    warm_gpu = TierRun(Tier.WARM_GPU, reference=cold, near_tie_nats=near_tie)
+    warm_gpu = TierRun(Tier.WARM_GPU, reference=cold)
     runs = [cold, warm_gpu]
+    repeats: dict[str, Completion] = {}
     store_before = store_bytes() if store_bytes else None
     for prompt in prompts:
         _measure_tier(client, cold, prompt, settings, timeout_s, connector_configured)
@@ -349,7 +467,24 @@ def validate_tiers(
             )
             continue
         _measure_tier(client, warm_gpu, prompt, settings, timeout_s, connector_configured)
+        repeated = repeat_completion(client, prompt, settings, timeout_s) if settings.top_logprobs else None
+        if repeated is not None:
+            repeats[prompt.session_id] = repeated
     stored = [p for p, m in zip(cold.prompts, cold.measured) if not m.result.aborted]
+    ceiling = settings.numerics_ceiling_nats
+    repeat_band, fresh_band = calibrate(cold, warm_gpu, repeats, ceiling)
+    tolerances = {
+        tier.value: calibrated(repeat_band, fresh_band, tier.value in bit_exact_tiers, ceiling)
+        for tier in (Tier.WARM_CONNECTOR, Tier.WARM_PERSISTENT)
+    }
+    numerics = NumericsBands(
+        repeat_nats=repeat_band,
+        cached_vs_fresh_nats=fresh_band,
+        ceiling_nats=ceiling,
+        sessions=len(repeats),
+        tolerances={Tier.WARM_GPU.value: ceiling, **{name: t.nats for name, t in tolerances.items()}},
+        exact_tiers=list(bit_exact_tiers),
+    )
 
     capacity = None
     if store_bytes is not None and store_before is not None:
@@ -374,22 +509,43 @@ def validate_tiers(
         capacity,
         ttft_transport=client.ttft_transport,
         not_applicable=skipped,
+        numerics=numerics,
     )
     if not connector_configured or not stored:
         return validation
 
+    persistent_runs = restart is not None and settings.restart and Tier.WARM_PERSISTENT.value not in skipped
+    selftest = None
+    if settings.power_selftest and store is not None and persistent_runs:
+        selftest = _store_selftest_sessions(client, store, settings, seed, timeout_s, connector_configured)
+
     validation.fillers_sent = evict_gpu_pool(client, pool, settings, timeout_s)
-    connector = TierRun(Tier.WARM_CONNECTOR, reference=cold, same_path=warm_gpu, near_tie_nats=near_tie)
+    connector = TierRun(
+        Tier.WARM_CONNECTOR, reference=cold, same_path=warm_gpu, tolerance=tolerances[Tier.WARM_CONNECTOR.value]
+    )
     runs.append(connector)
     for prompt in stored:
         _measure_tier(client, connector, prompt, settings, timeout_s, connector_configured)
 
-    if restart is not None and settings.restart and Tier.WARM_PERSISTENT.value not in skipped:
+    if persistent_runs:
+        damaged = (
+            [
+                store.damage(files, damage.name, model_layers or DEFAULT_LAYERS)
+                for damage, files in zip(DAMAGES, selftest[2])
+            ]
+            if selftest
+            else []
+        )
         restart()
         client.wait_ready()
         warm_up_logprobs(client, settings.top_logprobs)  # a new engine compiles its logprobs path again
-        persistent = TierRun(Tier.WARM_PERSISTENT, reference=cold, same_path=warm_gpu, near_tie_nats=near_tie)
+        tolerance = tolerances[Tier.WARM_PERSISTENT.value]
+        persistent = TierRun(Tier.WARM_PERSISTENT, reference=cold, same_path=warm_gpu, tolerance=tolerance)
         runs.append(persistent)
         for prompt in stored:
             _measure_tier(client, persistent, prompt, settings, timeout_s, connector_configured, after_restart=True)
+        if selftest:
+            validation.power = _power(
+                client, store, settings, selftest, damaged, tolerance, timeout_s, connector_configured
+            )
     return validation

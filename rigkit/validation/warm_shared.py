@@ -11,7 +11,7 @@ from __future__ import annotations
 import itertools
 import random
 from contextlib import ExitStack
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Mapping, Optional, Sequence
 
@@ -22,8 +22,9 @@ from rigkit.remote.tunnel import Tunnel, connect_ssh, serving_url
 from rigkit.settings.hostdata import rig_settings
 from rigkit.validation.card import PromptRecord, SharedPair, TTFTClient
 from rigkit.validation.card.store import record_shared, render_run
+from rigkit.validation.greedy import Completion, Tolerance, band, calibrated
 from rigkit.validation.metrics import require_prefix_counters
-from rigkit.validation.procedure import TierRun, ValidationSettings, check_prompt_fits, warm_up_logprobs
+from rigkit.validation.procedure import TierRun, ValidationSettings, check_prompt_fits, completion_of, warm_up_logprobs
 from rigkit.validation.prompts import PromptSpec
 from rigkit.validation.tiers import Tier, label, label_shared
 from rigkit.validation.ttft import TTFT_TOLERANCE_ABS_S, TTFT_TOLERANCE_REL, RigProbe
@@ -41,6 +42,9 @@ class Prefilled:
 
     rig: str
     run: TierRun  # expected cold, on the source
+    # session -> the same prompt again on the source, unmeasured (its GPU prefix cache: with the cold run, the
+    # cached-vs-fresh band the target is judged by)
+    again: dict = field(default_factory=dict)
 
 
 def prefill(
@@ -51,15 +55,30 @@ def prefill(
     timeout_s: float,
     logprobs: int = 0,
 ) -> Prefilled:
-    """Fresh salted prompts, each sent once to `rig` and labelled by its counters (expected: cold)."""
-    run = TierRun(Tier.COLD)
+    """Fresh salted prompts, each sent to `rig` and labelled by its counters (expected: cold), then again (its GPU
+    prefix cache: with cold, the cached-vs-fresh band the target's outputs are judged by)."""
+    run, again = TierRun(Tier.COLD), {}
     for spec in specs:
         prompt = client.build_prompt(spec)
         measured = measure(client, prompt.text, output_tokens, timeout_s, seed=spec.seed, logprobs=logprobs)
         run.measured.append(measured)
         run.prompts.append(prompt)
         run.labels.append(label(measured.window, Tier.COLD, connector_configured=True))
-    return Prefilled(rig, run)
+        if logprobs and not measured.result.aborted:
+            repeated = client.stream_completion(
+                prompt.text, max_tokens=output_tokens, timeout_s=timeout_s, seed=spec.seed, logprobs=logprobs
+            )
+            if not repeated.aborted:
+                again[prompt.session_id] = Completion(repeated.text, repeated.tokens)
+    return Prefilled(rig, run, again)
+
+
+def shared_tolerance(prefilled: Prefilled, ceiling: float) -> Tolerance:
+    """The target's tolerance: BAND_FACTOR x the source's cached-vs-fresh band (another engine, perhaps another GPU:
+    never held bit-exact)."""
+    cold = {p.session_id: completion_of(m) for p, m in zip(prefilled.run.prompts, prefilled.run.measured)}
+    fresh = band((cold[s], again) for s, again in prefilled.again.items() if s in cold)
+    return calibrated(None, fresh, False, ceiling)
 
 
 def ask(
@@ -68,11 +87,15 @@ def ask(
     client: ServingClient,
     output_tokens: int,
     timeout_s: float,
-    logprobs: int = 0,
-    near_tie_nats: Optional[float] = None,
+    logprobs: int,
+    ceiling_nats: float,
 ) -> SharedPair:
     """Each prompt `prefilled` completed, sent to `rig` and labelled by `rig`'s own window (expected: warm-shared)."""
-    asked = TierRun(Tier.WARM_SHARED, reference=prefilled.run, near_tie_nats=near_tie_nats)
+    asked = TierRun(
+        Tier.WARM_SHARED,
+        reference=prefilled.run,
+        tolerance=shared_tolerance(prefilled, ceiling_nats),
+    )
     for prompt, before in zip(prefilled.run.prompts, prefilled.run.measured):
         if before.result.aborted:  # only a completed prefill is stored whole
             continue
@@ -132,7 +155,7 @@ def run_pairs(
                 chosen.output_tokens,
                 timeout_s,
                 chosen.top_logprobs,
-                chosen.near_tie_nats,
+                chosen.numerics_ceiling_nats,
             )
         )
     return pairs

@@ -341,7 +341,8 @@ def test_kv_corrupted_in_the_store_is_served_but_wrong_on_the_card(
     empty_entry = hashlib.md5(b"").hexdigest()
     assert changed and all(n > 0 for name, n in changed.items() if not name.startswith(empty_entry)), changed
     cold, warm_gpu = tier_run.tier(Tier.COLD), tier_run.tier(Tier.WARM_GPU)
-    corrupted = TierRun(Tier.WARM_PERSISTENT, reference=cold, same_path=warm_gpu, near_tie_nats=settings.near_tie_nats)
+    tolerance = tier_run.tier(Tier.WARM_PERSISTENT).tolerance  # measured in the clean run (the same verdict)
+    corrupted = TierRun(Tier.WARM_PERSISTENT, reference=cold, same_path=warm_gpu, tolerance=tolerance)
     for prompt in cold.prompts:
         measured = measure(
             client,
@@ -363,8 +364,8 @@ def test_kv_corrupted_in_the_store_is_served_but_wrong_on_the_card(
     for check in result.greedy:
         print(
             f"corrupted store, session {check.session}: {check.verdict} against {check.reference}, first "
-            f"difference token {check.first_difference_token}, margin {check.margin_nats} "
-            f"({'bound' if check.margin_is_bound else 'exact'}): {check.reference_text!r} / {check.text!r}"
+            f"difference token {check.first_difference_token}, shift {check.shift_nats} nats against tolerance "
+            f"{check.tolerance_nats} ({check.tolerance_source}): {check.reference_text!r} / {check.text!r}"
         )
     assert [lab.tier for lab in corrupted.labels] == [Tier.WARM_PERSISTENT] * SESSIONS, [
         lab.proof for lab in corrupted.labels
@@ -377,7 +378,7 @@ def test_kv_corrupted_in_the_store_is_served_but_wrong_on_the_card(
     md = (tmp_path / "lab-vllm.md").read_text()
     assert not card.passed and "**Verdict: FAIL**" in md
     assert "tier warm-persistent: served-but-wrong: its counters prove warm-persistent" in md
-    assert "- ✗ served-but-wrong: warm-persistent, session " in md and " nats ≥ near tie " in md
+    assert "- ✗ served-but-wrong: warm-persistent, session " in md and " > tolerance " in md
     print(md)
 
 

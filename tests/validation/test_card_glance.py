@@ -56,7 +56,7 @@ def test_served_but_wrong_says_how_many_sessions_differ():
         GreedyCheck(session="bb", same=False, cold_text="x", text="y", first_difference=0),
     ]
     tier.passed = False
-    assert tier_glance(card, tier).verdict == ("✗ served-but-wrong (greedy output of 1/2 sessions differs from cold)")
+    assert tier_glance(card, tier).verdict == ("✗ served-but-wrong (logprobs of 1/2 sessions moved past its tolerance)")
 
 
 @pytest.mark.parametrize(

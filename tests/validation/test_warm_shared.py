@@ -276,7 +276,7 @@ def test_the_h200_capture_walked_as_a_pair_is_warm_shared():
         a.on_completion = lambda body: setattr(a, "metrics_text", capture("A-1"))
         b.on_completion = lambda body: setattr(b, "metrics_text", capture("B-1"))
         prefilled = prefill("gpu-a", ServingClient(a.url, model="tiny"), [PromptSpec("narrative", 2990, 7)], 16, 60)
-        pair = ask(prefilled, "gpu-b", ServingClient(b.url, model="tiny"), 16, 60)
+        pair = ask(prefilled, "gpu-b", ServingClient(b.url, model="tiny"), 16, 60, logprobs=0, ceiling_nats=0.5)
     assert pair.prefill.labels == ["cold"] and pair.asked.labels == ["warm-shared"] and pair.passed
     assert pair.asked.proofs[0].external_hits == 2976
     assert [(r.kind, r.target_tokens, r.seed) for r in pair.prompts] == [("narrative", 2990, 7)]  # to repeat it

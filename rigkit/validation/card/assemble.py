@@ -54,6 +54,8 @@ def to_card(
         soak=soak,
         failures=failures,
         not_applicable=dict(validation.not_applicable),
+        numerics=validation.numerics,
+        power=validation.power,
     )
     card.repro = card.repro.model_copy(update=dict(repro or {}))
     card.repro.prompts = [

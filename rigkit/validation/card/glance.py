@@ -68,7 +68,12 @@ def tier_glance(card: RigCard, tier: TierResult) -> TierGlance:
     if tier.passed:
         verdict = f"✓ {label}"
     elif wrong:
-        verdict = f"✗ {label} (greedy output of {len(wrong)}/{len(tier.greedy)} sessions differs from cold)"
+        verdict = f"✗ {label} (logprobs of {len(wrong)}/{len(tier.greedy)} sessions moved past its tolerance)"
+    elif tier.inconclusive:
+        verdict = (
+            f"✗ {label}: served right inconclusive ({len(tier.inconclusive)}/{len(tier.greedy)} sessions differ, "
+            "no measured band explains it)"
+        )
     else:
         verdict = f"✗ {label}" + ("" if label == tier.expected else f" (expected {tier.expected})")
     return TierGlance(

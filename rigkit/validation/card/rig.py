@@ -41,9 +41,14 @@ def tier_failure(tier: TierResult) -> str:
     if wrong:
         references = " / ".join(dict.fromkeys(check.reference for check in wrong))
         return (
-            f"tier {tier.expected}: served-but-wrong: its counters prove {tier.counters_label}, but the greedy "
-            f"output of {len(wrong)} of {len(tier.greedy)} sessions parts from the {references} run's where that "
-            f"run was sure of its token (below)"
+            f"tier {tier.expected}: served-but-wrong: its counters prove {tier.counters_label}, but the logprobs "
+            f"of {len(wrong)} of {len(tier.greedy)} sessions moved from the {references} run's further than this "
+            f"path's tolerance (below)"
+        )
+    if tier.inconclusive:
+        return (
+            f"tier {tier.expected}: served right is inconclusive: the output of {len(tier.inconclusive)} of "
+            f"{len(tier.greedy)} sessions differs and no band measured in this run explains it (below)"
         )
     return f"tier {tier.expected}: labelled {tier.label}"
 
@@ -96,51 +101,98 @@ def _clip(text: str) -> str:
     return repr(text if len(text) <= GREEDY_SHOWN_CHARS else text[:GREEDY_SHOWN_CHARS] + "…")
 
 
-def fmt_margin(check: GreedyCheck) -> str:
-    """Where a warm output parted from its reference and how sure the reference was of its own token there."""
-    where = f"character {check.first_difference}" + (
-        f", token {check.first_difference_token}" if check.first_difference_token is not None else ""
+def fmt_shift(check: GreedyCheck) -> str:
+    """Where a warm output parted from its reference, and how far its logprobs moved against the tolerance."""
+    where = (
+        "the same tokens"
+        if check.first_difference is None
+        else f"parts at character {check.first_difference}"
+        + (f", token {check.first_difference_token}" if check.first_difference_token is not None else "")
     )
-    if len(check.text) != len(check.reference_text) and check.first_difference == min(
-        len(check.text), len(check.reference_text)
-    ):
-        return (
-            f"parts at {where}: the reply is {len(check.text)} characters, the {check.reference}'s "
-            f"{len(check.reference_text)}"
+    if check.shift_nats is None:
+        if check.near_tie_nats is not None and check.margin_nats is not None:  # a card before the shift verdict
+            return f"{where}, margin {check.margin_nats:.3f} nats (near tie {check.near_tie_nats:g})"
+        return f"{where}, no logprobs to tell numerics from wrong KV"
+    limit = "no tolerance measured" if check.tolerance_nats is None else f"tolerance {check.tolerance_nats:.4f}"
+    relation = "≤" if check.verdict in ("same", "numerics") else ">" if check.tolerance_nats is not None else "vs"
+    exact = " (bit-exact path)" if check.tolerance_exact else ""
+    return (
+        f"{where}; logprobs moved {check.shift_nats:.4f} nats over {check.positions_compared} positions "
+        f"{relation} {limit}{exact}"
+    )
+
+
+WORDS = {"same": "same", "numerics": "≈ numerics", "inconclusive": "? inconclusive", "served-but-wrong": "DIFFERS"}
+MARKS = {"numerics": "≈ numerics", "inconclusive": "? inconclusive", "served-but-wrong": "✗ served-but-wrong"}
+
+
+def numerics_lines(card: RigCard) -> list[str]:
+    """The bands the verdict was measured against, and each tier's tolerance."""
+    bands = card.numerics
+    if bands is None:
+        return []
+
+    def nats(value: Optional[float]) -> str:
+        return "not measured" if value is None else f"{value:.4f} nats"
+
+    tolerances = ", ".join(
+        f"{tier} {nats(value)}" + (" (bit-exact)" if tier in bands.exact_tiers else "")
+        for tier, value in bands.tolerances.items()
+    )
+    return [
+        f"Numerics on this rig, measured in this run over {bands.sessions} sessions: the GPU prefix cache asked "
+        f"twice moved logprobs by {nats(bands.repeat_nats)}, against the fresh prefill by "
+        f"{nats(bands.cached_vs_fresh_nats)} (ceiling {bands.ceiling_nats:g}). Tolerances: {tolerances}."
+    ]
+
+
+def power_lines(card: RigCard) -> list[str]:
+    """The self-test: each damage to the store, caught or missed."""
+    power = card.power
+    if power is None:
+        return ["The check's power was not measured in this run (`validate_power_selftest`)."]
+    smallest = power.smallest_caught or "none of them"
+    lines = [
+        f"The check's power on {power.tier} (self-test sessions of their own, their store entries damaged before "
+        f"the restart): the smallest damage caught is **{smallest}**.",
+        "",
+        "| damage | files | bytes damaged | counters | verdict | shift (nats) | caught |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for row in power.rows:
+        moved = "—" if row.shift_nats is None else f"{row.shift_nats:.4f}"
+        lines.append(
+            f"| {row.damage}: {row.description} | {row.files} | {row.bytes_damaged:,} | {row.label} | {row.verdict} "
+            f"| {moved} | {'✓ caught' if row.caught else '✗ missed (below the check’s power)'} |"
         )
-    if check.margin_nats is None:
-        return f"parts at {where}, no logprobs to tell numerics from wrong KV"
-    bound = "≥ " if check.margin_is_bound else ""
-    outside = " (its token was outside the reference's top logprobs)" if check.margin_is_bound else ""
-    relation = "<" if check.verdict == "numerics" else "≥"
-    tie = f" {relation} near tie {check.near_tie_nats:g}" if check.near_tie_nats is not None else ""
-    return f"parts at {where}, margin {bound}{check.margin_nats:.3f} nats{tie}{outside}"
+    return lines + [""]
 
 
 def greedy_lines(card: RigCard, output_tokens: Optional[int]) -> list[str]:
-    """Each warm tier's greedy outputs against its references, and every one that differs: both texts, where they
-    part, the reference's margin there and the verdict."""
+    """Each warm tier's greedy outputs and logprobs against its references, the bands they were judged by, every
+    output that differs (both texts, where they part, the shift) and the check's power."""
     warm = [tier for tier in ordered(card.tiers) if tier.greedy]
     if not warm:
         return []
 
     def counts(tier: TierResult) -> str:
-        numerics = len(tier.numerics)
-        return f"{tier.expected} {sum(c.same for c in tier.greedy)}/{len(tier.greedy)} same" + (
-            f" + {numerics} numerics" if numerics else ""
+        extra = [
+            f"{len(found)} {word}"
+            for word, found in (("numerics", tier.numerics), ("inconclusive", tier.inconclusive))
+            if found
+        ]
+        return f"{tier.expected} {sum(c.same for c in tier.greedy)}/{len(tier.greedy)} same" + "".join(
+            f" + {e}" for e in extra
         )
 
     size = f", {output_tokens} tokens" if output_tokens else ""
     lines = [
-        f"Greedy output (temperature 0, each session's seed{size}) against the cold run's (a connector tier: "
-        f"also warm-gpu's, the same cached-prefix path): {', '.join(counts(t) for t in warm)}."
+        f"Served right: greedy output (temperature 0, each session's seed{size}) and its top logprobs against the "
+        f"cold run's (a connector tier: also warm-gpu's, the same cached-prefix path): "
+        f"{', '.join(counts(t) for t in warm)}. The verdict reads how far the top logprobs moved where both runs "
+        "saw the same text, against the path's tolerance measured in this run."
     ]
-    thresholds = {c.near_tie_nats for t in warm for c in t.greedy if c.near_tie_nats is not None}
-    if thresholds:
-        lines.append(
-            f"A first differing token the reference ranked within {', '.join(f'{t:g}' for t in sorted(thresholds))}"
-            f" nats of its own is numerics (passes); further, or outside its top logprobs, served-but-wrong."
-        )
+    lines += numerics_lines(card)
     drifts = [c.logprob_drift for t in warm for c in t.greedy if c.logprob_drift is not None]
     if drifts:
         lines.append(f"Largest chosen-token logprob difference where the outputs agreed: {max(drifts):.4f} nats.")
@@ -150,23 +202,21 @@ def greedy_lines(card: RigCard, output_tokens: Optional[int]) -> list[str]:
             seen = sessions.setdefault(check.session, {})
             if check.reference == "cold":
                 seen.setdefault("cold", check.reference_text)
-            word = "same" if check.same else "≈ numerics" if check.verdict == "numerics" else "DIFFERS"
             if seen.get(str(tier.expected), "same") == "same":
-                seen[str(tier.expected)] = word
+                seen[str(tier.expected)] = WORDS[check.verdict]
     for session, seen in sessions.items():
         verdicts = ", ".join(f"{name} {word}" for name, word in seen.items() if name != "cold")
         lines.append(f"- session {session}: cold {_clip(seen.get('cold', ''))}; {verdicts}")
     for tier in warm:
         for check in tier.greedy:
-            if check.same:
+            if check.verdict == "same":
                 continue
-            mark = "≈ numerics" if check.verdict == "numerics" else "✗ served-but-wrong"
             lines.append(
-                f"- {mark}: {tier.expected}, session {check.session}, against {check.reference}: "
-                f"{fmt_margin(check)}: {check.reference} {_clip(check.reference_text)}, "
+                f"- {MARKS[check.verdict]}: {tier.expected}, session {check.session}, against {check.reference}: "
+                f"{fmt_shift(check)}: {check.reference} {_clip(check.reference_text)}, "
                 f"{tier.expected} {_clip(check.text)}"
             )
-    return lines
+    return lines + [""] + power_lines(card)
 
 
 def render_rig_markdown(card: RigCard) -> str:

@@ -53,27 +53,33 @@ class TierProof(BaseModel):
 
 
 class GreedyCheck(BaseModel):
-    """A warm request's greedy completion (temperature 0, the session's seed) against a reference run of the same
-    session (cold; warm-gpu too for a connector tier: rigkit.validation.greedy): a tier that serves the prefix wrong gives other
-    text (served-but-wrong); a first difference at a near tie of the reference's top logprobs is numerics."""
+    """A warm request's greedy completion (temperature 0, the session's seed) and its top logprobs against a reference
+    run of the same session (rigkit.validation.greedy): the verdict reads the shift, the largest move of a top-k
+    logprob where both runs saw the same text, against the path's tolerance measured in the same run."""
 
     session: str  # the salted session's id, first 8 hex digits
     same: bool  # identical text (and tokens, when the server returned them)
-    # "same", "numerics" (parted at a near tie: passes) or "served-but-wrong"; cards before the oracle: by `same`
-    verdict: Literal["same", "numerics", "served-but-wrong"] = "same"
-    reference: str = "cold"  # the run this check compares with (the one the warm output follows longest)
+    # "same", "numerics" (other tokens, the shift within the tolerance: passes), "inconclusive" (other tokens and
+    # no measured band to explain them: does not pass) or "served-but-wrong"; cards before the oracle: by `same`
+    verdict: Literal["same", "numerics", "inconclusive", "served-but-wrong"] = "same"
+    reference: str = "cold"  # the run this check compares with (the one the warm output is closest to)
     compared_with: list[str] = Field(default_factory=list)  # every reference it was compared with
     reference_text: str = Field(validation_alias=AliasChoices("reference_text", "cold_text"))
     text: str
     first_difference: Optional[int] = None  # index of the first character that differs
     first_difference_token: Optional[int] = None  # index of the first token that differs (with token ids)
     # at the first differing token: the reference's logprob of its own token minus of the warm one (nats); a lower
-    # bound when the warm token was outside the reference's top-k (margin_is_bound)
+    # bound when the warm token was outside the reference's top-k (margin_is_bound). Shown, not judged
     margin_nats: Optional[float] = None
     margin_is_bound: bool = False
-    near_tie_nats: Optional[float] = None  # the threshold the verdict used (validate_near_tie_nats)
+    near_tie_nats: Optional[float] = None  # cards before the shift verdict: the margin threshold they used
     logprob_drift: Optional[float] = None  # largest chosen-token logprob difference over the tokens both share
     tokens_compared: Optional[int] = None
+    shift_nats: Optional[float] = None  # the largest top-k logprob move where both saw the same text
+    positions_compared: int = 0  # positions the shift was read at
+    tolerance_nats: Optional[float] = None  # the path's tolerance (None: nothing measured could say)
+    tolerance_exact: bool = False  # the path is declared bit-exact to the GPU prefix cache
+    tolerance_source: str = ""  # where the tolerance came from
 
     @model_validator(mode="before")
     @classmethod
@@ -127,6 +133,11 @@ class TierResult(BaseModel):
     @property
     def served_but_wrong(self) -> list[GreedyCheck]:
         return [check for check in self.greedy if check.verdict == "served-but-wrong"]
+
+    @property
+    def inconclusive(self) -> list[GreedyCheck]:
+        """Sessions whose output differs with no measured band to explain it (does not pass)."""
+        return [check for check in self.greedy if check.verdict == "inconclusive"]
 
     @property
     def numerics(self) -> list[GreedyCheck]:
@@ -328,6 +339,41 @@ class SharedPair(BaseModel):
         return self.asked.label
 
 
+class NumericsBands(BaseModel):
+    """How far numerics moved logprobs on this rig in this run (rigkit.validation.greedy.band): the GPU prefix cache
+    asked twice, and against the fresh prefill; each connector tier's tolerance is derived from them."""
+
+    repeat_nats: Optional[float] = None
+    cached_vs_fresh_nats: Optional[float] = None
+    ceiling_nats: float
+    sessions: int
+    tolerances: dict[str, Optional[float]] = Field(default_factory=dict)  # tier -> its tolerance (nats)
+    exact_tiers: list[str] = Field(default_factory=list)  # tiers held to the repeat band (bit-exact paths)
+
+
+class PowerRow(BaseModel):
+    """One damage of the self-test (rigkit.validation.power): what it changed and whether the verdict caught it."""
+
+    damage: str
+    description: str
+    files: int
+    bytes_damaged: int
+    label: str  # the tier the damaged session's counters prove
+    verdict: str  # the served-right verdict of its output
+    shift_nats: Optional[float] = None
+    caught: bool
+
+
+class Power(BaseModel):
+    """The served-right check's power on this rig and model: each damage to a copy of the tier's store."""
+
+    tier: str
+    tolerance_nats: Optional[float] = None
+    rows: list[PowerRow] = Field(default_factory=list)
+    smallest_caught: Optional[str] = None
+    note: str = ""
+
+
 class RigCard(BaseModel):
     schema_version: Literal[1] = SCHEMA_VERSION
     rig: str
@@ -348,6 +394,8 @@ class RigCard(BaseModel):
     # the warm-shared tier: prompts another rig prefilled, asked of this one (rigkit validate-shared)
     shared: list[SharedPair] = Field(default_factory=list)
     failures: list[str] = Field(default_factory=list)
+    numerics: Optional[NumericsBands] = None  # the bands the served-right verdict was measured against
+    power: Optional[Power] = None  # the self-test: the smallest damage the verdict catches here
 
     @property
     def passed(self) -> bool:

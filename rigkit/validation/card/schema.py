@@ -12,6 +12,7 @@ from typing import Literal, Optional, Sequence
 from pydantic import AliasChoices, BaseModel, Field, model_validator
 
 import rigkit
+from rigkit.validation.pays import PaysReport, RigLimits
 from rigkit.validation.tiers import Tier
 from rigkit.validation.ttft import less_api_overhead
 
@@ -348,6 +349,10 @@ class RigCard(BaseModel):
     # the warm-shared tier: prompts another rig prefilled, asked of this one (rigkit validate-shared)
     shared: list[SharedPair] = Field(default_factory=list)
     failures: list[str] = Field(default_factory=list)
+    # issue 42: the rig's own limits (rigkit/files/rig_limits.py) and each warm tier against the floor they set, with
+    # the sweep of context lengths when validate_pays_lengths asked for one (rigkit.validation.pays)
+    rig_limits: Optional[RigLimits] = None
+    pays: Optional[PaysReport] = None
 
     @property
     def passed(self) -> bool:

@@ -8,6 +8,9 @@
 #   go.sh run CARRY       call 2: the rest of the wheels (CARRY/p2), check, unpack, run bench/gpu/run.py on every
 #                         rendered stack (CARRY/p2/stacks-*.json), pack everything under $OUT as tar.gz; MODEL picks
 #                         the model directory, CASES the stacks, GPU_CHECK_LENGTHS the session sizes
+#   go.sh pays CARRY      issue 42 (bench/gpu/pays.py): the rig probe, then every profile's CPU tier at an 8B shape
+#                         against its floor, and candidate settings; after `run` (wheels unpacked) or `prepare` (the
+#                         first chunk kept) on the same warm machine; results as pays.tar.gz and pays.json under $OUT
 set -u
 HERE=$(cd "$(dirname "$0")" && pwd); CARRY=$(cd "${2:?CARRY}" && pwd); T0=$(date +%s)
 OUTDIR=${OUT:-/tmp/out}; mkdir -p "$OUTDIR" /tmp/chunks
@@ -32,6 +35,18 @@ health_captures() {  # health_captures DIR WHEN (idle: before any engine; load: 
   capture $d/health-dmesg-xid.txt $c bash -c 'dmesg | grep -i xid'
   capture $d/health-journalctl-k-xid.txt $c bash -c 'journalctl -k --no-pager | grep -i xid'
   capture $d/health-journalctl-k-readable.txt $c bash -c 'journalctl -k --no-pager -n 1 > /dev/null'
+}
+
+unpack_wheels() {  # the carried wheels into /tmp/site (vLLM) and /tmp/site-lm (LMCache), once per machine
+  if [ -f /tmp/site/.complete ] && [ -f /tmp/site-lm/.complete ]; then return 0; fi
+  cp -n "$CARRY"/p2/* /tmp/chunks/
+  (cd /tmp/chunks && sha256sum -c "$CARRY/p2/sha256") || { echo "chunks incomplete (call 1 on another machine?)"; exit 3; }
+  if [ ! -f /tmp/site/.complete ]; then
+    rm -rf /tmp/site; cat /tmp/chunks/site.part* | unxz | tar -x -C /tmp && touch /tmp/site/.complete || exit 4
+  fi
+  if [ ! -f /tmp/site-lm/.complete ]; then
+    rm -rf /tmp/site-lm; unxz < /tmp/chunks/lm.tar.xz | tar -x -C /tmp && touch /tmp/site-lm/.complete || exit 5
+  fi
 }
 
 case "$1" in
@@ -60,14 +75,7 @@ prepare)
   fi
   echo "prepare took $(( $(date +%s) - T0 )) s";;
 run)
-  cp -n "$CARRY"/p2/* /tmp/chunks/
-  (cd /tmp/chunks && sha256sum -c "$CARRY/p2/sha256") || { echo "chunks incomplete (call 1 on another machine?)"; exit 3; }
-  if [ ! -f /tmp/site/.complete ]; then
-    rm -rf /tmp/site; cat /tmp/chunks/site.part* | unxz | tar -x -C /tmp && touch /tmp/site/.complete || exit 4
-  fi
-  if [ ! -f /tmp/site-lm/.complete ]; then
-    rm -rf /tmp/site-lm; unxz < /tmp/chunks/lm.tar.xz | tar -x -C /tmp && touch /tmp/site-lm/.complete || exit 5
-  fi
+  unpack_wheels
   echo "wheels unpacked after $(( $(date +%s) - T0 )) s"
   RES=/tmp/gpu-check; rm -rf $RES /tmp/gpu-check-kv; mkdir -p $RES
   MODEL=${MODEL:-/tmp/gpu-check-model}  # /tmp/gpu-check-model-2: the second model of `prepare`
@@ -89,4 +97,15 @@ run)
   kill $PACKER 2>/dev/null
   tar -C /tmp -czf "$OUTDIR/gpu-check.tar.gz" gpu-check
   ls -la "$OUTDIR";;
+pays)
+  unpack_wheels
+  echo "wheels ready after $(( $(date +%s) - T0 )) s"
+  RES=/tmp/pays; rm -rf $RES /tmp/pays-kv; mkdir -p $RES
+  export MODEL_DIR=/tmp/pays-model KV_ROOT=/tmp/pays-kv PYTHONPATH=/tmp/site PYTHONUNBUFFERED=1
+  ( while sleep 20; do tar -C /tmp -czf "$OUTDIR/.partial-pays.tar.gz" pays 2>/dev/null && mv "$OUTDIR/.partial-pays.tar.gz" "$OUTDIR/pays.tar.gz"; done ) &
+  PACKER=$!
+  python3 "$HERE/pays.py" run "$CARRY/p2/stacks-pays.json" $RES $(( ${BUDGET:-520} - ($(date +%s) - T0) ))
+  kill $PACKER 2>/dev/null
+  tar -C /tmp -czf "$OUTDIR/pays.tar.gz" pays; cp $RES/pays.json "$OUTDIR/" 2>/dev/null
+  echo "pays took $(( $(date +%s) - T0 )) s"; ls -la "$OUTDIR";;
 esac

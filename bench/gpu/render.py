@@ -92,9 +92,13 @@ CORRUPTED = {"native-tiered-corrupt"}
 FIRST_PORT = 8001
 
 
-def render_case(case: str, port: int, weights: str) -> dict:
+def render_case(
+    case: str, port: int, weights: str, host_data: dict | None = None, device_knobs: dict = DEVICE_KNOBS
+) -> dict:
+    """One case as the device runs it; host_data / device_knobs: another harness's case (bench/gpu/pays.py)."""
     extra = EXTRA_ARGS + (["--load-format=dummy"] if weights == "dummy" else [])
-    data = {**CASES[case], **DEVICE_KNOBS, "serving_port": port, "extra_engine_args": extra}
+    data = {**(CASES[case] if host_data is None else host_data), **device_knobs, "serving_port": port}
+    data["extra_engine_args"] = extra
     stack = rig_settings(data).stack
     service = compose_document(stack)["services"][SERVICE_NAME]
     model_mount = [v for v in service.get("volumes", []) if v["target"] == MODEL_CONTAINER_PATH]

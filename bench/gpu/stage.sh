@@ -3,7 +3,8 @@
 # the device runs, and the wheel chunks built by bench/gpu/build-carry.sh, into DEST (inside the checkout the device
 # tool sends, ignored by git), laid out as bench/gpu/go.sh reads it:
 #   DEST/p1/site.part00                    call 1 carries DEST/p1 and DEST/repo
-#   DEST/p2/{site.part01,lm.tar.xz,sha256,stacks-real.json,stacks-dummy.json}   call 2 carries DEST/p2 and DEST/repo
+#   DEST/p2/{site.part01,lm.tar.xz,sha256,stacks-real.json,stacks-dummy.json,stacks-pays.json}   call 2 (and
+#                                          go.sh pays) carries DEST/p2 and DEST/repo
 #   DEST/repo/{rigkit,bench/gpu,profiles.yaml,pyproject.toml}
 # usage: bench/gpu/stage.sh WHEELS_DIR DEST        (WHEELS_DIR: build-carry.sh's OUTDIR)
 set -euo pipefail
@@ -15,4 +16,5 @@ cp "$WHL/p1/site.part00" "$DEST/p1/"; cp "$WHL/p2/site.part01" "$WHL/p2/lm.tar.x
 PY=${PYTHON:-$ROOT/.venv/bin/python}
 "$PY" "$ROOT/bench/gpu/render.py" "$DEST/p2/stacks-real.json" --weights real
 "$PY" "$ROOT/bench/gpu/render.py" "$DEST/p2/stacks-dummy.json" --weights dummy
+"$PY" "$ROOT/bench/gpu/pays.py" render "$DEST/p2/stacks-pays.json"   # go.sh pays (issue 42)
 du -sh "$DEST"/p1 "$DEST"/p2 "$DEST"/repo

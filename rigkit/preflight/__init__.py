@@ -24,6 +24,7 @@ from rigkit.errors import PreflightError
 from rigkit.preflight.engine import check_engine, check_image, check_port
 from rigkit.preflight.findings import Finding, HostFacts, Level
 from rigkit.preflight.gpus import check_gpus, check_gpus_before_driver
+from rigkit.preflight.l1_session import check_l1_session
 from rigkit.preflight.l2 import L2_FREE_BUDGETS_WARN, L2_FREE_WARN_GB, check_l2, check_l2_if_mounted
 from rigkit.preflight.memory import ENGINE_SHM_MIN_MB, check_host_shm, check_ram
 from rigkit.settings.hostdata import Settings
@@ -90,6 +91,7 @@ def preflight(settings: Settings, facts: HostFacts, engine_later: bool = False) 
         check_ram(settings, facts.meminfo)
         + check_host_shm(settings, facts.host_shm_bytes, facts.host_shm_free)
         + check_l2(settings, facts.l2_free_bytes)
+        + check_l1_session(settings)
         + check_gpus(settings, facts.gpu_memory_csv)
         + engine
         + check_port(settings, facts),

@@ -42,6 +42,8 @@ if "TieringOffloadingSpec" in config:
         f.truncate(1 << 20)
         segment = mmap.mmap(f.fileno(), 1 << 20)
 server = FakeOpenAI(port)
+if "--served-model-name" in args:  # as the rendered command names it (bench/gpu/pays.py serves "pays")
+    server.served_names = [args[args.index("--served-model-name") + 1]]
 server.metrics_text = (REPO / "tests/fixtures/gpu-h200-vllm0.26/offload-eager/00-idle.txt").read_text()
 server.__enter__()
 server._thread.join()

@@ -7,6 +7,7 @@ import statistics
 from typing import Optional, Sequence
 
 from rigkit.validation.card.figures import Figure, decode_figures, hit_figures, ttft_figures
+from rigkit.validation.card.pays import fleet_pays_lines
 from rigkit.validation.card.replay import RULE, VERDICT_MARKS, compare, fmt_change, fmt_setup_value, recorded_title
 from rigkit.validation.card.schema import FigureVerdict, ReplayComparison, RigCard, SoakReport
 from rigkit.validation.card.shared import shared_lines
@@ -133,6 +134,7 @@ def render_fleet_markdown(cards: Sequence[RigCard], recorded: Sequence[RigCard] 
         ]
     lines.append("")
     lines += shared_lines(sorted((pair for c in cards for pair in c.shared), key=lambda p: (p.source, p.target)), cards)
+    lines += fleet_pays_lines(cards)
     lines += ["Per-rig cards: " + ", ".join(f"[{c.rig}]({c.rig}.md)" for c in cards), ""]
     return "\n".join(lines)
 

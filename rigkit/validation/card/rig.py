@@ -5,6 +5,7 @@ from __future__ import annotations
 import statistics
 from typing import Optional
 
+from rigkit.validation.card.pays import pays_lines
 from rigkit.validation.card.schema import GreedyCheck, RigCard, SoakReport, SpecDecode, TierResult, TTFTClient
 from rigkit.validation.card.shared import shared_failures, shared_lines
 from rigkit.validation.card.text import (
@@ -347,6 +348,7 @@ def render_rig_markdown(card: RigCard) -> str:
     lines += ["## ④ Stability (soak)", ""] + (
         render_soak(card.soak) if card.soak else ["Not run in this run (`validate_soak_sessions` = 0).", ""]
     )
+    lines += pays_lines(card)
 
     lines += ["## Reproduce", "", "| | |", "|---|---|"]
     repro = card.repro

@@ -12,6 +12,7 @@ from typing import Literal, Optional, Sequence
 from pydantic import AliasChoices, BaseModel, Field, model_validator
 
 import rigkit
+from rigkit.validation.pays import PaysReport, RigLimits
 from rigkit.validation.tiers import Tier
 from rigkit.validation.ttft import less_api_overhead
 
@@ -396,6 +397,10 @@ class RigCard(BaseModel):
     failures: list[str] = Field(default_factory=list)
     numerics: Optional[NumericsBands] = None  # the bands the served-right verdict was measured against
     power: Optional[Power] = None  # the self-test: the smallest damage the verdict catches here
+    # issue 42: the rig's own limits (rigkit/files/rig_limits.py) and each warm tier against the floor they set, with
+    # the sweep of context lengths when validate_pays_lengths asked for one (rigkit.validation.pays)
+    rig_limits: Optional[RigLimits] = None
+    pays: Optional[PaysReport] = None
 
     @property
     def passed(self) -> bool:

@@ -8,6 +8,7 @@ from typing import Optional
 
 from rigkit.errors import ConfigError
 from rigkit.validation.card.fleet import render_fleet_markdown
+from rigkit.validation.card.pays import plot_pays
 from rigkit.validation.card.plots import plot_decode, plot_ttft
 from rigkit.validation.card.replay import compare, recorded_title
 from rigkit.validation.card.rig import render_rig_markdown
@@ -118,6 +119,8 @@ def render_run(run_dir: Path) -> list[Path]:
         if card.decode_ab:
             plot_decode(card, run_dir / f"{card.rig}-decode.png")
             written.append(run_dir / f"{card.rig}-decode.png")
+        if plot_pays(card, run_dir / f"{card.rig}-pays.png"):
+            written.append(run_dir / f"{card.rig}-pays.png")
     fleet = run_dir / "fleet.md"
     fleet.write_text(render_fleet_markdown(cards, recorded))
     written.append(fleet)

@@ -1,0 +1,39 @@
+"""The L1 gate of issue 42: a warning when the declared CPU tier cannot hold one session of max_model_len under its
+cache's eviction rule (rigkit.settings.eviction): such a session is evicted, wholly or in part, before it is asked
+again, and every long request recomputes."""
+
+from __future__ import annotations
+
+import math
+
+from rigkit.preflight.findings import Finding
+from rigkit.settings.eviction import rule_for
+from rigkit.settings.hostdata import Settings
+from rigkit.settings.sizing import GB, GIB
+
+
+def check_l1_session(settings: Settings) -> list[Finding]:
+    connector = settings.profile.connector
+    max_len, per_token = settings.knobs.get("max_model_len"), settings.kv_bytes_per_token
+    if connector is None or not settings.l1_gib or not max_len or not per_token:
+        return []  # no CPU tier, or the session's size unknown: nothing to compare
+    rule = rule_for(connector.kv_transfer_config.get("kv_connector"))
+    if rule is None:
+        return []
+    session = max_len * per_token
+    _, fits = rule.sessions(settings.l1_bytes, session)
+    if fits >= 1:
+        return []
+    needed_gib = math.ceil(session / rule.fits_fraction / GIB)
+    return [
+        Finding(
+            "warn",
+            "l1_session",
+            "l1_size_gb",
+            settings.l1_gib,
+            f"L1 {settings.l1_gib} GiB cannot hold one {max_len:,}-token session ({session / GB:.1f} GB at "
+            f"{per_token:,} bytes/token): {rule.text}, so it holds {100 * rule.fits_fraction:.0f} % of it "
+            f"before evicting; a session this long is recomputed",
+            f"set l1_size_gb to at least {needed_gib} (GiB), or a lower max_model_len",
+        )
+    ]

@@ -149,14 +149,14 @@ def assess(rig: str, stack: Optional[Settings], output: str, gpu_limits: Optiona
     status.unhealthy += [f"gpu: {finding.text}" for finding in gpu.findings if finding.level == FAIL]
     status.warnings += [f"gpu: {finding.text}" for finding in gpu.findings if finding.level == WARN]
     status.ledger = last_release(decoded_file(sections.get("ledger")))
-    if running:  # the running engine's segments are in use; a stopped engine's CPU tier is not
+    if running:  # the running engine's files are in use; a stopped engine's (STALE_SHM_GLOBS) are not
         status.shm_leftovers = [
             {"name": name, "bytes": size} for name, size in parse_stale_shm(sections.get("shm-stale"))
         ]
         if status.shm_leftovers:
             total = sum(item["bytes"] for item in status.shm_leftovers)
             status.warnings.append(
-                f"{len(status.shm_leftovers)} CPU-tier segments of stopped engines left in /dev/shm "
+                f"{len(status.shm_leftovers)} files of stopped engines (CPU tiers, semaphores) left in /dev/shm "
                 f"({total / 2**20:.0f} MiB) while the stack runs (no process maps them): the next "
                 "restart removes them, or remove them now (rm /dev/shm/NAME)"
             )

@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import subprocess
 import sys
 import urllib.error
 import urllib.request
@@ -23,9 +24,10 @@ from typing import Optional, Sequence
 
 from rigkit.errors import PreflightError
 from rigkit.lab.proc import LabStepError, Progress, process_alive, read_pid, start_daemon, stop_pid, wait_until
-from rigkit.lab.state import RigState
+from rigkit.lab.state import RigState, read_state_or_none
 from rigkit.paths import LAB_DIR
-from rigkit.router import HEALTH_FLAGS, ROUTER_FRONT_SOURCE, ROUTER_UNHEALTHY_WITHIN_S, front_argv
+from rigkit.rollout.router_record import ROUTER_RECORD_PATH, RouterRecord
+from rigkit.router import CONTROLLER_HOST, HEALTH_FLAGS, ROUTER_FRONT_SOURCE, ROUTER_UNHEALTHY_WITHIN_S, front_argv
 
 ROUTER_MODULE = "vllm_router.launch_router"
 LAB_ROUTER_HOST = "127.0.0.1"
@@ -91,6 +93,24 @@ def write_router_argv(worker_urls: Sequence[str]) -> None:
     ROUTER_ARGV_FILE.write_text(json.dumps(router_argv(worker_urls)) + "\n")
 
 
+def record_on_rigs(rigs: Sequence[RigState], record: Optional[RouterRecord]) -> None:
+    """Each rig's record of the router it is behind (rigkit.rollout.router_record), as a gateway's deploy writes it:
+    a plain `rigkit deploy inventory/lab.py` then knows not to restart all of them at once. None removes it."""
+    script = (
+        f"rm -f {ROUTER_RECORD_PATH}"
+        if record is None
+        else f"mkdir -p {os.path.dirname(ROUTER_RECORD_PATH)} && cat > {ROUTER_RECORD_PATH}"
+    )
+    for rig in rigs:
+        subprocess.run(
+            ["docker", "exec", "-i", rig.container, "sh", "-c", script],
+            input=record.text() if record else "",
+            text=True,
+            capture_output=True,
+            timeout=60,
+        )
+
+
 def restart_router(progress: Progress) -> Optional[int]:
     """A router restart as a gateway's reload: the front restarts vllm-router behind the port it holds (SIGHUP).
     The front's PID, or None when no lab router runs."""
@@ -135,11 +155,13 @@ def ensure_router(rigs: Sequence[RigState], progress: Progress) -> dict:
         "left_out": left_out,
         "unhealthy_within_s": ROUTER_UNHEALTHY_WITHIN_S,
     }
+    behind_it = RouterRecord((CONTROLLER_HOST,), tuple(rig.name for rig in serving))
     pid = router_pid()
     if pid and answers(f"{lab_router_url()}/health"):
         listed = _listed()
         if listed is not None and sorted(listed) == sorted(urls):
             progress(f"router: reusing {lab_router_url()} (pid {pid}) in front of {', '.join(record['workers'])}")
+            record_on_rigs(serving, behind_it)
             return {**record, "pid": pid}
         progress(f"router: new workers {', '.join(urls)}")
         write_router_argv(urls)
@@ -148,6 +170,7 @@ def ensure_router(rigs: Sequence[RigState], progress: Progress) -> dict:
             raise LabStepError(
                 "router", lab_router_url(), f"does not list {', '.join(urls)} after its restart", "read its log"
             )
+        record_on_rigs(serving, behind_it)
         return {**record, "pid": pid}
     elif answers(f"{lab_router_url()}/health"):
         raise PreflightError(
@@ -174,6 +197,7 @@ def ensure_router(rigs: Sequence[RigState], progress: Progress) -> dict:
             "read the log; is vllm-router in .venv (bin/setup)?",
         )
     progress(f"router: ready (pid {pid}); a rig that stops answering leaves it within {ROUTER_UNHEALTHY_WITHIN_S} s")
+    record_on_rigs(serving, behind_it)
     return {**record, "pid": pid}
 
 
@@ -186,6 +210,10 @@ def _listed() -> Optional[list[str]]:
 
 
 def stop_router(progress: Progress) -> bool:
+    """Stop the lab router (its front stops vllm-router first); the rigs behind it forget it."""
+    state = read_state_or_none()
+    if state is not None and state.router:
+        record_on_rigs([rig for rig in state.rigs if rig.name in state.router.get("workers", {})], None)
     pid = router_pid()
     if not pid:
         ROUTER_PID_FILE.unlink(missing_ok=True)

@@ -76,8 +76,9 @@ def test_rigkit_deploy_without_a_router_stops_before_restarting_every_rig_of_the
     inventory = write_inventory(tmp_path, gateway=None)
     assert deploy_command.run(deploy_args(inventory, deploy=deploy)) == 2
     assert pyinfra_runs == []
-    assert "refused before any rig was touched: --all-at-once=False: rig4, rig5 were last deployed behind the router" in (
-        capsys.readouterr().err
+    assert (
+        "refused before any rig was touched: --all-at-once=False: rig4, rig5 were last deployed behind the router"
+        in (capsys.readouterr().err)
     )
     # pyinfra is faked: it reports no rig, so these runs exit 1 (not completed), never 2 (refused)
     deploy_command.run(deploy_args(inventory, "--all-at-once", deploy=deploy))

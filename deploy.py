@@ -27,21 +27,25 @@ the monitoring hosts in (Run.scrapers).
 """
 
 import os
+from io import StringIO
 
 from pyinfra import host, inventory
+from pyinfra.operations import files
 
 from rigkit.errors import RigkitError
 from rigkit.fleet import deploy_process
 from rigkit.fleet.inventory import inventory_rigs
+from rigkit.fleet.provision import roles_until
 from rigkit.kv_share import check_inventory
 from rigkit.monitoring.prometheus import fleet_targets, scraper_addresses
 from rigkit.operations.router import rigs_before_router
 from rigkit.remote.tunnel import ssh_address
 from rigkit.rollout.plan import refuse_unbatched
+from rigkit.rollout.router_record import ROUTER_RECORD_PATH, inventory_record
 from rigkit.router import is_gateway, refuse_router_on_controller, rig_address, workers
 from rigkit.settings.defaults import KV_STORE_GROUP, MONITORING_GROUP
 from rigkit.settings.hostdata import RigSettings, rig_settings
-from roles import Run, deploy_rig
+from roles import PIPELINE, Run, deploy_rig
 
 deploy_process.install()  # cheaper operations and collections in this process (rigkit.fleet.deploy_process)
 
@@ -82,7 +86,19 @@ else:
     # rigs sharing a KV store agree on its hash seed and its one janitor: every host of the inventory, targeted or not
     check_inventory((other.name, other.groups, other.data.dict()) for other in inventory)
     refuse_unbatched(settings.rollout, os.environ)
-    deploy_rig(settings, run=Run(scrapers=tuple(scraper_addresses(inventory))))
+    roles = roles_until(PIPELINE, os.environ)  # rigkit deploy provisions a fresh rig's model store first
+    run = deploy_rig(settings, roles, run=Run(scrapers=tuple(scraper_addresses(inventory))))
+    # the rig remembers the router it is behind: a later deploy through an inventory that declares none still knows
+    # not to restart every rig of that router at once (rigkit.rollout.router_record)
+    record = inventory_record({other.name: other.groups for other in inventory})
+    if record is not None and not run.refused_by and roles == PIPELINE:
+        files.put(
+            name="The router this rig is behind",
+            src=StringIO(record.text()),
+            dest=ROUTER_RECORD_PATH,
+            mode="644",
+            create_remote_dir=False,
+        )
 # The router waits at start for its workers (rigkit.router.ROUTER_WORKER_STARTUP_TIMEOUT_S): every rig is
 # released and smoked first, then the router is started and checked against them.
 if any(is_gateway(other.groups) for other in host.inventory):

@@ -11,6 +11,7 @@ router's own launcher in the same process: the key is in no unit file, no comman
 
 from __future__ import annotations
 
+import json
 import os
 from dataclasses import dataclass
 from typing import Any, Mapping, Optional, Sequence
@@ -31,10 +32,14 @@ ROUTER_UNIT = "rigkit-router.service"
 ROUTER_UNIT_PATH = f"/etc/systemd/system/{ROUTER_UNIT}"
 ROUTER_LAUNCHER_SOURCE = FILES_DIR / "router_launch.py"
 ROUTER_LAUNCHER = f"{RIG_LIB_DIR}/router_launch.py"
+ROUTER_FRONT_SOURCE = FILES_DIR / "router_front.py"
+ROUTER_FRONT = f"{RIG_LIB_DIR}/router_front.py"
 ROUTER_CHECK_SOURCE = FILES_DIR / "router_check.py"
 ROUTER_CHECK = f"{RIG_LIB_DIR}/router_check.py"
 ROUTER_CONFIG_DIR = "/etc/rigkit/router"
 ROUTER_API_KEY_FILE = f"{ROUTER_CONFIG_DIR}/api_key"
+# the router's own argv (JSON), read by ROUTER_FRONT at each router start: a config change rewrites it and reloads
+ROUTER_ARGV_FILE = f"{ROUTER_CONFIG_DIR}/argv.json"
 ROUTER_PACKAGE = "vllm-router"
 # apt packages the gateway needs: a venv for the router (Debian's python3 has no venv module without it)
 ROUTER_APT_PACKAGES = ["python3-venv"]
@@ -58,6 +63,15 @@ ROUTER_HEALTH_SUCCESS_THRESHOLD = 2
 ROUTER_UNHEALTHY_WITHIN_S = ROUTER_HEALTH_FAILURE_THRESHOLD * (
     ROUTER_HEALTH_CHECK_INTERVAL_S + ROUTER_HEALTH_CHECK_TIMEOUT_S
 )
+# vllm-router's circuit breaker (per worker, on failed requests; 0.1.17 defaults: open after 10 failures, retry after
+# 60 s, close after 3 successes) set from the health checks' figures: a rig that recovered was kept out of the
+# routing 15-28 s after its health checks took it back. Open after as many failures as the health checks need to mark
+# a worker down, within the span they take to do it; retry as soon as the health checks could take it back; close
+# after as many successes as they need.
+ROUTER_BREAKER_FAILURE_THRESHOLD = ROUTER_HEALTH_FAILURE_THRESHOLD
+ROUTER_BREAKER_WINDOW_S = ROUTER_UNHEALTHY_WITHIN_S
+ROUTER_BREAKER_TIMEOUT_S = ROUTER_HEALTH_SUCCESS_THRESHOLD * ROUTER_HEALTH_CHECK_INTERVAL_S
+ROUTER_BREAKER_SUCCESS_THRESHOLD = ROUTER_HEALTH_SUCCESS_THRESHOLD
 HEALTH_FLAGS = (
     "--health-check-interval-secs",
     str(ROUTER_HEALTH_CHECK_INTERVAL_S),
@@ -67,7 +81,37 @@ HEALTH_FLAGS = (
     str(ROUTER_HEALTH_FAILURE_THRESHOLD),
     "--health-success-threshold",
     str(ROUTER_HEALTH_SUCCESS_THRESHOLD),
+    "--cb-failure-threshold",
+    str(ROUTER_BREAKER_FAILURE_THRESHOLD),
+    "--cb-window-duration-secs",
+    str(ROUTER_BREAKER_WINDOW_S),
+    "--cb-timeout-duration-secs",
+    str(ROUTER_BREAKER_TIMEOUT_S),
+    "--cb-success-threshold",
+    str(ROUTER_BREAKER_SUCCESS_THRESHOLD),
 )
+# How the front (ROUTER_FRONT) supervises the router: started again this long after it died (the unit's RestartSec
+# before the front existed), stopped within ROUTER_STOP_TIMEOUT_S (vllm-router finishes what it serves on SIGTERM).
+ROUTER_RESTART_DELAY_S = 2
+ROUTER_STOP_TIMEOUT_S = 60
+
+
+def front_argv(python: str, front: str, listen: str, argv_file: str) -> list[str]:
+    """The router front's argv: it holds ``listen`` and runs the router from ``argv_file`` behind it (ROUTER_FRONT)."""
+    return [
+        python,
+        front,
+        "--listen",
+        listen,
+        "--argv-file",
+        argv_file,
+        "--restart-delay",
+        str(ROUTER_RESTART_DELAY_S),
+        "--ready-timeout",
+        str(ROUTER_READY_TIMEOUT_S),
+        "--stop-timeout",
+        str(ROUTER_STOP_TIMEOUT_S),
+    ]
 
 
 @dataclass(frozen=True)
@@ -219,16 +263,13 @@ def refuse_shared_port(router: Mapping[str, Any]) -> None:
 
 
 def command_line(router: Mapping[str, Any], workers_: Sequence[Worker], with_api_key: bool) -> list[str]:
-    """The router's argv: the launcher (which adds --api-key from ROUTER_API_KEY_FILE), then vllm-router's flags."""
+    """The router's argv (ROUTER_ARGV_FILE): the launcher (which adds --api-key from ROUTER_API_KEY_FILE), then
+    vllm-router's flags. No --host/--port: the front appends its loopback port (it holds router_port itself)."""
     refuse_shared_port(router)
     argv = [ROUTER_PYTHON, ROUTER_LAUNCHER]
     if with_api_key:
         argv += ["--api-key-file", ROUTER_API_KEY_FILE]
     argv += [
-        "--host",
-        router["router_bind_address"],
-        "--port",
-        str(router["router_port"]),
         "--prometheus-host",
         router["router_bind_address"],
         "--prometheus-port",
@@ -246,20 +287,34 @@ def command_line(router: Mapping[str, Any], workers_: Sequence[Worker], with_api
     return argv
 
 
-def unit_text(router: Mapping[str, Any], workers_: Sequence[Worker], with_api_key: bool) -> str:
-    """rigkit-router.service: the router under systemd, restarted when it dies."""
+def argv_file_text(router: Mapping[str, Any], workers_: Sequence[Worker], with_api_key: bool) -> str:
+    """ROUTER_ARGV_FILE: the router's argv as JSON, one item a line (a diff names what changed)."""
+    return json.dumps(command_line(router, workers_, with_api_key), indent=0) + "\n"
+
+
+def front_listen(router: Mapping[str, Any]) -> str:
+    host = router["router_bind_address"]
+    return f"[{host}]:{router['router_port']}" if ":" in host else f"{host}:{router['router_port']}"
+
+
+def unit_text(router: Mapping[str, Any]) -> str:
+    """rigkit-router.service: the front on router_port, running the router behind it (ROUTER_FRONT). A reload
+    (SIGHUP) restarts the router from ROUTER_ARGV_FILE while the front holds the port: no client is refused."""
+    refuse_shared_port(router)
     try:
-        exec_start = exec_command_line(command_line(router, workers_, with_api_key))
+        exec_start = exec_command_line(front_argv(ROUTER_PYTHON, ROUTER_FRONT, front_listen(router), ROUTER_ARGV_FILE))
     except ValueError as exc:
         raise ConfigError(
             "router_bind_address", router["router_bind_address"], str(exc), "give plain addresses and URLs"
         ) from None
     return (
-        f"[Unit]\nDescription=rigkit router: vllm-router {router['router_version']} in front of "
-        f"{len(workers_)} rig(s)\nAfter=network-online.target\nWants=network-online.target\n\n"
+        f"[Unit]\nDescription=rigkit router: vllm-router {router['router_version']} behind its front on "
+        f"{front_listen(router)}\nAfter=network-online.target\nWants=network-online.target\n\n"
         "[Service]\n"
         f"ExecStart={exec_start}\n"
-        "Restart=always\nRestartSec=2\n\n[Install]\nWantedBy=multi-user.target\n"
+        "ExecReload=/bin/kill -HUP $MAINPID\n"
+        f"Restart=always\nRestartSec={ROUTER_RESTART_DELAY_S}\nTimeoutStopSec={ROUTER_STOP_TIMEOUT_S + 10}\n\n"
+        "[Install]\nWantedBy=multi-user.target\n"
     )
 
 

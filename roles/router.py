@@ -5,8 +5,10 @@ Ensures
   ``router_pip_find_links`` with --no-index when it is set);
 - the launcher and check helpers; the workers' API key (``router_api_key``, or the controller's
   RIGKIT_ROUTER_API_KEY) in a 0600 file the launcher reads, never on a command line or in a diff;
-- the unit rigkit-router.service (bind address, port, policy, the workers), enabled and running; restarted
-  only when the unit, the install, the launcher or the key changed.
+- the front (ROUTER_FRONT) holding router_port and the router's argv (ROUTER_ARGV_FILE: policy, workers, health
+  checks and breaker); the unit rigkit-router.service runs the front, enabled and running. A changed install,
+  launcher, key or argv is a reload (the front restarts the router behind the port it holds: no client is refused);
+  only a changed unit or front restarts the unit.
 Verifies that /health answers within ROUTER_READY_TIMEOUT_S and /list_workers is exactly the declared workers;
 after a change, one chat completion through the router is answered (smoke, from the controller).
 """
@@ -31,9 +33,12 @@ from rigkit.remote.tunnel import serving_url
 from rigkit.router import (
     ROUTER_API_KEY_FILE,
     ROUTER_APT_PACKAGES,
+    ROUTER_ARGV_FILE,
     ROUTER_CHECK,
     ROUTER_CHECK_SOURCE,
     ROUTER_CONFIG_DIR,
+    ROUTER_FRONT,
+    ROUTER_FRONT_SOURCE,
     ROUTER_LAUNCHER,
     ROUTER_LAUNCHER_SOURCE,
     ROUTER_PACKAGE,
@@ -44,6 +49,7 @@ from rigkit.router import (
     ROUTER_VENV,
     Worker,
     api_key,
+    argv_file_text,
     pip_find_links,
     pip_install_args,
     router_url,
@@ -86,12 +92,12 @@ def router(settings: RigSettings, run: Run, workers: Sequence[Worker | Mapping[s
     )
     files.directory(name="rigkit helper directory", path=RIG_LIB_DIR)
     files.directory(name="router configuration directory", path=ROUTER_CONFIG_DIR, mode="700")
-    launcher = files.put(
-        name="Router launcher",
-        src=str(ROUTER_LAUNCHER_SOURCE),
-        dest=ROUTER_LAUNCHER,
-        mode="644",
-        create_remote_dir=False,
+    launcher, front = (
+        files.put(name=name, src=str(source), dest=dest, mode="644", create_remote_dir=False)
+        for name, source, dest in (
+            ("Router launcher", ROUTER_LAUNCHER_SOURCE, ROUTER_LAUNCHER),
+            ("Router front (holds the port across router restarts)", ROUTER_FRONT_SOURCE, ROUTER_FRONT),
+        )
     )
     files.put(
         name="Router check helper", src=str(ROUTER_CHECK_SOURCE), dest=ROUTER_CHECK, mode="755", create_remote_dir=False
@@ -100,22 +106,35 @@ def router(settings: RigSettings, run: Run, workers: Sequence[Worker | Mapping[s
         key_file = secret_file(name="The workers' API key (0600)", text=key + "\n", dest=ROUTER_API_KEY_FILE)
     else:
         key_file = files.file(name="No API key file", path=ROUTER_API_KEY_FILE, present=False)
+    argv = files.put(
+        name="Router arguments",
+        src=StringIO(argv_file_text(config, workers, with_api_key=key is not None)),
+        dest=ROUTER_ARGV_FILE,
+        mode="600",
+        create_remote_dir=False,
+    )
     unit = files.put(
         name="Router unit",
-        src=StringIO(unit_text(config, workers, with_api_key=key is not None)),
+        src=StringIO(unit_text(config)),
         dest=ROUTER_UNIT_PATH,
         mode="644",
         create_remote_dir=False,
     )
     systemd.daemon_reload(name="systemd reads the router unit", _if=unit.did_change)
     started = systemd.service(name="Router enabled and running", service=ROUTER_UNIT, running=True, enabled=True)
-    # A start already reads the new unit and install: restart only a router that was running before.
-    changed = any_changed(install, launcher, key_file, unit)
+    # A start already reads everything new. A running front restarts only for its own unit or code; anything else
+    # is a reload: the front restarts the router behind the port it holds.
     restarted = systemd.service(
-        name="Router restarted for its new unit or install",
+        name="Router front restarted for its new unit or code",
         service=ROUTER_UNIT,
         restarted=True,
-        _if=[changed, started.did_not_change],
+        _if=[any_changed(unit, front), started.did_not_change],
+    )
+    reloaded = systemd.service(
+        name="Router restarted behind its front for its new install, arguments or key (no client refused)",
+        service=ROUTER_UNIT,
+        reloaded=True,
+        _if=[any_changed(install, launcher, key_file, argv), started.did_not_change, restarted.did_not_change],
     )
     router_verified(
         name="Router answers and lists the rigs",
@@ -126,7 +145,7 @@ def router(settings: RigSettings, run: Run, workers: Sequence[Worker | Mapping[s
     python.call(
         name="Smoke through the router",
         function=refusing_step(smoke_through_router),
-        _if=any_changed(install, launcher, key_file, unit, started, restarted),
+        _if=any_changed(install, launcher, key_file, argv, unit, front, started, restarted, reloaded),
         router=config,
         data=dict(settings.data),
         model=workers[0].model if workers else "",

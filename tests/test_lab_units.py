@@ -790,21 +790,24 @@ def _free_port() -> int:
         return probe.getsockname()[1]
 
 
-def test_the_lab_router_is_known_by_its_process_title_too(monkeypatch, tmp_path):
-    """vllm-router renames its process to vllm::router: a PID file naming it still finds it; another program not."""
+def test_the_lab_router_is_known_by_its_front(monkeypatch, tmp_path):
+    """The PID file names the front (it supervises vllm-router, which renames itself vllm::router): a PID file naming
+    the front finds it; another program, vllm-router's own title included, not."""
     from rigkit.lab import router_server
 
     monkeypatch.setattr(router_server, "ROUTER_PID_FILE", tmp_path / "router.pid")
-    titled = subprocess.Popen(["bash", "-c", "exec -a vllm::router sleep 30"])
+    titled = subprocess.Popen(["bash", "-c", "exec -a 'python3 /x/router_front.py --listen' sleep 30"])
+    vllm_router = subprocess.Popen(["bash", "-c", "exec -a vllm::router sleep 30"])
     other = subprocess.Popen(["sleep", "30"])
     try:
         time.sleep(0.3)
         (tmp_path / "router.pid").write_text(f"{titled.pid}\n")
         assert router_server.router_pid() == titled.pid
-        (tmp_path / "router.pid").write_text(f"{other.pid}\n")
-        assert router_server.router_pid() is None
+        for stranger in (other, vllm_router):
+            (tmp_path / "router.pid").write_text(f"{stranger.pid}\n")
+            assert router_server.router_pid() is None
     finally:
-        for process in (titled, other):
+        for process in (titled, other, vllm_router):
             process.kill()
             process.wait()
 

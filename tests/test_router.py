@@ -3,6 +3,7 @@ command line in front of fake workers on loopback (tests/fake_openai.py)."""
 
 from __future__ import annotations
 
+import json
 import socket
 import subprocess
 import sys
@@ -15,13 +16,26 @@ from fake_openai import FakeOpenAI
 
 from rigkit.errors import ConfigError
 from rigkit.router import (
+    HEALTH_FLAGS,
     ROUTER_API_KEY_FILE,
+    ROUTER_BREAKER_FAILURE_THRESHOLD,
+    ROUTER_BREAKER_SUCCESS_THRESHOLD,
+    ROUTER_BREAKER_TIMEOUT_S,
+    ROUTER_BREAKER_WINDOW_S,
+    ROUTER_FRONT_SOURCE,
+    ROUTER_HEALTH_CHECK_INTERVAL_S,
+    ROUTER_HEALTH_FAILURE_THRESHOLD,
+    ROUTER_HEALTH_SUCCESS_THRESHOLD,
     ROUTER_LAUNCHER,
     ROUTER_LAUNCHER_SOURCE,
     ROUTER_PYTHON,
+    ROUTER_UNHEALTHY_WITHIN_S,
     Worker,
     api_key,
+    argv_file_text,
     command_line,
+    front_argv,
+    front_listen,
     is_gateway,
     pip_find_links,
     pip_install_args,
@@ -141,7 +155,7 @@ REFUSALS = {
         "Fix: set router_metrics_port to another port, e.g. 8301",
     ),
     "unit-nul-in-bind-address": (
-        lambda: unit_text({**ROUTER, "router_bind_address": "a\x00b"}, ONE_WORKER, with_api_key=False),
+        lambda: unit_text({**ROUTER, "router_bind_address": "a\x00b"}),
         "router_bind_address='a\\x00b': a command-line argument cannot contain a NUL byte. "
         "Fix: give plain addresses and URLs",
     ),
@@ -217,39 +231,69 @@ def test_api_key_from_data_or_the_controller_and_never_echoed() -> None:
 
 
 def test_unit_text_in_full() -> None:
-    declared = [Worker("rig1", "http://10.0.0.5:8101", "tiny"), Worker("rig2", "http://[fd00::6]:8101", "tiny")]
-    assert unit_text(ROUTER, declared, with_api_key=True) == (
+    assert unit_text(ROUTER) == (
         "[Unit]\n"
-        "Description=rigkit router: vllm-router 0.1.17 in front of 2 rig(s)\n"
+        "Description=rigkit router: vllm-router 0.1.17 behind its front on 127.0.0.1:8300\n"
         "After=network-online.target\n"
         "Wants=network-online.target\n"
         "\n"
         "[Service]\n"
-        'ExecStart="/opt/rigkit-router/bin/python" "/usr/local/lib/rigkit/router_launch.py" '
-        f'"--api-key-file" "{ROUTER_API_KEY_FILE}" '
-        '"--host" "127.0.0.1" "--port" "8300" "--prometheus-host" "127.0.0.1" "--prometheus-port" "8301" '
-        '"--policy" "cache_aware" "--worker-startup-timeout-secs" "60" "--worker-startup-check-interval" "2" '
-        '"--health-check-interval-secs" "2" "--health-check-timeout-secs" "2" "--health-failure-threshold" "2" '
-        '"--health-success-threshold" "2" "--worker-urls" "http://10.0.0.5:8101" "http://[fd00::6]:8101"\n'
+        'ExecStart="/opt/rigkit-router/bin/python" "/usr/local/lib/rigkit/router_front.py" '
+        '"--listen" "127.0.0.1:8300" "--argv-file" "/etc/rigkit/router/argv.json" "--restart-delay" "2" '
+        '"--ready-timeout" "90" "--stop-timeout" "60"\n'
+        "ExecReload=/bin/kill -HUP $MAINPID\n"
         "Restart=always\n"
         "RestartSec=2\n"
+        "TimeoutStopSec=70\n"
         "\n"
         "[Install]\n"
         "WantedBy=multi-user.target\n"
     )
+    assert '"--listen" "[fd00::1]:8300"' in unit_text({**ROUTER, "router_bind_address": "fd00::1"})
+
+
+def test_argv_file_in_full() -> None:
+    declared = [Worker("rig1", "http://10.0.0.5:8101", "tiny"), Worker("rig2", "http://[fd00::6]:8101", "tiny")]
+    assert json.loads(argv_file_text(ROUTER, declared, with_api_key=True)) == [
+        "/opt/rigkit-router/bin/python",
+        "/usr/local/lib/rigkit/router_launch.py",
+        "--api-key-file",
+        ROUTER_API_KEY_FILE,
+        *("--prometheus-host", "127.0.0.1", "--prometheus-port", "8301", "--policy", "cache_aware"),
+        *("--worker-startup-timeout-secs", "60", "--worker-startup-check-interval", "2"),
+        *("--health-check-interval-secs", "2", "--health-check-timeout-secs", "2"),
+        *("--health-failure-threshold", "2", "--health-success-threshold", "2"),
+        *("--cb-failure-threshold", "2", "--cb-window-duration-secs", "8"),
+        *("--cb-timeout-duration-secs", "4", "--cb-success-threshold", "2"),
+        *("--worker-urls", "http://10.0.0.5:8101", "http://[fd00::6]:8101"),
+    ]
+
+
+def test_the_breaker_is_set_from_the_health_checks_figures() -> None:
+    """One source of truth: the breaker retries a worker no later than the health checks could take it back (a rig
+    that recovered was kept out 15-28 s by vllm-router's default 60 s), with their thresholds."""
+    assert ROUTER_BREAKER_TIMEOUT_S == ROUTER_HEALTH_SUCCESS_THRESHOLD * ROUTER_HEALTH_CHECK_INTERVAL_S
+    assert (ROUTER_BREAKER_FAILURE_THRESHOLD, ROUTER_BREAKER_SUCCESS_THRESHOLD, ROUTER_BREAKER_WINDOW_S) == (
+        ROUTER_HEALTH_FAILURE_THRESHOLD,
+        ROUTER_HEALTH_SUCCESS_THRESHOLD,
+        ROUTER_UNHEALTHY_WITHIN_S,
+    )
+    flags = dict(zip(HEALTH_FLAGS[::2], HEALTH_FLAGS[1::2]))
+    assert flags["--cb-timeout-duration-secs"] == str(ROUTER_BREAKER_TIMEOUT_S)
+    assert int(flags["--cb-timeout-duration-secs"]) < 60  # vllm-router 0.1.17's default
 
 
 def test_the_key_is_in_no_unit_and_no_command_line() -> None:
     declared = [Worker("rig1", "http://127.0.0.1:8101", "tiny")]
-    unit = unit_text({**ROUTER, "router_api_key": "sekrit"}, declared, with_api_key=True)
-    assert "sekrit" not in unit and '"--api-key-file" "/etc/rigkit/router/api_key"' in unit
-    assert "--api-key-file" not in unit_text(ROUTER, declared, with_api_key=False)
+    keyed = {**ROUTER, "router_api_key": "sekrit"}
+    assert "sekrit" not in unit_text(keyed) + argv_file_text(keyed, declared, with_api_key=True)
+    assert '"--api-key-file",\n"/etc/rigkit/router/api_key"' in argv_file_text(keyed, declared, with_api_key=True)
+    assert "--api-key-file" not in argv_file_text(ROUTER, declared, with_api_key=False)
 
 
 def test_unit_quotes_by_systemds_rules_and_refuses_what_it_cannot() -> None:
-    declared = [Worker("rig1", "http://127.0.0.1:8101", "tiny")]
-    unit = unit_text({**ROUTER, "router_bind_address": "a%b$c"}, declared, with_api_key=False)
-    assert '"--host" "a%%b$$c"' in unit
+    unit = unit_text({**ROUTER, "router_bind_address": "a%b$c"})
+    assert '"--listen" "a%%b$$c:8300"' in unit
 
 
 def test_router_url_reaches_a_wildcard_bind_on_loopback() -> None:
@@ -289,6 +333,11 @@ def wait_health(url: str, process: subprocess.Popen, timeout_s: float = 60) -> N
     raise AssertionError(f"the router did not answer /health within {timeout_s} s")
 
 
+def family(pid: int) -> list[int]:
+    """The process and its children."""
+    return [pid, *(int(child) for child in Path(f"/proc/{pid}/task/{pid}/children").read_text().split())]
+
+
 def test_real_router_serves_through_with_the_rendered_command_line(tmp_path) -> None:
     pytest.importorskip("vllm_router")
     key_file = tmp_path / "api_key"
@@ -302,11 +351,15 @@ def test_real_router_serves_through_with_the_rendered_command_line(tmp_path) -> 
             "router_metrics_port": free_port(),
             "router_policy": "round_robin",
         }
-        argv = command_line(config, declared, with_api_key=True)
+        argv = json.loads(argv_file_text(config, declared, with_api_key=True))
         assert argv[:2] == [ROUTER_PYTHON, ROUTER_LAUNCHER]
         argv[:2] = [sys.executable, str(ROUTER_LAUNCHER_SOURCE)]  # the gateway's paths, here
         argv[argv.index("--api-key-file") + 1] = str(key_file)
-        process = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        argv_file = tmp_path / "argv.json"
+        argv_file.write_text(json.dumps(argv))
+        # the unit's command: the front on router_port, the router behind it
+        front = front_argv(sys.executable, str(ROUTER_FRONT_SOURCE), front_listen(config), str(argv_file))
+        process = subprocess.Popen(front, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         try:
             url = router_url(config)
             wait_health(url, process)
@@ -325,8 +378,8 @@ def test_real_router_serves_through_with_the_rendered_command_line(tmp_path) -> 
             # rig; the router's --api-key (read from the file) is not what it sends
             assert one.chat_authorizations and two.chat_authorizations
             assert set(one.chat_authorizations + two.chat_authorizations) == {"Bearer client-key"}
-            shown = Path(f"/proc/{process.pid}/cmdline").read_bytes().decode(errors="replace")
-            assert "sekrit" not in shown
+            shown = [Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace") for pid in family(process.pid)]
+            assert len(shown) == 2 and not any("sekrit" in line for line in shown)
         finally:
             process.terminate()
             process.wait(timeout=20)

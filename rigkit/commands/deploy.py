@@ -10,7 +10,9 @@
 
 On an inventory with a router (group routers), `rigkit deploy` without --canary/--batch goes one rig at a time, each
 drained from the router first (rigkit.rollout.drain.routed_default); --all-at-once, or --batch 0, runs every rig at
-once. The router role is refused on the controller (@local) unless its data says router_on_controller: true.
+once. Through an inventory that declares no router, a run that would restart every rig of the router they were last
+deployed behind (their own record, rigkit.rollout.router_record) all at once is refused unless told --all-at-once.
+The router role is refused on the controller (@local) unless its data says router_on_controller: true.
 
 Before pyinfra starts, every targeted host's connection data is checked (a host with no usable SSH key
 is refused, naming the field and the fix: no host is touched). pyinfra then runs as usual (its output
@@ -33,6 +35,7 @@ from pathlib import Path
 
 from rigkit.errors import ConfigError, RigkitError
 from rigkit.fleet.deploy import fleet_deploy
+from rigkit.fleet.inventory import rigs_among
 from rigkit.fleet.outcome import DRY_RUN, OK
 from rigkit.fleet.pyinfra_args import data_pairs, is_dry_run, limit_from, split_limits
 from rigkit.fleet.table import format_table
@@ -41,6 +44,7 @@ from rigkit.paths import DEFAULT_DEPLOY, ROLLBACK_DEPLOY
 from rigkit.rollout.drain import plain_run_note
 from rigkit.rollout.plan import ALL_AT_ONCE
 from rigkit.rollout.rollback import rolling_rollback_command
+from rigkit.rollout.router_record import read_records, refuse_taking_a_whole_router_down
 from rigkit.rollout.run import refuse_rollout_flags, rollout_command
 from rigkit.rollout.stage_runner import rollout_step
 
@@ -140,6 +144,10 @@ def _run(args: argparse.Namespace) -> int:
     if rolled is not None:
         return rolled
     dry = is_dry_run(pyinfra_args)
+    if deploy in (DEFAULT_DEPLOY, ROLLBACK_DEPLOY) and not dry and not args.all_at_once:
+        # the rigs' own record of the router they were last deployed behind: this inventory may not declare it
+        rigs = rigs_among(targets.hosts, targets.names)
+        refuse_taking_a_whole_router_down(read_records(targets.hosts, rigs), rigs)
     if (
         deploy in (DEFAULT_DEPLOY, ROLLBACK_DEPLOY)
         and not dry

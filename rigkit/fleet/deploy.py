@@ -8,14 +8,17 @@ router role on the controller (@local) is refused unless asked for; the pinned m
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
-from typing import Sequence
+from typing import Mapping, Sequence
 
+from rigkit.errors import RigkitError
 from rigkit.fleet import pyinfra_args as pyinfra_args_module
 from rigkit.fleet.outcome import DRY_RUN, OK, UNREACHABLE, RigOutcome, summarize
-from rigkit.fleet.pyinfra_args import is_dry_run, pyinfra_command
+from rigkit.fleet.provision import DEPLOY_UNTIL_ENV, STORE_ROLES_UNTIL
+from rigkit.fleet.pyinfra_args import is_dry_run, pyinfra_command, without_limits
 from rigkit.fleet.targets import Targets
-from rigkit.model.fleet import stage_inventory
+from rigkit.model.fleet import rigs_awaiting_store_mount, stage_inventory
 from rigkit.paths import DEFAULT_DEPLOY
 from rigkit.remote.tunnel import connect_ssh
 from rigkit.router import is_gateway, refuse_router_on_controller
@@ -44,6 +47,37 @@ def read_release(name: str, data: dict) -> str:
         client.close()
 
 
+def provision_stores(inventory: str, hosts: Mapping[str, Mapping], names: Sequence[str], pyinfra_args: Sequence[str]):
+    """Before staging: deploy.py up to STORE_ROLES_UNTIL on each targeted rig whose model store waits for its L2 disk
+    (a fresh rig), so one `rigkit deploy` takes it from bare to serving. RigkitError when that run fails."""
+    awaiting = rigs_awaiting_store_mount(hosts, names)
+    if not awaiting:
+        return
+    print(
+        f"--> rigkit deploy: {', '.join(awaiting)}: the model store is on the L2 disk, not mounted yet (a fresh rig): "
+        f"the roles up to {STORE_ROLES_UNTIL} run there first, then the model is staged, then the whole deploy",
+        flush=True,
+    )
+    limits = [arg for rig in awaiting for arg in ("--limit", rig)]
+    previous = os.environ.get(DEPLOY_UNTIL_ENV)
+    os.environ[DEPLOY_UNTIL_ENV] = STORE_ROLES_UNTIL
+    try:
+        argv = pyinfra_command([*without_limits(pyinfra_args), *limits], inventory, DEFAULT_DEPLOY)
+        status, _ = pyinfra_args_module.run_pyinfra_streaming(argv)
+    finally:
+        if previous is None:
+            os.environ.pop(DEPLOY_UNTIL_ENV, None)
+        else:
+            os.environ[DEPLOY_UNTIL_ENV] = previous
+    if status != 0:
+        raise RigkitError(
+            "model_store_path",
+            ", ".join(awaiting),
+            f"the roles up to {STORE_ROLES_UNTIL}, which mount the model store's disk, failed (pyinfra exit {status})",
+            "read pyinfra's output above; the rig's failing operation says why",
+        )
+
+
 def fleet_deploy(targets: Targets, deploy: str, pyinfra_args: Sequence[str]) -> tuple[int, list[RigOutcome]]:
     """pyinfra ``deploy`` over ``targets`` in one run (``pyinfra_args`` with each --limit split); (exit status, each
     rig's outcome, targeted rigs first)."""
@@ -53,7 +87,9 @@ def fleet_deploy(targets: Targets, deploy: str, pyinfra_args: Sequence[str]) -> 
             refuse_router_on_controller(name, resolve(ROUTER_VARIABLES, targets.data(name)))
     dry = is_dry_run(pyinfra_args)
     if Path(deploy).name == DEFAULT_DEPLOY and not dry:
-        # the model is on every rig, verified, before any release starts (rollback.py mounts what is staged)
+        # the model is on every rig, verified, before any release starts (rollback.py mounts what is staged); a fresh
+        # rig's store gets its disk first
+        provision_stores(targets.inventory, hosts, names, pyinfra_args)
         stage_inventory(hosts, names)
     status, output = pyinfra_args_module.run_pyinfra_streaming(pyinfra_command(pyinfra_args, targets.inventory, deploy))
     outcomes = summarize(output, names, dry_run=dry)

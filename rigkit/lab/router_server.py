@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import json
 import os
+import signal
+import subprocess
 import sys
 import urllib.error
 import urllib.request
@@ -22,20 +24,20 @@ from typing import Optional, Sequence
 
 from rigkit.errors import PreflightError
 from rigkit.lab.proc import LabStepError, Progress, process_alive, read_pid, start_daemon, stop_pid, wait_until
-from rigkit.lab.state import RigState
+from rigkit.lab.state import RigState, read_state_or_none
 from rigkit.paths import LAB_DIR
-from rigkit.router import HEALTH_FLAGS, ROUTER_UNHEALTHY_WITHIN_S
+from rigkit.rollout.router_record import ROUTER_RECORD_PATH, RouterRecord
+from rigkit.router import CONTROLLER_HOST, HEALTH_FLAGS, ROUTER_FRONT_SOURCE, ROUTER_UNHEALTHY_WITHIN_S, front_argv
 
 ROUTER_MODULE = "vllm_router.launch_router"
-# vllm-router 0.1.17 renames its process: /proc/<pid>/cmdline reads this once it runs (seen on the lab)
-ROUTER_PROCESS_TITLE = "vllm::router"
 LAB_ROUTER_HOST = "127.0.0.1"
 # not the router role's default ports: tests/lab/test_router_lab.py installs a router with them on rig1, which shares
 # this machine's network
 LAB_ROUTER_PORT = 8310
 LAB_ROUTER_METRICS_PORT = 8311
 LAB_ROUTER_POLICY = "round_robin"  # every rig gets requests: a client loop shows each one leave and come back
-ROUTER_PID_FILE = LAB_DIR / "router.pid"
+ROUTER_PID_FILE = LAB_DIR / "router.pid"  # the front's: it supervises the router as the gateway's unit does
+ROUTER_ARGV_FILE = LAB_DIR / "router.argv.json"
 ROUTER_LOG_FILE = LAB_DIR / "router.log"
 ROUTER_START_TIMEOUT_S = 90.0  # the router's own wait for its workers (60 s) and its start
 ROUTER_WORKER_STARTUP_TIMEOUT_S = 60
@@ -59,14 +61,11 @@ def answers(url: str, timeout_s: float = 3.0) -> bool:
 
 
 def router_argv(worker_urls: Sequence[str]) -> list[str]:
+    """vllm-router's argv as the front runs it (the front appends --host/--port: its own loopback port)."""
     return [
         sys.executable,
         "-m",
         ROUTER_MODULE,
-        "--host",
-        LAB_ROUTER_HOST,
-        "--port",
-        str(LAB_ROUTER_PORT),
         "--prometheus-host",
         LAB_ROUTER_HOST,
         "--prometheus-port",
@@ -81,6 +80,47 @@ def router_argv(worker_urls: Sequence[str]) -> list[str]:
     ]
 
 
+def lab_front_argv() -> list[str]:
+    """The lab's router as a gateway's runs: the front (rigkit/files/router_front.py) holds LAB_ROUTER_PORT and
+    supervises vllm-router behind it with the gateway unit's figures (rigkit.router.front_argv)."""
+    return front_argv(
+        sys.executable, str(ROUTER_FRONT_SOURCE), f"{LAB_ROUTER_HOST}:{LAB_ROUTER_PORT}", str(ROUTER_ARGV_FILE)
+    )
+
+
+def write_router_argv(worker_urls: Sequence[str]) -> None:
+    ROUTER_ARGV_FILE.parent.mkdir(parents=True, exist_ok=True)
+    ROUTER_ARGV_FILE.write_text(json.dumps(router_argv(worker_urls)) + "\n")
+
+
+def record_on_rigs(rigs: Sequence[RigState], record: Optional[RouterRecord]) -> None:
+    """Each rig's record of the router it is behind (rigkit.rollout.router_record), as a gateway's deploy writes it:
+    a plain `rigkit deploy inventory/lab.py` then knows not to restart all of them at once. None removes it."""
+    script = (
+        f"rm -f {ROUTER_RECORD_PATH}"
+        if record is None
+        else f"mkdir -p {os.path.dirname(ROUTER_RECORD_PATH)} && cat > {ROUTER_RECORD_PATH}"
+    )
+    for rig in rigs:
+        subprocess.run(
+            ["docker", "exec", "-i", rig.container, "sh", "-c", script],
+            input=record.text() if record else "",
+            text=True,
+            capture_output=True,
+            timeout=60,
+        )
+
+
+def restart_router(progress: Progress) -> Optional[int]:
+    """A router restart as a gateway's reload: the front restarts vllm-router behind the port it holds (SIGHUP).
+    The front's PID, or None when no lab router runs."""
+    pid = router_pid()
+    if pid:
+        progress(f"router: restarting vllm-router behind its front (pid {pid}); clients wait, none is refused")
+        os.kill(pid, signal.SIGHUP)
+    return pid
+
+
 def router_pid() -> Optional[int]:
     """The lab router's PID while it runs (the PID file's process still runs vllm-router)."""
     pid = read_pid(ROUTER_PID_FILE)
@@ -90,7 +130,7 @@ def router_pid() -> Optional[int]:
         cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
     except OSError:
         return None
-    return pid if ROUTER_MODULE.encode() in cmdline or cmdline.startswith(ROUTER_PROCESS_TITLE.encode()) else None
+    return pid if ROUTER_FRONT_SOURCE.name.encode() in cmdline else None
 
 
 def ensure_router(rigs: Sequence[RigState], progress: Progress) -> dict:
@@ -115,14 +155,23 @@ def ensure_router(rigs: Sequence[RigState], progress: Progress) -> dict:
         "left_out": left_out,
         "unhealthy_within_s": ROUTER_UNHEALTHY_WITHIN_S,
     }
+    behind_it = RouterRecord((CONTROLLER_HOST,), tuple(rig.name for rig in serving))
     pid = router_pid()
     if pid and answers(f"{lab_router_url()}/health"):
         listed = _listed()
         if listed is not None and sorted(listed) == sorted(urls):
             progress(f"router: reusing {lab_router_url()} (pid {pid}) in front of {', '.join(record['workers'])}")
+            record_on_rigs(serving, behind_it)
             return {**record, "pid": pid}
-        progress(f"router: restarting (pid {pid}) for the workers {', '.join(urls)}")
-        stop_router(progress)
+        progress(f"router: new workers {', '.join(urls)}")
+        write_router_argv(urls)
+        restart_router(progress)
+        if not wait_until(lambda: sorted(_listed() or []) == sorted(urls), ROUTER_START_TIMEOUT_S):
+            raise LabStepError(
+                "router", lab_router_url(), f"does not list {', '.join(urls)} after its restart", "read its log"
+            )
+        record_on_rigs(serving, behind_it)
+        return {**record, "pid": pid}
     elif answers(f"{lab_router_url()}/health"):
         raise PreflightError(
             "router port",
@@ -134,7 +183,8 @@ def ensure_router(rigs: Sequence[RigState], progress: Progress) -> dict:
         f"router: starting vllm-router on {lab_router_url()} in front of {', '.join(urls)}"
         + (f"; left out: {'; '.join(left_out)}" if left_out else "")
     )
-    argv = router_argv(urls)
+    write_router_argv(urls)
+    argv = lab_front_argv()
     pid = start_daemon(argv, ROUTER_LOG_FILE, ROUTER_PID_FILE)
     if not wait_until(
         lambda: not process_alive(pid) or answers(f"{lab_router_url()}/health"), ROUTER_START_TIMEOUT_S
@@ -142,11 +192,12 @@ def ensure_router(rigs: Sequence[RigState], progress: Progress) -> dict:
         tail = " | ".join(ROUTER_LOG_FILE.read_text(errors="replace").strip().splitlines()[-5:])
         raise LabStepError(
             "router",
-            " ".join(argv[:3]),
+            " ".join(argv[:2]),
             f"did not answer on {lab_router_url()} (log {ROUTER_LOG_FILE}: {tail})",
             "read the log; is vllm-router in .venv (bin/setup)?",
         )
     progress(f"router: ready (pid {pid}); a rig that stops answering leaves it within {ROUTER_UNHEALTHY_WITHIN_S} s")
+    record_on_rigs(serving, behind_it)
     return {**record, "pid": pid}
 
 
@@ -159,6 +210,10 @@ def _listed() -> Optional[list[str]]:
 
 
 def stop_router(progress: Progress) -> bool:
+    """Stop the lab router (its front stops vllm-router first); the rigs behind it forget it."""
+    state = read_state_or_none()
+    if state is not None and state.router:
+        record_on_rigs([rig for rig in state.rigs if rig.name in state.router.get("workers", {})], None)
     pid = router_pid()
     if not pid:
         ROUTER_PID_FILE.unlink(missing_ok=True)

@@ -49,6 +49,22 @@ def store_mounts(hosts: Mapping[str, Mapping], stores: Mapping[str, str]) -> dic
     return found
 
 
+def rigs_awaiting_store_mount(hosts: Mapping[str, Mapping], names: Sequence[str]) -> list[str]:
+    """The targeted rigs whose model store is under their L2 disk's mount point while nothing is mounted there yet (a
+    fresh rig): staging would be refused (rigkit.model.stage.check_store_mounted) until the l2_disk role ran."""
+    settings = staged_settings(hosts, names)
+    stores = {name: rig.knobs["model_store_path"] for name, rig in settings.items()}
+    awaiting = []
+    for name, mount in store_mounts(hosts, stores).items():
+        store = RigStore(name, hosts[name]["data"], stores[name], settings[name].model_source)
+        try:
+            if store.call("state").get("store_mount") != mount:
+                awaiting.append(name)
+        finally:
+            store.close()
+    return awaiting
+
+
 def local_copy(
     source: ModelSource,
     token: Optional[str],

@@ -294,16 +294,16 @@ SHARED_ACTION = "verified in place (shared mount, not copied)"
 
 def check_store_mounted(rig: str, store: str, state: Mapping, mount: Optional[str]) -> None:
     """A store under the L2 disk's mount point (``mount``) only once the disk is mounted there (model_store.py
-    state's store_mount): on a fresh rig the l2_disk role mounts it during the deploy, after staging, and what was
-    staged before would be hidden under the mount."""
+    state's store_mount): on a fresh rig the l2_disk role mounts it, and what was staged before would be hidden under
+    the mount. `rigkit deploy` runs that role first (rigkit.fleet.provision); `rigkit stage` alone is refused."""
     if mount and state.get("store_mount") != mount:
         raise RigkitError(
             "model_store_path",
             store,
             f"{rig}: nothing is mounted at {mount} yet (a fresh rig: the l2_disk role mounts the NVMe "
             "there during the deploy), so a copy staged now would be hidden under the mount",
-            "deploy the rig once without model_source (its L2 disk gets mounted), or set model_store_path "
-            "to a directory on a disk already mounted",
+            "run `rigkit deploy` (it runs the roles up to l2_disk on such a rig before it stages), or set "
+            "model_store_path to a directory on a disk already mounted",
         )
 
 

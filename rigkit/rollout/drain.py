@@ -42,6 +42,7 @@ from rigkit.rollout.router_admin import (
     router_url,
     wait_idle,
 )
+from rigkit.rollout.router_record import ALL_AT_ONCE_OPTION
 from rigkit.router import CONTROLLER_HOST
 from rigkit.settings.defaults import ROUTER_VARIABLES
 from rigkit.settings.hostdata import rig_settings
@@ -59,7 +60,6 @@ RERUN_PUTS_BACK = "the re-run that gets it verified puts it back, or by hand"
 # A plain `rigkit deploy` (deploy.py or rollback.py) on an inventory with a router: one rig at a time, drained
 # first, unless the operator says otherwise in so many words (ALL_AT_ONCE_OPTION, or --batch 0 on the command line).
 ROUTER_DEFAULT_BATCH = 1
-ALL_AT_ONCE_OPTION = "--all-at-once"
 
 
 def routed_default(hosts: Mapping[str, Mapping], targeted: Sequence[str], explicit: bool) -> Optional[str]:

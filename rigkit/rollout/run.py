@@ -47,6 +47,7 @@ from pathlib import Path
 from typing import Any, Mapping, Optional, Sequence
 
 from rigkit.errors import ConfigError
+from rigkit.fleet.deploy import provision_stores
 from rigkit.fleet.inventory import rigs_among, targeted
 from rigkit.fleet.outcome import OK
 from rigkit.fleet.pyinfra_args import (
@@ -286,7 +287,9 @@ def rollout_command(args: Any, targets: Optional[Targets] = None) -> Optional[in
             flush=True,
         )
         return None  # rigkit.fleet.deploy runs pyinfra --dry on every targeted rig at once
-    # every targeted rig holds its model before the first canary is released (staging stops no engine)
+    # every targeted rig holds its model before the first canary is released (staging stops no engine); a fresh
+    # rig's store gets its disk first
+    provision_stores(args.inventory, rigs.hosts, rigs.names, rigs.pyinfra_args)
     stage_inventory(rigs.hosts, rigs.names)
     try:
         status, summary = run_rollout(

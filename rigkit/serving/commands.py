@@ -47,17 +47,22 @@ def in_stack(compose: str) -> str:
     return f"cd {RIG_STACK_DIR} && {compose} -p {COMPOSE_PROJECT}"
 
 
-# vLLM 0.26's TieringOffloadingSpec keeps its CPU tier in /dev/shm/vllm_offload_<engine id>.mmap (size
-# cpu_bytes_to_use) and never removes it when stopped (SIGTERM aborts with shutdown timeout 0): with `ipc: host` each
-# down leaves l1_size_gb of the rig's RAM there, a new file at every start (H200, 2026-12-03). A segment that no process
-# maps or holds open belongs to an engine no longer running; one a process maps is never touched.
-OFFLOAD_SHM_GLOB = "/dev/shm/vllm_offload_*.mmap"
+# What a stopped engine leaves in the rig's /dev/shm (`ipc: host`), one pattern a line: a restart removes each file
+# no process maps or holds open (it belongs to an engine no longer running; one a process maps is never touched), and
+# `rigkit status` names those left while the stack runs.
+STALE_SHM_GLOBS = (
+    # vLLM 0.26's TieringOffloadingSpec CPU tier, vllm_offload_<engine id>.mmap (size cpu_bytes_to_use), never removed
+    # when stopped (SIGTERM aborts with shutdown timeout 0): l1_size_gb of RAM at each down (H200, 2026-12-03)
+    "/dev/shm/vllm_offload_*.mmap",
+    # a POSIX semaphore of Python's multiprocessing (sem.mp-<random>), one more at every engine start (issue 43)
+    "/dev/shm/sem.mp-*",
+)
 
 
 def _each_stale_segment(action: str) -> str:
-    """Run `action` on each CPU-tier segment ($f) that no process maps or holds open."""
+    """Run `action` on each file of STALE_SHM_GLOBS ($f) that no process maps or holds open."""
     return (
-        f'for f in {OFFLOAD_SHM_GLOB}; do [ -f "$f" ] || continue; '
+        f'for f in {" ".join(STALE_SHM_GLOBS)}; do [ -f "$f" ] || continue; '
         'if grep -qsF "$f" /proc/[0-9]*/maps || '
         'find /proc/[0-9]*/fd -lname "$f" -print -quit 2>/dev/null | grep -q .; then continue; fi; '
         f"{action}; done"
@@ -65,17 +70,18 @@ def _each_stale_segment(action: str) -> str:
 
 
 def shm_cleanup_command() -> str:
-    """Remove stale CPU-tier segments (no process maps or holds them), printing each one removed."""
+    """Remove stopped engines' files from /dev/shm (STALE_SHM_GLOBS no process maps or holds), printing each."""
     return _each_stale_segment('rm -f -- "$f" && echo "removed stale $f"')
 
 
 def stale_shm_command() -> str:
-    """List stale CPU-tier segments as `BYTES PATH` lines (rigkit status, while the stack runs too)."""
+    """List stopped engines' files in /dev/shm (STALE_SHM_GLOBS) as `BYTES PATH` lines (rigkit status, while the
+    stack runs too)."""
     return _each_stale_segment("stat -c '%s %n' \"$f\"")
 
 
 def restart_commands(compose: str) -> list[str]:
-    """A full ``down``, the stale CPU-tier segments the stopped engine left in /dev/shm removed, then ``up -d``:
+    """A full ``down``, the files the stopped engine left in /dev/shm (STALE_SHM_GLOBS) removed, then ``up -d``:
     never ``docker restart``, which races the release of GPU memory."""
     return [f"{in_stack(compose)} down --remove-orphans", shm_cleanup_command(), f"{in_stack(compose)} up -d"]
 

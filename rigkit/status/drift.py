@@ -218,11 +218,20 @@ def container_drift(container: Container, today: Rendering) -> list[Drift]:
     return found
 
 
-def model_drift(section: Optional[str], declared: str) -> list[Drift]:
-    """The rig's staged model (rigkit/files/model_store.py check: staged, damaged files) against model_source."""
+def model_check(section: Optional[str]) -> Optional[dict]:
+    """The rig's answer to rigkit/files/model_store.py check (its last line: staged, damaged files); None when it
+    cannot be read."""
     try:
         answer = json.loads((section or "").strip().splitlines()[-1])
     except (ValueError, IndexError):
+        return None
+    return answer if isinstance(answer, dict) else None
+
+
+def model_drift(section: Optional[str], declared: str) -> list[Drift]:
+    """The rig's staged model (rigkit/files/model_store.py check: staged, damaged files) against model_source."""
+    answer = model_check(section)
+    if answer is None:
         return [Drift("model", "model_source", "<not readable>", declared)]
     if not answer.get("staged"):
         return [Drift("model", "model_source", "<not staged>", declared)]

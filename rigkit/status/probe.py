@@ -82,7 +82,7 @@ def status_script(stack: Optional[Settings]) -> str:
         "gpu": query_command(),
         "kernel-log": kernel_log_command(),
         "shm": "find /dev/shm -mindepth 1 -maxdepth 1 -printf '%s %f\\n' 2>/dev/null",
-        # vLLM CPU-tier segments no process maps: a stopped engine's, also while the stack runs (rigkit.serving.commands)
+        # files of stopped engines (STALE_SHM_GLOBS) no process maps: also while the stack runs (rigkit.serving.commands)
         "shm-stale": stale_shm_command(),
     }
     if stack is not None:
@@ -191,7 +191,7 @@ def parse_nvidia(section: Optional[str]) -> dict[str, Optional[str]]:
 
 
 def parse_stale_shm(section: Optional[str]) -> list[tuple[str, int]]:
-    """(name, bytes) of the CPU-tier segments no process maps (stale_shm_command's `BYTES PATH` lines)."""
+    """(name, bytes) of stopped engines' files no process maps (stale_shm_command's `BYTES PATH` lines)."""
     found = []
     for line in (section or "").split("\n"):
         size, _, path = line.partition(" ")

@@ -10,6 +10,7 @@ from rigkit.status.gpu import FAIL, NO_TOOLING
 from rigkit.status.rig import OK, RigStatus
 
 TABLE_WIDTH = 100
+REVISION_SHOWN = 12  # characters of a pinned revision (a hub commit, a manifest hash) in the table
 LAST_COLUMN_MIN = 16
 
 
@@ -54,6 +55,21 @@ def _l2_cell(l2: Optional[dict]) -> str:
         return l2["state"]
     used = f"{100 * l2['store_bytes'] / l2['budget_bytes']:.0f}%"
     return used if l2["state"] == "ok" else f"{used} {l2['state']}"
+
+
+def _model_cell(model: Optional[dict]) -> str:
+    """The pinned revision, short, and whether the staged copy matches it."""
+    if not model:
+        return "-"
+    return f"{model['revision'][:REVISION_SHOWN]} {model['staged']}"
+
+
+def model_line(model: Optional[dict]) -> Optional[str]:
+    """The details' model line: the whole pin and its staged copy."""
+    if not model:
+        return None
+    line = f"model {model['source']} ({model['kind']}): staged copy {model['staged']}"
+    return line + (f" ({', '.join(model['damaged'])})" if model["damaged"] else "")
 
 
 def _gpu_cell(status: RigStatus) -> str:
@@ -132,9 +148,20 @@ DRIFT_LEGEND = (
 
 def format_report(statuses: Sequence[RigStatus], width: int = TABLE_WIDTH) -> str:
     """The table (at most ``width`` columns), then each rig's details: every drift, problem and warning."""
-    header = ("rig", "state", "image", "last release", "gpu", "L2", "what")
+    # the model column only where a rig pins one (model_source): a table of rigs without one keeps its width
+    with_model = any(s.model for s in statuses)
+    header = ("rig", "state", "image", "last release", *(("model",) if with_model else ()), "gpu", "L2", "what")
     rows = [header] + [
-        (s.rig, s.state, _digest(s.image), _release_cell(s.ledger), _gpu_cell(s), _l2_cell(s.l2), _problems_cell(s))
+        (
+            s.rig,
+            s.state,
+            _digest(s.image),
+            _release_cell(s.ledger),
+            *((_model_cell(s.model),) if with_model else ()),
+            _gpu_cell(s),
+            _l2_cell(s.l2),
+            _problems_cell(s),
+        )
         for s in statuses
     ]
     lines = fit_table(rows, width)
@@ -142,6 +169,7 @@ def format_report(statuses: Sequence[RigStatus], width: int = TABLE_WIDTH) -> st
         lines.append(DRIFT_LEGEND)
     for status in statuses:
         details = [f"unreachable: {status.error}"] if not status.reachable else []
+        details += [line for line in [model_line(status.model)] if line]
         details += [f"drift {d.line()}" for d in for_reading(status.drift)]
         details += [f"unhealthy {problem}" for problem in status.unhealthy]
         details += [f"warning {warning}" for warning in status.warnings]

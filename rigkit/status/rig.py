@@ -10,10 +10,19 @@ from rigkit.facts.docker import DockerEngine
 from rigkit.facts.serving import engine_parts
 from rigkit.kv_store import ADAPTER_REQUEST_TIMEOUT_S, parse_store_probe, store_node
 from rigkit.l2_state import read_l2
+from rigkit.model.source import ModelSource
 from rigkit.serving.commands import ready_url, rendering_for
 from rigkit.serving.ledger import Ledger
 from rigkit.settings.hostdata import Settings
-from rigkit.status.drift import Drift, container_drift, files_drift, image_drift, model_drift, rendering_drift
+from rigkit.status.drift import (
+    Drift,
+    container_drift,
+    files_drift,
+    image_drift,
+    model_check,
+    model_drift,
+    rendering_drift,
+)
 from rigkit.status.gpu import FAIL, WARN, GpuLimits, judge_gpus
 from rigkit.status.probe import (
     decoded_file,
@@ -47,6 +56,7 @@ class RigStatus:
     gpu: Optional[dict[str, Any]] = None  # rigkit.status.gpu.GpuReport: each GPU, the kernel log's Xids, findings
     l2: Optional[dict[str, Any]] = None
     shm_leftovers: list[dict[str, Any]] = field(default_factory=list)
+    model: Optional[dict[str, Any]] = None  # the pinned model_source and its staged copy (model_report); None: none
 
     @property
     def state(self) -> str:
@@ -58,6 +68,30 @@ class RigStatus:
 
     def as_dict(self) -> dict[str, Any]:
         return {"state": self.state, **asdict(self)}
+
+
+# whether the rig's staged copy of the pinned model matches it (rigkit/files/model_store.py check)
+STAGED_MATCHES, NOT_STAGED, STAGED_DAMAGED, STAGED_UNREADABLE = "matches", "not staged", "damaged", "unreadable"
+
+
+def model_report(source: ModelSource, section: Optional[str]) -> dict[str, Any]:
+    """The pinned model (model_source: kind, name, revision) and whether the rig's staged copy matches it."""
+    answer = model_check(section)
+    damaged = [item["path"] for item in (answer or {}).get("damaged", [])]
+    if answer is None:
+        staged = STAGED_UNREADABLE
+    elif not answer.get("staged"):
+        staged = NOT_STAGED
+    else:
+        staged = STAGED_DAMAGED if damaged else STAGED_MATCHES
+    return {
+        "source": source.spec,
+        "kind": source.kind,
+        "name": source.name,
+        "revision": source.revision,
+        "staged": staged,
+        "damaged": damaged,
+    }
 
 
 def last_release(ledger_text: Optional[str]) -> Optional[dict[str, Any]]:
@@ -115,6 +149,7 @@ def assess(rig: str, stack: Optional[Settings], output: str, gpu_limits: Optiona
             status.drift += container_drift(container, today)
         if stack.model_source is not None:
             status.drift += model_drift(sections.get("model"), stack.model_source.spec)
+            status.model = model_report(stack.model_source, sections.get("model"))
         served = container.env.get("RIGKIT_SERVED_MODEL_NAME") if container else None
         served = served or today.knob("served_model_name")
         api = parse_api(sections.get("api"))
@@ -149,14 +184,14 @@ def assess(rig: str, stack: Optional[Settings], output: str, gpu_limits: Optiona
     status.unhealthy += [f"gpu: {finding.text}" for finding in gpu.findings if finding.level == FAIL]
     status.warnings += [f"gpu: {finding.text}" for finding in gpu.findings if finding.level == WARN]
     status.ledger = last_release(decoded_file(sections.get("ledger")))
-    if running:  # the running engine's segments are in use; a stopped engine's CPU tier is not
+    if running:  # the running engine's files are in use; a stopped engine's (STALE_SHM_GLOBS) are not
         status.shm_leftovers = [
             {"name": name, "bytes": size} for name, size in parse_stale_shm(sections.get("shm-stale"))
         ]
         if status.shm_leftovers:
             total = sum(item["bytes"] for item in status.shm_leftovers)
             status.warnings.append(
-                f"{len(status.shm_leftovers)} CPU-tier segments of stopped engines left in /dev/shm "
+                f"{len(status.shm_leftovers)} files of stopped engines (CPU tiers, semaphores) left in /dev/shm "
                 f"({total / 2**20:.0f} MiB) while the stack runs (no process maps them): the next "
                 "restart removes them, or remove them now (rm /dev/shm/NAME)"
             )

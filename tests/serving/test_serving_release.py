@@ -28,3 +28,17 @@ def test_release_pulls_and_validates_the_files_before_it_stops_anything_and_neve
     assert commands[2].endswith("down --remove-orphans") and commands[3] == shm_cleanup_command()
     assert commands[4].endswith("up -d")
     assert not any("restart" in c for c in commands)
+
+
+def test_the_restarts_cleanup_removes_every_stopped_engines_file_and_keeps_the_rest(tmp_path):
+    """Issue 43: each engine start left a sem.mp-* in /dev/shm that nothing cleaned. The cleanup removes a file of
+    each STALE_SHM_GLOBS pattern that no process maps, keeps a mapped one and any other file."""
+    import mmap
+
+    for name in ("vllm_offload_old.mmap", "sem.mp-old", "sem.mp-inuse", "someone-elses"):
+        (tmp_path / name).write_bytes(b"\0" * 4096)
+    with open(tmp_path / "sem.mp-inuse", "r+b") as f, mmap.mmap(f.fileno(), 4096):
+        result = run(shm_cleanup_command().replace("/dev/shm", str(tmp_path)))
+    assert result.returncode == 0
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["sem.mp-inuse", "someone-elses"]
+    assert result.stdout.count("removed stale") == 2

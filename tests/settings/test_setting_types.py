@@ -24,7 +24,7 @@ from rigkit.firewall import API_FIREWALL, allowed_sources, ruleset
 from rigkit.kv_share import fstab_entry_line
 from rigkit.lab.unpacked_tools import unpacked_tool
 from rigkit.operations.apt import apt_source_line
-from rigkit.router import ROUTER_PYTHON, Worker, unit_text
+from rigkit.router import ROUTER_PYTHON, Worker, argv_file_text, front_listen, unit_text
 from rigkit.settings.defaults import ALL_VARIABLES, ROLE_SECTIONS, ROUTER_VARIABLES
 from rigkit.settings.hostdata import rig_settings
 from rigkit.settings.knobs import KNOBS
@@ -393,7 +393,11 @@ def test_router_settings_are_refused_or_reach_its_unit_as_one_argument_each(tmp_
     except ConfigError as exc:
         assert exc.field in ("router_bind_address", "router_policy")
         return
-    text = unit_text(router, [Worker("rig1", "http://127.0.0.1:8101", "tiny")], with_api_key=False)
+    text = unit_text(router)
+    # the policy reaches the router's argv (a JSON list, one item each)
+    assert json.loads(argv_file_text(router, [Worker("rig1", "http://127.0.0.1:8101", "tiny")], False)).count(
+        router["router_policy"]
+    )
     # the launcher is not installed here: systemd checks the executable, so /bin/true stands in for it
     text = text.replace(f'ExecStart="{ROUTER_PYTHON}"', 'ExecStart="/bin/true"').replace(
         f"ExecStart={ROUTER_PYTHON}", "ExecStart=/bin/true"
@@ -405,9 +409,8 @@ def test_router_settings_are_refused_or_reach_its_unit_as_one_argument_each(tmp_
     )
     assert result.returncode == 0 and "rigkit-router-test" not in result.stderr, result.stderr
     exec_start = next(line for line in text.splitlines() if line.startswith("ExecStart="))
-    assert (
-        f"--host {router['router_bind_address']} " in exec_start or f'"{router["router_bind_address"]}"' in exec_start
-    )
+    listen = front_listen(router)
+    assert f"--listen {listen} " in exec_start or f'"{listen}"' in exec_start.replace("%%", "%").replace("$$", "$")
 
 
 # --- each kind's verdict, word for word -----------------------------------------------------------------------

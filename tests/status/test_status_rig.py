@@ -9,6 +9,7 @@ from __future__ import annotations
 import threading
 from socketserver import ThreadingUnixStreamServer
 
+import pytest
 from status_sandbox import IMAGE_1, Models, api_port, made_up_inspect, rig  # noqa: F401
 
 from rigkit.serving.commands import rendering_for
@@ -48,18 +49,28 @@ def test_a_stopped_container_is_unhealthy_and_its_leftover_segments_are_named(ri
     assert exit_status([status]) == 1
 
 
-def test_a_stopped_engines_cpu_tier_is_named_while_the_stack_runs_and_a_mapped_one_is_not(rig):
-    """The H200 leak: native-tiered's CPU tier (/dev/shm/vllm_offload_<id>.mmap) stays after every stop. A segment no
-    process maps is reported while the stack runs too; one a process maps (a running engine's) never is."""
+@pytest.mark.parametrize(
+    ("stopped", "running"),
+    [
+        # the H200 leak: native-tiered's CPU tier (/dev/shm/vllm_offload_<id>.mmap) stays after every stop
+        ("vllm_offload_stopped.mmap", "vllm_offload_running.mmap"),
+        # issue 43: every engine start left a multiprocessing semaphore that nothing reported or cleaned
+        ("sem.mp-left1", "sem.mp-inuse"),
+    ],
+)
+def test_a_stopped_engines_file_is_named_while_the_stack_runs_and_a_mapped_one_is_not(rig, stopped, running):
+    """A file of STALE_SHM_GLOBS no process maps is reported while the stack runs too; one a process maps (a running
+    engine's) never is, nor any other file of /dev/shm."""
     import mmap
 
-    (rig.shm / "vllm_offload_stopped.mmap").write_bytes(b"\0" * 4096)
-    mapped = rig.shm / "vllm_offload_running.mmap"
+    (rig.shm / stopped).write_bytes(b"\0" * 4096)
+    (rig.shm / "someone-elses").write_bytes(b"\0" * 32)
+    mapped = rig.shm / running
     mapped.write_bytes(b"\0" * 4096)
     with open(mapped, "r+b") as f, mmap.mmap(f.fileno(), 4096):
         status = rig.status()
-    assert status.shm_leftovers == [{"name": "vllm_offload_stopped.mmap", "bytes": 4096}]
-    assert status.state == OK and any("CPU-tier segments of stopped engines" in w for w in status.warnings)
+    assert status.shm_leftovers == [{"name": stopped, "bytes": 4096}]
+    assert status.state == OK and any("files of stopped engines" in w for w in status.warnings)
 
 
 def test_a_restarting_container_is_unhealthy_and_restarts_are_a_warning(rig):

@@ -13,6 +13,7 @@ from typing import Iterable, Mapping, Optional, Sequence
 
 from rigkit.errors import ConfigError
 from rigkit.paths import REPO_ROOT
+from rigkit.settings.connection import connection_values
 from rigkit.settings.defaults import KV_STORE_GROUP, MONITORING_GROUP, ROUTER_GROUP, SECRET_SETTINGS
 from rigkit.settings.hostdata import rig_settings
 from rigkit.settings.variables import REDACTED, closest_name
@@ -97,9 +98,28 @@ def check_connection_data(name: str, data: dict, environ: Optional[dict] = None)
         )
 
 
+def check_inventory_path(inventory: str) -> None:
+    """ConfigError unless ``inventory`` is a Python file: pyinfra reads any other text as host names (a missing
+    ``inventory/fleet.py`` becomes one host of that name, nothing is reached, and the command exits 0)."""
+    path = Path(inventory)
+    if path.is_file() and path.suffix == ".py":
+        return
+    what = "is not a .py file" if path.is_file() else "is a directory" if path.is_dir() else "does not exist"
+    near = closest_name(path.name, [p.name for p in path.parent.glob("*.py")]) if path.parent.is_dir() else None
+    raise ConfigError(
+        "inventory",
+        inventory,
+        f"{what} (pyinfra would read the text as host names and reach none)",
+        f"did you mean {path.parent / near}?"
+        if near
+        else "give the path of a pyinfra inventory file, e.g. inventory/lab.py",
+    )
+
+
 def load_inventory(inventory: str, cwd: Path = REPO_ROOT, data_args: Sequence[str] = ()) -> dict[str, dict]:
     """host name -> {"data": merged host data, "groups": [...]}, loaded by pyinfra's own code in a child;
     ``data_args``: --data KEY=VALUE pairs, which override the inventory's data as in the pyinfra run."""
+    check_inventory_path(inventory)
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")]))}
     result = subprocess.run(
         [sys.executable, "-c", LOAD_INVENTORY, inventory, str(cwd), json.dumps(list(data_args))],
@@ -146,6 +166,8 @@ def check_inventory(
             "declares no hosts",
             'list the rigs in a group of the inventory file, e.g. rigs = [("rig-a", {"ssh_hostname": "10.0.0.11"})]',
         )
+    for name, host in hosts.items():
+        connection_values(host["data"], name)
     for group, names in declared.items():
         twice = sorted({name for name in names if names.count(name) > 1})
         if twice:

@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Callable, Iterable, Mapping, Optional
 
 from rigkit.errors import ConfigError
+from rigkit.paths import absolute_path_problem, bind_source_problem
 
 HUB, CONTROLLER, SHARED = "hub", "controller", "shared"
 SOURCE_KINDS = (HUB, CONTROLLER, SHARED)
@@ -98,13 +99,9 @@ def parse_model_source(value: object, field: str = "model_source") -> ModelSourc
             f"run `rigkit resolve-model {CONTROLLER_PREFIX}{value}`",
         )
     repo, at, revision = value.partition("@")
-    if not REPO_ID_RE.fullmatch(repo) or ".." in repo or "--" in repo:
-        raise ConfigError(
-            field,
-            value,
-            "not a hub repository id (namespace/name: letters, digits, '-', '_', '.')",
-            "write it as org/name@<40-hex commit>",
-        )
+    problem = hub_repo_problem(repo)
+    if problem:
+        raise ConfigError(field, value, problem, "write it as org/name@<40-hex commit>")
     if not at or not revision:
         raise ConfigError(
             field,
@@ -128,17 +125,38 @@ def parse_model_source(value: object, field: str = "model_source") -> ModelSourc
     return ModelSource(HUB, repo, revision)
 
 
+def check_directory(value: str, kind: str, path: str, field: str = "model_source") -> None:
+    """ConfigError naming ``value`` when ``path`` (its directory) cannot be a ``kind`` source: what a deploy refuses,
+    and `rigkit resolve-model` before it pins anything."""
+    prefix = DIRECTORY_PREFIXES[kind]
+    fix = f"write {prefix}/absolute/dir@<manifest sha256>, a directory of its own outside the system's"
+    problem = directory_problem(kind, path.rstrip("/"))
+    if problem:
+        raise ConfigError(field, value, f"the directory {problem}", fix)
+
+
+def hub_repo_problem(repo: str) -> Optional[str]:
+    """Why ``repo`` is not a hub repository id as model_source takes it (namespace/name, the hub's characters), or
+    None."""
+    if not REPO_ID_RE.fullmatch(repo) or ".." in repo or "--" in repo:
+        return "not a hub repository id (namespace/name: letters, digits, '-', '_', '.')"
+    if any(part.endswith((".", "-")) for part in repo.split("/")) or repo.endswith(".git"):
+        return "not a hub repository id (a part ends with '.' or '-', or it ends with .git)"
+    return None
+
+
+def directory_problem(kind: str, path: str) -> Optional[str]:
+    """Why ``path`` cannot be a ``kind`` directory source, or None: a shared one is a host directory bind-mounted into
+    the container (the same rule as l2_path and model_store_path); a controller one is read there only, but its
+    name must still read as written (no invisible character, normalised)."""
+    return bind_source_problem(path) if kind == SHARED else absolute_path_problem(path)
+
+
 def _parse_directory(value: str, field: str, kind: str = CONTROLLER) -> ModelSource:
     prefix = DIRECTORY_PREFIXES[kind]
     rest = value[len(prefix) :]
     path, at, revision = rest.rpartition("@") if "@" in rest else (rest, "", "")
-    if not path.startswith("/") or any(part in ("..", ".") for part in path.split("/")) or path.rstrip("/") == "":
-        raise ConfigError(
-            field,
-            value,
-            "the directory must be an absolute path without '.' or '..'",
-            f"write {prefix}/absolute/dir@<manifest sha256>",
-        )
+    check_directory(value, kind, path, field)
     if not at:
         raise ConfigError(
             field,

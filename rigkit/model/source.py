@@ -276,6 +276,19 @@ def resolve_directory(path: str, field: str = "model_source") -> ModelSource:
     return ModelSource(CONTROLLER, str(root.resolve()), document["hash"])
 
 
+def changed_files(pinned: Manifest, found: Manifest) -> list[str]:
+    """Each file that differs between the pinned manifest and the directory, with how: changed, added or removed."""
+    lines = []
+    for path in sorted(set(pinned) | set(found)):
+        if path not in found:
+            lines.append(f"{path} removed")
+        elif path not in pinned:
+            lines.append(f"{path} added")
+        elif pinned[path]["sha256"] != found[path]["sha256"] or int(pinned[path]["size"]) != int(found[path]["size"]):
+            lines.append(f"{path} changed")
+    return lines
+
+
 def read_directory_manifest(source: ModelSource, field: str = "model_source") -> dict[str, dict]:
     """The pinned directory's manifest, refused when the directory's files no longer hash to the pin."""
     root = Path(source.name)
@@ -290,12 +303,16 @@ def read_directory_manifest(source: ModelSource, field: str = "model_source") ->
     files = directory_manifest(root, previous)
     found = manifest_hash(files)
     if found != source.revision:
+        pinned = (previous or {}).get("files", {}) if (previous or {}).get("hash") == source.revision else {}
+        changed = changed_files(pinned, files) if pinned else []
+        named = f" ({', '.join(changed[:5])}{', …' if len(changed) > 5 else ''})" if changed else ""
         raise ConfigError(
             field,
             source.spec,
             f"the directory's files hash to {found[:12]}…, not the pinned "
-            f"{source.revision[:12]}…: they changed since it was pinned",
-            f"pin what it holds now: run `rigkit resolve-model {CONTROLLER_PREFIX}{source.name}`",
+            f"{source.revision[:12]}…: they changed since it was pinned{named}",
+            f"restore {'them' if len(changed) > 1 else 'it' if changed else 'them'}, or pin what it holds now: "
+            f"run `rigkit resolve-model {CONTROLLER_PREFIX}{source.name}`",
         )
     return {path: {"size": entry["size"], "sha256": entry["sha256"]} for path, entry in files.items()}
 

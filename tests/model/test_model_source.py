@@ -168,6 +168,27 @@ def test_a_controller_directory_is_pinned_by_its_manifest_and_a_change_is_refuse
         read_directory_manifest(source)
 
 
+@pytest.mark.parametrize(
+    "tamper, named",
+    [
+        (lambda root: (root / "w.safetensors").write_bytes(b"x" * 1000), "(w.safetensors changed)"),
+        (lambda root: (root / "extra.bin").write_bytes(b"x"), "(extra.bin added)"),
+        (lambda root: (root / "config.json").unlink(), "(config.json removed)"),
+    ],
+    ids=["changed", "added", "removed"],
+)
+def test_a_tampered_controller_file_is_refused_by_its_name(tmp_path, tamper, named):
+    (tmp_path / "config.json").write_text("{}")
+    (tmp_path / "w.safetensors").write_bytes(os.urandom(1000))
+    (tmp_path / "tokenizer.json").write_text("{}")  # untouched: never named
+    source = resolve_directory(str(tmp_path))
+    tamper(tmp_path)
+    with pytest.raises(ConfigError) as refused:
+        read_directory_manifest(source)
+    assert refused.value.problem.endswith(f"changed since it was pinned {named}"), refused.value.problem
+    assert "tokenizer.json" not in str(refused.value) and refused.value.fix.startswith("restore it, or pin")
+
+
 def _store(store, *args, stdin=b""):
     done = subprocess.run(
         [sys.executable, str(STORE_SCRIPT_SOURCE), args[0], str(store), "tiny", "rev", *args[1:]],

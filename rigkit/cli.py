@@ -2,12 +2,16 @@
 
 Each subcommand lives in its own module exposing ``add_arguments(parser)`` and
 ``run(args) -> int``; modules are imported lazily so one broken corner cannot
-break the others.
+break the others. A module may declare ``OPTIONS_IN_PLACE``: (option, other option, whether it needs it) rules,
+checked here for every command, so an option that means nothing where it stands is refused, never ignored.
 """
 
 import argparse
 import importlib
 import sys
+from typing import Iterable
+
+from rigkit.errors import ConfigError
 
 SUBCOMMANDS = {
     "lab": ("rigkit.lab.cli", "bring the local lab up, show it, tear it down"),
@@ -57,12 +61,35 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _given(args: argparse.Namespace, option: str) -> bool:
+    return bool(getattr(args, option.lstrip("-").replace("-", "_"), None))
+
+
+def refuse_options_out_of_place(args: argparse.Namespace, rules: Iterable[tuple[str, str, bool]]) -> None:
+    """ConfigError for an option given where it means nothing: each rule (option, other, needed) says ``option``
+    works only with ``other`` (needed) or only without it."""
+    for option, other, needed in rules:
+        if _given(args, option) and _given(args, other) != needed:
+            raise ConfigError(
+                option,
+                True,
+                f"means nothing {'without' if needed else 'with'} {other}, so it would be silently ignored",
+                f"add {other}" if needed else f"run it without {option}, or without {other}",
+            )
+
+
 def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
     if getattr(args, "_missing", False):
         print(f"rigkit {args.command}: not built yet", file=sys.stderr)
         return 2
-    return importlib.import_module(args._module).run(args)
+    module = importlib.import_module(args._module)
+    try:
+        refuse_options_out_of_place(args, getattr(module, "OPTIONS_IN_PLACE", ()))
+    except ConfigError as exc:
+        print(f"rigkit {args.command}: refused before any host was touched: {exc}", file=sys.stderr)
+        return 2
+    return module.run(args)
 
 
 if __name__ == "__main__":

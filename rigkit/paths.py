@@ -104,14 +104,20 @@ def relative_path_problem(path: str) -> Optional[str]:
     return _path_text_problem(path) or _parts_problem(path.split("/"))
 
 
-def host_path_problem(path: str) -> Optional[str]:
-    """Why ``path`` must not be a host path setting, or None: absolute, normalised, never a system directory."""
+def absolute_path_problem(path: str) -> Optional[str]:
+    """Why ``path`` is not an absolute, normalised path of visible characters, or None."""
     if not path.startswith("/"):
         return "must be an absolute host path"
     if path != "/":
-        problem = _path_text_problem(path) or _parts_problem(path[1:].split("/"))
-        if problem:
-            return problem
+        return _path_text_problem(path) or _parts_problem(path[1:].split("/"))
+    return None
+
+
+def host_path_problem(path: str) -> Optional[str]:
+    """Why ``path`` must not be a host path setting, or None: absolute, normalised, never a system directory."""
+    problem = absolute_path_problem(path)
+    if problem:
+        return problem
     for tree in SYSTEM_TREES:
         if path == tree or path.startswith(tree + "/"):
             return f"is {'inside ' if path != tree else ''}the system directory {tree}"
@@ -121,6 +127,22 @@ def host_path_problem(path: str) -> Optional[str]:
 
 
 check_host_path = check_of(host_path_problem, "write an absolute, normalised directory of its own, e.g. /mnt/rigkit-l2")
+
+
+def bind_source_problem(path: str) -> Optional[str]:
+    """Why ``path`` cannot be a host directory bind-mounted into the container (l2_path, model_store_path, a shared
+    model), or None: a host path (host_path_problem) without ':', which compose's volume syntax splits on."""
+    problem = host_path_problem(path)
+    if problem:
+        return problem
+    if ":" in path:
+        return "must not contain ':' (compose volume syntax)"
+    return None
+
+
+check_bind_source = check_of(
+    bind_source_problem, "write an absolute, normalised directory of its own without ':', e.g. /mnt/rigkit-l2"
+)
 
 
 check_relative_path = check_of(relative_path_problem, "write a relative directory name such as lmcache")

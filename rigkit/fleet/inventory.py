@@ -3,6 +3,7 @@ the ones a --limit selects, which of them are rigs, and whether each can authent
 
 from __future__ import annotations
 
+import difflib
 import fnmatch
 import json
 import os
@@ -13,9 +14,10 @@ from typing import Iterable, Mapping, Optional, Sequence
 
 from rigkit.errors import ConfigError
 from rigkit.paths import REPO_ROOT
+from rigkit.settings.connection import connection_values
 from rigkit.settings.defaults import KV_STORE_GROUP, MONITORING_GROUP, ROUTER_GROUP, SECRET_SETTINGS
 from rigkit.settings.hostdata import rig_settings
-from rigkit.settings.variables import REDACTED, closest_name
+from rigkit.settings.variables import REDACTED, SUGGESTION_CUTOFF, closest_name
 
 # pyinfra_cli monkey-patches the whole process with gevent on import: inventories load in a child.
 # argv[3]: the run's --data KEY=VALUE pairs (JSON list), parsed and applied as pyinfra applies them.
@@ -97,9 +99,28 @@ def check_connection_data(name: str, data: dict, environ: Optional[dict] = None)
         )
 
 
+def check_inventory_path(inventory: str) -> None:
+    """ConfigError unless ``inventory`` is a Python file: pyinfra reads any other text as host names (a missing
+    ``inventory/fleet.py`` becomes one host of that name, nothing is reached, and the command exits 0)."""
+    path = Path(inventory)
+    if path.is_file() and path.suffix == ".py":
+        return
+    what = "is not a .py file" if path.is_file() else "is a directory" if path.is_dir() else "does not exist"
+    near = closest_name(path.name, [p.name for p in path.parent.glob("*.py")]) if path.parent.is_dir() else None
+    raise ConfigError(
+        "inventory",
+        inventory,
+        f"{what} (pyinfra would read the text as host names and reach none)",
+        f"did you mean {path.parent / near}?"
+        if near
+        else "give the path of a pyinfra inventory file, e.g. inventory/lab.py",
+    )
+
+
 def load_inventory(inventory: str, cwd: Path = REPO_ROOT, data_args: Sequence[str] = ()) -> dict[str, dict]:
     """host name -> {"data": merged host data, "groups": [...]}, loaded by pyinfra's own code in a child;
     ``data_args``: --data KEY=VALUE pairs, which override the inventory's data as in the pyinfra run."""
+    check_inventory_path(inventory)
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")]))}
     result = subprocess.run(
         [sys.executable, "-c", LOAD_INVENTORY, inventory, str(cwd), json.dumps(list(data_args))],
@@ -146,6 +167,8 @@ def check_inventory(
             "declares no hosts",
             'list the rigs in a group of the inventory file, e.g. rigs = [("rig-a", {"ssh_hostname": "10.0.0.11"})]',
         )
+    for name, host in hosts.items():
+        connection_values(host["data"], name)
     for group, names in declared.items():
         twice = sorted({name for name in names if names.count(name) > 1})
         if twice:
@@ -187,6 +210,27 @@ def _matches(name: str, info: Mapping, pattern: str) -> bool:
     return fnmatch.fnmatch(name, pattern) or any(fnmatch.fnmatch(g, pattern) for g in info.get("groups", []))
 
 
+# How many near host names a --limit refusal suggests, and how near (difflib's ratio: rig7 is 0.75 from rig1).
+NEAR_HOSTS = 3
+
+
+def _limit_fix(hosts: Mapping[str, Mapping], pattern: str) -> str:
+    """The nearest host names to a --limit that matches nothing (a host is what a mistyped name most often meant),
+    else the nearest group, else every name."""
+    folded = {name.casefold(): name for name in hosts}
+    ratios = {name: difflib.SequenceMatcher(None, pattern.casefold(), name).ratio() for name in folded}
+    # nearest first; equally near ones in inventory order
+    near = sorted((name for name, ratio in ratios.items() if ratio >= SUGGESTION_CUTOFF), key=lambda n: -ratios[n])
+    near = near[:NEAR_HOSTS]
+    if near:
+        return "did you mean " + " or ".join(repr(folded[name]) for name in near) + "?"
+    groups = sorted({g for info in hosts.values() for g in info.get("groups", []) if g != "all"})
+    group = closest_name(pattern, groups)
+    if group:
+        return f"did you mean the group {group!r}?"
+    return f"use host or group names: {', '.join([*sorted(hosts), *groups])}"
+
+
 def targeted(hosts: dict[str, dict], patterns: Sequence[str]) -> list[str]:
     """Host names a pyinfra --limit selects (names, groups or globs of either); all without a limit. ConfigError
     naming each pattern that matches nothing (a typo among several would otherwise drop its rigs silently)."""
@@ -194,13 +238,8 @@ def targeted(hosts: dict[str, dict], patterns: Sequence[str]) -> list[str]:
         return list(hosts)
     for pattern in patterns:
         if not any(_matches(name, info, pattern) for name, info in hosts.items()):
-            names = sorted({*hosts, *(g for info in hosts.values() for g in info.get("groups", []))})
-            near = closest_name(pattern, names)
             raise ConfigError(
-                "--limit",
-                pattern,
-                "matches no host or group of the inventory",
-                f"did you mean {near!r}?" if near else f"use host or group names: {', '.join(names)}",
+                "--limit", pattern, "matches no host or group of the inventory", _limit_fix(hosts, pattern)
             )
     return [name for name, info in hosts.items() if any(_matches(name, info, p) for p in patterns)]
 

@@ -140,6 +140,15 @@ def check_inventory_models(hosts: Mapping[str, Mapping], names: Sequence[str], d
     return found
 
 
+# rigkit.cli refuses these options where they would be ignored: --deep re-hashes what --check reads; --json and
+# --from-controller-only shape a staging run, which --check does not make.
+OPTIONS_IN_PLACE = (
+    ("--deep", "--check", True),
+    ("--json", "--check", False),
+    ("--from-controller-only", "--check", False),
+)
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("inventory", help="pyinfra inventory file (e.g. inventory/lab.py)")
     parser.add_argument("--limit", action="append", default=[], help="hosts or groups (as pyinfra's --limit)")
@@ -163,6 +172,13 @@ def run(args: argparse.Namespace) -> int:
     try:
         hosts = load_inventory(args.inventory, data_args=args.data)
         names = targeted(hosts, args.limit)
+        if not staged_settings(hosts, names):
+            raise ConfigError(
+                "model_source",
+                None,
+                f"no targeted rig of {args.inventory} declares one: there is nothing to stage or check",
+                "set model_source on the rigs (`rigkit resolve-model` prints the pin), or --limit to rigs that set it",
+            )
         if args.check:
             results = check_inventory_models(hosts, names, deep=args.deep)
             for name, result in results.items():

@@ -20,14 +20,25 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Optional
 
+import httpx2
 from huggingface_hub import HfApi, hf_hub_download
-from huggingface_hub.errors import GatedRepoError, HfHubHTTPError, RepositoryNotFoundError, RevisionNotFoundError
+from huggingface_hub.errors import (
+    GatedRepoError,
+    HfHubHTTPError,
+    HFValidationError,
+    RepositoryNotFoundError,
+    RevisionNotFoundError,
+)
+from huggingface_hub.utils import validate_repo_id
 
-from rigkit.errors import RigkitError
+from rigkit.errors import ConfigError, RigkitError
 from rigkit.model.source import COMMIT_RE, HASH_CHUNK, HUB, ModelSource, check_relative_file, manifest_hash
 
 logger = logging.getLogger("rigkit.model")
 FIELD = "model_source"
+# What asking the hub raises when it does not answer as a hub: an HTTP status (HfHubHTTPError), or no answer at
+# all (huggingface_hub 2.4 talks through httpx2, whose connect and read errors are not OSErrors).
+HUB_FAILURES = (HfHubHTTPError, OSError, httpx2.HTTPError)
 
 
 @dataclass(frozen=True)
@@ -79,18 +90,30 @@ def _hub_error(exc: Exception, spec: str, what: str) -> RigkitError:
     return RigkitError(
         FIELD,
         spec,
-        f"the hub did not answer ({exc})",
+        f"the hub did not answer ({type(exc).__name__}: {exc})",
         "check the controller's network and HF_ENDPOINT, then run again (finished files are kept)",
     )
+
+
+def check_repo_id(repo: str, spec: str) -> None:
+    """ConfigError, before the hub is asked, for a repository id huggingface_hub's own validator refuses (a space,
+    a ';', '..'): the client would raise it as a traceback."""
+    try:
+        validate_repo_id(repo)
+    except HFValidationError as exc:
+        raise ConfigError(
+            FIELD, spec, f"not a hub repository id ({exc})", "write it as org/name, as the hub's page shows it"
+        ) from None
 
 
 def resolve_revision(
     repo: str, revision: str = "main", endpoint: Optional[str] = None, token: Optional[str] = None
 ) -> str:
     """The commit a branch or tag points at now: what `rigkit resolve-model` prints."""
+    check_repo_id(repo, f"{repo}@{revision}")
     try:
         info = _api(endpoint, token).model_info(repo, revision=revision)
-    except (HfHubHTTPError, OSError) as exc:
+    except HUB_FAILURES as exc:
         raise _hub_error(exc, f"{repo}@{revision}", revision) from None
     if not COMMIT_RE.fullmatch(info.sha or ""):
         raise RigkitError(
@@ -104,9 +127,10 @@ def resolve_revision(
 
 def hub_listing(source: ModelSource, endpoint: Optional[str] = None, token: Optional[str] = None) -> list[HubFile]:
     """Every file of the commit with what the hub says it hashes to."""
+    check_repo_id(source.name, source.spec)
     try:
         info = _api(endpoint, token).model_info(source.name, revision=source.revision, files_metadata=True)
-    except (HfHubHTTPError, OSError) as exc:
+    except HUB_FAILURES as exc:
         raise _hub_error(exc, source.spec, source.revision) from None
     if info.sha and info.sha != source.revision:
         raise RigkitError(
@@ -199,7 +223,7 @@ def fetch_to_controller(
                         force_download=attempt > 1,
                     )
                 )
-            except (HfHubHTTPError, OSError) as exc:
+            except HUB_FAILURES as exc:
                 raise _hub_error(exc, source.spec, source.revision) from None
             known = recorded.get(item.path)
             stat = path.stat()

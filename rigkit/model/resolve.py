@@ -14,14 +14,32 @@ import sys
 
 from rigkit.errors import ConfigError, RigkitError
 from rigkit.model.hub import resolve_revision
-from rigkit.model.source import CONTROLLER_PREFIX, SHARED, SHARED_PREFIX, ModelSource, resolve_directory
+from rigkit.model.source import (
+    CONTROLLER_PREFIX,
+    SHARED,
+    SHARED_PREFIX,
+    ModelSource,
+    check_directory,
+    hub_repo_problem,
+    parse_model_source,
+    resolve_directory,
+)
 
 
 def resolve_model(value: str) -> str:
+    """The pin for ``value``; ConfigError for what a deploy would refuse, with the deploy's words, before the
+    directory is hashed or the hub asked (the pin printed is parsed as a deploy parses it, too)."""
+    pin = _pin(value)
+    parse_model_source(pin)
+    return pin
+
+
+def _pin(value: str) -> str:
     if value.startswith(CONTROLLER_PREFIX):
         return resolve_directory(value[len(CONTROLLER_PREFIX) :].rsplit("@", 1)[0]).spec
     if value.startswith(SHARED_PREFIX):
         path = value[len(SHARED_PREFIX) :].rsplit("@", 1)[0]
+        check_directory(value, SHARED, path)
         try:
             pinned = resolve_directory(path)
         except ConfigError as exc:
@@ -35,6 +53,9 @@ def resolve_model(value: str) -> str:
         # the path as the rigs mount it (not the controller's resolved one: a symlink there is not one on a rig)
         return ModelSource(SHARED, path.rstrip("/"), pinned.revision).spec
     repo, _, revision = value.partition("@")
+    problem = hub_repo_problem(repo)
+    if problem:
+        raise ConfigError("model_source", value, problem, "write it as org/name[@BRANCH|TAG]")
     return f"{repo}@{resolve_revision(repo, revision or 'main')}"
 
 

@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Callable, Iterable, Mapping, Optional
 
 from rigkit.errors import ConfigError
+from rigkit.paths import absolute_path_problem, bind_source_problem
 
 HUB, CONTROLLER, SHARED = "hub", "controller", "shared"
 SOURCE_KINDS = (HUB, CONTROLLER, SHARED)
@@ -98,13 +99,9 @@ def parse_model_source(value: object, field: str = "model_source") -> ModelSourc
             f"run `rigkit resolve-model {CONTROLLER_PREFIX}{value}`",
         )
     repo, at, revision = value.partition("@")
-    if not REPO_ID_RE.fullmatch(repo) or ".." in repo or "--" in repo:
-        raise ConfigError(
-            field,
-            value,
-            "not a hub repository id (namespace/name: letters, digits, '-', '_', '.')",
-            "write it as org/name@<40-hex commit>",
-        )
+    problem = hub_repo_problem(repo)
+    if problem:
+        raise ConfigError(field, value, problem, "write it as org/name@<40-hex commit>")
     if not at or not revision:
         raise ConfigError(
             field,
@@ -128,17 +125,38 @@ def parse_model_source(value: object, field: str = "model_source") -> ModelSourc
     return ModelSource(HUB, repo, revision)
 
 
+def check_directory(value: str, kind: str, path: str, field: str = "model_source") -> None:
+    """ConfigError naming ``value`` when ``path`` (its directory) cannot be a ``kind`` source: what a deploy refuses,
+    and `rigkit resolve-model` before it pins anything."""
+    prefix = DIRECTORY_PREFIXES[kind]
+    fix = f"write {prefix}/absolute/dir@<manifest sha256>, a directory of its own outside the system's"
+    problem = directory_problem(kind, path.rstrip("/"))
+    if problem:
+        raise ConfigError(field, value, f"the directory {problem}", fix)
+
+
+def hub_repo_problem(repo: str) -> Optional[str]:
+    """Why ``repo`` is not a hub repository id as model_source takes it (namespace/name, the hub's characters), or
+    None."""
+    if not REPO_ID_RE.fullmatch(repo) or ".." in repo or "--" in repo:
+        return "not a hub repository id (namespace/name: letters, digits, '-', '_', '.')"
+    if any(part.endswith((".", "-")) for part in repo.split("/")) or repo.endswith(".git"):
+        return "not a hub repository id (a part ends with '.' or '-', or it ends with .git)"
+    return None
+
+
+def directory_problem(kind: str, path: str) -> Optional[str]:
+    """Why ``path`` cannot be a ``kind`` directory source, or None: a shared one is a host directory bind-mounted into
+    the container (the same rule as l2_path and model_store_path); a controller one is read there only, but its
+    name must still read as written (no invisible character, normalised)."""
+    return bind_source_problem(path) if kind == SHARED else absolute_path_problem(path)
+
+
 def _parse_directory(value: str, field: str, kind: str = CONTROLLER) -> ModelSource:
     prefix = DIRECTORY_PREFIXES[kind]
     rest = value[len(prefix) :]
     path, at, revision = rest.rpartition("@") if "@" in rest else (rest, "", "")
-    if not path.startswith("/") or any(part in ("..", ".") for part in path.split("/")) or path.rstrip("/") == "":
-        raise ConfigError(
-            field,
-            value,
-            "the directory must be an absolute path without '.' or '..'",
-            f"write {prefix}/absolute/dir@<manifest sha256>",
-        )
+    check_directory(value, kind, path, field)
     if not at:
         raise ConfigError(
             field,
@@ -258,6 +276,19 @@ def resolve_directory(path: str, field: str = "model_source") -> ModelSource:
     return ModelSource(CONTROLLER, str(root.resolve()), document["hash"])
 
 
+def changed_files(pinned: Manifest, found: Manifest) -> list[str]:
+    """Each file that differs between the pinned manifest and the directory, with how: changed, added or removed."""
+    lines = []
+    for path in sorted(set(pinned) | set(found)):
+        if path not in found:
+            lines.append(f"{path} removed")
+        elif path not in pinned:
+            lines.append(f"{path} added")
+        elif pinned[path]["sha256"] != found[path]["sha256"] or int(pinned[path]["size"]) != int(found[path]["size"]):
+            lines.append(f"{path} changed")
+    return lines
+
+
 def read_directory_manifest(source: ModelSource, field: str = "model_source") -> dict[str, dict]:
     """The pinned directory's manifest, refused when the directory's files no longer hash to the pin."""
     root = Path(source.name)
@@ -272,12 +303,16 @@ def read_directory_manifest(source: ModelSource, field: str = "model_source") ->
     files = directory_manifest(root, previous)
     found = manifest_hash(files)
     if found != source.revision:
+        pinned = (previous or {}).get("files", {}) if (previous or {}).get("hash") == source.revision else {}
+        changed = changed_files(pinned, files) if pinned else []
+        named = f" ({', '.join(changed[:5])}{', …' if len(changed) > 5 else ''})" if changed else ""
         raise ConfigError(
             field,
             source.spec,
             f"the directory's files hash to {found[:12]}…, not the pinned "
-            f"{source.revision[:12]}…: they changed since it was pinned",
-            f"pin what it holds now: run `rigkit resolve-model {CONTROLLER_PREFIX}{source.name}`",
+            f"{source.revision[:12]}…: they changed since it was pinned{named}",
+            f"restore {'them' if len(changed) > 1 else 'it' if changed else 'them'}, or pin what it holds now: "
+            f"run `rigkit resolve-model {CONTROLLER_PREFIX}{source.name}`",
         )
     return {path: {"size": entry["size"], "sha256": entry["sha256"]} for path, entry in files.items()}
 

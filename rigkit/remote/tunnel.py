@@ -27,11 +27,10 @@ from typing import Any, Callable, Iterator, Mapping, Optional
 import paramiko
 
 from rigkit.errors import RigkitError
+from rigkit.settings.connection import STRICT_HOST_KEY_DEFAULT
 
 DEFAULT_SSH_PORT = 22
 SSH_CONNECT_TIMEOUT_S = 15.0
-# pyinfra's default for ssh_strict_host_key_checking
-DEFAULT_STRICT_HOST_KEY_CHECKING = "accept-new"
 PUMP_BUFFER_BYTES = 65536
 # paramiko keepalives: a NAT or firewall between controller and rig must not idle the tunnel out
 SSH_KEEPALIVE_S = 30
@@ -86,6 +85,21 @@ def _accept_new_policy(known_hosts_file: Optional[str]) -> paramiko.MissingHostK
     return AcceptNew()
 
 
+def missing_host_key_policy(
+    host_data: Mapping[str, Any], known_hosts: Optional[str] = None
+) -> paramiko.MissingHostKeyPolicy:
+    """What an unknown host key does, as pyinfra reads ssh_strict_host_key_checking: new keys are accepted only
+    for "accept-new" (its default) and trusted blindly only for "no"/"off"; anything else ("yes", "ask", which
+    nobody can answer here, or a value validation did not see) rejects it."""
+    strict = host_data.get("ssh_strict_host_key_checking")
+    strict = STRICT_HOST_KEY_DEFAULT if strict is None else strict
+    if strict in ("no", "off"):
+        return paramiko.AutoAddPolicy()
+    if strict == STRICT_HOST_KEY_DEFAULT:
+        return _accept_new_policy(known_hosts)
+    return paramiko.RejectPolicy()
+
+
 def connect_ssh(host_data: Mapping[str, Any], inventory_name: Optional[str] = None) -> paramiko.SSHClient:
     """An SSH client connected with pyinfra's connection data for one host."""
     hostname = ssh_address(inventory_name or "", host_data)
@@ -100,13 +114,7 @@ def connect_ssh(host_data: Mapping[str, Any], inventory_name: Optional[str] = No
         client.load_host_keys(known_hosts)
     else:
         client.load_system_host_keys()
-    strict = str(host_data.get("ssh_strict_host_key_checking", DEFAULT_STRICT_HOST_KEY_CHECKING)).lower()
-    if strict in ("no", "off", "false"):
-        client.set_missing_host_key_policy(paramiko.AutoAddPolicy())
-    elif strict in ("yes", "on", "true"):
-        client.set_missing_host_key_policy(paramiko.RejectPolicy())
-    else:
-        client.set_missing_host_key_policy(_accept_new_policy(known_hosts))
+    client.set_missing_host_key_policy(missing_host_key_policy(host_data, known_hosts))
     key = host_data.get("ssh_key")
     port = int(host_data.get("ssh_port") or DEFAULT_SSH_PORT)
     try:

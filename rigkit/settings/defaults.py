@@ -14,7 +14,7 @@ from rigkit.disk import check_account_name, check_mount_options
 from rigkit.errors import ConfigError
 from rigkit.firewall import API_FIREWALL, sources_check
 from rigkit.kv_store import KV_STORE_FIREWALL
-from rigkit.paths import check_device_path, check_host_path, check_relative_path
+from rigkit.paths import bind_source_problem, check_device_path, check_host_path, check_relative_path
 from rigkit.remote.registry import parse_reference
 from rigkit.settings.knobs import KNOBS, check_port
 from rigkit.settings.types import (
@@ -34,7 +34,7 @@ from rigkit.settings.types import (
     address_problem,
     between,
 )
-from rigkit.settings.variables import REDACTED, Variable, one_of
+from rigkit.settings.variables import REDACTED, Variable, check_of, one_of
 from rigkit.validation import abstats
 
 SOURCES = ("docker-ce", "distro")
@@ -661,13 +661,9 @@ KV_SHARE_FSTYPES = ("nfs4", "nfs", "none")  # none: a directory the host already
 KV_SHARE_NFS_CLIENT_PACKAGE = "nfs-common"
 
 
-def _share_mount_point(value: str) -> None:
-    check_host_path(value)
-    if ":" in value:
-        raise ValueError("must not contain ':' (compose volume syntax)")
-
-
-_share_mount_point.fix = "write an absolute directory without ':' such as /mnt/rigkit-kv-share"
+_share_mount_point = check_of(
+    bind_source_problem, "write an absolute directory without ':' such as /mnt/rigkit-kv-share"
+)
 
 
 KV_SHARE_VARIABLES: list[Variable] = [

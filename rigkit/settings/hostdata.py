@@ -31,6 +31,7 @@ from rigkit.firewall import API_FIREWALL, refuse_on_shared_network
 from rigkit.kv_share import check_share_settings, shared_l2_path
 from rigkit.model.source import MODEL_CONTAINER_PATH, ModelSource, mounted_dir, parse_model_source
 from rigkit.remote.registry import require_digest
+from rigkit.settings.connection import connection_values
 from rigkit.settings.defaults import (
     ALL_VARIABLES,
     KV_SHARE_VARIABLES,
@@ -600,6 +601,7 @@ def rig_settings(data: dict, profiles: Optional[dict[str, Profile]] = None, need
 
     ``needs_stack=False``: a host without a serving_profile is fine (a provisioning role run on its own)."""
     refuse_unknown_keys(data, ALL_VARIABLES)
+    connection_values(data)
     declared = needs_stack or data.get("serving_profile") is not None
     stack = settings_for_host(data, profiles) if declared else None
     sections = {name: resolve(variables, data) for name, variables in ROLE_SECTIONS.items()}

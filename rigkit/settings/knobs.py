@@ -18,10 +18,10 @@ from typing import Any, Optional
 from rigkit import kv_store
 from rigkit.errors import ConfigError
 from rigkit.model.source import parse_model_source
-from rigkit.paths import check_host_path
+from rigkit.paths import check_bind_source
 from rigkit.settings.engine_args import engine_spellings, read_as
 from rigkit.settings.types import IpAddress, between, refuse_credentials
-from rigkit.settings.variables import REDACTED, JsonObject, Variable, check_of, one_of
+from rigkit.settings.variables import REDACTED, JsonObject, Refusal, Variable, check_of, one_of
 
 # Host paths and env values travel through .env and compose; both readers (compose v1's python-dotenv,
 # compose v2's Go parser) must read back exactly what was declared.
@@ -57,17 +57,22 @@ def env_value_problem(text: str) -> Optional[str]:
     return None
 
 
+# The fix for what .env cannot carry (env_value_problem): only ever given for that.
+ONE_LINE_FIX = "write it on one line, without NUL, '${' or both a quote and '$'"
+
+
 def _text(extra=None):
     """A check for strings that reach .env or compose: refuses what compose cannot carry."""
 
     def check(value: str) -> None:
         problem = env_value_problem(value)
         if problem:
-            raise ValueError(problem)
+            raise Refusal(problem, ONE_LINE_FIX)
         if extra is not None:
             extra(value)
 
-    check.fix = getattr(extra, "fix", "") or "write it on one line, without NUL, '${' or both a quote and '$'"
+    # the extra check's own fix for what it refuses (never the one-line fix: that is for env_value_problem's)
+    check.fix = getattr(extra, "fix", "") if extra is not None else ONE_LINE_FIX
     return check
 
 
@@ -76,12 +81,6 @@ PORT_RANGE = (1, 65535)
 
 
 check_port = between(*PORT_RANGE)
-
-
-def _l2_path(value: str) -> None:
-    check_host_path(value)
-    if ":" in value:
-        raise ValueError("must not contain ':' (compose volume syntax)")
 
 
 def gpu_indices(mask: str) -> list[int]:
@@ -101,21 +100,34 @@ def _gpu_mask(value: str) -> None:
         )
 
 
+_gpu_mask.fix = "write each GPU index once, separated by commas, e.g. 0,1 (empty = every GPU)"
+
+
 def _profile_name(value: str) -> None:
-    if not re.fullmatch(r"[a-z0-9][a-z0-9-]*", value):
+    # a near-miss (lmcache_mp) passes on to rigkit.settings.profiles.get_profile, which names the closest profile
+    if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]*", value):
         raise ValueError("must be a profile name from profiles.yaml")
+
+
+_profile_name.fix = "write a profile name from profiles.yaml, e.g. cpu-lab"
 
 
 def _model_source(value: str) -> None:
     try:
         parse_model_source(value)
     except ConfigError as exc:
-        raise ValueError(f"{exc.problem}; fix: {exc.fix}") from None
+        raise Refusal(exc.problem, exc.fix) from None
+
+
+_model_source.fix = "write org/name@<40-hex commit>, controller:/dir@<manifest sha256> or shared:/dir@<manifest sha256>"
 
 
 def _image(value: str) -> None:
     if any(char.isspace() for char in value):
         raise ValueError("must not contain whitespace")
+
+
+_image.fix = "write the image as REPO@sha256:<64 hex> (`rigkit resolve IMAGE:TAG` prints it)"
 
 
 # What vLLM 0.26.0 accepts (vllm/config/cache.py: CacheDType, MambaCacheMode;
@@ -331,7 +343,7 @@ KNOBS: list[Variable] = [
         "host directory of the model store (staged revisions); empty = "
         "models/ under the l2_disk role's l2_mount_point (the NVMe)",
         str,
-        _text(_l2_path),
+        _text(check_bind_source),
         optional=True,
     ),
     Variable(
@@ -449,7 +461,7 @@ KNOBS: list[Variable] = [
         "host directory of the L2 disk tier, mounted into the container (empty = the "
         "l2_disk role's l2_mount_point/l2_cache_dir)",
         str,
-        _text(_l2_path),
+        _text(check_bind_source),
         optional=True,
     ),
     Variable(

@@ -199,10 +199,17 @@ def _error(path: Path, where: str, problem: str, fix: str) -> ConfigError:
     return ConfigError(f"{path.name}: {where}", None, problem, fix)
 
 
-def _validation_error(path: Path, name: str, exc: ValidationError) -> ConfigError:
+def _validation_error(path: Path, name: str, exc: ValidationError, common: Optional[dict] = None) -> ConfigError:
     first = exc.errors()[0]
     location = ".".join(str(part) for part in first["loc"])
     where = f"profiles.{name}.{location}" if location else f"profiles.{name}"
+    loc = first["loc"]
+    if len(loc) >= 2 and loc[0] in _LIST_FIELDS and isinstance(loc[1], int):
+        # the profile's list is common's then its own (parse_profiles): name the item where the user wrote it
+        shared = len((common or {}).get(loc[0]) or [])
+        own = loc[1] - shared
+        where = f"common.{loc[0]}[{loc[1]}]" if own < 0 else f"profiles.{name}.{loc[0]}[{own}]"
+        return _error(path, f"{where} = {first.get('input')!r}", first["msg"], f"write {loc[0]} as a list of text")
     if first["type"] == "extra_forbidden":
         model = {"connector": Connector, "resources": Resources}.get(str(first["loc"][0]), Profile)
         near = closest_name(str(first["loc"][-1]), [f for f in model.model_fields if f not in _DERIVED_FIELDS])
@@ -306,7 +313,7 @@ def parse_profiles(text: str, path: Path = PROFILES_FILE) -> dict[str, Profile]:
         try:
             profile = Profile(**merged)
         except ValidationError as exc:
-            raise _validation_error(path, name, exc) from None
+            raise _validation_error(path, name, exc, common) from None
         except ConfigError as exc:  # a knob default failed its own check
             raise _error(path, f"profiles.{name}.defaults.{exc.field}", exc.problem, exc.fix) from None
         if "l1_in_limits" in entry:

@@ -53,6 +53,15 @@ class CredentialInValue(ValueError):
     """A check's refusal of a value holding a credential: the refusal then shows the value redacted."""
 
 
+class Refusal(ValueError):
+    """A check's refusal with its own fix: Variable.coerce shows it instead of the check's general ``fix`` (a check
+    refusing for several reasons has one right fix per reason)."""
+
+    def __init__(self, problem: str, fix: str):
+        super().__init__(problem)
+        self.fix = fix
+
+
 class JsonObject(str):
     """Type of a setting holding a JSON object, kept as its text: given as text (kept exactly as written)
     or as a dict (what pyinfra's ``--data k='{...}'`` gives), which is written as compact JSON."""
@@ -243,9 +252,8 @@ class Variable:
                 self.check(converted)
             except ValueError as exc:
                 shown = REDACTED if isinstance(exc, CredentialInValue) else self.shown(value)
-                raise ConfigError(
-                    self.name, shown, str(exc), self._fix(TYPE_NAMES.get(self.type, self.type.__name__))
-                ) from None
+                fix = getattr(exc, "fix", None) or self._fix(TYPE_NAMES.get(self.type, self.type.__name__))
+                raise ConfigError(self.name, shown, str(exc), fix) from None
         return converted
 
 

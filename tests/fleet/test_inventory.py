@@ -24,6 +24,23 @@ def test_each_mistyped_limit_is_named_even_beside_good_ones():
     assert refused.value.field == "--limit" and refused.value.value == "rgi2" and "'rig2'" in refused.value.fix
 
 
+@pytest.mark.parametrize(
+    "pattern, fix",
+    [
+        ("rig7", "did you mean 'rig1' or 'rig2' or 'rig3'?"),  # the nearest hosts, not the group 'rigs'
+        ("RIG2", "did you mean 'rig2'"),
+        ("gpu-box", "did you mean 'gpu-box1'?"),
+        ("rgis", "did you mean the group 'rigs'?"),  # no host near it: the nearest group
+        ("zzz", "use host or group names: gpu-box1, rig1, rig2, rig3, rig4, big, rigs"),
+    ],
+)
+def test_an_unknown_limit_suggests_the_nearest_hosts(pattern, fix):
+    hosts = {f"rig{i}": {"groups": ["rigs", "all"]} for i in range(1, 5)} | {"gpu-box1": {"groups": ["big"]}}
+    with pytest.raises(ConfigError) as refused:
+        targeted(hosts, [pattern])
+    assert refused.value.fix.startswith(fix), refused.value.fix
+
+
 # The inventory files as pyinfra loads them, checked for what pyinfra takes silently (issue 25).
 
 

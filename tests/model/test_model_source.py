@@ -46,16 +46,16 @@ IMAGE = "vllm/vllm-openai@sha256:" + "a" * 64
         ("/srv/models/tiny", "a path without saying where", "controller:/srv/models/tiny"),
         ("/srv/models/tiny", "a path without saying where", "shared:/srv/models/tiny"),
         ("shared:/mnt/models/tiny", "without its manifest hash", "rigkit resolve-model shared:/mnt/models/tiny"),
-        ("shared:mnt@" + "b" * 64, "absolute path", "shared:/absolute"),
-        ("shared:/@" + "b" * 64, "absolute path", "shared:/absolute"),
+        ("shared:mnt@" + "b" * 64, "must be an absolute host path", "shared:/absolute"),
+        ("shared:/@" + "b" * 64, "must be an absolute host path", "shared:/absolute"),
         ("shared:/mnt/tiny@main", "not a manifest hash", "rigkit resolve-model shared:/mnt/tiny"),
         (
             "controller:/srv/models/tiny",
             "without its manifest hash",
             "rigkit resolve-model controller:/srv/models/tiny",
         ),
-        ("controller:relative@" + "b" * 64, "absolute path", "controller:/absolute"),
-        ("controller:/srv/../etc@" + "b" * 64, "absolute path", "controller:/absolute"),
+        ("controller:relative@" + "b" * 64, "must be an absolute host path", "controller:/absolute"),
+        ("controller:/srv/../etc@" + "b" * 64, "no empty, '.' or '..' parts", "controller:/absolute"),
         ("not a repo@" + COMMIT, "not a hub repository id", "org/name@<40-hex commit>"),
         ("", "no model source", "org/name@"),
     ],
@@ -166,6 +166,27 @@ def test_a_controller_directory_is_pinned_by_its_manifest_and_a_change_is_refuse
     (tmp_path / "w.safetensors").write_bytes(os.urandom(1000))
     with pytest.raises(ConfigError, match="changed since it was pinned"):
         read_directory_manifest(source)
+
+
+@pytest.mark.parametrize(
+    "tamper, named",
+    [
+        (lambda root: (root / "w.safetensors").write_bytes(b"x" * 1000), "(w.safetensors changed)"),
+        (lambda root: (root / "extra.bin").write_bytes(b"x"), "(extra.bin added)"),
+        (lambda root: (root / "config.json").unlink(), "(config.json removed)"),
+    ],
+    ids=["changed", "added", "removed"],
+)
+def test_a_tampered_controller_file_is_refused_by_its_name(tmp_path, tamper, named):
+    (tmp_path / "config.json").write_text("{}")
+    (tmp_path / "w.safetensors").write_bytes(os.urandom(1000))
+    (tmp_path / "tokenizer.json").write_text("{}")  # untouched: never named
+    source = resolve_directory(str(tmp_path))
+    tamper(tmp_path)
+    with pytest.raises(ConfigError) as refused:
+        read_directory_manifest(source)
+    assert refused.value.problem.endswith(f"changed since it was pinned {named}"), refused.value.problem
+    assert "tokenizer.json" not in str(refused.value) and refused.value.fix.startswith("restore it, or pin")
 
 
 def _store(store, *args, stdin=b""):

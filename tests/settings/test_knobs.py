@@ -203,6 +203,11 @@ def test_l2_adapter_json_given_as_a_dict_by_pyinfra_data():
 
 
 ONE_LINE_FIX = "write it on one line, without NUL, '${' or both a quote and '$'"
+# each check's own fix, never the one-line one (issue 43: that is for what .env cannot carry only)
+BIND_SOURCE_FIX = "write an absolute, normalised directory of its own without ':', e.g. /mnt/rigkit-l2"
+GPU_MASK_FIX = "write each GPU index once, separated by commas, e.g. 0,1 (empty = every GPU)"
+PROFILE_NAME_FIX = "write a profile name from profiles.yaml, e.g. cpu-lab"
+IMAGE_FIX = "write the image as REPO@sha256:<64 hex> (`rigkit resolve IMAGE:TAG` prints it)"
 MIXED_QUOTING = "contains both a quote or backslash and '$', which no .env quoting keeps for both compose versions"
 BAD_END = "ends with '\"' or a backslash and also contains a quote or backslash"
 ENGINE_FIX = (
@@ -226,23 +231,23 @@ FRACTION_FIX = "write a fraction above 0 and at most 1, e.g. 0.92"
         ("model", 'it\'s "q"', BAD_END, ONE_LINE_FIX),
         ("model", "a\\b\\", BAD_END, ONE_LINE_FIX),
         ("model", "a'b\\", BAD_END, ONE_LINE_FIX),
-        ("l2_path", "/a:b", "must not contain ':' (compose volume syntax)", ONE_LINE_FIX),
-        ("l2_path", "relative/dir", "must be an absolute host path", ONE_LINE_FIX),
-        ("gpu_mask", "0;1", "must be GPU indices separated by commas, e.g. 0,1 (empty = every GPU)", ONE_LINE_FIX),
-        ("gpu_mask", "0,", "must be GPU indices separated by commas, e.g. 0,1 (empty = every GPU)", ONE_LINE_FIX),
-        ("gpu_mask", "a0", "must be GPU indices separated by commas, e.g. 0,1 (empty = every GPU)", ONE_LINE_FIX),
+        ("l2_path", "/a:b", "must not contain ':' (compose volume syntax)", BIND_SOURCE_FIX),
+        ("l2_path", "relative/dir", "must be an absolute host path", BIND_SOURCE_FIX),
+        ("gpu_mask", "0;1", "must be GPU indices separated by commas, e.g. 0,1 (empty = every GPU)", GPU_MASK_FIX),
+        ("gpu_mask", "0,", "must be GPU indices separated by commas, e.g. 0,1 (empty = every GPU)", GPU_MASK_FIX),
+        ("gpu_mask", "a0", "must be GPU indices separated by commas, e.g. 0,1 (empty = every GPU)", GPU_MASK_FIX),
         (
             "gpu_mask",
             "2,1,0,2,1",
             "names GPU 1, 2 more than once: each GPU is one tensor-parallel rank, so a repeat would run two ranks "
             "on one GPU",
-            ONE_LINE_FIX,
+            GPU_MASK_FIX,
         ),
-        ("serving_profile", "Bad-name", "must be a profile name from profiles.yaml", ONE_LINE_FIX),
-        ("serving_profile", "-lead", "must be a profile name from profiles.yaml", ONE_LINE_FIX),
-        ("serving_profile", "a_b", "must be a profile name from profiles.yaml", ONE_LINE_FIX),
-        ("serving_image", "repo/vllm@sha256:1 2", "must not contain whitespace", ONE_LINE_FIX),
-        ("serving_image", "repo/vllm\t", "must not contain whitespace", ONE_LINE_FIX),
+        ("serving_profile", "bad name", "must be a profile name from profiles.yaml", PROFILE_NAME_FIX),
+        ("serving_profile", "-lead", "must be a profile name from profiles.yaml", PROFILE_NAME_FIX),
+        ("serving_profile", "a/b", "must be a profile name from profiles.yaml", PROFILE_NAME_FIX),
+        ("serving_image", "repo/vllm@sha256:1 2", "must not contain whitespace", IMAGE_FIX),
+        ("serving_image", "repo/vllm\t", "must not contain whitespace", IMAGE_FIX),
         ("gpu_memory_utilization", 0, "must be a fraction above 0 and at most 1, e.g. 0.92", FRACTION_FIX),
         ("gpu_memory_utilization", 1.01, "must be a fraction above 0 and at most 1, e.g. 0.92", FRACTION_FIX),
         (
@@ -327,9 +332,8 @@ FRACTION_FIX = "write a fraction above 0 and at most 1, e.g. 0.92"
         (
             "model_source",
             "org/name",
-            "a hub repository without a revision: the hub serves whatever its main branch holds that day; fix: pin "
-            "a commit: run `rigkit resolve-model org/name` and use what it prints (org/name@<40-hex commit>)",
-            ONE_LINE_FIX,
+            "a hub repository without a revision: the hub serves whatever its main branch holds that day",
+            "pin a commit: run `rigkit resolve-model org/name` and use what it prints (org/name@<40-hex commit>)",
         ),
         (
             "kv_store_password",
@@ -416,7 +420,8 @@ def test_a_text_check_refuses_what_compose_cannot_carry_before_its_own_check():
     with pytest.raises(ValueError, match=r"^contains a newline$"):
         check("a\nb")
     assert seen == ["fine"]
-    assert check.fix == ONE_LINE_FIX and _text().fix == ONE_LINE_FIX
+    # a check without its own fix gets Variable's general one, never the one-line fix of another reason
+    assert check.fix == "" and _text().fix == ONE_LINE_FIX
     _text()("fine")
 
 

@@ -180,7 +180,7 @@ def test_with_the_shared_store_wiped_between_prefill_and_ask_rig2_is_not_warm(sh
         for name in WARM_RIGS:
             rig_exec(lab.rig(name), f"{composes[name]} up -d")
         clients["rig2"].wait_ready()
-        pair = ask(prefilled, "rig2", clients["rig2"], settings.output_tokens, 900)
+        pair = ask(prefilled, "rig2", clients["rig2"], settings.output_tokens, 900, 0, settings.numerics_ceiling_nats)
         clients["rig1"].wait_ready()  # both stacks back for the tests after this one
     assert pair.prefill.labels == ["cold"]
     assert pair.asked.labels == [Tier.RETRIEVED_BUT_UNUSED.value] and not pair.passed, pair.asked.proofs

@@ -46,6 +46,7 @@ import requests
 from router_process import PROCESSED, WORKER_HEALTH, Loops, RouterProcess, per_worker
 from test_fleet_lab import models
 
+from rigkit.fleet.pyinfra_args import rigkit_executable
 from rigkit.fleet.targets import select
 from rigkit.lab import router_server
 from rigkit.lab.router_server import LAB_ROUTER_METRICS_PORT, lab_router_url
@@ -347,3 +348,37 @@ def test_a_router_restart_and_a_killed_router_lose_no_request(lab, lab_router):
     assert failures == [], failures
     assert router_status_now().state == UP
     assert {worker for worker in load.samples[-1][1]} == set(workers)  # the new router sends to every rig
+
+
+def test_a_plain_deploy_of_every_rig_behind_the_lab_router_stops_before_any_rig_restarts(lab, lab_router):
+    """Issue 43: with the lab's router serving, `rigkit deploy inventory/lab.py` (no router declared) restarted both
+    rigs at once and 276 of 322 requests failed, with no warning. The rigs know the router they are behind
+    (`lab up --router` recorded it on them, as a gateway's deploy does): the run is refused before pyinfra starts."""
+    behind = list(lab_router["workers"])
+    if len(behind) < 2:
+        pytest.skip(f"the lab router has {len(behind)} rig(s) behind it; needs two")
+    started = {rig: container_started(lab.rig(rig)) for rig in behind}
+    refused = subprocess.run(
+        [rigkit_executable(), "deploy", str(REPO_ROOT / "inventory" / "lab.py"), *[f"--limit={rig}" for rig in behind]],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    print(
+        f"\nrigkit deploy inventory/lab.py behind the lab router: exit {refused.returncode}: {refused.stderr.strip()}"
+    )
+    assert refused.returncode == 2, refused.stdout[-3000:] + refused.stderr
+    assert f"{', '.join(behind)} were last deployed behind the router on @local" in refused.stderr
+    assert "pass --all-at-once to restart them together anyway" in refused.stderr
+    assert {rig: container_started(lab.rig(rig)) for rig in behind} == started  # nothing restarted
+
+
+def container_started(rig) -> str:
+    """When the rig's serving container last started (docker inspect inside the rig)."""
+    return subprocess.run(
+        ["docker", "exec", rig.container, "docker", "inspect", "-f", "{{.State.StartedAt}}", CONTAINER_NAME],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    ).stdout.strip()

@@ -82,7 +82,7 @@ ISSUE_ROWS = (
     "shared model under a system directory",
     "repository id with a space",
     "tampered file",
-    "generic \"write it on one line\"",
+    'generic "write it on one line"',
     "unknown `--limit` host",
 )
 CPU_LAB = {

@@ -37,6 +37,7 @@ from rigkit.fleet import deploy_process
 from rigkit.fleet.inventory import inventory_rigs
 from rigkit.fleet.provision import roles_until
 from rigkit.kv_share import check_inventory
+from rigkit.listeners import refuse_shared_ports
 from rigkit.monitoring.prometheus import fleet_targets, scraper_addresses
 from rigkit.operations.router import rigs_before_router
 from rigkit.remote.tunnel import ssh_address
@@ -59,6 +60,12 @@ def validated(needs_stack: bool = True) -> RigSettings:
         raise refusal.with_traceback(None) from None
 
 
+# two services of this host's machine on one port (a node exporter on the serving port, the KV store declared on a
+# rig's box): refused here, before any host is touched
+try:
+    refuse_shared_ports(((other.name, other.groups, other.data.dict()) for other in inventory), only=[host.name])
+except RigkitError as refusal:
+    raise refusal.with_traceback(None) from None
 gateway = is_gateway(host.groups)
 # Each group's own role is imported by its branch: a rig's run never loads the router's HTTP client or the
 # monitoring role's dashboards (~50 ms of every run's start).

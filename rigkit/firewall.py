@@ -243,6 +243,23 @@ def exposure_notice(enabled: bool, bind_address: str, port: int) -> Optional[str
     return None
 
 
+def wildcard_exposure_notice(
+    service: str, setting: str, addresses: Sequence[str], port: int, firewall: Optional[str] = None
+) -> Optional[str]:
+    """What the deploy says when ``service`` listens on a wildcard address (0.0.0.0, ::) with no firewall of rigkit's
+    in front (``firewall``: the setting that would put one there, off; None: the service has none), or None."""
+    wildcard = [address for address in addresses if ipaddress.ip_address(address).is_unspecified]
+    if not wildcard:
+        return None
+    limit = (
+        f"set {firewall}: true to let only the rigs in, or" if firewall else "rigkit puts no firewall in front of it:"
+    )
+    return (
+        f"{service}: {setting} {wildcard[0]} listens on every address, port {port}, with no firewall in front: "
+        f"every host that can route here reaches it; {limit} bind it to one address on a trusted network"
+    )
+
+
 def refuse_on_shared_network(firewall: Firewall, data: Mapping, enabled: bool) -> None:
     """The lab's hard rule: a lab rig on host networking shares this machine's network namespace, so its
     nft rules would be this machine's firewall. Only a lab rig in its own namespace may take one."""

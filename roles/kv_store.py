@@ -44,7 +44,7 @@ from pyinfra.operations.util import any_changed
 from rigkit.distro import target_os
 from rigkit.errors import PreflightError
 from rigkit.facts.firewall import FirewallTrace, NetworkNamespace, trace_kwargs
-from rigkit.firewall import refuse_on_shared_network, refuse_same_namespace
+from rigkit.firewall import refuse_on_shared_network, refuse_same_namespace, wildcard_exposure_notice
 from rigkit.kv_store import (
     INCLUDE_LINE,
     KV_STORE_FIREWALL,
@@ -57,7 +57,7 @@ from rigkit.kv_store import (
     config_text,
     store_sources,
 )
-from rigkit.operations import refuse
+from rigkit.operations import refuse, say
 from rigkit.operations.apt import packages_installed
 from rigkit.operations.files import secret_file
 from rigkit.operations.kv_store import store_verified
@@ -81,6 +81,19 @@ def kv_store(rig: RigSettings, run: Run, rigs: Optional[Mapping[str, str]] = Non
         refuse_on_shared_network(KV_STORE_FIREWALL, rig.data, enabled)
         sources = store_sources(settings, (host.name, ssh_address(host.name, rig.data)), rigs or {})
     target_os(host.get_fact(LinuxDistribution)["release_meta"], "kv_store", KV_STORE_SUPPORTED_OS)
+    notice = (
+        None
+        if enabled
+        else wildcard_exposure_notice(
+            "kv_store",
+            "kv_store_bind_addresses",
+            settings["kv_store_bind_addresses"],
+            settings["kv_store_port"],
+            KV_STORE_FIREWALL.setting,
+        )
+    )
+    if notice:
+        say(host, notice)
 
     if not enabled:
         firewall_removed(KV_STORE_FIREWALL, host.get_fact(FirewallTrace, **trace_kwargs(KV_STORE_FIREWALL)))

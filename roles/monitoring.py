@@ -30,6 +30,7 @@ from pyinfra.operations import files, server, systemd
 from pyinfra.operations.util import any_changed
 
 from rigkit.distro import target_os
+from rigkit.firewall import wildcard_exposure_notice
 from rigkit.monitoring.dashboards import dashboard_text, dashboards, datasource_text, provider_text
 from rigkit.monitoring.prometheus import (
     GRAFANA_DASHBOARDS_DIR,
@@ -59,6 +60,11 @@ MONITORING_SUPPORTED_OS = frozenset({("debian", "12"), ("debian", "13")})
 def monitoring(rig: RigSettings, run: Run, targets: Sequence[Target] = ()) -> None:
     settings = rig.monitoring
     target_os(host.get_fact(LinuxDistribution)["release_meta"], "monitoring", MONITORING_SUPPORTED_OS)
+    notice = wildcard_exposure_notice(
+        "monitoring", "monitoring_bind_address", [settings["monitoring_bind_address"]], settings["monitoring_port"]
+    )
+    if notice:
+        say(host, notice)
     args = files.put(
         name="Prometheus' address and retention (before the package: dpkg keeps it)",
         src=StringIO(f"# rigkit: written by roles/monitoring.py; edits are overwritten\n{prometheus_args(settings)}\n"),

@@ -73,6 +73,17 @@ ISSUE_ROWS = (
     "mistyped `--limit`",
     "more canaries",
     "plain pyinfra",
+    # issue 43: commands that succeed at nothing, untyped inventory values, exposure, pins, vague refusals
+    "not a `.py` file",
+    "means nothing where it stands",
+    "connection data rigkit reads itself",
+    "two services of one machine",
+    "wildcard address",
+    "shared model under a system directory",
+    "repository id with a space",
+    "tampered file",
+    'generic "write it on one line"',
+    "unknown `--limit` host",
 )
 CPU_LAB = {
     "serving_profile": "cpu-lab",

@@ -12,6 +12,7 @@ from rigkit.errors import ConfigError
 from rigkit.fleet.inventory import check_connection_data, load_inventory, rigs_among, targeted
 from rigkit.fleet.pyinfra_args import check_data_pairs
 from rigkit.kv_share import check_inventory
+from rigkit.listeners import refuse_shared_ports
 
 
 @dataclass(frozen=True)
@@ -32,6 +33,7 @@ def select(inventory: str, limits: Sequence[str] = (), data: Sequence[str] = (),
     patterns = [pattern for limit in limits for pattern in limit.split(",") if pattern]
     hosts = load_inventory(inventory, data_args=data)
     check_inventory((name, host["groups"], host["data"]) for name, host in hosts.items())
+    refuse_shared_ports((name, host["groups"], host["data"]) for name, host in hosts.items())
     names = targeted(hosts, patterns)
     if rigs_only:
         names = rigs_among(hosts, names)

@@ -2,17 +2,18 @@
 
     .venv/bin/python bench/gpu/collect.py gpu-check.tar.gz [gpu-health*.tar.gz] NAME[+RUN]
 
--> tests/fixtures/gpu-h200-vllm0.26/NAME/: per case record.jsonl.gz (every /metrics scrape and completion),
-result.json, run-script.sh, run-env.json, the tail of each engine log; cards/ (rigkit's cards, markdown + JSON);
-run.log, summary.json, stacks.json, versions.txt, training.json. The nvidia-smi captures (issue 27) go, raw, to
-tests/fixtures/nvidia-smi/NAME/ (without +RUN: a second check of the same day adds its files beside the first's, never
-replacing one).
+-> tests/fixtures/gpu-<GPU>-vllm<X.Y>/NAME/ (the GPU its cards name, the vLLM of its versions.txt): per case
+record.jsonl.gz (every /metrics scrape and completion), result.json, run-script.sh, run-env.json, the tail of each
+engine log; cards/ (rigkit's cards, markdown + JSON); run.log, summary.json, stacks.json, versions.txt, training.json,
+config.json (the model's shape). The nvidia-smi captures (issue 27) go, raw, to tests/fixtures/nvidia-smi/NAME/
+(without +RUN: a second check of the same day adds its files beside the first's, never replacing one).
 """
 
 from __future__ import annotations
 
 import gzip
 import io
+import json
 import re
 import shutil
 import sys
@@ -54,6 +55,7 @@ def keep(member: str) -> bool:
             "stacks.json",
             "versions.txt",
             "training.json",
+            "config.json",
             "l2-files.txt",
         }
         or (Path(member).parent.name == "cards" and name.endswith((".md", ".card.json")))
@@ -95,9 +97,31 @@ def collect(archive: Path, dest: Path) -> int:
     return count
 
 
+def capture_folder(archive: Path) -> str:
+    """gpu-<gpu>-vllm<major.minor> of a capture: the first card's GPU model (e.g. "NVIDIA H100 80GB HBM3" -> h100)
+    and versions.txt's vLLM; a capture naming neither is refused (it would be filed under the wrong machine)."""
+    gpu = vllm = None
+    with tarfile.open(archive) as tar:
+        for member in tar.getmembers():
+            if not member.isfile():
+                continue
+            if member.name.endswith("versions.txt"):
+                found = re.search(r"vllm (\d+\.\d+)", tar.extractfile(member).read().decode())
+                vllm = found.group(1) if found else vllm
+            elif member.name.endswith(".card.json") and gpu is None:
+                models = json.loads(tar.extractfile(member).read()).get("repro", {}).get("gpu_models") or []
+                found = re.search(r"\b([A-Z]\d{2,4}[A-Za-z]?)\b", models[0]) if models else None
+                gpu = found.group(1).lower() if found else None
+    if gpu is None or vllm is None:
+        raise SystemExit(f"{archive}: no GPU model in its cards or no vLLM version in versions.txt: not filed")
+    return f"gpu-{gpu}-vllm{vllm}"
+
+
 def main() -> None:
     *archives, name = sys.argv[1:]
-    dest = FIXTURES / "gpu-h200-vllm0.26" / name.replace("+", "-")  # NAME+RUN: a second check of the day
+    checks = [a for a in map(Path, archives) if not a.name.startswith("gpu-health")]
+    folder = capture_folder(checks[0]) if checks else "gpu-h200-vllm0.26"
+    dest = FIXTURES / folder / name.replace("+", "-")  # NAME+RUN: a second check of the day
     shutil.rmtree(dest, ignore_errors=True)
     for archive in map(Path, archives):
         if archive.name.startswith("gpu-health"):

@@ -156,7 +156,8 @@ def compare_greedy(
     """One warm request's output against one reference's for the same session.
 
     With tokens and top-k from both runs: the shift against the tolerance decides (module docstring). Without them,
-    any difference is served-but-wrong. An empty reply against a non-empty reference is served-but-wrong."""
+    any difference is served-but-wrong; so is a reply without logprobs where the reference has them. An empty reply
+    against a non-empty reference is served-but-wrong."""
     char_difference = first_difference(reference_text, text)
     with_tokens = bool(reference_tokens) and bool(tokens)
     token_difference = (
@@ -169,6 +170,10 @@ def compare_greedy(
     moved, positions = shift(reference_tokens, tokens) if with_tokens else (None, 0)
     within = moved is not None and tolerance.nats is not None and moved <= tolerance.nats
     if not text and reference_text:
+        verdict = SERVED_BUT_WRONG
+    elif reference_tokens and not tokens:
+        # logprobs were asked (the reference has them) and the reply has none: a null logprob at its first token, as
+        # NaN logits from damaged KV give (an H100's fs tier with 256 bytes per block overwritten)
         verdict = SERVED_BUT_WRONG
     elif moved is None:
         verdict = SAME if same_output else SERVED_BUT_WRONG

@@ -72,6 +72,13 @@ def test_an_empty_reply_is_served_but_wrong_whatever_its_logprobs():
     )
 
 
+def test_a_reply_without_logprobs_where_the_reference_has_them_is_served_but_wrong():
+    """NaN logits from damaged KV end the logprobs at the first token (rigkit.remote.client.token_choices): the text
+    may even look like the reference's; the missing logprobs are the evidence."""
+    check = compare_greedy("s", " a b c", " a b c", reference_tokens=COLD, tokens=[], tolerance=BAND)
+    assert check.verdict == SERVED_BUT_WRONG and check.shift_nats is None
+
+
 def test_identical_tokens_within_the_tolerance_are_the_same_with_the_shift_measured():
     check = compare_greedy("s", " a b c", " a b c", reference_tokens=COLD, tokens=moved(COLD, -0.0625), tolerance=BAND)
     assert check.same and check.verdict == SAME and check.first_difference is None

@@ -113,7 +113,7 @@ def fmt_shift(check: GreedyCheck) -> str:
     if check.shift_nats is None:
         if check.near_tie_nats is not None and check.margin_nats is not None:  # a card before the shift verdict
             return f"{where}, margin {check.margin_nats:.3f} nats (near tie {check.near_tie_nats:g})"
-        return f"{where}, no logprobs to tell numerics from wrong KV"
+        return f"{where}, no logprobs to compare (none asked, or the reply carried none where its reference did)"
     limit = "no tolerance measured" if check.tolerance_nats is None else f"tolerance {check.tolerance_nats:.4f}"
     relation = "≤" if check.verdict in ("same", "numerics") else ">" if check.tolerance_nats is not None else "vs"
     exact = " (bit-exact path)" if check.tolerance_exact else ""

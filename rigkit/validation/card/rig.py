@@ -161,7 +161,7 @@ def power_lines(card: RigCard) -> list[str]:
         "|---|---|---|---|---|---|---|",
     ]
     for row in power.rows:
-        moved = "—" if row.shift_nats is None else f"{row.shift_nats:.4f}"
+        moved = "— (no logprobs in the reply)" if row.shift_nats is None else f"{row.shift_nats:.4f}"
         lines.append(
             f"| {row.damage}: {row.description} | {row.files} | {row.bytes_damaged:,} | {row.label} | {row.verdict} "
             f"| {moved} | {'✓ caught' if row.caught else '✗ missed (below the check’s power)'} |"

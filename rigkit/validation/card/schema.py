@@ -404,8 +404,10 @@ class RigCard(BaseModel):
 
     @property
     def passed(self) -> bool:
+        """Nothing measured is no pass: a card needs a tier or a shared pair, each of them passed."""
         return (
-            not self.failures
+            bool(self.tiers or self.shared)
+            and not self.failures
             and all(t.passed for t in self.tiers)
             and (self.l2 is None or self.l2.level != "fail")
             and (self.soak is None or self.soak.passed)

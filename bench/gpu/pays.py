@@ -284,6 +284,7 @@ def run(stacks_file: Path, results: Path, seconds: float) -> None:
                     offload_block_tokens=stack.info["offload_block_tokens"],
                     chunk_size=stack.info["knobs"].get("chunk_size"),
                     l1_gib=stack.info["l1_gib"],
+                    disk_tier=bool(stack.info["l2_container_path"]),
                 )
                 started = time.time()
                 try:
@@ -327,7 +328,13 @@ def report_of(entry: dict, kv_per_token: int, limits: RigLimits) -> None:
     from rigkit.validation.pays_sweep import PointRecord
 
     points = [PointRecord(p["tokens"], p["ttft_s"], p["labels"], p["fillers_sent"]).point() for p in entry["points"]]
-    report = pays_report([p for p in points if p], kv_per_token, limits, "Qwen3-8B shape: 36 x 8 x 128 x 2 x bf16")
+    report = pays_report(
+        [p for p in points if p],
+        kv_per_token,
+        limits,
+        "Qwen3-8B shape: 36 x 8 x 128 x 2 x bf16",
+        disk_tier=bool(entry.get("disk_tier")),
+    )
     entry["report"] = report.model_dump(mode="json")
     entry["report_model"] = report
     entry["cpu_tier_share"] = {

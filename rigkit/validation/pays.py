@@ -70,6 +70,7 @@ class RigLimits(BaseModel):
     disk_device: Optional[str] = None
     disk_filesystem: Optional[str] = None
     disk_reads: list[DiskRead] = Field(default_factory=list)
+    no_gpu: Optional[str] = None  # why the rig has no GPU to measure (a CPU rig: no link floor for a CPU tier)
     errors: list[str] = Field(default_factory=list)
 
     @classmethod
@@ -92,6 +93,7 @@ class RigLimits(BaseModel):
             disk_device=disk.get("device"),
             disk_filesystem=disk.get("filesystem"),
             disk_reads=[DiskRead(**{k: r[k] for k in DiskRead.model_fields if k in r}) for r in disk.get("reads", [])],
+            no_gpu=probe.get("no_gpu"),
             errors=list(probe.get("errors") or []),
         )
 

@@ -47,22 +47,40 @@ def card_point(card: RigCard) -> Optional[SweepPoint]:
     )
 
 
-def report_of(card: RigCard) -> Optional[PaysReport]:
-    """The card's sweep report, else one judged from its own tier table."""
-    if card.pays is not None:
-        return card.pays
-    point = card_point(card)
-    if point is None:
+def does_it_pay(
+    card: RigCard, sweep: Sequence[SweepPoint] = (), declared_kv_bytes_per_token: Optional[float] = None
+) -> Optional[PaysReport]:
+    """Each warm tier against its floor at the sweep's lengths and at the card's own session size (its tier table:
+    the only point with the disk tier after a restart), with the KV bytes per token the store's growth measured,
+    else the declared figure; None when no warm tier was measured beside cold and warm-gpu."""
+    own = card_point(card)
+    points = [*sweep, *([own] if own else [])]
+    if not points:
         return None
-    per_token = card.capacity.kb_per_token * 1000 if card.capacity and card.capacity.kb_per_token else None
-    source = "measured from the store's growth (③)" if per_token else ""
-    return pays_report([point], per_token, card.rig_limits, source)
+    if card.capacity and card.capacity.kb_per_token:
+        per_token, source = card.capacity.kb_per_token * 1000, "measured from the store's growth (③)"
+    elif declared_kv_bytes_per_token:
+        per_token, source = declared_kv_bytes_per_token, "declared: kv_bytes_per_token, else the model's shape"
+    else:
+        per_token, source = None, ""
+    return pays_report(points, per_token, card.rig_limits, source)
+
+
+def report_of(card: RigCard) -> Optional[PaysReport]:
+    """The card's report as validation wrote it, else (a card written before issue 42) one judged from its own tier
+    table."""
+    return card.pays if card.pays is not None else does_it_pay(card)
 
 
 def limits_lines(limits: Optional[RigLimits]) -> list[str]:
     if limits is None:
         return ["Rig limits not measured (rigkit/files/rig_limits.py): no floor, the gain against cold only."]
     lines = []
+    if limits.no_gpu:
+        lines.append(
+            f"- GPU: none on this rig ({limits.no_gpu}): no host-to-device link, so no floor for a CPU tier; "
+            "its gain against cold stands"
+        )
     for gpu in limits.gpus:
         link = f"PCIe gen {gpu.pcie_gen or '?'} x{gpu.pcie_width or '?'}"
         if gpu.pcie_gen_max and gpu.pcie_gen and gpu.pcie_gen < gpu.pcie_gen_max:
@@ -115,7 +133,7 @@ def pays_lines(card: RigCard) -> list[str]:
             "",
         ]
     else:
-        lines += ["KV per token unknown (no store growth measured): no floor.", ""]
+        lines += ["KV per token unknown (no store growth measured, none declared): no floor.", ""]
     lines += [f"- {TIER_TITLES.get(b.tier, b.tier)}: **{b.text}**" for b in report.breakevens] + [""]
     return lines
 

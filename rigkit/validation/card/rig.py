@@ -336,11 +336,19 @@ def render_rig_markdown(card: RigCard) -> str:
                 "|---|---|" + "---|" * len(sizes),
             ]
             for tier in cap.tiers:
+                # a count by an eviction rule is of whole sessions (a part of one is recomputed)
+                shown = "{:.0f}" if tier.rule else "{:.1f}"
                 lines.append(
                     f"| {tier.name} | {fmt_bytes(tier.size_bytes)} | "
-                    + " | ".join(f"{tier.sessions[s]:.1f}" for s in sizes)
+                    + " | ".join(shown.format(tier.sessions[s]) for s in sizes)
                     + " |"
                 )
+            lines += [""] + [
+                f"{tier.name}: {tier.rule}; whole sessions held before an eviction fires."
+                if tier.rule
+                else f"{tier.name}: counted on the whole tier."
+                for tier in cap.tiers
+            ]
             lines.append("")
     else:
         lines += ["Not measured in this run.", ""]

@@ -206,6 +206,7 @@ class CapacityTier(BaseModel):
     name: str
     size_bytes: int
     sessions: dict[str, float]  # session size in tokens (as text) -> sessions the tier holds
+    rule: Optional[str] = None  # the cache's eviction rule the sessions were counted with (None: the whole tier)
 
 
 class Capacity(BaseModel):

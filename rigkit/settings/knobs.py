@@ -473,10 +473,9 @@ KNOBS: list[Variable] = [
     ),
     Variable(
         "chunk_size",
-        1024,
-        "LMCache chunk size in tokens; whole chunks only are stored (a prompt's tail past its last one is "
-        "recomputed). 1024: its CPU tier reached 94 % of an H100's pinned link at 32K tokens where 256 (LMCache's "
-        "own default) reached 74 % (docs/benchmarks.md, does the tier pay)",
+        256,
+        "LMCache chunk size in tokens (LMCache's own default; the lmcache-mp profile sets 1024: see its defaults); "
+        "whole chunks only are stored, a prompt's tail past its last one is recomputed",
         int,
         between(16, 65536, "tokens"),
         env="LMCACHE_CHUNK_SIZE",

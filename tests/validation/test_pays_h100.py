@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from rigkit.settings.knobs import KNOBS
+from rigkit.settings.hostdata import settings_for_host
 from rigkit.validation.pays import CPU_TIER, DISK_TIER, SHARE_MIN, RigLimits, pays_report
 from rigkit.validation.pays_sweep import PointRecord
 
@@ -24,6 +24,7 @@ RECORDED = json.loads(CAPTURE.read_text())
 LIMITS = RigLimits.from_probe(RECORDED["limits"])
 KV_PER_TOKEN = RECORDED["kv_bytes_per_token"]
 DISK_STACKS = {"native-tiered"}
+DIGEST = "@sha256:" + "0" * 64
 
 
 def report(name: str):
@@ -64,11 +65,19 @@ def test_each_cpu_tier_against_the_pinned_link_at_32k(name, share):
 
 def test_the_candidates_native_offloads_block_size_does_not_win_and_lmcaches_chunk_1024_does():
     """Block 64: 85 % against the rendering's 83 % (within one run's noise); 256: 62 %. LMCache's chunk 1024: 94 %
-    against 256's 74 %: rigkit's chunk_size default is 1024 since (the knob says why)."""
+    against 256's 74 %: the lmcache-mp profile's chunk_size is 1024 since (profiles.yaml says why)."""
     assert share_at("native-offload-block64", 32000) - share_at("native-offload", 32000) < 0.05
     assert share_at("native-offload-block256", 32000) < share_at("native-offload", 32000)
     assert share_at("lmcache-mp-chunk1024", 32000) > SHARE_MIN > share_at("lmcache-mp", 32000)
-    assert next(k for k in KNOBS if k.name == "chunk_size").default == 1024
+    lmcache = settings_for_host(
+        {
+            "serving_profile": "lmcache-mp",
+            "serving_image": "lmcache/vllm-openai" + DIGEST,
+            "allow_incubating": True,
+            "model": "m",
+        }
+    )
+    assert lmcache.knobs["chunk_size"] == 1024 and lmcache.store_chunk_tokens == 1024
 
 
 @pytest.mark.parametrize("name", ["native-offload", "native-tiered", "lmcache-mp"])

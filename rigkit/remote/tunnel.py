@@ -195,7 +195,7 @@ class Tunnel:
 
     def run(self, command: str, stdin: str) -> Optional[str]:
         """Run `command` on the rig over this tunnel's SSH connection with `stdin` fed to it: its stdout, or None
-        when it exited non-zero or the connection failed (rigkit.validation.ttft.RigCommand; the lab's TTFT probe)."""
+        when it exited non-zero or the connection failed (rigkit.remote.probe.RigCommand; the lab's TTFT probe)."""
         try:
             channel = self.transport().open_session()
         except (paramiko.SSHException, EOFError, OSError, TunnelError):

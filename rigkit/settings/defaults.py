@@ -15,6 +15,7 @@ from rigkit.errors import ConfigError
 from rigkit.firewall import API_FIREWALL, sources_check
 from rigkit.kv_store import KV_STORE_FIREWALL
 from rigkit.paths import bind_source_problem, check_device_path, check_host_path, check_relative_path
+from rigkit.prompts import PROMPT_KINDS
 from rigkit.remote.registry import parse_reference
 from rigkit.settings.knobs import KNOBS, check_port
 from rigkit.settings.types import (
@@ -35,7 +36,6 @@ from rigkit.settings.types import (
     between,
 )
 from rigkit.settings.variables import REDACTED, Variable, check_of, one_of
-from rigkit.validation import abstats
 
 SOURCES = ("docker-ce", "distro")
 
@@ -741,7 +741,7 @@ VALIDATION_VARIABLES: list[Variable] = [
         "narrative",
         "prompt body of the tier sessions: narrative or code",
         str,
-        check=one_of(abstats.PROMPT_KINDS),
+        check=one_of(PROMPT_KINDS),
     ),
     Variable(
         "validate_output_tokens",

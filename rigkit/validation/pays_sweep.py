@@ -16,11 +16,12 @@ import statistics
 from dataclasses import dataclass, field
 from typing import Callable, Optional, Sequence
 
-from rigkit.remote.client import ServingClient, measure
-from rigkit.validation.metrics import Snapshot
+from rigkit.metrics import Snapshot
+from rigkit.prompts import PromptSpec
+from rigkit.remote.client import ServingClient
+from rigkit.validation.measure import measure
 from rigkit.validation.pays import SweepPoint
 from rigkit.validation.procedure import ValidationSettings, evict_gpu_pool
-from rigkit.validation.prompts import PromptSpec
 from rigkit.validation.tiers import Tier, label
 
 

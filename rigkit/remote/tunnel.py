@@ -27,9 +27,10 @@ from typing import Any, Callable, Iterator, Mapping, Optional
 import paramiko
 
 from rigkit.errors import RigkitError
-from rigkit.settings.connection import STRICT_HOST_KEY_DEFAULT
 
 DEFAULT_SSH_PORT = 22
+# pyinfra 3's SSH connector's default StrictHostKeyChecking (rigkit.settings.connection checks the setting)
+STRICT_HOST_KEY_DEFAULT = "accept-new"
 SSH_CONNECT_TIMEOUT_S = 15.0
 PUMP_BUFFER_BYTES = 65536
 # paramiko keepalives: a NAT or firewall between controller and rig must not idle the tunnel out

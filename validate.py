@@ -5,6 +5,7 @@
     pyinfra inventory/X.py validate.py --data replay=results/<run-id>   # same prompts/seeds as that run
     pyinfra inventory/X.py validate.py --data validate_decode_ab=true   # + decode A/B (restarts the stack)
     pyinfra inventory/X.py validate.py --data validate_soak_sessions=20 # + soak: 20 conversations x 5 turns
+    pyinfra inventory/X.py validate.py --data validate_pays_lengths=2048,8192,32768   # + where each tier pays
 
 Per rig: reach the serving API (SSH tunnel to the rig's loopback, or direct on a LAN bind) for prompts and
 /metrics, stream every completion from the rig itself (rigkit/files/ttft_probe.py run by the rig's python3 over
@@ -12,7 +13,10 @@ pyinfra's SSH connection: the client TTFT is the one the rig's own clients see, 
 rigkit.validation.procedure's tier procedure (cold, warm-gpu, warm-connector, and warm-persistent after a
 compose down/up on the rig), read the L2 disk tier's state on the rig (filesystem size/free against
 the janitor's floor, the store against l2_budget_gb, the janitor and its evictions: a full L2 fails
-the card), optionally soak the stack (rigkit.validation.soak: multi-turn conversations, memory sampled on the
+the card), measure the rig's own limits (rigkit/files/rig_limits.py: the disk half by the rig's python3, the
+host-to-device half in the serving container; rigkit.validation.rig_limits_probe) and, with validate_pays_lengths,
+sweep context lengths (rigkit.validation.pays_sweep): each warm tier against its floor and where it pays, on the
+card's section ⑤; optionally soak the stack (rigkit.validation.soak: multi-turn conversations, memory sampled on the
 rig after every turn; a failed soak fails the card), then write results/<run-id>/<rig>.card.json +
 Markdown + plots and re-render the fleet card. Every host of one pyinfra run shares the run id. A replay keeps
 the recorded run's cards in results/<run-id>/recorded/: its fleet card sets the recorded rigs beside the new
@@ -40,7 +44,7 @@ from rigkit.remote.probe import RigProbe
 from rigkit.remote.tunnel import serving_url
 from rigkit.serving.commands import rendering_for, restart_commands
 from rigkit.serving.release_steps import apply_rendering
-from rigkit.serving.render import l2_integrity
+from rigkit.serving.render import CONTAINER_NAME, l2_integrity
 from rigkit.settings.defaults import SECRET_SETTINGS
 from rigkit.settings.hostdata import rig_settings, settings_for_host
 from rigkit.settings.profiles import ab_pair, load_profiles
@@ -52,7 +56,9 @@ from rigkit.validation.card.glance import glance_lines
 from rigkit.validation.card.replay import summary_lines
 from rigkit.validation.card.store import RUN_ID_ENV, keep_recorded, replay_comparison
 from rigkit.validation.decode_ab import run_decode_ab
+from rigkit.validation.pays_sweep import check_lengths_fit, sweep_after_tiers
 from rigkit.validation.procedure import ValidationSettings, check_prompt_fits, validate_tiers
+from rigkit.validation.rig_limits_probe import ProbeSizes, probe_rig_limits
 from rigkit.validation.soak import check_fits, limits_from, memory_probe, plan_from, run_soak
 
 RUN_ID = os.environ.setdefault(RUN_ID_ENV, new_run_id())
@@ -154,6 +160,7 @@ def _validate() -> None:
     knobs = stack.knobs
     # what the declared context cannot hold is refused before any rig is asked (the server's is checked again)
     check_prompt_fits(settings, knobs["max_model_len"])
+    check_lengths_fit(settings.pays_lengths, settings.output_tokens, knobs["max_model_len"])
     if settings.soak_sessions:
         check_fits(plan_from(settings), knobs["max_model_len"])
     compose = host.get_fact(ComposeCommand)
@@ -165,9 +172,12 @@ def _validate() -> None:
             "run deploy.py (the docker role installs compose)",
         )
     l2_path = knobs["l2_path"] if stack.l2_active else None
-    tier_sizes = {}
+    tier_sizes, tier_rules = {}, {}
     if stack.l1_gib:
-        tier_sizes[f"L1 RAM {stack.l1_gib} GiB"] = stack.l1_bytes
+        l1 = f"L1 RAM {stack.l1_gib} GiB"
+        tier_sizes[l1] = stack.l1_bytes
+        if stack.l1_eviction:
+            tier_rules[l1] = stack.l1_eviction
     if l2_path:
         tier_sizes[f"L2 disk {knobs['l2_budget_gb']:g} GB"] = int(knobs["l2_budget_gb"] * GB)
     with ExitStack() as tunnels:
@@ -194,6 +204,7 @@ def _validate() -> None:
                 connector_configured=stack.profile.connector is not None,
                 store_bytes=_store_bytes(l2_path) if l2_path else None,
                 capacity_tiers=tier_sizes,
+                capacity_rules=tier_rules,
                 not_applicable=stack.tiers_not_applicable,
                 store_chunk_tokens=stack.store_chunk_tokens,
                 bit_exact_tiers=stack.bit_exact_tiers,
@@ -203,6 +214,19 @@ def _validate() -> None:
             if l2 is not None and l2.level != "ok":
                 print(f"{host.name}: {fmt_l2(l2)}\n" + "\n".join(f"  {problem}" for problem in l2.problems))
             raise
+        sizes = ProbeSizes.of(
+            result.pool.block_size, stack.gpu_kv_bytes_per_token, stack.store_chunk_tokens, stack.kv_bytes_per_token
+        )
+        rig_limits = probe_rig_limits(_run_with_stdin, l2_path, CONTAINER_NAME, sizes)
+        sweep = []
+        if settings.pays_lengths:
+            sweep = sweep_after_tiers(
+                client,
+                result,
+                settings,
+                connector_configured=stack.profile.connector is not None,
+                progress=lambda line: print(f"{host.name}: {line}"),
+            )
         soak = None
         if settings.soak_sessions:
             probe = memory_probe(_shell)
@@ -236,6 +260,9 @@ def _validate() -> None:
         l2=read_l2(_shell, stack),
         soak=soak,
         speculative=stack.knobs["speculative_config"] is not None,
+        rig_limits=rig_limits,
+        sweep=sweep,
+        declared_kv_bytes_per_token=stack.kv_bytes_per_token,
     )
     run_dir = REPO_ROOT / RESULTS_DIR / RUN_ID
     write_card(run_dir, card)

@@ -41,6 +41,14 @@ SUBCOMMANDS = {
         "the warm-shared tier: prefill on each sharing rig, ask every other, "
         "label by the asked rig's counters, into the cards",
     ),
+    "validate": (
+        "rigkit.commands.validate",
+        "prove the cache tiers of any OpenAI-compatible vLLM endpoint by URL (one rigkit did not deploy): the card",
+    ),
+    "export": (
+        "rigkit.commands.export",
+        "one group's stack as Kubernetes objects or production-stack Helm values, refusing what they cannot say",
+    ),
 }
 
 

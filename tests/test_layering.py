@@ -57,7 +57,10 @@ FLOORS = [
         {"disk", "firewall", "kv_store", "kv_share", "router", "listeners"},
     ),
     ("reading a rig: pyinfra facts, the survey, the preflights", {"facts", "survey", "preflight"}),
-    ("the stack: compose and its release, the model's store, pyinfra operations", {"serving", "model", "operations"}),
+    (
+        "the stack: compose and its release, its Kubernetes export, the model's store, pyinfra operations",
+        {"serving", "export", "model", "operations"},
+    ),
     ("the fleet: inventory, deploy over every rig, model staging", {"fleet"}),
     ("proof and watch: cache validation, the L2 report, monitoring", {"validation", "l2_state", "monitoring"}),
     ("over the fleet: rollouts and status", {"rollout", "status"}),

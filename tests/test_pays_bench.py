@@ -39,7 +39,7 @@ def test_render_every_case_with_rigkits_own_rendering(tmp_path):
     assert len({s["lmcache_http_port"] for s in stacks.values() if s["lmcache_http_port"]}) == 2
     assert '"block_size":256,' in stacks["native-offload-block256"]["script"]
     assert "block_size" not in stacks["native-offload"]["script"]  # round 1 is rigkit's rendering as it is
-    assert stacks["lmcache-mp-chunk1024"]["env"]["LMCACHE_CHUNK_SIZE"] == "1024"
+    assert stacks["lmcache-mp-chunk256"]["env"]["LMCACHE_CHUNK_SIZE"] == "256"
     assert stacks["lmcache-mp"]["env"]["LMCACHE_CHUNK_SIZE"] == str(pays.LMCACHE_CHUNK_TOKENS)
     for stack in stacks.values():
         assert "--load-format=dummy" in stack["script"]
@@ -63,7 +63,7 @@ def test_model_dir_has_the_8b_shape_and_the_test_tokenizer(tmp_path):
 def test_probe_command_reads_the_tiers_file_sizes(tmp_path):
     command = pays.probe_command(tmp_path, pays.KV_BYTES_PER_TOKEN)
     sizes = command[command.index("--file-bytes") + 1]
-    assert sizes == f"{16 * 147456},{256 * 147456}"
+    assert sizes == f"{16 * 147456},{1024 * 147456}"  # the lmcache-mp profile's chunk
     assert command[command.index("--threads") + 1] == "1,16"
     assert "--gpu" in command
 

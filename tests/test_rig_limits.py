@@ -91,3 +91,38 @@ def test_gpu_half_without_torch_says_so(monkeypatch):
 @pytest.mark.parametrize("text,expected", [("1,16", [1, 16]), ("4", [4]), ("1, 2,", [1, 2])])
 def test_int_list(text, expected):
     assert rig_limits.int_list(text) == expected
+
+
+def test_no_nvidia_smi_is_no_gpu_not_an_error(monkeypatch):
+    def missing(*args, **kwargs):
+        raise FileNotFoundError(2, "No such file or directory", "nvidia-smi")
+
+    monkeypatch.setattr(rig_limits.subprocess, "run", missing)
+    errors = []
+    assert rig_limits.gpu_identity(errors) == ([], "no nvidia-smi on this machine") and errors == []
+
+
+def test_a_cpu_build_of_torch_is_no_gpu(monkeypatch):
+    class CpuTorch:
+        class cuda:
+            is_available = staticmethod(lambda: False)
+            device_count = staticmethod(lambda: 0)
+
+    monkeypatch.setattr(rig_limits.importlib, "import_module", lambda name: CpuTorch)
+    errors, gpus = [], []
+    assert rig_limits.measure_gpus(gpus, 1024, 2, 1, errors) == "torch sees no CUDA device"
+    assert errors == [] and gpus == []
+
+
+def test_the_disk_half_writes_at_most_a_share_of_the_free_space(tmp_path, monkeypatch):
+    real = rig_limits.os.statvfs
+
+    class Small:
+        f_frsize, f_bavail = 4096, 4 * 100  # 1.6 MB free: the probe may write 400 KB
+
+    monkeypatch.setattr(rig_limits.os, "statvfs", lambda path: Small if path == str(tmp_path) else real(path))
+    errors = []
+    disk = rig_limits.measure_disk(str(tmp_path), [100_000, 1_000_000], [1], 10**9, [False], errors)
+    assert disk["bytes_capped_to"] == 409_600
+    assert [(r["file_bytes"], r["files"]) for r in disk["reads"]] == [(100_000, 4)]
+    assert "under 1000000 bytes free to write" in errors[0]

@@ -29,6 +29,7 @@ sys.path[:0] = [str(HERE), str(HERE / "stubs"), str(REPO)]
 
 from render import DEVICE_KNOBS, render_case  # noqa: E402
 
+from rigkit.settings.hostdata import settings_for_host  # noqa: E402
 from rigkit.settings.sizing import gpu_kv_bytes_per_token  # noqa: E402
 from rigkit.validation.pays import CPU_TIER, RigLimits, fmt_rate, pays_report  # noqa: E402
 
@@ -64,7 +65,15 @@ KV_BYTES_PER_TOKEN = gpu_kv_bytes_per_token(
     "auto", QWEN3_8B["num_hidden_layers"], QWEN3_8B["num_key_value_heads"], QWEN3_8B["head_dim"], 1
 )
 GPU_BLOCK_TOKENS = 16  # vLLM's default block size on CUDA
-LMCACHE_CHUNK_TOKENS = 256  # rigkit's chunk_size default: one LMCache L2 file per chunk
+# the lmcache-mp profile's chunk as rigkit renders it: one LMCache L2 file per chunk (the probe reads files that size)
+LMCACHE_CHUNK_TOKENS = settings_for_host(
+    {
+        "serving_profile": "lmcache-mp",
+        "serving_image": "lmcache/vllm-openai@sha256:" + "0" * 64,
+        "allow_incubating": True,
+        "model": "pays",
+    }
+).store_chunk_tokens
 LENGTHS = (32000, 16000, 8000)  # the table: 16K and 32K; 8K where the breakeven may sit
 CANDIDATE_LENGTHS = (32000,)  # round 2: the length the verdict is taken at
 SESSIONS = 3
@@ -99,14 +108,15 @@ CASES: dict[str, tuple[int, dict, int | None]] = {
     ),
     "native-offload-block64": (2, {"serving_profile": "native-offload", "serving_image": VLLM}, 64),
     "native-offload-block256": (2, {"serving_profile": "native-offload", "serving_image": VLLM}, 256),
-    "lmcache-mp-chunk1024": (
+    # LMCache's own default chunk (rigkit's profile sets 1024 since the 2026-12-06 run, where 1024 was the candidate)
+    "lmcache-mp-chunk256": (
         2,
         {
             "serving_profile": "lmcache-mp",
             "serving_image": LMCACHE,
             "lmcache_port": 5585,
             "lmcache_http_port": 8096,
-            "chunk_size": 1024,
+            "chunk_size": 256,
         },
         None,
     ),
@@ -284,6 +294,7 @@ def run(stacks_file: Path, results: Path, seconds: float) -> None:
                     offload_block_tokens=stack.info["offload_block_tokens"],
                     chunk_size=stack.info["knobs"].get("chunk_size"),
                     l1_gib=stack.info["l1_gib"],
+                    disk_tier=bool(stack.info["l2_container_path"]),
                 )
                 started = time.time()
                 try:
@@ -327,7 +338,13 @@ def report_of(entry: dict, kv_per_token: int, limits: RigLimits) -> None:
     from rigkit.validation.pays_sweep import PointRecord
 
     points = [PointRecord(p["tokens"], p["ttft_s"], p["labels"], p["fillers_sent"]).point() for p in entry["points"]]
-    report = pays_report([p for p in points if p], kv_per_token, limits, "Qwen3-8B shape: 36 x 8 x 128 x 2 x bf16")
+    report = pays_report(
+        [p for p in points if p],
+        kv_per_token,
+        limits,
+        "Qwen3-8B shape: 36 x 8 x 128 x 2 x bf16",
+        disk_tier=bool(entry.get("disk_tier")),
+    )
     entry["report"] = report.model_dump(mode="json")
     entry["report_model"] = report
     entry["cpu_tier_share"] = {

@@ -9,7 +9,10 @@ Prints one JSON object:
   copy per block of --block-bytes, --blocks of them per transfer: as an offload connector moves a session).
 - "disk": the L2 directory's device and filesystem, and per (file size, threads, O_DIRECT) the read rate of files
   this probe wrote there first, fsynced, then dropped from the page cache (posix_fadvise DONTNEED) or read with
-  O_DIRECT: the disk, never the page cache. Its files are removed before it exits.
+  O_DIRECT: the disk, never the page cache; at most 1/FREE_SPACE_SHARE of the free space is written
+  ("bytes_capped_to" says when that cut --disk-bytes). Its files are removed before it exits.
+- "no_gpu": why there is no GPU to measure (no nvidia-smi, none listed, torch sees no CUDA device), else null: a
+  machine without a GPU (the lab's CPU rigs) is a finding, not an error.
 - "errors": what could not be measured, and why.
 
 Standard library only for the disk half (a rig has python3, nothing more is promised); the GPU half runs where torch
@@ -44,6 +47,9 @@ DIRECT_ALIGN = 4096
 # Each probe file is written from this much random data, repeated (os.urandom of a whole 36 MiB chunk is slow)
 PATTERN_BYTES = 1 << 20
 FILE_PREFIX = "rigkit-rig-limits-"
+# The disk half writes at most this fraction of the filesystem's free space (1/4): a small store disk (the lab's is
+# 1 GiB) keeps room for the tier, and the L2 janitor's free-space floor is never crossed by the probe.
+FREE_SPACE_SHARE = 4
 
 
 def parse_gpu_identity(text):
@@ -64,15 +70,19 @@ def parse_gpu_identity(text):
 
 
 def gpu_identity(errors):
+    """(GPUs nvidia-smi lists, why there is no GPU or None)."""
     try:
         done = subprocess.run(GPU_QUERY, capture_output=True, text=True, timeout=30)
+    except FileNotFoundError:
+        return [], "no nvidia-smi on this machine"
     except (OSError, subprocess.TimeoutExpired) as exc:
         errors.append(f"nvidia-smi: {exc}")
-        return []
+        return [], None
     if done.returncode != 0:
         errors.append(f"nvidia-smi exit {done.returncode}: {(done.stdout + done.stderr).strip()[:200]}")
-        return []
-    return parse_gpu_identity(done.stdout)
+        return [], None
+    gpus = parse_gpu_identity(done.stdout)
+    return gpus, None if gpus else "nvidia-smi lists no GPU"
 
 
 def rate(nbytes, seconds):
@@ -116,13 +126,16 @@ def h2d_rates(torch, device, block_bytes, blocks, repeats):
 
 
 def measure_gpus(gpus, block_bytes, blocks, repeats, errors):
+    """Host-to-device rates into each GPU's dict; returns why there is no GPU to measure, or None."""
     try:
         # the image's torch, where this runs with --gpu; a rig's bare python3 never reaches this line
         torch = importlib.import_module("torch")
     except ImportError as exc:
         errors.append(f"torch: {exc} (run the GPU half with the serving image's python)")
-        return
-    count = torch.cuda.device_count()
+        return None
+    count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    if count == 0:
+        return "torch sees no CUDA device"  # a CPU build (the lab's): nothing to time, and no error either
     if not gpus:
         gpus.extend({"index": i, "name": torch.cuda.get_device_name(i)} for i in range(count))
     for gpu in gpus:
@@ -135,6 +148,7 @@ def measure_gpus(gpus, block_bytes, blocks, repeats, errors):
             gpu["block_bytes"], gpu["blocks"], gpu["repeats"] = block_bytes, blocks, repeats
         except RuntimeError as exc:
             errors.append(f"GPU {index}: {exc}")
+    return None
 
 
 def mount_of(path, mounts_text):
@@ -217,8 +231,21 @@ def measure_disk(directory, file_sizes, threads_list, total_bytes, o_direct_mode
     except OSError:
         device = fstype = point = None
     disk = {"path": directory, "device": device, "filesystem": fstype, "mount_point": point, "reads": []}
+    try:
+        stats = os.statvfs(directory)
+        # the tier and its janitor share this filesystem: the probe never takes more than a share of its free space
+        room = stats.f_bavail * stats.f_frsize // FREE_SPACE_SHARE
+    except OSError as exc:
+        errors.append(f"disk: {directory}: {exc}")
+        return disk
+    if room < total_bytes:
+        disk["bytes_capped_to"] = room
+        total_bytes = room
     for file_bytes in file_sizes:
-        files = max(1, -(-total_bytes // file_bytes))
+        if total_bytes < file_bytes:
+            errors.append(f"disk: under {file_bytes} bytes free to write in {directory} (1/{FREE_SPACE_SHARE} of free)")
+            continue
+        files = max(1, total_bytes // file_bytes)
         try:
             paths = write_probe_files(directory, file_bytes, files)
         except OSError as exc:
@@ -266,10 +293,13 @@ def main(argv=None):
     parser.add_argument("--o-direct", choices=["yes", "no", "both"], default="both")
     args = parser.parse_args(argv)
     errors = []
-    gpus = gpu_identity(errors)
+    gpus, no_gpu = gpu_identity(errors)
     if args.gpu:
-        measure_gpus(gpus, args.block_bytes, args.blocks, args.repeats, errors)
-    out = {"gpus": gpus, "disk": None, "errors": errors}
+        # torch's view decides where it loads: a container may see its GPUs without nvidia-smi (measure_gpus then
+        # lists them), and a CPU build sees none
+        torch_says = measure_gpus(gpus, args.block_bytes, args.blocks, args.repeats, errors)
+        no_gpu = torch_says or (None if gpus else no_gpu)
+    out = {"gpus": gpus, "no_gpu": no_gpu, "disk": None, "errors": errors}
     if args.l2_dir:
         modes = {"yes": [True], "no": [False], "both": [True, False]}[args.o_direct]
         out["disk"] = measure_disk(args.l2_dir, args.file_bytes, args.threads, args.disk_bytes, modes, errors)

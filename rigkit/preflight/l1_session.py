@@ -7,22 +7,16 @@ from __future__ import annotations
 import math
 
 from rigkit.preflight.findings import Finding
-from rigkit.settings.eviction import rule_for
 from rigkit.settings.hostdata import Settings
 from rigkit.settings.sizing import GB, GIB
 
 
 def check_l1_session(settings: Settings) -> list[Finding]:
-    connector = settings.profile.connector
-    max_len, per_token = settings.knobs.get("max_model_len"), settings.kv_bytes_per_token
-    if connector is None or not settings.l1_gib or not max_len or not per_token:
-        return []  # no CPU tier, or the session's size unknown: nothing to compare
-    rule = rule_for(connector.kv_transfer_config.get("kv_connector"))
-    if rule is None:
-        return []
+    max_len, per_token, rule = settings.knobs.get("max_model_len"), settings.kv_bytes_per_token, settings.l1_eviction
+    if rule is None or not settings.l1_gib or not max_len or not per_token:
+        return []  # no CPU tier, a rule rigkit does not know, or the session's size unknown: nothing to compare
     session = max_len * per_token
-    _, fits = rule.sessions(settings.l1_bytes, session)
-    if fits >= 1:
+    if rule.sessions_held(settings.l1_bytes, session) >= 1:
         return []
     needed_gib = math.ceil(session / rule.fits_fraction / GIB)
     return [

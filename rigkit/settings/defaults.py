@@ -25,6 +25,7 @@ from rigkit.settings.types import (
     FsLabel,
     FstabSource,
     HostAddress,
+    IntegersBetween,
     IpAddress,
     Release,
     SecretText,
@@ -38,7 +39,7 @@ from rigkit.settings.types import (
     check_mount_options,
     check_relative_path,
 )
-from rigkit.settings.variables import REDACTED, Variable, check_of, one_of
+from rigkit.settings.variables import REDACTED, IntegerList, Variable, check_of, one_of
 
 SOURCES = ("docker-ce", "distro")
 
@@ -715,6 +716,9 @@ KV_SHARE_VARIABLES: list[Variable] = [
 
 # Validation (validate.py): what rigkit.validation.procedure measures and how; its ValidationSettings reads these.
 CALIBRATION_MIN_TOKENS = 256
+# The shortest context length the "does the tier pay?" sweep measures: below it a session's KV is a few tens of MB,
+# moved in about a millisecond over any link, and the TTFTs differ by less than the run-to-run spread.
+PAYS_MIN_TOKENS = 1024
 
 
 _fraction = between(0.001, 1.0)
@@ -858,6 +862,16 @@ VALIDATION_VARIABLES: list[Variable] = [
         "one layer, a few blocks, a few bytes per block) and report which the served-right verdict catches: the "
         "check's power on the card (needs the store reachable from the validating process and the restart)",
         bool,
+    ),
+    Variable(
+        "validate_pays_lengths",
+        IntegerList(),
+        "context lengths in tokens (e.g. 2048,8192,32768; kept sorted) at which, after the tiers, salted sessions "
+        "measure cold, warm-gpu and the CPU tier: the card's plot and each tier's breakeven (\"pays from 9K tokens\"). "
+        "Each length and the reply must fit max_model_len; empty: no sweep, the card judges the tiers at "
+        "validate_prompt_tokens only",
+        IntegerList,
+        check=IntegersBetween(floor=PAYS_MIN_TOKENS, ceiling=2**24, unit="tokens", example="2048,8192,32768"),
     ),
 ]
 

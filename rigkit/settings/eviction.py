@@ -34,6 +34,19 @@ class EvictionRule:
             return 0.0, 0.0
         return self.kept_fraction * capacity_bytes / session_bytes, self.fits_fraction * capacity_bytes / session_bytes
 
+    def held_bytes(self, capacity_bytes: int) -> int:
+        """Bytes the tier fills before an eviction fires (whole bytes: the boundary is exact, not a float's)."""
+        return int(self.fits_fraction * capacity_bytes)
+
+    def sessions_held(self, capacity_bytes: int, session_bytes: float) -> int:
+        """Whole sessions the tier holds before an eviction fires: a session cut by an eviction is recomputed from
+        its first evicted block on, so a part of one is no session. Filling exactly held_bytes is taken as not past
+        the watermark (whether LMCache 0.5.3 compares with > or >= is unconfirmed: at that one byte the count may be
+        one high)."""
+        if session_bytes <= 0:
+            return 0
+        return int(self.held_bytes(capacity_bytes) // session_bytes)
+
 
 LMCACHE_L1 = EvictionRule(
     f"LMCache frees {100 * LMCACHE_EVICTION_RATIO:.0f} % once {100 * LMCACHE_TRIGGER_WATERMARK:.0f} % full "

@@ -39,6 +39,7 @@ from rigkit.settings.defaults import (
     l2_cache_path,
 )
 from rigkit.settings.engine_args import engine_option, engine_spellings, read_as
+from rigkit.settings.eviction import EvictionRule, rule_for
 from rigkit.settings.firewalls import API_FIREWALL, refuse_on_shared_network
 from rigkit.settings.knobs import (
     HASHED_ONLY_WHEN_SET,
@@ -85,6 +86,15 @@ class Settings:
     def l1_bytes(self) -> int:
         """L1 in bytes: what `lmcache server --l1-size-gb` allocates, and what native-offload gets."""
         return self.l1_gib * GIB
+
+    @property
+    def l1_eviction(self) -> Optional[EvictionRule]:
+        """How the L1 tier's cache evicts, by the profile's connector (None: no L1, or a connector rigkit does not
+        know the rule of)."""
+        connector = self.profile.connector
+        if connector is None or not self.profile.uses_l1:
+            return None
+        return rule_for(connector.kv_transfer_config.get("kv_connector"))
 
     @property
     def l2_active(self) -> bool:

@@ -491,7 +491,13 @@ KNOBS: list[Variable] = [
         between(0.01, 1_000_000, "GB"),
     ),
     Variable(
-        "chunk_size", 256, "LMCache chunk size in tokens", int, between(16, 65536, "tokens"), env="LMCACHE_CHUNK_SIZE"
+        "chunk_size",
+        256,
+        "LMCache chunk size in tokens (LMCache's own default; the lmcache-mp profile sets 1024: see its defaults); "
+        "whole chunks only are stored, a prompt's tail past its last one is recomputed",
+        int,
+        between(16, 65536, "tokens"),
+        env="LMCACHE_CHUNK_SIZE",
     ),
     Variable(
         "l2_kv_store_address",

@@ -80,6 +80,36 @@ def between(floor: float, ceiling: float, unit: str = "", off: Optional[int] = N
     return NumberRange(floor=floor, ceiling=ceiling, unit=unit, off=off)
 
 
+@dataclass(frozen=True)
+class IntegersBetween(Kind):
+    """Integers (rigkit.settings.variables.IntegerList), each with a floor and a ceiling; none at all is legal
+    (the setting is then off). ``example``: what the fix suggests writing."""
+
+    floor: int = 0
+    ceiling: int = 0
+    unit: str = ""
+    example: str = ""
+    fix: str = ""
+
+    def problem(self, value: Any) -> Optional[str]:
+        outside = [item for item in value if not self.floor <= item <= self.ceiling]
+        if not outside:
+            return None
+        unit = f" {self.unit}" if self.unit else ""
+        return f"{', '.join(f'{item:,}' for item in outside)} not between {self.floor:,} and {self.ceiling:,}{unit}"
+
+    def __post_init__(self) -> None:
+        if not self.fix:
+            unit = f" {self.unit}" if self.unit else ""
+            example = f", e.g. {self.example}" if self.example else ""
+            object.__setattr__(
+                self,
+                "fix",
+                f"write integers from {self.floor} to {self.ceiling}{unit} separated by commas{example}, "
+                "or nothing for none",
+            )
+
+
 # Schemes a URL setting may use, by where it goes. Package repositories: https, so nobody on the path can hold a
 # rig back on old packages (apt checks signatures, not freshness); http only with package_repos_allow_http.
 PACKAGE_REPOSITORY_SCHEMES = ("https", "http")

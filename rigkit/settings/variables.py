@@ -67,6 +67,11 @@ class JsonObject(str):
     or as a dict (what pyinfra's ``--data k='{...}'`` gives), which is written as compact JSON."""
 
 
+class IntegerList(tuple):
+    """Type of a setting holding integers: given as text ("2048,8192,32768"; blank for none), one integer, or a
+    list; kept sorted, each once (a set of sizes: the order written means nothing)."""
+
+
 TYPE_NAMES = {
     str: "text",
     int: "an integer",
@@ -75,6 +80,7 @@ TYPE_NAMES = {
     list: "a list",
     dict: "a mapping",
     JsonObject: "a JSON object",
+    IntegerList: "integers separated by commas",
 }
 
 
@@ -172,6 +178,26 @@ def _to_json_object(value: Any) -> str:
     return text
 
 
+def _to_integer_list(value: Any) -> IntegerList:
+    if isinstance(value, str):
+        parts = [part.strip() for part in value.split(",")]
+        if parts == [""]:
+            return IntegerList()
+        if "" in parts:
+            raise ValueError("an empty item between commas")
+        items = parts
+    elif isinstance(value, int) and not isinstance(value, bool):
+        items = [value]
+    elif isinstance(value, (list, tuple)):
+        items = list(value)
+    else:
+        raise ValueError(f"expected integers separated by commas, got {_what(value)}")
+    try:
+        return IntegerList(sorted({_to_int(item) for item in items}))
+    except ValueError as exc:
+        raise ValueError(f"an item is not an integer ({exc})") from None
+
+
 def _to_container(kind: type) -> Callable[[Any], Any]:
     def convert(value: Any) -> Any:
         if not isinstance(value, kind):
@@ -187,6 +213,7 @@ CONVERTERS: dict[type, Callable[[Any], Any]] = {
     float: _to_float,
     bool: _to_bool,
     JsonObject: _to_json_object,
+    IntegerList: _to_integer_list,
     list: _to_container(list),
     dict: _to_container(dict),
 }

@@ -70,6 +70,7 @@ class RigLimits(BaseModel):
     disk_device: Optional[str] = None
     disk_filesystem: Optional[str] = None
     disk_reads: list[DiskRead] = Field(default_factory=list)
+    no_gpu: Optional[str] = None  # why the rig has no GPU to measure (a CPU rig: no link floor for a CPU tier)
     errors: list[str] = Field(default_factory=list)
 
     @classmethod
@@ -92,6 +93,7 @@ class RigLimits(BaseModel):
             disk_device=disk.get("device"),
             disk_filesystem=disk.get("filesystem"),
             disk_reads=[DiskRead(**{k: r[k] for k in DiskRead.model_fields if k in r}) for r in disk.get("reads", [])],
+            no_gpu=probe.get("no_gpu"),
             errors=list(probe.get("errors") or []),
         )
 
@@ -289,6 +291,40 @@ def breakeven(
     )
 
 
+def disk_verdict_from_probe(
+    points: Sequence[SweepPoint], kv_bytes_per_token: Optional[float], limits: Optional[RigLimits]
+) -> Optional[Breakeven]:
+    """The disk tier's verdict where no point measured it through the tier (a sweep restarts nothing): at the longest
+    length, the best it could do is its floor at the probe's disk rate; a floor above cold does not pay, whatever the
+    tier's own overheads. None without a disk rate, a KV size or a point."""
+    if not points or not kv_bytes_per_token or not limits or not limits.disk:
+        return None
+    longest = max(points, key=lambda p: p.tokens)
+    session = kv_bytes(kv_bytes_per_token, longest.tokens)
+    needed = needed_rate(session, longest.cold_s, longest.warm_gpu_s)
+    best_s = floor_s(longest.warm_gpu_s, session, limits.disk)
+    what = "the disk gives"
+    if best_s < longest.cold_s:
+        text = (
+            f"could pay at {fmt_tokens(longest.tokens)}: its floor at the disk's probed rate, "
+            f"{1000 * best_s:,.0f} ms, is under cold's {1000 * longest.cold_s:,.0f} ms (not measured through the tier)"
+        )
+        return Breakeven(tier=DISK_TIER, longest_tokens=longest.tokens, limit=what, text=text)
+    text = (
+        f"does not pay up to {fmt_tokens(longest.tokens)} on this rig: needs {fmt_rate(needed)}, {what} "
+        f"{fmt_rate(limits.disk)} (probed with O_DIRECT at the tier's file size; its floor "
+        f"{1000 * best_s:,.0f} ms against cold's {1000 * longest.cold_s:,.0f} ms)"
+    )
+    return Breakeven(
+        tier=DISK_TIER,
+        longest_tokens=longest.tokens,
+        needed_bytes_per_s=needed,
+        limit_bytes_per_s=limits.disk,
+        limit=what,
+        text=text,
+    )
+
+
 class PaysReport(BaseModel):
     """The card's "does the tier pay?" section: per tier its floor and share at each length, and its breakeven."""
 
@@ -304,8 +340,10 @@ def pays_report(
     kv_bytes_per_token: Optional[float],
     limits: Optional[RigLimits],
     kv_bytes_source: str = "",
+    disk_tier: bool = False,
 ) -> PaysReport:
-    """Floors at every measured point and a breakeven per tier."""
+    """Floors at every measured point and a breakeven per tier; `disk_tier`: the stack has one, and where no point
+    measured it, its verdict comes from the probe (disk_verdict_from_probe)."""
     limits = limits or RigLimits()
     floors = []
     tiers = list(dict.fromkeys(t for p in points for t in p.tiers))
@@ -320,7 +358,12 @@ def pays_report(
         kv_bytes_source=kv_bytes_source,
         floors=floors,
         sweep=list(points),
-        breakevens=[b for b in (breakeven(t, points, kv_bytes_per_token, limits) for t in tiers) if b],
+        breakevens=[b for b in (breakeven(t, points, kv_bytes_per_token, limits) for t in tiers) if b]
+        + [
+            b
+            for b in [disk_verdict_from_probe(points, kv_bytes_per_token, limits)]
+            if b and disk_tier and DISK_TIER not in tiers
+        ],
     )
 
 

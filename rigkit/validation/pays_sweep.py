@@ -7,22 +7,30 @@ only that session and its fillers must fit the CPU tier (its LRU evicts the olde
 every session's cold run before one filler pass would need them all to fit (issue 42: at l1_size_gb 30 a 32K
 session was evicted before its CPU-tier request). A measurement whose counters prove another tier than expected is
 kept out of the means, and counted.
+
+validate.py runs it after the tier procedure when validate_pays_lengths names lengths (sweep_after_tiers).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import random
 import statistics
 from dataclasses import dataclass, field
 from typing import Callable, Optional, Sequence
 
+from rigkit.errors import ConfigError
 from rigkit.metrics import Snapshot
 from rigkit.prompts import PromptSpec
-from rigkit.remote.client import ServingClient
+from rigkit.remote.client import ServingClient, prefill_timeout
 from rigkit.validation.measure import measure
 from rigkit.validation.pays import SweepPoint
-from rigkit.validation.procedure import ValidationSettings, evict_gpu_pool
+from rigkit.validation.procedure import CONTEXT_SLACK_TOKENS, TierValidation, ValidationSettings, evict_gpu_pool
 from rigkit.validation.tiers import Tier, label
+
+# Added to the run's seed for the sweep's prompt bodies: apart from the tier procedure's (seed - 1, seed + i,
+# seed + 10,000 + i); every prompt is salted with a new session id anyway, so this only keeps bodies distinct
+SWEEP_SEED_OFFSET = 100_000
 
 
 @dataclass
@@ -95,3 +103,49 @@ def sweep(
         measure_point(client, pool, settings, tokens, seed + 1000 * n, timeout_s, connector_configured, progress)
         for n, tokens in enumerate(sorted(lengths, reverse=True))
     ]
+
+
+def check_lengths_fit(lengths: Sequence[int], output_tokens: int, max_model_len: Optional[int]) -> None:
+    """ConfigError when a sweep length and its reply do not fit max_model_len (the declared knob before any rig is
+    asked, the server's after; None: unknown)."""
+    room = (max_model_len or 0) - output_tokens - CONTEXT_SLACK_TOKENS
+    too_long = [tokens for tokens in lengths if max_model_len and tokens > room]
+    if too_long:
+        raise ConfigError(
+            "validate_pays_lengths",
+            ",".join(str(t) for t in lengths),
+            f"{', '.join(f'{t:,}' for t in too_long)} tokens with the reply (validate_output_tokens {output_tokens}) "
+            f"do not fit max-model-len {max_model_len:,}",
+            f"keep every length <= {room:,}",
+        )
+
+
+def uncounted(records: Sequence[PointRecord]) -> list[str]:
+    """Per length, the measurements whose counters proved another tier than expected (kept out of the means)."""
+    lines = []
+    for record in records:
+        for expected, proved in record.labels.items():
+            others = [label for label in proved if label != expected]
+            if others:
+                lines.append(f"{record.tokens:,} tokens {expected}: {len(others)} of {len(proved)} proved {others[0]}")
+    return lines
+
+
+def sweep_after_tiers(
+    client: ServingClient,
+    validation: TierValidation,
+    settings: ValidationSettings,
+    connector_configured: bool,
+    progress: Callable[[str], None] = lambda _: None,
+) -> list[SweepPoint]:
+    """The sweep at settings.pays_lengths on the engine the tier procedure left ready, timed out from its measured
+    prefill rate; the points whose cold and warm-gpu were proven."""
+    check_lengths_fit(settings.pays_lengths, settings.output_tokens, client.max_model_len)
+    timeout_s = prefill_timeout(max(settings.pays_lengths), validation.prefill_tokens_per_s)
+    seed = (settings.seed if settings.seed is not None else random.randrange(2**31)) + SWEEP_SEED_OFFSET
+    records = sweep(
+        client, validation.pool, settings, settings.pays_lengths, seed, timeout_s, connector_configured, progress
+    )
+    for line in uncounted(records):
+        progress(f"not counted: {line}")
+    return [point for point in (record.point() for record in records) if point is not None]

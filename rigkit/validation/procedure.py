@@ -33,6 +33,7 @@ from rigkit.prompts import Prompt, PromptSpec
 from rigkit.remote.client import ServingClient, ServingError, prefill_timeout
 from rigkit.settings.defaults import CALIBRATION_MIN_TOKENS
 from rigkit.settings.defaults import VALIDATION_VARIABLES as VARIABLES
+from rigkit.settings.eviction import EvictionRule
 from rigkit.settings.sizing import KB
 from rigkit.settings.variables import resolve
 from rigkit.validation.card import (
@@ -63,14 +64,31 @@ LOGPROBS_WARMUP_PROMPT = "Warm-up of the logprobs path."
 
 
 def capacity_from(
-    bytes_grown: int, tokens_stored: int, source: str, tier_sizes: Mapping[str, int], session_sizes: Sequence[int]
+    bytes_grown: int,
+    tokens_stored: int,
+    source: str,
+    tier_sizes: Mapping[str, int],
+    session_sizes: Sequence[int],
+    rules: Optional[Mapping[str, EvictionRule]] = None,
 ) -> Capacity:
-    """KB/token from measured growth, and how many sessions of each size every tier holds."""
+    """KB/token from measured growth, and how many sessions of each size every tier holds: by its cache's eviction
+    rule (`rules`, tier name -> rule: whole sessions held before an eviction fires), else the whole tier's size."""
     if bytes_grown <= 0 or tokens_stored <= 0:
         return Capacity(bytes_grown=bytes_grown, tokens_stored=tokens_stored, source=source + " (no growth seen)")
     per_token = bytes_grown / tokens_stored
+    rules = rules or {}
+
+    def held(name: str, size: int, tokens: int) -> float:
+        rule = rules.get(name)
+        return rule.sessions_held(size, per_token * tokens) if rule else size / (per_token * tokens)
+
     tiers = [
-        CapacityTier(name=name, size_bytes=size, sessions={str(s): size / (per_token * s) for s in session_sizes})
+        CapacityTier(
+            name=name,
+            size_bytes=size,
+            sessions={str(s): held(name, size, s) for s in session_sizes},
+            rule=rules[name].text if name in rules else None,
+        )
         for name, size in tier_sizes.items()
     ]
     return Capacity(
@@ -101,6 +119,7 @@ class ValidationSettings:
     top_logprobs: int
     numerics_ceiling_nats: float
     power_selftest: bool
+    pays_lengths: tuple[int, ...]
 
     @classmethod
     def from_data(cls, data: Mapping) -> "ValidationSettings":
@@ -412,6 +431,7 @@ def validate_tiers(
     connector_configured: bool = True,
     store_bytes: Optional[Callable[[], int]] = None,
     capacity_tiers: Optional[Mapping[str, int]] = None,
+    capacity_rules: Optional[Mapping[str, EvictionRule]] = None,
     session_sizes: Sequence[int] = (50_000, 262_144),
     not_applicable: Optional[Mapping[str, str]] = None,
     store_chunk_tokens: Optional[int] = None,
@@ -424,6 +444,7 @@ def validate_tiers(
     not_applicable: tier value -> why the stack cannot have it (Settings.tiers_not_applicable): its step is not run.
     store_chunk_tokens: the connector stores whole chunks of this many tokens (LMCache's chunk_size): the capacity
     line divides the store's growth by the tokens it stored, not by the prompt tokens.
+    capacity_rules: capacity tier name -> the eviction rule its cache follows (rigkit.settings.eviction.rule_for).
     bit_exact_tiers: tiers held to the GPU prefix cache's repeat band (Settings.bit_exact_tiers).
     store, model_layers: the connector's store as this process reaches it, and the model's layers: with
     validate_power_selftest, the self-test measures the verdict's power on the persistent tier.
@@ -498,7 +519,8 @@ def validate_tiers(
         source = "connector store growth over the cold sessions" + (
             f" (whole {store_chunk_tokens}-token chunks stored)" if store_chunk_tokens else ""
         )
-        capacity = capacity_from(grown, tokens, source, capacity_tiers or {}, [settings.prompt_tokens, *session_sizes])
+        sizes = [settings.prompt_tokens, *session_sizes]
+        capacity = capacity_from(grown, tokens, source, capacity_tiers or {}, sizes, capacity_rules)
 
     validation = TierValidation(
         runs,

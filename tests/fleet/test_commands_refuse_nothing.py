@@ -19,6 +19,7 @@ INVENTORY_COMMANDS = {
     "deploy --dry": ["--dry"],
     "status": [],
     "validate-shared": [],
+    "export --group lab --target kubernetes": ["--group", "lab", "--target", "kubernetes"],
 }
 
 

@@ -222,3 +222,10 @@ def test_the_setup_shows_the_declared_and_the_enforced_power_limit_on_a_gpu_rig_
     write_card(tmp_path, card)
     (reloaded,) = load_cards(tmp_path)
     assert reloaded.repro.power_limits_enforced_w == [260.0, 350.0]
+
+
+def test_a_card_that_measured_nothing_does_not_pass():
+    """Issue 43: all() of nothing is True; a card with no tier and no shared pair proves nothing."""
+    from rigkit.validation.card import RigCard
+
+    assert not RigCard(rig="r", run_id="x").passed

@@ -24,11 +24,17 @@ DIGEST = "@sha256:" + "0" * 64
 # the host data each recorded case was rendered from (bench/gpu: a single-H200 rig, every other knob at default)
 CASES = {
     "native-offload": {"serving_profile": "native-offload", "serving_image": "vllm/vllm-openai" + DIGEST},
-    "lmcache-mp-l1": {"serving_profile": "lmcache-mp", "serving_image": "lmcache/vllm-openai" + DIGEST},
+    # LMCache's chunk as rendered then (the profile's chunk_size moved to 1024 later: docs/benchmarks.md)
+    "lmcache-mp-l1": {
+        "serving_profile": "lmcache-mp",
+        "serving_image": "lmcache/vllm-openai" + DIGEST,
+        "chunk_size": 256,
+    },
     "lmcache-mp-l2": {
         "serving_profile": "lmcache-mp",
         "serving_image": "lmcache/vllm-openai" + DIGEST,
         "l2_enabled": True,
+        "chunk_size": 256,
     },
     "native-tiered": {"serving_profile": "native-tiered", "serving_image": "vllm/vllm-openai" + DIGEST},
 }

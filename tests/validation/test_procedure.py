@@ -19,6 +19,7 @@ from rigkit.errors import ConfigError
 from rigkit.remote.client import ServingClient
 from rigkit.settings.defaults import REPLAY
 from rigkit.settings.defaults import VALIDATION_VARIABLES as VARIABLES
+from rigkit.settings.eviction import LMCACHE_L1, VLLM_LRU
 from rigkit.validation.card.assemble import to_card
 from rigkit.validation.card.rig import render_rig_markdown
 from rigkit.validation.greedy import compare_greedy
@@ -373,3 +374,53 @@ def test_capacity_from_measured_growth_and_sessions_per_tier():
     assert 4 < l1.sessions["50000"] < 5 and 150 < l2.sessions["50000"] < 165
     empty = capacity_from(0, 36_721, "L2 dir growth", {}, [50_000])
     assert empty.kb_per_token is None and "no growth" in empty.source
+
+
+# --- capacity by each cache's eviction rule (issue 42) ---------------------------------------------------------------
+
+L1_BYTES = 10 * 2**30
+
+
+def test_a_session_that_exactly_fills_lmcaches_watermark_is_held_and_one_byte_more_is_not():
+    watermark_bytes = LMCACHE_L1.held_bytes(L1_BYTES)  # 80 % of the L1
+    assert watermark_bytes == int(0.8 * L1_BYTES)
+    exact = capacity_from(watermark_bytes, 1, "growth", {"L1": L1_BYTES}, [1], {"L1": LMCACHE_L1})
+    one_more = capacity_from(watermark_bytes + 1, 1, "growth", {"L1": L1_BYTES}, [1], {"L1": LMCACHE_L1})
+    assert exact.tiers[0].sessions["1"] == 1 and one_more.tiers[0].sessions["1"] == 0
+    # half the watermark exactly: two sessions; a byte more each: one
+    half = capacity_from(watermark_bytes // 2, 1, "growth", {"L1": L1_BYTES}, [1], {"L1": LMCACHE_L1})
+    half_more = capacity_from(watermark_bytes // 2 + 1, 1, "growth", {"L1": L1_BYTES}, [1], {"L1": LMCACHE_L1})
+    assert (half.tiers[0].sessions["1"], half_more.tiers[0].sessions["1"]) == (2, 1)
+    assert exact.tiers[0].rule == LMCACHE_L1.text
+
+
+def test_issue_42s_32k_session_at_the_default_l1_and_vllms_lru_counting_the_whole_tier():
+    session = 32_000 * 147_456  # a 32K session of the 8B shape: 4.7 GB
+    lmcache = capacity_from(session, 32_000, "growth", {"L1": 30 * 2**30}, [32_000], {"L1": LMCACHE_L1})
+    native = capacity_from(session, 32_000, "growth", {"L1": 30 * 2**30}, [32_000], {"L1": VLLM_LRU})
+    whole = capacity_from(session, 32_000, "growth", {"L1": 30 * 2**30}, [32_000])
+    assert lmcache.tiers[0].sessions["32000"] == 5  # 25.8 GB under the watermark: 5 whole sessions
+    assert native.tiers[0].sessions["32000"] == 6  # the whole 32.2 GB: 6 whole sessions
+    assert whole.tiers[0].sessions["32000"] == pytest.approx(30 * 2**30 / session)  # 6.8: as before, no rule
+    assert whole.tiers[0].rule is None
+
+
+def test_the_card_says_each_capacity_tiers_rule(recorded):
+    client = ServingClient(recorded.server.url, model="tiny")
+    settings = ValidationSettings.from_data({"validate_sessions": 1, "validate_seed": 1234})
+    grown = iter([0, 500_000_000])
+    validation = validate_tiers(
+        client,
+        recorded.restart,
+        settings,
+        store_bytes=lambda: next(grown),
+        capacity_tiers={"L1 RAM 30 GiB": 30 * 2**30, "L2 disk 1000 GB": 10**12},
+        capacity_rules={"L1 RAM 30 GiB": LMCACHE_L1},
+    )
+    l1, l2 = validation.capacity.tiers
+    assert l1.rule == LMCACHE_L1.text and l2.rule is None
+    assert all(float(n).is_integer() for n in l1.sessions.values())
+    md = render_rig_markdown(to_card("rig1", "run", validation, settings))
+    section = md[md.index("## ③ Capacity") : md.index("## ④")]
+    assert f"L1 RAM 30 GiB: {LMCACHE_L1.text}; whole sessions held before an eviction fires." in section
+    assert "L2 disk 1000 GB: counted on the whole tier." in section

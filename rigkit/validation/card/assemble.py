@@ -4,11 +4,13 @@ prompts back as the validation data that repeats them on another rig."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Mapping, Optional
+from typing import Mapping, Optional, Sequence
 
 from rigkit.errors import ConfigError
 from rigkit.validation.card import DecodeAB, L2Report, PromptRecord, RigCard, SoakReport, TTFTClient, load_cards
+from rigkit.validation.card.pays import does_it_pay
 from rigkit.validation.decode_ab import spec_decode_over
+from rigkit.validation.pays import RigLimits, SweepPoint
 from rigkit.validation.procedure import TierValidation, ValidationSettings
 from rigkit.validation.ttft import TTFT_TOLERANCE_ABS_S, TTFT_TOLERANCE_REL
 
@@ -24,9 +26,14 @@ def to_card(
     l2: Optional[L2Report] = None,
     soak: Optional[SoakReport] = None,
     speculative: bool = False,
+    rig_limits: Optional[RigLimits] = None,
+    sweep: Sequence[SweepPoint] = (),
+    declared_kv_bytes_per_token: Optional[float] = None,
 ) -> RigCard:
     """The rig's results card (rigkit.validation.card renders it). ``speculative``: the stack serves with a speculative
-    config, so its tier requests must have drafted tokens."""
+    config, so its tier requests must have drafted tokens. ``rig_limits``: what rigkit/files/rig_limits.py measured;
+    ``sweep``: the points of validate_pays_lengths (rigkit.validation.pays_sweep); ``declared_kv_bytes_per_token``:
+    the settings' figure (Settings.kv_bytes_per_token), the floor's when the run measured no store growth."""
     windows = [m.window for tier in validation.tiers for m in tier.measured]
     spec = spec_decode_over(windows, f"the {len(windows)} measured tier requests")
     failures = list(validation.failures)
@@ -66,6 +73,8 @@ def to_card(
     card.repro.max_model_len = validation.max_model_len
     card.repro.num_gpu_blocks = validation.pool.num_gpu_blocks
     card.repro.block_size = validation.pool.block_size
+    card.rig_limits = rig_limits
+    card.pays = does_it_pay(card, sweep, declared_kv_bytes_per_token)
     return card
 
 

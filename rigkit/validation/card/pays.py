@@ -4,6 +4,7 @@ table and its measured KB/token."""
 
 from __future__ import annotations
 
+import textwrap
 from pathlib import Path
 from typing import Optional, Sequence
 
@@ -11,13 +12,16 @@ from rigkit.validation.card.plots import _pyplot
 from rigkit.validation.card.schema import RigCard
 from rigkit.validation.card.text import TIER_TITLES
 from rigkit.validation.pays import (
+    DISK_TIER,
     SHARE_MIN,
     TIER_LINKS,
     PaysReport,
     RigLimits,
     SweepPoint,
+    floor_s,
     fmt_rate,
     fmt_tokens,
+    kv_bytes,
     pays_report,
 )
 
@@ -47,22 +51,40 @@ def card_point(card: RigCard) -> Optional[SweepPoint]:
     )
 
 
-def report_of(card: RigCard) -> Optional[PaysReport]:
-    """The card's sweep report, else one judged from its own tier table."""
-    if card.pays is not None:
-        return card.pays
-    point = card_point(card)
-    if point is None:
+def does_it_pay(
+    card: RigCard, sweep: Sequence[SweepPoint] = (), declared_kv_bytes_per_token: Optional[float] = None
+) -> Optional[PaysReport]:
+    """Each warm tier against its floor at the sweep's lengths and at the card's own session size (its tier table:
+    the only point with the disk tier after a restart), with the KV bytes per token the store's growth measured,
+    else the declared figure; None when no warm tier was measured beside cold and warm-gpu."""
+    own = card_point(card)
+    points = [*sweep, *([own] if own else [])]
+    if not points:
         return None
-    per_token = card.capacity.kb_per_token * 1000 if card.capacity and card.capacity.kb_per_token else None
-    source = "measured from the store's growth (③)" if per_token else ""
-    return pays_report([point], per_token, card.rig_limits, source)
+    if card.capacity and card.capacity.kb_per_token:
+        per_token, source = card.capacity.kb_per_token * 1000, "measured from the store's growth (③)"
+    elif declared_kv_bytes_per_token:
+        per_token, source = declared_kv_bytes_per_token, "declared: kv_bytes_per_token, else the model's shape"
+    else:
+        per_token, source = None, ""
+    return pays_report(points, per_token, card.rig_limits, source)
+
+
+def report_of(card: RigCard) -> Optional[PaysReport]:
+    """The card's report as validation wrote it, else (a card written before issue 42) one judged from its own tier
+    table."""
+    return card.pays if card.pays is not None else does_it_pay(card)
 
 
 def limits_lines(limits: Optional[RigLimits]) -> list[str]:
     if limits is None:
         return ["Rig limits not measured (rigkit/files/rig_limits.py): no floor, the gain against cold only."]
     lines = []
+    if limits.no_gpu:
+        lines.append(
+            f"- GPU: none on this rig ({limits.no_gpu}): no host-to-device link, so no floor for a CPU tier; "
+            "its gain against cold stands"
+        )
     for gpu in limits.gpus:
         link = f"PCIe gen {gpu.pcie_gen or '?'} x{gpu.pcie_width or '?'}"
         if gpu.pcie_gen_max and gpu.pcie_gen and gpu.pcie_gen < gpu.pcie_gen_max:
@@ -115,14 +137,14 @@ def pays_lines(card: RigCard) -> list[str]:
             "",
         ]
     else:
-        lines += ["KV per token unknown (no store growth measured): no floor.", ""]
+        lines += ["KV per token unknown (no store growth measured, none declared): no floor.", ""]
     lines += [f"- {TIER_TITLES.get(b.tier, b.tier)}: **{b.text}**" for b in report.breakevens] + [""]
     return lines
 
 
 def plot_pays(card: RigCard, path: Path) -> bool:
-    """TTFT against context length (both linear axes, values printed), one line per tier; False without a sweep of
-    two lengths or more (nothing to draw)."""
+    """TTFT against context length (both linear axes, values printed), one line per tier, and the disk tier's floor
+    at the probed disk rate where no point measured that tier; False without a sweep of two lengths or more."""
     report = card.pays
     if report is None or len(report.sweep) < 2:
         return False
@@ -132,21 +154,43 @@ def plot_pays(card: RigCard, path: Path) -> bool:
     for tier in WARM_TIERS:
         if any(tier in p.tiers for p in points):
             series[tier] = [p.tiers.get(tier) for p in points]
-    fig, ax = plt.subplots(figsize=(8, 4.8))
+    probed = [b for b in report.breakevens if b.tier == DISK_TIER and DISK_TIER not in series]
+    disk = card.rig_limits.disk if card.rig_limits else None
+    if probed and disk and report.kv_bytes_per_token:
+        series[f"{DISK_TIER} floor (probed disk {fmt_rate(disk)})"] = [
+            floor_s(p.warm_gpu_s, kv_bytes(report.kv_bytes_per_token, p.tokens), disk) for p in points
+        ]
+    fig, ax = plt.subplots(figsize=(8, 5.2))
     for name, values in series.items():
         xs = [p.tokens for p, v in zip(points, values) if v is not None]
         ys = [1000 * v for v in values if v is not None]
-        ax.plot(xs, ys, marker="o", color=SWEEP_COLOURS.get(name), label=name)
+        floor = name.startswith(DISK_TIER)
+        ax.plot(
+            xs,
+            ys,
+            marker="o",
+            linestyle="--" if floor else "-",
+            label=name,
+            color=SWEEP_COLOURS.get(DISK_TIER if floor else name),
+        )
+        below = name == "warm-gpu"  # printed under its points: warm tiers sit just above it
         for x, y in zip(xs, ys):
-            ax.annotate(f"{y:,.0f}", (x, y), textcoords="offset points", xytext=(0, 6), ha="center", fontsize=8)
+            ax.annotate(
+                f"{y:,.0f}",
+                (x, y),
+                textcoords="offset points",
+                xytext=(0, -13 if below else 6),
+                ha="center",
+                fontsize=8,
+            )
     ax.set_xlabel("context length (tokens)")
     ax.set_ylabel("TTFT, client side (ms)")
     ax.set_ylim(bottom=0)
     ax.set_xlim(left=0)
     ax.grid(alpha=0.3)
-    ax.legend(fontsize=8)
-    verdicts = "; ".join(f"{b.tier}: {b.text}" for b in report.breakevens)
-    ax.set_title(f"{card.rig}: where each tier pays\n{verdicts}", fontsize=9)
+    ax.legend(fontsize=8, loc="upper left")
+    verdicts = "\n".join(textwrap.shorten(f"{b.tier}: {b.text}", 110) for b in report.breakevens)
+    ax.set_title(f"{card.rig}: where each tier pays\n{verdicts}", fontsize=8.5)
     fig.tight_layout()
     fig.savefig(path, dpi=100)
     plt.close(fig)

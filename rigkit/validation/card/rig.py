@@ -161,7 +161,7 @@ def power_lines(card: RigCard) -> list[str]:
         "|---|---|---|---|---|---|---|",
     ]
     for row in power.rows:
-        moved = "—" if row.shift_nats is None else f"{row.shift_nats:.4f}"
+        moved = "— (no logprobs in the reply)" if row.shift_nats is None else f"{row.shift_nats:.4f}"
         lines.append(
             f"| {row.damage}: {row.description} | {row.files} | {row.bytes_damaged:,} | {row.label} | {row.verdict} "
             f"| {moved} | {'✓ caught' if row.caught else '✗ missed (below the check’s power)'} |"
@@ -336,11 +336,19 @@ def render_rig_markdown(card: RigCard) -> str:
                 "|---|---|" + "---|" * len(sizes),
             ]
             for tier in cap.tiers:
+                # a count by an eviction rule is of whole sessions (a part of one is recomputed)
+                shown = "{:.0f}" if tier.rule else "{:.1f}"
                 lines.append(
                     f"| {tier.name} | {fmt_bytes(tier.size_bytes)} | "
-                    + " | ".join(f"{tier.sessions[s]:.1f}" for s in sizes)
+                    + " | ".join(shown.format(tier.sessions[s]) for s in sizes)
                     + " |"
                 )
+            lines += [""] + [
+                f"{tier.name}: {tier.rule}; whole sessions held before an eviction fires."
+                if tier.rule
+                else f"{tier.name}: counted on the whole tier."
+                for tier in cap.tiers
+            ]
             lines.append("")
     else:
         lines += ["Not measured in this run.", ""]

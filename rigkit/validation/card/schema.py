@@ -206,6 +206,7 @@ class CapacityTier(BaseModel):
     name: str
     size_bytes: int
     sessions: dict[str, float]  # session size in tokens (as text) -> sessions the tier holds
+    rule: Optional[str] = None  # the cache's eviction rule the sessions were counted with (None: the whole tier)
 
 
 class Capacity(BaseModel):
@@ -404,8 +405,10 @@ class RigCard(BaseModel):
 
     @property
     def passed(self) -> bool:
+        """Nothing measured is no pass: a card needs a tier or a shared pair, each of them passed."""
         return (
-            not self.failures
+            bool(self.tiers or self.shared)
+            and not self.failures
             and all(t.passed for t in self.tiers)
             and (self.l2 is None or self.l2.level != "fail")
             and (self.soak is None or self.soak.passed)

@@ -1,0 +1,103 @@
+"""rigkit validate --url: the tier procedure and card of an endpoint known by URL alone, on the fake OpenAI server
+replaying a real vLLM CPU run's /metrics (tests/recorded_run.py); each bad input refused before any request is
+measured, naming the option."""
+
+from __future__ import annotations
+
+import json
+import socket
+
+import pytest
+from fake_openai import FakeOpenAI
+from recorded_run import RecordedRun
+
+from rigkit.cli import main
+from rigkit.commands.validate import NO_RESTART
+
+
+def validate(*args: str) -> int:
+    return main(
+        ["validate", "--profile", "cpu-lab", "--data", "validate_sessions=1", "--data", "validate_seed=1234", *args]
+    )
+
+
+def test_an_endpoint_by_url_gets_its_card_the_persistent_tier_not_applicable_without_a_restart(tmp_path, capsys):
+    with FakeOpenAI() as server:
+        recorded = RecordedRun(server)
+        assert validate("--url", server.url, "--run-dir", str(tmp_path), "--name", "endpoint") == 0
+    assert recorded.step == "04-after-warm-connector"  # cold, warm-gpu, fillers, warm-connector: no restart
+    card = json.loads((tmp_path / "endpoint.card.json").read_text())
+    assert [tier["expected"] for tier in card["tiers"]] == ["cold", "warm-gpu", "warm-connector"]
+    assert all(tier["passed"] for tier in card["tiers"])
+    assert card["not_applicable"] == {"warm-persistent": NO_RESTART}
+    assert card["repro"]["image_digest"].startswith("unknown (an endpoint rigkit did not deploy")
+    assert (tmp_path / "endpoint.md").exists() and (tmp_path / "fleet.md").exists()
+    out = capsys.readouterr().out
+    assert out.startswith("endpoint: PASS") and "warm-connector" in out
+
+
+def test_a_restart_command_measures_the_persistent_tier(tmp_path):
+    with FakeOpenAI() as server:
+        recorded = RecordedRun(server)
+        marker = tmp_path / "restarted"
+        # the command restarts "the engine": here it leaves a file the fake's /metrics then moves on from
+        original = recorded.completion
+
+        def completion(body):
+            if marker.exists() and recorded.step == "04-after-warm-connector":
+                recorded.restart()
+            original(body)
+
+        server.on_completion = completion
+        code = validate(
+            "--url", server.url, "--run-dir", str(tmp_path), "--name", "e", "--restart-command", f"touch {marker}"
+        )
+    card = json.loads((tmp_path / "e.card.json").read_text())
+    assert code == 0, card["failures"]
+    assert [tier["expected"] for tier in card["tiers"]][-1] == "warm-persistent"
+    assert card["not_applicable"] == {}
+
+
+def closed_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+@pytest.mark.parametrize(
+    "case, option",
+    [
+        ("ftp", "--url"),
+        ("unreachable", "--url"),
+        ("no-metrics", "--metrics-url"),
+        ("not-vllm", "--metrics-url"),
+        ("metrics-not-http", "--metrics-url"),
+        ("lmcache-unreachable", "--lmcache-metrics-url"),
+        ("no-profile", "--profile"),
+    ],
+)
+def test_bad_input_is_refused_naming_the_option_before_anything_is_measured(case, option, tmp_path, capsys):
+    with FakeOpenAI() as server:
+        RecordedRun(server)
+        args = {
+            "ftp": ["--url", "ftp://127.0.0.1/"],
+            "unreachable": ["--url", f"http://127.0.0.1:{closed_port()}"],
+            "no-metrics": ["--url", server.url, "--metrics-url", f"{server.url}/nothing-here"],
+            "not-vllm": ["--url", server.url],
+            "metrics-not-http": ["--url", server.url, "--metrics-url", "127.0.0.1:9/metrics"],
+            "lmcache-unreachable": [
+                "--url",
+                server.url,
+                "--lmcache-metrics-url",
+                f"http://127.0.0.1:{closed_port()}/m",
+            ],
+            "no-profile": ["--url", server.url],
+        }[case]
+        if case == "not-vllm":
+            server.metrics_text = "# a router's own metrics\nrouter_requests_total 3\n"
+        extra = ["--profile", "no-such-profile"] if case == "no-profile" else []
+        assert validate(*args, "--run-dir", str(tmp_path), *extra) == 2
+        assert server.completions == []  # nothing measured
+    err = capsys.readouterr().err
+    assert "refused before anything was measured" in err and f"{option}=" in err and "Fix:" in err
+    assert not list(tmp_path.iterdir())

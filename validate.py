@@ -40,6 +40,7 @@ from rigkit.l2_state import read_l2
 from rigkit.nvidia_smi import POWER_LIMIT_QUERY, enforced_power_limits
 from rigkit.paths import REPO_ROOT, RIG_STACK_DIR
 from rigkit.remote.client import ServingClient
+from rigkit.remote.probe import RigProbe
 from rigkit.remote.tunnel import serving_url
 from rigkit.serving.commands import rendering_for, restart_commands
 from rigkit.serving.release_steps import apply_rendering
@@ -59,7 +60,6 @@ from rigkit.validation.pays_sweep import check_lengths_fit, sweep_after_tiers
 from rigkit.validation.procedure import ValidationSettings, check_prompt_fits, validate_tiers
 from rigkit.validation.rig_limits_probe import ProbeSizes, probe_rig_limits
 from rigkit.validation.soak import check_fits, limits_from, memory_probe, plan_from, run_soak
-from rigkit.validation.ttft import RigProbe
 
 RUN_ID = os.environ.setdefault(RUN_ID_ENV, new_run_id())
 
@@ -70,7 +70,7 @@ def _shell(command: str) -> Optional[str]:
 
 
 def _run_with_stdin(command: str, stdin: str) -> Optional[str]:
-    """rigkit.validation.ttft.RigCommand over pyinfra's connection to this host."""
+    """rigkit.remote.probe.RigCommand over pyinfra's connection to this host."""
     status, output = host.run_shell_command(command, _stdin=stdin)
     return output.stdout if status else None
 

@@ -24,9 +24,9 @@ BENCH_DIR = Path(__file__).resolve().parent
 sys.path.insert(0, str(BENCH_DIR.parent))
 
 from rigkit.fleet.inventory import load_inventory  # noqa: E402
-from rigkit.model.source import manifest_size, read_directory_manifest, resolve_directory  # noqa: E402
 from rigkit.model.stage import FleetStager, RigStore  # noqa: E402
 from rigkit.paths import REPO_ROOT  # noqa: E402
+from rigkit.settings.model_source import manifest_size, read_directory_manifest, resolve_directory  # noqa: E402
 
 TARGETS = 4
 STORE_ROOT = "/var/tmp/rigkit-model-bench"

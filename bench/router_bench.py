@@ -15,7 +15,7 @@ Printed, never asserted (tests/lab/test_router_bench_lab.py asserts behaviour on
   resends the conversation so far plus a new salted user message, two sessions open at a time taking turns.
   Every message is salted with its target's name and a fresh id, so no target's prefixes can warm another's
   (nothing is restarted or evicted between them);
-- per turn: the hit rate, read from the rigs' own /metrics around each request (rigkit/validation/metrics.py: every rig
+- per turn: the hit rate, read from the rigs' own /metrics around each request (rigkit/metrics.py: every rig
   scraped before and after, deltas summed over rigs) rather than from usage.prompt_tokens_details: the window
   also names the rig that served the request (the router does not say), and it needs no
   --enable-prompt-tokens-details on the rigs. Tokens from a cache are vllm:prompt_tokens_by_source's
@@ -53,14 +53,14 @@ sys.path.insert(0, str(BENCH_DIR))
 
 from router_launcher import started_router  # noqa: E402
 
+from rigkit import metrics  # noqa: E402
 from rigkit.errors import ConfigError, RigkitError  # noqa: E402
 from rigkit.fleet.inventory import load_inventory  # noqa: E402
+from rigkit.prompts import new_session_id  # noqa: E402
 from rigkit.remote.client import ServingClient, StreamResult, prefill_timeout  # noqa: E402
 from rigkit.remote.tunnel import serving_url  # noqa: E402
 from rigkit.settings.defaults import ROUTER_GROUP  # noqa: E402
 from rigkit.settings.hostdata import rig_settings  # noqa: E402
-from rigkit.validation import metrics  # noqa: E402
-from rigkit.validation.prompts import new_session_id  # noqa: E402
 from rigkit.validation.soak import (
     Plan,
     check_fits,

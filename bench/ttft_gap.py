@@ -1,11 +1,11 @@
 #!/usr/bin/env python3
 """Where the client TTFT's gap to vLLM's histogram comes from, on a lab rig (the lab up and deployed).
 
-Every request is streamed by rigkit's probe on the rig's loopback (rigkit.validation.ttft.RigProbe), so no tunnel is in the
+Every request is streamed by rigkit's probe on the rig's loopback (rigkit.remote.probe.RigProbe), so no tunnel is in the
 client figure; each is one /metrics window, so the server figure is vLLM's own time_to_first_token for it. Three
 prompts side by side, each cold then warm-gpu: ~4,900 tokens as text (what validation sends), the same size as
 token ids (no tokenizing in the API server), and a ~33-token text (the engine's part small). Beside each gap, the
-same request's API overhead (rigkit.validation.ttft.API_OVERHEAD_MODEL: the body refused with 404 before any engine work)
+same request's API overhead (rigkit.remote.probe.API_OVERHEAD_MODEL: the body refused with 404 before any engine work)
 and what is left of the gap once it is taken off (what the card compares with the tolerance).
 
     .venv/bin/python bench/ttft_gap.py [--rig rig1] [--reps 4]
@@ -21,10 +21,11 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from rigkit.lab.state import read_state  # noqa: E402
-from rigkit.remote.client import ServingClient, measure  # noqa: E402
+from rigkit.prompts import PromptSpec, new_session_id  # noqa: E402
+from rigkit.remote.client import ServingClient  # noqa: E402
+from rigkit.remote.probe import RigProbe  # noqa: E402
 from rigkit.remote.tunnel import open_tunnel  # noqa: E402
-from rigkit.validation.prompts import PromptSpec, new_session_id  # noqa: E402
-from rigkit.validation.ttft import RigProbe  # noqa: E402
+from rigkit.validation.measure import measure  # noqa: E402
 
 LONG_TOKENS = 4900
 TIERS = ("cold", "warm-gpu")

@@ -23,7 +23,7 @@ SUBCOMMANDS = {
         "pin a model: ORG/NAME[@BRANCH] to its commit, controller:/DIR to its manifest hash",
     ),
     "stage": (
-        "rigkit.model.fleet",
+        "rigkit.fleet.stage",
         "stage each rig's pinned model (model_source) into its store: once from the "
         "source, then rig to rig; --check reports damage",
     ),

@@ -9,16 +9,11 @@ from __future__ import annotations
 
 import re
 import shlex
-from typing import Optional
 
-from rigkit.settings.variables import check_of
+from rigkit.settings.types import check_mount_options
 
 FSTAB_ESCAPES = {" ": "\\040", "\t": "\\011", "\n": "\\012", "\\": "\\134"}
 _FSTAB_SPECIAL = re.compile("[ \t\n\\\\]")
-# A mount option: a flag (noatime) or key=value (commit=60, context="system_u:object_r:x:s0").
-_MOUNT_OPTION = re.compile(r"[A-Za-z0-9_.:+\-=/\"@]+")
-# A user or group chown takes: the shadow-utils name rule (NAME_REGEX) or a numeric id.
-_ACCOUNT_NAME = re.compile(r"[a-z_][a-z0-9_-]{0,31}|[0-9]+")
 
 
 def fstab_field(text: str) -> str:
@@ -33,33 +28,6 @@ def fstab_line(spec: str, mount_point: str, fstype: str, options: str, dump: int
     check_mount_options(options)
     fields = [spec, mount_point, fstype, options, str(dump), str(pass_number)]
     return " ".join(fstab_field(field) for field in fields)
-
-
-def mount_options_problem(options: str) -> Optional[str]:
-    """Why ``options`` cannot be an fstab options field, or None."""
-    if any(char in options for char in "\n\r"):
-        return "contains a newline, which would start another fstab line"
-    items = options.split(",")
-    if not options or "" in items:
-        return "must be options separated by single commas, e.g. noatime,nofail"
-    for item in items:
-        if not _MOUNT_OPTION.fullmatch(item):
-            return f"option {item!r} has a blank, control or shell character (an option is a flag or key=value)"
-    return None
-
-
-check_mount_options = check_of(mount_options_problem, "write options separated by single commas, e.g. noatime,nofail")
-
-
-def check_account_name(name: str) -> None:
-    """Variable check for a user or group that owns the L2 directories (ValueError with the reason)."""
-    if not _ACCOUNT_NAME.fullmatch(name):
-        raise ValueError(
-            "must be a user or group name (lowercase letters, digits, '_', '-'; at most 32) or a numeric id"
-        )
-
-
-check_account_name.fix = "write a user or group name such as root or rigkit, or a numeric id"
 
 
 # The directory under a mount point: the rig's own, hidden while something is mounted there. A store under a shared

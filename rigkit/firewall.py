@@ -1,7 +1,7 @@
 """rigkit's firewalls: which sources may reach some TCP ports of a host, each as an nftables table of rigkit's own.
 
 Each firewall is one ``Firewall`` declaration (its table, ruleset file, boot unit and the setting that turns it
-on): API_FIREWALL here (the rigs' API, roles/api_firewall.py), rigkit.kv_store.KV_STORE_FIREWALL (the store's
+on, rigkit.settings.firewalls): API_FIREWALL (the rigs' API, roles/api_firewall.py), KV_STORE_FIREWALL (the store's
 port, roles/kv_store.py). They share everything else, so a host holding both keeps two independent tables.
 
 Pure: the ruleset text, the systemd unit that loads it at boot, the allowed sources (validated with ipaddress)
@@ -19,84 +19,13 @@ from __future__ import annotations
 
 import hashlib
 import ipaddress
-from dataclasses import dataclass
-from typing import Callable, Iterable, Mapping, Optional, Sequence, Union
+from typing import Iterable, Optional, Sequence
 
-from rigkit.errors import ConfigError, PreflightError
-from rigkit.settings.types import network_problem
+from rigkit.errors import PreflightError
+from rigkit.settings.firewalls import API_FIREWALL, Firewall, Network, parse_source
 from rigkit.systemd import exec_command_line
 
 NFT = "/usr/sbin/nft"
-SYSTEMD_UNIT_DIR = "/etc/systemd/system"
-
-
-@dataclass(frozen=True)
-class Firewall:
-    """One firewall rigkit manages: what a ruleset, its boot unit, the role and its refusals are named by."""
-
-    setting: str  # the bool variable turning it on; names it in the ruleset, its comment and refusals
-    title: str  # what the unit and the role's operations call it ("API firewall")
-    table: str  # nft table inet <table>: this firewall's own, no other is touched
-    chain: str  # the chain the guarded ports jump to
-    ruleset_path: str  # the nft script on the host
-    unit_name: str  # the systemd unit that loads it at boot
-    guards: str  # what its ports are, for the unit's description ("the serving ports")
-    before: str  # the unit that must not start before the table is loaded (the guarded service)
-
-    @property
-    def unit_path(self) -> str:
-        return f"{SYSTEMD_UNIT_DIR}/{self.unit_name}"
-
-    @property
-    def comment_prefix(self) -> str:
-        """The table comment's start; the ruleset's hash follows: which ruleset the loaded table holds."""
-        return f"rigkit {self.setting} "
-
-
-API_FIREWALL = Firewall(
-    setting="api_firewall",
-    title="API firewall",
-    table="rigkit_api",
-    chain="api",
-    ruleset_path="/etc/rigkit/api-firewall.nft",
-    unit_name="rigkit-api-firewall.service",
-    guards="the serving ports",
-    before="docker.service",
-)
-
-Network = Union[ipaddress.IPv4Network, ipaddress.IPv6Network]
-
-
-def parse_source(text: str, firewall: Firewall = API_FIREWALL) -> Network:
-    """One allowed source (an address or a network in CIDR form); ValueError naming the fix."""
-    problem = network_problem(text)
-    if problem:
-        raise ValueError(f"{text!r} {problem}")
-    try:
-        network = ipaddress.ip_network(text, strict=True)
-    except ValueError as exc:
-        if "host bits set" in str(exc):
-            loose = ipaddress.ip_network(text, strict=False)
-            raise ValueError(
-                f"{text!r} has host bits set: write {loose} for the network, or {text.split('/')[0]} for the one host"
-            ) from None
-        raise ValueError(f"{text!r} is not an IP address or network (10.0.0.5, 10.0.0.0/24, fd00::/64)") from None
-    if network.prefixlen == 0:
-        raise ValueError(f"{text!r} allows every address: turn {firewall.setting} off instead")
-    return network
-
-
-def sources_check(firewall: Firewall) -> Callable[[list], None]:
-    """The variable check of a firewall's allowed sources (api_allowed_sources): a list of addresses or networks."""
-
-    def check(value: list) -> None:
-        for item in value:
-            if not isinstance(item, str):
-                raise ValueError(f"{item!r} is not text: give each source as a string such as '10.0.0.5'")
-            parse_source(item, firewall)
-
-    check.fix = 'write a list of addresses or CIDR networks as the host sees them, e.g. ["10.0.0.5", "10.0.1.0/24"]'
-    return check
 
 
 def controller_address(ssh_connection: Optional[str]) -> Optional[Network]:
@@ -258,20 +187,6 @@ def wildcard_exposure_notice(
         f"{service}: {setting} {wildcard[0]} listens on every address, port {port}, with no firewall in front: "
         f"every host that can route here reaches it; {limit} bind it to one address on a trusted network"
     )
-
-
-def refuse_on_shared_network(firewall: Firewall, data: Mapping, enabled: bool) -> None:
-    """The lab's hard rule: a lab rig on host networking shares this machine's network namespace, so its
-    nft rules would be this machine's firewall. Only a lab rig in its own namespace may take one."""
-    if enabled and data.get("lab_rig") and not data.get("lab_netns"):
-        raise ConfigError(
-            firewall.setting,
-            True,
-            "this lab rig runs on host networking: its network namespace is "
-            "the controller's, so the rig's firewall rules would change this machine's firewall",
-            f"enable {firewall.setting} only on a lab rig in its own network namespace (lab_netns: "
-            f"the netns rigs of `rigkit lab up`), or set {firewall.setting}: false",
-        )
 
 
 def refuse_same_namespace(firewall: Firewall, rig_namespace: Optional[str], controller_namespace: str) -> None:

@@ -18,39 +18,12 @@ from typing import Any, Iterable, Mapping, Optional
 
 from rigkit.disk import fstab_line
 from rigkit.errors import ConfigError
-from rigkit.settings.defaults import KV_SHARE_VARIABLES, ROUTER_GROUP, kv_share_store_path
+from rigkit.settings.defaults import KV_SHARE_VARIABLES, ROUTER_GROUP
+from rigkit.settings.hostdata import nfs_export
 from rigkit.settings.knobs import KNOBS_BY_NAME
 from rigkit.settings.variables import resolve
 
 SHARE_KNOBS = [KNOBS_BY_NAME[name] for name in ("kv_share", "kv_share_janitor", "kv_hash_seed")]
-NFS_FSTYPES = ("nfs", "nfs4")
-
-
-def nfs_export(source: str) -> Optional[tuple[str, str]]:
-    """(server, export path) of an NFS source as nfs(5) writes it, ``SERVER:/PATH``, an IPv6 server in brackets
-    (``[fd00::1]:/export``); None for anything else."""
-    if source.startswith("["):
-        address, bracket, rest = source[1:].partition("]")
-        if not (bracket and address and rest.startswith(":")):
-            return None
-        server, export = f"[{address}]", rest[1:]
-    else:
-        server, _, export = source.partition(":")
-    return (server, export) if server and export.startswith("/") else None
-
-
-def check_share_settings(section: Mapping[str, Any]) -> None:
-    """An NFS source names its server and export (``server:/export``): anything else no mount can take."""
-    source, fstype = section["kv_share_source"], section["kv_share_fstype"]
-    if source is None or fstype not in NFS_FSTYPES:
-        return
-    if nfs_export(source) is None:
-        raise ConfigError(
-            "kv_share_source",
-            source,
-            f"is not an NFS export (kv_share_fstype {fstype})",
-            "write it as SERVER:/EXPORT, e.g. nas:/export/rigkit-kv ([fd00::1]:/export for an IPv6 server)",
-        )
 
 
 def store_identity(source: str) -> str:
@@ -61,43 +34,6 @@ def store_identity(source: str) -> str:
         return posixpath.normpath(source)
     path = posixpath.normpath(export[1])
     return f"{export[0].lower()}:{'/' if path == '//' else path}"
-
-
-def shareable_profiles(profiles: Mapping[str, Any]) -> list[str]:
-    return sorted(name for name, profile in profiles.items() if profile.connector and profile.connector.shareable)
-
-
-def shared_l2_path(
-    profile: Any, knobs: Mapping[str, Any], section: Mapping[str, Any], profiles: Mapping[str, Any]
-) -> Optional[str]:
-    """Where the connector store lives with ``kv_share`` on (None when off); ConfigError when the profile has
-    no shared-capable tier, no source is declared, or an explicit l2_path lies off the shared mount."""
-    if not knobs["kv_share"]:
-        return None  # kv_share_janitor alone says nothing: it names the janitor of a store once one is shared
-    if not (profile.connector and profile.connector.shareable):
-        raise ConfigError(
-            "kv_share",
-            True,
-            f"profile {profile.name} has no tier that can live on a shared mount",
-            f"use a profile with one ({', '.join(shareable_profiles(profiles))}), or set kv_share: false",
-        )
-    if section["kv_share_source"] is None:
-        raise ConfigError(
-            "kv_share_source",
-            None,
-            "kv_share is on but no shared mount is declared",
-            "set kv_share_source (e.g. nas:/export/rigkit-kv) and kv_share_mount_point in group data",
-        )
-    mount_point = section["kv_share_mount_point"]
-    path = knobs["l2_path"] or kv_share_store_path(section)
-    if posixpath.commonpath([path, mount_point]) != mount_point or path == mount_point:
-        raise ConfigError(
-            "l2_path",
-            path,
-            f"is not a directory inside the shared mount {mount_point} (kv_share)",
-            "leave l2_path unset (the store then is kv_share_mount_point/kv_share_store_dir)",
-        )
-    return path
 
 
 def fstab_entry_line(section: Mapping[str, Any]) -> str:

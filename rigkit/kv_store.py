@@ -25,13 +25,15 @@ import socket
 from typing import Callable, Mapping, Optional, Sequence
 
 from rigkit.errors import ConfigError
-from rigkit.firewall import Firewall, Network, allowed_sources
+from rigkit.firewall import Network, allowed_sources
+from rigkit.settings.firewalls import KV_STORE_FIREWALL
+from rigkit.settings.hostdata import ADAPTER_CONNECTION_TIMEOUT_S
+from rigkit.settings.knobs import password_problem
 from rigkit.settings.sizing import GIB
 
 # valkey-server as Debian 13 packages it (valkey 8.1): the main file includes rigkit's, last, so rigkit's
 # directives win over the package's defaults without rigkit owning the package's file.
 VALKEY_PACKAGES = ("valkey-server", "valkey-tools")
-VALKEY_SERVICE = "valkey-server.service"
 VALKEY_USER = "valkey"
 VALKEY_MAIN_CONF = "/etc/valkey/valkey.conf"
 RIGKIT_CONF = "/etc/valkey/rigkit.conf"
@@ -39,48 +41,8 @@ RIGKIT_CONF = "/etc/valkey/rigkit.conf"
 RIGKIT_CONF_MODE = "640"
 INCLUDE_LINE = f"include {RIGKIT_CONF}"
 
-# The store's own firewall: independent of the API firewall's table, file and unit (the lab puts the store on a
-# rig, so one host may hold both), loaded before valkey starts at boot.
-KV_STORE_FIREWALL = Firewall(
-    setting="kv_store_firewall",
-    title="KV store firewall",
-    table="rigkit_kv_store",
-    chain="kv_store",
-    ruleset_path="/etc/rigkit/kv-store-firewall.nft",
-    unit_name="rigkit-kv-store-firewall.service",
-    guards="the store's port",
-    before=VALKEY_SERVICE,
-)
-
-# How long LMCache's Valkey adapter waits on the store (its glide client's timeouts, seconds), rendered into the
-# adapter JSON so what a dead store costs is stated here, not left to LMCache's defaults: one request (a lookup,
-# a get, a put) gives up after REQUEST_TIMEOUT_S, the first connection after CONNECTION_TIMEOUT_S. Equal to
-# LMCache's own defaults (valkey_l2_adapter.py DEFAULT_REQUEST_TIMEOUT_SECS / DEFAULT_CONNECTION_TIMEOUT_SECS,
-# LMCache d4eb1aa2); what LMCache does with a request that timed out (serve from L1, recompute) is unmeasured here.
-ADAPTER_REQUEST_TIMEOUT_S = 5.0
-ADAPTER_CONNECTION_TIMEOUT_S = 10.0
-
-# Short passwords fall to guessing: valkey answers AUTH in microseconds and never locks an account out.
-MIN_PASSWORD_LENGTH = 16
 # Valkey's own answer to a command on a connection that has not authenticated.
 NOAUTH_REPLY = "NOAUTH"
-
-
-def password_problem(text: str) -> Optional[str]:
-    """Why ``text`` cannot be the store's password, or None.
-
-    valkey.conf would take most characters inside double quotes with escapes, but the role reads the password
-    back from the file for its checks (``auth_from_config_script``) and .env carries it to the rigs: a quote, a
-    backslash, whitespace or a control character would need escaping in one of them, so such values are refused.
-    """
-    if len(text) < MIN_PASSWORD_LENGTH:
-        return f"has {len(text)} characters, fewer than {MIN_PASSWORD_LENGTH} (valkey never slows down guessing)"
-    for char in text:
-        if char in "\"'\\":
-            return "contains a quote or a backslash, which valkey.conf and .env would each need escaped"
-        if char.isspace() or not char.isprintable():
-            return f"contains whitespace or a control character ({char!r})"
-    return None
 
 
 def config_text(settings: Mapping, password: str) -> str:
@@ -135,18 +97,6 @@ def answers_as_declared(settings: Mapping, answers: Mapping) -> list[str]:
         if answers["config"].get(name) != value:
             problems.append(f"CONFIG GET {name} is {answers['config'].get(name)!r}, not {value!r}")
     return problems
-
-
-def adapter_json(address: str, port: int) -> str:
-    """LMCache's Valkey L2 adapter config for the store at ``address``:``port``, without the password
-    (the entrypoint adds it from RIGKIT_KV_STORE_PASSWORD), with the timeouts rigkit states for a dead store.
-    LMCache splits ``startup_nodes`` at its last ':' (an IPv6 address needs no brackets)."""
-    return '{"type":"valkey","startup_nodes":"%s:%d","request_timeout":%s,"connection_timeout":%s}' % (
-        address,
-        port,
-        ADAPTER_REQUEST_TIMEOUT_S,
-        ADAPTER_CONNECTION_TIMEOUT_S,
-    )
 
 
 def resolve_address(address: str) -> list[str]:

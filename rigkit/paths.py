@@ -5,8 +5,6 @@ import unicodedata
 from pathlib import Path
 from typing import Optional
 
-from rigkit.settings.variables import check_of
-
 REPO_ROOT = Path(__file__).resolve().parent.parent
 # The deploy files at the repository's root: every rig's deploy, and the rollback to the previous release.
 DEFAULT_DEPLOY = "deploy.py"
@@ -29,6 +27,10 @@ RIG_STATE_DIR = "/var/lib/rigkit"
 # Each verified release's compose.yml + .env, by release hash: what a rollback restores exactly.
 RIG_RELEASES_DIR = f"{RIG_STATE_DIR}/releases"
 RIG_LIB_DIR = "/usr/local/lib/rigkit"
+# The labels of the stack's containers (rigkit.serving.render writes them on the compose service).
+LABEL_PREFIX = "org.rigkit"
+STACK_LABEL = f"{LABEL_PREFIX}.stack"  # finds the stack's containers (rigkit.facts.serving.StackContainers)
+STACK_NAME = "serving"  # the STACK_LABEL value
 
 
 # Host paths a user sets (l2_path, the L2 mount point, ...) are bind-mounted read-write into the container,
@@ -126,9 +128,6 @@ def host_path_problem(path: str) -> Optional[str]:
     return None
 
 
-check_host_path = check_of(host_path_problem, "write an absolute, normalised directory of its own, e.g. /mnt/rigkit-l2")
-
-
 def bind_source_problem(path: str) -> Optional[str]:
     """Why ``path`` cannot be a host directory bind-mounted into the container (l2_path, model_store_path, a shared
     model), or None: a host path (host_path_problem) without ':', which compose's volume syntax splits on."""
@@ -140,19 +139,8 @@ def bind_source_problem(path: str) -> Optional[str]:
     return None
 
 
-check_bind_source = check_of(
-    bind_source_problem, "write an absolute, normalised directory of its own without ':', e.g. /mnt/rigkit-l2"
-)
-
-
-check_relative_path = check_of(relative_path_problem, "write a relative directory name such as lmcache")
-
-
 def device_path_problem(path: str) -> Optional[str]:
     """Why ``path`` is not a block device path under /dev (e.g. /dev/disk/by-id/nvme-...), or None."""
     if not path.startswith("/dev/"):
         return "must be a device path under /dev/, preferably /dev/disk/by-id/..."
     return _path_text_problem(path) or _parts_problem(path[1:].split("/"))
-
-
-check_device_path = check_of(device_path_problem, "write the device as a /dev/disk/by-id/ path")

@@ -24,8 +24,8 @@ from rigkit.facts.nvidia import NvidiaGpuMemory, NvidiaPciGpus, NvidiaSmiGpus
 from rigkit.facts.server import MemInfo, PortListeners, ShmFree, ShmSize
 from rigkit.facts.serving import serving_engine
 from rigkit.firewall import API_FIREWALL
-from rigkit.model.source import store_stamp
 from rigkit.settings.hostdata import RigSettings
+from rigkit.settings.model_source import store_stamp
 
 
 @dataclass(frozen=True)

@@ -1,4 +1,4 @@
-"""The firewall roles' shared steps (no role of its own): one of rigkit's firewalls (a rigkit.firewall.Firewall)
+"""The firewall roles' shared steps (no role of its own): one of rigkit's firewalls (a rigkit.settings.firewalls.Firewall)
 put on the host, or taken off it. roles/api_firewall.py and roles/kv_store.py each call them with their own
 declaration, so their tables, ruleset files and boot units never touch each other.
 """

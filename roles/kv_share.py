@@ -26,12 +26,12 @@ from pyinfra.operations import files
 from rigkit.facts.batch import FactSpec
 from rigkit.facts.disk import MountedFilesystem, MountWritable, UnderMountPoint
 from rigkit.facts.surveyed import directory_reads
-from rigkit.kv_share import NFS_FSTYPES, fstab_entry_line
+from rigkit.kv_share import fstab_entry_line
 from rigkit.operations import say
 from rigkit.operations.apt import packages_installed
 from rigkit.operations.disk import FSTAB, fstab_entry, mount_point_sealed, mount_writable, mounted
 from rigkit.settings.defaults import KV_SHARE_NFS_CLIENT_PACKAGE
-from rigkit.settings.hostdata import RigSettings
+from rigkit.settings.hostdata import NFS_FSTYPES, RigSettings
 from roles import Run
 
 

@@ -3,7 +3,7 @@ and a firewall that lets the rigs alone reach it.
 
 Runs on the hosts of the inventory group rigkit.settings.defaults.KV_STORE_GROUP (they get this role only). Ensures
 - with ``kv_store_firewall`` on (the default), before valkey is installed or restarted, so a new bind never
-  listens unprotected: nftables installed, rigkit.kv_store.KV_STORE_FIREWALL's table ``inet rigkit_kv_store``
+  listens unprotected: nftables installed, rigkit.settings.firewalls.KV_STORE_FIREWALL's table ``inet rigkit_kv_store``
   (its own ruleset file and boot unit, independent of the API firewall's on the same host) letting only
   loopback and ``store_sources`` reach kv_store_port: ``kv_store_allowed_sources`` when declared, else every
   rig of the inventory (deploy.py passes ``rigs``: rig name -> rigkit.router.rig_address), resolved on the
@@ -44,7 +44,7 @@ from pyinfra.operations.util import any_changed
 from rigkit.distro import target_os
 from rigkit.errors import PreflightError
 from rigkit.facts.firewall import FirewallTrace, NetworkNamespace, trace_kwargs
-from rigkit.firewall import refuse_on_shared_network, refuse_same_namespace, wildcard_exposure_notice
+from rigkit.firewall import refuse_same_namespace, wildcard_exposure_notice
 from rigkit.kv_store import (
     INCLUDE_LINE,
     KV_STORE_FIREWALL,
@@ -52,7 +52,6 @@ from rigkit.kv_store import (
     RIGKIT_CONF_MODE,
     VALKEY_MAIN_CONF,
     VALKEY_PACKAGES,
-    VALKEY_SERVICE,
     VALKEY_USER,
     config_text,
     store_sources,
@@ -62,6 +61,7 @@ from rigkit.operations.apt import packages_installed
 from rigkit.operations.files import secret_file
 from rigkit.operations.kv_store import store_verified
 from rigkit.remote.tunnel import ssh_address
+from rigkit.settings.firewalls import VALKEY_SERVICE, refuse_on_shared_network
 from rigkit.settings.hostdata import RigSettings, required_secret
 from roles import Run
 from roles.firewall import controller_namespace, firewall_applied, firewall_removed

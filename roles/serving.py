@@ -42,7 +42,6 @@ from rigkit.facts.model import StagedModel
 from rigkit.facts.serving import serving_engine
 from rigkit.facts.surveyed import directory_reads, put_reads, service_reads
 from rigkit.files.l2_janitor import L2_JANITOR_INTERVAL_S, L2_JANITOR_MIN_FREE_BYTES, L2_JANITOR_UNIT
-from rigkit.model.source import mounted_dir, parse_model_source, store_stamp
 from rigkit.operations import refusal_of, refuse, refusing_step
 from rigkit.operations.files import secret_file
 from rigkit.operations.serving import PULL_STEP, engine_checked, image_pulled, stack_release
@@ -73,6 +72,7 @@ from rigkit.serving.render import COMPOSE_FILE_NAME, CONTAINER_NAME, ENV_FILE_MO
 from rigkit.serving.smoke import HASH_SEED_ENV, SmokeReport, check_container, check_hash_seed, check_http
 from rigkit.settings.hostdata import RigSettings, Settings
 from rigkit.settings.knobs import KNOBS_BY_NAME
+from rigkit.settings.model_source import mounted_dir, parse_model_source, store_stamp
 from rigkit.settings.sizing import GB
 from rigkit.settings.variables import resolve
 from rigkit.survey import RigState

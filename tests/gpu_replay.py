@@ -15,8 +15,7 @@ import json
 from pathlib import Path
 from typing import Optional
 
-from rigkit.remote.client import ServingClient, StreamResult
-from rigkit.validation.greedy import TokenChoice
+from rigkit.remote.client import ServingClient, StreamResult, TokenChoice
 from rigkit.validation.procedure import LOGPROBS_WARMUP_PROMPT
 
 GPU_FIXTURES = Path(__file__).parent / "fixtures" / "gpu-h200-vllm0.26"

@@ -10,15 +10,13 @@ import subprocess
 import pytest
 
 from rigkit.disk import (
-    check_account_name,
-    check_mount_options,
     fstab_field,
     fstab_line,
-    mount_options_problem,
     seal_command,
     seal_flags_immutable,
     under_mount_point_read,
 )
+from rigkit.settings.types import check_account_name, check_mount_options, mount_options_problem
 
 FINDMNT = shutil.which("findmnt")
 

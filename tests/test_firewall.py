@@ -29,16 +29,15 @@ from rigkit.firewall import (
     controller_source,
     exposure_notice,
     parse_source,
-    refuse_on_shared_network,
     refuse_same_namespace,
     ruleset,
     ruleset_comment,
     source_text,
-    sources_check,
     unit_text,
 )
 from rigkit.kv_store import KV_STORE_FIREWALL
 from rigkit.lab.unpacked_tools import unpacked_tool
+from rigkit.settings.firewalls import refuse_on_shared_network, sources_check
 from rigkit.settings.hostdata import rig_settings
 
 FIXTURES = Path(__file__).parent / "fixtures" / "firewall"

@@ -25,7 +25,7 @@ from rigkit.facts.kv_store import StoreAnswers
 from rigkit.lab.unpacked_tools import unpacked_tool
 from rigkit.serving.commands import stack_files
 from rigkit.serving.render import compose_document, render_env
-from rigkit.settings.hostdata import Settings, rig_settings, settings_for_host
+from rigkit.settings.hostdata import Settings, adapter_json, rig_settings, settings_for_host
 from rigkit.settings.sizing import GIB
 from rigkit.status.probe import status_script
 from rigkit.status.rig import kv_store_health
@@ -437,7 +437,7 @@ def test_a_store_answering_otherwise_is_told_in_full() -> None:
 @pytest.mark.parametrize("address", ["10.213.3.1", "fd00::5"])
 def test_the_probe_reaches_the_store_lmcache_is_given(address) -> None:
     """LMCache splits startup_nodes at its last ':' (an IPv6 address goes without brackets): so does the probe."""
-    assert kv_store.store_node(kv_store.adapter_json(address, 6380)) == (address, 6380)
+    assert kv_store.store_node(adapter_json(address, 6380)) == (address, 6380)
 
 
 @pytest.mark.parametrize(

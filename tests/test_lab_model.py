@@ -1,4 +1,4 @@
-"""rigkit.lab.lab_model without training: the model's cache key follows its inputs, its corpus is rigkit.validation.prompts'
+"""rigkit.lab.lab_model without training: the model's cache key follows its inputs, its corpus is rigkit.prompts'
 own text from fixed seeds, and only a complete directory counts as a model."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 
 from rigkit.lab import lab_model
-from rigkit.validation.prompts import PromptSpec, draft_text
+from rigkit.prompts import PromptSpec, draft_text
 
 
 def test_the_corpus_is_the_validation_prompts_text_from_fixed_seeds():

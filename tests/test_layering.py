@@ -2,6 +2,7 @@
 files uploaded to the rig (rigkit/files) import the standard library only: the rig has no rigkit."""
 
 import ast
+import re
 import sys
 from pathlib import Path
 
@@ -38,14 +39,34 @@ def test_files_uploaded_to_the_rig_import_the_standard_library_only():
         assert imported_modules(path) - allowed == set(), path.name
 
 
-# --- the packages' order: commands on top, rollouts and status above what they use, ground below all ---------------
+# --- the floors: each rigkit package or top-level module stands on one, and imports only from its own or lower ----------
 
-# Each layer may import its own and the layers below it, never one above. The middle layer's packages (settings,
-# serving, remote, fleet, validation, model and the host subjects: disk, firewall, router, ...) still lean on each
-# other at package level; among modules there is no circle (test_no_import_circles).
-GROUND = {"errors", "systemd", "distro", "nvidia_smi", "files"}
-UPPER = {"rollout", "status"}
-TOP = {"commands", "lab", "cli"}
+# Lowest first; the same list, one line a floor, is docs/concepts.md's "Where things live".
+FLOORS = [
+    (
+        "ground: errors, paths, systemd unit text, the rig-side files, readers of nvidia-smi and /metrics, the prompts",
+        {"errors", "paths", "systemd", "distro", "nvidia_smi", "files", "metrics", "prompts"},
+    ),
+    (
+        "the transport to a rig: SSH tunnels, the image registry, the serving API's client and its TTFT probe",
+        {"remote"},
+    ),
+    ("the settings registry: every setting, its kind and every check of it", {"settings"}),
+    (
+        "a rig's subjects, each from its settings to its files and commands",
+        {"disk", "firewall", "kv_store", "kv_share", "router", "listeners"},
+    ),
+    ("reading a rig: pyinfra facts, the survey, the preflights", {"facts", "survey", "preflight"}),
+    (
+        "the stack: compose and its release, its Kubernetes export, the model's store, pyinfra operations",
+        {"serving", "export", "model", "operations"},
+    ),
+    ("the fleet: inventory, deploy over every rig, model staging", {"fleet"}),
+    ("proof and watch: cache validation, the L2 report, monitoring", {"validation", "l2_state", "monitoring"}),
+    ("over the fleet: rollouts and status", {"rollout", "status"}),
+    ("commands: the CLI, its commands and the lab", {"commands", "lab", "cli"}),
+]
+FLOOR = {unit: level for level, (_, units) in enumerate(FLOORS) for unit in units}
 # Imports inside a function, each with the reason it is not at the top of its module.
 LOCAL_IMPORTS = {
     ("rigkit/lab/cli.py", "rigkit.lab.serving_image"): "optional: a lab without the serving image's build inputs "
@@ -55,10 +76,6 @@ LOCAL_IMPORTS = {
     ("rigkit/serving/smoke.py", "rigkit.remote.http_session"): "requests loads only when a smoke check runs: every "
     "deploy imports the smoke for its release, and a no-op runs none (~30 ms of its start)",
 }
-
-
-def layer(subject: str) -> int:
-    return 0 if subject in GROUND else 3 if subject in TOP else 2 if subject in UPPER else 1
 
 
 def subject(module: str) -> str:
@@ -91,14 +108,46 @@ def module_name(path: Path) -> str:
     return ".".join(path.relative_to(RIGKIT.parent).with_suffix("").parts).removesuffix(".__init__")
 
 
-def test_no_layer_imports_one_above_it():
-    offenders = []
+def units() -> set[str]:
+    """rigkit's packages and top-level modules."""
+    return {path.stem if path.is_file() else path.name for path in RIGKIT.iterdir()} - {"__init__", "__pycache__"}
+
+
+def unit_imports() -> dict[tuple[str, str], str]:
+    """(importer, imported) -> one example, for every import between two units (imports in functions too)."""
+    found = {}
     for path in sorted(RIGKIT.rglob("*.py")):
         own = subject(module_name(path))
         for imported, _ in rigkit_imports(path):
-            if imported != "rigkit" and layer(subject(imported)) > layer(own):
-                offenders.append(f"{path.relative_to(RIGKIT.parent)} imports {imported}")
+            if imported != "rigkit" and subject(imported) != own:
+                found.setdefault((own, subject(imported)), f"{path.relative_to(RIGKIT.parent)} imports {imported}")
+    return found
+
+
+def test_every_package_stands_on_one_floor():
+    assert units() - {"rigkit"} == set(FLOOR), "place each package or top-level module on one floor of FLOORS"
+    assert sum(len(floor) for _, floor in FLOORS) == len(FLOOR)
+
+
+def test_no_floor_imports_one_above_it():
+    offenders = [example for (own, imported), example in unit_imports().items() if FLOOR[imported] > FLOOR[own]]
     assert offenders == []
+
+
+def test_no_two_packages_import_each_other():
+    edges = unit_imports()
+    pairs = [f"{edges[a, b]} | {edges[b, a]}" for a, b in sorted(edges) if a < b and (b, a) in edges]
+    assert pairs == []
+
+
+def test_the_floors_are_written_down_once_in_the_concepts():
+    text = (RIGKIT.parent / "docs" / "concepts.md").read_text()
+    listed = [line for line in text.splitlines() if re.match(r"\d+\. `", line)]
+    expected = [
+        f"{number}. {', '.join(f'`{unit}`' for unit in sorted(units))} — {what}"
+        for number, (what, units) in enumerate(FLOORS, 1)
+    ]
+    assert listed == expected
 
 
 def test_no_import_circles():

@@ -6,14 +6,12 @@ from rigkit.errors import ConfigError
 from rigkit.paths import (
     SYSTEM_DIRECTORIES,
     SYSTEM_TREES,
-    check_device_path,
-    check_host_path,
-    check_relative_path,
     device_path_problem,
     host_path_problem,
     relative_path_problem,
 )
 from rigkit.settings.knobs import KNOBS_BY_NAME
+from rigkit.settings.types import check_device_path, check_host_path, check_relative_path
 
 GOOD = [
     "/mnt/rigkit-l2",

@@ -9,10 +9,10 @@ import sys
 
 import pytest
 
+from rigkit import metrics
 from rigkit.errors import ConfigError
 from rigkit.fleet.inventory import load_inventory
 from rigkit.paths import REPO_ROOT
-from rigkit.validation import metrics
 from rigkit.validation.soak import Plan
 from tests.fake_openai import FakeOpenAI
 

@@ -6,8 +6,8 @@ import json
 from pathlib import Path
 
 from rigkit.facts.batch import FactBatch
-from rigkit.model.source import store_stamp
 from rigkit.settings.hostdata import rig_settings
+from rigkit.settings.model_source import store_stamp
 from rigkit.survey import NO_ENGINE, NOT_READ, SERVING_ENGINE, RigState, read_rig_state, state_from, survey_specs
 from roles import Run
 

@@ -217,8 +217,8 @@ def summary_lines(name: str, report, limits: RigLimits) -> list[str]:
 def run(stacks_file: Path, results: Path, seconds: float) -> None:
     import run as harness
 
+    from rigkit.metrics import require_prefix_counters
     from rigkit.remote.client import ServingClient
-    from rigkit.validation.metrics import require_prefix_counters
     from rigkit.validation.pays_sweep import measure_point
     from rigkit.validation.procedure import ValidationSettings
 

@@ -19,7 +19,6 @@ from pathlib import Path
 REPO_ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO_ROOT))
 
-from rigkit.model.source import MODEL_CONTAINER_PATH  # noqa: E402
 from rigkit.serving.commands import shm_cleanup_command  # noqa: E402
 from rigkit.serving.render import (  # noqa: E402
     L2_CONTAINER_PATH,
@@ -30,6 +29,7 @@ from rigkit.serving.render import (  # noqa: E402
     l2_integrity,
 )
 from rigkit.settings.hostdata import rig_settings  # noqa: E402
+from rigkit.settings.model_source import MODEL_CONTAINER_PATH  # noqa: E402
 
 DIGEST = "@sha256:" + "0" * 64  # never pulled: the check runs the carried wheels, not an image
 # The model as a rig gets it: a pinned model_source, staged on the rig and bind-mounted read-only at

@@ -31,12 +31,12 @@ HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]
 sys.path[:0] = [str(HERE / "stubs"), str(REPO)]
 
+from rigkit.metrics import as_dict  # noqa: E402
 from rigkit.nvidia_smi import POWER_LIMIT_QUERY, enforced_power_limits  # noqa: E402
 from rigkit.remote.client import ServingClient  # noqa: E402
 from rigkit.validation.card import RigCard  # noqa: E402
 from rigkit.validation.card.assemble import to_card  # noqa: E402
 from rigkit.validation.card.store import render_run, write_card  # noqa: E402
-from rigkit.validation.metrics import as_dict  # noqa: E402
 from rigkit.validation.power import LocalStore  # noqa: E402
 from rigkit.validation.procedure import ValidationSettings, validate_tiers  # noqa: E402
 from rigkit.validation.warm_shared import run_pairs  # noqa: E402

@@ -1,5 +1,5 @@
 """Train the GPU check's test model on the device: the tiny Qwen3 config (hidden 1024, 8 layers, 8 KV heads x 64)
-memorises one fixed text of each kind in TRAIN_KINDS (rigkit.validation.prompts: narrative, code; ~4,000 characters each), so its
+memorises one fixed text of each kind in TRAIN_KINDS (rigkit.prompts: narrative, code; ~4,000 characters each), so its
 next-token distributions are peaked (vLLM's dummy weights give the same tokens for every prompt; seeded random ones
 are nearly flat, so one bf16 step flips a greedy token: ../shared/gpu/README.md). Saved as model.safetensors beside
 the config and tokenizer.
@@ -28,7 +28,7 @@ from tokenizers import Tokenizer
 from transformers import Qwen3Config, Qwen3ForCausalLM
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-from rigkit.validation.prompts import PromptSpec, draft_text  # noqa: E402
+from rigkit.prompts import PromptSpec, draft_text  # noqa: E402
 
 SEQ, BATCH, LR = 512, 32, 1e-3
 SHAPE_KEYS = ("hidden_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads", "head_dim")

@@ -30,6 +30,7 @@ from urllib.parse import urlsplit
 import requests
 
 from rigkit.errors import ConfigError, RigkitError
+from rigkit.metrics import MetricsError, parse, require_prefix_counters
 from rigkit.paths import REPO_ROOT
 from rigkit.remote.client import CONNECT_TIMEOUT_S, ServingClient
 from rigkit.remote.http_session import server_session
@@ -39,7 +40,6 @@ from rigkit.validation.card import RESULTS_DIR, new_run_id, render_run, write_ca
 from rigkit.validation.card.assemble import to_card
 from rigkit.validation.card.glance import glance_lines
 from rigkit.validation.card.store import RUN_ID_ENV
-from rigkit.validation.metrics import MetricsError, parse, require_prefix_counters
 from rigkit.validation.procedure import ValidationSettings, validate_tiers
 
 NO_RESTART = (

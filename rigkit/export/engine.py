@@ -14,9 +14,9 @@ import re
 import shlex
 
 from rigkit.errors import ConfigError
-from rigkit.model.source import OFFLINE_ENV
 from rigkit.serving.render import engine_flags, env_values, kv_transfer_config
 from rigkit.settings.hostdata import Settings
+from rigkit.settings.model_source import OFFLINE_ENV
 
 _SET_ALTERNATIVE = re.compile(r"\$\{(\w+):\+([^}]*)\}")
 _QUOTED_REFERENCE = re.compile(r'"\$(?:\{(\w+)\}|(\w+))"')

@@ -9,8 +9,8 @@ from typing import Mapping
 
 from rigkit.errors import ConfigError
 from rigkit.export.gaps import Gap
-from rigkit.model.source import SHARED
 from rigkit.settings.hostdata import Settings, rig_settings
+from rigkit.settings.model_source import SHARED
 
 # Kubernetes object names are DNS-1123 labels: lowercase alphanumerics and '-', at most 63 characters
 _NOT_IN_A_NAME = re.compile(r"[^a-z0-9-]+")

@@ -22,10 +22,10 @@ from typing import Any, Optional
 from rigkit.export.engine import container_env
 from rigkit.export.gaps import Gap
 from rigkit.export.group import GroupStack, common_gaps, object_name
-from rigkit.model.source import MODEL_CONTAINER_PATH, store_revision_dir
 from rigkit.serving.render import L2_CONTAINER_PATH, entrypoint_script
 from rigkit.settings.hostdata import Settings
 from rigkit.settings.knobs import KNOBS, SECRET_ENV_NAMES
+from rigkit.settings.model_source import MODEL_CONTAINER_PATH, store_revision_dir
 
 KUBERNETES_VERSION = "v1.30.0"
 BIND_ADDRESS_ENV = "RIGKIT_BIND_ADDRESS"

@@ -12,8 +12,7 @@ from pyinfra.api import FactBase
 from rigkit.facts.batch import FactSpec
 from rigkit.facts.docker import DockerEngine, DockerImagePresent, DockerLocalImages
 from rigkit.files import engine_api
-from rigkit.paths import FILES_DIR
-from rigkit.serving.render import STACK_LABEL, STACK_NAME
+from rigkit.paths import FILES_DIR, STACK_LABEL, STACK_NAME
 
 
 class StackContainers(FactBase):

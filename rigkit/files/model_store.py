@@ -30,7 +30,7 @@ import sys
 import time
 
 PARTIAL_PREFIX = ".partial-"
-MANIFEST_FILE_NAME = ".rigkit-manifest.json"  # rigkit.model.source's, left out of a directory's files as there
+MANIFEST_FILE_NAME = ".rigkit-manifest.json"  # rigkit.settings.model_source's, left out of a directory's files as there
 STAMP_SUFFIX = ".verified.json"
 CHUNK = 1 << 20
 BUSY_EXIT = 75
@@ -258,7 +258,7 @@ def check(store, slug, revision, deep=False):
 
 
 def directory_files(root):
-    """As rigkit.model.source.directory_files: every regular file, dot-directories and the manifest left out."""
+    """As rigkit.settings.model_source.directory_files: every regular file, dot-directories and the manifest left out."""
     found = []
     for dirpath, dirnames, filenames in os.walk(root):
         dirnames[:] = sorted(name for name in dirnames if not name.startswith("."))

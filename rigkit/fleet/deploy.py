@@ -4,7 +4,7 @@ rigkit.commands.deploy; rollouts and rolling rollbacks (rigkit.rollout.run) run 
 
 Before pyinfra starts, the targets are checked (rigkit.fleet.targets: the connection data of every host) and a
 router role on the controller (@local) is refused unless asked for; the pinned model is staged on every rig
-(rigkit.model.fleet) before deploy.py starts a release."""
+(rigkit.fleet.stage) before deploy.py starts a release."""
 
 from __future__ import annotations
 
@@ -17,8 +17,8 @@ from rigkit.fleet import pyinfra_args as pyinfra_args_module
 from rigkit.fleet.outcome import DRY_RUN, OK, UNREACHABLE, RigOutcome, summarize
 from rigkit.fleet.provision import DEPLOY_UNTIL_ENV, STORE_ROLES_UNTIL
 from rigkit.fleet.pyinfra_args import is_dry_run, pyinfra_command, without_limits
+from rigkit.fleet.stage import rigs_awaiting_store_mount, stage_inventory
 from rigkit.fleet.targets import Targets
-from rigkit.model.fleet import rigs_awaiting_store_mount, stage_inventory
 from rigkit.paths import DEFAULT_DEPLOY
 from rigkit.remote.tunnel import connect_ssh
 from rigkit.router import is_gateway, refuse_router_on_controller

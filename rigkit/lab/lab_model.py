@@ -6,7 +6,7 @@ greedy margins). The serving image holds no model: `rigkit lab up` pins this dir
 `model_source` and `rigkit stage` (`stage_on_lab_rigs()`) copies it onto each rig, as on a real fleet.
 
 Its inputs, and so its cache key: the sources in lab_model/ (config.json, train_tokenizer.py, train_model.py),
-the training venv's pins and the corpus, generated here by rigkit.validation.prompts (the very text the validation's salted
+the training venv's pins and the corpus, generated here by rigkit.prompts (the very text the validation's salted
 prompts are made of) from fixed seeds. Training runs in its own venv (MODEL_ROOT/venv-<key>, made once with
 pip from TRAIN_REQUIREMENTS) so rigkit's own venv needs no torch.
 """
@@ -25,7 +25,7 @@ from pathlib import Path
 from rigkit.fleet.pyinfra_args import rigkit_executable
 from rigkit.lab.proc import LabStepError, Progress, directory_digest, input_hash, streamed
 from rigkit.paths import CACHE_DIR
-from rigkit.validation.prompts import PromptSpec, draft_text
+from rigkit.prompts import PromptSpec, draft_text
 
 SOURCES = Path(__file__).with_name("lab_model")
 TRAIN_SCRIPT = SOURCES / "train_model.py"
@@ -57,7 +57,7 @@ TRAIN_TIMEOUT_S = 1800.0
 
 
 def _documents(seed: int, count: int, chars: tuple[int, int]) -> list[dict]:
-    """Salted prompt texts of both kinds, as rigkit.validation.prompts writes them (session id, task line, body)."""
+    """Salted prompt texts of both kinds, as rigkit.prompts writes them (session id, task line, body)."""
     rng = random.Random(seed)
     documents = []
     for index in range(count):
@@ -87,7 +87,7 @@ def venv_key() -> str:
 
 def model_key() -> str:
     """The model's inputs: its sources, the training pins, and the text it learns from and is measured on, hashed as
-    generated (0.6 s): rigkit.validation.prompts may be moved or reformatted without a retraining while its text
+    generated (0.6 s): rigkit.prompts may be moved or reformatted without a retraining while its text
     stays the same, and any change to that text retrains."""
     texts = [hashlib.sha256(_jsonl(records).encode()).hexdigest() for records in (training_corpus(), eval_prompts())]
     return input_hash("lab-model", directory_digest(SOURCES), list(TRAIN_REQUIREMENTS), texts)

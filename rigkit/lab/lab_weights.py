@@ -1,7 +1,7 @@
 """The lab's model as a controller-side model_source, staged onto lab rigs by rigkit.model.stage and mounted.
 
 ``lab_model_source()`` pins the lab's trained model (rigkit.lab.lab_model ``ensure_lab_model``: real safetensors,
-cached by its inputs; rigkit.model.source.resolve_directory: manifest written, hash returned); `rigkit lab up`
+cached by its inputs; rigkit.settings.model_source.resolve_directory: manifest written, hash returned); `rigkit lab up`
 records it in the lab state for the lab's group data. ``other_weights_revision()`` writes a second revision of it
 that differs in its weights only (a rollback between the two must change what the engine answers).
 """
@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Callable
 
 from rigkit.lab.lab_model import ensure_lab_model
-from rigkit.model.source import resolve_directory
+from rigkit.settings.model_source import resolve_directory
 
 WEIGHTS_FILE = "model.safetensors"
 # the final RMSNorm's scale: negated, every logit changes sign (the greedy token becomes the least likely one)

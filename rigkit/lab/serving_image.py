@@ -64,8 +64,8 @@ from typing import Iterator, Sequence
 
 from rigkit.errors import PreflightError
 from rigkit.lab.proc import LabStepError, Progress, directory_digest, input_hash, run, streamed
-from rigkit.model.source import MODEL_CONTAINER_PATH
 from rigkit.paths import CACHE_DIR
+from rigkit.settings.model_source import MODEL_CONTAINER_PATH
 
 REPOSITORY_NAME = "rigkit/vllm-cpu-tiny"
 RELEASES = ("1", "2")

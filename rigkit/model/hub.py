@@ -32,7 +32,7 @@ from huggingface_hub.errors import (
 from huggingface_hub.utils import validate_repo_id
 
 from rigkit.errors import ConfigError, RigkitError
-from rigkit.model.source import COMMIT_RE, HASH_CHUNK, HUB, ModelSource, check_relative_file, manifest_hash
+from rigkit.settings.model_source import COMMIT_RE, HASH_CHUNK, HUB, ModelSource, check_relative_file, manifest_hash
 
 logger = logging.getLogger("rigkit.model")
 FIELD = "model_source"

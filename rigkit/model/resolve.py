@@ -14,7 +14,7 @@ import sys
 
 from rigkit.errors import ConfigError, RigkitError
 from rigkit.model.hub import resolve_revision
-from rigkit.model.source import (
+from rigkit.settings.model_source import (
     CONTROLLER_PREFIX,
     SHARED,
     SHARED_PREFIX,

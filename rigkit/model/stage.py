@@ -36,11 +36,11 @@ import paramiko
 import paramiko.agent
 
 from rigkit.errors import RigkitError
-from rigkit.model.source import SHARED_PREFIX, ModelSource, manifest_hash, manifest_size, revisions_to_remove
 from rigkit.paths import RIG_LIB_DIR
 from rigkit.remote.tunnel import connect_ssh, ssh_address
 from rigkit.serving.commands import FILES_DIR
 from rigkit.serving.ledger import LEDGER_PATH, Ledger
+from rigkit.settings.model_source import SHARED_PREFIX, ModelSource, manifest_hash, manifest_size, revisions_to_remove
 
 logger = logging.getLogger("rigkit.model")
 STORE_SCRIPT_SOURCE = FILES_DIR / "model_store.py"

@@ -1,5 +1,5 @@
 """Every dashboard panel and alert rule as a declaration: its PromQL, the metrics it reads and what a rig needs
-to have them. The metric names come from rigkit.validation.metrics (vLLM, LMCache: the ones the tier proof
+to have them. The metric names come from rigkit.metrics (vLLM, LMCache: the ones the tier proof
 reads), rigkit/files/node_textfile.py (GPUs, /dev/shm, L2), the node exporter and vllm-router; nothing here
 spells a metric name of its own in a query.
 
@@ -13,8 +13,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Mapping
 
+from rigkit import metrics as vllm
 from rigkit.files import node_textfile as textfile
-from rigkit.validation import metrics as vllm
 
 # Prometheus jobs (rigkit.monitoring.prometheus renders one scrape job each).
 JOB_VLLM = "rigkit_vllm"

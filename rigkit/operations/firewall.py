@@ -1,4 +1,4 @@
-"""firewall: one of rigkit's nft tables (rigkit.firewall.Firewall.table) loaded from its ruleset file, or removed;
+"""firewall: one of rigkit's nft tables (rigkit.settings.firewalls.Firewall.table) loaded from its ruleset file, or removed;
 no other table is touched."""
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ def table_removed(table: str):
     """
     Delete nft table ``inet <table>`` when it is loaded (every other table stays).
 
-    + table: the firewall's table (rigkit.firewall.Firewall.table)
+    + table: the firewall's table (rigkit.settings.firewalls.Firewall.table)
     """
     if host.get_fact(NftTableComment, table=table) is None:
         host.noop(f"nft table inet {table} is not loaded")

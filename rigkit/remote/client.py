@@ -1,21 +1,19 @@
-"""OpenAI-compatible streaming client for measurements: salted prompts (rigkit.validation.prompts) sized with the server's
-tokenizer, client-side TTFT (rigkit.validation.ttft), decode tok/s."""
+"""OpenAI-compatible streaming client for measurements: salted prompts (rigkit.prompts) sized with the server's
+tokenizer, client-side TTFT (rigkit.remote.probe), decode tok/s."""
 
 from __future__ import annotations
 
 import functools
 import time
 from dataclasses import asdict, dataclass, field
-from typing import Optional, Sequence
+from typing import Mapping, Optional, Sequence
 
 import requests
 
+from rigkit import metrics
 from rigkit.errors import RigkitError
 from rigkit.files import ttft_probe
-from rigkit.remote.http_session import server_session
-from rigkit.validation import metrics
-from rigkit.validation.greedy import TokenChoice
-from rigkit.validation.prompts import (
+from rigkit.prompts import (
     CHARS_PER_TOKEN_GUESS,
     NUDGE,
     Prompt,
@@ -24,7 +22,8 @@ from rigkit.validation.prompts import (
     new_session_id,
     on_a_block_edge,
 )
-from rigkit.validation.ttft import API_OVERHEAD_MODEL, CONTROLLER_TRANSPORT, RigProbe, TTFTCheck, crosscheck_ttft
+from rigkit.remote.http_session import server_session
+from rigkit.remote.probe import API_OVERHEAD_MODEL, CONTROLLER_TRANSPORT, RigProbe
 
 # The first long prefill must never be cut: its timeout is this many times the time the
 # measured prefill rate predicts (prefill slows down with length: attention is superlinear) ...
@@ -36,6 +35,16 @@ UNMEASURED_PREFILL_TIMEOUT_S = 900.0
 CONNECT_TIMEOUT_S = 10.0
 READY_POLL_S = 3.0
 READY_TIMEOUT_S = 600.0
+
+
+@dataclass(frozen=True)
+class TokenChoice:
+    """One generated token as the server reported it: `token` is "token_id:<n>" when asked for ids (texts collide:
+    many tokens decode to ""), its logprob, and the server's top-k of that position (the chosen one included)."""
+
+    token: str
+    logprob: float
+    top: Mapping[str, float] = field(default_factory=dict)
 
 
 @dataclass
@@ -216,7 +225,7 @@ class ServingClient:
     ) -> StreamResult:
         """One streaming /v1/completions request, greedy (temperature 0; `seed` fixed when given); TTFT and
         decode speed measured by rigkit/files/ttft_probe.py: on the rig with a probe, else in this process.
-        api_overhead: first measure the API server's cost of the same body (ttft.API_OVERHEAD_MODEL's 404).
+        api_overhead: first measure the API server's cost of the same body (probe.API_OVERHEAD_MODEL's 404).
         logprobs: ask for each generated token's top-`logprobs` logprobs, tokens as ids (vLLM's
         return_tokens_as_token_ids: token texts collide, many decode to ""); 0: not asked.
 
@@ -303,31 +312,3 @@ def token_choices(logprobs: Optional[dict]) -> list[TokenChoice]:
             break
         choices.append(TokenChoice(token, float(logprob), {str(k): float(v) for k, v in (top or {}).items()}))
     return choices
-
-
-@dataclass
-class Measured:
-    """One request with the /metrics window around it."""
-
-    result: StreamResult
-    window: metrics.Delta
-    ttft_check: Optional[TTFTCheck]
-
-
-def measure(
-    client: ServingClient,
-    prompt: str,
-    max_tokens: int,
-    timeout_s: Optional[float] = None,
-    seed: Optional[int] = None,
-    logprobs: int = 0,
-) -> Measured:
-    """Scrape /metrics, send one streaming request, scrape again: the window proves what served it."""
-    before = client.metrics()
-    result = client.stream_completion(
-        prompt, max_tokens=max_tokens, timeout_s=timeout_s, seed=seed, api_overhead=True, logprobs=logprobs
-    )
-    after = client.metrics()
-    window = metrics.delta(before, after)
-    check = crosscheck_ttft(result.ttft_s, window, result.api_overhead_s) if result.ttft_s is not None else None
-    return Measured(result, window, check)

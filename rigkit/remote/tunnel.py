@@ -27,9 +27,10 @@ from typing import Any, Callable, Iterator, Mapping, Optional
 import paramiko
 
 from rigkit.errors import RigkitError
-from rigkit.settings.connection import STRICT_HOST_KEY_DEFAULT
 
 DEFAULT_SSH_PORT = 22
+# pyinfra 3's SSH connector's default StrictHostKeyChecking (rigkit.settings.connection checks the setting)
+STRICT_HOST_KEY_DEFAULT = "accept-new"
 SSH_CONNECT_TIMEOUT_S = 15.0
 PUMP_BUFFER_BYTES = 65536
 # paramiko keepalives: a NAT or firewall between controller and rig must not idle the tunnel out
@@ -195,7 +196,7 @@ class Tunnel:
 
     def run(self, command: str, stdin: str) -> Optional[str]:
         """Run `command` on the rig over this tunnel's SSH connection with `stdin` fed to it: its stdout, or None
-        when it exited non-zero or the connection failed (rigkit.validation.ttft.RigCommand; the lab's TTFT probe)."""
+        when it exited non-zero or the connection failed (rigkit.remote.probe.RigCommand; the lab's TTFT probe)."""
         try:
             channel = self.transport().open_session()
         except (paramiko.SSHException, EOFError, OSError, TunnelError):

@@ -30,6 +30,7 @@ from typing import Any, Callable, ContextManager, Iterator, Mapping, Optional, S
 
 from rigkit.errors import ConfigError, RigkitError
 from rigkit.fleet.inventory import rigs_among
+from rigkit.metrics import requests_in_flight
 from rigkit.remote.http_session import server_session
 from rigkit.remote.tunnel import serving_url
 from rigkit.rollout.router_admin import (
@@ -47,7 +48,6 @@ from rigkit.router import CONTROLLER_HOST
 from rigkit.settings.defaults import ROUTER_VARIABLES
 from rigkit.settings.hostdata import rig_settings
 from rigkit.settings.variables import resolve
-from rigkit.validation.metrics import requests_in_flight
 
 NO_RIG_LEFT = "no rig left to serve"
 # the steps a summary names when the router is why a rig halted the rollout

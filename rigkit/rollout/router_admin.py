@@ -9,7 +9,7 @@ Measured with vllm-router 0.1.17 (tests/rollout/test_router_admin.py runs the re
 {"urls": [...]}; GET /workers -> {"workers": [{"url", "is_healthy", "load", ...}]}, where "load" counts the
 requests the router has in flight on a worker under cache_aware and power_of_two but stays 0 under
 round_robin, and a removed worker is no longer listed, so a drain waits on the rig's own gauges
-(vllm:num_requests_running/_waiting, rigkit.validation.metrics.requests_in_flight) instead. POST /remove_worker?url=U
+(vllm:num_requests_running/_waiting, rigkit.metrics.requests_in_flight) instead. POST /remove_worker?url=U
 answers 200 "Successfully removed worker" for a URL it does not know too, so a remove is checked against the
 list before and after. POST /add_worker?url=U health-checks U first and answers 400 when U already is a worker,
 or after --worker-startup-timeout-secs (default 600 s) when U is not healthy. A request already sent to a

@@ -57,8 +57,8 @@ from rigkit.fleet.pyinfra_args import (
     split_limits,
     without_limits,
 )
+from rigkit.fleet.stage import stage_inventory
 from rigkit.fleet.targets import Targets, select
-from rigkit.model.fleet import stage_inventory
 from rigkit.paths import DEFAULT_DEPLOY, ROLLBACK_DEPLOY, ROLLOUTS_DIR
 from rigkit.rollout import drain as rollout_drain
 from rigkit.rollout.drain import ROUTER_DEFAULT_BATCH, gateways_left_note, routed_default, unreachable_router_fix

@@ -15,8 +15,7 @@ import yaml
 from jinja2 import Environment, FileSystemLoader, StrictUndefined
 
 from rigkit.errors import ConfigError, PreflightError
-from rigkit.model.source import MODEL_CONTAINER_PATH, OFFLINE_ENV
-from rigkit.paths import TEMPLATES_DIR
+from rigkit.paths import LABEL_PREFIX, STACK_LABEL, STACK_NAME, TEMPLATES_DIR
 from rigkit.settings.hostdata import Settings
 from rigkit.settings.knobs import (
     ENGINE_FLAGS,
@@ -25,13 +24,11 @@ from rigkit.settings.knobs import (
     env_value_problem,
     knob_for_env,
 )
+from rigkit.settings.model_source import MODEL_CONTAINER_PATH, OFFLINE_ENV
 
 COMPOSE_PROJECT = "rigkit"
 SERVICE_NAME = "serving"
 CONTAINER_NAME = "rigkit-serving"
-LABEL_PREFIX = "org.rigkit"
-STACK_LABEL = f"{LABEL_PREFIX}.stack"  # finds the stack's containers (rigkit.facts.serving.StackContainers)
-STACK_NAME = "serving"  # the STACK_LABEL value
 KNOBS_HASH_LABEL = f"{LABEL_PREFIX}.knobs-hash"
 MODEL_LABEL = f"{LABEL_PREFIX}.model"  # the staged model_source (source@revision) the container mounts
 L2_CONTAINER_PATH = "/kv-store"

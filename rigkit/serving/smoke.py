@@ -11,8 +11,8 @@ import json
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Callable, Iterable
 
+from rigkit.metrics import parse_families
 from rigkit.settings.knobs import redacted
-from rigkit.validation.metrics import parse_families
 
 if TYPE_CHECKING:
     import requests

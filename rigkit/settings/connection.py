@@ -12,6 +12,7 @@ import re
 from typing import Any, Mapping
 
 from rigkit.errors import ConfigError
+from rigkit.remote.tunnel import STRICT_HOST_KEY_DEFAULT
 from rigkit.settings.knobs import check_port
 from rigkit.settings.types import ControllerPath, HostAddress, SecretText
 from rigkit.settings.variables import Variable, check_of, one_of
@@ -19,7 +20,6 @@ from rigkit.settings.variables import Variable, check_of, one_of
 # What pyinfra 3's SSH connector takes (sshuserclient.client.get_missing_host_key_policy raises on anything else);
 # "accept-new" is its default. rigkit's own connections (rigkit.remote.tunnel) read them the same way.
 STRICT_HOST_KEY_CHECKING = ("accept-new", "yes", "no", "off", "ask")
-STRICT_HOST_KEY_DEFAULT = "accept-new"
 # ssh(1) and useradd take a user name that starts with a letter or '_' (a leading '-' would be an ssh option).
 _USER_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_.-]{0,31}")
 

@@ -10,12 +10,11 @@ from __future__ import annotations
 
 import posixpath
 
-from rigkit.disk import check_account_name, check_mount_options
 from rigkit.errors import ConfigError
-from rigkit.firewall import API_FIREWALL, sources_check
-from rigkit.kv_store import KV_STORE_FIREWALL
-from rigkit.paths import bind_source_problem, check_device_path, check_host_path, check_relative_path
+from rigkit.paths import bind_source_problem
+from rigkit.prompts import PROMPT_KINDS
 from rigkit.remote.registry import parse_reference
+from rigkit.settings.firewalls import API_FIREWALL, KV_STORE_FIREWALL, sources_check
 from rigkit.settings.knobs import KNOBS, check_port
 from rigkit.settings.types import (
     DOCKER_DAEMON_OPTIONS,
@@ -34,9 +33,13 @@ from rigkit.settings.types import (
     UrlOrDirectory,
     address_problem,
     between,
+    check_account_name,
+    check_device_path,
+    check_host_path,
+    check_mount_options,
+    check_relative_path,
 )
 from rigkit.settings.variables import REDACTED, IntegerList, Variable, check_of, one_of
-from rigkit.validation import abstats
 
 SOURCES = ("docker-ce", "distro")
 
@@ -575,7 +578,7 @@ KV_STORE_VARIABLES: list[Variable] = [
         _valkey_policy,
     ),
     # On by default, unlike api_firewall: the store has no clients but the rigs, so limiting it to them cuts
-    # nobody off (a lab rig on host networking must set it false: rigkit.firewall.refuse_on_shared_network).
+    # nobody off (a lab rig on host networking must set it false: rigkit.settings.firewalls.refuse_on_shared_network).
     Variable(
         "kv_store_firewall",
         True,
@@ -745,7 +748,7 @@ VALIDATION_VARIABLES: list[Variable] = [
         "narrative",
         "prompt body of the tier sessions: narrative or code",
         str,
-        check=one_of(abstats.PROMPT_KINDS),
+        check=one_of(PROMPT_KINDS),
     ),
     Variable(
         "validate_output_tokens",

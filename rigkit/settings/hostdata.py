@@ -25,11 +25,7 @@ import re
 from dataclasses import dataclass
 from typing import Any, Iterable, Mapping, Optional
 
-from rigkit import kv_store
 from rigkit.errors import ConfigError
-from rigkit.firewall import API_FIREWALL, refuse_on_shared_network
-from rigkit.kv_share import check_share_settings, shared_l2_path
-from rigkit.model.source import MODEL_CONTAINER_PATH, ModelSource, mounted_dir, parse_model_source
 from rigkit.remote.registry import require_digest
 from rigkit.settings.connection import connection_values
 from rigkit.settings.defaults import (
@@ -39,10 +35,12 @@ from rigkit.settings.defaults import (
     L2_DISK_VARIABLES,
     PACKAGE_REPOSITORY_SETTINGS,
     ROLE_SECTIONS,
+    kv_share_store_path,
     l2_cache_path,
 )
 from rigkit.settings.engine_args import engine_option, engine_spellings, read_as
 from rigkit.settings.eviction import EvictionRule, rule_for
+from rigkit.settings.firewalls import API_FIREWALL, refuse_on_shared_network
 from rigkit.settings.knobs import (
     HASHED_ONLY_WHEN_SET,
     KNOBS,
@@ -56,6 +54,7 @@ from rigkit.settings.knobs import (
     gpu_indices,
     knob_flag_spellings,
 )
+from rigkit.settings.model_source import MODEL_CONTAINER_PATH, ModelSource, mounted_dir, parse_model_source
 from rigkit.settings.profiles import Profile, get_profile, load_profiles
 from rigkit.settings.sizing import GIB, capacity_line, gpu_kv_bytes_per_token, gpu_line, required_mem_limit_gib
 from rigkit.settings.types import LABEL_LIMITS, label_problem, plain_http_problem
@@ -345,7 +344,7 @@ def _refuse_shared_ports(profile: Profile, knobs: dict[str, Any]) -> None:
 
 
 def _point_l2_at_kv_store(knobs: dict[str, Any], role_values: dict[str, Any]) -> None:
-    """l2_kv_store_address set: LMCache's L2 is its Valkey adapter at the store (rigkit.kv_store.adapter_json),
+    """l2_kv_store_address set: LMCache's L2 is its Valkey adapter at the store (adapter_json),
     on kv_store_port from the same data the store host reads, with the password it requires."""
     address = knobs["l2_kv_store_address"]
     if address is None:
@@ -371,7 +370,7 @@ def _point_l2_at_kv_store(knobs: dict[str, Any], role_values: dict[str, Any]) ->
             "l2_kv_store_address is set but no password: the store refuses every unauthenticated command",
             "export RIGKIT_KV_STORE_PASSWORD on the controller (the same value the kv_store role sets)",
         )
-    knobs["l2_adapter_json"] = kv_store.adapter_json(address, role_values.get("kv_store_port", KV_STORE_PORT.default))
+    knobs["l2_adapter_json"] = adapter_json(address, role_values.get("kv_store_port", KV_STORE_PORT.default))
 
 
 def _derive(
@@ -619,3 +618,95 @@ def rig_settings(data: dict, profiles: Optional[dict[str, Profile]] = None, need
     check_share_settings(sections["kv_share"])
     check_relations(sections)
     return RigSettings(stack, sections, dict(data), profiles)
+
+
+# --- the shared KV tier's settings (rigkit.kv_share: the fleet-wide checks and the fstab line) ---
+
+NFS_FSTYPES = ("nfs", "nfs4")
+
+
+def nfs_export(source: str) -> Optional[tuple[str, str]]:
+    """(server, export path) of an NFS source as nfs(5) writes it, ``SERVER:/PATH``, an IPv6 server in brackets
+    (``[fd00::1]:/export``); None for anything else."""
+    if source.startswith("["):
+        address, bracket, rest = source[1:].partition("]")
+        if not (bracket and address and rest.startswith(":")):
+            return None
+        server, export = f"[{address}]", rest[1:]
+    else:
+        server, _, export = source.partition(":")
+    return (server, export) if server and export.startswith("/") else None
+
+
+def check_share_settings(section: Mapping[str, Any]) -> None:
+    """An NFS source names its server and export (``server:/export``): anything else no mount can take."""
+    source, fstype = section["kv_share_source"], section["kv_share_fstype"]
+    if source is None or fstype not in NFS_FSTYPES:
+        return
+    if nfs_export(source) is None:
+        raise ConfigError(
+            "kv_share_source",
+            source,
+            f"is not an NFS export (kv_share_fstype {fstype})",
+            "write it as SERVER:/EXPORT, e.g. nas:/export/rigkit-kv ([fd00::1]:/export for an IPv6 server)",
+        )
+
+
+def shareable_profiles(profiles: Mapping[str, Any]) -> list[str]:
+    return sorted(name for name, profile in profiles.items() if profile.connector and profile.connector.shareable)
+
+
+def shared_l2_path(
+    profile: Any, knobs: Mapping[str, Any], section: Mapping[str, Any], profiles: Mapping[str, Any]
+) -> Optional[str]:
+    """Where the connector store lives with ``kv_share`` on (None when off); ConfigError when the profile has
+    no shared-capable tier, no source is declared, or an explicit l2_path lies off the shared mount."""
+    if not knobs["kv_share"]:
+        return None  # kv_share_janitor alone says nothing: it names the janitor of a store once one is shared
+    if not (profile.connector and profile.connector.shareable):
+        raise ConfigError(
+            "kv_share",
+            True,
+            f"profile {profile.name} has no tier that can live on a shared mount",
+            f"use a profile with one ({', '.join(shareable_profiles(profiles))}), or set kv_share: false",
+        )
+    if section["kv_share_source"] is None:
+        raise ConfigError(
+            "kv_share_source",
+            None,
+            "kv_share is on but no shared mount is declared",
+            "set kv_share_source (e.g. nas:/export/rigkit-kv) and kv_share_mount_point in group data",
+        )
+    mount_point = section["kv_share_mount_point"]
+    path = knobs["l2_path"] or kv_share_store_path(section)
+    if posixpath.commonpath([path, mount_point]) != mount_point or path == mount_point:
+        raise ConfigError(
+            "l2_path",
+            path,
+            f"is not a directory inside the shared mount {mount_point} (kv_share)",
+            "leave l2_path unset (the store then is kv_share_mount_point/kv_share_store_dir)",
+        )
+    return path
+
+
+# --- the fleet's KV store as LMCache's L2 (rigkit.kv_store runs the store) ---
+
+# How long LMCache's Valkey adapter waits on the store (its glide client's timeouts, seconds), rendered into the
+# adapter JSON so what a dead store costs is stated here, not left to LMCache's defaults: one request (a lookup,
+# a get, a put) gives up after REQUEST_TIMEOUT_S, the first connection after CONNECTION_TIMEOUT_S. Equal to
+# LMCache's own defaults (valkey_l2_adapter.py DEFAULT_REQUEST_TIMEOUT_SECS / DEFAULT_CONNECTION_TIMEOUT_SECS,
+# LMCache d4eb1aa2); what LMCache does with a request that timed out (serve from L1, recompute) is unmeasured here.
+ADAPTER_REQUEST_TIMEOUT_S = 5.0
+ADAPTER_CONNECTION_TIMEOUT_S = 10.0
+
+
+def adapter_json(address: str, port: int) -> str:
+    """LMCache's Valkey L2 adapter config for the store at ``address``:``port``, without the password
+    (the entrypoint adds it from RIGKIT_KV_STORE_PASSWORD), with the timeouts rigkit states for a dead store.
+    LMCache splits ``startup_nodes`` at its last ':' (an IPv6 address needs no brackets)."""
+    return '{"type":"valkey","startup_nodes":"%s:%d","request_timeout":%s,"connection_timeout":%s}' % (
+        address,
+        port,
+        ADAPTER_REQUEST_TIMEOUT_S,
+        ADAPTER_CONNECTION_TIMEOUT_S,
+    )

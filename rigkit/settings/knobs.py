@@ -15,12 +15,10 @@ import json
 import re
 from typing import Any, Optional
 
-from rigkit import kv_store
 from rigkit.errors import ConfigError
-from rigkit.model.source import parse_model_source
-from rigkit.paths import check_bind_source
 from rigkit.settings.engine_args import engine_spellings, read_as
-from rigkit.settings.types import IpAddress, between, refuse_credentials
+from rigkit.settings.model_source import parse_model_source
+from rigkit.settings.types import IpAddress, between, check_bind_source, refuse_credentials
 from rigkit.settings.variables import REDACTED, JsonObject, Refusal, Variable, check_of, one_of
 
 # Host paths and env values travel through .env and compose; both readers (compose v1's python-dotenv,
@@ -28,6 +26,27 @@ from rigkit.settings.variables import REDACTED, JsonObject, Refusal, Variable, c
 FORBIDDEN_CHARACTERS = {"\n": "a newline", "\r": "a carriage return", "\x00": "a NUL byte"}
 
 RESTART_POLICIES = ("no", "always", "unless-stopped", "on-failure")
+
+# Short passwords fall to guessing: valkey answers AUTH in microseconds and never locks an account out.
+MIN_PASSWORD_LENGTH = 16
+
+
+def password_problem(text: str) -> Optional[str]:
+    """Why ``text`` cannot be the store's password, or None.
+
+    valkey.conf would take most characters inside double quotes with escapes, but the role reads the password
+    back from the file for its checks (``auth_from_config_script``) and .env carries it to the rigs: a quote, a
+    backslash, whitespace or a control character would need escaping in one of them, so such values are refused.
+    """
+    if len(text) < MIN_PASSWORD_LENGTH:
+        return f"has {len(text)} characters, fewer than {MIN_PASSWORD_LENGTH} (valkey never slows down guessing)"
+    for char in text:
+        if char in "\"'\\":
+            return "contains a quote or a backslash, which valkey.conf and .env would each need escaped"
+        if char.isspace() or not char.isprintable():
+            return f"contains whitespace or a control character ({char!r})"
+    return None
+
 
 # Names that were knobs once, and why they are gone: host data still setting one is refused with the reason.
 RETIRED_KNOBS = {
@@ -328,7 +347,7 @@ KNOBS: list[Variable] = [
     Variable(
         "model_source",
         None,
-        "the model's weights, pinned (rigkit.model.source): org/name@<40-hex commit> "
+        "the model's weights, pinned (rigkit.settings.model_source): org/name@<40-hex commit> "
         "(a hub repository at a commit), controller:/dir@<manifest sha256> (`rigkit resolve-model` prints "
         "either): staged into model_store_path on every rig before the release; or shared:/dir@<manifest sha256>, "
         "a directory every rig already mounts (a share): verified in place, not copied. Mounted read-only at "
@@ -495,11 +514,11 @@ KNOBS: list[Variable] = [
         None,
         "the Valkey store's password (requirepass), which the store "
         "requires and the rigs' LMCache sends; from the controller's RIGKIT_KV_STORE_PASSWORD, at least "
-        f"{kv_store.MIN_PASSWORD_LENGTH} characters, no quote, backslash, whitespace or control character",
+        f"{MIN_PASSWORD_LENGTH} characters, no quote, backslash, whitespace or control character",
         str,
         _text(
             check_of(
-                kv_store.password_problem,
+                password_problem,
                 "export a longer password without quotes, backslashes or whitespace in RIGKIT_KV_STORE_PASSWORD",
             )
         ),

@@ -18,7 +18,8 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping, Optional
 from urllib.parse import urlsplit
 
-from rigkit.settings.variables import CredentialInValue, closest_name
+from rigkit.paths import bind_source_problem, device_path_problem, host_path_problem, relative_path_problem
+from rigkit.settings.variables import CredentialInValue, check_of, closest_name
 
 # Names of keys that carry a credential, in any structured setting (JSON adapter config, daemon options).
 _CREDENTIAL_KEY = re.compile(r"pass(word|wd)?$|secret|token|credential|api[_-]?key|auth|private[_-]?key", re.IGNORECASE)
@@ -472,3 +473,48 @@ def plain_http_problem(url: str) -> Optional[str]:
         "is plain http to another host: apt and pip check what they get, not that it is current, so anyone "
         "on the path can hold the rig on old packages"
     )
+
+
+# --- host paths (rigkit.paths says what one may be) and the L2 disk's fstab fields (rigkit.disk writes them) ---
+
+check_host_path = check_of(host_path_problem, "write an absolute, normalised directory of its own, e.g. /mnt/rigkit-l2")
+
+check_bind_source = check_of(
+    bind_source_problem, "write an absolute, normalised directory of its own without ':', e.g. /mnt/rigkit-l2"
+)
+
+check_relative_path = check_of(relative_path_problem, "write a relative directory name such as lmcache")
+
+check_device_path = check_of(device_path_problem, "write the device as a /dev/disk/by-id/ path")
+
+# A mount option: a flag (noatime) or key=value (commit=60, context="system_u:object_r:x:s0").
+_MOUNT_OPTION = re.compile(r"[A-Za-z0-9_.:+\-=/\"@]+")
+# A user or group chown takes: the shadow-utils name rule (NAME_REGEX) or a numeric id.
+_ACCOUNT_NAME = re.compile(r"[a-z_][a-z0-9_-]{0,31}|[0-9]+")
+
+
+def mount_options_problem(options: str) -> Optional[str]:
+    """Why ``options`` cannot be an fstab options field, or None."""
+    if any(char in options for char in "\n\r"):
+        return "contains a newline, which would start another fstab line"
+    items = options.split(",")
+    if not options or "" in items:
+        return "must be options separated by single commas, e.g. noatime,nofail"
+    for item in items:
+        if not _MOUNT_OPTION.fullmatch(item):
+            return f"option {item!r} has a blank, control or shell character (an option is a flag or key=value)"
+    return None
+
+
+check_mount_options = check_of(mount_options_problem, "write options separated by single commas, e.g. noatime,nofail")
+
+
+def check_account_name(name: str) -> None:
+    """Variable check for a user or group that owns the L2 directories (ValueError with the reason)."""
+    if not _ACCOUNT_NAME.fullmatch(name):
+        raise ValueError(
+            "must be a user or group name (lowercase letters, digits, '_', '-'; at most 32) or a numeric id"
+        )
+
+
+check_account_name.fix = "write a user or group name such as root or rigkit, or a numeric id"

@@ -8,12 +8,12 @@ from typing import Any, Optional
 
 from rigkit.facts.docker import DockerEngine
 from rigkit.facts.serving import engine_parts
-from rigkit.kv_store import ADAPTER_REQUEST_TIMEOUT_S, parse_store_probe, store_node
+from rigkit.kv_store import parse_store_probe, store_node
 from rigkit.l2_state import read_l2
-from rigkit.model.source import ModelSource
 from rigkit.serving.commands import ready_url, rendering_for
 from rigkit.serving.ledger import Ledger
-from rigkit.settings.hostdata import Settings
+from rigkit.settings.hostdata import ADAPTER_REQUEST_TIMEOUT_S, Settings
+from rigkit.settings.model_source import ModelSource
 from rigkit.status.drift import (
     Drift,
     container_drift,

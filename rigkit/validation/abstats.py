@@ -12,9 +12,10 @@ import statistics
 from dataclasses import dataclass
 from typing import Iterable, Mapping, Sequence
 
+from rigkit.prompts import PROMPT_KINDS
+
 WARMUP_RUNS = 3
 MEASURED_RUNS = 5
-PROMPT_KINDS = ("narrative", "code")
 ARM_ON = "on"
 ARM_OFF = "off"
 

@@ -10,12 +10,13 @@ import random
 from typing import Callable, Mapping, Optional, Sequence
 
 from rigkit.errors import ConfigError
-from rigkit.remote.client import ServingClient, measure
+from rigkit.metrics import Delta
+from rigkit.prompts import PromptSpec
+from rigkit.remote.client import ServingClient
 from rigkit.validation import abstats
 from rigkit.validation.card import DecodeAB, DecodeKind, SpecDecode, StatModel
-from rigkit.validation.metrics import Delta
+from rigkit.validation.measure import measure
 from rigkit.validation.procedure import ValidationSettings
-from rigkit.validation.prompts import PromptSpec
 
 
 def spec_decode_over(windows: Sequence[Delta], what: str) -> Optional[SpecDecode]:

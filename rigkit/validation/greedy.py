@@ -15,9 +15,10 @@ tokens changed; an output that differs with no calibrated band to explain it is 
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Iterable, Mapping, Optional, Sequence
+from dataclasses import dataclass
+from typing import Iterable, Optional, Sequence
 
+from rigkit.remote.client import TokenChoice
 from rigkit.validation.card import GreedyCheck
 
 SAME, NUMERICS, SERVED_BUT_WRONG, INCONCLUSIVE = "same", "numerics", "served-but-wrong", "inconclusive"
@@ -26,16 +27,6 @@ SAME, NUMERICS, SERVED_BUT_WRONG, INCONCLUSIVE = "same", "numerics", "served-but
 # three sessions of cached-vs-fresh showed 0.03) and shifts come in bf16 steps of the logprob: an H200's LMCache path moved
 # 0.125 where its cached-vs-fresh band was one step, 0.062.
 BAND_FACTOR = 3.0
-
-
-@dataclass(frozen=True)
-class TokenChoice:
-    """One generated token as the server reported it: `token` is "token_id:<n>" when asked for ids (texts collide:
-    many tokens decode to ""), its logprob, and the server's top-k of that position (the chosen one included)."""
-
-    token: str
-    logprob: float
-    top: Mapping[str, float] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

@@ -20,11 +20,12 @@ from dataclasses import dataclass, field
 from typing import Callable, Optional, Sequence
 
 from rigkit.errors import ConfigError
-from rigkit.remote.client import ServingClient, measure, prefill_timeout
-from rigkit.validation.metrics import Snapshot
+from rigkit.metrics import Snapshot
+from rigkit.prompts import PromptSpec
+from rigkit.remote.client import ServingClient, prefill_timeout
+from rigkit.validation.measure import measure
 from rigkit.validation.pays import SweepPoint
 from rigkit.validation.procedure import CONTEXT_SLACK_TOKENS, TierValidation, ValidationSettings, evict_gpu_pool
-from rigkit.validation.prompts import PromptSpec
 from rigkit.validation.tiers import Tier, label
 
 # Added to the run's seed for the sweep's prompt bodies: apart from the tier procedure's (seed - 1, seed + i,

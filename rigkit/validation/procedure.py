@@ -28,7 +28,9 @@ from dataclasses import dataclass, field
 from typing import Callable, Mapping, Optional, Sequence
 
 from rigkit.errors import ConfigError
-from rigkit.remote.client import Measured, ServingClient, ServingError, measure, prefill_timeout
+from rigkit.metrics import Snapshot, require_prefix_counters
+from rigkit.prompts import Prompt, PromptSpec
+from rigkit.remote.client import ServingClient, ServingError, prefill_timeout
 from rigkit.settings.defaults import CALIBRATION_MIN_TOKENS
 from rigkit.settings.defaults import VALIDATION_VARIABLES as VARIABLES
 from rigkit.settings.eviction import EvictionRule
@@ -47,9 +49,8 @@ from rigkit.validation.card import (
     TTFTPair,
 )
 from rigkit.validation.greedy import NUMERICS, SAME, Completion, Tolerance, band, calibrated, judge
-from rigkit.validation.metrics import Snapshot, require_prefix_counters
+from rigkit.validation.measure import Measured, measure
 from rigkit.validation.power import DAMAGES, DEFAULT_LAYERS, StoreAccess, new_files, settled_files, smallest_caught
-from rigkit.validation.prompts import Prompt, PromptSpec
 from rigkit.validation.tiers import Tier, TierLabel, label
 
 # Pushing exactly the pool's size through it may leave a block or two of the prefix: overshoot.
@@ -307,7 +308,7 @@ def check_prompt_fits(settings: ValidationSettings, max_model_len: Optional[int]
 def warm_up_logprobs(client: ServingClient, top_logprobs: int) -> None:
     """One unmeasured one-token request asking for logprobs, before anything on this engine is timed (a no-op when
     the oracle asks for none). Its prompt shares no prefix with a measured one (those open with their salted
-    "Session <id>." header, rigkit.validation.prompts) and is shorter than one KV block: it caches nothing a measured
+    "Session <id>." header, rigkit.prompts) and is shorter than one KV block: it caches nothing a measured
     prompt could hit. ConfigError when
     the engine cannot give logprobs."""
     if not top_logprobs:

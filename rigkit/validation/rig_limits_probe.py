@@ -18,8 +18,8 @@ from pathlib import Path
 from typing import Optional
 
 from rigkit.files import rig_limits
+from rigkit.remote.probe import RigCommand
 from rigkit.validation.pays import RigLimits
-from rigkit.validation.ttft import RigCommand
 
 # One reader thread (what dd measures) and vLLM's fs tier's default (16 threads: issue 42's H100 run): a single
 # stream is no ceiling, the tier's own thread count is the floor's

@@ -24,13 +24,13 @@ from typing import TYPE_CHECKING, Callable, Optional, Sequence
 
 import requests
 
+from rigkit import metrics
 from rigkit.errors import ConfigError, RigkitError
 from rigkit.nvidia_smi import GPU_MEMORY_QUERY, parse_gpu_memory
+from rigkit.prompts import PromptSpec
 from rigkit.remote.client import ServingClient, prefill_timeout
 from rigkit.serving.render import CONTAINER_NAME
-from rigkit.validation import metrics
 from rigkit.validation.card import SoakReport, SoakTurn
-from rigkit.validation.prompts import PromptSpec
 
 if TYPE_CHECKING:
     from rigkit.validation.procedure import ValidationSettings

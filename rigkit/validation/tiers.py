@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import Enum
 
-from rigkit.validation.metrics import (
+from rigkit.metrics import (
     LMCACHE_CHUNKS_LOADED,
     LMCACHE_L2_PREFETCH_LOADED,
     LMCACHE_LOOKUP_HITS,

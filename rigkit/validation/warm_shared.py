@@ -17,17 +17,19 @@ from typing import Mapping, Optional, Sequence
 
 from rigkit.errors import ConfigError
 from rigkit.fleet.targets import Targets
-from rigkit.remote.client import ServingClient, measure, prefill_timeout
+from rigkit.metrics import require_prefix_counters
+from rigkit.prompts import PromptSpec
+from rigkit.remote.client import ServingClient, prefill_timeout
+from rigkit.remote.probe import RigProbe
 from rigkit.remote.tunnel import Tunnel, connect_ssh, serving_url
 from rigkit.settings.hostdata import rig_settings
 from rigkit.validation.card import PromptRecord, SharedPair, TTFTClient
 from rigkit.validation.card.store import record_shared, render_run
 from rigkit.validation.greedy import Completion, Tolerance, band, calibrated
-from rigkit.validation.metrics import require_prefix_counters
+from rigkit.validation.measure import measure
 from rigkit.validation.procedure import TierRun, ValidationSettings, check_prompt_fits, completion_of, warm_up_logprobs
-from rigkit.validation.prompts import PromptSpec
 from rigkit.validation.tiers import Tier, label, label_shared
-from rigkit.validation.ttft import TTFT_TOLERANCE_ABS_S, TTFT_TOLERANCE_REL, RigProbe
+from rigkit.validation.ttft import TTFT_TOLERANCE_ABS_S, TTFT_TOLERANCE_REL
 
 # How a rig declares the shared tier (issue 15's shared mount, rigkit.kv_share): its `kv_share` knob puts its
 # connector store on the mount of its kv_share section's `kv_share_source`; rigs naming the same source share one

@@ -25,13 +25,14 @@ from rigkit.fleet.pyinfra_args import rigkit_executable
 from rigkit.fleet.targets import select
 from rigkit.lab.rigs import KV_SHARE_DIR, KV_SHARE_IN_RIG
 from rigkit.paths import REPO_ROOT
-from rigkit.remote.client import ServingClient, measure
+from rigkit.prompts import PromptSpec
+from rigkit.remote.client import ServingClient
 from rigkit.remote.tunnel import serving_url
 from rigkit.serving.commands import in_stack
 from rigkit.serving.render import CONTAINER_NAME, L2_CONTAINER_PATH, SERVICE_NAME
 from rigkit.settings.hostdata import rig_settings
+from rigkit.validation.measure import measure
 from rigkit.validation.procedure import ValidationSettings
-from rigkit.validation.prompts import PromptSpec
 from rigkit.validation.tiers import Tier
 from rigkit.validation.warm_shared import ask, prefill, prompt_specs, rig_client, validate_shared
 

@@ -9,11 +9,11 @@ import pytest
 
 from rigkit.files.l2_janitor import L2_JANITOR_INTERVAL_S
 from rigkit.lab.pyinfra_output import parse_results
+from rigkit.prompts import PromptSpec
 from rigkit.remote.client import ServingClient
 from rigkit.remote.tunnel import serving_url
 from rigkit.settings.hostdata import settings_for_host
 from rigkit.settings.sizing import GB
-from rigkit.validation.prompts import PromptSpec
 
 pytestmark = [pytest.mark.lab, pytest.mark.vllm]
 

@@ -28,12 +28,12 @@ from rigkit.files.l2_janitor import (
 )
 from rigkit.l2_state import read_l2
 from rigkit.lab.pyinfra_output import parse_results
+from rigkit.prompts import PromptSpec
 from rigkit.remote.client import ServingClient
 from rigkit.remote.tunnel import serving_url
 from rigkit.settings.hostdata import settings_for_host
 from rigkit.settings.sizing import GB
 from rigkit.validation.card import L2Report, fmt_l2
-from rigkit.validation.prompts import PromptSpec
 
 pytestmark = [pytest.mark.lab, pytest.mark.vllm]
 

@@ -4,7 +4,7 @@ import json
 import struct
 
 from rigkit.lab.lab_weights import NEGATED_TENSOR, WEIGHTS_FILE, negate_tensor, other_weights_revision
-from rigkit.model.source import resolve_directory
+from rigkit.settings.model_source import resolve_directory
 
 
 def _safetensors(tensors: dict[str, bytes]) -> bytes:

@@ -31,9 +31,9 @@ import pytest
 from rigkit.fleet.pyinfra_args import rigkit_executable
 from rigkit.lab.lab_weights import lab_model_source, other_weights_revision
 from rigkit.lab.rigs import KV_SHARE_DIR, KV_SHARE_IN_RIG, LAB_MODEL_STORE
-from rigkit.model.source import manifest_size, parse_model_source, read_directory_manifest, resolve_directory
 from rigkit.model.stage import SHARED_ACTION
 from rigkit.paths import REPO_ROOT
+from rigkit.settings.model_source import manifest_size, parse_model_source, read_directory_manifest, resolve_directory
 from tests.hub_standin import HubRepo, HubStandIn
 from tests.lab.conftest import DEPLOY_TIMEOUT_S, LAB_INVENTORY
 

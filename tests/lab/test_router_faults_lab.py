@@ -46,6 +46,7 @@ import requests
 from router_process import PROCESSED, WORKER_HEALTH, Loops, RouterProcess, per_worker
 from test_fleet_lab import models
 
+from rigkit import metrics
 from rigkit.fleet.pyinfra_args import rigkit_executable
 from rigkit.fleet.targets import select
 from rigkit.lab import router_server
@@ -55,7 +56,6 @@ from rigkit.paths import REPO_ROOT
 from rigkit.router import HEALTH_FLAGS, ROUTER_UNHEALTHY_WITHIN_S
 from rigkit.serving.render import CONTAINER_NAME
 from rigkit.status.router import LEFT_OUT, UNHEALTHY, UP, RouterStatus, router_statuses
-from rigkit.validation import metrics
 
 pytestmark = [pytest.mark.lab, pytest.mark.vllm]
 

@@ -18,13 +18,13 @@ from pathlib import Path
 
 import pytest
 
+from rigkit import metrics
 from rigkit.lab.pyinfra_output import parse_results
 from rigkit.lab.router_wheels import ensure_router_wheels
 from rigkit.lab.serving_image import serve_directory
 from rigkit.paths import REPO_ROOT
 from rigkit.router import ROUTER_UNIT, ROUTER_UNIT_PATH
 from rigkit.settings.defaults import ROUTER_VARIABLES
-from rigkit.validation import metrics
 
 pytestmark = [pytest.mark.lab]
 

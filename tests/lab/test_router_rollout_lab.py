@@ -9,7 +9,7 @@ allowed as the address the deploy's SSH session comes from, no api_allowed_sourc
 and drops anything else. "Anything else" is the rig's own address seen from inside the rig (source 10.213.N.2, not
 allowed): the lab has no third host on the veth's /30. Only the netns rig takes the firewall: rigs on host
 networking share this machine's network namespace, where nft rules would be this machine's firewall
-(rigkit.firewall.refuse_on_shared_network refuses them; a test checks this machine's namespace holds no rigkit table).
+(rigkit.settings.firewalls.refuse_on_shared_network refuses them; a test checks this machine's namespace holds no rigkit table).
 
 The rolling upgrade: the real vllm-router from .venv, started by this test on the controller (tests/router_process.py)
 over the three rigs (rig3 at http://<rig address>:<serving_port>), declared in the inventory as the gateway "@local"

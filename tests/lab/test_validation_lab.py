@@ -26,18 +26,20 @@ from typing import Callable, Iterator, Optional
 import pytest
 
 from rigkit.paths import RIG_STACK_DIR
-from rigkit.remote.client import ServingClient, ServingError, measure
+from rigkit.prompts import PromptSpec
+from rigkit.remote.client import ServingClient, ServingError
+from rigkit.remote.probe import RigProbe
 from rigkit.remote.tunnel import Tunnel, open_tunnel
 from rigkit.serving.render import COMPOSE_PROJECT
 from rigkit.settings.hostdata import settings_for_host
 from rigkit.validation.card import render_run, write_card
 from rigkit.validation.card.assemble import to_card
 from rigkit.validation.decode_ab import run_decode_ab
+from rigkit.validation.measure import measure
 from rigkit.validation.power import DAMAGE_NAMES, LocalStore
 from rigkit.validation.procedure import TierRun, TierValidation, ValidationSettings, validate_tiers
-from rigkit.validation.prompts import PromptSpec
 from rigkit.validation.tiers import Tier, label
-from rigkit.validation.ttft import RigProbe, ttft_tolerance_s
+from rigkit.validation.ttft import ttft_tolerance_s
 
 pytestmark = [pytest.mark.lab, pytest.mark.vllm]
 

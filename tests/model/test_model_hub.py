@@ -9,7 +9,7 @@ import pytest
 
 from rigkit.errors import RigkitError
 from rigkit.model.hub import fetch_to_controller, resolve_revision
-from rigkit.model.source import ModelSource, manifest_hash, parse_model_source
+from rigkit.settings.model_source import ModelSource, manifest_hash, parse_model_source
 from tests.hub_standin import HubRepo, HubStandIn
 
 COMMIT = "a" * 40

@@ -12,8 +12,8 @@ from rigkit.cli import main
 from rigkit.errors import ConfigError, RigkitError
 from rigkit.model.hub import resolve_revision
 from rigkit.model.resolve import resolve_model
-from rigkit.model.source import hub_repo_problem, parse_model_source, resolve_directory
 from rigkit.settings.hostdata import settings_for_host
+from rigkit.settings.model_source import hub_repo_problem, parse_model_source, resolve_directory
 
 HASH = "b" * 64
 IMAGE = "registry.local/vllm@sha256:" + "a" * 64

@@ -11,7 +11,12 @@ import pytest
 
 from rigkit.errors import ConfigError, RigkitError
 from rigkit.model import stage
-from rigkit.model.source import (
+from rigkit.model.stage import CONTROLLER as FROM_CONTROLLER
+from rigkit.model.stage import SHARED_ACTION, STORE_SCRIPT_SOURCE, fan_out_rounds, transfer_plan, verify_shared
+from rigkit.serving.ledger import Ledger, Release
+from rigkit.serving.render import render_compose, render_env
+from rigkit.settings.hostdata import settings_for_host
+from rigkit.settings.model_source import (
     CONTROLLER,
     HUB,
     MODEL_CONTAINER_PATH,
@@ -24,11 +29,6 @@ from rigkit.model.source import (
     resolve_directory,
     revisions_to_remove,
 )
-from rigkit.model.stage import CONTROLLER as FROM_CONTROLLER
-from rigkit.model.stage import SHARED_ACTION, STORE_SCRIPT_SOURCE, fan_out_rounds, transfer_plan, verify_shared
-from rigkit.serving.ledger import Ledger, Release
-from rigkit.serving.render import render_compose, render_env
-from rigkit.settings.hostdata import settings_for_host
 from rigkit.status.drift import model_drift
 
 COMMIT = "0123456789abcdef0123456789abcdef01234567"
@@ -365,7 +365,7 @@ def test_a_shared_model_is_verified_on_each_rig_never_copied_and_refused_when_ab
 
 
 def test_a_store_under_an_l2_disk_not_mounted_yet_is_refused_before_any_copy(tmp_path):
-    from rigkit.model.fleet import store_mounts
+    from rigkit.fleet.stage import store_mounts
     from rigkit.model.stage import FleetStager
 
     hosts = {

@@ -9,8 +9,8 @@ import pytest
 
 from rigkit.errors import RigkitError
 from rigkit.model import stage
-from rigkit.model.source import manifest_hash, parse_model_source
 from rigkit.model.stage import STORE_MARGIN_BYTES, FleetStager
+from rigkit.settings.model_source import manifest_hash, parse_model_source
 
 COMMIT = "0123456789abcdef0123456789abcdef01234567"
 FILES = {"w": {"size": 10 * 10**9, "sha256": "0" * 64}, "config.json": {"size": 2, "sha256": "1" * 64}}

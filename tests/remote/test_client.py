@@ -15,10 +15,10 @@ import pytest
 from ssh_rig import ssh_rig  # noqa: F401 (fixture)
 
 from rigkit.paths import REPO_ROOT
+from rigkit.prompts import PromptSpec
 from rigkit.remote import client, tunnel
 from rigkit.remote.client import prefill_timeout
-from rigkit.validation.prompts import PromptSpec
-from rigkit.validation.ttft import RigProbe
+from rigkit.remote.probe import RigProbe
 
 
 def test_prefill_timeout_scales_with_the_measured_rate_and_has_a_floor():

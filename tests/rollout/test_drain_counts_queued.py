@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
+from rigkit import metrics
 from rigkit.rollout.router_admin import RouterError, wait_idle
-from rigkit.validation import metrics
 
 IDLE = (Path(__file__).parents[1] / "fixtures" / "metrics" / "00-idle.txt").read_text()
 RUNNING = 'vllm:num_requests_running{engine="0",model_name="tiny"} 0.0'

@@ -12,11 +12,11 @@ import requests
 from fake_openai import FakeOpenAI
 from router_process import Loops, RouterProcess
 
+from rigkit import metrics
 from rigkit.errors import ConfigError
 from rigkit.fleet.inventory import rigs_among
 from rigkit.rollout import router_admin
 from rigkit.rollout.router_admin import RouterAdmin, RouterError, drain, drained, restore, wait_idle
-from rigkit.validation import metrics
 
 # short streams, each a few tens of ms, so a drain finds requests in flight
 CHUNKS, TOKEN_GAP_S = 4, 0.03

@@ -56,7 +56,7 @@ json_values = st.recursive(
 )
 STRATEGIES = {
     "bind_address": st.ip_addresses().map(str),
-    # printable, no whitespace, quote or backslash (rigkit.kv_store.password_problem); $ # = { } ` and the rest stay
+    # printable, no whitespace, quote or backslash (rigkit.settings.knobs.password_problem); $ # = { } ` and the rest stay
     "kv_store_password": st.lists(
         st.one_of(
             st.characters(blacklist_categories=("Cs", "Cc", "Z")),

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 from fake_openai import FakeOpenAI
 
+from rigkit.metrics import parse_families
 from rigkit.serving.smoke import (
     MIN_STREAM_CHUNKS,
     PREFIX_CACHE_COUNTERS,
@@ -17,7 +18,6 @@ from rigkit.serving.smoke import (
     check_http,
     parse_env_output,
 )
-from rigkit.validation.metrics import parse_families
 
 INSPECT = json.dumps(
     [

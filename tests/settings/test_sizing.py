@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+from rigkit import metrics
 from rigkit.settings.hostdata import settings_for_host
 from rigkit.settings.sizing import (
     capacity_line,
@@ -14,7 +15,6 @@ from rigkit.settings.sizing import (
     session_gb,
     sessions_fitting,
 )
-from rigkit.validation import metrics
 
 KV = 131_000  # lmcache-mp, as in profiles.yaml
 

@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from rigkit.model.source import parse_model_source
+from rigkit.settings.model_source import parse_model_source
 from rigkit.status.report import format_report
 from rigkit.status.rig import NOT_STAGED, STAGED_DAMAGED, STAGED_MATCHES, STAGED_UNREADABLE, RigStatus, model_report
 

@@ -12,11 +12,11 @@ import json
 import pytest
 from gpu_replay import GPU_FIXTURES, ReplayClient, read_record
 
+from rigkit.prompts import on_a_block_edge
 from rigkit.settings.hostdata import settings_for_host
 from rigkit.validation.card.assemble import to_card
 from rigkit.validation.card.rig import render_rig_markdown
 from rigkit.validation.procedure import ValidationSettings, validate_tiers
-from rigkit.validation.prompts import on_a_block_edge
 from rigkit.validation.tiers import Tier
 
 ROUND1 = GPU_FIXTURES / "h200-2026-12-03-round1"

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from rigkit.remote.client import TokenChoice
 from rigkit.validation.card import GreedyCheck
 from rigkit.validation.greedy import (
     BAND_FACTOR,
@@ -17,7 +18,6 @@ from rigkit.validation.greedy import (
     SAME,
     SERVED_BUT_WRONG,
     Completion,
-    TokenChoice,
     Tolerance,
     band,
     calibrated,

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 FIXTURES_DIR = Path(__file__).resolve().parents[1] / "fixtures"
-from rigkit.validation.metrics import MetricsError, delta, parse, parse_families, require_prefix_counters
+from rigkit.metrics import MetricsError, delta, parse, parse_families, require_prefix_counters
 
 METRICS = FIXTURES_DIR / "metrics"
 STEPS = {s["file"]: s for s in json.loads((METRICS / "steps.json").read_text())}

@@ -1,6 +1,6 @@
 """Salted prompts: the salt first, a body that follows the seed, unique session ids."""
 
-from rigkit.validation.prompts import PromptSpec, draft_text, new_session_id, on_a_block_edge
+from rigkit.prompts import PromptSpec, draft_text, new_session_id, on_a_block_edge
 
 
 def test_prompt_starts_with_the_salt_and_body_follows_the_seed():

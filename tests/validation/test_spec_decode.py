@@ -10,11 +10,12 @@ from pathlib import Path
 import pytest
 from card_samples import make_card
 
-from rigkit.remote.client import Measured, StreamResult
-from rigkit.validation import metrics
+from rigkit import metrics
+from rigkit.remote.client import StreamResult
 from rigkit.validation.card import SpecDecode, render_rig_markdown
 from rigkit.validation.card.assemble import to_card
 from rigkit.validation.decode_ab import spec_decode_over
+from rigkit.validation.measure import Measured
 from rigkit.validation.procedure import TierRun, TierValidation, ValidationSettings
 from rigkit.validation.tiers import Tier
 

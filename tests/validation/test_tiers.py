@@ -7,7 +7,7 @@ import pytest
 FIXTURES_DIR = Path(__file__).resolve().parents[1] / "fixtures"
 from dataclasses import replace
 
-from rigkit.validation.metrics import (
+from rigkit.metrics import (
     LMCACHE_CHUNKS_LOADED,
     LMCACHE_L2_PREFETCH_LOADED,
     LMCACHE_LOOKUP_HITS,

@@ -5,7 +5,7 @@ The probe that times TTFT on the rig is in tests/validation/test_ttft_probe.py.
 
 import pytest
 
-from rigkit.validation.metrics import Delta
+from rigkit.metrics import Delta
 from rigkit.validation.ttft import crosscheck_ttft, ttft_agrees
 
 

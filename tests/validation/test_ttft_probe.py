@@ -13,7 +13,7 @@ from fake_openai import FakeOpenAI
 
 from rigkit.files.ttft_probe import OVERHEAD_SAMPLES, api_overhead
 from rigkit.remote.client import ServingClient, ServingError
-from rigkit.validation.ttft import API_OVERHEAD_MODEL, RigProbe
+from rigkit.remote.probe import API_OVERHEAD_MODEL, RigProbe
 
 
 def local_shell(command: str, stdin: str) -> Optional[str]:
@@ -105,7 +105,7 @@ def test_an_overhead_request_the_server_does_not_refuse_is_no_figure_and_says_wh
 
 
 def test_measure_compares_the_client_figure_less_the_overhead_on_the_controller_too(server):
-    from rigkit.remote.client import measure
+    from rigkit.validation.measure import measure
 
     server.api_overhead_s, server.first_token_delay_s = 0.15, 0.2
     measured = measure(ServingClient(server.url, model="tiny"), "hi", max_tokens=2)

@@ -19,14 +19,14 @@ from card_samples import make_card
 from fake_openai import FakeOpenAI
 
 from rigkit.errors import ConfigError
+from rigkit.metrics import Delta, delta, parse
+from rigkit.prompts import PromptSpec
 from rigkit.remote.client import ServingClient
 from rigkit.validation.card import RigCard, TTFTClient, load_cards, render_run, write_card
 from rigkit.validation.card.fleet import render_fleet_markdown
 from rigkit.validation.card.rig import render_rig_markdown
 from rigkit.validation.card.store import record_shared
-from rigkit.validation.metrics import Delta, delta, parse
 from rigkit.validation.procedure import LOGPROBS_WARMUP_PROMPT, ValidationSettings
-from rigkit.validation.prompts import PromptSpec
 from rigkit.validation.tiers import Tier, label, label_shared
 from rigkit.validation.warm_shared import ask, ordered_pairs, pair_line, prefill, run_pairs, sharing_groups
 

@@ -4,7 +4,7 @@ Group ``kv_stores`` (rigkit.settings.defaults.KV_STORE_GROUP), one host: the lab
 inventory/lab.py and the store's settings below. The rigs share the host network, so the store listens on a
 port no lab service uses (not valkey's usual 6379). The password comes from RIGKIT_KV_STORE_PASSWORD.
 kv_store_firewall is off: this rig is on host networking, so its nft rules would be this machine's firewall
-(rigkit.firewall.refuse_on_shared_network refuses the default, on).
+(rigkit.settings.firewalls.refuse_on_shared_network refuses the default, on).
 """
 
 import runpy

@@ -12,6 +12,8 @@ import uuid
 from dataclasses import dataclass
 from typing import Iterator, Optional
 
+# The kinds of prompt body (PromptSpec.kind): prose and code.
+PROMPT_KINDS = ("narrative", "code")
 # Rough size of one token in characters, to draft a prompt before /tokenize refines it.
 CHARS_PER_TOKEN_GUESS = 4.0
 # Appended to a drafted prompt to move its size off a block boundary (on_a_block_edge).

@@ -18,9 +18,9 @@ from typing import Callable, Mapping, Optional, Sequence
 from rigkit.errors import ConfigError, RigkitError
 from rigkit.fleet.inventory import check_connection_data, load_inventory, rigs_among, targeted
 from rigkit.model.hub import default_cache_dir, fetch_to_controller
-from rigkit.model.source import HUB, SHARED, ModelSource, read_directory_manifest
 from rigkit.model.stage import FleetStager, RigStore, StageReport, verify_shared
 from rigkit.settings.hostdata import DEFAULT_L2_MOUNT, Settings, settings_for_host
+from rigkit.settings.model_source import HUB, SHARED, ModelSource, read_directory_manifest
 
 
 def staged_settings(hosts: Mapping[str, Mapping], names: Sequence[str]) -> dict[str, Settings]:

@@ -1,15 +1,15 @@
 """The `rigkit` command: the utilities that are not pyinfra deploys.
 
-Each subcommand lives in its own module exposing ``add_arguments(parser)`` and
-``run(args) -> int``; modules are imported lazily so one broken corner cannot
-break the others. A module may declare ``OPTIONS_IN_PLACE``: (option, other option, whether it needs it) rules,
-checked here for every command, so an option that means nothing where it stands is refused, never ignored.
+Each subcommand lives in its own module exposing ``add_arguments(parser)`` and ``run(args) -> int``; only the module
+of the command run is imported, so one broken corner (a missing dependency, say) cannot break the others. A module may
+declare ``OPTIONS_IN_PLACE``: (option, other option, whether it needs it) rules, checked here for every command, so an
+option that means nothing where it stands is refused, never ignored.
 """
 
 import argparse
 import importlib
 import sys
-from typing import Iterable
+from typing import Iterable, Optional
 
 from rigkit.errors import ConfigError
 
@@ -52,12 +52,17 @@ SUBCOMMANDS = {
 }
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(argv: Optional[list[str]] = None) -> argparse.ArgumentParser:
+    """Every subcommand; with ``argv``, only the one it names imports its module (its options), so a command runs
+    where another one's dependencies are missing or broken (``rigkit validate --url`` beside a cluster, no SSH)."""
+    chosen = next((word for word in argv if not word.startswith("-")), None) if argv is not None else None
     parser = argparse.ArgumentParser(prog="rigkit", description=__doc__.splitlines()[0])
     subparsers = parser.add_subparsers(dest="command", required=True)
     for name, (module_name, help_text) in SUBCOMMANDS.items():
         sub = subparsers.add_parser(name, help=help_text)
         sub.set_defaults(_module=module_name)
+        if argv is not None and name != chosen:
+            continue
         try:
             module = importlib.import_module(module_name)
         except ModuleNotFoundError as exc:
@@ -87,7 +92,8 @@ def refuse_options_out_of_place(args: argparse.Namespace, rules: Iterable[tuple[
 
 
 def main(argv=None) -> int:
-    args = build_parser().parse_args(argv)
+    argv = sys.argv[1:] if argv is None else list(argv)
+    args = build_parser(argv).parse_args(argv)
     if getattr(args, "_missing", False):
         print(f"rigkit {args.command}: not built yet", file=sys.stderr)
         return 2

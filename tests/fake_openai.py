@@ -42,6 +42,8 @@ class FakeOpenAI:
         self.runner_up_word = "r"
         self.margin_at: Callable[[dict, int], float] = lambda body, index: 6.0
         self.metrics_text = ""
+        # vLLM's --api-key: every /v1 path wants "Authorization: Bearer <key>", /metrics and /health do not
+        self.api_key: Optional[str] = None
         self.on_completion: Callable[[dict], None] = lambda body: None
         self.on_refused: Callable[[dict], None] = lambda body: None
         self.completions: list[dict] = []
@@ -97,7 +99,16 @@ class FakeOpenAI:
                 self.end_headers()
                 self.wfile.write(body)
 
+            def _unauthorized(self) -> bool:
+                wanted = fake.api_key and self.path.startswith("/v1")
+                if wanted and self.headers.get("Authorization") != f"Bearer {fake.api_key}":
+                    self._send(401, b'{"error": "Unauthorized"}')
+                    return True
+                return False
+
             def do_GET(self) -> None:
+                if self._unauthorized():
+                    return
                 if self.path == "/health":
                     self._send(200, b"")
                 elif self.path == "/v1/models":
@@ -116,6 +127,8 @@ class FakeOpenAI:
 
             def do_POST(self) -> None:
                 body = json.loads(self.rfile.read(int(self.headers["Content-Length"])) or b"{}")
+                if self._unauthorized():
+                    return
                 if self.path == "/v1/chat/completions":
                     fake.chat_authorizations.append(self.headers.get("Authorization"))
                     message = {"role": "assistant", "content": fake.chat_text}

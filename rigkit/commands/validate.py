@@ -68,6 +68,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="KEY=VALUE",
         help="knobs and validate_* settings, e.g. l2_enabled=true, validate_sessions=2",
     )
+    parser.add_argument(
+        "--api-key-env",
+        default=None,
+        metavar="NAME",
+        help="the environment variable holding the endpoint's API key (vLLM --api-key); the key is never shown",
+    )
     parser.add_argument("--run-dir", type=Path, default=None, help="results/<run-id> (default: a new run)")
 
 
@@ -92,6 +98,15 @@ def fetch(field: str, url: str, session: requests.Session) -> requests.Response:
         raise ConfigError(
             field, url, f"cannot be reached ({type(exc).__name__})", "check the address and that it serves"
         ) from None
+    if response.status_code in (401, 403):
+        given = "Authorization" in session.headers
+        raise ConfigError(
+            field,
+            url,
+            f"answered HTTP {response.status_code}: "
+            + ("the API key given was not accepted" if given else "it wants an API key"),
+            "export the endpoint's key in a variable and give its name: --api-key-env NAME",
+        )
     if response.status_code != 200:
         raise ConfigError(
             field,
@@ -102,9 +117,25 @@ def fetch(field: str, url: str, session: requests.Session) -> requests.Response:
     return response
 
 
-def check_endpoint(url: str, metrics_url: str, lmcache_url: Optional[str]) -> None:
-    """ConfigError, naming the option, for an endpoint that cannot be validated: before anything is measured."""
+def api_session(key_variable: Optional[str]) -> requests.Session:
+    """The session every request goes through, with the key from ``key_variable`` as a bearer token (never shown)."""
     session = server_session()
+    if key_variable is None:
+        return session
+    key = os.environ.get(key_variable, "")
+    if not key.strip():
+        raise ConfigError(
+            "--api-key-env",
+            key_variable,
+            "names an environment variable that is unset or empty",
+            f"export {key_variable}=<the endpoint's API key> first (a key on the command line would show in ps)",
+        )
+    session.headers["Authorization"] = f"Bearer {key.strip()}"
+    return session
+
+
+def check_endpoint(url: str, metrics_url: str, lmcache_url: Optional[str], session: requests.Session) -> None:
+    """ConfigError, naming the option, for an endpoint that cannot be validated: before anything is measured."""
     try:
         models = fetch("--url", f"{url}/v1/models", session).json()["data"]
     except (ValueError, KeyError, TypeError):
@@ -172,7 +203,8 @@ def run(args: argparse.Namespace) -> int:
         validation_data = {key: value for key, value in data.items() if key.startswith("validate_")}
         stack = stack_for(args.profile, {k: v for k, v in data.items() if k not in validation_data}, args.image)
         settings = ValidationSettings.from_data({**validation_data, "validate_power_selftest": False})
-        check_endpoint(url, metrics_url, lmcache_url)
+        session = api_session(args.api_key_env)
+        check_endpoint(url, metrics_url, lmcache_url, session)
     except ConfigError as exc:
         print(f"rigkit validate: refused before anything was measured: {exc}", file=sys.stderr)
         return 2
@@ -181,7 +213,7 @@ def run(args: argparse.Namespace) -> int:
     if args.restart_command is None:
         not_applicable.setdefault("warm-persistent", NO_RESTART)
     metrics_base = metrics_url.removesuffix("/metrics")
-    client = ServingClient(url, extra_metrics_urls=[lmcache_url] if lmcache_url else [])
+    client = ServingClient(url, session=session, extra_metrics_urls=[lmcache_url] if lmcache_url else [])
     if metrics_base != url:  # the engine's /metrics elsewhere than its API (a proxy in front)
         client.metrics_text = lambda: _metrics_text(client, metrics_url, lmcache_url)  # type: ignore[method-assign]
     run_id = os.environ.get(RUN_ID_ENV) or new_run_id()
@@ -203,6 +235,7 @@ def run(args: argparse.Namespace) -> int:
         "profile": stack.profile.name,
         "image_digest": args.image or f"unknown (an endpoint rigkit did not deploy: {url})",
         "knobs": {key: data[key] for key in data if key not in validation_data},
+        "machine_read": False,
     }
     card = to_card(
         name,

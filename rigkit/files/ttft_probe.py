@@ -2,7 +2,7 @@
 """Runs ON the rig (or in the controller's process): one streaming completion, timed where the client sits.
 
 Reads one JSON request on stdin: {"url": ".../v1/completions", "body": {...}, "connect_timeout_s": 10,
-"timeout_s": 900, "overhead_model": optional}; prints one JSON line: when the first and last token events
+"timeout_s": 900, "overhead_model": optional, "headers": optional (e.g. an endpoint's Authorization)}; prints one JSON line: when the first and last token events
 arrived (seconds after the request started), the usage, the text, the number of token events, the generated
 tokens' logprobs when the body asked for them (vLLM's completion logprobs: tokens, token_logprobs, top_logprobs,
 joined over the events), and an error when the request broke. With "overhead_model" (a name the server does not serve), the same body is first sent
@@ -29,7 +29,7 @@ def _connection(url, connect_timeout_s):
     return connection, (parts.path or "/") + ("?" + parts.query if parts.query else "")
 
 
-def stream(url, body, connect_timeout_s, timeout_s):
+def stream(url, body, connect_timeout_s, timeout_s, headers=None):
     """POST `body` to `url` as a server-sent event stream; the timings are measured here, by this process, from
     just before the connection (the body is encoded first: a long prompt's JSON is the client's cost, not TTFT)."""
     payload = json.dumps(body).encode()
@@ -43,7 +43,7 @@ def stream(url, body, connect_timeout_s, timeout_s):
         connection.connect()
         connection.sock.settimeout(timeout_s)  # from now on: the longest silence the stream may keep
         connection.request("POST", path, body=payload,
-                           headers=HEADERS)
+                           headers=dict(HEADERS, **(headers or {})))
         response = connection.getresponse()
         status = response.status
         if status != 200:
@@ -91,7 +91,7 @@ def stream(url, body, connect_timeout_s, timeout_s):
 OVERHEAD_SAMPLES = 3
 
 
-def api_overhead(url, body, model, connect_timeout_s, samples=OVERHEAD_SAMPLES):
+def api_overhead(url, body, model, connect_timeout_s, samples=OVERHEAD_SAMPLES, headers=None):
     """The median over `samples` requests of the seconds from just before the connection until the server's
     refusal of `body` sent under `model`, a name it does not serve, is read: {"overhead_s": s, "overhead_samples_s":
     [...]} when each was a 404, else {"overhead_s": None, "overhead_error": why}.
@@ -109,7 +109,7 @@ def api_overhead(url, body, model, connect_timeout_s, samples=OVERHEAD_SAMPLES):
         try:
             connection.connect()
             connection.request("POST", path, body=payload,
-                               headers=HEADERS)
+                               headers=dict(HEADERS, **(headers or {})))
             response = connection.getresponse()
             response.read()
             timings.append(time.monotonic() - start)
@@ -126,10 +126,11 @@ def api_overhead(url, body, model, connect_timeout_s, samples=OVERHEAD_SAMPLES):
 def probe(request):
     """The answer to one request (the stdin JSON the module docstring describes)."""
     connect_timeout_s = float(request["connect_timeout_s"])
-    overhead = {}
+    overhead, headers = {}, request.get("headers")
     if request.get("overhead_model"):
-        overhead = api_overhead(request["url"], request["body"], request["overhead_model"], connect_timeout_s)
-    result = stream(request["url"], request["body"], connect_timeout_s, float(request["timeout_s"]))
+        overhead = api_overhead(request["url"], request["body"], request["overhead_model"], connect_timeout_s,
+                                headers=headers)
+    result = stream(request["url"], request["body"], connect_timeout_s, float(request["timeout_s"]), headers)
     result.update(overhead)
     return result
 

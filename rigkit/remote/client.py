@@ -251,6 +251,8 @@ class ServingClient:
         if self.probe is not None:
             raw = self.probe.stream("/v1/completions", body, CONNECT_TIMEOUT_S, timeout_s, overhead_model)
         else:
+            # the session's Authorization (an endpoint's API key, rigkit validate --url) goes with the request
+            authorization = {k: v for k, v in self.session.headers.items() if k.lower() == "authorization"}
             raw = ttft_probe.probe(
                 {
                     "url": f"{self.base_url}/v1/completions",
@@ -258,6 +260,7 @@ class ServingClient:
                     "timeout_s": timeout_s,
                     "connect_timeout_s": CONNECT_TIMEOUT_S,
                     "overhead_model": overhead_model,
+                    "headers": authorization,
                 }
             )
         return stream_result(raw, timeout_s)

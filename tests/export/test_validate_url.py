@@ -32,6 +32,8 @@ def test_an_endpoint_by_url_gets_its_card_the_persistent_tier_not_applicable_wit
     assert card["not_applicable"] == {"warm-persistent": NO_RESTART}
     assert card["repro"]["image_digest"].startswith("unknown (an endpoint rigkit did not deploy")
     assert (tmp_path / "endpoint.md").exists() and (tmp_path / "fleet.md").exists()
+    assert card["repro"]["machine_read"] is False  # no GPU listed, and none claimed absent
+    assert "| GPUs | not read (an endpoint known by its URL) |" in (tmp_path / "endpoint.md").read_text()
     out = capsys.readouterr().out
     assert out.startswith("endpoint: PASS") and "warm-connector" in out
 
@@ -101,3 +103,50 @@ def test_bad_input_is_refused_naming_the_option_before_anything_is_measured(case
     err = capsys.readouterr().err
     assert "refused before anything was measured" in err and f"{option}=" in err and "Fix:" in err
     assert not list(tmp_path.iterdir())
+
+
+SECRET = "sk-rigkit-test-9f3a"
+
+
+@pytest.mark.parametrize(
+    "variable, value, answer",
+    [(None, None, "it wants an API key"), ("RIGKIT_TEST_KEY", "sk-wrong", "the API key given was not accepted")],
+    ids=["no-key", "wrong-key"],
+)
+def test_an_endpoint_wanting_a_key_is_refused_until_the_right_one_is_named(
+    variable, value, answer, tmp_path, capsys, monkeypatch
+):
+    with FakeOpenAI() as server:
+        RecordedRun(server)
+        server.api_key = SECRET
+        extra = []
+        if variable:
+            monkeypatch.setenv(variable, value)
+            extra = ["--api-key-env", variable]
+        assert validate("--url", server.url, "--run-dir", str(tmp_path), *extra) == 2
+        assert server.completions == []
+    err = capsys.readouterr().err
+    assert "--url=" in err and answer in err and "--api-key-env NAME" in err, err
+    assert value is None or value not in err
+
+
+def test_a_key_variable_that_is_unset_is_refused_by_name(tmp_path, capsys, monkeypatch):
+    monkeypatch.delenv("RIGKIT_TEST_KEY", raising=False)
+    assert validate("--url", "http://127.0.0.1:9", "--api-key-env", "RIGKIT_TEST_KEY", "--run-dir", str(tmp_path)) == 2
+    err = capsys.readouterr().err
+    assert "--api-key-env='RIGKIT_TEST_KEY'" in err and "unset or empty" in err
+
+
+def test_the_key_from_its_variable_opens_the_endpoint_and_is_never_shown(tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("RIGKIT_TEST_KEY", SECRET)
+    with FakeOpenAI() as server:
+        RecordedRun(server)
+        server.api_key = SECRET
+        code = validate(
+            "--url", server.url, "--api-key-env", "RIGKIT_TEST_KEY", "--run-dir", str(tmp_path), "--name", "e"
+        )
+        assert server.completions  # measured through the key
+    assert code == 0
+    out = capsys.readouterr()
+    written = "".join(path.read_text() for path in tmp_path.rglob("*") if path.suffix in (".json", ".md"))
+    assert SECRET not in out.out + out.err + written

@@ -65,6 +65,8 @@ CHANGES = {
     "driver_version": ({"driver_version": "575.64.03"}, "driver"),
     "cuda_version": ({"cuda_version": "12.9"}, "CUDA"),
     "gpu_models": ({"gpu_models": ["NVIDIA H200"]}, "GPU model"),
+    # an endpoint known by its URL: its machine never read, not "a CPU"
+    "machine_read": ({"machine_read": False}, "GPU model"),
     "host_ram_bytes": ({"host_ram_bytes": 128 * GIB}, "host RAM"),
     # a decode A/B at two caps: the same cards run at 260 W, then at 280 W
     "power_limit_declared_w": ({"power_limit_declared_w": 280.0}, "power limit declared"),

@@ -24,7 +24,7 @@ from rigkit.validation.card.schema import (
     SetupDifference,
     StatModel,
 )
-from rigkit.validation.card.text import fmt_bytes, fmt_power_limit_declared, fmt_power_limits
+from rigkit.validation.card.text import NOT_READ, fmt_bytes, fmt_power_limit_declared, fmt_power_limits
 
 MISSING = "—"
 VERDICT_MARKS = {"reproduces": "✓", "differs": "✗", "not compared": "·"}
@@ -72,7 +72,7 @@ def setup_of(repro: Reproducibility) -> dict[str, str]:
             "output tokens": shown(repro.output_tokens),
             "driver": shown(repro.driver_version),
             "CUDA": shown(repro.cuda_version),
-            "GPU model": _gpus(repro.gpu_models),
+            "GPU model": _gpus(repro.gpu_models) if repro.machine_read else NOT_READ,
             "power limit declared": fmt_power_limit_declared(repro.power_limit_declared_w),
             "power limit enforced": fmt_power_limits(repro.power_limits_enforced_w),
             "host RAM": fmt_bytes(repro.host_ram_bytes) if repro.host_ram_bytes else MISSING,

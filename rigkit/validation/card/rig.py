@@ -9,6 +9,7 @@ from rigkit.validation.card.pays import pays_lines
 from rigkit.validation.card.schema import GreedyCheck, RigCard, SoakReport, SpecDecode, TierResult, TTFTClient
 from rigkit.validation.card.shared import shared_failures, shared_lines
 from rigkit.validation.card.text import (
+    NOT_READ,
     TIER_ORDER,
     TIER_TITLES,
     fmt_bytes,
@@ -376,7 +377,7 @@ def render_rig_markdown(card: RigCard) -> str:
         ),
         ("output tokens", repro.output_tokens),
         ("driver / CUDA", f"{repro.driver_version or '—'} / {repro.cuda_version or '—'}"),
-        ("GPUs", ", ".join(repro.gpu_models) or "none (CPU)"),
+        ("GPUs", ", ".join(repro.gpu_models) or ("none (CPU)" if repro.machine_read else NOT_READ)),
         *(
             [
                 (

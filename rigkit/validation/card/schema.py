@@ -235,6 +235,8 @@ class Reproducibility(BaseModel):
     driver_version: Optional[str] = None
     cuda_version: Optional[str] = None
     gpu_models: list[str] = Field(default_factory=list)
+    # False: the serving machine was never read (an endpoint known by its URL): no GPU listed is not "a CPU"
+    machine_read: bool = True
     # nvidia_driver_power_limit_w as the rig's data declared it (None: the cards' default) and each GPU's enforced
     # limit as nvidia-smi read it during the run (watts): a decode A/B at two caps compares these
     power_limit_declared_w: Optional[float] = None

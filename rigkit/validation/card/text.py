@@ -8,6 +8,8 @@ from typing import Optional, Sequence
 from rigkit.validation.card.schema import L2Report, StatModel
 
 # The tiers a card reports, in the order it shows them, with their row titles.
+# a machine fact of an endpoint known by its URL: rigkit never read its machine
+NOT_READ = "not read (an endpoint known by its URL)"
 TIER_TITLES = {
     "cold": "Cold (re-prefill)",
     "warm-gpu": "Warm — GPU prefix cache (immediate repeat)",

@@ -8,6 +8,9 @@
 #   go.sh run CARRY       call 2: the rest of the wheels (CARRY/p2), check, unpack, run bench/gpu/run.py on every
 #                         rendered stack (CARRY/p2/stacks-*.json), pack everything under $OUT as tar.gz; MODEL picks
 #                         the model directory, CASES the stacks, GPU_CHECK_LENGTHS the session sizes
+#   go.sh url CARRY       issue 41: `rigkit validate --url` against CASES (default native-tiered,
+#                         native-tiered-corrupt, lmcache-mp-l2) known by URL alone (bench/gpu/url.py); after `prepare`
+#                         on the same warm machine (its model); results as gpu-url.tar.gz under $OUT
 #   go.sh pays CARRY      issue 42 (bench/gpu/pays.py): the rig probe, then every profile's CPU tier at an 8B shape
 #                         against its floor, and candidate settings; after `run` (wheels unpacked) or `prepare` (the
 #                         first chunk kept) on the same warm machine; results as pays.tar.gz and pays.json under $OUT
@@ -97,6 +100,20 @@ run)
   kill $PACKER 2>/dev/null
   tar -C /tmp -czf "$OUTDIR/gpu-check.tar.gz" gpu-check
   ls -la "$OUTDIR";;
+url)
+  unpack_wheels
+  echo "wheels ready after $(( $(date +%s) - T0 )) s"
+  RES=/tmp/gpu-url; rm -rf $RES /tmp/gpu-check-kv; mkdir -p $RES
+  export MODEL_DIR=${MODEL:-/tmp/gpu-check-model} PYTHONPATH=/tmp/site PYTHONUNBUFFERED=1
+  cp $MODEL_DIR/training.json $MODEL_DIR/config.json $RES/ 2>/dev/null
+  PYTHONPATH=/tmp/site-lm:/tmp/site python3 -c 'import importlib.metadata as m; print("vllm", m.version("vllm"), "lmcache", m.version("lmcache"), "torch", m.version("torch"))' | tee $RES/versions.txt
+  ( while sleep 20; do tar -C /tmp -czf "$OUTDIR/.partial-url.tar.gz" gpu-url 2>/dev/null && mv "$OUTDIR/.partial-url.tar.gz" "$OUTDIR/gpu-url.tar.gz"; done ) &
+  PACKER=$!
+  python3 "$HERE/url.py" "$CARRY/p2/stacks-real.json" $RES $(( ${BUDGET:-540} - ($(date +%s) - T0) )) \
+    ${CASES:-native-tiered native-tiered-corrupt lmcache-mp-l2}
+  kill $PACKER 2>/dev/null
+  tar -C /tmp -czf "$OUTDIR/gpu-url.tar.gz" gpu-url
+  echo "url took $(( $(date +%s) - T0 )) s"; ls -la "$OUTDIR";;
 pays)
   unpack_wheels
   echo "wheels ready after $(( $(date +%s) - T0 )) s"

@@ -49,7 +49,7 @@ from rigkit.validation.card import (
     TTFTPair,
 )
 from rigkit.validation.greedy import NUMERICS, SAME, Completion, Tolerance, band, calibrated, judge
-from rigkit.validation.measure import Measured, measure
+from rigkit.validation.measure import Measured, measure, repeat_unmeasured
 from rigkit.validation.power import DAMAGES, DEFAULT_LAYERS, StoreAccess, new_files, settled_files, smallest_caught
 from rigkit.validation.tiers import Tier, TierLabel, label
 
@@ -331,18 +331,6 @@ def warm_up_logprobs(client: ServingClient, top_logprobs: int) -> None:
         )
 
 
-def repeat_completion(client: ServingClient, prompt: Prompt, settings: ValidationSettings, timeout_s: float):
-    """The same greedy request again, unmeasured (the GPU prefix cache's repeat band); None when it did not finish."""
-    result = client.stream_completion(
-        prompt.text,
-        max_tokens=settings.output_tokens,
-        timeout_s=timeout_s,
-        seed=prompt.spec.seed,
-        logprobs=settings.top_logprobs,
-    )
-    return None if result.aborted else Completion(result.text, result.tokens)
-
-
 def calibrate(
     cold: TierRun,
     warm_gpu: TierRun,
@@ -489,9 +477,17 @@ def validate_tiers(
             )
             continue
         _measure_tier(client, warm_gpu, prompt, settings, timeout_s, connector_configured)
-        repeated = repeat_completion(client, prompt, settings, timeout_s) if settings.top_logprobs else None
-        if repeated is not None:
-            repeats[prompt.session_id] = repeated
+        if settings.top_logprobs:
+            repeated = repeat_unmeasured(
+                client,
+                prompt.text,
+                settings.output_tokens,
+                timeout_s,
+                seed=prompt.spec.seed,
+                logprobs=settings.top_logprobs,
+            )
+            if repeated is not None:
+                repeats[prompt.session_id] = repeated
     stored = [p for p, m in zip(cold.prompts, cold.measured) if not m.result.aborted]
     ceiling = settings.numerics_ceiling_nats
     repeat_band, fresh_band = calibrate(cold, warm_gpu, repeats, ceiling)

@@ -27,7 +27,8 @@ from rigkit.validation.card import PromptRecord, SharedPair, TTFTClient
 from rigkit.validation.card.store import record_shared, render_run
 from rigkit.validation.greedy import Tolerance, band, calibrated
 from rigkit.validation.measure import measure, repeat_unmeasured
-from rigkit.validation.procedure import TierRun, ValidationSettings, check_prompt_fits, completion_of, warm_up_logprobs
+from rigkit.validation.procedure import ValidationSettings, check_prompt_fits, warm_up_logprobs
+from rigkit.validation.tier_run import TierRun, completion_of
 from rigkit.validation.tiers import Tier, label, label_shared
 from rigkit.validation.ttft import TTFT_TOLERANCE_ABS_S, TTFT_TOLERANCE_REL
 

@@ -43,7 +43,7 @@ from rigkit.validation.card import (
     Power,
     PowerRow,
 )
-from rigkit.validation.greedy import Completion, Tolerance, band, calibrated
+from rigkit.validation.greedy import Completion, Tolerance, calibrated, calibration_bands
 from rigkit.validation.measure import measure, repeat_unmeasured
 from rigkit.validation.power import DAMAGES, DEFAULT_LAYERS, StoreAccess, new_files, settled_files, smallest_caught
 from rigkit.validation.tier_run import TierRun
@@ -245,22 +245,6 @@ def warm_up_logprobs(client: ServingClient, top_logprobs: int) -> None:
         )
 
 
-def calibrate(
-    cold: TierRun,
-    warm_gpu: TierRun,
-    repeats: Mapping[str, Completion],
-    ceiling: float,
-) -> tuple[Optional[float], Optional[float]]:
-    """(repeat band, cached-vs-fresh band) of this run (rigkit.validation.greedy.band); sets warm-gpu's tolerance:
-    the ceiling, since it is the reference path the bands are read on."""
-    outputs = {run.expected: run.completions() for run in (cold, warm_gpu)}
-    warm = outputs[Tier.WARM_GPU]
-    repeat = band((warm[s], repeats[s]) for s in warm if s in repeats)
-    fresh = band((outputs[Tier.COLD][s], warm[s]) for s in warm if s in outputs[Tier.COLD])
-    warm_gpu.tolerance = Tolerance(ceiling, False, "validate_numerics_ceiling_nats (warm-gpu is the reference path)")
-    return repeat, fresh
-
-
 def _store_selftest_sessions(
     client: ServingClient,
     store: StoreAccess,
@@ -371,8 +355,11 @@ def validate_tiers(
         for i in range(settings.sessions)
     ]
     timeout_s = prefill_timeout(max(p.tokens for p in prompts), rate)
+    ceiling = settings.numerics_ceiling_nats
     cold = TierRun(Tier.COLD)
-    warm_gpu = TierRun(Tier.WARM_GPU, reference=cold)
+    # the reference path the bands are read on: held to the ceiling alone
+    reference_path = Tolerance(ceiling, False, "validate_numerics_ceiling_nats (warm-gpu is the reference path)")
+    warm_gpu = TierRun(Tier.WARM_GPU, reference=cold, tolerance=reference_path)
     runs = [cold, warm_gpu]
     repeats: dict[str, Completion] = {}
     store_before = store_bytes() if store_bytes else None
@@ -398,8 +385,7 @@ def validate_tiers(
             if repeated is not None:
                 repeats[prompt.session_id] = repeated
     stored = [p for p, m in zip(cold.prompts, cold.measured) if not m.result.aborted]
-    ceiling = settings.numerics_ceiling_nats
-    repeat_band, fresh_band = calibrate(cold, warm_gpu, repeats, ceiling)
+    repeat_band, fresh_band = calibration_bands(cold.completions(), warm_gpu.completions(), repeats)
     tolerances = {
         tier.value: calibrated(repeat_band, fresh_band, tier.value in bit_exact_tiers, ceiling)
         for tier in (Tier.WARM_CONNECTOR, Tier.WARM_PERSISTENT)

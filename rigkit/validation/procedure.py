@@ -36,16 +36,10 @@ from rigkit.settings.defaults import VALIDATION_VARIABLES as VARIABLES
 from rigkit.settings.eviction import EvictionRule
 from rigkit.settings.sizing import KB
 from rigkit.settings.variables import resolve
-from rigkit.validation.card import (
-    Capacity,
-    CapacityTier,
-    NumericsBands,
-    Power,
-    PowerRow,
-)
+from rigkit.validation.card import Capacity, CapacityTier, NumericsBands, Power
 from rigkit.validation.greedy import Completion, Tolerance, calibrated, calibration_bands
 from rigkit.validation.measure import measure, repeat_unmeasured
-from rigkit.validation.power import DAMAGES, DEFAULT_LAYERS, StoreAccess, new_files, settled_files, smallest_caught
+from rigkit.validation.power import StoreAccess, damage_selftest, measure_power, prefill_selftest
 from rigkit.validation.tier_run import TierRun
 from rigkit.validation.tiers import Tier, label
 
@@ -144,23 +138,6 @@ class TierValidation:
         return next((t for t in self.tiers if t.expected == expected), None)
 
 
-def _measure_tier(
-    client: ServingClient,
-    run: TierRun,
-    prompt: Prompt,
-    settings: ValidationSettings,
-    timeout_s: float,
-    connector_configured: bool,
-    after_restart: bool = False,
-) -> None:
-    measured = measure(
-        client, prompt.text, settings.output_tokens, timeout_s, seed=prompt.spec.seed, logprobs=settings.top_logprobs
-    )
-    run.measured.append(measured)
-    run.prompts.append(prompt)
-    run.labels.append(label(measured.window, run.expected, connector_configured, after_restart))
-
-
 def filler_plan(pool_tokens: int, max_model_len: int, prompt_tokens: int, output_tokens: int) -> tuple[int, int]:
     """(filler size in tokens, number of fillers) that push FILLER_OVERSHOOT × the pool through it."""
     size = max(CALIBRATION_MIN_TOKENS, min(prompt_tokens, max_model_len - output_tokens - CONTEXT_SLACK_TOKENS))
@@ -245,66 +222,6 @@ def warm_up_logprobs(client: ServingClient, top_logprobs: int) -> None:
         )
 
 
-def _store_selftest_sessions(
-    client: ServingClient,
-    store: StoreAccess,
-    settings: ValidationSettings,
-    seed: int,
-    timeout_s: float,
-    connector_configured: bool,
-) -> tuple[TierRun, TierRun, list[list[str]]]:
-    """One salted session per damage (DAMAGES order): cold, then warm-gpu (its references), and the store files its
-    prefill added, read once the store settled."""
-    cold, warm_gpu = TierRun(Tier.COLD), TierRun(Tier.WARM_GPU)
-    stored: list[list[str]] = []
-    for index, _ in enumerate(DAMAGES):
-        prompt = client.build_prompt(PromptSpec(settings.prompt_kind, settings.prompt_tokens, seed + 10_000 + index))
-        before = settled_files(store)
-        _measure_tier(client, cold, prompt, settings, timeout_s, connector_configured)
-        _measure_tier(client, warm_gpu, prompt, settings, timeout_s, connector_configured)
-        stored.append(new_files(before, settled_files(store)))
-    return cold, warm_gpu, stored
-
-
-def _power(
-    client: ServingClient,
-    store: StoreAccess,
-    settings: ValidationSettings,
-    sessions: tuple[TierRun, TierRun, list[list[str]]],
-    damaged: Sequence[tuple[int, int]],
-    tolerance: Tolerance,
-    timeout_s: float,
-    connector_configured: bool,
-) -> Power:
-    """After the restart: each damaged self-test session asked again, judged as the persistent tier is."""
-    cold, warm_gpu, _ = sessions
-    rows = []
-    for damage, prompt, (files, changed) in zip(DAMAGES, cold.prompts, damaged):
-        asked = TierRun(Tier.WARM_PERSISTENT, reference=cold, same_path=warm_gpu, tolerance=tolerance)
-        _measure_tier(client, asked, prompt, settings, timeout_s, connector_configured, after_restart=True)
-        result = asked.result()
-        check = result.greedy[0] if result.greedy else None
-        rows.append(
-            PowerRow(
-                damage=damage.name,
-                description=damage.description,
-                files=files,
-                bytes_damaged=changed,
-                label=result.counters_label,
-                verdict=check.verdict if check else "no output",
-                shift_nats=check.shift_nats if check else None,
-                caught=not result.passed,
-            )
-        )
-    return Power(
-        tier=Tier.WARM_PERSISTENT.value,
-        tolerance_nats=tolerance.nats,
-        rows=rows,
-        smallest_caught=smallest_caught(rows),
-        note=tolerance.source,
-    )
-
-
 def validate_tiers(
     client: ServingClient,
     restart: Optional[Callable[[], None]],
@@ -355,6 +272,21 @@ def validate_tiers(
         for i in range(settings.sessions)
     ]
     timeout_s = prefill_timeout(max(p.tokens for p in prompts), rate)
+
+    def ask(run: TierRun, prompt: Prompt, after_restart: bool = False) -> None:
+        """One prompt measured into `run`, labelled by its window (rigkit.validation.power.Ask)."""
+        measured = measure(
+            client,
+            prompt.text,
+            settings.output_tokens,
+            timeout_s,
+            seed=prompt.spec.seed,
+            logprobs=settings.top_logprobs,
+        )
+        run.measured.append(measured)
+        run.prompts.append(prompt)
+        run.labels.append(label(measured.window, run.expected, connector_configured, after_restart))
+
     ceiling = settings.numerics_ceiling_nats
     cold = TierRun(Tier.COLD)
     # the reference path the bands are read on: held to the ceiling alone
@@ -364,7 +296,7 @@ def validate_tiers(
     repeats: dict[str, Completion] = {}
     store_before = store_bytes() if store_bytes else None
     for prompt in prompts:
-        _measure_tier(client, cold, prompt, settings, timeout_s, connector_configured)
+        ask(cold, prompt)
         if cold.measured[-1].result.aborted:
             r = cold.measured[-1].result
             failures.append(
@@ -372,7 +304,7 @@ def validate_tiers(
                 f"{r.total_s:.0f} s (timeout {timeout_s:.0f} s): only the completed prefix is cached"
             )
             continue
-        _measure_tier(client, warm_gpu, prompt, settings, timeout_s, connector_configured)
+        ask(warm_gpu, prompt)
         if settings.top_logprobs:
             repeated = repeat_unmeasured(
                 client,
@@ -431,7 +363,7 @@ def validate_tiers(
     persistent_runs = restart is not None and settings.restart and Tier.WARM_PERSISTENT.value not in skipped
     selftest = None
     if settings.power_selftest and store is not None and persistent_runs:
-        selftest = _store_selftest_sessions(client, store, settings, seed, timeout_s, connector_configured)
+        selftest = prefill_selftest(client, store, settings.prompt_kind, settings.prompt_tokens, seed, ask)
 
     validation.fillers_sent = evict_gpu_pool(client, pool, settings, timeout_s)
     connector = TierRun(
@@ -439,17 +371,10 @@ def validate_tiers(
     )
     runs.append(connector)
     for prompt in stored:
-        _measure_tier(client, connector, prompt, settings, timeout_s, connector_configured)
+        ask(connector, prompt)
 
     if persistent_runs:
-        damaged = (
-            [
-                store.damage(files, damage.name, model_layers or DEFAULT_LAYERS)
-                for damage, files in zip(DAMAGES, selftest[2])
-            ]
-            if selftest
-            else []
-        )
+        damaged = damage_selftest(store, selftest, model_layers) if selftest else []
         restart()
         client.wait_ready()
         warm_up_logprobs(client, settings.top_logprobs)  # a new engine compiles its logprobs path again
@@ -457,9 +382,7 @@ def validate_tiers(
         persistent = TierRun(Tier.WARM_PERSISTENT, reference=cold, same_path=warm_gpu, tolerance=tolerance)
         runs.append(persistent)
         for prompt in stored:
-            _measure_tier(client, persistent, prompt, settings, timeout_s, connector_configured, after_restart=True)
+            ask(persistent, prompt, after_restart=True)
         if selftest:
-            validation.power = _power(
-                client, store, settings, selftest, damaged, tolerance, timeout_s, connector_configured
-            )
+            validation.power = measure_power(selftest, damaged, tolerance, ask)
     return validation

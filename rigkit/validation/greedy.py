@@ -6,17 +6,18 @@ chunk). So the oracle never reads one token's margin (a model unsure of the prom
 tie, and a store damaged in every block passed on an H100 that way). It reads the *shift*: at every position where
 both runs saw the same text (up to and including the first token where they part), the largest move of any top-k
 logprob between them, the largest over those positions. Each path's tolerance is measured in the same run
-(rigkit.validation.procedure): the GPU prefix cache asked twice (the repeat band: 0 on every GPU seen) and the GPU
-prefix cache against the fresh prefill (the cached-vs-fresh band). A path declared bit-exact to the GPU prefix cache
-(profiles.yaml `bit_exact_tiers`: the native CPU and fs tiers load whole blocks as stored) is held to the repeat band;
-any other to BAND_FACTOR times the larger band. A shift above the tolerance is served-but-wrong whether or not the
-tokens changed; an output that differs with no calibrated band to explain it is "inconclusive", which does not pass.
+(rigkit.validation.procedure; calibration_bands reads them): the GPU prefix cache asked twice (the repeat band: 0 on
+every GPU seen) and the GPU prefix cache against the fresh prefill (the cached-vs-fresh band). A path declared
+bit-exact to the GPU prefix cache (profiles.yaml `bit_exact_tiers`: the native CPU and fs tiers load whole blocks as
+stored) is held to the repeat band; any other to BAND_FACTOR times the larger band. A shift above the tolerance is
+served-but-wrong whether or not the tokens changed; an output that differs with no calibrated band to explain it is
+"inconclusive", which does not pass.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Iterable, Optional, Sequence
+from typing import Iterable, Mapping, Optional, Sequence
 
 from rigkit.remote.client import TokenChoice
 from rigkit.validation.card import GreedyCheck
@@ -108,6 +109,16 @@ def band(pairs: Iterable[tuple[Completion, Completion]]) -> Optional[float]:
     shifts = [shift(a.tokens, b.tokens)[0] for a, b in pairs if a.tokens and b.tokens]
     measured = [s for s in shifts if s is not None]
     return max(measured) if measured else None
+
+
+def calibration_bands(
+    fresh: Mapping[str, Completion], cached: Mapping[str, Completion], repeats: Mapping[str, Completion]
+) -> tuple[Optional[float], Optional[float]]:
+    """(repeat band, cached-vs-fresh band) of one run, each argument session -> output: the GPU prefix cache's
+    (`cached`) against the same request asked once more (`repeats`), and against the fresh prefill's (`fresh`)."""
+    repeat = band((cached[s], repeats[s]) for s in cached if s in repeats)
+    cached_vs_fresh = band((fresh[s], cached[s]) for s in cached if s in fresh)
+    return repeat, cached_vs_fresh
 
 
 def calibrated(repeat: Optional[float], cached_vs_fresh: Optional[float], exact: bool, ceiling: float) -> Tolerance:

@@ -4,7 +4,8 @@ Self-test sessions of their own (salted, never the measured ones) are prefilled 
 opens the persistent tier, the files each one stored are damaged, one kind of damage per session (DAMAGES, largest
 first); after it, each is asked again and judged by the same verdict as every tier (rigkit.validation.greedy). A
 damage is caught when that tier would not pass. The measured sessions' entries are never touched, so the card's own
-tiers are proved on an undamaged store.
+tiers are proved on an undamaged store. The tier procedure (rigkit.validation.procedure) runs these steps
+(prefill_selftest, damage_selftest, measure_power) with its own measured request (Ask).
 
 A damage works on a stored file's payload: a safetensors file's tensor data (its header is kept, so it still
 loads), any other file whole. "one layer" flips the sign bit of every 16-bit element in one 1/L slice of each file
@@ -23,9 +24,18 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Mapping, Optional, Protocol, Sequence
 
+from rigkit.prompts import Prompt, PromptSpec
+from rigkit.remote.client import ServingClient
+from rigkit.validation.card import Power, PowerRow
+from rigkit.validation.greedy import Tolerance
+from rigkit.validation.tier_run import TierRun
+from rigkit.validation.tiers import Tier
+
 FEW_BLOCKS = 3  # whole stored files overwritten by the "few blocks" damage
 FEW_BYTES = 256  # bytes overwritten in each stored file by the "few bytes" damage
 DEFAULT_LAYERS = 32  # the slice of "one layer" when the model's layer count is unknown
+# Self-test sessions are salted this far above the measured sessions' seeds (seed + index): never one of theirs.
+SELFTEST_SEED_OFFSET = 10_000
 # Waiting for a connector that writes its store after the request returned (the native fs tier writes through
 # asynchronously): the store is settled once its file list and sizes did not change over this long.
 SETTLE_S, SETTLE_MAX_S = 1.0, 30.0
@@ -148,3 +158,71 @@ def smallest_caught(rows: Sequence, order: Sequence[str] = DAMAGE_NAMES) -> Opti
     """The last damage of `order` (largest first) the check caught, None when it caught none."""
     caught = [row.damage for row in rows if row.caught]
     return next((name for name in reversed(order) if name in caught), None)
+
+
+class Ask(Protocol):
+    """The procedure's measured request: one prompt asked, its /metrics window labelled, all kept in `run`."""
+
+    def __call__(self, run: TierRun, prompt: Prompt, after_restart: bool = False) -> None: ...
+
+
+@dataclass
+class SelfTest:
+    """The self-test sessions, one per damage (DAMAGES order): their cold and warm-gpu runs (the references a damaged
+    session is judged against) and the store files each one's prefill added."""
+
+    cold: TierRun
+    warm_gpu: TierRun
+    stored: list[list[str]]
+
+
+def prefill_selftest(
+    client: ServingClient, store: StoreAccess, prompt_kind: str, prompt_tokens: int, seed: int, ask: Ask
+) -> SelfTest:
+    """One salted session per damage: cold, then warm-gpu, and the store files its prefill added, read once the store
+    settled."""
+    cold, warm_gpu = TierRun(Tier.COLD), TierRun(Tier.WARM_GPU)
+    stored: list[list[str]] = []
+    for index, _ in enumerate(DAMAGES):
+        prompt = client.build_prompt(PromptSpec(prompt_kind, prompt_tokens, seed + SELFTEST_SEED_OFFSET + index))
+        before = settled_files(store)
+        ask(cold, prompt)
+        ask(warm_gpu, prompt)
+        stored.append(new_files(before, settled_files(store)))
+    return SelfTest(cold, warm_gpu, stored)
+
+
+def damage_selftest(store: StoreAccess, selftest: SelfTest, layers: Optional[int]) -> list[tuple[int, int]]:
+    """Each session's stored files damaged by its damage, before the restart; (files, bytes) changed for each."""
+    return [
+        store.damage(files, damage.name, layers or DEFAULT_LAYERS) for damage, files in zip(DAMAGES, selftest.stored)
+    ]
+
+
+def measure_power(selftest: SelfTest, damaged: Sequence[tuple[int, int]], tolerance: Tolerance, ask: Ask) -> Power:
+    """After the restart: each damaged session asked again, judged as the persistent tier is."""
+    rows = []
+    for damage, prompt, (files, changed) in zip(DAMAGES, selftest.cold.prompts, damaged):
+        asked = TierRun(Tier.WARM_PERSISTENT, reference=selftest.cold, same_path=selftest.warm_gpu, tolerance=tolerance)
+        ask(asked, prompt, after_restart=True)
+        result = asked.result()
+        check = result.greedy[0] if result.greedy else None
+        rows.append(
+            PowerRow(
+                damage=damage.name,
+                description=damage.description,
+                files=files,
+                bytes_damaged=changed,
+                label=result.counters_label,
+                verdict=check.verdict if check else "no output",
+                shift_nats=check.shift_nats if check else None,
+                caught=not result.passed,
+            )
+        )
+    return Power(
+        tier=Tier.WARM_PERSISTENT.value,
+        tolerance_nats=tolerance.nats,
+        rows=rows,
+        smallest_caught=smallest_caught(rows),
+        note=tolerance.source,
+    )

@@ -36,22 +36,12 @@ from rigkit.settings.defaults import VALIDATION_VARIABLES as VARIABLES
 from rigkit.settings.eviction import EvictionRule
 from rigkit.settings.sizing import KB
 from rigkit.settings.variables import resolve
-from rigkit.validation.card import (
-    Capacity,
-    CapacityTier,
-    GreedyCheck,
-    NumericsBands,
-    Power,
-    PowerRow,
-    StatModel,
-    TierProof,
-    TierResult,
-    TTFTPair,
-)
-from rigkit.validation.greedy import NUMERICS, SAME, Completion, Tolerance, band, calibrated, judge
-from rigkit.validation.measure import Measured, measure
-from rigkit.validation.power import DAMAGES, DEFAULT_LAYERS, StoreAccess, new_files, settled_files, smallest_caught
-from rigkit.validation.tiers import Tier, TierLabel, label
+from rigkit.validation.card import Capacity, CapacityTier, NumericsBands, Power
+from rigkit.validation.greedy import Completion, Tolerance, calibrated, calibration_bands
+from rigkit.validation.measure import measure, repeat_unmeasured
+from rigkit.validation.power import StoreAccess, damage_selftest, measure_power, prefill_selftest
+from rigkit.validation.tier_run import TierRun
+from rigkit.validation.tiers import Tier, label
 
 # Pushing exactly the pool's size through it may leave a block or two of the prefix: overshoot.
 FILLER_OVERSHOOT = 1.25
@@ -128,88 +118,6 @@ class ValidationSettings:
         return cls(**{v.name.removeprefix("validate_"): values[v.name] for v in VARIABLES})
 
 
-def completion_of(measured: Measured) -> Completion:
-    return Completion(measured.result.text, measured.result.tokens)
-
-
-@dataclass
-class TierRun:
-    """Raw measurements of one tier (one entry per session)."""
-
-    expected: Tier
-    # the cold run whose greedy output a warm tier must repeat, session by session (None: the cold tier itself)
-    reference: Optional["TierRun"] = None
-    # a run on the same cached-prefix path (warm-gpu, for a connector tier): an output identical to its is right too
-    same_path: Optional["TierRun"] = None
-    # how far this path's logprobs may move from its references (rigkit.validation.greedy); set before result()
-    tolerance: Tolerance = Tolerance(None)
-    measured: list[Measured] = field(default_factory=list)
-    labels: list[TierLabel] = field(default_factory=list)
-    prompts: list[Prompt] = field(default_factory=list)
-
-    def greedy(self) -> list[GreedyCheck]:
-        """Each completed request's output against the references' completed ones for the same session."""
-        if self.reference is None:
-            return []
-        references = [
-            (
-                run.expected.value,
-                {p.session_id: completion_of(m) for p, m in zip(run.prompts, run.measured) if not m.result.aborted},
-            )
-            for run in (self.reference, self.same_path)
-            if run is not None
-        ]
-        checks = []
-        for prompt, measured in zip(self.prompts, self.measured):
-            found = [(name, outputs[prompt.session_id]) for name, outputs in references if prompt.session_id in outputs]
-            if measured.result.aborted or not found or found[0][0] != references[0][0]:
-                continue
-            checks.append(judge(prompt.session_id, found, completion_of(measured), self.tolerance))
-        return checks
-
-    def result(self) -> TierResult:
-        greedy = self.greedy()
-        return TierResult(
-            expected=self.expected.value,
-            labels=[lab.tier.value for lab in self.labels],
-            passed=bool(self.labels)
-            and all(lab.passed for lab in self.labels)
-            and not any(m.result.aborted for m in self.measured)
-            and all(check.verdict in (SAME, NUMERICS) for check in greedy),
-            ttft_s=StatModel.of([m.result.ttft_s for m in self.measured if not m.result.aborted]),
-            server_ttft_s=StatModel.of([m.window.server_ttft_mean for m in self.measured if not m.result.aborted]),
-            ttft_within_tolerance=[m.ttft_check.within for m in self.measured if m.ttft_check],
-            ttft_pairs=[
-                TTFTPair(
-                    client_s=m.ttft_check.client_s,
-                    server_s=m.ttft_check.server_s,
-                    within=m.ttft_check.within,
-                    api_overhead_s=m.ttft_check.api_overhead_s,
-                )
-                for m in self.measured
-                if m.ttft_check
-            ],
-            greedy=greedy,
-            prompt_tokens=[m.result.prompt_tokens or p.tokens for m, p in zip(self.measured, self.prompts)],
-            aborted=[m.result.abort_phase or "?" for m in self.measured if m.result.aborted],
-            proofs=[
-                TierProof(
-                    label=lab.tier.value,
-                    gpu_hits=lab.gpu_hits,
-                    gpu_queries=lab.gpu_queries,
-                    external_hits=lab.external_hits,
-                    external_queries=lab.external_queries,
-                    external_kv_transfer_tokens=lab.external_kv_transfer_tokens,
-                    counters_reset=m.window.reset,
-                    text=lab.proof,
-                    store_tier=lab.store_tier,
-                    store_tier_source=lab.store_tier_source,
-                )
-                for m, lab in zip(self.measured, self.labels)
-            ],
-        )
-
-
 @dataclass
 class TierValidation:
     tiers: list[TierRun]
@@ -228,23 +136,6 @@ class TierValidation:
 
     def tier(self, expected: Tier) -> Optional[TierRun]:
         return next((t for t in self.tiers if t.expected == expected), None)
-
-
-def _measure_tier(
-    client: ServingClient,
-    run: TierRun,
-    prompt: Prompt,
-    settings: ValidationSettings,
-    timeout_s: float,
-    connector_configured: bool,
-    after_restart: bool = False,
-) -> None:
-    measured = measure(
-        client, prompt.text, settings.output_tokens, timeout_s, seed=prompt.spec.seed, logprobs=settings.top_logprobs
-    )
-    run.measured.append(measured)
-    run.prompts.append(prompt)
-    run.labels.append(label(measured.window, run.expected, connector_configured, after_restart))
 
 
 def filler_plan(pool_tokens: int, max_model_len: int, prompt_tokens: int, output_tokens: int) -> tuple[int, int]:
@@ -331,99 +222,6 @@ def warm_up_logprobs(client: ServingClient, top_logprobs: int) -> None:
         )
 
 
-def repeat_completion(client: ServingClient, prompt: Prompt, settings: ValidationSettings, timeout_s: float):
-    """The same greedy request again, unmeasured (the GPU prefix cache's repeat band); None when it did not finish."""
-    result = client.stream_completion(
-        prompt.text,
-        max_tokens=settings.output_tokens,
-        timeout_s=timeout_s,
-        seed=prompt.spec.seed,
-        logprobs=settings.top_logprobs,
-    )
-    return None if result.aborted else Completion(result.text, result.tokens)
-
-
-def calibrate(
-    cold: TierRun,
-    warm_gpu: TierRun,
-    repeats: Mapping[str, Completion],
-    ceiling: float,
-) -> tuple[Optional[float], Optional[float]]:
-    """(repeat band, cached-vs-fresh band) of this run (rigkit.validation.greedy.band); sets warm-gpu's tolerance:
-    the ceiling, since it is the reference path the bands are read on."""
-    outputs = {
-        run.expected: {
-            p.session_id: completion_of(m) for p, m in zip(run.prompts, run.measured) if not m.result.aborted
-        }
-        for run in (cold, warm_gpu)
-    }
-    warm = outputs[Tier.WARM_GPU]
-    repeat = band((warm[s], repeats[s]) for s in warm if s in repeats)
-    fresh = band((outputs[Tier.COLD][s], warm[s]) for s in warm if s in outputs[Tier.COLD])
-    warm_gpu.tolerance = Tolerance(ceiling, False, "validate_numerics_ceiling_nats (warm-gpu is the reference path)")
-    return repeat, fresh
-
-
-def _store_selftest_sessions(
-    client: ServingClient,
-    store: StoreAccess,
-    settings: ValidationSettings,
-    seed: int,
-    timeout_s: float,
-    connector_configured: bool,
-) -> tuple[TierRun, TierRun, list[list[str]]]:
-    """One salted session per damage (DAMAGES order): cold, then warm-gpu (its references), and the store files its
-    prefill added, read once the store settled."""
-    cold, warm_gpu = TierRun(Tier.COLD), TierRun(Tier.WARM_GPU)
-    stored: list[list[str]] = []
-    for index, _ in enumerate(DAMAGES):
-        prompt = client.build_prompt(PromptSpec(settings.prompt_kind, settings.prompt_tokens, seed + 10_000 + index))
-        before = settled_files(store)
-        _measure_tier(client, cold, prompt, settings, timeout_s, connector_configured)
-        _measure_tier(client, warm_gpu, prompt, settings, timeout_s, connector_configured)
-        stored.append(new_files(before, settled_files(store)))
-    return cold, warm_gpu, stored
-
-
-def _power(
-    client: ServingClient,
-    store: StoreAccess,
-    settings: ValidationSettings,
-    sessions: tuple[TierRun, TierRun, list[list[str]]],
-    damaged: Sequence[tuple[int, int]],
-    tolerance: Tolerance,
-    timeout_s: float,
-    connector_configured: bool,
-) -> Power:
-    """After the restart: each damaged self-test session asked again, judged as the persistent tier is."""
-    cold, warm_gpu, _ = sessions
-    rows = []
-    for damage, prompt, (files, changed) in zip(DAMAGES, cold.prompts, damaged):
-        asked = TierRun(Tier.WARM_PERSISTENT, reference=cold, same_path=warm_gpu, tolerance=tolerance)
-        _measure_tier(client, asked, prompt, settings, timeout_s, connector_configured, after_restart=True)
-        result = asked.result()
-        check = result.greedy[0] if result.greedy else None
-        rows.append(
-            PowerRow(
-                damage=damage.name,
-                description=damage.description,
-                files=files,
-                bytes_damaged=changed,
-                label=result.counters_label,
-                verdict=check.verdict if check else "no output",
-                shift_nats=check.shift_nats if check else None,
-                caught=not result.passed,
-            )
-        )
-    return Power(
-        tier=Tier.WARM_PERSISTENT.value,
-        tolerance_nats=tolerance.nats,
-        rows=rows,
-        smallest_caught=smallest_caught(rows),
-        note=tolerance.source,
-    )
-
-
 def validate_tiers(
     client: ServingClient,
     restart: Optional[Callable[[], None]],
@@ -474,13 +272,31 @@ def validate_tiers(
         for i in range(settings.sessions)
     ]
     timeout_s = prefill_timeout(max(p.tokens for p in prompts), rate)
+
+    def ask(run: TierRun, prompt: Prompt, after_restart: bool = False) -> None:
+        """One prompt measured into `run`, labelled by its window (rigkit.validation.power.Ask)."""
+        measured = measure(
+            client,
+            prompt.text,
+            settings.output_tokens,
+            timeout_s,
+            seed=prompt.spec.seed,
+            logprobs=settings.top_logprobs,
+        )
+        run.measured.append(measured)
+        run.prompts.append(prompt)
+        run.labels.append(label(measured.window, run.expected, connector_configured, after_restart))
+
+    ceiling = settings.numerics_ceiling_nats
     cold = TierRun(Tier.COLD)
-    warm_gpu = TierRun(Tier.WARM_GPU, reference=cold)
+    # the reference path the bands are read on: held to the ceiling alone
+    reference_path = Tolerance(ceiling, False, "validate_numerics_ceiling_nats (warm-gpu is the reference path)")
+    warm_gpu = TierRun(Tier.WARM_GPU, reference=cold, tolerance=reference_path)
     runs = [cold, warm_gpu]
     repeats: dict[str, Completion] = {}
     store_before = store_bytes() if store_bytes else None
     for prompt in prompts:
-        _measure_tier(client, cold, prompt, settings, timeout_s, connector_configured)
+        ask(cold, prompt)
         if cold.measured[-1].result.aborted:
             r = cold.measured[-1].result
             failures.append(
@@ -488,13 +304,20 @@ def validate_tiers(
                 f"{r.total_s:.0f} s (timeout {timeout_s:.0f} s): only the completed prefix is cached"
             )
             continue
-        _measure_tier(client, warm_gpu, prompt, settings, timeout_s, connector_configured)
-        repeated = repeat_completion(client, prompt, settings, timeout_s) if settings.top_logprobs else None
-        if repeated is not None:
-            repeats[prompt.session_id] = repeated
+        ask(warm_gpu, prompt)
+        if settings.top_logprobs:
+            repeated = repeat_unmeasured(
+                client,
+                prompt.text,
+                settings.output_tokens,
+                timeout_s,
+                seed=prompt.spec.seed,
+                logprobs=settings.top_logprobs,
+            )
+            if repeated is not None:
+                repeats[prompt.session_id] = repeated
     stored = [p for p, m in zip(cold.prompts, cold.measured) if not m.result.aborted]
-    ceiling = settings.numerics_ceiling_nats
-    repeat_band, fresh_band = calibrate(cold, warm_gpu, repeats, ceiling)
+    repeat_band, fresh_band = calibration_bands(cold.completions(), warm_gpu.completions(), repeats)
     tolerances = {
         tier.value: calibrated(repeat_band, fresh_band, tier.value in bit_exact_tiers, ceiling)
         for tier in (Tier.WARM_CONNECTOR, Tier.WARM_PERSISTENT)
@@ -540,7 +363,7 @@ def validate_tiers(
     persistent_runs = restart is not None and settings.restart and Tier.WARM_PERSISTENT.value not in skipped
     selftest = None
     if settings.power_selftest and store is not None and persistent_runs:
-        selftest = _store_selftest_sessions(client, store, settings, seed, timeout_s, connector_configured)
+        selftest = prefill_selftest(client, store, settings.prompt_kind, settings.prompt_tokens, seed, ask)
 
     validation.fillers_sent = evict_gpu_pool(client, pool, settings, timeout_s)
     connector = TierRun(
@@ -548,17 +371,10 @@ def validate_tiers(
     )
     runs.append(connector)
     for prompt in stored:
-        _measure_tier(client, connector, prompt, settings, timeout_s, connector_configured)
+        ask(connector, prompt)
 
     if persistent_runs:
-        damaged = (
-            [
-                store.damage(files, damage.name, model_layers or DEFAULT_LAYERS)
-                for damage, files in zip(DAMAGES, selftest[2])
-            ]
-            if selftest
-            else []
-        )
+        damaged = damage_selftest(store, selftest, model_layers) if selftest else []
         restart()
         client.wait_ready()
         warm_up_logprobs(client, settings.top_logprobs)  # a new engine compiles its logprobs path again
@@ -566,9 +382,7 @@ def validate_tiers(
         persistent = TierRun(Tier.WARM_PERSISTENT, reference=cold, same_path=warm_gpu, tolerance=tolerance)
         runs.append(persistent)
         for prompt in stored:
-            _measure_tier(client, persistent, prompt, settings, timeout_s, connector_configured, after_restart=True)
+            ask(persistent, prompt, after_restart=True)
         if selftest:
-            validation.power = _power(
-                client, store, settings, selftest, damaged, tolerance, timeout_s, connector_configured
-            )
+            validation.power = measure_power(selftest, damaged, tolerance, ask)
     return validation

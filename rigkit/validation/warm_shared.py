@@ -25,9 +25,10 @@ from rigkit.remote.tunnel import Tunnel, connect_ssh, serving_url
 from rigkit.settings.hostdata import rig_settings
 from rigkit.validation.card import PromptRecord, SharedPair, TTFTClient
 from rigkit.validation.card.store import record_shared, render_run
-from rigkit.validation.greedy import Completion, Tolerance, band, calibrated
-from rigkit.validation.measure import measure
-from rigkit.validation.procedure import TierRun, ValidationSettings, check_prompt_fits, completion_of, warm_up_logprobs
+from rigkit.validation.greedy import Tolerance, band, calibrated
+from rigkit.validation.measure import measure, repeat_unmeasured
+from rigkit.validation.procedure import ValidationSettings, check_prompt_fits, warm_up_logprobs
+from rigkit.validation.tier_run import TierRun, completion_of
 from rigkit.validation.tiers import Tier, label, label_shared
 from rigkit.validation.ttft import TTFT_TOLERANCE_ABS_S, TTFT_TOLERANCE_REL
 
@@ -67,11 +68,11 @@ def prefill(
         run.prompts.append(prompt)
         run.labels.append(label(measured.window, Tier.COLD, connector_configured=True))
         if logprobs and not measured.result.aborted:
-            repeated = client.stream_completion(
-                prompt.text, max_tokens=output_tokens, timeout_s=timeout_s, seed=spec.seed, logprobs=logprobs
+            repeated = repeat_unmeasured(
+                client, prompt.text, output_tokens, timeout_s, seed=spec.seed, logprobs=logprobs
             )
-            if not repeated.aborted:
-                again[prompt.session_id] = Completion(repeated.text, repeated.tokens)
+            if repeated is not None:
+                again[prompt.session_id] = repeated
     return Prefilled(rig, run, again)
 
 

@@ -37,7 +37,8 @@ from rigkit.validation.card.assemble import to_card
 from rigkit.validation.decode_ab import run_decode_ab
 from rigkit.validation.measure import measure
 from rigkit.validation.power import DAMAGE_NAMES, LocalStore
-from rigkit.validation.procedure import TierRun, TierValidation, ValidationSettings, validate_tiers
+from rigkit.validation.procedure import TierValidation, ValidationSettings, validate_tiers
+from rigkit.validation.tier_run import TierRun
 from rigkit.validation.tiers import Tier, label
 from rigkit.validation.ttft import ttft_tolerance_s
 

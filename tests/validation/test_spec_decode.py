@@ -16,7 +16,8 @@ from rigkit.validation.card import SpecDecode, render_rig_markdown
 from rigkit.validation.card.assemble import to_card
 from rigkit.validation.decode_ab import spec_decode_over
 from rigkit.validation.measure import Measured
-from rigkit.validation.procedure import TierRun, TierValidation, ValidationSettings
+from rigkit.validation.procedure import TierValidation, ValidationSettings
+from rigkit.validation.tier_run import TierRun
 from rigkit.validation.tiers import Tier
 
 CAPTURES = Path(__file__).parents[1] / "fixtures" / "gpu-h200-vllm0.26" / "baseline-eager"

@@ -105,6 +105,8 @@ class StoreAccess(Protocol):
 
     def damage(self, names: Sequence[str], damage: str, layers: int) -> tuple[int, int]: ...
 
+    def remove(self, names: Sequence[str]) -> int: ...
+
 
 @dataclass
 class LocalStore:
@@ -136,6 +138,17 @@ class LocalStore:
                 files, changed = files + 1, changed + count
         return files, changed
 
+    def remove(self, names: Sequence[str]) -> int:
+        """The files of `names` that were there, deleted; their count."""
+        removed = 0
+        for name in names:
+            path = self.root / name
+            if path.is_file():
+                path.unlink()
+                removed += 1
+        os.sync()
+        return removed
+
 
 def settled_files(store: StoreAccess, clock: Callable[[], float] = time.monotonic, sleep=time.sleep) -> dict:
     """The store's files once they stopped changing (SETTLE_S), or as they are after SETTLE_MAX_S."""
@@ -152,6 +165,11 @@ def settled_files(store: StoreAccess, clock: Callable[[], float] = time.monotoni
 def new_files(before: Mapping[str, int], after: Mapping[str, int]) -> list[str]:
     """Files a request stored: those that appeared (an entry rewritten in place is not the request's own)."""
     return sorted(set(after) - set(before))
+
+
+def clean_up_selftest(store: StoreAccess, selftest: SelfTest) -> int:
+    """The self-test's damaged entries deleted: nothing asks for them again, and no engine may load them."""
+    return store.remove([name for names in selftest.stored for name in names])
 
 
 def smallest_caught(rows: Sequence, order: Sequence[str] = DAMAGE_NAMES) -> Optional[str]:

@@ -17,7 +17,8 @@ cached-vs-fresh), from which each connector tier's tolerance is derived. A warm 
 its references (cold, and warm-gpu, the same cached-prefix path) is "served-but-wrong", a FAIL whatever its counters
 prove (LMCache#4492); other tokens with no measured band to explain them are "inconclusive" (rigkit.validation.greedy).
 With validate_power_selftest and a reachable store, self-test sessions measure the check's power
-(rigkit.validation.power).
+(rigkit.validation.power); their damaged entries are deleted and the engine restarted once more afterwards (a damaged
+load can leave NaN in the KV pool: on the lab's vLLM CPU, a later short prompt got NaN logits until a restart).
 """
 
 from __future__ import annotations
@@ -39,7 +40,13 @@ from rigkit.settings.variables import resolve
 from rigkit.validation.card import Capacity, CapacityTier, NumericsBands, Power
 from rigkit.validation.greedy import Completion, Tolerance, calibrated, calibration_bands
 from rigkit.validation.measure import measure, repeat_unmeasured
-from rigkit.validation.power import StoreAccess, damage_selftest, measure_power, prefill_selftest
+from rigkit.validation.power import (
+    StoreAccess,
+    clean_up_selftest,
+    damage_selftest,
+    measure_power,
+    prefill_selftest,
+)
 from rigkit.validation.tier_run import TierRun
 from rigkit.validation.tiers import Tier, label
 
@@ -385,4 +392,9 @@ def validate_tiers(
             ask(persistent, prompt, after_restart=True)
         if selftest:
             validation.power = measure_power(selftest, damaged, tolerance, ask)
+            # the engine loaded damaged KV: a rig is left as it was found, never serving from a poisoned pool
+            validation.power.entries_removed = clean_up_selftest(store, selftest)
+            restart()
+            client.wait_ready()
+            validation.power.restarted_after = True
     return validation

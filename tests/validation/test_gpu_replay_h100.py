@@ -115,6 +115,9 @@ class RecordedStore:
         assert row["damage"] == damage
         return row["files"], row["bytes_damaged"]
 
+    def remove(self, names):
+        return len(names)
+
 
 @pytest.mark.parametrize("run", RUNS)
 @pytest.mark.parametrize("name", ["native-tiered-3500", "lmcache-mp-l2-6000"])
@@ -126,9 +129,10 @@ def test_replayed_through_rigkit_the_verdicts_and_the_power_table_come_out_the_s
     settings = ValidationSettings.from_data(
         {"validate_prompt_kind": "code", "validate_power_selftest": True, "validate_prompt_tokens": int(name[-4:])}
     )
+    restarts = []
     validation = validate_tiers(
         ReplayClient(read_record(H100 / run / name / "record.jsonl.gz")),
-        lambda: None,
+        lambda: restarts.append(name),
         settings,
         not_applicable=info["not_applicable"],
         store_chunk_tokens=info["store_chunk_tokens"],
@@ -140,3 +144,5 @@ def test_replayed_through_rigkit_the_verdicts_and_the_power_table_come_out_the_s
         (r["damage"], r["verdict"], r["caught"]) for r in recorded["power"]["rows"]
     ]
     assert all(row.caught for row in validation.power.rows)
+    # the persistent tier's restart, then one more once the damaged entries were measured and deleted
+    assert len(restarts) == 2 and validation.power.restarted_after

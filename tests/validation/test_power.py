@@ -15,12 +15,16 @@ from rigkit.validation.power import (
     FEW_BLOCKS,
     FEW_BYTES,
     LocalStore,
+    SelfTest,
+    clean_up_selftest,
     damage_bytes,
     new_files,
     payload_span,
     settled_files,
     smallest_caught,
 )
+from rigkit.validation.tier_run import TierRun
+from rigkit.validation.tiers import Tier
 
 
 def safetensors(payload: bytes) -> bytes:
@@ -105,3 +109,12 @@ def test_the_smallest_damage_caught_is_the_last_of_the_order_caught():
     assert smallest_caught([row("every-block", True), row("one-layer", True), row("few-bytes", False)]) == "one-layer"
     assert smallest_caught([row("every-block", True), row("few-bytes", True)]) == "few-bytes"
     assert smallest_caught([row("every-block", False)]) is None
+
+
+def test_the_self_tests_damaged_entries_are_deleted_and_nothing_else(tmp_path):
+    for name in ("s1/a", "s1/b", "s2/a", "measured/a"):
+        (tmp_path / name).parent.mkdir(exist_ok=True)
+        (tmp_path / name).write_bytes(b"kv")
+    selftest = SelfTest(TierRun(Tier.COLD), TierRun(Tier.WARM_GPU), [["s1/a", "s1/b"], ["s2/a", "gone/x"]])
+    assert clean_up_selftest(LocalStore(tmp_path), selftest) == 3
+    assert sorted(LocalStore(tmp_path).files()) == ["measured/a"]

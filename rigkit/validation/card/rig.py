@@ -167,6 +167,12 @@ def power_lines(card: RigCard) -> list[str]:
             f"| {row.damage}: {row.description} | {row.files} | {row.bytes_damaged:,} | {row.label} | {row.verdict} "
             f"| {moved} | {'✓ caught' if row.caught else '✗ missed (below the check’s power)'} |"
         )
+    if power.restarted_after:
+        lines += [
+            "",
+            f"Afterwards the self-test's {power.entries_removed} damaged store files were deleted and the engine "
+            "restarted: no damaged entry or KV loaded from one stays behind.",
+        ]
     return lines + [""]
 
 

@@ -376,6 +376,10 @@ class Power(BaseModel):
     rows: list[PowerRow] = Field(default_factory=list)
     smallest_caught: Optional[str] = None
     note: str = ""
+    # after the measurement: the damaged entries deleted (their count) and the engine restarted (a damaged load can
+    # leave NaN in the engine's KV pool, answering later requests wrongly: seen on vLLM CPU); None: not done
+    entries_removed: Optional[int] = None
+    restarted_after: bool = False
 
 
 class RigCard(BaseModel):

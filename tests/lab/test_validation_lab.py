@@ -16,9 +16,11 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import shlex
 import shutil
 import struct
 import subprocess
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterator, Optional
@@ -28,7 +30,7 @@ import pytest
 from rigkit.paths import RIG_STACK_DIR
 from rigkit.prompts import PromptSpec
 from rigkit.remote.client import ServingClient, ServingError
-from rigkit.remote.probe import RigProbe
+from rigkit.remote.probe import CONTROLLER_TRANSPORT, RigProbe
 from rigkit.remote.tunnel import Tunnel, open_tunnel
 from rigkit.serving.render import COMPOSE_PROJECT
 from rigkit.settings.hostdata import settings_for_host
@@ -37,7 +39,7 @@ from rigkit.validation.card.assemble import to_card
 from rigkit.validation.decode_ab import run_decode_ab
 from rigkit.validation.measure import measure
 from rigkit.validation.power import DAMAGE_NAMES, LocalStore
-from rigkit.validation.procedure import TierValidation, ValidationSettings, validate_tiers
+from rigkit.validation.procedure import LOGPROBS_WARMUP_PROMPT, TierValidation, ValidationSettings, validate_tiers
 from rigkit.validation.tier_run import TierRun
 from rigkit.validation.tiers import Tier, label
 from rigkit.validation.ttft import ttft_tolerance_s
@@ -272,6 +274,18 @@ def test_the_power_self_test_catches_every_damage_of_the_lab_store(tier_run):
     assert all(row.caught for row in power.rows), power.rows
 
 
+def test_after_the_power_self_test_no_damaged_entry_stays_and_the_engine_answers_right(
+    tier_run, validation_target, live_client
+):
+    """The damaged loads left NaN behind in the lab engine's KV pool (a later short prompt got NaN logits, no logprob,
+    until a restart): the procedure deletes the self-test's entries and restarts the engine once more. A short prompt
+    with logprobs, the kind that came back NaN, must come back with them."""
+    power = tier_run.power
+    assert power.restarted_after and power.entries_removed >= sum(row.files for row in power.rows) > 0, power
+    short = live_client.stream_completion(LOGPROBS_WARMUP_PROMPT, max_tokens=1, logprobs=5)
+    assert short.tokens and short.tokens[0].logprob <= 0.0, short
+
+
 def test_capacity_is_measured_from_store_growth(tier_run):
     capacity = tier_run.capacity
     assert capacity is not None and capacity.kb_per_token and capacity.kb_per_token > 0
@@ -294,6 +308,40 @@ def test_card_from_the_real_run_passes_and_renders(tier_run, settings, validatio
     assert "warm-persistent ✓" in md and "external hits +" in md
     assert f"Client TTFT measured on {validation_target.probe.transport}" in md
     print(md)
+
+
+def test_rigkit_validate_by_url_alone_proves_the_lab_rig_and_restarts_it_by_its_command(
+    validation_target, netns_rig, live_client, tmp_path
+):
+    """Issue 41: `rigkit validate --url` as a user types it for an endpoint rigkit did not deploy, against the lab rig
+    known by its URL alone (the tunnel's local port: vLLM's API and /metrics), the profile it runs, and a restart
+    command (compose down/up on the rig through `docker exec`, as a `kubectl rollout restart` would be given). The
+    same tier proof and verdict as on a rig: every tier proven by the rig's own counters, the persistent one after the
+    command's restart, the card PASS; client TTFT measured here, through the URL. Printed with -s: the
+    card at a glance."""
+    compose = f"cd {RIG_STACK_DIR} && docker-compose -p {COMPOSE_PROJECT}"
+    restart = shlex.join(
+        ["docker", "exec", netns_rig.container, "bash", "-c", f"{compose} down --remove-orphans && {compose} up -d"]
+    )
+    command = [
+        sys.executable, "-m", "rigkit.cli", "validate",
+        "--url", validation_target.base_url, "--profile", "cpu-lab", "--name", "lab-by-url",
+        "--image", validation_target.image_digest, "--restart-command", restart, "--run-dir", str(tmp_path),
+        "--data", f"validate_prompt_tokens={SESSION_TOKENS}", "--data", "validate_sessions=1",
+        "--data", f"validate_prompt_kind={PROMPT_KIND}",
+    ]  # fmt: skip
+    done = subprocess.run(command, capture_output=True, text=True, timeout=900)
+    print(done.stdout, done.stderr)
+    card = json.loads((tmp_path / "lab-by-url.card.json").read_text())
+    assert done.returncode == 0, (card["failures"], done.stderr[-2000:])
+    assert [(t["expected"], t["labels"], t["passed"]) for t in card["tiers"]] == [
+        (tier, [tier], True) for tier in ("cold", "warm-gpu", "warm-connector", "warm-persistent")
+    ]
+    assert card["not_applicable"] == {} and card["repro"]["image_digest"] == validation_target.image_digest
+    greedy = [check["verdict"] for tier in card["tiers"] for check in tier["greedy"]]
+    assert greedy and set(greedy) <= {"same", "numerics"}, greedy
+    assert card["ttft_client"]["transport"] == f"{CONTROLLER_TRANSPORT}, through {validation_target.base_url}"
+    assert done.stdout.startswith("lab-by-url: PASS")
 
 
 def test_decode_a_a_is_no_penalty(live_client, settings):

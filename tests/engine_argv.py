@@ -27,11 +27,12 @@ python3 -c 'import json, sys; print(json.dumps(sys.argv[1:]))' "$@" >> "$ARGV_LO
 """
 # `lmcache server`, a Python script as pip installs it: records its argv (as the program sees it, in
 # $ARGV_LOG.lmcache) and its command line (as ps shows it, in $ARGV_LOG.lmcache.cmdline), then answers /healthcheck
-# on its --http-port for LMCACHE_SHIM_LIVES_S seconds (5: two Python starts on a loaded 2-core host took over 2;
-# or exits at once with LMCACHE_SHIM_LIVES_S=0, as a server
-# that fails to start)
+# on its --http-port until the engine's shim has started (its $ARGV_LOG.vllm or $ARGV_LOG.python exists), at most
+# 5 s (two Python starts on a loaded 2-core host took over 2); for LMCACHE_SHIM_LIVES_S seconds when that is set,
+# or exits at once with LMCACHE_SHIM_LIVES_S=0, as a server that fails to start. The entrypoint's watcher of the
+# server (and so the run that captures its output) ends only after the server has exited.
 LMCACHE_SHIM = """#!/usr/bin/python3
-import http.server, json, os, sys, threading
+import http.server, json, os, sys, threading, time
 log = os.environ["ARGV_LOG"] + ".lmcache"
 with open("/proc/self/cmdline", "rb") as cmdline, open(log + ".cmdline", "a") as out:
     out.write(json.dumps(cmdline.read().decode().rstrip("\\0").split("\\0")) + "\\n")
@@ -47,7 +48,16 @@ class Health(http.server.BaseHTTPRequestHandler):
     def log_message(self, *args):
         pass
 server = http.server.HTTPServer(("127.0.0.1", port), Health)
-threading.Timer(float(os.environ.get("LMCACHE_SHIM_LIVES_S", "5")), server.shutdown).start()
+def until_the_engine_started():
+    engine = [os.environ["ARGV_LOG"] + "." + name for name in ("vllm", "python")]
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline and not any(os.path.exists(path) for path in engine):
+        time.sleep(0.05)
+    server.shutdown()
+if "LMCACHE_SHIM_LIVES_S" in os.environ:
+    threading.Timer(float(os.environ["LMCACHE_SHIM_LIVES_S"]), server.shutdown).start()
+else:
+    threading.Thread(target=until_the_engine_started).start()
 server.serve_forever()
 """
 

@@ -26,6 +26,7 @@ from rigkit.paths import FILES_DIR
 
 FRONT = FILES_DIR / "router_front.py"
 FAKE_ROUTER = Path(__file__).resolve().parent / "fake_router.py"
+IN_FLIGHT_ANSWERS = 3  # answers a router gives before it is restarted: the client's requests reach it
 
 
 def free_port() -> int:
@@ -52,6 +53,20 @@ class Client(threading.Thread):
 
     def failed(self) -> list[str]:
         return [outcome for outcome, _ in self.outcomes if outcome != "ok"]
+
+    def answers_from(self, pids) -> int:
+        return sum(1 for outcome, pid in list(self.outcomes) if outcome == "ok" and pid in pids)
+
+    def answered_by_other_than(self, pids) -> bool:
+        return any(outcome == "ok" and pid not in pids for outcome, pid in list(self.outcomes))
+
+
+def wait_until(condition, what: str, timeout_s: float = 30.0) -> None:
+    """Poll ``condition`` (instead of sleeping a fixed time that a loaded machine may outlast)."""
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert time.monotonic() < deadline, f"{what}: not within {timeout_s} s"
+        time.sleep(0.02)
 
 
 def wait_answers(url: str, timeout_s: float = 15.0) -> None:
@@ -100,12 +115,12 @@ def test_a_router_restarted_in_place_refuses_connections(tmp_path):
     wait_answers(url)
     client = Client(url)
     client.start()
-    time.sleep(0.5)
+    wait_until(lambda: client.answers_from({process.pid}) >= IN_FLIGHT_ANSWERS, "the first router answering")
     process.send_signal(signal.SIGTERM)
     process.wait(timeout=10)
+    first = process.pid
     process = router()
-    wait_answers(url)
-    time.sleep(0.5)
+    wait_until(lambda: client.answered_by_other_than({first}), "the restarted router answering the client")
     client.stopping.set()
     client.join(timeout=30)
     process.send_signal(signal.SIGTERM)
@@ -119,14 +134,17 @@ def test_restarts_and_a_crash_behind_the_front_lose_no_request(front):
     client.start()
     pids = set()
     for _ in range(3):  # an upgrade or a config change: systemctl reload
-        time.sleep(0.5)
-        pids.update(children(process.pid))
+        [router] = children(process.pid)
+        pids.add(router)
+        # requests in flight when the restart comes; then the next router has answered the client
+        wait_until(lambda: client.answers_from({router}) >= IN_FLIGHT_ANSWERS, f"router {router} answering")
         os.kill(process.pid, signal.SIGHUP)
-        time.sleep(1.5)
-    time.sleep(0.5)
+        wait_until(lambda: client.answered_by_other_than(pids), "a new router answering after SIGHUP")
     [router] = children(process.pid)
+    pids.add(router)
+    wait_until(lambda: client.answers_from({router}) >= IN_FLIGHT_ANSWERS, f"router {router} answering")
     os.kill(router, signal.SIGKILL)  # a crash: started again after the restart delay
-    time.sleep(3)
+    wait_until(lambda: client.answered_by_other_than(pids), "a new router answering after the crash")
     pids.update(children(process.pid))
     client.stopping.set()
     client.join(timeout=60)

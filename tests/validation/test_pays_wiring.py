@@ -73,7 +73,8 @@ def test_a_length_that_does_not_fit_max_model_len_with_the_reply_is_refused():
 # --- the sweep against the fake server -------------------------------------------------------------------------------
 
 BLOCK_TOKENS, GPU_BLOCKS = 16, 8  # a 128-token GPU pool: one filler pushes it through
-TTFT_S = {"cold": 0.060, "warm-gpu": 0.005, "warm-connector": 0.020}
+# apart by 100 ms and more: a loaded 2-core host once measured the 20 ms tier above a 60 ms cold
+TTFT_S = {"cold": 0.250, "warm-gpu": 0.005, "warm-connector": 0.100}
 
 
 class TieredCache:

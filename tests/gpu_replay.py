@@ -111,3 +111,22 @@ class ReplayClient(ServingClient):
         result = dict(upcoming["result"])
         result["tokens"] = [TokenChoice(t["token"], t["logprob"], t.get("top") or {}) for t in result.get("tokens", [])]
         return StreamResult(**result)
+
+
+class RecordedStore:
+    """The store as the record saw it: no file to list (the damage was done on the device), each damage answered
+    with what it changed there."""
+
+    def __init__(self, rows: list[dict]):
+        self.rows = iter(rows)
+
+    def files(self) -> dict:
+        return {}
+
+    def damage(self, names, damage, layers):
+        row = next(self.rows)
+        assert row["damage"] == damage
+        return row["files"], row["bytes_damaged"]
+
+    def remove(self, names):
+        return len(names)

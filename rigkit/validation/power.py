@@ -173,9 +173,15 @@ def clean_up_selftest(store: StoreAccess, selftest: SelfTest) -> int:
 
 
 def smallest_caught(rows: Sequence, order: Sequence[str] = DAMAGE_NAMES) -> Optional[str]:
-    """The last damage of `order` (largest first) the check caught, None when it caught none."""
-    caught = [row.damage for row in rows if row.caught]
-    return next((name for name in reversed(order) if name in caught), None)
+    """The smallest damage of `order` (largest first) caught with every larger one caught too; None when the largest
+    was missed. A smaller damage caught past a miss (a few bytes giving NaN logits) does not make the check finer."""
+    caught = {row.damage: row.caught for row in rows}
+    smallest = None
+    for name in (name for name in order if name in caught):
+        if not caught[name]:
+            break
+        smallest = name
+    return smallest
 
 
 class Ask(Protocol):

@@ -15,7 +15,7 @@ import json
 import statistics
 
 import pytest
-from gpu_replay import GPU_FIXTURES, ReplayClient, read_record
+from gpu_replay import GPU_FIXTURES, RecordedStore, ReplayClient, read_record
 
 from rigkit.validation import power
 from rigkit.validation.card import RigCard
@@ -98,25 +98,6 @@ def test_every_damage_of_the_persistent_store_fails_its_session(run, stack):
         assert all(row.caught and row.files > 0 and row.bytes_damaged > 0 for row in table.rows), table.rows
         assert table.smallest_caught == "few-bytes"
         assert all(row.label == "warm-persistent" for row in table.rows)  # served from the damaged store
-
-
-class RecordedStore:
-    """The store as the record saw it: no file to list (the damage was done on the device), each damage answered
-    with what it changed there."""
-
-    def __init__(self, rows: list[dict]):
-        self.rows = iter(rows)
-
-    def files(self) -> dict:
-        return {}
-
-    def damage(self, names, damage, layers):
-        row = next(self.rows)
-        assert row["damage"] == damage
-        return row["files"], row["bytes_damaged"]
-
-    def remove(self, names):
-        return len(names)
 
 
 @pytest.mark.parametrize("run", RUNS)

@@ -105,10 +105,18 @@ def row(damage: str, caught: bool) -> PowerRow:
     return PowerRow(damage=damage, description="", files=1, bytes_damaged=1, label="x", verdict="x", caught=caught)
 
 
-def test_the_smallest_damage_caught_is_the_last_of_the_order_caught():
+def test_the_smallest_damage_caught_is_the_last_before_the_first_miss():
     assert smallest_caught([row("every-block", True), row("one-layer", True), row("few-bytes", False)]) == "one-layer"
     assert smallest_caught([row("every-block", True), row("few-bytes", True)]) == "few-bytes"
     assert smallest_caught([row("every-block", False)]) is None
+    # the H100's unsure model on LMCache's L2: one layer missed, a few bytes caught (NaN logits): not a finer check
+    missed_one_layer = [
+        row("every-block", True),
+        row("one-layer", False),
+        row("few-blocks", True),
+        row("few-bytes", True),
+    ]
+    assert smallest_caught(missed_one_layer) == "every-block"
 
 
 def test_the_self_tests_damaged_entries_are_deleted_and_nothing_else(tmp_path):

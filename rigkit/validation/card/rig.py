@@ -154,9 +154,18 @@ def power_lines(card: RigCard) -> list[str]:
     if power is None:
         return ["The check's power was not measured in this run (`validate_power_selftest`)."]
     smallest = power.smallest_caught or "none of them"
+    missed = [row for row in power.rows if not row.caught]
     lines = [
         f"The check's power on {power.tier} (self-test sessions of their own, their store entries damaged before "
-        f"the restart): the smallest damage caught is **{smallest}**.",
+        f"the restart): the smallest damage caught, every larger one caught too, is **{smallest}**.",
+    ]
+    for row in missed:
+        moved = "no logprob" if row.shift_nats is None else f"{row.shift_nats:.3f} nats"
+        lines.append(
+            f"**Missed: {row.damage}** (its session moved {moved}, within this path's tolerance of "
+            f"{power.tolerance_nats or 0:.3f}): damage like it to this store would pass this card."
+        )
+    lines += [
         "",
         "| damage | files | bytes damaged | counters | verdict | shift (nats) | caught |",
         "|---|---|---|---|---|---|---|",

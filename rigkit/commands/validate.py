@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -34,8 +35,10 @@ from rigkit.metrics import MetricsError, parse, require_prefix_counters
 from rigkit.paths import REPO_ROOT
 from rigkit.remote.client import CONNECT_TIMEOUT_S, ServingClient
 from rigkit.remote.http_session import server_session
-from rigkit.settings.hostdata import Settings, settings_for_host
+from rigkit.settings.defaults import ALL_VARIABLES
+from rigkit.settings.hostdata import Settings, known_keys, settings_for_host
 from rigkit.settings.profiles import load_profiles
+from rigkit.settings.variables import closest_name
 from rigkit.validation.card import RESULTS_DIR, new_run_id, render_run, write_card
 from rigkit.validation.card.assemble import to_card
 from rigkit.validation.card.glance import glance_lines
@@ -49,6 +52,7 @@ NO_RESTART = (
 # A profile pins no image for an endpoint rigkit did not deploy: the tier facts only need a valid stack, so it is
 # built with this stand-in digest, which is never shown (the card's image is --image, or unknown)
 STAND_IN_DIGEST = "sha256:" + "0" * 64
+CARD_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -171,13 +175,52 @@ def stack_for(profile: str, data: dict, image: Optional[str]) -> Settings:
 
 
 def parse_data(pairs: list[str]) -> dict:
+    """KEY=VALUE pairs; ConfigError for a pair that is not one or names no setting (a typo would be ignored)."""
+    known = known_keys(ALL_VARIABLES)
     data = {}
     for pair in pairs:
         key, equals, value = pair.partition("=")
         if not equals or not key:
             raise ConfigError("--data", pair, "is not KEY=VALUE", "write e.g. --data validate_sessions=2")
+        if key not in known:
+            nearest = closest_name(key, known)
+            raise ConfigError(
+                "--data",
+                pair,
+                f"{key} is not a setting rigkit knows, so it would be ignored",
+                f"did you mean {nearest}?" if nearest else "see docs/settings.md for the knobs and validate_* settings",
+            )
         data[key] = value
     return data
+
+
+def card_name(name: Optional[str], url: str) -> str:
+    """The card's name, a plain file name: --name as given (refused unless it is one), else the URL's host-port."""
+    if name is None:
+        return re.sub(r"[^A-Za-z0-9._-]+", "-", urlsplit(url).netloc).strip("-.") or "endpoint"
+    if not CARD_NAME.fullmatch(name):
+        raise ConfigError(
+            "--name",
+            name,
+            "is not a plain file name: the card is written as NAME.md and NAME.card.json in the run directory",
+            "use letters, digits, '.', '_' and '-', starting with a letter or digit",
+        )
+    return name
+
+
+def ready_run_dir(run_dir: Path) -> Path:
+    """The run directory, made; ConfigError before anything is measured when the cards could not be written there."""
+    if run_dir.exists() and not run_dir.is_dir():
+        raise ConfigError("--run-dir", str(run_dir), "is a file, not a directory", "give a directory (or none)")
+    try:
+        run_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ConfigError(
+            "--run-dir", str(run_dir), f"cannot be made ({exc.strerror})", "give a writable path"
+        ) from None
+    if not os.access(run_dir, os.W_OK):
+        raise ConfigError("--run-dir", str(run_dir), "is not writable", "give a directory this user can write")
+    return run_dir
 
 
 def restart_with(command: str):
@@ -200,15 +243,24 @@ def run(args: argparse.Namespace) -> int:
         metrics_url = check_url("--metrics-url", args.metrics_url or f"{url}/metrics")
         lmcache_url = check_url("--lmcache-metrics-url", args.lmcache_metrics_url) if args.lmcache_metrics_url else None
         data = parse_data(args.data)
+        name = card_name(args.name, url)
         validation_data = {key: value for key, value in data.items() if key.startswith("validate_")}
         stack = stack_for(args.profile, {k: v for k, v in data.items() if k not in validation_data}, args.image)
-        settings = ValidationSettings.from_data({**validation_data, "validate_power_selftest": False})
+        if ValidationSettings.from_data(validation_data).power_selftest:
+            raise ConfigError(
+                "--data",
+                "validate_power_selftest=" + validation_data["validate_power_selftest"],
+                "the power self-test damages the store's files, which a URL cannot reach: it would not run",
+                "drop it; run the self-test where the store is reachable (validate.py on a rig's controller, the lab)",
+            )
+        settings = ValidationSettings.from_data(validation_data)
         session = api_session(args.api_key_env)
         check_endpoint(url, metrics_url, lmcache_url, session)
+        # last: an endpoint refused leaves no empty run directory behind
+        run_dir = ready_run_dir(args.run_dir or REPO_ROOT / RESULTS_DIR / (os.environ.get(RUN_ID_ENV) or new_run_id()))
     except ConfigError as exc:
         print(f"rigkit validate: refused before anything was measured: {exc}", file=sys.stderr)
         return 2
-    name = args.name or (urlsplit(url).netloc.replace(":", "-"))
     not_applicable = dict(stack.tiers_not_applicable)
     if args.restart_command is None:
         not_applicable.setdefault("warm-persistent", NO_RESTART)
@@ -216,8 +268,6 @@ def run(args: argparse.Namespace) -> int:
     client = ServingClient(url, session=session, extra_metrics_urls=[lmcache_url] if lmcache_url else [])
     if metrics_base != url:  # the engine's /metrics elsewhere than its API (a proxy in front)
         client.metrics_text = lambda: _metrics_text(client, metrics_url, lmcache_url)  # type: ignore[method-assign]
-    run_id = os.environ.get(RUN_ID_ENV) or new_run_id()
-    run_dir = args.run_dir or REPO_ROOT / RESULTS_DIR / run_id
     try:
         result = validate_tiers(
             client,

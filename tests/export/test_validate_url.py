@@ -12,7 +12,7 @@ from fake_openai import FakeOpenAI
 from recorded_run import RecordedRun
 
 from rigkit.cli import main
-from rigkit.commands.validate import NO_RESTART
+from rigkit.commands.validate import NO_RESTART, card_name
 
 
 def validate(*args: str) -> int:
@@ -76,6 +76,10 @@ def closed_port() -> int:
         ("metrics-not-http", "--metrics-url"),
         ("lmcache-unreachable", "--lmcache-metrics-url"),
         ("no-profile", "--profile"),
+        ("unknown-data", "--data"),
+        ("power-selftest", "--data"),
+        ("name-a-path", "--name"),
+        ("run-dir-a-file", "--run-dir"),
     ],
 )
 def test_bad_input_is_refused_naming_the_option_before_anything_is_measured(case, option, tmp_path, capsys):
@@ -94,10 +98,18 @@ def test_bad_input_is_refused_naming_the_option_before_anything_is_measured(case
                 f"http://127.0.0.1:{closed_port()}/m",
             ],
             "no-profile": ["--url", server.url],
+            "unknown-data": ["--url", server.url, "--data", "validate_sesions=2"],
+            "power-selftest": ["--url", server.url, "--data", "validate_power_selftest=true"],
+            "name-a-path": ["--url", server.url, "--name", "../outside"],
+            "run-dir-a-file": ["--url", server.url],
         }[case]
         if case == "not-vllm":
             server.metrics_text = "# a router's own metrics\nrouter_requests_total 3\n"
         extra = ["--profile", "no-such-profile"] if case == "no-profile" else []
+        if case == "run-dir-a-file":
+            a_file = tmp_path.with_name(tmp_path.name + ".file")
+            a_file.write_text("")
+            extra = ["--run-dir", str(a_file)]
         assert validate(*args, "--run-dir", str(tmp_path), *extra) == 2
         assert server.completions == []  # nothing measured
     err = capsys.readouterr().err
@@ -150,3 +162,11 @@ def test_the_key_from_its_variable_opens_the_endpoint_and_is_never_shown(tmp_pat
     out = capsys.readouterr()
     written = "".join(path.read_text() for path in tmp_path.rglob("*") if path.suffix in (".json", ".md"))
     assert SECRET not in out.out + out.err + written
+
+
+@pytest.mark.parametrize(
+    "url, name",
+    [("http://vllm.example:8000", "vllm.example-8000"), ("http://[::1]:8000/", "1-8000"), ("https://svc", "svc")],
+)
+def test_the_default_card_name_is_a_plain_file_name_from_the_url(url, name):
+    assert card_name(None, url) == name

@@ -29,6 +29,8 @@ KV_CACHE_USAGE = "vllm:kv_cache_usage_perc"
 REQUESTS_RUNNING = "vllm:num_requests_running"
 REQUESTS_WAITING = "vllm:num_requests_waiting"
 CACHE_CONFIG_INFO = "vllm:cache_config_info"
+# prometheus_client's process collector in vLLM's API server: a new value is a new engine process (a restart)
+PROCESS_START = "process_start_time_seconds"
 # Watched on the fleet's dashboards and alerts (rigkit.monitoring), not by the tier proof. Each is in the captured
 # /metrics of vLLM 0.26 (tests/fixtures/gpu-h200-vllm0.26) and 0.32 (tests/fixtures/metrics) unless said otherwise;
 # tests/monitoring/test_queries.py holds every name a dashboard or a rule queries against those captures.
@@ -263,6 +265,15 @@ def requests_in_flight(text: str) -> float:
             "point the client at a vLLM serving API's /metrics",
         )
     return sum(seen)
+
+
+def process_start(text: str) -> Optional[float]:
+    """The first process_start_time_seconds of a /metrics text (vLLM's API server's), None when it has none."""
+    for family in _families(text):
+        for sample in family.samples:
+            if sample.name == PROCESS_START:
+                return sample.value
+    return None
 
 
 _COUNTER_FIELDS = (

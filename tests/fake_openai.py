@@ -44,6 +44,7 @@ class FakeOpenAI:
         self.metrics_text = ""
         # vLLM's --api-key: every /v1 path wants "Authorization: Bearer <key>", /metrics and /health do not
         self.api_key: Optional[str] = None
+        self.on_metrics: Callable[[], None] = lambda: None  # before each /metrics is served
         self.on_completion: Callable[[dict], None] = lambda body: None
         self.on_refused: Callable[[dict], None] = lambda body: None
         self.completions: list[dict] = []
@@ -118,6 +119,7 @@ class FakeOpenAI:
                     ]
                     self._send(200, json.dumps({"object": "list", "data": cards}).encode())
                 elif self.path == "/metrics":
+                    fake.on_metrics()
                     text = fake.metrics_text
                     if fake.running_gauge:
                         text += f'vllm:num_requests_running{{engine="0",model_name="tiny"}} {fake.in_flight}.0\n'

@@ -31,7 +31,7 @@ from urllib.parse import urlsplit
 import requests
 
 from rigkit.errors import ConfigError, RigkitError
-from rigkit.metrics import MetricsError, parse, require_prefix_counters
+from rigkit.metrics import PROCESS_START, MetricsError, parse, process_start, require_prefix_counters
 from rigkit.paths import REPO_ROOT
 from rigkit.remote.client import CONNECT_TIMEOUT_S, ServingClient
 from rigkit.remote.http_session import server_session
@@ -223,8 +223,15 @@ def ready_run_dir(run_dir: Path) -> Path:
     return run_dir
 
 
-def restart_with(command: str):
+def restart_with(command: str, client: ServingClient, metrics_url: str):
+    """Runs --restart-command; once the endpoint serves again, ConfigError unless a new engine process answers (the
+    persistent tier measured on the old engine would read as the GPU cache: a command that returned too early)."""
+
+    def engine_start() -> Optional[float]:
+        return process_start(client.session.get(metrics_url, timeout=CONNECT_TIMEOUT_S).text)
+
     def restart() -> None:
+        before = engine_start()
         result = subprocess.run(command, shell=True, capture_output=True, text=True)
         if result.returncode != 0:
             raise ConfigError(
@@ -232,6 +239,15 @@ def restart_with(command: str):
                 command,
                 f"exited {result.returncode}: {result.stderr.strip()[-300:]}",
                 "run it by hand until it restarts the engine",
+            )
+        client.wait_ready()
+        if before is not None and engine_start() == before:
+            raise ConfigError(
+                "--restart-command",
+                command,
+                f"returned, but the engine behind the URL is the same process ({PROCESS_START} unchanged): the "
+                "persistent tier would be measured on the engine that never restarted",
+                "make the command wait until the new engine serves (e.g. add `kubectl rollout status`)",
             )
 
     return restart
@@ -271,7 +287,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         result = validate_tiers(
             client,
-            restart_with(args.restart_command) if args.restart_command else None,
+            restart_with(args.restart_command, client, metrics_url) if args.restart_command else None,
             settings,
             connector_configured=stack.profile.connector is not None,
             not_applicable=not_applicable,

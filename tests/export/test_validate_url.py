@@ -38,19 +38,22 @@ def test_an_endpoint_by_url_gets_its_card_the_persistent_tier_not_applicable_wit
     assert out.startswith("endpoint: PASS") and "warm-connector" in out
 
 
+def restart_on_marker(recorded: RecordedRun, marker) -> None:
+    """The fake's engine restarts (its recorded idle text after a restart, a new process start time) once the restart
+    command left its marker, as /metrics is next read."""
+
+    def on_metrics() -> None:
+        if marker.exists() and recorded.step == "04-after-warm-connector":
+            recorded.restart()
+
+    recorded.server.on_metrics = on_metrics
+
+
 def test_a_restart_command_measures_the_persistent_tier(tmp_path):
     with FakeOpenAI() as server:
         recorded = RecordedRun(server)
         marker = tmp_path / "restarted"
-        # the command restarts "the engine": here it leaves a file the fake's /metrics then moves on from
-        original = recorded.completion
-
-        def completion(body):
-            if marker.exists() and recorded.step == "04-after-warm-connector":
-                recorded.restart()
-            original(body)
-
-        server.on_completion = completion
+        restart_on_marker(recorded, marker)
         code = validate(
             "--url", server.url, "--run-dir", str(tmp_path), "--name", "e", "--restart-command", f"touch {marker}"
         )
@@ -58,6 +61,17 @@ def test_a_restart_command_measures_the_persistent_tier(tmp_path):
     assert code == 0, card["failures"]
     assert [tier["expected"] for tier in card["tiers"]][-1] == "warm-persistent"
     assert card["not_applicable"] == {}
+
+
+def test_a_restart_command_that_returns_before_the_engine_restarted_is_named(tmp_path, capsys):
+    """`kubectl rollout restart` without `rollout status` returns at once: the old engine still answers, its GPU cache
+    warm. Measured, the persistent tier would read as warm-gpu, a tier failure that is the command's."""
+    with FakeOpenAI() as server:
+        RecordedRun(server)
+        code = validate("--url", server.url, "--run-dir", str(tmp_path), "--restart-command", "true")
+    err = capsys.readouterr().err
+    assert code == 1 and "--restart-command='true'" in err and "process_start_time_seconds unchanged" in err, err
+    assert "rollout status" in err
 
 
 def closed_port() -> int:

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 FIXTURES_DIR = Path(__file__).resolve().parents[1] / "fixtures"
-from rigkit.metrics import MetricsError, delta, parse, parse_families, require_prefix_counters
+from rigkit.metrics import MetricsError, delta, parse, parse_families, process_start, require_prefix_counters
 
 METRICS = FIXTURES_DIR / "metrics"
 STEPS = {s["file"]: s for s in json.loads((METRICS / "steps.json").read_text())}
@@ -109,3 +109,10 @@ def test_server_decode_speed_of_a_one_request_window():
     # a window holding several requests cannot name one request's decode time
     idle = parse((METRICS / "00-idle.txt").read_text())
     assert delta(idle, parse((METRICS / "04-after-warm-connector.txt").read_text())).server_decode_tps(16) is None
+
+
+def test_a_restart_is_a_new_process_start_time_and_lmcaches_own_does_not_count():
+    before, after = ((METRICS / f"{step}.txt").read_text() for step in ("04-after-warm-connector", "05-restarted-idle"))
+    assert process_start(before) < process_start(after)
+    assert process_start(before + "process_start_time_seconds 1.0\n") == process_start(before)  # vLLM's comes first
+    assert process_start("vllm:num_requests_running 0.0\n") is None

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Optional
 
 from rigkit.remote.client import ServingClient, StreamResult, TokenChoice
-from rigkit.validation.procedure import LOGPROBS_WARMUP_PROMPT
+from rigkit.validation.procedure import LOGPROBS_WARMUP_PROMPT, ValidationSettings, validate_tiers
 
 GPU_FIXTURES = Path(__file__).parent / "fixtures" / "gpu-h200-vllm0.26"
 
@@ -130,3 +130,38 @@ class RecordedStore:
 
     def remove(self, names):
         return len(names)
+
+
+def top_margins(records: list[Path]) -> list[float]:
+    """Top-1 minus top-2 logprob of every generated token of the recorded requests (the model's sureness)."""
+    margins = []
+    for path in records:
+        with gzip.open(path, "rt") as f:
+            for line in f:
+                item = json.loads(line)
+                if item["kind"] == "request" and item["max_tokens"] > 1:
+                    for token in item["result"]["tokens"]:
+                        ranked = sorted(token["top"].values(), reverse=True)
+                        margins += [ranked[0] - ranked[1]] if len(ranked) > 1 else []
+    return margins
+
+
+def replay_with_power(run_dir: Path, name: str, restart=lambda: None):
+    """A recorded `<case>-<length>` of a GPU check run with the power self-test on code prompts, walked through rigkit's
+    validate_tiers (each damage answered from the record): (the validation, the recorded result.json)."""
+    recorded = json.loads((run_dir / name / "result.json").read_text())
+    case, length = name.rsplit("-", 1)
+    info = {s["case"]: s for s in json.loads((run_dir / "stacks.json").read_text())["stacks"]}[case]
+    settings = ValidationSettings.from_data(
+        {"validate_prompt_kind": "code", "validate_power_selftest": True, "validate_prompt_tokens": int(length)}
+    )
+    validation = validate_tiers(
+        ReplayClient(read_record(run_dir / name / "record.jsonl.gz")),
+        restart,
+        settings,
+        not_applicable=info["not_applicable"],
+        store_chunk_tokens=info["store_chunk_tokens"],
+        bit_exact_tiers=info["bit_exact_tiers"],
+        store=RecordedStore(recorded["power"]["rows"]),
+    )
+    return validation, recorded

@@ -262,14 +262,14 @@ def run(args: argparse.Namespace) -> int:
         name = card_name(args.name, url)
         validation_data = {key: value for key, value in data.items() if key.startswith("validate_")}
         stack = stack_for(args.profile, {k: v for k, v in data.items() if k not in validation_data}, args.image)
-        if ValidationSettings.from_data(validation_data).power_selftest:
+        settings = ValidationSettings.from_data(validation_data)
+        if settings.power_selftest:
             raise ConfigError(
                 "--data",
                 "validate_power_selftest=" + validation_data["validate_power_selftest"],
                 "the power self-test damages the store's files, which a URL cannot reach: it would not run",
                 "drop it; run the self-test where the store is reachable (validate.py on a rig's controller, the lab)",
             )
-        settings = ValidationSettings.from_data(validation_data)
         session = api_session(args.api_key_env)
         check_endpoint(url, metrics_url, lmcache_url, session)
         # last: an endpoint refused leaves no empty run directory behind

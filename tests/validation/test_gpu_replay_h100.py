@@ -10,17 +10,15 @@ give the same verdicts and the same power table: the damaged stores fail here, n
 
 from __future__ import annotations
 
-import gzip
 import json
 import statistics
 
 import pytest
-from gpu_replay import GPU_FIXTURES, RecordedStore, ReplayClient, read_record
+from gpu_replay import GPU_FIXTURES, replay_with_power, top_margins
 
 from rigkit.validation import power
 from rigkit.validation.card import RigCard
 from rigkit.validation.power import DAMAGE_NAMES
-from rigkit.validation.procedure import ValidationSettings, validate_tiers
 
 H100 = GPU_FIXTURES.parent / "gpu-h100-vllm0.26"
 RUNS = ["gpu-check-2026-12-06-trained-on-prompts", "gpu-check-2026-12-06-trained-on-stdlib"]
@@ -37,18 +35,9 @@ def result(run: str, name: str) -> dict:
     return json.loads((H100 / run / name / "result.json").read_text())
 
 
-def top_margins(run: str) -> list[float]:
-    """Top-1 minus top-2 logprob of every generated token of native-offload's requests (the model's sureness)."""
-    margins = []
-    for length in LENGTHS:
-        with gzip.open(H100 / run / f"native-offload-{length}" / "record.jsonl.gz", "rt") as f:
-            for line in f:
-                item = json.loads(line)
-                if item["kind"] == "request" and item["max_tokens"] > 1:
-                    for token in item["result"]["tokens"]:
-                        ranked = sorted(token["top"].values(), reverse=True)
-                        margins += [ranked[0] - ranked[1]] if len(ranked) > 1 else []
-    return margins
+def margins_of(run: str) -> list[float]:
+    """The model's sureness on native-offload's requests at every length."""
+    return top_margins([H100 / run / f"native-offload-{length}" / "record.jsonl.gz" for length in LENGTHS])
 
 
 def test_two_models_of_different_shapes_one_trained_on_text_unlike_the_prompts():
@@ -57,7 +46,7 @@ def test_two_models_of_different_shapes_one_trained_on_text_unlike_the_prompts()
     keys = ("num_hidden_layers", "num_key_value_heads", "head_dim")
     assert [tuple(s[k] for k in keys) for s in shapes] == [(8, 8, 64), (12, 4, 96)]
     assert [t["corpus"] for t in trained] == ["prompts", "stdlib"]
-    a, b = (top_margins(run) for run in RUNS)
+    a, b = (margins_of(run) for run in RUNS)
     # the stdlib model is less sure of the code prompts: more near ties (margins under 0.5 nats)
     print(
         f"median top-1 margin {statistics.median(a):.2f} / {statistics.median(b):.2f} nats; under 0.5: "
@@ -104,22 +93,8 @@ def test_every_damage_of_the_persistent_store_fails_its_session(run, stack):
 @pytest.mark.parametrize("name", ["native-tiered-3500", "lmcache-mp-l2-6000"])
 def test_replayed_through_rigkit_the_verdicts_and_the_power_table_come_out_the_same(run, name, monkeypatch):
     monkeypatch.setattr(power, "SETTLE_S", 0.0)
-    recorded = result(run, name)
-    stacks = {s["case"]: s for s in json.loads((H100 / run / "stacks.json").read_text())["stacks"]}
-    info = stacks[name.rsplit("-", 1)[0]]
-    settings = ValidationSettings.from_data(
-        {"validate_prompt_kind": "code", "validate_power_selftest": True, "validate_prompt_tokens": int(name[-4:])}
-    )
     restarts = []
-    validation = validate_tiers(
-        ReplayClient(read_record(H100 / run / name / "record.jsonl.gz")),
-        lambda: restarts.append(name),
-        settings,
-        not_applicable=info["not_applicable"],
-        store_chunk_tokens=info["store_chunk_tokens"],
-        bit_exact_tiers=info["bit_exact_tiers"],
-        store=RecordedStore(recorded["power"]["rows"]),
-    )
+    validation, recorded = replay_with_power(H100 / run, name, lambda: restarts.append(name))
     assert [t.result().passed for t in validation.tiers] == [t["passed"] for t in recorded["tiers"]] == [True] * 4
     assert [(r.damage, r.verdict, r.caught) for r in validation.power.rows] == [
         (r["damage"], r["verdict"], r["caught"]) for r in recorded["power"]["rows"]

@@ -10,17 +10,15 @@ only because it gives NaN logits) as its smallest catch. Replayed through rigkit
 
 from __future__ import annotations
 
-import gzip
 import json
 import statistics
 
 import pytest
-from gpu_replay import GPU_FIXTURES, RecordedStore, ReplayClient, read_record
+from gpu_replay import GPU_FIXTURES, replay_with_power, top_margins
 
 from rigkit.validation import power
 from rigkit.validation.card import RigCard, render_run, write_card
 from rigkit.validation.power import DAMAGE_NAMES, smallest_caught
-from rigkit.validation.procedure import ValidationSettings, validate_tiers
 
 RUN = GPU_FIXTURES.parent / "gpu-h100-vllm0.26" / "gpu-check-2026-12-06-unsure"
 STACKS = ["native-offload-3500", "native-tiered-3500", "lmcache-mp-l2-3500"]
@@ -31,15 +29,7 @@ def card(name: str) -> RigCard:
 
 
 def margins() -> list[float]:
-    found = []
-    with gzip.open(RUN / "native-offload-3500" / "record.jsonl.gz", "rt") as f:
-        for line in f:
-            item = json.loads(line)
-            if item["kind"] == "request" and item["max_tokens"] > 1:
-                for token in item["result"]["tokens"]:
-                    ranked = sorted(token["top"].values(), reverse=True)
-                    found += [ranked[0] - ranked[1]] if len(ranked) > 1 else []
-    return found
+    return top_margins([RUN / "native-offload-3500" / "record.jsonl.gz"])
 
 
 def test_the_model_is_about_as_unsure_of_the_prompts_as_the_issues():
@@ -81,20 +71,7 @@ def test_on_lmcache_one_layer_moved_less_than_the_tolerance_and_the_card_says_it
 @pytest.mark.parametrize("name", ["native-tiered-3500", "lmcache-mp-l2-3500"])
 def test_replayed_through_rigkit_the_verdicts_and_the_power_table_come_out_the_same(name, monkeypatch):
     monkeypatch.setattr(power, "SETTLE_S", 0.0)
-    recorded = json.loads((RUN / name / "result.json").read_text())
-    info = {s["case"]: s for s in json.loads((RUN / "stacks.json").read_text())["stacks"]}[name.rsplit("-", 1)[0]]
-    settings = ValidationSettings.from_data(
-        {"validate_prompt_kind": "code", "validate_power_selftest": True, "validate_prompt_tokens": 3500}
-    )
-    validation = validate_tiers(
-        ReplayClient(read_record(RUN / name / "record.jsonl.gz")),
-        lambda: None,
-        settings,
-        not_applicable=info["not_applicable"],
-        store_chunk_tokens=info["store_chunk_tokens"],
-        bit_exact_tiers=info["bit_exact_tiers"],
-        store=RecordedStore(recorded["power"]["rows"]),
-    )
+    validation, recorded = replay_with_power(RUN, name)
     assert [t.result().passed for t in validation.tiers] == [t["passed"] for t in recorded["tiers"]] == [True] * 4
     assert [(r.damage, r.verdict, r.caught) for r in validation.power.rows] == [
         (r["damage"], r["verdict"], r["caught"]) for r in recorded["power"]["rows"]
